@@ -1,0 +1,155 @@
+"""Hardware and model profiles for the stand-in engine, loaded from the TOML files beside this.
+
+Each TOML file names the source of every figure; this module only turns them into typed,
+validated records and derives what the timing model needs (KV bytes per token, weight bytes).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields
+from functools import cache
+from pathlib import Path
+
+PROFILE_DIR = Path(__file__).parent
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+# Share of link bandwidth a ring all-reduce achieves (see HardwareProfile.allreduce_bandwidth).
+COLLECTIVE_EFF = 0.72
+
+
+class UnknownProfile(LookupError):
+    """A hardware or model profile name that has no file; the message lists the known ones."""
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareProfile:
+    name: str
+    vendor: str
+    display_name: str
+    bf16_tflops: float
+    fp8_tflops: float
+    hbm_gb: float
+    hbm_tbps: float
+    gpu_link_gbps: float
+    gpu_peer_gbps: float
+    p2p: bool
+    nic_gbit: float
+    pcie_gbps: float
+    compute_eff_bf16: float
+    compute_eff_fp8: float
+    mem_eff: float
+
+    def peak_flops(self, dtype: str) -> float:
+        return (self.fp8_tflops if dtype == "fp8" else self.bf16_tflops) * 1e12
+
+    def compute_eff(self, dtype: str) -> float:
+        return self.compute_eff_fp8 if dtype == "fp8" else self.compute_eff_bf16
+
+    @property
+    def hbm_bytes(self) -> float:
+        return self.hbm_gb * 1e9
+
+    @property
+    def mem_bandwidth(self) -> float:
+        """Achievable HBM bytes per second."""
+        return self.hbm_tbps * 1e12 * self.mem_eff
+
+    def allreduce_bandwidth(self, tp: int) -> float:
+        """Bus bandwidth (bytes/s) of a TP all-reduce over `tp` GPUs of this node.
+
+        A mesh (xGMI) gives each GPU one link per peer, so more peers mean more links; a
+        switch (NVLink) gives the full per-GPU rate; without P2P the traffic crosses the host.
+        Collectives reach ~0.7-0.75 of the links: RCCL measured 47.7 GB/s on 2 MI300X (one
+        64 GB/s link) and 312.9 GB/s on 8 (448 GB/s), per PROFILES.md section 3c.
+        """
+        if not self.p2p:
+            return self.pcie_gbps * 1e9 / 2 * COLLECTIVE_EFF  # up to host, then down again
+        links = min(self.gpu_link_gbps, (tp - 1) * self.gpu_peer_gbps)
+        return links * 1e9 * COLLECTIVE_EFF
+
+    @property
+    def nic_bytes_per_s(self) -> float:
+        return self.nic_gbit * 1e9 / 8
+
+
+@dataclass(frozen=True, slots=True)
+class ModelProfile:
+    name: str
+    hf_id: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    intermediate: int
+    moe_intermediate: int
+    experts_total: int
+    experts_active: int
+    params_total: float
+    params_active: float
+    weight_dtype: str
+    kv_dtype: str
+    max_model_len: int
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts_total > 0
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V for every layer and KV head, whole model, before TP sharding."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * DTYPE_BYTES[self.kv_dtype]
+
+    def kv_bytes_per_token_per_gpu(self, tp: int) -> float:
+        # KV heads shard across TP ranks until each rank holds one; past that they replicate.
+        return self.kv_bytes_per_token / min(tp, self.kv_heads)
+
+    @property
+    def weight_bytes_per_param(self) -> int:
+        return DTYPE_BYTES[self.weight_dtype]
+
+    @property
+    def expert_params(self) -> float:
+        """Parameters of one expert in one layer (gate, up and down projections)."""
+        return 3 * self.hidden * self.moe_intermediate
+
+    @property
+    def all_expert_params(self) -> float:
+        return self.layers * self.experts_total * self.expert_params if self.is_moe else 0.0
+
+    @property
+    def dense_params(self) -> float:
+        """Parameters every token uses: attention, norms, router, dense MLPs, embeddings, head."""
+        return self.params_total - self.all_expert_params
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.params_total * self.weight_bytes_per_param
+
+
+def _load(kind: str, name: str, record: type) -> object:
+    path = PROFILE_DIR / kind / f"{name}.toml"
+    if not path.is_file():
+        known = ", ".join(available(kind))
+        raise UnknownProfile(f"unknown {kind} profile {name!r}; known: {known}")
+    data = tomllib.loads(path.read_text())
+    wanted = {f.name for f in fields(record)}
+    missing = wanted - data.keys()
+    if missing:
+        raise ValueError(f"{path}: missing fields {sorted(missing)}")
+    return record(**{k: data[k] for k in wanted})
+
+
+def available(kind: str) -> list[str]:
+    return sorted(p.stem for p in (PROFILE_DIR / kind).glob("*.toml"))
+
+
+@cache
+def hardware(name: str) -> HardwareProfile:
+    return _load("hardware", name, HardwareProfile)  # type: ignore[return-value]
+
+
+@cache
+def model(name: str) -> ModelProfile:
+    return _load("models", name, ModelProfile)  # type: ignore[return-value]
