@@ -1,14 +1,175 @@
-"""`pdctl sim`: the stand-in engine's command line (the server arrives with its own issue)."""
+"""`pdctl sim`: run the stand-in engine with vLLM's flags (ARCHITECTURE.md, "One config")."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+
 import typer
+
+from simulator import profiles
+from simulator.engine_config import EngineConfigError, EngineSettings, parse_kv_transfer_config
+
+# vLLM flags the stand-in accepts and ignores (they change nothing it models), with whether
+# they take a value. Anything else is refused, naming the flag.
+IGNORED_VLLM_FLAGS = {
+    "--enable-expert-parallel": False,
+    "--trust-remote-code": False,
+    "--enforce-eager": False,
+    "--disable-log-requests": False,
+    "--disable-log-stats": False,
+    "--no-enable-chunked-prefill": False,
+    "--distributed-executor-backend": True,
+    "--dtype": True,
+    "--load-format": True,
+    "--kv-cache-dtype": True,
+    "--swap-space": True,
+    "--seed": True,
+    "--uvicorn-log-level": True,
+    "--data-parallel-size": True,
+    "--pipeline-parallel-size": True,
+}
 
 
 def register(app: typer.Typer) -> None:
-    app.command("sim", help="Run a stand-in vLLM engine (simulated GPU timing).")(sim)
+    app.command(
+        "sim",
+        help="Run a stand-in vLLM engine: vLLM's HTTP API and metrics, simulated GPU timing.",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )(sim)
 
 
-def sim(port: int = typer.Option(8100, "--port", help="HTTP port")) -> None:
-    typer.echo(f"stand-in engine server not built yet (port {port})")
-    raise typer.Exit(1)
+def _model_profile(model: str | None, model_profile: str | None) -> str:
+    if model_profile:
+        return model_profile
+    if not model:
+        return "tiny"
+    for name in profiles.available("models"):
+        if model in (name, profiles.model(name).hf_id):
+            return name
+    known = ", ".join(profiles.available("models"))
+    raise EngineConfigError(f"--model {model!r} has no stand-in profile; pass --model-profile "
+                            f"(known: {known})")
+
+
+def _check_extra(args: list[str]) -> None:
+    i = 0
+    while i < len(args):
+        flag = args[i].split("=", 1)[0]
+        if flag not in IGNORED_VLLM_FLAGS:
+            raise EngineConfigError(f"unknown flag {args[i]!r} for pdctl sim")
+        takes_value = IGNORED_VLLM_FLAGS[flag] and "=" not in args[i]
+        i += 2 if takes_value else 1
+
+
+def sim(
+    ctx: typer.Context,
+    model_arg: str | None = typer.Argument(None, metavar="[MODEL]",
+                                           help="Model (as for vllm serve)."),
+    model: str | None = typer.Option(None, "--model", help="Model name or HF id."),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8100, "--port"),
+    served_model_name: str | None = typer.Option(None, "--served-model-name"),
+    model_profile: str | None = typer.Option(None, "--model-profile",
+                                             help="Stand-in model profile."),
+    hardware: str | None = typer.Option(None, "--hardware",
+                                        help="Stand-in hardware profile (default: cpu for "
+                                        "the tiny model, else h100)."),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp"),
+    max_num_seqs: int = typer.Option(256, "--max-num-seqs"),
+    max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens"),
+    max_model_len: int | None = typer.Option(None, "--max-model-len"),
+    enable_prefix_caching: bool = typer.Option(True, "--enable-prefix-caching/"
+                                               "--no-enable-prefix-caching"),
+    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
+    num_gpu_blocks_override: int | None = typer.Option(None, "--num-gpu-blocks-override"),
+    kv_transfer_config: str | None = typer.Option(None, "--kv-transfer-config"),
+    time_scale: float = typer.Option(1.0, "--time-scale",
+                                     help="Run K times slower than modelled; report modelled."),
+    kv_link_gbps: float | None = typer.Option(None, "--kv-link-gbps",
+                                              help="Modelled KV link, GB/s."),
+    kv_wire_scale: float = typer.Option(1 / 1024, "--kv-wire-scale",
+                                        help="Bytes on the wire per modelled KV byte."),
+    log_level: str = typer.Option("warning", "--log-level"),
+) -> None:
+    try:
+        _check_extra(list(ctx.args))
+        settings = _settings(
+            model=model or model_arg, host=host, port=port, served=served_model_name,
+            model_profile=model_profile, hardware=hardware, tp=tensor_parallel_size,
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+            max_model_len=max_model_len, prefix=enable_prefix_caching,
+            gpu_util=gpu_memory_utilization, blocks=num_gpu_blocks_override,
+            kv_transfer_config=kv_transfer_config, time_scale=time_scale,
+            kv_link_gbps=kv_link_gbps, kv_wire_scale=kv_wire_scale,
+        )
+    except (EngineConfigError, profiles.UnknownProfile) as exc:
+        typer.echo(f"pdctl sim: error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    run(settings)
+
+
+def _settings(*, model, host, port, served, model_profile, hardware, tp, max_num_seqs,
+              max_num_batched_tokens, max_model_len, prefix, gpu_util, blocks,
+              kv_transfer_config, time_scale, kv_link_gbps, kv_wire_scale) -> EngineSettings:
+    profile = _model_profile(model, model_profile)
+    spec = profiles.model(profile)
+    hardware = hardware or ("cpu" if profile == "tiny" else "h100")
+    profiles.hardware(hardware)
+    checks = [
+        (tp >= 1, "--tensor-parallel-size must be >= 1"),
+        (max_num_seqs >= 1, "--max-num-seqs must be >= 1"),
+        (max_num_batched_tokens >= 1, "--max-num-batched-tokens must be >= 1"),
+        (max_model_len is None or 1 <= max_model_len <= spec.max_model_len,
+         f"--max-model-len must be between 1 and {spec.max_model_len} for {profile}"),
+        (0 < gpu_util <= 1, "--gpu-memory-utilization must be in (0, 1]"),
+        (blocks is None or blocks >= 1, "--num-gpu-blocks-override must be >= 1"),
+        (time_scale > 0, "--time-scale must be > 0"),
+        (kv_link_gbps is None or kv_link_gbps > 0, "--kv-link-gbps must be > 0"),
+        (0 < kv_wire_scale <= 1, "--kv-wire-scale must be in (0, 1]"),
+        (0 < port < 65536, "--port must be between 1 and 65535"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise EngineConfigError(message)
+    kv = parse_kv_transfer_config(kv_transfer_config, port, os.environ)
+    settings = EngineSettings(
+        host=host, port=port, served_model_name=served or model or profile,
+        model_profile=profile, hardware=hardware, tensor_parallel_size=tp,
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len, enable_prefix_caching=prefix,
+        num_gpu_blocks_override=blocks, gpu_memory_utilization=gpu_util,
+        time_scale=time_scale, kv=kv, kv_link_gbps=kv_link_gbps, kv_wire_scale=kv_wire_scale,
+    )
+    from simulator.server import build_scheduler
+
+    if build_scheduler(settings).pool.num_blocks * 16 < settings.model_len and blocks is None:
+        raise EngineConfigError(
+            f"{profile} does not fit on {tp} x {hardware}: not enough memory for the KV cache "
+            "of one max-model-len request (raise -tp or lower --max-model-len)")
+    return settings
+
+
+def run(settings: EngineSettings) -> None:
+    from aiohttp import web
+
+    from simulator.server import create_app
+
+    use_uvloop()
+    print(f"pdctl sim: {settings.model_profile} on {settings.tensor_parallel_size} x "
+          f"{settings.hardware} (time scale {settings.time_scale}) serving "
+          f"{settings.served_model_name!r} at http://{settings.host}:{settings.port}/v1",
+          flush=True)
+    web.run_app(create_app(settings), host=settings.host, port=settings.port,
+                print=None, access_log=None, handle_signals=True)
+
+
+def use_uvloop() -> None:
+    """uvloop halves the per-token CPU of the servers; plain asyncio works too."""
+    try:
+        import uvloop
+    except ImportError:
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())

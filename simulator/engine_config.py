@@ -1,0 +1,170 @@
+"""The stand-in engine's settings, parsed from vLLM's flags and its --kv-transfer-config JSON.
+
+Pure: no sockets, no environment reads except through the `env` mapping passed in.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from simulator import profiles
+
+KNOWN_CONNECTORS = (
+    "NixlConnector",
+    "MoRIIOConnector",
+    "MooncakeConnector",
+    "LMCacheConnectorV1",
+    "LMCacheMPConnector",
+    "P2pNcclConnector",
+    "ExampleConnector",
+    "SharedStorageConnector",
+    "MultiConnector",
+    "OffloadingConnector",
+    "DecodeBenchConnector",
+)
+KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
+
+
+class EngineConfigError(ValueError):
+    """A flag or kv-transfer-config value the stand-in cannot run with; names the flag."""
+
+
+@dataclass(frozen=True, slots=True)
+class KVTransferSettings:
+    """What the stand-in does with KV beyond itself (vLLM's KVTransferConfig, the part we use)."""
+
+    connector: str = "NixlConnector"
+    role: str = "kv_both"
+    read_mode: bool = True  # MoRIIO only; NIXL always pulls
+    kv_port: int = 5600  # NIXL side channel, or MoRIIO handshake port
+    notify_port: int | None = None  # MoRIIO notify port (write mode: decode announces here)
+    proxy_ip: str | None = None
+    proxy_ping_port: int | None = None
+    load_failure_policy: str = "fail"  # fail | recompute
+    transfer_timeout_s: float = 30.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_moriio(self) -> bool:
+        return self.connector == "MoRIIOConnector"
+
+    @property
+    def registers(self) -> bool:
+        return self.proxy_ip is not None and self.proxy_ping_port is not None
+
+    @property
+    def transfer_mode(self) -> str:
+        return "READ" if self.read_mode else "WRITE"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    host: str = "127.0.0.1"
+    port: int = 8100
+    served_model_name: str = "tiny"
+    model_profile: str = "tiny"
+    hardware: str = "cpu"
+    tensor_parallel_size: int = 1
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int | None = None
+    enable_prefix_caching: bool = True
+    num_gpu_blocks_override: int | None = None
+    gpu_memory_utilization: float = 0.9
+    time_scale: float = 1.0
+    kv: KVTransferSettings | None = None
+    kv_link_gbps: float | None = None  # GB/s for the modelled KV link; default from hardware
+    kv_link_latency_s: float = 0.0002
+    kv_wire_scale: float = 1 / 1024
+    kv_hold_timeout_s: float = 480.0
+    engine_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    @property
+    def model_len(self) -> int:
+        return self.max_model_len or profiles.model(self.model_profile).max_model_len
+
+    def link_bytes_per_s(self) -> float:
+        """Modelled KV link: one RDMA NIC per TP rank unless told otherwise."""
+        if self.kv_link_gbps is not None:
+            return self.kv_link_gbps * 1e9
+        hw = profiles.hardware(self.hardware)
+        return hw.nic_bytes_per_s * self.tensor_parallel_size
+
+
+def parse_kv_transfer_config(
+    raw: str | None, http_port: int, env: Mapping[str, str]
+) -> KVTransferSettings | None:
+    """Parse vLLM's --kv-transfer-config JSON; None when not given."""
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise EngineConfigError(f"--kv-transfer-config is not valid JSON: {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise EngineConfigError("--kv-transfer-config must be a JSON object")
+    connector = data.get("kv_connector")
+    if connector not in KNOWN_CONNECTORS:
+        raise EngineConfigError(
+            f"--kv-transfer-config: unknown kv_connector {connector!r}; "
+            f"known: {', '.join(KNOWN_CONNECTORS)}"
+        )
+    role = data.get("kv_role", "kv_both")
+    if role not in KV_ROLES:
+        raise EngineConfigError(f"--kv-transfer-config: kv_role must be one of {KV_ROLES}")
+    extra = data.get("kv_connector_extra_config") or {}
+    if not isinstance(extra, dict):
+        raise EngineConfigError("--kv-transfer-config: kv_connector_extra_config must be an object")
+    policy = data.get("kv_load_failure_policy", extra.get("kv_load_failure_policy", "fail"))
+    if policy not in ("fail", "recompute"):
+        raise EngineConfigError("--kv-transfer-config: kv_load_failure_policy: fail | recompute")
+    if connector == "MoRIIOConnector":
+        return _moriio(extra, role, policy, http_port, env)
+    side_channel = _port(env.get("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600"),
+                         "VLLM_NIXL_SIDE_CHANNEL_PORT")
+    return KVTransferSettings(
+        connector=connector, role=role, read_mode=True, kv_port=side_channel,
+        load_failure_policy=policy, extra=extra,
+        transfer_timeout_s=float(extra.get("transfer_timeout", 30.0)),
+    )
+
+
+def _moriio(extra: dict, role: str, policy: str, http_port: int,
+            env: Mapping[str, str]) -> KVTransferSettings:
+    if "http_port" in extra and _port(extra["http_port"], "http_port") != http_port:
+        raise EngineConfigError(
+            "--kv-transfer-config: kv_connector_extra_config.http_port must equal --port"
+        )
+    # vLLM 0.32 reads read_mode from the extra config; older versions only the env var.
+    if "read_mode" in extra:
+        read_mode = str(extra["read_mode"]).lower() in ("true", "1")
+    else:
+        read_mode = env.get("VLLM_MORIIO_CONNECTOR_READ_MODE", "0").lower() in ("true", "1")
+    proxy_ip = extra.get("proxy_ip")
+    ping = extra.get("proxy_ping_port")
+    return KVTransferSettings(
+        connector="MoRIIOConnector",
+        role=role,
+        read_mode=read_mode,
+        kv_port=_port(extra.get("handshake_port", 6301), "handshake_port"),
+        notify_port=_port(extra.get("notify_port", 6105), "notify_port"),
+        proxy_ip=str(proxy_ip) if proxy_ip else None,
+        proxy_ping_port=_port(ping, "proxy_ping_port") if ping is not None else None,
+        load_failure_policy=policy,
+        transfer_timeout_s=float(extra.get("transfer_timeout", 30.0)),
+        extra=extra,
+    )
+
+
+def _port(value: object, name: str) -> int:
+    try:
+        port = int(str(value))
+    except ValueError:
+        raise EngineConfigError(f"{name} must be a port number, got {value!r}") from None
+    if not 0 < port < 65536:
+        raise EngineConfigError(f"{name} must be between 1 and 65535, got {port}")
+    return port

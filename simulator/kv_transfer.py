@@ -1,0 +1,294 @@
+"""The stand-in's KV hand-off between a prefill and a decode, over real TCP sockets.
+
+Read mode (NIXL, MoRIIO READ): once the decode has blocks for a request, it connects to the
+prefill's KV port, names the held request, receives the payload, acknowledges, and the
+prefill frees the blocks. Write mode (MoRIIO WRITE): the decode announces its block ids on
+the prefill's notify port; when the prefill has computed the prompt it pushes the payload
+to the decode's KV port, then frees its blocks.
+
+The model sets the clock: the KV is ready at (blocks allocated + modelled transfer time),
+or in write mode at the later of that and (prefill done + one layer's share), the push
+overlapping with prefill compute. The wire carries modelled bytes x wire scale; if the wire
+is slower than the model, the later time wins and an overrun is counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from simulator import profiles
+from simulator.engine_config import EngineSettings, KVTransferSettings
+from simulator.engine_loop import EngineLoop
+from simulator.kv_wire import (
+    WireError,
+    read_frame,
+    read_payload,
+    send_frame,
+    send_payload,
+)
+from simulator.metrics import EngineMetrics
+from simulator.request import EngineRequest
+from simulator.timing import kv_transfer_seconds
+
+log = logging.getLogger("pdctl.sim.kv")
+
+
+@dataclass(slots=True)
+class RemoteKV:
+    """Where a decode leg's KV comes from (parsed from kv_transfer_params / X-Request-Id)."""
+
+    key: str  # NIXL remote_request_id, or MoRIIO transfer_id
+    host: str
+    port: int  # read: the prefill's KV port; write: its notify port
+    engine_id: str | None
+    block_ids: list[int]
+    write: bool
+
+
+@dataclass(slots=True)
+class _Held:
+    request_id: str
+    modelled_bytes: float
+    blocks: int
+
+
+class KVTransferAgent:
+    def __init__(self, settings: EngineSettings, kv: KVTransferSettings, engine: EngineLoop,
+                 metrics: EngineMetrics) -> None:
+        self.settings, self.kv, self.engine, self.metrics = settings, kv, engine, metrics
+        self.model = profiles.model(settings.model_profile)
+        self._held: dict[str, _Held] = {}  # prefill side: key -> held request
+        self._targets: dict[str, tuple[str, int]] = {}  # write mode: transfer_id -> decode
+        self._pushes: dict[str, asyncio.Future] = {}  # decode side: transfer_id -> done
+        self._remote: dict[str, RemoteKV] = {}  # decode side: request id -> source
+        self._servers: list[asyncio.AbstractServer] = []
+        self._tasks: set[asyncio.Task] = set()
+        self.failures: dict[str, str] = {}  # decode side: request id -> why its KV never came
+
+    # ---- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        ports = {self.kv.kv_port}
+        if self.kv.notify_port is not None:
+            ports.add(self.kv.notify_port)
+        for port in sorted(ports):
+            server = await asyncio.start_server(self._serve, self.settings.host, port)
+            self._servers.append(server)
+
+    async def stop(self) -> None:
+        for server in self._servers:
+            server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for server in self._servers:
+            with contextlib.suppress(Exception):
+                await server.wait_closed()
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @property
+    def advertised_host(self) -> str:
+        return "127.0.0.1" if self.settings.host in ("0.0.0.0", "") else self.settings.host
+
+    def wire_bytes(self, modelled: float) -> int:
+        return max(1, int(modelled * self.settings.kv_wire_scale))
+
+    # ---- prefill side ----------------------------------------------------------------
+
+    def prefill_done(self, key: str, req: EngineRequest) -> None:
+        """A prefill leg finished and holds its KV; a decode may now take it."""
+        modelled = (req.prompt_len - 1) * self.model.kv_bytes_per_token
+        self._held[key] = _Held(req.request_id, modelled, len(req.block_ids))
+        target = self._targets.pop(key, None)
+        if target is not None:
+            self._spawn(self._push(key, target))
+
+    def release(self, key: str) -> None:
+        held = self._held.pop(key, None)
+        if held is not None:
+            self.engine.scheduler.release_kv(held.request_id)
+
+    async def _push(self, key: str, target: tuple[str, int]) -> None:
+        held = self._held.get(key)
+        if held is None:
+            return
+        try:
+            reader, writer = await asyncio.open_connection(*target)
+        except OSError as exc:
+            log.warning("push of %s to %s:%s failed: %s", key, *target, exc)
+            self.metrics.nixl_failed_notifications += 1
+            return
+        try:
+            size = self.wire_bytes(held.modelled_bytes)
+            await send_frame(writer, {"op": "push", "key": key, "bytes": size})
+            self.metrics.wire_bytes["sent"] += await send_payload(writer, size)
+            ack = await read_frame(reader)
+            if ack.get("ok"):
+                self.release(key)
+        except (WireError, OSError) as exc:
+            log.warning("push of %s failed: %s", key, exc)
+        finally:
+            writer.close()
+
+    # ---- decode side -------------------------------------------------------------------
+
+    def expect(self, request_id: str, remote: RemoteKV) -> None:
+        """Remember where a decode leg's KV comes from, before the engine gives it blocks."""
+        self._remote[request_id] = remote
+        if remote.write:
+            self._pushes[remote.key] = asyncio.get_running_loop().create_future()
+
+    def forget(self, request_id: str) -> None:
+        remote = self._remote.pop(request_id, None)
+        if remote is not None:
+            fut = self._pushes.pop(remote.key, None)
+            if fut is not None and not fut.done():
+                fut.cancel()
+
+    def on_awaiting_kv(self, req: EngineRequest) -> None:
+        remote = self._remote.get(req.request_id)
+        if remote is None:  # nothing to fetch from: compute locally
+            self.engine.kv_arrived(req.request_id, ok=False, recompute_on_failure=True)
+            return
+        self._spawn(self._receive(req, remote))
+
+    async def _receive(self, req: EngineRequest, remote: RemoteKV) -> None:
+        engine = self.engine
+        allocated_at = engine.now()
+        tokens = req.prompt_len - 1
+        modelled_bytes = tokens * self.model.kv_bytes_per_token
+        modelled_s = kv_transfer_seconds(tokens, self.model, self.settings.link_bytes_per_s(),
+                                         self.settings.kv_link_latency_s)
+        timeout = self.kv.transfer_timeout_s * engine.time_scale
+        try:
+            async with asyncio.timeout(timeout):
+                if remote.write:
+                    pushed_at = await self._announce_and_wait(req, remote)
+                    ready_at = max(allocated_at + modelled_s,
+                                   pushed_at + modelled_s / self.model.layers)
+                else:
+                    await self._pull(remote)
+                    ready_at = allocated_at + modelled_s
+        except (TimeoutError, WireError, OSError) as exc:
+            self._transfer_failed(req, remote, str(exc) or type(exc).__name__)
+            return
+        finally:
+            self._remote.pop(req.request_id, None)
+        wire_done = engine.now()
+        if wire_done > ready_at:
+            self.metrics.transfer_overruns += 1
+            ready_at = wire_done
+        await engine.sleep_until(ready_at)
+        self.metrics.on_transfer(modelled_s, modelled_bytes, len(remote.block_ids))
+        self.metrics.transfers["ok"] += 1
+        engine.kv_arrived(req.request_id, ok=True, recompute_on_failure=False)
+
+    async def _pull(self, remote: RemoteKV) -> None:
+        reader, writer = await asyncio.open_connection(remote.host, remote.port)
+        try:
+            await send_frame(writer, {"op": "read", "key": remote.key,
+                                      "engine_id": remote.engine_id,
+                                      "block_ids": remote.block_ids})
+            header = await read_frame(reader)
+            if not header.get("ok"):
+                raise WireError(str(header.get("error", "prefill refused the read")))
+            self.metrics.wire_bytes["received"] += await read_payload(reader, int(header["bytes"]))
+            await send_frame(writer, {"op": "done", "key": remote.key})
+        finally:
+            writer.close()
+
+    async def _announce_and_wait(self, req: EngineRequest, remote: RemoteKV) -> float:
+        fut = self._pushes.get(remote.key)
+        if fut is None:
+            fut = asyncio.get_running_loop().create_future()
+            self._pushes[remote.key] = fut
+        reader, writer = await asyncio.open_connection(remote.host, remote.port)
+        try:
+            await send_frame(writer, {"op": "notify", "key": remote.key,
+                                      "block_ids": req.block_ids,
+                                      "host": self.advertised_host, "port": self.kv.kv_port})
+            ack = await read_frame(reader)
+            if not ack.get("ok"):
+                raise WireError(str(ack.get("error", "prefill refused the notification")))
+        finally:
+            writer.close()
+        try:
+            return await fut
+        finally:
+            self._pushes.pop(remote.key, None)
+
+    def _transfer_failed(self, req: EngineRequest, remote: RemoteKV, why: str) -> None:
+        log.warning("KV transfer for %s from %s:%s failed: %s", req.request_id, remote.host,
+                    remote.port, why)
+        self.metrics.nixl_failed_transfers += 1
+        self.metrics.transfers["failed"] += 1
+        self.failures[req.request_id] = why
+        self.engine.kv_arrived(req.request_id, ok=False,
+                               recompute_on_failure=self.kv.load_failure_policy == "recompute")
+
+    # ---- the socket server (both sides) -------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            frame = await read_frame(reader)
+            op = frame.get("op")
+            if op == "read":
+                await self._serve_read(frame, reader, writer)
+            elif op == "notify":
+                await self._serve_notify(frame, writer)
+            elif op == "push":
+                await self._serve_push(frame, reader, writer)
+            else:
+                await send_frame(writer, {"ok": False, "error": f"unknown op {op!r}"})
+        except (WireError, OSError, asyncio.IncompleteReadError) as exc:
+            log.info("KV connection ended: %s", exc)
+        finally:
+            writer.close()
+
+    async def _serve_read(self, frame: dict, reader, writer) -> None:
+        key = str(frame.get("key"))
+        held = self._held.get(key)
+        if held is None:
+            await send_frame(writer, {"ok": False, "error": f"no KV held for {key} "
+                                      "(expired, already taken, or never existed)"})
+            return
+        engine_id = frame.get("engine_id")
+        if engine_id not in (None, self.settings.engine_id):
+            await send_frame(writer, {"ok": False, "error": f"engine id {engine_id} is not "
+                                      f"this engine ({self.settings.engine_id})"})
+            return
+        size = self.wire_bytes(held.modelled_bytes)
+        await send_frame(writer, {"ok": True, "bytes": size})
+        self.metrics.wire_bytes["sent"] += await send_payload(writer, size)
+        done = await read_frame(reader)
+        if done.get("op") == "done":
+            self.release(key)
+
+    async def _serve_notify(self, frame: dict, writer) -> None:
+        key = str(frame.get("key"))
+        host, port = frame.get("host"), frame.get("port")
+        if not isinstance(host, str) or not isinstance(port, int):
+            await send_frame(writer, {"ok": False, "error": "notify needs host and port"})
+            return
+        await send_frame(writer, {"ok": True})
+        if key in self._held:
+            self._spawn(self._push(key, (host, port)))
+        else:
+            self._targets[key] = (host, port)
+
+    async def _serve_push(self, frame: dict, reader, writer) -> None:
+        key = str(frame.get("key"))
+        started = self.engine.now()
+        self.metrics.wire_bytes["received"] += await read_payload(reader, int(frame["bytes"]))
+        fut = self._pushes.get(key)
+        if fut is None or fut.done():
+            await send_frame(writer, {"ok": False, "error": f"no decode waits for {key}"})
+            return
+        await send_frame(writer, {"ok": True})
+        fut.set_result(started)

@@ -1,0 +1,50 @@
+"""MoRIIO-style registration: tell the proxy's ZMQ registry who we are, every 3 seconds.
+
+The message is the newer shape of PROTOCOL.md section 2. Instances keep re-registering
+until the proxy answers, so start order does not matter; a heartbeat that stops tells the
+proxy the instance is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import msgpack
+import zmq
+import zmq.asyncio
+
+from simulator.engine_config import EngineSettings, KVTransferSettings
+
+log = logging.getLogger("pdctl.sim.registration")
+HEARTBEAT_S = 3.0
+
+
+def registration_message(settings: EngineSettings, kv: KVTransferSettings, host: str) -> dict:
+    return {
+        "type": "P" if kv.role == "kv_producer" else "D",
+        "http_address": f"{host}:{settings.port}",
+        "zmq_address": f"host:{host},handshake:{kv.kv_port},notify:{kv.notify_port or 0}",
+        "dp_size": 1,
+        "tp_size": settings.tensor_parallel_size,
+        "transfer_mode": kv.transfer_mode,
+    }
+
+
+async def heartbeat(message: dict, proxy_ip: str, ping_port: int,
+                    interval_s: float = HEARTBEAT_S) -> None:
+    """Send `message` to the registry forever (until cancelled)."""
+    ctx = zmq.asyncio.Context.instance()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, 4)  # a proxy that is down must not pile up heartbeats
+    sock.connect(f"tcp://{proxy_ip}:{ping_port}")
+    payload = msgpack.packb(message)
+    try:
+        while True:
+            with contextlib.suppress(zmq.Again):
+                await sock.send(payload, flags=zmq.NOBLOCK)
+            await asyncio.sleep(interval_s)
+    finally:
+        sock.close(linger=0)
