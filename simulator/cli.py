@@ -91,6 +91,8 @@ def sim(
                                               help="Modelled KV link, GB/s."),
     kv_wire_scale: float = typer.Option(1 / 1024, "--kv-wire-scale",
                                         help="Bytes on the wire per modelled KV byte."),
+    heartbeat_s: float = typer.Option(3.0, "--registration-interval", hidden=True,
+                                      help="Seconds between ZMQ registrations (tests only)."),
     log_level: str = typer.Option("warning", "--log-level"),
 ) -> None:
     try:
@@ -102,7 +104,7 @@ def sim(
             max_model_len=max_model_len, prefix=enable_prefix_caching,
             gpu_util=gpu_memory_utilization, blocks=num_gpu_blocks_override,
             kv_transfer_config=kv_transfer_config, time_scale=time_scale,
-            kv_link_gbps=kv_link_gbps, kv_wire_scale=kv_wire_scale,
+            kv_link_gbps=kv_link_gbps, kv_wire_scale=kv_wire_scale, heartbeat_s=heartbeat_s,
         )
     except (EngineConfigError, profiles.UnknownProfile) as exc:
         typer.echo(f"pdctl sim: error: {exc}", err=True)
@@ -113,7 +115,8 @@ def sim(
 
 def _settings(*, model, host, port, served, model_profile, hardware, tp, max_num_seqs,
               max_num_batched_tokens, max_model_len, prefix, gpu_util, blocks,
-              kv_transfer_config, time_scale, kv_link_gbps, kv_wire_scale) -> EngineSettings:
+              kv_transfer_config, time_scale, kv_link_gbps, kv_wire_scale,
+              heartbeat_s) -> EngineSettings:
     profile = _model_profile(model, model_profile)
     spec = profiles.model(profile)
     hardware = hardware or ("cpu" if profile == "tiny" else "h100")
@@ -130,6 +133,7 @@ def _settings(*, model, host, port, served, model_profile, hardware, tp, max_num
         (kv_link_gbps is None or kv_link_gbps > 0, "--kv-link-gbps must be > 0"),
         (0 < kv_wire_scale <= 1, "--kv-wire-scale must be in (0, 1]"),
         (0 < port < 65536, "--port must be between 1 and 65535"),
+        (heartbeat_s > 0, "--registration-interval must be > 0"),
     ]
     for ok, message in checks:
         if not ok:
@@ -142,6 +146,7 @@ def _settings(*, model, host, port, served, model_profile, hardware, tp, max_num
         max_model_len=max_model_len, enable_prefix_caching=prefix,
         num_gpu_blocks_override=blocks, gpu_memory_utilization=gpu_util,
         time_scale=time_scale, kv=kv, kv_link_gbps=kv_link_gbps, kv_wire_scale=kv_wire_scale,
+        registration_interval_s=heartbeat_s,
     )
     from simulator.server import build_scheduler
 

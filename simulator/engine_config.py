@@ -81,6 +81,7 @@ class EngineSettings:
     kv_link_latency_s: float = 0.0002
     kv_wire_scale: float = 1 / 1024
     kv_hold_timeout_s: float = 480.0
+    registration_interval_s: float = 3.0
     engine_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
     @property

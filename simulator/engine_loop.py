@@ -9,6 +9,7 @@ round to it is kept, so figures bent by an overloaded machine can be told apart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 
 from simulator.request import EngineRequest
@@ -92,10 +93,8 @@ class EngineLoop:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
 
     async def _run(self) -> None:
         scheduler = self.scheduler
@@ -108,10 +107,8 @@ class EngineLoop:
                     self._on_awaiting_kv(req)
             if out.steps == 0:
                 self._wake.clear()
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), IDLE_TICK_S)
-                except TimeoutError:
-                    pass
                 continue
             produced = [(req, req.num_output_tokens) for req in out.tokens]
             delay = self.wall_delay(out.end)

@@ -19,7 +19,9 @@ log = logging.getLogger("pdctl.sim.handoff")
 NIXL_REQUIRED = ("remote_block_ids", "remote_engine_id", "remote_request_id", "remote_host",
                  "remote_port")
 _PEER = re.compile(r"host:(?P<host>[^,]+),handshake:(?P<handshake>\d+),notify:(?P<notify>\d+)")
-_REQUEST_ID = re.compile(r"___prefill_addr_(?P<prefill>.+?)___decode_addr_(?P<decode>.+)_[0-9a-f]{32}$")
+_REQUEST_ID = re.compile(
+    r"___prefill_addr_(?P<prefill>.+?)___decode_addr_(?P<decode>.+)_[0-9a-f]{32}$"
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,7 +98,8 @@ def _lifespan(settings: EngineSettings):
         beat = None
         if kv is not None and kv.registers and agent is not None:
             message = registration_message(settings, kv, agent.advertised_host)
-            beat = asyncio.create_task(heartbeat(message, kv.proxy_ip, kv.proxy_ping_port))
+            beat = asyncio.create_task(heartbeat(message, kv.proxy_ip, kv.proxy_ping_port,
+                                               settings.registration_interval_s))
         app[STATE] = SimState(settings, engine, metrics, registry_for(metrics), agent,
                               int(time.time()))
         yield

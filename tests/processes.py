@@ -1,0 +1,123 @@
+"""Real pdctl processes for end-to-end tests: start on free loopback ports, wait, stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def http_post(url: str, body: dict | bytes, timeout: float = 30.0,
+              headers: dict | None = None) -> tuple[int, dict]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method="POST",
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")
+
+
+class Process:
+    def __init__(self, args: list[str], port: int, env: dict | None = None,
+                 log_path: Path | None = None) -> None:
+        self.args, self.port = args, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+        out = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(ROOT / "pdctl.py"), *args],
+                cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        finally:
+            if log_path:
+                out.close()  # the child holds its own copy
+
+    def wait_healthy(self, timeout: float = 20.0) -> Process:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.args[0]} exited with {self.proc.returncode}: "
+                                   f"{self.log()}")
+            try:
+                if http_get(self.url + "/health", timeout=1.0)[0] == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"{self.args} not healthy after {timeout}s: {self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text()[-2000:] if self.log_path else ""
+
+    def metrics(self) -> str:
+        return http_get(self.url + "/metrics")[1].decode()
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@contextmanager
+def running(*procs: Process):
+    try:
+        for p in procs:
+            p.wait_healthy()
+        yield procs
+    finally:
+        for p in procs:
+            p.stop()
+
+
+def sim(tmp_path: Path, name: str, *flags: str, env: dict | None = None,
+        port: int | None = None) -> Process:
+    port = port or free_port()
+    return Process(["sim", "--port", str(port), *flags], port, env=env,
+                   log_path=tmp_path / f"{name}.log")
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples of `name` whose labels include `labels`."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
