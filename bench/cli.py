@@ -1,0 +1,158 @@
+"""`pdctl bench`: offer load to an OpenAI-compatible server and measure it against an SLO.
+
+This module only turns flags into a BenchConfig, runs it and prints; bad input becomes one
+line on stderr naming the flag, with exit code 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+
+from bench.client import ServerUnreachable
+from bench.config import BenchConfig, BenchConfigError, parse_itl_stat, parse_rates, validate
+from bench.records import SloTargets
+from bench.report import lag_warning, result_document, summary_table, sweep_table
+from bench.runner import RunOutcome, run_bench
+
+T = TypeVar("T")
+USAGE_ERROR = 2
+INTERRUPTED = 130
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench", help="Offer load to a server and measure TTFT, ITL and goodput.")(bench)
+
+
+def bench(
+    base_url: Annotated[str, typer.Option(help="Server to load, e.g. http://127.0.0.1:8000")],
+    request_rate: Annotated[
+        str, typer.Option(help="Requests/s: one rate or a comma list to sweep; inf = all at once")
+    ] = "inf",
+    num_prompts: Annotated[int, typer.Option(help="Requests per rate")] = 100,
+    input_len: Annotated[
+        int, typer.Option(help="Prompt tokens (the unique part for shared-prefix)")
+    ] = 1024,
+    output_len: Annotated[int, typer.Option(help="Output tokens asked for (max_tokens)")] = 128,
+    range_ratio: Annotated[
+        float, typer.Option(help="Lengths drawn uniformly from [L*(1-r), L*(1+r)], r in [0, 1)")
+    ] = 0.0,
+    dataset: Annotated[str, typer.Option(help="random | shared-prefix | multi-turn")] = "random",
+    prefix_len: Annotated[int, typer.Option(help="shared-prefix: tokens of each prefix")] = 256,
+    num_prefixes: Annotated[int, typer.Option(help="shared-prefix: distinct prefixes")] = 1,
+    turns: Annotated[int, typer.Option(help="multi-turn: turns per conversation")] = 4,
+    endpoint: Annotated[str, typer.Option(help="completions | chat")] = "completions",
+    model: Annotated[str | None, typer.Option(help="Model name (default: ask /v1/models)")] = None,
+    burstiness: Annotated[
+        float, typer.Option(help="Gamma shape of the arrival gaps; 1 = Poisson, <1 burstier")
+    ] = 1.0,
+    max_concurrency: Annotated[int | None, typer.Option(help="Cap on requests in flight")] = None,
+    seed: Annotated[int, typer.Option(help="Seed for prompts and arrivals")] = 0,
+    slo_ttft_ms: Annotated[float | None, typer.Option(help="TTFT target per request (ms)")] = None,
+    slo_itl_ms: Annotated[float | None, typer.Option(help="ITL target per request (ms)")] = None,
+    slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT target per request (ms)")] = None,
+    itl_slo_stat: Annotated[
+        str, typer.Option(help="Per-request ITL statistic judged: mean | p99 | max")
+    ] = "p99",
+    goodput_share: Annotated[
+        float, typer.Option(help="slo_attainment a rate needs to count for max_goodput_rate")
+    ] = 0.9,
+    result_json: Annotated[Path | None, typer.Option(help="Write the result here")] = None,
+    save_requests: Annotated[
+        bool, typer.Option("--save-requests", help="Put per-request records in --result-json")
+    ] = False,
+    timeout: Annotated[float, typer.Option(help="Per-request timeout (s)")] = 300.0,
+    ignore_eos: Annotated[
+        bool, typer.Option(help="Ask for exactly --output-len tokens (ignore_eos)")
+    ] = True,
+    prompt_token_ids: Annotated[
+        bool, typer.Option(help="completions: send prompts as token id lists")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar")] = False,
+) -> None:
+    try:
+        config = validate(
+            BenchConfig(
+                base_url=base_url,
+                request_rates=parse_rates(request_rate),
+                num_prompts=num_prompts,
+                input_len=input_len,
+                output_len=output_len,
+                range_ratio=range_ratio,
+                dataset=dataset,
+                prefix_len=prefix_len,
+                num_prefixes=num_prefixes,
+                turns=turns,
+                endpoint=endpoint,
+                model=model,
+                burstiness=burstiness,
+                max_concurrency=max_concurrency,
+                seed=seed,
+                slo=SloTargets(slo_ttft_ms, slo_itl_ms, slo_tpot_ms, parse_itl_stat(itl_slo_stat)),
+                goodput_share=goodput_share,
+                timeout=timeout,
+                ignore_eos=ignore_eos,
+                prompt_token_ids=prompt_token_ids,
+            )
+        )
+    except BenchConfigError as exc:
+        _fail(f"invalid value for {exc}")
+    if result_json is not None and not result_json.parent.is_dir():
+        _fail(f"--result-json: directory {result_json.parent} does not exist")
+    console = Console(stderr=True)
+    try:
+        outcomes = _run(run_bench(config, console, show_progress=not quiet and console.is_terminal))
+    except ServerUnreachable as exc:
+        _fail(f"--base-url: {exc}")
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        raise typer.Exit(INTERRUPTED) from None
+    document = result_document(
+        [o.summary for o in outcomes],
+        [o.records for o in outcomes],
+        config.goodput_share,
+        save_requests,
+    )
+    _show(outcomes, document, console)
+    if result_json is not None:
+        _write(result_json, document)
+
+
+def _show(outcomes: list[RunOutcome], document: dict[str, Any], console: Console) -> None:
+    """The table on stdout (so it can be piped); progress and warnings went to stderr."""
+    out = Console()
+    if len(outcomes) == 1:
+        out.print(summary_table(outcomes[0].summary))
+    else:
+        out.print(sweep_table(document))
+    for outcome in outcomes:
+        if warning := lag_warning(outcome.summary):
+            console.print(f"[yellow]{warning}[/yellow]")
+
+
+def _write(path: Path, document: dict[str, Any]) -> None:
+    try:
+        path.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
+    except OSError as exc:
+        _fail(f"--result-json: cannot write {path}: {exc.strerror}")
+
+
+def _run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run on uvloop when available: the bench's own loop speed is part of what it measures."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coroutine)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coroutine)
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"Error: {message}", err=True)
+    raise typer.Exit(USAGE_ERROR)

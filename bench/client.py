@@ -1,0 +1,154 @@
+"""The bench's one door to the server: streamed OpenAI requests over one aiohttp session.
+
+Each request becomes a RequestRecord, never an exception: HTTP errors, error events in the
+stream, cut connections and timeouts are failed records carrying the reason, and every request
+is bounded by `--timeout` so a stuck server cannot hang the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import aiohttp
+
+from bench.config import BenchConfig
+from bench.datasets import BenchRequest
+from bench.records import RequestRecord
+from bench.sse import error_message, parse_line
+
+
+class ServerUnreachable(Exception):
+    """The server did not answer the model query; the run cannot start."""
+
+
+def request_payload(config: BenchConfig, model: str, request: BenchRequest) -> dict[str, Any]:
+    """The JSON body: streamed, usage included, exactly `output_len` tokens unless EOS is on."""
+    payload: dict[str, Any] = {
+        "model": model,
+        "max_tokens": request.output_len,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": config.ignore_eos,
+    }
+    if config.endpoint == "chat":
+        payload["messages"] = [m.as_openai() for m in request.messages]
+    elif config.prompt_token_ids:
+        payload["prompt"] = request.prompt_ids
+    else:
+        payload["prompt"] = request.prompt_text()
+    return payload
+
+
+def open_session(config: BenchConfig) -> aiohttp.ClientSession:
+    """One session for the whole run: connections are reused, limited only by concurrency."""
+    connector = aiohttp.TCPConnector(limit=config.max_concurrency or 0, force_close=False)
+    timeout = aiohttp.ClientTimeout(
+        total=None, sock_connect=min(config.timeout, 30.0), sock_read=config.timeout
+    )
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False)
+
+
+async def fetch_model(session: aiohttp.ClientSession, config: BenchConfig) -> str:
+    """The first model the server lists at /v1/models (used when --model is not given)."""
+    try:
+        async with asyncio.timeout(min(config.timeout, 10.0)):
+            async with session.get(config.models_url) as response:
+                if response.status != 200:
+                    body = await response.text()
+                    raise ServerUnreachable(
+                        f"GET {config.models_url} answered HTTP {response.status}: {body[:200]}"
+                    )
+                listing = await response.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        raise ServerUnreachable(f"cannot reach {config.models_url}: {_describe(exc)}") from None
+    models = listing.get("data") if isinstance(listing, dict) else None
+    if not models:
+        raise ServerUnreachable(f"{config.models_url} lists no models; pass --model")
+    return str(models[0]["id"])
+
+
+class BenchClient:
+    """Sends requests and times their streams; `max_concurrency` caps requests in flight."""
+
+    def __init__(self, session: aiohttp.ClientSession, config: BenchConfig, model: str) -> None:
+        self._session = session
+        self._config = config
+        self._model = model
+        self._slots = asyncio.Semaphore(config.max_concurrency or 1)
+        self._limited = config.max_concurrency is not None
+
+    async def send(self, request: BenchRequest, index: int = 0) -> RequestRecord:
+        if not self._limited:
+            return await self._timed(request, index)
+        async with self._slots:
+            return await self._timed(request, index)
+
+    async def _timed(self, request: BenchRequest, index: int) -> RequestRecord:
+        record = RequestRecord(prompt_tokens=request.prompt_len, index=index)
+        record.start = time.perf_counter()
+        try:
+            async with asyncio.timeout(self._config.timeout):
+                await self._stream(request, record)
+        except TimeoutError:
+            record.ok = False
+            record.error = f"timed out after {self._config.timeout:g} s"
+        except (aiohttp.ClientError, ValueError) as exc:  # ValueError: an over-long SSE line
+            record.ok = False
+            record.error = _describe(exc)
+        record.e2el = time.perf_counter() - record.start
+        return record
+
+    async def _stream(self, request: BenchRequest, record: RequestRecord) -> None:
+        payload = request_payload(self._config, self._model, request)
+        async with self._session.post(self._config.api_url, json=payload) as response:
+            if response.status != 200:
+                record.error = await _http_error(response)
+                return
+            last_token = record.start
+            tokens = 0
+            async for raw in response.content:
+                event = parse_line(raw.decode("utf-8", errors="replace"))
+                now = time.perf_counter()
+                if event.error is not None:
+                    record.error = event.error
+                    return
+                if event.token:
+                    if tokens == 0:
+                        record.ttft = now - record.start
+                    else:
+                        record.itl.append(now - last_token)
+                    last_token = now
+                    tokens += 1
+                if event.prompt_tokens is not None:
+                    record.prompt_tokens = event.prompt_tokens
+                if event.completion_tokens is not None:
+                    record.output_tokens = event.completion_tokens
+                if event.done:
+                    break
+            else:
+                record.error = "stream ended before [DONE]"
+                return
+        if tokens == 0:
+            record.error = "stream carried no tokens"
+            return
+        record.output_tokens = record.output_tokens or tokens
+        record.ok = True
+
+
+async def _http_error(response: aiohttp.ClientResponse) -> str:
+    body = await response.text(errors="replace")
+    try:
+        message = error_message(json.loads(body))
+    except ValueError:
+        message = body.strip()[:300]
+    return f"HTTP {response.status}: {message}" if message else f"HTTP {response.status}"
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,53 @@
+"""Interpreting SSE lines as token events, usage and errors."""
+
+from __future__ import annotations
+
+import json
+
+from bench.sse import error_message, parse_line
+
+
+def _data(message: object) -> str:
+    return f"data: {json.dumps(message)}\n"
+
+
+def test_completion_text_is_a_token() -> None:
+    assert parse_line(_data({"choices": [{"text": " ba"}]})).token
+
+
+def test_chat_delta_content_is_a_token_but_role_only_delta_is_not() -> None:
+    assert parse_line(_data({"choices": [{"delta": {"content": "ba"}}]})).token
+    role_only = {"choices": [{"delta": {"role": "assistant", "content": ""}}]}
+    assert not parse_line(_data(role_only)).token
+    assert parse_line(_data({"choices": [{"delta": {"reasoning_content": "hm"}}]})).token
+
+
+def test_finish_chunk_without_text_is_not_a_token() -> None:
+    assert not parse_line(_data({"choices": [{"text": "", "finish_reason": "length"}]})).token
+
+
+def test_usage_chunk_gives_token_counts() -> None:
+    event = parse_line(
+        _data({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}})
+    )
+    assert not event.token
+    assert (event.prompt_tokens, event.completion_tokens) == (7, 3)
+
+
+def test_done_and_noise() -> None:
+    assert parse_line("data: [DONE]").done
+    for line in ("", ": keep-alive", "event: ping", "id: 3"):
+        event = parse_line(line)
+        assert not (event.token or event.done or event.error)
+
+
+def test_error_event_and_malformed_data_are_errors() -> None:
+    assert parse_line(_data({"error": {"message": "boom", "code": 500}})).error == "boom"
+    assert "malformed" in (parse_line("data: {not json").error or "")
+    assert "unexpected" in (parse_line("data: [1, 2]").error or "")
+
+
+def test_error_message_shapes() -> None:
+    assert error_message({"error": {"message": "x"}}) == "x"
+    assert error_message({"detail": "bad field"}) == "bad field"
+    assert error_message("plain") == "plain"
