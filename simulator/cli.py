@@ -147,6 +147,7 @@ def _settings(*, model, host, port, served, model_profile, hardware, tp, max_num
         num_gpu_blocks_override=blocks, gpu_memory_utilization=gpu_util,
         time_scale=time_scale, kv=kv, kv_link_gbps=kv_link_gbps, kv_wire_scale=kv_wire_scale,
         registration_interval_s=heartbeat_s,
+        kv_hold_timeout_s=_hold_timeout(kv, os.environ),
     )
     from simulator.server import build_scheduler
 
@@ -155,6 +156,20 @@ def _settings(*, model, host, port, served, model_profile, hardware, tp, max_num
             f"{profile} does not fit on {tp} x {hardware}: not enough memory for the KV cache "
             "of one max-model-len request (raise -tp or lower --max-model-len)")
     return settings
+
+
+def _hold_timeout(kv, env) -> float:
+    """How long a prefill keeps KV nobody took: vLLM's abort timeouts (NIXL 480 s via
+    VLLM_NIXL_ABORT_REQUEST_TIMEOUT, MoRIIO 3600 s)."""
+    default = "3600" if kv is not None and kv.is_moriio else "480"
+    raw = env.get("VLLM_NIXL_ABORT_REQUEST_TIMEOUT", default)
+    try:
+        value = float(raw)
+    except ValueError:
+        raise EngineConfigError(f"VLLM_NIXL_ABORT_REQUEST_TIMEOUT must be seconds, got {raw!r}")
+    if value <= 0:
+        raise EngineConfigError("VLLM_NIXL_ABORT_REQUEST_TIMEOUT must be > 0")
+    return value
 
 
 def run(settings: EngineSettings) -> None:

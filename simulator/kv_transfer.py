@@ -254,6 +254,11 @@ class KVTransferAgent:
     async def _serve_read(self, frame: dict, reader, writer) -> None:
         key = str(frame.get("key"))
         held = self._held.get(key)
+        if held is not None and held.request_id not in self.engine.scheduler.held:
+            del self._held[key]  # the abort timeout freed it
+            await send_frame(writer, {"ok": False, "error": f"KV for {key} expired after the "
+                                      "abort timeout and was freed"})
+            return
         if held is None:
             await send_frame(writer, {"ok": False, "error": f"no KV held for {key} "
                                       "(expired, already taken, or never existed)"})

@@ -162,7 +162,8 @@ class EngineRequest:
 
     @property
     def is_finished(self) -> bool:
-        return self.status is RequestStatus.FINISHED
+        """Done generating (a prefill leg holding its KV counts as done)."""
+        return self.status is RequestStatus.FINISHED or self.status is RequestStatus.HELD
 
     @property
     def output_limit(self) -> int:

@@ -59,7 +59,9 @@ def test_nixl_read_mode_moves_the_kv_and_decode_skips_the_prompt(nixl_pair):
     params = first["kv_transfer_params"]
     assert params["do_remote_prefill"] is True and params["remote_request_id"] == first["id"]
     assert params["remote_block_ids"] and params["remote_port"] > 0
-    prefill_ttft = metric_value(prefill.metrics(), "vllm:time_to_first_token_seconds_sum")
+    held = prefill.metrics()
+    prefill_ttft = metric_value(held, "vllm:time_to_first_token_seconds_sum")
+    assert metric_value(held, "vllm:kv_cache_usage_perc") > 0  # blocks held for the decode
     status, out = complete(decode, max_tokens=8, kv_transfer_params=params)
     assert status == 200 and out["usage"]["completion_tokens"] == 8
 
@@ -220,3 +222,39 @@ def test_registration_heartbeats_reach_the_registry_and_stop_when_killed(tmp_pat
             assert not router.poll(1000)  # five intervals of silence
     finally:
         router.close(linger=0)
+
+
+def test_unclaimed_kv_expires_after_the_abort_timeout(tmp_path):
+    env_p = {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port()),
+             "VLLM_NIXL_ABORT_REQUEST_TIMEOUT": "1"}
+    config = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_producer"})
+    prefill = sim(tmp_path, "p", *MODEL, "--kv-transfer-config", config, env=env_p)
+    decode = nixl(tmp_path, "d", "kv_consumer")
+    with running(prefill, decode):
+        _, first = complete(prefill, max_tokens=1, kv_transfer_params=NIXL_PREFILL)
+        assert metric_value(prefill.metrics(), "vllm:kv_cache_usage_perc") > 0
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if metric_value(prefill.metrics(), "vllm:nixl_num_kv_expired_reqs_total") == 1:
+                break
+            time.sleep(0.1)
+        assert metric_value(prefill.metrics(), "vllm:kv_cache_usage_perc") == 0
+        status, err = complete(decode, max_tokens=2, kv_transfer_params=first["kv_transfer_params"])
+        assert status == 500 and "expired" in err["error"]["message"]
+
+
+def test_time_scale_slows_the_wall_clock_but_reports_modelled_times(tmp_path):
+    from simulator import profiles
+    from simulator.timing import TimingModel
+
+    modelled = TimingModel(profiles.model("llama-3.1-8b"), profiles.hardware("l40s"),
+                           1).prefill_seconds(len(PROMPT))
+    slow = sim(tmp_path, "slow", *MODEL, "--time-scale", "4", "--no-enable-prefix-caching")
+    with running(slow):
+        start = time.monotonic()
+        status, _ = complete(slow, max_tokens=1)
+        wall = time.monotonic() - start
+        ttft = metric_value(slow.metrics(), "vllm:time_to_first_token_seconds_sum")
+    assert status == 200
+    assert abs(ttft - modelled) < 0.2 * modelled
+    assert wall > 3 * modelled
