@@ -166,7 +166,8 @@ def _hold_timeout(kv, env) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise EngineConfigError(f"VLLM_NIXL_ABORT_REQUEST_TIMEOUT must be seconds, got {raw!r}")
+        raise EngineConfigError(
+            f"VLLM_NIXL_ABORT_REQUEST_TIMEOUT must be seconds, got {raw!r}") from None
     if value <= 0:
         raise EngineConfigError("VLLM_NIXL_ABORT_REQUEST_TIMEOUT must be > 0")
     return value
