@@ -1,0 +1,82 @@
+"""`pdctl proxy`: argument parsing only; the proxy lives in connector.proxy."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import typer
+
+from connector.measure import SloTargets
+
+
+def proxy(
+    port: Annotated[int, typer.Option(help="HTTP port of the proxy.")],
+    host: Annotated[str, typer.Option(help="Address to bind (HTTP and registry).")] = "127.0.0.1",
+    connector: Annotated[str, typer.Option(help="KV connector: nixl | moriio.")] = "nixl",
+    mode: Annotated[
+        str, typer.Option(help="Mode of the instances given by flag: read | write | colocated.")
+    ] = "read",
+    prefill: Annotated[
+        list[str] | None,
+        typer.Option(help="Prefill URL, optionally URL#host:IP,handshake:P,notify:P (repeat)."),
+    ] = None,
+    decode: Annotated[list[str] | None, typer.Option(help="Decode URL (repeat).")] = None,
+    instance: Annotated[
+        list[str] | None, typer.Option(help="Colocated instance URL (repeat; --mode colocated).")
+    ] = None,
+    registry_port: Annotated[
+        int, typer.Option(help="ZMQ registry port (MoRIIO proxy_ping_port); -1 disables.")
+    ] = 36367,
+    slo_ttft_ms: Annotated[float | None, typer.Option(help="TTFT target in ms.")] = None,
+    slo_itl_ms: Annotated[float | None, typer.Option(help="ITL target in ms.")] = None,
+    slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT target in ms.")] = None,
+    itl_slo_stat: Annotated[
+        str, typer.Option(help="Per-request ITL statistic judged: mean | p99 | max.")
+    ] = "mean",
+    policy: Annotated[str, typer.Option(help="Pair selection: round-robin | least-tokens.")] = (
+        "round-robin"
+    ),
+    admin_token: Annotated[
+        str | None, typer.Option(help="Bearer token for /admin.", envvar="PDCTL_ADMIN_TOKEN")
+    ] = None,
+    prefill_timeout: Annotated[float, typer.Option(help="Seconds for the prefill leg.")] = 120.0,
+    decode_timeout: Annotated[
+        float, typer.Option(help="Longest silence (s) between two decode chunks.")
+    ] = 120.0,
+    hold_queue: Annotated[
+        int, typer.Option(help="Requests held at most while a group is paused.")
+    ] = 256,
+    hold_deadline: Annotated[float, typer.Option(help="Seconds a held request waits.")] = 30.0,
+) -> None:
+    """Run the prefill/decode proxy: split, stream, measure."""
+    from connector.proxy import serve
+    from connector.settings import FlagInstance, ProxySettings
+
+    try:
+        settings = ProxySettings(
+            port=port,
+            host=host,
+            connector=connector,
+            mode=mode,
+            prefill=tuple(FlagInstance.parse(u) for u in prefill or ()),
+            decode=tuple(FlagInstance.parse(u) for u in decode or ()),
+            instance=tuple(FlagInstance.parse(u) for u in instance or ()),
+            registry_port=None if registry_port < 0 else registry_port,
+            default_registry_mode=mode if mode != "colocated" else "read",
+            slo=SloTargets(slo_ttft_ms, slo_itl_ms, slo_tpot_ms, itl_slo_stat),
+            policy=policy,
+            admin_token=admin_token,
+            prefill_timeout=prefill_timeout,
+            decode_timeout=decode_timeout,
+            hold_queue=hold_queue,
+            hold_deadline=hold_deadline,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    serve(settings)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("proxy")(proxy)

@@ -1,0 +1,107 @@
+"""The proxy's error tree; every error becomes one OpenAI-style JSON body in one place.
+
+    ProxyError                  500  anything the proxy itself cannot do
+     +- BadRequest              400  the client's body cannot be served (names the field)
+     +- Unauthorized            401  admin API without the right bearer token
+     +- NotFound                404  admin API: no such instance or group
+     +- Unavailable             503  nothing can serve now; carries Retry-After
+     |   +- NoInstance          503  no healthy, undrained instance (or pair) for this request
+     |   +- HoldRejected        503  hold queue full, or the hold deadline passed
+     +- UpstreamError           502  a leg failed; names the leg (prefill|decode) and its instance
+         +- UpstreamTimeout     502  a leg did not answer in time
+
+The body is `{"error": {"message", "type", "code"}}` as vLLM's server answers.
+"""
+
+from __future__ import annotations
+
+import json
+
+
+class ProxyError(Exception):
+    status = 500
+    type = "InternalServerError"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "code": self.status}}
+
+    def body_bytes(self) -> bytes:
+        return json.dumps(self.body()).encode()
+
+
+class BadRequest(ProxyError):
+    status = 400
+    type = "BadRequestError"
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+    def body(self) -> dict:
+        body = super().body()
+        if self.field is not None:
+            body["error"]["param"] = self.field
+        return body
+
+
+class Unauthorized(ProxyError):
+    status = 401
+    type = "AuthenticationError"
+
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": "Bearer"}
+
+
+class NotFound(ProxyError):
+    status = 404
+    type = "NotFoundError"
+
+
+class Unavailable(ProxyError):
+    status = 503
+    type = "ServiceUnavailableError"
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(max(1, round(self.retry_after)))}
+
+
+class NoInstance(Unavailable):
+    pass
+
+
+class HoldRejected(Unavailable):
+    pass
+
+
+class UpstreamError(ProxyError):
+    status = 502
+    type = "BadGatewayError"
+
+    def __init__(self, leg: str, instance: str, detail: str) -> None:
+        super().__init__(f"{leg} leg to {instance} failed: {detail}")
+        self.leg = leg
+        self.instance = instance
+
+    def body(self) -> dict:
+        body = super().body()
+        body["error"]["leg"] = self.leg
+        body["error"]["instance"] = self.instance
+        return body
+
+
+class UpstreamTimeout(UpstreamError):
+    type = "GatewayTimeoutError"
+
+    def __init__(self, leg: str, instance: str, seconds: float) -> None:
+        super().__init__(leg, instance, f"no answer within {seconds:g} s")

@@ -1,0 +1,239 @@
+"""Instance groups: each instance runs one transfer mode and belongs to that mode's group; a
+request is routed within one group. Health, drain, pause and outstanding-token load live here.
+Pure: no I/O, no clock; the proxy shell calls in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from connector.legs import MODES
+from connector.policy import LeastTokens, RoundRobin
+
+ROLES = ("prefill", "decode", "both")
+
+
+@dataclass(slots=True, eq=False)
+class Instance:
+    url: str
+    role: str  # prefill | decode | both (colocated)
+    mode: str  # read | write | colocated: the group it belongs to
+    zmq_address: str | None = None
+    dp_size: int = 1
+    tp_size: int = 1
+    source: str = "flag"  # flag | registry | admin
+    healthy: bool = True
+    draining: bool = False
+    outstanding_requests: int = 0
+    outstanding_tokens: int = 0
+    served: int = 0
+    failed: int = 0
+    last_error: str | None = None
+    _dp_next: int = 0
+
+    @property
+    def available(self) -> bool:
+        return self.healthy and not self.draining
+
+    def next_dp_rank(self) -> int | None:
+        if self.dp_size <= 1:
+            return None
+        rank = self._dp_next % self.dp_size
+        self._dp_next += 1
+        return rank
+
+    def begin(self, tokens: int) -> None:
+        self.outstanding_requests += 1
+        self.outstanding_tokens += tokens
+
+    def end(self, tokens: int, ok: bool) -> None:
+        self.outstanding_requests -= 1
+        self.outstanding_tokens -= tokens
+        if ok:
+            self.served += 1
+        else:
+            self.failed += 1
+
+    def describe(self) -> dict:
+        return {
+            "url": self.url,
+            "role": self.role,
+            "group": self.mode,
+            "zmq_address": self.zmq_address,
+            "dp_size": self.dp_size,
+            "tp_size": self.tp_size,
+            "source": self.source,
+            "healthy": self.healthy,
+            "draining": self.draining,
+            "outstanding_requests": self.outstanding_requests,
+            "outstanding_tokens": self.outstanding_tokens,
+            "served": self.served,
+            "failed": self.failed,
+            "last_error": self.last_error,
+        }
+
+
+@dataclass(slots=True)
+class Group:
+    mode: str
+    paused: bool = False
+    instances: dict[str, Instance] = field(default_factory=dict)
+
+    def available(self, role: str) -> list[Instance]:
+        return [i for i in self.instances.values() if i.role == role and i.available]
+
+    def describe(self) -> dict:
+        roles = {r: sum(1 for i in self.instances.values() if i.role == r) for r in ROLES}
+        return {"mode": self.mode, "paused": self.paused, "instances": roles}
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    group: str
+    prefill: Instance | None  # None in a colocated group
+    decode: Instance  # the instance that streams to the client (colocated: the only one)
+
+
+class InstancePool:
+    """Groups by mode; instances keyed by URL. `on_change` fires when routing could change."""
+
+    def __init__(self, policy: RoundRobin | LeastTokens) -> None:
+        self.policy = policy
+        self.groups: dict[str, Group] = {m: Group(m) for m in MODES}
+        self._by_url: dict[str, Instance] = {}
+        self._group_turn = 0
+        self.on_change: Callable[[], None] = lambda: None
+
+    def __iter__(self) -> Iterator[Instance]:
+        return iter(list(self._by_url.values()))
+
+    def get(self, url: str) -> Instance | None:
+        return self._by_url.get(url)
+
+    def upsert(
+        self,
+        url: str,
+        role: str,
+        mode: str,
+        *,
+        zmq_address: str | None = None,
+        dp_size: int = 1,
+        tp_size: int = 1,
+        source: str = "flag",
+    ) -> Instance:
+        """Add an instance, or update it in place; a new mode moves it to that mode's group."""
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        if mode not in self.groups:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if (mode == "colocated") != (role == "both"):
+            raise ValueError("colocated instances have role 'both', and only they do")
+        url = url.rstrip("/")
+        inst = self._by_url.get(url)
+        if inst is None:
+            inst = Instance(url, role, mode, zmq_address, dp_size, tp_size, source)
+            self._by_url[url] = inst
+        else:
+            self.groups[inst.mode].instances.pop(url, None)
+            inst.role, inst.mode, inst.zmq_address = role, mode, zmq_address
+            inst.dp_size, inst.tp_size, inst.source = dp_size, tp_size, source
+        self.groups[mode].instances[url] = inst
+        self.on_change()
+        return inst
+
+    def remove(self, url: str) -> Instance | None:
+        inst = self._by_url.pop(url.rstrip("/"), None)
+        if inst is not None:
+            self.groups[inst.mode].instances.pop(inst.url, None)
+            self.on_change()
+        return inst
+
+    def set_draining(self, url: str, draining: bool) -> Instance | None:
+        inst = self._by_url.get(url.rstrip("/"))
+        if inst is not None:
+            inst.draining = draining
+            self.on_change()
+        return inst
+
+    def set_health(self, inst: Instance, healthy: bool, error: str | None = None) -> None:
+        if inst.healthy != healthy:
+            inst.healthy = healthy
+            self.on_change()
+        if error is not None:
+            inst.last_error = error
+
+    def set_paused(self, mode: str, paused: bool) -> Group:
+        group = self.groups[mode]
+        group.paused = paused
+        self.on_change()
+        return group
+
+    def any_paused(self) -> bool:
+        return any(g.paused for g in self.groups.values())
+
+    def _route_in(self, group: Group) -> Route | None:
+        if group.mode == "colocated":
+            both = group.available("both")
+            if not both:
+                return None
+            return Route(group.mode, None, self.policy.pick("colocated/both", both))
+        prefills, decodes = group.available("prefill"), group.available("decode")
+        if not prefills or not decodes:
+            return None
+        prefill = self.policy.pick(f"{group.mode}/prefill", prefills)
+        decode = self.policy.pick(f"{group.mode}/decode", decodes)
+        return Route(group.mode, prefill, decode)
+
+    def _ready_groups(self) -> list[Group]:
+        ready = []
+        for g in self.groups.values():
+            if g.paused:
+                continue
+            if g.mode == "colocated":
+                if g.available("both"):
+                    ready.append(g)
+            elif g.available("prefill") and g.available("decode"):
+                ready.append(g)
+        return ready
+
+    def route_possible(self) -> bool:
+        return bool(self._ready_groups())
+
+    def route(self) -> Route | None:
+        """A route in an unpaused group that can serve now, or None."""
+        ready = self._ready_groups()
+        if not ready:
+            return None
+        if len(ready) > 1 and isinstance(self.policy, LeastTokens):
+            group = min(ready, key=_group_load)
+        else:
+            group = ready[self._group_turn % len(ready)]
+            self._group_turn += 1
+        return self._route_in(group)
+
+    def why_unroutable(self) -> str:
+        """A plain sentence naming what is missing, for the 503 body."""
+        parts = []
+        for g in self.groups.values():
+            if not g.instances:
+                continue
+            roles = ("both",) if g.mode == "colocated" else ("prefill", "decode")
+            missing = [r for r in roles if not g.available(r)]
+            state = (
+                "paused"
+                if g.paused
+                else (f"no available {' or '.join(missing)} instance" if missing else "ready")
+            )
+            parts.append(f"group {g.mode}: {state}")
+        return "; ".join(parts) if parts else "no instances are registered or configured"
+
+    def describe(self) -> dict:
+        return {
+            "groups": [g.describe() for g in self.groups.values()],
+            "instances": [i.describe() for i in self._by_url.values()],
+        }
+
+
+def _group_load(group: Group) -> int:
+    return sum(i.outstanding_tokens for i in group.instances.values())

@@ -1,0 +1,216 @@
+"""The proxy's Prometheus export: plain counters kept by the proxy, turned into metric families
+by a custom collector on the app's own CollectorRegistry (never the global default one).
+Buckets are vLLM's (PROTOCOL.md section 4).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from connector.instances import InstancePool
+from connector.measure import RequestTiming
+
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+E2E_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
+
+OUTCOMES = ("ok", "failed", "rejected", "cancelled", "invalid")
+SLO_TARGETS = ("ttft", "itl", "tpot", "all")
+
+
+class Histogram:
+    """Bucket counts with Prometheus `le` semantics; observe is one bisect and two adds."""
+
+    __slots__ = ("bounds", "count", "counts", "sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def family(self, name: str, doc: str) -> HistogramMetricFamily:
+        cumulative, buckets = 0, []
+        for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            cumulative += n
+            buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
+        return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=self.sum)
+
+
+_HISTOGRAMS = {
+    "ttft": (TTFT_BUCKETS, "Time to first token as the client sees it."),
+    "itl": (ITL_BUCKETS, "Each gap between streamed tokens as the client sees it."),
+    "tpot": (ITL_BUCKETS, "Per request: (end - first token) / (output tokens - 1)."),
+    "e2e": (E2E_BUCKETS, "End-to-end request time as the client sees it."),
+    "prefill_leg": (E2E_BUCKETS, "Prefill leg: request sent to prefill's answer."),
+    "transfer_first_decode": (TTFT_BUCKETS, "Prefill's answer to the first decode token."),
+}
+
+
+class ProxyMetrics:
+    """What the proxy counts; `record` is called once per finished request."""
+
+    def __init__(self) -> None:
+        self.histograms = {name: Histogram(b) for name, (b, _) in _HISTOGRAMS.items()}
+        self.outcomes = dict.fromkeys(OUTCOMES, 0)
+        self.slo_met = dict.fromkeys(SLO_TARGETS, 0)
+        self.loop_lag = 0.0
+        self.in_flight = 0
+        self.held = 0
+
+    def record(self, outcome: str, timing: RequestTiming | None, met: dict[str, bool]) -> None:
+        self.outcomes[outcome] += 1
+        for target, ok in met.items():
+            if ok:
+                self.slo_met[target] += 1
+        if timing is None:
+            return
+        h = self.histograms
+        h["ttft"].observe(timing.ttft)
+        h["e2e"].observe(timing.e2e)
+        itl = h["itl"]
+        for gap in timing.itls:
+            itl.observe(gap)
+        if timing.tpot is not None:
+            h["tpot"].observe(timing.tpot)
+        if timing.prefill_leg is not None:
+            h["prefill_leg"].observe(timing.prefill_leg)
+        if timing.transfer_first_decode is not None:
+            h["transfer_first_decode"].observe(timing.transfer_first_decode)
+
+
+class ProxyCollector(Collector):
+    def __init__(self, metrics: ProxyMetrics, pool: InstancePool) -> None:
+        self.metrics = metrics
+        self.pool = pool
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.metrics
+        for name, (_, doc) in _HISTOGRAMS.items():
+            yield m.histograms[name].family(f"pdctl_proxy_{name}_seconds", doc)
+        requests = CounterMetricFamily(
+            "pdctl_proxy_requests", "Requests by outcome.", labels=["outcome"]
+        )
+        for outcome, n in m.outcomes.items():
+            requests.add_metric([outcome], n)
+        yield requests
+        slo = CounterMetricFamily(
+            "pdctl_proxy_slo_met", "Requests that met each SLO target.", labels=["target"]
+        )
+        for target, n in m.slo_met.items():
+            slo.add_metric([target], n)
+        yield slo
+        yield GaugeMetricFamily(
+            "pdctl_proxy_loop_lag_seconds", "Event-loop lag of the proxy.", value=m.loop_lag
+        )
+        yield GaugeMetricFamily(
+            "pdctl_proxy_in_flight_requests", "Requests being served now.", value=m.in_flight
+        )
+        yield GaugeMetricFamily(
+            "pdctl_proxy_held_requests", "Requests held for a paused group.", value=m.held
+        )
+        inst = GaugeMetricFamily(
+            "pdctl_proxy_instance_outstanding_tokens",
+            "Outstanding tokens per instance.",
+            labels=["instance", "group", "role"],
+        )
+        up = GaugeMetricFamily(
+            "pdctl_proxy_instance_up",
+            "1 when the instance is healthy and not draining.",
+            labels=["instance", "group", "role"],
+        )
+        for i in self.pool:
+            inst.add_metric([i.url, i.mode, i.role], i.outstanding_tokens)
+            up.add_metric([i.url, i.mode, i.role], 1 if i.available else 0)
+        yield inst
+        yield up
+
+
+def make_registry(metrics: ProxyMetrics, pool: InstancePool) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ProxyCollector(metrics, pool))
+    return registry
+
+
+def exposition(registry: CollectorRegistry) -> Callable[[], bytes]:
+    return lambda: generate_latest(registry)

@@ -1,0 +1,764 @@
+"""The PD proxy: an aiohttp app that splits each request into a prefill and a decode leg (or
+balances whole requests over a colocated group), streams the decode's bytes through as they come,
+and measures every request as the client sees it.
+
+Kept cheap on purpose: one long-lived ClientSession; decode SSE bytes are forwarded untouched and
+only scanned for event boundaries, `"choices":[{` (a token event) and the usage chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from collections import deque
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from connector import admin
+from connector.errors import (
+    BadRequest,
+    HoldRejected,
+    NoInstance,
+    ProxyError,
+    Unavailable,
+    UpstreamError,
+    UpstreamTimeout,
+)
+from connector.instances import Instance, InstancePool, Route
+from connector.legs import Handoff, Peer, decode_body, leg_headers, prefill_body, returned_params
+from connector.measure import itl_stat, judge, summarize
+from connector.metrics import ProxyMetrics, make_registry
+from connector.policy import make_policy
+from connector.registry import Registration, RegistryListener, RegistryTable
+from connector.settings import ProxySettings
+
+log = logging.getLogger(__name__)
+
+PROXY_KEY: web.AppKey[Proxy] = web.AppKey("proxy")
+RUNNER_KWARGS: dict[str, Any] = {"handler_cancellation": True, "access_log": None}
+
+_SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+_DEFAULT_MAX_TOKENS = 256  # load estimate only, when the client sets none
+
+
+class _Flight:
+    """One request in flight: what the proxy measures while it passes the bytes through."""
+
+    __slots__ = (
+        "arrival",
+        "end",
+        "endpoint",
+        "error",
+        "last_read",
+        "prefill_end",
+        "prefill_start",
+        "prepared",
+        "request_id",
+        "route",
+        "status",
+        "stream",
+        "tail",
+        "timed_out",
+        "token_times",
+        "usage_tokens",
+        "wall",
+    )
+
+    def __init__(self, arrival: float, endpoint: str) -> None:
+        self.arrival = arrival
+        self.wall = time.time()
+        self.endpoint = endpoint
+        self.stream = False
+        self.route: Route | None = None
+        self.request_id = ""
+        self.prefill_start: float | None = None
+        self.prefill_end: float | None = None
+        self.token_times: list[float] = []
+        self.usage_tokens: int | None = None
+        self.tail = b""
+        self.end: float | None = None
+        self.status = 200
+        self.error: str | None = None
+        self.prepared = False
+        self.last_read = arrival
+        self.timed_out = False
+
+    def scan(self, chunk: bytes, now: float) -> None:
+        """Find complete SSE events in the byte stream; timestamp token events, read usage."""
+        data = self.tail + chunk if self.tail else chunk
+        start, find = 0, data.find
+        while (end := find(b"\n\n", start)) >= 0:
+            choices = find(b'"choices":', start, end)
+            if choices >= 0 and _opens_list_of_objects(data, choices + 10, end):
+                self.token_times.append(now)
+            usage = find(b'"usage":', start, end)
+            if usage >= 0 and find(b"null", usage + 8, usage + 14) < 0:
+                self._read_usage(data[start:end])
+            start = end + 2
+        self.tail = data[start:] if start < len(data) else b""
+
+    def _read_usage(self, event: bytes) -> None:
+        if not event.startswith(b"data:"):
+            return
+        try:
+            usage = json.loads(event[5:]).get("usage") or {}
+        except ValueError:
+            return
+        if isinstance(usage.get("completion_tokens"), int):
+            self.usage_tokens = usage["completion_tokens"]
+
+
+def _opens_list_of_objects(data: bytes, i: int, end: int) -> bool:
+    """True when data[i:] is `[ {` modulo spaces: a non-empty choices list."""
+    while i < end and data[i] in b" \t":
+        i += 1
+    if i >= end or data[i] != 0x5B:  # [
+        return False
+    i += 1
+    while i < end and data[i] in b" \t\r\n":
+        i += 1
+    return i < end and data[i] == 0x7B  # {
+
+
+def parse_client_body(raw: bytes, endpoint: str) -> dict[str, Any]:
+    """The client's JSON body, checked just enough to route it; BadRequest names the field."""
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}", "body") from None
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object", "body")
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise BadRequest("field 'model' is required and must be a string", "model")
+    if endpoint.endswith("/chat/completions"):
+        if not isinstance(body.get("messages"), list) or not body["messages"]:
+            raise BadRequest(
+                "field 'messages' is required and must be a non-empty list", "messages"
+            )
+    elif body.get("prompt") in (None, "", []):
+        raise BadRequest("field 'prompt' is required", "prompt")
+    for key in ("max_tokens", "max_completion_tokens"):
+        value = body.get(key)
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            raise BadRequest(f"field '{key}' must be a positive integer", key)
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise BadRequest("field 'stream' must be true or false", "stream")
+    return body
+
+
+def _estimate_tokens(body: dict[str, Any]) -> tuple[int, int]:
+    """(prompt, output) token estimates for load balancing: about 4 characters a token."""
+    prompt = body.get("prompt") if "prompt" in body else body.get("messages")
+    prompt_tokens = len(prompt) // 4 if isinstance(prompt, str) else len(str(prompt)) // 4
+    output = body.get("max_completion_tokens") or body.get("max_tokens") or _DEFAULT_MAX_TOKENS
+    return max(1, prompt_tokens), int(output)
+
+
+def _upstream_message(raw: bytes) -> str:
+    """The upstream's error message (vLLM's JSON or plain text), kept short."""
+    try:
+        parsed = json.loads(raw)
+        error = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
+        message = error.get("message") if isinstance(error, dict) else None
+        text = str(message if message is not None else error)
+    except ValueError:
+        text = raw.decode(errors="replace")
+    return text.strip()[:300] or "(empty body)"
+
+
+def error_response(exc: ProxyError) -> web.Response:
+    return web.Response(
+        body=exc.body_bytes(),
+        status=exc.status,
+        content_type="application/json",
+        headers=exc.headers(),
+    )
+
+
+class Proxy:
+    """Everything the app owns: the instance pool, the client session, metrics, the request log."""
+
+    def __init__(self, settings: ProxySettings) -> None:
+        self.settings = settings
+        self.pool = InstancePool(make_policy(settings.policy))
+        self.pool.on_change = self._notify
+        self._changed = asyncio.Event()
+        self.metrics = ProxyMetrics()
+        self.registry = make_registry(self.metrics, self.pool)
+        self.requests: deque[dict[str, Any]] = deque(maxlen=settings.request_log_size)
+        self.registry_table = RegistryTable(interval_scale=settings.heartbeat_scale)
+        self.listener: RegistryListener | None = None
+        self.registry_port: int | None = None
+        self.session: aiohttp.ClientSession | None = None
+        self._tasks: list[asyncio.Task] = []
+        # streaming legs under the silence watchdog (cheaper than aiohttp's per-read timer)
+        self._watched: dict[asyncio.Task, _Flight] = {}
+        self._prefill_timeout = aiohttp.ClientTimeout(
+            total=settings.prefill_timeout, sock_connect=settings.connect_timeout
+        )
+        self._decode_timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=settings.connect_timeout
+        )
+        self._probe_timeout = aiohttp.ClientTimeout(total=2.0)
+        for flag in settings.prefill:
+            self.pool.upsert(flag.url, "prefill", settings.mode, zmq_address=flag.zmq_address)
+        for flag in settings.decode:
+            self.pool.upsert(flag.url, "decode", settings.mode, zmq_address=flag.zmq_address)
+        for flag in settings.instance:
+            self.pool.upsert(flag.url, "both", "colocated")
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def startup(self, app: web.Application) -> None:
+        self._changed = asyncio.Event()
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+            timeout=aiohttp.ClientTimeout(total=None),
+        )
+        if self.settings.registry_port is not None:
+            host = self.settings.host
+            self.listener = RegistryListener(
+                host,
+                self.settings.registry_port,
+                self.registry_table,
+                self._on_registration,
+                self._on_expiry,
+                self.settings.default_registry_mode,
+            )
+            self.registry_port = self.listener.start()
+        self._tasks.append(asyncio.create_task(self._watch_loop_lag()))
+        self._tasks.append(asyncio.create_task(self._watch_silence()))
+        if self.settings.health_interval:
+            self._tasks.append(asyncio.create_task(self._check_health()))
+
+    async def cleanup(self, app: web.Application) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.listener is not None:
+            await self.listener.stop()
+        if self.session is not None:
+            await self.session.close()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _on_registration(self, reg: Registration, change: str) -> None:
+        if change == "refreshed" and self.pool.get(reg.url) is not None:
+            return
+        log.info("registry: %s %s %s in group %s", change, reg.role, reg.url, reg.mode)
+        self.pool.upsert(
+            reg.url,
+            reg.role,
+            reg.mode,
+            zmq_address=reg.zmq_address,
+            dp_size=reg.dp_size,
+            tp_size=reg.tp_size,
+            source="registry",
+        )
+
+    def _on_expiry(self, reg: Registration) -> None:
+        inst = self.pool.get(reg.url)
+        if inst is not None and inst.source == "registry":
+            self.pool.remove(reg.url)
+
+    async def _watch_loop_lag(self) -> None:
+        loop, interval = asyncio.get_running_loop(), self.settings.loop_lag_interval
+        while True:
+            start = loop.time()
+            await asyncio.sleep(interval)
+            self.metrics.loop_lag = max(0.0, loop.time() - start - interval)
+
+    async def _watch_silence(self) -> None:
+        """Cancel streaming legs whose upstream has been silent past --decode-timeout."""
+        limit = self.settings.decode_timeout
+        period = min(1.0, limit / 4)
+        while True:
+            await asyncio.sleep(period)
+            now = _clock()
+            for task, flight in list(self._watched.items()):
+                if now - flight.last_read > limit and not flight.timed_out:
+                    flight.timed_out = True
+                    task.cancel()
+
+    async def _check_health(self) -> None:
+        assert self.session is not None
+        while True:
+            await asyncio.sleep(self.settings.health_interval or 5.0)
+            await asyncio.gather(*(self._probe(i) for i in self.pool), return_exceptions=True)
+
+    async def _probe(self, inst: Instance) -> None:
+        assert self.session is not None
+        try:
+            async with self.session.get(inst.url + "/health", timeout=self._probe_timeout) as r:
+                ok, error = r.status == 200, None if r.status == 200 else f"/health {r.status}"
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            ok, error = False, f"/health: {type(exc).__name__}"
+        self.pool.set_health(inst, ok, error)
+
+    # -- routing -----------------------------------------------------------------------------
+    async def acquire_route(self) -> Route:
+        """A route now; or, while a group is paused, wait in the bounded hold queue."""
+        route = self.pool.route()
+        if route is not None:
+            return route
+        if not self.pool.any_paused():
+            raise NoInstance(f"no instance can serve this request: {self.pool.why_unroutable()}")
+        s, m = self.settings, self.metrics
+        if m.held >= s.hold_queue:
+            raise HoldRejected(
+                f"dispatch is paused and the hold queue is full ({s.hold_queue} requests)",
+                retry_after=s.hold_deadline,
+            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + s.hold_deadline
+        m.held += 1
+        try:
+            while (remaining := deadline - loop.time()) > 0:
+                changed = self._changed
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), remaining)
+                route = self.pool.route()
+                if route is not None:
+                    return route
+                if not self.pool.any_paused():
+                    raise NoInstance(
+                        f"no instance can serve this request: {self.pool.why_unroutable()}"
+                    )
+        finally:
+            m.held -= 1
+        raise HoldRejected(
+            f"dispatch stayed paused past the hold deadline ({s.hold_deadline:g} s)",
+            retry_after=s.hold_deadline,
+        )
+
+    # -- the request path --------------------------------------------------------------------
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        flight = _Flight(_clock(), request.path)
+        outcome = "failed"
+        try:
+            body = parse_client_body(await request.read(), request.path)
+            flight.stream = body.get("stream") is True
+            route = await self.acquire_route()
+            flight.route = route
+            response = await self._serve(request, body, route, flight)
+            outcome = "failed" if flight.error else "ok"
+            return response
+        except ProxyError as exc:
+            outcome = (
+                "invalid"
+                if isinstance(exc, BadRequest)
+                else "rejected"
+                if isinstance(exc, Unavailable)
+                else "failed"
+            )
+            flight.status, flight.error = exc.status, exc.message
+            if flight.prepared:  # headers are gone: the error travels in the stream (written)
+                return web.StreamResponse()
+            return error_response(exc)
+        except asyncio.CancelledError:
+            outcome, flight.error = "cancelled", "client disconnected"
+            raise
+        finally:
+            self._finish(flight, outcome)
+
+    async def _serve(
+        self, request: web.Request, body: dict[str, Any], route: Route, flight: _Flight
+    ) -> web.StreamResponse:
+        prompt_tokens, output_tokens = _estimate_tokens(body)
+        decode, prefill = route.decode, route.prefill
+        decode_load = prompt_tokens + output_tokens
+        decode.begin(decode_load)
+        if prefill is not None:
+            prefill.begin(prompt_tokens)
+        ok = False
+        self.metrics.in_flight += 1
+        try:
+            if prefill is None:
+                flight.request_id = os.urandom(16).hex()
+                headers = {"Content-Type": "application/json", "X-Request-Id": flight.request_id}
+                response = await self._relay(
+                    request, "colocated", decode, json.dumps(body), headers, flight
+                )
+            else:
+                response = await self._disaggregated(request, body, route, flight)
+            ok = flight.error is None
+            return response
+        finally:
+            self.metrics.in_flight -= 1
+            decode.end(decode_load, ok)
+            if prefill is not None:
+                prefill.end(prompt_tokens, ok or flight.prefill_end is not None)
+
+    async def _disaggregated(
+        self, request: web.Request, body: dict[str, Any], route: Route, flight: _Flight
+    ) -> web.StreamResponse:
+        prefill, decode = route.prefill, route.decode
+        assert prefill is not None
+        h = Handoff(
+            self.settings.connector,
+            route.group,
+            os.urandom(16).hex(),
+            Peer(prefill.zmq_address, prefill.dp_size, prefill.tp_size),
+            Peer(decode.zmq_address, decode.dp_size, decode.tp_size),
+            prefill.next_dp_rank(),
+            decode.next_dp_rank(),
+        )
+        flight.request_id = h.request_id
+        prefill_data = json.dumps(prefill_body(body, h))
+        prefill_headers = leg_headers(h, "prefill")
+        decode_headers = leg_headers(h, "decode")
+        if route.group == "read":
+            params = await self._prefill(
+                prefill, request.path, prefill_data, prefill_headers, flight
+            )
+            return await self._relay(
+                request,
+                "decode",
+                decode,
+                json.dumps(decode_body(body, h, params)),
+                decode_headers,
+                flight,
+            )
+        # write mode: both legs at once; a prefill failing before the first decode byte reaches
+        # the client cancels the decode leg and the client gets the prefill's 502.
+        prefill_task = asyncio.create_task(
+            self._prefill(prefill, request.path, prefill_data, prefill_headers, flight)
+        )
+        relay_task = asyncio.create_task(
+            self._relay(
+                request,
+                "decode",
+                decode,
+                json.dumps(decode_body(body, h, None)),
+                decode_headers,
+                flight,
+                prefill_task,
+            )
+        )
+
+        def on_prefill_done(task: asyncio.Task) -> None:
+            if not task.cancelled() and task.exception() is not None and not flight.prepared:
+                relay_task.cancel()
+
+        prefill_task.add_done_callback(on_prefill_done)
+        try:
+            return await relay_task
+        except asyncio.CancelledError:
+            if prefill_task.done() and not prefill_task.cancelled() and prefill_task.exception():
+                raise prefill_task.exception() from None  # type: ignore[misc]
+            raise
+        finally:
+            prefill_task.remove_done_callback(on_prefill_done)
+            if not prefill_task.done():
+                prefill_task.cancel()
+            await asyncio.gather(prefill_task, return_exceptions=True)
+
+    async def _prefill(
+        self, inst: Instance, path: str, data: str, headers: dict[str, str], flight: _Flight
+    ) -> dict[str, Any] | None:
+        """The prefill leg; returns its kv_transfer_params. Errors name the prefill instance."""
+        assert self.session is not None
+        flight.prefill_start = _clock()
+        try:
+            async with self.session.post(
+                inst.url + path, data=data, headers=headers, timeout=self._prefill_timeout
+            ) as r:
+                raw = await r.read()
+                if r.status != 200:
+                    raise UpstreamError(
+                        "prefill", inst.url, f"HTTP {r.status}: {_upstream_message(raw)}"
+                    )
+        except TimeoutError:
+            raise UpstreamTimeout("prefill", inst.url, self.settings.prefill_timeout) from None
+        except aiohttp.ClientError as exc:
+            self._passive_unhealthy(inst, exc)
+            raise UpstreamError("prefill", inst.url, f"{type(exc).__name__}: {exc}") from None
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            raise UpstreamError("prefill", inst.url, "answer is not JSON") from None
+        flight.prefill_end = _clock()
+        return returned_params(answer)
+
+    def _passive_unhealthy(self, inst: Instance, exc: Exception) -> None:
+        # Only when active checks run, or the instance could never come back.
+        if self.settings.health_interval and isinstance(exc, aiohttp.ClientConnectorError):
+            self.pool.set_health(inst, False, f"{type(exc).__name__}: {exc}")
+
+    async def _relay(
+        self,
+        request: web.Request,
+        leg: str,
+        inst: Instance,
+        data: str,
+        headers: dict[str, str],
+        flight: _Flight,
+        prefill_task: asyncio.Task | None = None,
+    ) -> web.StreamResponse:
+        """Send the streaming leg and pass its bytes through to the client as they arrive."""
+        assert self.session is not None
+        resp: web.StreamResponse | None = None
+        task = asyncio.current_task()
+        assert task is not None
+        flight.last_read = _clock()
+        self._watched[task] = flight
+        try:
+            async with self.session.post(
+                inst.url + request.path, data=data, headers=headers, timeout=self._decode_timeout
+            ) as up:
+                if up.status != 200:
+                    raw = await up.read()
+                    raise UpstreamError(
+                        leg, inst.url, f"HTTP {up.status}: {_upstream_message(raw)}"
+                    )
+                if not flight.stream:
+                    raw = await up.read()
+                    flight.end = _clock()
+                    self._read_json_usage(raw, flight)
+                    return web.Response(
+                        body=raw,
+                        status=200,
+                        headers={
+                            "Content-Type": up.headers.get("Content-Type", "application/json")
+                        },
+                    )
+                scan, read = flight.scan, up.content.readany
+                while chunk := await read():
+                    flight.last_read = now = _clock()
+                    if resp is None:
+                        if prefill_task is not None and prefill_task.done():
+                            _raise_if_failed(prefill_task)
+                        resp = web.StreamResponse(headers=_SSE_HEADERS)
+                        flight.prepared = True
+                        await resp.prepare(request)
+                    scan(chunk, now)
+                    await resp.write(chunk)
+                flight.end = _clock()
+        except asyncio.CancelledError:
+            if not flight.timed_out:
+                raise
+            task.uncancel()  # the watchdog's cancel, not the client's: answer with a timeout
+            exc: ProxyError = UpstreamTimeout(leg, inst.url, self.settings.decode_timeout)
+            if resp is None:
+                raise exc from None
+            await self._stream_error(resp, exc, flight)
+            return resp
+        except TimeoutError:
+            exc = UpstreamTimeout(leg, inst.url, self.settings.decode_timeout)
+            if resp is None:
+                raise exc from None
+            await self._stream_error(resp, exc, flight)
+            return resp
+        except aiohttp.ClientError as exc:
+            self._passive_unhealthy(inst, exc)
+            err = UpstreamError(
+                leg,
+                inst.url,
+                f"{type(exc).__name__}: {exc}"
+                if resp is None
+                else f"failed mid-stream: {type(exc).__name__}",
+            )
+            if resp is None:
+                raise err from None
+            await self._stream_error(resp, err, flight)
+            return resp
+        finally:
+            self._watched.pop(task, None)
+        if resp is None:  # a 200 with an empty stream: answer with an empty event stream
+            resp = web.StreamResponse(headers=_SSE_HEADERS)
+            flight.prepared = True
+            await resp.prepare(request)
+        await resp.write_eof()
+        return resp
+
+    async def _stream_error(
+        self, resp: web.StreamResponse, exc: ProxyError, flight: _Flight
+    ) -> None:
+        flight.status, flight.error = exc.status, exc.message
+        with contextlib.suppress(ConnectionError):
+            await resp.write(b"data: " + exc.body_bytes() + b"\n\ndata: [DONE]\n\n")
+            await resp.write_eof()
+
+    @staticmethod
+    def _read_json_usage(raw: bytes, flight: _Flight) -> None:
+        try:
+            usage = json.loads(raw).get("usage") or {}
+        except (ValueError, AttributeError):
+            return
+        if isinstance(usage.get("completion_tokens"), int):
+            flight.usage_tokens = usage["completion_tokens"]
+
+    def _finish(self, flight: _Flight, outcome: str) -> None:
+        timing, met = None, {}
+        if outcome == "ok":
+            end = flight.end or _clock()
+            tokens = flight.usage_tokens
+            if tokens is None:
+                tokens = len(flight.token_times)
+            timing = summarize(
+                flight.arrival,
+                end,
+                flight.token_times,
+                tokens,
+                flight.prefill_start,
+                flight.prefill_end,
+            )
+            met = judge(timing, self.settings.slo)
+        self.metrics.record(outcome, timing, met)
+        route = flight.route
+        entry: dict[str, Any] = {
+            "time": flight.wall,
+            "request_id": flight.request_id,
+            "endpoint": flight.endpoint,
+            "stream": flight.stream,
+            "group": route.group if route else None,
+            "prefill": route.prefill.url if route and route.prefill else None,
+            "decode": route.decode.url if route else None,
+            "outcome": outcome,
+            "status": flight.status,
+            "error": flight.error,
+        }
+        if timing is not None:
+            ms = 1000.0
+            entry.update(
+                output_tokens=timing.output_tokens,
+                ttft_ms=timing.ttft * ms,
+                e2e_ms=timing.e2e * ms,
+                tpot_ms=None if timing.tpot is None else timing.tpot * ms,
+                itl_mean_ms=_ms(itl_stat(timing.itls, "mean")),
+                itl_p99_ms=_ms(itl_stat(timing.itls, "p99")),
+                itl_max_ms=_ms(itl_stat(timing.itls, "max")),
+                prefill_ms=_ms(timing.prefill_leg),
+                transfer_first_decode_ms=_ms(timing.transfer_first_decode),
+                slo=met,
+            )
+        self.requests.append(entry)
+
+    # -- other routes ------------------------------------------------------------------------
+    async def models(self, request: web.Request) -> web.Response:
+        assert self.session is not None
+        candidates = [i for i in self.pool if i.available and i.role != "prefill"]
+        candidates += [i for i in self.pool if i.available and i.role == "prefill"]
+        if not candidates:
+            return error_response(NoInstance("no instance is available to list models"))
+        inst = candidates[0]
+        try:
+            async with self.session.get(
+                inst.url + "/v1/models", timeout=self._prefill_timeout
+            ) as r:
+                raw = await r.read()
+                if r.status != 200:
+                    raise UpstreamError(
+                        "models", inst.url, f"HTTP {r.status}: {_upstream_message(raw)}"
+                    )
+        except TimeoutError:
+            return error_response(
+                UpstreamTimeout("models", inst.url, self.settings.prefill_timeout)
+            )
+        except aiohttp.ClientError as exc:
+            return error_response(UpstreamError("models", inst.url, type(exc).__name__))
+        except UpstreamError as exc:
+            return error_response(exc)
+        return web.Response(body=raw, content_type="application/json")
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "status": "ok",
+                "routable": self.pool.route_possible(),
+                "groups": [g.describe() for g in self.pool.groups.values()],
+            }
+        )
+
+    async def metrics_text(self, request: web.Request) -> web.Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return web.Response(
+            body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+
+_clock = time.perf_counter  # uvloop's loop.time() has millisecond resolution: too coarse for ITL
+
+
+def _raise_if_failed(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        raise task.exception()  # type: ignore[misc]
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
+def create_app(settings: ProxySettings) -> web.Application:
+    """The proxy app; the session, registry listener and background loops start with it."""
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    proxy = Proxy(settings)
+    app[PROXY_KEY] = proxy
+    app.on_startup.append(proxy.startup)
+    app.on_cleanup.append(proxy.cleanup)
+    app.router.add_post("/v1/completions", proxy.generate)
+    app.router.add_post("/v1/chat/completions", proxy.generate)
+    app.router.add_get("/v1/models", proxy.models)
+    app.router.add_get("/health", proxy.health)
+    app.router.add_get("/metrics", proxy.metrics_text)
+    app.add_subapp("/admin", admin.create_admin_app(proxy))
+    return app
+
+
+async def start(settings: ProxySettings) -> tuple[web.AppRunner, web.Application]:
+    """Start the proxy on settings.host:port (port 0: any); returns the runner and the app."""
+    app = create_app(settings)
+    runner = web.AppRunner(app, **RUNNER_KWARGS)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port)
+    await site.start()
+    return runner, app
+
+
+def bound_port(runner: web.AppRunner) -> int:
+    for addr in runner.addresses:
+        return int(addr[1])
+    raise RuntimeError("the proxy is not listening")
+
+
+def serve(settings: ProxySettings) -> None:
+    """Run until interrupted, on uvloop when it is installed."""
+
+    async def main() -> None:
+        runner, app = await start(settings)
+        proxy = app[PROXY_KEY]
+        log.info(
+            "pdctl proxy on http://%s:%d (registry port %s)",
+            settings.host,
+            bound_port(runner),
+            proxy.registry_port,
+        )
+        print(
+            f"pdctl proxy listening on http://{settings.host}:{bound_port(runner)}"
+            f" (registry: {proxy.registry_port})",
+            flush=True,
+        )
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None
+    with contextlib.suppress(KeyboardInterrupt):
+        if uvloop is not None:
+            uvloop.run(main())
+        else:
+            asyncio.run(main())

@@ -1,0 +1,63 @@
+"""The proxy's settings, one frozen object built by the CLI (or a test) and handed to create_app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from connector.legs import check_combination
+from connector.measure import SloTargets
+from connector.policy import POLICIES
+
+
+@dataclass(frozen=True, slots=True)
+class FlagInstance:
+    """An instance given on the command line: `URL[#host:IP,handshake:P,notify:P]`."""
+
+    url: str
+    zmq_address: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> FlagInstance:
+        url, _, zmq = text.partition("#")
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"instance URL must start with http:// or https://: {text!r}")
+        return cls(url.rstrip("/"), zmq or None)
+
+
+@dataclass(frozen=True, slots=True)
+class ProxySettings:
+    port: int = 8000
+    host: str = "127.0.0.1"
+    connector: str = "nixl"
+    mode: str = "read"  # the mode of the instances given by flag
+    prefill: tuple[FlagInstance, ...] = ()
+    decode: tuple[FlagInstance, ...] = ()
+    instance: tuple[FlagInstance, ...] = ()  # colocated
+    registry_port: int | None = 36367  # None: no registry; 0: any free port
+    default_registry_mode: str = "read"  # for registrations without transfer_mode
+    heartbeat_scale: float = 1.0  # tests shrink the 3 s / 5 s heartbeat intervals
+    slo: SloTargets = field(default_factory=SloTargets)
+    policy: str = "round-robin"
+    admin_token: str | None = None
+    prefill_timeout: float = 120.0
+    decode_timeout: float = 120.0  # longest silence between two decode chunks
+    connect_timeout: float = 5.0
+    hold_queue: int = 256
+    hold_deadline: float = 30.0
+    health_interval: float | None = 5.0  # None: no active health checks
+    loop_lag_interval: float = 0.5
+    request_log_size: int = 1000
+
+    def __post_init__(self) -> None:
+        check_combination(self.connector, self.mode)
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown policy {self.policy!r}; expected one of {POLICIES}")
+        if self.mode == "colocated" and (self.prefill or self.decode):
+            raise ValueError("--mode colocated takes --instance URL, not --prefill/--decode")
+        if self.mode != "colocated" and self.instance:
+            raise ValueError("--instance URL needs --mode colocated")
+        urls = [f.url for f in (*self.prefill, *self.decode, *self.instance)]
+        if len(urls) != len(set(urls)):
+            raise ValueError("each instance URL may appear once: one instance has one role")
+        if self.hold_queue < 0 or self.hold_deadline < 0:
+            raise ValueError("--hold-queue and --hold-deadline must not be negative")

@@ -1,0 +1,75 @@
+"""Registration over a real ZMQ DEALER, both message shapes, expiry and a mode move."""
+
+import asyncio
+
+import msgpack
+import zmq
+
+from tests.connector.fakes import run, running, settings_for
+from tests.connector.test_proxy import until
+
+NEW = {
+    "type": "P",
+    "http_address": "127.0.0.1:20005",
+    "zmq_address": "host:127.0.0.1,handshake:6301,notify:6105",
+    "dp_size": 1,
+    "tp_size": 1,
+    "transfer_mode": "READ",
+}
+OLD = {
+    "type": "register",
+    "role": "D",
+    "index": "0",
+    "request_address": "http://127.0.0.1:40005/v1/completions",
+    "handshake_port": 7301,
+    "notify_port": 7501,
+    "dp_size": 1,
+    "tp_size": 1,
+    "transfer_mode": "READ",
+}
+
+
+def test_registration_expiry_and_mode_move():
+    async def body():
+        # heartbeat intervals scaled down 50x: newer shape 60 ms, expiry after 180 ms
+        settings = settings_for(registry_port=0, heartbeat_scale=0.02, connector="moriio")
+        async with running(settings) as (_, proxy):
+            ctx = zmq.Context()
+            dealer = ctx.socket(zmq.DEALER)
+            dealer.setsockopt(zmq.LINGER, 0)
+            dealer.connect(f"tcp://127.0.0.1:{proxy.registry_port}")
+            try:
+                dealer.send(msgpack.packb({"type": "HELLO"}))
+                dealer.send(msgpack.packb(NEW))
+                dealer.send(msgpack.packb(OLD))
+                assert await until(lambda: len(list(proxy.pool)) == 2)
+                p = proxy.pool.get("http://127.0.0.1:20005")
+                d = proxy.pool.get("http://127.0.0.1:40005")
+                assert (p.role, p.mode, p.source) == ("prefill", "read", "registry")
+                assert d.zmq_address == "host:127.0.0.1,handshake:7301,notify:7501"
+                assert proxy.pool.route() is not None
+
+                # the prefill restarts in write mode: it moves group
+                dealer.send(msgpack.packb({**NEW, "transfer_mode": "WRITE"}))
+                assert await until(lambda: p.mode == "write")
+                assert p.url in proxy.pool.groups["write"].instances
+                assert p.url not in proxy.pool.groups["read"].instances
+
+                # keep the prefill beating, let the decode go silent: only it is dropped
+                for _ in range(20):
+                    dealer.send(msgpack.packb({**NEW, "transfer_mode": "WRITE"}))
+                    await asyncio.sleep(0.02)
+                    if proxy.pool.get(d.url) is None:
+                        break
+                assert proxy.pool.get(d.url) is None
+                assert proxy.pool.get(p.url) is not None
+                assert await until(lambda: proxy.pool.get(p.url) is None)
+
+                dealer.send(b"\xc1 not msgpack")  # ignored, and the listener survives
+                dealer.send(msgpack.packb(NEW))
+                assert await until(lambda: proxy.pool.get(p.url) is not None)
+            finally:
+                dealer.close(linger=0)
+                ctx.term()
+
+    run(body())
