@@ -1,0 +1,267 @@
+"""A PD deployment as an operator describes it: the desired state pdctl stores and reconciles.
+
+Pure pydantic models. Field shapes are checked by pydantic; the rules that relate fields to
+each other are checked by `check(spec)`, each error located at the field it is about (the API
+turns both into 422s naming the field). Checks that need the world (other deployments, busy
+host ports, operator settings) live in controller/validation.py.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+Slug = Annotated[str, StringConstraints(pattern=r"^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$")]
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+CONNECTORS = (
+    "MoRIIOConnector",
+    "NixlConnector",
+    "MooncakeConnector",
+    "LMCacheConnectorV1",
+    "P2pNcclConnector",
+    "ExampleConnector",
+)
+# Connectors whose instances run in a read or a write mode fixed at start.
+MODE_CONNECTORS = frozenset({"MoRIIOConnector"})
+# Flags pdctl renders itself; an operator's extra args may not set them.
+OWNED_FLAGS = frozenset({
+    "--port", "--host", "--served-model-name", "--kv-transfer-config", "-tp",
+    "--tensor-parallel-size", "--max-num-seqs", "--max-num-batched-tokens", "--max-model-len",
+    "--enable-prefix-caching", "--no-enable-prefix-caching", "--model", "--hardware",
+    "--model-profile", "--time-scale",
+})
+# Environment variables that change what code a process runs; refused unless allowed.
+CODE_ENV = frozenset({
+    "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP",
+    "PYTHONUSERBASE", "PYTHONINSPECT", "PATH", "BASH_ENV", "ENV", "VLLM_PLUGINS",
+    "PYTHONEXECUTABLE", "PYTHONBREAKPOINT",
+})
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+ExtraArg = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+
+
+class Engine(enum.StrEnum):
+    VLLM = "vllm"
+    SIM = "sim"
+
+
+class Topology(enum.StrEnum):
+    COLOCATED = "colocated"
+    DISAGGREGATED = "disaggregated"
+
+
+class Role(enum.StrEnum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+    COLOCATED = "colocated"
+
+
+class Mode(enum.StrEnum):
+    READ = "read"
+    WRITE = "write"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_enum_values=False)
+
+
+class InstancePorts(_Strict):
+    """One instance's ports; any left out are allocated from the deployment's range."""
+
+    http: Port | None = None
+    handshake: Port | None = None  # MoRIIO handshake base (one port per TP rank)
+    notify: Port | None = None  # MoRIIO notify base (one port per TP rank)
+    side_channel: Port | None = None  # NIXL side channel
+
+
+class InstanceGroup(_Strict):
+    name: Slug
+    role: Role
+    count: int = Field(1, ge=1, le=64)
+    tp: int = Field(1, ge=1, le=64)
+    gpus: list[Annotated[int, Field(ge=0, le=1023)]] = Field(default_factory=list,
+                                                              max_length=1024)
+    mode: Mode | None = None
+    ports: list[InstancePorts] = Field(default_factory=list, max_length=64)
+    max_num_seqs: int | None = Field(None, ge=1, le=65536)
+    max_num_batched_tokens: int | None = Field(None, ge=1, le=1 << 20)
+    extra_args: list[ExtraArg] = Field(default_factory=list, max_length=64)
+    env: dict[EnvName, Annotated[str, StringConstraints(max_length=4096)]] = Field(
+        default_factory=dict, max_length=64)
+
+    def instance_gpus(self, index: int) -> list[int]:
+        return self.gpus[index * self.tp:(index + 1) * self.tp]
+
+
+class SloTargets(_Strict):
+    ttft_ms: float | None = Field(1000.0, gt=0)
+    itl_ms: float | None = Field(50.0, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+    itl_stat: str = Field("p99", pattern=r"^(mean|p99|max)$")
+
+
+class ProxyConfig(_Strict):
+    port: Port | None = None
+    registry_port: Port | None = None
+    policy: str = Field("round-robin", pattern=r"^(round-robin|least-tokens)$")
+    hold_queue: int = Field(256, ge=0, le=100_000)
+    hold_deadline_s: float = Field(30.0, gt=0, le=3600)
+
+
+class DeploymentSpec(_Strict):
+    name: Slug
+    engine: Engine = Engine.SIM
+    model: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    hardware: str | None = Field(None, max_length=64)  # the stand-in's hardware profile
+    topology: Topology
+    connector: str | None = None
+    groups: list[InstanceGroup] = Field(min_length=1, max_length=16)
+    proxy: ProxyConfig = Field(default_factory=ProxyConfig)
+    slo: SloTargets = Field(default_factory=SloTargets)
+    max_model_len: int | None = Field(None, ge=16, le=1 << 21)
+    prefix_caching: bool = True
+    # MoRIIO runs without prefix caching in every published setup; keeping it needs a reason.
+    prefix_caching_override_reason: str | None = Field(None, max_length=500)
+    extra_args: list[ExtraArg] = Field(default_factory=list, max_length=64)
+    env: dict[EnvName, Annotated[str, StringConstraints(max_length=4096)]] = Field(
+        default_factory=dict, max_length=64)
+    time_scale: float = Field(1.0, gt=0, le=1000)  # stand-in only
+
+    def instance_names(self) -> list[str]:
+        return [f"{g.name}-{i}" for g in self.groups for i in range(g.count)]
+
+
+class FieldError(ValueError):
+    """A rule broken at a known place: `loc` is the field path, as in FastAPI's 422s."""
+
+    def __init__(self, loc: tuple, message: str) -> None:
+        super().__init__(message)
+        self.loc, self.message = loc, message
+
+
+def check(spec: DeploymentSpec) -> None:
+    """The rules that relate fields to each other; raises FieldError at the first broken one."""
+    _check_connector(spec)
+    _check_groups(spec)
+    _check_gpus(spec)
+    _check_ports(spec)
+    _check_extra_args(spec)
+
+
+def _check_connector(spec: DeploymentSpec) -> None:
+    if spec.topology is Topology.DISAGGREGATED:
+        if spec.connector is None:
+            raise FieldError(("connector",), "a disaggregated deployment needs a KV connector")
+        if spec.connector not in CONNECTORS:
+            raise FieldError(("connector",), f"unknown connector {spec.connector!r}; "
+                             f"known: {', '.join(CONNECTORS)}")
+    elif spec.connector is not None:
+        raise FieldError(("connector",), "a colocated deployment moves no KV: leave connector "
+                         "unset")
+    moriio = spec.connector == "MoRIIOConnector"
+    if moriio and spec.prefix_caching and not spec.prefix_caching_override_reason:
+        raise FieldError(("prefix_caching",), "MoRIIOConnector runs with prefix caching off "
+                         "(every published MORI-IO setup uses --no-enable-prefix-caching); set "
+                         "prefix_caching false, or give prefix_caching_override_reason")
+
+
+def _check_groups(spec: DeploymentSpec) -> None:
+    names = [g.name for g in spec.groups]
+    for i, group in enumerate(spec.groups):
+        if names.count(group.name) > 1:
+            raise FieldError(("groups", i, "name"), f"group name {group.name!r} is used twice")
+        if spec.topology is Topology.COLOCATED and group.role is not Role.COLOCATED:
+            raise FieldError(("groups", i, "role"), "a colocated deployment has only "
+                             "colocated groups")
+        if spec.topology is Topology.DISAGGREGATED and group.role is Role.COLOCATED:
+            raise FieldError(("groups", i, "role"), "a disaggregated deployment has prefill "
+                             "and decode groups")
+        if group.mode is not None and spec.connector not in MODE_CONNECTORS:
+            raise FieldError(("groups", i, "mode"), f"{spec.connector or 'no connector'} has "
+                             "no read/write modes (only MoRIIOConnector does)")
+        if spec.connector in MODE_CONNECTORS and group.mode is None:
+            raise FieldError(("groups", i, "mode"), "MoRIIOConnector groups need a mode: "
+                             "read or write")
+        if group.ports and len(group.ports) != group.count:
+            raise FieldError(("groups", i, "ports"), f"give ports for all {group.count} "
+                             "instances or for none")
+    if spec.topology is Topology.DISAGGREGATED:
+        roles = {g.role for g in spec.groups}
+        if roles != {Role.PREFILL, Role.DECODE}:
+            raise FieldError(("groups",), "a disaggregated deployment needs at least one "
+                             "prefill group and one decode group")
+        if spec.connector in MODE_CONNECTORS:
+            for mode in {g.mode for g in spec.groups}:
+                if {g.role for g in spec.groups if g.mode == mode} != {Role.PREFILL,
+                                                                      Role.DECODE}:
+                    raise FieldError(("groups",), f"mode {mode} has no prefill/decode pair: "
+                                     "a prefill and its decode must run the same mode")
+
+
+def _check_gpus(spec: DeploymentSpec) -> None:
+    owner: dict[int, str] = {}
+    for i, group in enumerate(spec.groups):
+        needs_gpus = bool(group.gpus)  # none given: the stand-in, or vLLM on CPU
+        if needs_gpus and len(group.gpus) != group.count * group.tp:
+            raise FieldError(("groups", i, "gpus"), f"{group.count} instance(s) x TP "
+                             f"{group.tp} need {group.count * group.tp} GPU ids, got "
+                             f"{len(group.gpus)}")
+        for j, gpu in enumerate(group.gpus):
+            instance = f"{group.name}-{j // group.tp}"
+            if gpu in owner:
+                raise FieldError(("groups", i, "gpus"), f"GPU {gpu} is given to both "
+                                 f"{owner[gpu]} and {instance}")
+            owner[gpu] = instance
+
+
+def _check_ports(spec: DeploymentSpec) -> None:
+    used: dict[int, str] = {}
+
+    def claim(port: int | None, width: int, what: str, loc: tuple) -> None:
+        if port is None:
+            return
+        for p in range(port, port + width):
+            if p in used:
+                raise FieldError(loc, f"port {p} ({what}) is also {used[p]}")
+            used[p] = what
+
+    claim(spec.proxy.port, 1, "the proxy's HTTP port", ("proxy", "port"))
+    claim(spec.proxy.registry_port, 1, "the proxy's registry port", ("proxy", "registry_port"))
+    for i, group in enumerate(spec.groups):
+        for j, ports in enumerate(group.ports):
+            where = f"{group.name}-{j}"
+            base = ("groups", i, "ports", j)
+            claim(ports.http, 1, f"{where} HTTP", (*base, "http"))
+            # MoRIIO bases: each TP rank adds its offset, so tp ports from each base.
+            claim(ports.handshake, group.tp, f"{where} handshake", (*base, "handshake"))
+            claim(ports.notify, group.tp, f"{where} notify", (*base, "notify"))
+            claim(ports.side_channel, 1, f"{where} NIXL side channel",
+                  (*base, "side_channel"))
+
+
+def _check_extra_args(spec: DeploymentSpec) -> None:
+    lists = [(("extra_args",), spec.extra_args)]
+    lists += [(("groups", i, "extra_args"), g.extra_args) for i, g in enumerate(spec.groups)]
+    for loc, args in lists:
+        for k, arg in enumerate(args):
+            flag = arg.split("=", 1)[0]
+            if flag in OWNED_FLAGS:
+                raise FieldError((*loc, k), f"{flag} is set by pdctl from the deployment; "
+                                 "change the field instead")
+            if "kv_connector_module_path" in arg:
+                raise FieldError((*loc, k), "kv_connector_module_path loads arbitrary code "
+                                 "and is refused")
+            if any(c in arg for c in "\n\r\x00"):
+                raise FieldError((*loc, k), "extra args may not contain newlines or NUL")
+
+
+def code_env_names(spec: DeploymentSpec) -> list[tuple[tuple, str]]:
+    """Env names that change what code runs, with where they are; allowed only by setting."""
+    found = [(("env", name), name) for name in spec.env if name.upper() in CODE_ENV]
+    for i, group in enumerate(spec.groups):
+        found += [(("groups", i, "env", name), name) for name in group.env
+                  if name.upper() in CODE_ENV]
+    return found
