@@ -30,17 +30,20 @@ class BlockPool:
         self._ref = [0] * num_blocks
         self._hash: list[int | None] = [None] * num_blocks
         self._cached: dict[int, int] = {}
-        # Blocks nobody references, in eviction order (front is evicted first).
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        # Blocks never used yet are [_fresh, num_blocks): they come first, as at the head of
+        # vLLM's initial free queue, without a queue entry each (pools have ~10^6 blocks).
+        self._fresh = 0
+        # Blocks used before and referenced by nobody, in eviction order (front goes first).
+        self._free: OrderedDict[int, None] = OrderedDict()
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        return self.num_blocks - self._fresh + len(self._free)
 
     @property
     def usage(self) -> float:
         """Share of blocks in use, as vLLM's kv_cache_usage_perc (cached-but-free is free)."""
-        return 1.0 - len(self._free) / self.num_blocks
+        return 1.0 - self.num_free / self.num_blocks
 
     def find_cached(self, hashes: Sequence[int]) -> list[int]:
         """Blocks holding the longest cached prefix of `hashes` (not yet referenced)."""
@@ -57,7 +60,7 @@ class BlockPool:
     def can_allocate(self, new_blocks: int, hits: Sequence[int] = ()) -> bool:
         # Hit blocks sitting in the free queue stop being evictable once we take them.
         reclaimed = sum(1 for b in hits if self._ref[b] == 0)
-        return new_blocks <= len(self._free) - reclaimed
+        return new_blocks <= self.num_free - reclaimed
 
     def take(self, hits: Sequence[int]) -> None:
         """Reference cached blocks found by find_cached."""
@@ -67,10 +70,14 @@ class BlockPool:
             self._ref[block] += 1
 
     def allocate(self, n: int) -> list[int]:
-        if n > len(self._free):
-            raise RuntimeError(f"KV pool exhausted: asked {n}, {len(self._free)} free")
-        blocks = []
-        for _ in range(n):
+        if n > self.num_free:
+            raise RuntimeError(f"KV pool exhausted: asked {n}, {self.num_free} free")
+        fresh = min(n, self.num_blocks - self._fresh)
+        blocks = list(range(self._fresh, self._fresh + fresh))
+        self._fresh += fresh
+        for block in blocks:
+            self._ref[block] = 1
+        for _ in range(n - fresh):
             block, _ = self._free.popitem(last=False)
             old = self._hash[block]
             if old is not None:

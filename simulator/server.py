@@ -200,8 +200,8 @@ def _failure(state: SimState, ereq: EngineRequest) -> str:
             + (f": {why}" if why else "") + " (kv_load_failure_policy=fail)")
 
 
-def _texts(ereq: EngineRequest, start: int, end: int) -> list[str]:
-    ids = tokenizer.output_token_ids(ereq.prompt_token_ids, start, end - start)
+def _texts(ereq: EngineRequest, start: int, end: int, seed: int | None = None) -> list[str]:
+    ids = tokenizer.output_token_ids(ereq.prompt_token_ids, start, end - start, seed)
     return [tokenizer.token_text(t, start + i == 0) for i, t in enumerate(ids)]
 
 
@@ -229,13 +229,14 @@ async def _stream(request, state, gen, writer: ResponseWriter, ereq, handoff,
     if gen.kind == "chat":
         await response.write(writer.role_chunk())
     sent = 0
+    seed = tokenizer.prompt_seed(ereq.prompt_token_ids)
     while True:
         item = await queue.get()
         if item == FINISHED:
             break
         if item <= sent:
             continue
-        chunks = [writer.token_chunk(text) for text in _texts(ereq, sent, item)]
+        chunks = [writer.token_chunk(text) for text in _texts(ereq, sent, item, seed)]
         sent = item
         await response.write(b"".join(chunks))
     if ereq.finish_reason in ("error", "abort"):
