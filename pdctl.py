@@ -17,7 +17,7 @@ def _register() -> None:
     from simulator import cli as sim_cli
 
     sim_cli.register(app)
-    for name in ("connector.cli", "bench.cli"):
+    for name in ("simulator.plan_cli", "connector.cli", "bench.cli", "controller.cli", "web.cli"):
         try:
             module = __import__(name, fromlist=["register"])
         except ModuleNotFoundError as exc:

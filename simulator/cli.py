@@ -184,7 +184,10 @@ def run(settings: EngineSettings) -> None:
           f"{settings.served_model_name!r} at http://{settings.host}:{settings.port}/v1",
           flush=True)
     web.run_app(create_app(settings), host=settings.host, port=settings.port,
-                print=None, access_log=None, handle_signals=True)
+                print=None, access_log=None, handle_signals=True,
+                # vLLM aborts a request whose client went away even while it waits (its
+                # with_cancellation); without this only a streaming write would notice.
+                handler_cancellation=True)
 
 
 def use_uvloop() -> None:

@@ -1,0 +1,188 @@
+"""`pdctl plan` and `pdctl kv`: the what-if planner and the KV calculator on the terminal."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from simulator import profiles
+from simulator.planner import (
+    EngineFlags,
+    PlanError,
+    PlanSetup,
+    Slo,
+    Workload,
+    parse_config,
+    search,
+    sweep,
+)
+from simulator.scenarios import SCENARIOS
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan", help="What-if: serve a workload on candidate layouts, virtually.")(plan)
+    app.command("kv", help="KV-cache bytes of a prompt and its transfer time.")(kv)
+
+
+def _rates(text: str) -> list[float]:
+    """`8`, `1,2,4` or `0.5:10:0.5` (start:stop:step, inclusive)."""
+    try:
+        if ":" in text:
+            start, stop, step = (float(x) for x in text.split(":"))
+            if step <= 0 or stop < start:
+                raise ValueError
+            count = round((stop - start) / step) + 1
+            return [round(start + i * step, 6) for i in range(count)]
+        rates = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise PlanError(f"--rate {text!r}: expected R, R1,R2,... or start:stop:step") from None
+    if any(r <= 0 for r in rates):
+        raise PlanError("--rate values must be > 0")
+    return rates
+
+
+def plan(
+    scenario: str | None = typer.Option(None, "--scenario",
+                                        help=f"Built-in: {', '.join(SCENARIOS)}."),
+    model: str = typer.Option("qwen3-235b-a22b-fp8", "--model"),
+    hardware: str = typer.Option("mi300x", "--hardware"),
+    gpus: int = typer.Option(8, "--gpus"),
+    config: list[str] | None = typer.Option(None, "--config",
+                                     help="2xtp4 or 1p-tp4+1d-tp4:write; repeat."),
+    rate: str = typer.Option("8", "--rate", help="R, R1,R2 or start:stop:step."),
+    num_prompts: int = typer.Option(100, "--num-prompts"),
+    input_len: int = typer.Option(2000, "--input-len"),
+    output_len: int = typer.Option(1000, "--output-len"),
+    range_ratio: float = typer.Option(0.0, "--range-ratio"),
+    burstiness: float = typer.Option(1.0, "--burstiness"),
+    seed: int = typer.Option(0, "--seed"),
+    shared_prefix_len: int = typer.Option(0, "--shared-prefix-len"),
+    slo_ttft_ms: float = typer.Option(1000.0, "--slo-ttft-ms"),
+    slo_itl_ms: float = typer.Option(50.0, "--slo-itl-ms"),
+    itl_slo_stat: str = typer.Option("p99", "--itl-slo-stat"),
+    goodput_share: float = typer.Option(0.9, "--goodput-share"),
+    link_gbps: float | None = typer.Option(None, "--link-gbps",
+                                           help="GB/s between P and D (default NICs x TP)."),
+    max_num_seqs: int = typer.Option(256, "--max-num-seqs"),
+    max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens"),
+    pd_max_num_seqs: int = typer.Option(256, "--pd-max-num-seqs"),
+    pd_max_num_batched_tokens: int = typer.Option(4096, "--pd-max-num-batched-tokens"),
+    prefix_caching: bool = typer.Option(False, "--prefix-caching/--no-prefix-caching"),
+    do_search: bool = typer.Option(False, "--search", help="Rank every one-node layout."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    console = Console()
+    try:
+        if scenario is not None:
+            if scenario not in SCENARIOS:
+                raise PlanError(f"--scenario {scenario!r}: known: {', '.join(SCENARIOS)}")
+            result = SCENARIOS[scenario]()
+            _emit(result, as_json, console)
+            return
+        _checks(model, hardware, gpus, num_prompts, input_len, output_len, range_ratio,
+                burstiness, goodput_share, itl_slo_stat)
+        rates = _rates(rate)
+        flags = EngineFlags(max_num_seqs, max_num_batched_tokens, prefix_caching)
+        pd_flags = EngineFlags(pd_max_num_seqs, pd_max_num_batched_tokens, prefix_caching)
+        setup = PlanSetup(model, hardware, gpus, flags, pd_flags, pd_flags, link_gbps,
+                          slo=Slo(slo_ttft_ms, slo_itl_ms, itl_slo_stat),
+                          goodput_share=goodput_share)
+        workload = Workload(num_prompts, input_len, output_len, range_ratio, burstiness, seed,
+                            shared_prefix_len)
+        started = time.perf_counter()
+        if do_search:
+            result = search(setup, workload, rates)
+        else:
+            configs = [parse_config(c) for c in config or ["1xtp8"]]
+            result = sweep(setup, configs, workload, rates)
+        result["wall_s"] = round(time.perf_counter() - started, 3)
+    except (PlanError, profiles.UnknownProfile) as exc:
+        typer.echo(f"pdctl plan: error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    _emit(result, as_json, console)
+
+
+def _checks(model, hardware, gpus, num_prompts, input_len, output_len, range_ratio,
+            burstiness, goodput_share, itl_slo_stat) -> None:
+    profiles.model(model)
+    profiles.hardware(hardware)
+    for ok, message in (
+        (1 <= gpus <= 64, "--gpus must be between 1 and 64"),
+        (1 <= num_prompts <= 100_000, "--num-prompts must be between 1 and 100000"),
+        (input_len >= 1 and output_len >= 1, "--input-len and --output-len must be >= 1"),
+        (0 <= range_ratio < 1, "--range-ratio must be in [0, 1)"),
+        (burstiness > 0, "--burstiness must be > 0"),
+        (0 < goodput_share <= 1, "--goodput-share must be in (0, 1]"),
+        (itl_slo_stat in ("mean", "p99", "max"), "--itl-slo-stat must be mean, p99 or max"),
+    ):
+        if not ok:
+            raise PlanError(message)
+
+
+def _emit(result: dict, as_json: bool, console: Console) -> None:
+    if as_json:
+        typer.echo(json.dumps(result, indent=2, default=str))
+        return
+    if "ranked" in result:
+        table = Table("config", "max_goodput_rate", "attainment at top rate", "fails on")
+        for r in result["ranked"]:
+            table.add_row(r["config"], str(r["max_goodput_rate"]),
+                          f"{r['attainment_at_top_rate']:.0%}", r["failed_target_at_top_rate"])
+        console.print(table)
+        console.print(result["reason"])
+        return
+    if "saturation" in result:
+        table = Table("config", "GPUs", "duration s", "total tok/s", "output tok/s")
+        for r in result["saturation"]:
+            table.add_row(r["config"], str(r["gpus"]), str(r["duration_s"]),
+                          str(r["total_tokens_per_s"]), str(r["output_tokens_per_s"]))
+        console.print(table)
+        console.print(result.get("verdict", ""))
+        return
+    table = Table("config", "rate", "met TTFT", "met ITL", "met both", "TTFT p50/p99 ms",
+                  "ITL p50/p99 ms", "fails on", *(["published"] if "published" in
+                                                    result["rows"][0] else []))
+    for r in result["rows"]:
+        cells = [r["config"], f"{r['rate']:g}", f"{r['met_ttft']}/{r['requests']}",
+                 f"{r['met_itl']}/{r['requests']}", f"{r['met_both']}/{r['requests']}",
+                 f"{r['p50_ttft_ms']:.0f} / {r['p99_ttft_ms']:.0f}",
+                 f"{r['p50_itl_ms']:.1f} / {r['p99_itl_ms']:.1f}", r["failed_target"]]
+        if "published" in r:
+            cells.append(str(r["published"]))
+        table.add_row(*cells)
+    console.print(table)
+    for name, best in result["max_goodput_rate"].items():
+        console.print(f"max_goodput_rate {name}: {best} req/s "
+                      f"(>= {result['goodput_share']:.0%} meet both)")
+    if "wall_s" in result:
+        console.print(f"(simulated in {result['wall_s']} s)")
+
+
+def kv(
+    model: str = typer.Option("llama-3.1-70b", "--model"),
+    tokens: int = typer.Option(10_000, "--tokens"),
+    hardware: str = typer.Option("h100", "--hardware"),
+    tp: int = typer.Option(1, "--tp", help="NICs used (one per TP rank)."),
+    link_gbps: float | None = typer.Option(None, "--link-gbps", help="GB/s, overrides NICs."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    try:
+        spec, hw = profiles.model(model), profiles.hardware(hardware)
+    except profiles.UnknownProfile as exc:
+        typer.echo(f"pdctl kv: error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if tokens < 1 or tp < 1 or (link_gbps is not None and link_gbps <= 0):
+        typer.echo("pdctl kv: error: --tokens, --tp and --link-gbps must be positive", err=True)
+        raise typer.Exit(2)
+    from simulator.calculator import kv_report
+
+    report = kv_report(spec, hw, tokens, tp, link_gbps)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    for key, value in report.items():
+        typer.echo(f"{key:<28} {value}")

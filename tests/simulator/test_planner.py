@@ -1,0 +1,127 @@
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from simulator import plan_cli
+from simulator.planner import (
+    PlanConfig,
+    PlanError,
+    PlanSetup,
+    Workload,
+    candidate_configs,
+    parse_config,
+    run,
+    search,
+)
+from simulator.scenarios import mori_io_blog, saturation_scenario
+
+
+def test_config_grammar():
+    assert parse_config("2xtp4") == PlanConfig("colocated", count=2, tp=4)
+    pd = parse_config("1p-tp4+1d-tp4:read")
+    assert (pd.prefills, pd.prefill_tp, pd.decodes, pd.decode_tp, pd.mode) == (1, 4, 1, 4,
+                                                                                "read")
+    assert parse_config("2ptp2+1dtp4").mode == "write"
+    assert pd.gpus == 8 and pd.label == "1P-TP4+1D-TP4 read"
+
+
+@pytest.mark.parametrize("bad", ["tp8", "2x", "1p-tp4", "0xtp8", "1p-tp4+0d-tp4", "1p+1d"])
+def test_bad_configs_name_the_option(bad):
+    with pytest.raises(PlanError, match="--config"):
+        parse_config(bad)
+
+
+def test_config_that_needs_more_gpus_or_memory_is_refused():
+    setup = PlanSetup("llama-3.1-70b", "h100", gpus=4)
+    with pytest.raises(PlanError, match="needs 8 GPUs"):
+        setup.check(parse_config("2xtp4"))
+    with pytest.raises(PlanError, match="does not fit"):
+        setup.check(parse_config("4xtp1"))
+
+
+def test_candidates_cover_every_one_node_split():
+    labels = {c.label for c in candidate_configs(8, ("write",))}
+    assert {"1xTP8", "2xTP4", "8xTP1", "1P-TP4+1D-TP4 write", "2P-TP2+1D-TP4 write"} <= labels
+    assert all(c.gpus == 8 for c in candidate_configs(8))
+
+
+def test_rows_carry_the_promised_fields():
+    setup = PlanSetup("llama-3.1-8b", "h100", gpus=2)
+    r = run(setup, parse_config("1p-tp1+1d-tp1:write"), Workload(20, 500, 50), 4.0)
+    for key in ("config", "rate", "requests", "met_ttft", "met_itl", "met_both",
+                "p50_ttft_ms", "p99_ttft_ms", "p50_itl_ms", "p99_itl_ms"):
+        assert key in r
+    assert r["requests"] == 20
+
+
+def test_mori_io_scenario_keeps_the_published_order_and_failure_modes():
+    result = mori_io_blog(rates=[8.0])
+    met = {r["config"]: r for r in result["rows"]}
+    read, write = met["1P-TP4+1D-TP4 read"], met["1P-TP4+1D-TP4 write"]
+    tp4, tp8 = met["2xTP4"], met["1xTP8"]
+    assert write["met_both"] >= read["met_both"] > 2 * tp4["met_both"]
+    assert tp4["met_both"] >= tp8["met_both"]
+    for split in (read, write):  # disaggregation: no ITL misses, only TTFT ones
+        assert split["met_itl"] == 100 and split["failed_target"] == "ttft"
+    for colocated in (tp4, tp8):  # colocation: only ITL misses
+        assert colocated["met_ttft"] == 100 and colocated["failed_target"] == "itl"
+    assert result["calibration"][0]["fitted_to"]
+
+
+def test_saturation_disaggregation_does_not_raise_throughput():
+    result = saturation_scenario()
+    best = {"colocated": 0.0, "split": 0.0}
+    for r in result["saturation"]:
+        kind = "split" if "P-" in r["config"] else "colocated"
+        best[kind] = max(best[kind], r["total_tokens_per_s"])
+    assert best["split"] <= best["colocated"]
+
+
+def test_search_ranks_layouts_and_explains_the_winner():
+    setup = PlanSetup("llama-3.1-8b", "h100", gpus=2)
+    result = search(setup, Workload(30, 1000, 100), [2.0, 8.0])
+    assert (result["ranked"] and "req/s" in result["reason"]) or "no layout" in result["reason"]
+    assert len({r["config"] for r in result["ranked"]}) == len(result["ranked"])
+
+
+@pytest.fixture
+def app():
+    app = typer.Typer()
+    plan_cli.register(app)
+    return app
+
+
+def test_cli_json_rows(app):
+    out = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--hardware", "h100",
+                                   "--gpus", "2", "--config", "2xtp1", "--rate", "1,4",
+                                   "--num-prompts", "10", "--input-len", "300",
+                                   "--output-len", "20", "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    assert [r["rate"] for r in doc["rows"]] == [1.0, 4.0]
+    assert "calibration" in doc and "2xTP1" in doc["max_goodput_rate"]
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--rate", "fast"], "--rate"),
+    (["--rate", "-1"], "--rate"),
+    (["--config", "tp8"], "--config"),
+    (["--model", "gpt-5"], "unknown models profile"),
+    (["--range-ratio", "1.5"], "--range-ratio"),
+    (["--scenario", "nope"], "--scenario"),
+    (["--itl-slo-stat", "p50"], "--itl-slo-stat"),
+])
+def test_cli_errors_name_the_option(app, args, needle):
+    out = CliRunner().invoke(app, ["plan", *args])
+    assert out.exit_code == 2 and needle in out.output
+
+
+def test_kv_calculator_llama70b_10k_tokens(app):
+    out = CliRunner().invoke(app, ["kv", "--model", "llama-3.1-70b", "--tokens", "10000",
+                                   "--hardware", "l40s", "--json"])
+    doc = json.loads(out.output)
+    assert doc["kv_gb"] == 3.277
+    assert doc["in_node_path"].startswith("through host")
+    assert CliRunner().invoke(app, ["kv", "--tokens", "0"]).exit_code == 2
