@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -51,8 +52,8 @@ def plan(
     model: str = typer.Option("qwen3-235b-a22b-fp8", "--model"),
     hardware: str = typer.Option("mi300x", "--hardware"),
     gpus: int = typer.Option(8, "--gpus"),
-    config: list[str] | None = typer.Option(None, "--config",
-                                     help="2xtp4 or 1p-tp4+1d-tp4:write; repeat."),
+    config: Annotated[list[str] | None, typer.Option(
+        "--config", help="2xtp4 or 1p-tp4+1d-tp4:write; repeat.")] = None,
     rate: str = typer.Option("8", "--rate", help="R, R1,R2 or start:stop:step."),
     num_prompts: int = typer.Option(100, "--num-prompts"),
     input_len: int = typer.Option(2000, "--input-len"),
