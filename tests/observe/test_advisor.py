@@ -1,0 +1,56 @@
+"""Each rule fires on a case that should trigger it, not on one that should not, and says
+so when its signal is missing."""
+
+import pytest
+
+from observe.advisor import RULES, advise
+
+BASE = {"slo_ttft_ms": 1000, "slo_itl_ms": 50, "ttft_p99_ms": 400, "itl_p99_ms": 35,
+        "spike_prefill_overlap": 0.1, "prompt_tokens_mean": 1000, "concurrency_mean": 8,
+        "kv_transfer_gbps": 40, "transfer_share_of_ttft": 0.05, "multi_turn_share": 0.0,
+        "frontend_cpu_share": 0.2, "request_rate": 4.0, "burstiness": 1.0,
+        "prefix_hit_rate": 0.05, "topology": "colocated"}
+
+CASES = {
+    "itl_interference": {"itl_p99_ms": 150, "spike_prefill_overlap": 0.9},
+    "ttft_binding": {"ttft_p99_ms": 1500},
+    "long_prompts_high_concurrency": {"prompt_tokens_mean": 4000, "concurrency_mean": 64},
+    "multi_turn": {"multi_turn_share": 0.6},
+    "frontend_cpu": {"frontend_cpu_share": 0.95},
+    "slow_kv_transfer": {"transfer_share_of_ttft": 0.5},
+    "light_traffic": {"request_rate": 0.2},
+    "prefix_cache_heavy": {"prefix_hit_rate": 0.8},
+}
+
+
+def verdict(signals, rule):
+    return next(v for v in advise(signals) if v.rule == rule)
+
+
+@pytest.mark.parametrize("rule", sorted(CASES))
+def test_rule_fires_on_its_case_and_not_on_the_base(rule):
+    assert verdict({**BASE, **CASES[rule]}, rule).triggered is True
+    assert verdict(BASE, rule).triggered is False
+
+
+def test_every_rule_has_a_case():
+    assert {r.name for r in RULES} == set(CASES)
+
+
+def test_spikes_not_caused_by_prefill_do_not_trigger_disaggregation():
+    v = verdict({**BASE, "itl_p99_ms": 150, "spike_prefill_overlap": 0.1}, "itl_interference")
+    assert v.triggered is False
+
+
+def test_long_prompts_over_a_slow_link_advise_fixing_the_link():
+    v = verdict({**BASE, "prompt_tokens_mean": 4000, "concurrency_mean": 64,
+                 "kv_transfer_gbps": 1}, "long_prompts_high_concurrency")
+    assert v.triggered is False and "fix the link" in v.advice
+
+
+def test_missing_signals_are_reported_not_guessed():
+    verdicts = advise({})
+    assert all(v.triggered is None and v.advice.startswith("no signal") for v in verdicts)
+    v = verdict({"prefix_hit_rate": 0.9}, "prefix_cache_heavy")
+    assert v.triggered is True and v.evidence == {"prefix_hit_rate": 0.9}
+    assert v.to_json()["signals"] == ["prefix_hit_rate"]
