@@ -13,7 +13,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-Slug = Annotated[str, StringConstraints(pattern=r"^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$")]
+Slug = Annotated[str, StringConstraints(max_length=40,
+                                        pattern=r"^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$")]
 Port = Annotated[int, Field(ge=1, le=65535)]
 
 CONNECTORS = (

@@ -1,0 +1,104 @@
+"""The repository directly: serialized writes, sticky ports across revisions, events."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controller.ports import AllocatedPorts
+from tests.specs import colocated, edited, moriio_1p1d, nixl_1p1d, spec
+from web import migrate
+from web.admission import Admission
+from web.db import create_engine
+from web.errors import Conflict
+from web.store import Store
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    db = tmp_path / "pdctl.db"
+    migrate.upgrade(db)
+    engine = create_engine(db)
+    yield Store(engine, Admission((43000, 43999), False, lambda port: False))
+    engine.dispose()
+
+
+def claimed(store: Store, name: str) -> set[int]:
+    current = store.get(name)
+    return current.ports.claimed(current.spec)
+
+
+def test_concurrent_creates_never_share_a_port(store: Store) -> None:
+    errors: list[Exception] = []
+
+    def create(i: int) -> None:
+        try:
+            store.create(spec(nixl_1p1d(f"pd{i}")), "test")
+        except Exception as exc:  # collected and re-raised below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert errors == []
+    ports = [claimed(store, f"pd{i}") for i in range(8)]
+    assert sum(len(p) for p in ports) == len(set().union(*ports)) == 8 * 6
+
+
+def test_an_update_keeps_ports_unless_the_operator_takes_one(store: Store) -> None:
+    first = store.create(spec(colocated(count=2)), "test").ports
+    moved = first.instances["main-1"].http
+    body = edited(colocated(count=2), ("groups", 0, "ports"), [{"http": moved}, {}])
+    second = store.update("solo", spec(body), "test").ports
+    assert second.instances["main-0"].http == moved
+    assert second.instances["main-1"].http not in (moved, first.proxy, first.registry)
+    assert (second.proxy, second.registry) == (first.proxy, first.registry)
+
+
+def test_a_tp_change_reallocates_that_groups_rank_ranges(store: Store) -> None:
+    first = store.create(spec(moriio_1p1d(tp=2)), "test").ports
+    second = store.update("mori", spec(moriio_1p1d(tp=4)), "test")
+    assert isinstance(second.ports, AllocatedPorts)
+    prefill = second.ports.instances["prefill-0"]
+    assert prefill.notify == prefill.handshake + 4 != first.instances["prefill-0"].notify
+    assert len(second.ports.claimed(second.spec)) == 2 + 2 * 9  # no rank range overlaps
+
+
+def test_allocation_gives_up_when_the_host_is_full(tmp_path: Path) -> None:
+    db = tmp_path / "pdctl.db"
+    migrate.upgrade(db)
+    engine = create_engine(db)
+    try:
+        full = Store(engine, Admission((43000, 43999), False, lambda port: True))
+        with pytest.raises(Conflict, match="cannot allocate ports for 'pd'"):
+            full.create(spec(nixl_1p1d()), "test")
+    finally:
+        engine.dispose()
+
+
+def test_recorded_events_are_counted_by_kind(store: Store) -> None:
+    store.create(spec(nixl_1p1d()), "operator:alice")
+    event = store.record("controller", "instance.started", "prefill-0 started", "pd",
+                         {"pid": 42})
+    assert event.id is not None and event.ts.tzinfo is not None
+    assert store.events("pd", "instance.started")[0].detail == {"pid": 42}
+    assert store.counts() == (1, 1, {"deployment.created": 1, "instance.started": 1})
+
+
+def test_allocation_skips_busy_host_ports(tmp_path: Path) -> None:
+    db = tmp_path / "pdctl.db"
+    migrate.upgrade(db)
+    engine = create_engine(db)
+    try:
+        busy = {43000, 43002, 43003}
+        store = Store(engine, Admission((43000, 43999), False, busy.__contains__))
+        ports = store.create(spec(nixl_1p1d()), "test").ports
+        assert (ports.proxy, ports.registry, ports.instances["prefill-0"].http) == (
+            43001, 43004, 43005)
+    finally:
+        engine.dispose()

@@ -1,0 +1,66 @@
+"""The control plane's app factory: `create_app(settings)`; everything stateful is built in the
+lifespan and kept on `app.state` (engine, store, tokens, metrics registry, controller)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+
+from fastapi import APIRouter, Depends, FastAPI
+from fastapi.templating import Jinja2Templates
+
+from controller.validation import host_port_busy
+from web import errors, migrate
+from web.admission import Admission
+from web.auth import TokenBook
+from web.db import create_engine
+from web.deps import current_actor
+from web.limits import BodyLimit
+from web.metrics import build_registry
+from web.routes import deployments, events, login, ops, revisions
+from web.settings import Settings, get_settings
+from web.store import Store
+
+TEMPLATES = Path(__file__).parent / "templates"
+# Each module's `router` goes under /api, behind a token when tokens are set. A new resource
+# (the lifecycle endpoints) is one more module here.
+API_ROUTES = (deployments, revisions, events)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    app = FastAPI(title="pdctl", summary="Control plane for PD-disaggregated vLLM serving",
+                  lifespan=_lifespan)
+    app.state.settings = settings
+    app.state.tokens = TokenBook(settings)
+    app.state.templates = Jinja2Templates(directory=TEMPLATES)
+    app.state.controller = None  # set by the controller when it runs in this process
+    errors.install(app)
+    api = APIRouter(prefix="/api", dependencies=[Depends(current_actor)])
+    for module in API_ROUTES:
+        api.include_router(module.router)
+    app.include_router(api)
+    app.include_router(ops.router)
+    app.include_router(login.router)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    return app
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    if settings.migrate_on_start:
+        migrate.upgrade(settings.db)
+    engine = create_engine(settings.db)
+    hosts = ("127.0.0.1", settings.host)
+    admission = Admission(settings.port_range, settings.allow_code_env,
+                          partial(host_port_busy, hosts=hosts),
+                          reserved=frozenset({settings.port}))
+    app.state.store = Store(engine, admission)
+    app.state.registry = build_registry(app.state.store)
+    try:
+        yield
+    finally:
+        engine.dispose()

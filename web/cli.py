@@ -1,0 +1,45 @@
+"""`pdctl serve`: argument parsing only; the app is web.app.create_app."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def serve(
+    host: Annotated[
+        str | None, typer.Option(help="Address to bind (default 127.0.0.1, or PDCTL_HOST).")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help="HTTP port (default 8000, or PDCTL_PORT).")
+    ] = None,
+    db: Annotated[
+        Path | None, typer.Option(help="SQLite file (default pdctl.db, or PDCTL_DB).")
+    ] = None,
+) -> None:
+    """Run the control plane: migrate the database to head, then serve the API."""
+    import uvicorn
+    from pydantic import ValidationError
+
+    from web.app import create_app
+    from web.auth import is_loopback
+    from web.settings import Settings
+
+    flags = {k: v for k, v in {"host": host, "port": port, "db": db}.items() if v is not None}
+    try:
+        settings = Settings(**flags)
+    except ValidationError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if not settings.auth_enabled and not is_loopback(settings.host):
+        raise typer.BadParameter(
+            f"refusing to bind {settings.host} without tokens: anyone who can reach it could "
+            "change deployments. Set PDCTL_OPERATOR_TOKENS (and PDCTL_VIEWER_TOKENS), or "
+            "bind loopback (--host 127.0.0.1).", param_hint="--host")
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
+                log_level="info", timeout_graceful_shutdown=5)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)

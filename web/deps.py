@@ -1,0 +1,62 @@
+"""FastAPI dependencies as Annotated aliases, so handlers read like sentences."""
+
+from __future__ import annotations
+
+from typing import Annotated, Protocol
+
+from fastapi import Depends, Query, Request
+
+from web.auth import ANONYMOUS, COOKIE, Actor, TokenBook, bearer
+from web.errors import Forbidden, Unauthorized
+from web.settings import Settings
+from web.store import Store
+
+
+class ControllerHook(Protocol):
+    """What the routes ask of the controller, when one runs in this process
+    (`app.state.controller`); the lifecycle routes will ask more."""
+
+    def is_active(self, name: str) -> bool:
+        """True while any instance of deployment `name` is not stopped."""
+        ...
+
+
+def get_controller(request: Request) -> ControllerHook | None:
+    return request.app.state.controller
+
+
+def get_store(request: Request) -> Store:
+    return request.app.state.store
+
+
+def get_app_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def current_actor(request: Request) -> Actor:
+    book: TokenBook = request.app.state.tokens
+    if not book.enabled:
+        return ANONYMOUS
+    secret = bearer(request.headers.get("authorization")) or request.cookies.get(COOKIE)
+    if not secret:
+        raise Unauthorized("a token is required: send 'Authorization: Bearer <token>' or "
+                           "sign in at /login")
+    actor = book.identify(secret)
+    if actor is None:
+        raise Unauthorized("unknown token")
+    return actor
+
+
+def current_operator(actor: Annotated[Actor, Depends(current_actor)]) -> Actor:
+    if not actor.may_change:
+        raise Forbidden(f"{actor.label} may only read; changes need an operator token")
+    return actor
+
+
+StoreDep = Annotated[Store, Depends(get_store)]
+ControllerDep = Annotated[ControllerHook | None, Depends(get_controller)]
+SettingsDep = Annotated[Settings, Depends(get_app_settings)]
+Viewer = Annotated[Actor, Depends(current_actor)]
+Operator = Annotated[Actor, Depends(current_operator)]
+Reason = Annotated[str | None, Query(max_length=500, description="Why: kept with the "
+                                     "revision and the event.")]

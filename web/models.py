@@ -1,0 +1,82 @@
+"""The SQLite tables (SQLModel). Alembic migrations in migrations/ are the only way they change.
+
+    deployments  one row per live deployment; `revision` is the number of its current revision
+    revisions    every change to a deployment: the whole spec and its allocated ports, who, why
+    events       everything an operator (or the controller) does; outlives deleted deployments
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from sqlmodel import Field, SQLModel
+
+
+class UTCDateTime(sa.types.TypeDecorator):
+    """A DATETIME stored as naive UTC (SQLite keeps no zone) and read back as aware UTC."""
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None,
+                             dialect: sa.Dialect) -> datetime | None:
+        return value.replace(tzinfo=UTC) if value is not None else None
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _ts(**kw: object) -> object:
+    return Field(default_factory=utcnow, sa_type=UTCDateTime, nullable=False, **kw)
+
+
+class Deployment(SQLModel, table=True):
+    __tablename__ = "deployments"
+    __table_args__ = (sa.UniqueConstraint("name", name="uq_deployments_name"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(max_length=40, nullable=False)
+    revision: int = Field(nullable=False)
+    created_at: datetime = _ts()
+    updated_at: datetime = _ts()
+
+
+class Revision(SQLModel, table=True):
+    __tablename__ = "revisions"
+    __table_args__ = (
+        sa.UniqueConstraint("deployment_id", "number", name="uq_revisions_deployment_number"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    deployment_id: int = Field(sa_column=sa.Column(
+        sa.Integer, sa.ForeignKey("deployments.id", ondelete="CASCADE",
+                                  name="fk_revisions_deployment_id"), nullable=False))
+    number: int = Field(nullable=False)
+    spec: dict = Field(sa_type=sa.JSON, nullable=False)
+    ports: dict = Field(sa_type=sa.JSON, nullable=False)
+    actor: str = Field(max_length=200, nullable=False)
+    reason: str | None = Field(default=None, max_length=500)
+    created_at: datetime = _ts()
+
+
+class Event(SQLModel, table=True):
+    __tablename__ = "events"
+    __table_args__ = (
+        sa.Index("ix_events_deployment_id", "deployment", "id"),
+        sa.Index("ix_events_kind", "kind"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    ts: datetime = _ts()
+    actor: str = Field(max_length=200, nullable=False)
+    kind: str = Field(max_length=64, nullable=False)
+    deployment: str | None = Field(default=None, max_length=40)  # a name, not a key: outlives it
+    message: str = Field(nullable=False)
+    detail: dict = Field(default_factory=dict, sa_type=sa.JSON, nullable=False)

@@ -1,0 +1,1 @@
+"""One module per resource, each with its own `router`; web/app.py includes them."""

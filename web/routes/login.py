@@ -1,0 +1,49 @@
+"""/login and /logout: the browser keeps its token in an HttpOnly, SameSite=Strict cookie."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request, status
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from web.auth import COOKIE, TokenBook
+from web.deps import StoreDep
+
+router = APIRouter(tags=["login"], include_in_schema=False)
+
+
+def _page(request: Request, error: str | None = None, code: int = 200) -> HTMLResponse:
+    return request.app.state.templates.TemplateResponse(
+        request, "login.html", {"error": error}, status_code=code)
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_page(request: Request) -> HTMLResponse:
+    return _page(request)
+
+
+@router.post("/login", response_model=None)
+def login(request: Request, token: Annotated[str, Form(max_length=4096)],
+          store: StoreDep) -> HTMLResponse | RedirectResponse:
+    book: TokenBook = request.app.state.tokens
+    actor = book.identify(token) if book.enabled else None
+    if book.enabled and actor is None:
+        return _page(request, "Unknown token.", status.HTTP_401_UNAUTHORIZED)
+    redirect = RedirectResponse("/", status_code=status.HTTP_303_SEE_OTHER)
+    if actor is not None:
+        redirect.set_cookie(COOKIE, token, httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https", path="/")
+        store.record(actor.label, "auth.login", f"{actor.label} signed in")
+    return redirect
+
+
+@router.post("/logout")
+def logout(request: Request, store: StoreDep) -> RedirectResponse:
+    book: TokenBook = request.app.state.tokens
+    actor = book.identify(request.cookies.get(COOKIE, "")) if book.enabled else None
+    if actor is not None:
+        store.record(actor.label, "auth.logout", f"{actor.label} signed out")
+    redirect = RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
+    redirect.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+    return redirect

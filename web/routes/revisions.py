@@ -1,0 +1,35 @@
+"""/api/deployments/{name}/revisions and /diff: the history of a deployment."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from web.deps import StoreDep
+from web.diff import diff
+from web.schemas import ChangeOut, DiffOut, RevisionOut, RevisionSummary
+
+router = APIRouter(prefix="/deployments/{name}", tags=["revisions"])
+
+
+@router.get("/revisions")
+def list_revisions(name: str, store: StoreDep) -> list[RevisionSummary]:
+    """Newest first."""
+    return [RevisionSummary.of(r) for r in store.revisions(name)]
+
+
+@router.get("/revisions/{number}")
+def get_revision(name: str, number: int, store: StoreDep) -> RevisionOut:
+    return RevisionOut.of(store.revision(name, number))
+
+
+@router.get("/diff")
+def diff_revisions(name: str, store: StoreDep,
+                   from_: Annotated[int, Query(alias="from", ge=1)],
+                   to: Annotated[int, Query(ge=1)]) -> DiffOut:
+    """What changed from revision `from` to revision `to`, field by field."""
+    old, new = store.revision(name, from_), store.revision(name, to)
+    return DiffOut(from_=from_, to=to,
+                   changes=[ChangeOut.of(c) for c in diff(old.spec, new.spec)],
+                   port_changes=[ChangeOut.of(c) for c in diff(old.ports, new.ports)])

@@ -1,0 +1,98 @@
+"""Request and response bodies of the REST API (the spec itself is controller.deployment's)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from controller.deployment import DeploymentSpec, InstancePorts, Slug
+from web.diff import Change
+from web.models import Event, Revision
+from web.store import Current
+
+
+class PortsOut(BaseModel):
+    proxy: int
+    registry: int
+    instances: dict[str, InstancePorts]
+
+
+class DeploymentOut(BaseModel):
+    name: str
+    revision: int
+    created_at: datetime
+    updated_at: datetime
+    actor: str = Field(description="Who wrote the current revision.")
+    reason: str | None
+    spec: DeploymentSpec
+    ports: PortsOut = Field(description="Every port, given or allocated.")
+
+    @classmethod
+    def of(cls, d: Current) -> DeploymentOut:
+        return cls(name=d.name, revision=d.revision, created_at=d.created_at,
+                   updated_at=d.updated_at, actor=d.actor, reason=d.reason, spec=d.spec,
+                   ports=PortsOut(proxy=d.ports.proxy, registry=d.ports.registry,
+                                  instances=d.ports.instances))
+
+
+class RevisionSummary(BaseModel):
+    number: int
+    created_at: datetime
+    actor: str
+    reason: str | None
+
+    @classmethod
+    def of(cls, r: Revision) -> RevisionSummary:
+        return cls(number=r.number, created_at=r.created_at, actor=r.actor, reason=r.reason)
+
+
+class RevisionOut(RevisionSummary):
+    spec: dict[str, Any]
+    ports: dict[str, Any]
+
+    @classmethod
+    def of(cls, r: Revision) -> RevisionOut:
+        return cls(number=r.number, created_at=r.created_at, actor=r.actor, reason=r.reason,
+                   spec=r.spec, ports=r.ports)
+
+
+class ChangeOut(BaseModel):
+    path: list[str | int]
+    op: str = Field(description="added | removed | changed")
+    old: Any
+    new: Any
+
+    @classmethod
+    def of(cls, c: Change) -> ChangeOut:
+        return cls(path=list(c.path), op=c.op, old=c.old, new=c.new)
+
+
+class DiffOut(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+    from_: int = Field(alias="from")
+    to: int
+    changes: list[ChangeOut] = Field(description="Spec fields that differ.")
+    port_changes: list[ChangeOut] = Field(description="Allocated ports that differ.")
+
+
+class CloneRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Slug
+
+
+class EventOut(BaseModel):
+    id: int
+    ts: datetime
+    actor: str
+    kind: str
+    deployment: str | None
+    message: str
+    detail: dict[str, Any]
+
+    @classmethod
+    def of(cls, e: Event) -> EventOut:
+        return cls.model_validate(e, from_attributes=True)

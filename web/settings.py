@@ -1,0 +1,78 @@
+"""The control plane's settings: pydantic-settings with the PDCTL_ prefix, one cached instance.
+
+Token lists and the port range also read plain strings from the environment:
+`PDCTL_OPERATOR_TOKENS="alice:s3cret,ci:t0ken"`, `PDCTL_PORT_RANGE=20000-29999`.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from controller.ports import DEFAULT_RANGE
+
+TokenList = Annotated[list[str], NoDecode]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PDCTL_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    db: Path = Path("pdctl.db")
+    viewer_tokens: TokenList = Field(default_factory=list)
+    operator_tokens: TokenList = Field(default_factory=list)
+    allow_code_env: bool = False
+    port_range: Annotated[tuple[int, int], NoDecode] = DEFAULT_RANGE
+    runtime_dir: Path = Path("runs")
+    vllm_launcher: str = "vllm serve"
+    max_body_bytes: int = Field(1 << 20, ge=1024)
+    migrate_on_start: bool = True
+
+    @field_validator("viewer_tokens", "operator_tokens", mode="before")
+    @classmethod
+    def _split_tokens(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [t.strip() for t in text.split(",") if t.strip()]
+        return value
+
+    @field_validator("port_range", mode="before")
+    @classmethod
+    def _parse_range(cls, value: object) -> object:
+        if isinstance(value, str):
+            low, sep, high = value.partition("-")
+            if not sep:
+                raise ValueError("port range is LOW-HIGH, e.g. 20000-29999")
+            return int(low), int(high)
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        low, high = self.port_range
+        if not 1 <= low <= high <= 65535:
+            raise ValueError(f"port range {low}-{high} must satisfy 1 <= low <= high <= 65535")
+        for token in (*self.viewer_tokens, *self.operator_tokens):
+            if not token.rpartition(":")[2]:
+                raise ValueError("a token is SECRET or NAME:SECRET with a non-empty secret")
+        return self
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.viewer_tokens or self.operator_tokens)
+
+    @property
+    def db_url(self) -> str:
+        return f"sqlite:///{self.db}"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()
