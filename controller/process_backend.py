@@ -1,0 +1,137 @@
+"""The supervisor's one seam to processes: spawn under the shim, read state files, signal.
+
+`ShimBackend` is the real one (`pdctl run-instance` via asyncio subprocess, argv lists only);
+tests pass a fake with the same methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from controller import procfs, shim
+
+ROOT = Path(__file__).resolve().parent.parent
+SPAWN_TIMEOUT_S = 20.0
+
+
+class SpawnError(RuntimeError):
+    """The shim could not start the process."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRecord:
+    """What a state file says about one process."""
+
+    name: str
+    child_pid: int | None
+    child_start_time: int | None = None
+    shim_pid: int | None = None
+    shim_start_time: int | None = None
+    started_at: float | None = None  # wall clock
+    exit_code: int | None = None
+    exited: bool = False
+    argv: tuple[str, ...] = ()
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> ProcessRecord:
+        return cls(name=state.get("name", ""), child_pid=state.get("child_pid"),
+                   child_start_time=state.get("child_start_time"),
+                   shim_pid=state.get("shim_pid"), shim_start_time=state.get("shim_start_time"),
+                   started_at=state.get("started_at"), exit_code=state.get("exit_code"),
+                   exited=state.get("exited_at") is not None, argv=tuple(state.get("argv", ())))
+
+
+class ProcessBackend(Protocol):
+    async def spawn(self, run_dir: Path, name: str, argv: list[str],
+                    env: dict[str, str]) -> ProcessRecord: ...
+
+    def read(self, run_dir: Path, name: str) -> ProcessRecord | None: ...
+
+    def running(self, record: ProcessRecord) -> bool: ...
+
+    def signal(self, record: ProcessRecord, signum: int) -> None: ...
+
+    def forget(self, run_dir: Path, name: str) -> None: ...
+
+    def log_tail(self, run_dir: Path, name: str, lines: int) -> list[str]: ...
+
+
+class ShimBackend:
+    """Processes under `pdctl run-instance`, each in its own session, outliving us."""
+
+    def __init__(self, shim_command: tuple[str, ...] = (sys.executable, str(ROOT / "pdctl.py")),
+                 proc: Path = procfs.PROC, log_max_bytes: int = 10 << 20,
+                 log_keep: int = 3) -> None:
+        self.shim_command, self.proc = shim_command, proc
+        self.log_max_bytes, self.log_keep = log_max_bytes, log_keep
+
+    async def spawn(self, run_dir: Path, name: str, argv: list[str],
+                    env: dict[str, str]) -> ProcessRecord:
+        launcher = await asyncio.create_subprocess_exec(
+            *self.shim_command, "run-instance", "--run-dir", str(run_dir), "--name", name,
+            "--log-max-bytes", str(self.log_max_bytes), "--log-keep", str(self.log_keep),
+            "--", *argv, env={**os.environ, **env}, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True, cwd=str(ROOT))
+        try:
+            out, err = await asyncio.wait_for(launcher.communicate(), SPAWN_TIMEOUT_S)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                launcher.kill()
+            await launcher.wait()
+            raise SpawnError(f"the shim for {name} did not report in {SPAWN_TIMEOUT_S} s") from None
+        if launcher.returncode != 0:
+            raise SpawnError(err.decode(errors="replace").strip()[-500:]
+                             or f"the shim exited with {launcher.returncode}")
+        return ProcessRecord.from_state(json.loads(out))
+
+    def read(self, run_dir: Path, name: str) -> ProcessRecord | None:
+        state = shim.read_state(run_dir, name)
+        return ProcessRecord.from_state(state) if state else None
+
+    def running(self, record: ProcessRecord) -> bool:
+        """Alive: the child is the very process that started (a recycled pid is not), or the
+        shim is still about to record the child's exit."""
+        if record.exited or record.child_pid is None:
+            return False
+        if procfs.is_same_process(record.child_pid, record.child_start_time, self.proc):
+            return True
+        # The child is gone but its shim lives: it records the exit within its 1 s poll.
+        return record.shim_pid is not None and procfs.is_same_process(
+            record.shim_pid, record.shim_start_time, self.proc)
+
+    def signal(self, record: ProcessRecord, signum: int) -> None:
+        """Signal the child's whole process group, only if the child is still ours."""
+        pid = record.child_pid
+        if pid is None or not procfs.is_same_process(pid, record.child_start_time, self.proc):
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signum)
+
+    def forget(self, run_dir: Path, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (shim.instance_dir(run_dir, name) / shim.STATE_FILE).unlink()
+
+    def log_tail(self, run_dir: Path, name: str, lines: int) -> list[str]:
+        return log_tail(shim.instance_dir(run_dir, name) / shim.LOG_FILE, lines)
+
+
+def log_tail(path: Path, lines: int) -> list[str]:
+    """The last `lines` lines of a rotated log (reaching into output.log.1 if needed)."""
+    tail: deque[str] = deque(maxlen=max(0, lines))
+    for part in (path.with_name(path.name + ".1"), path):
+        with contextlib.suppress(FileNotFoundError), open(part, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 256 * 1024))  # enough for any sane tail
+            for line in f.read().decode(errors="replace").splitlines():
+                tail.append(line)
+    return list(tail)

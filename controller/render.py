@@ -1,0 +1,257 @@
+"""Pure: what to run for a deployment. One spec renders the exact `vllm serve` argv and env per
+instance, the `pdctl sim` argv for the stand-in (same flags plus its own), and the proxy argv.
+
+Everything is a list of arguments, never a shell string; `command` (shlex-quoted) is only for
+people to read or copy. What the operator sees as "the command" is always the real
+`vllm serve ...` line, whatever actually runs (PROTOCOL.md section 1, ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from connector import kv_config
+from controller.deployment import DeploymentSpec, Engine, InstanceGroup, InstancePorts, Role
+from controller.ports import AllocatedPorts
+
+VLLM_SERVE = ("vllm", "serve")
+VLLM_CPU_MODULE = ("python", "-m", "vllm.entrypoints.openai.api_server")  # takes --model
+PROXY = "proxy"  # the launch name of the deployment's proxy
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSettings:
+    """How things are launched on this host: operator settings, not part of a deployment."""
+
+    # How vLLM is started. Ending in "serve": the model is positional (`vllm serve MODEL`);
+    # otherwise (`python -m vllm.entrypoints.openai.api_server`) it is given by --model.
+    vllm_command: tuple[str, ...] = VLLM_SERVE
+    pdctl_command: tuple[str, ...] = ("pdctl",)  # runs `pdctl sim` and `pdctl proxy`
+    host: str = "127.0.0.1"  # where instances and the proxy are reached (URLs, proxy_ip)
+    bind_host: str | None = None  # --host for every server; None: each one's default
+    sim_registration_interval: float | None = None  # stand-in MoRIIO heartbeat (tests)
+    proxy_extra_args: tuple[str, ...] = ()  # e.g. hidden test knobs of `pdctl proxy`
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """One process of a deployment: an engine instance or the proxy."""
+
+    name: str  # instance name (group-index) or "proxy"
+    argv: list[str]  # what runs
+    env: dict[str, str]  # added to the environment of what runs
+    command: str  # the line an operator would type (`vllm serve ...` for instances)
+    url: str
+    http_port: int
+    role: str | None = None  # prefill | decode | colocated; None for the proxy
+    group: str | None = None
+    mode: str | None = None  # MoRIIO read | write
+    gpus: list[int] = field(default_factory=list)
+    ports: InstancePorts | None = None
+    registers: bool = False  # MoRIIO: ready only once the proxy lists its registration
+
+    @property
+    def is_proxy(self) -> bool:
+        return self.name == PROXY
+
+    def preview(self) -> dict[str, Any]:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return {"argv": list(self.argv), "env": dict(self.env), "command": self.command,
+                "command_line": f"{env} {self.command}" if env else self.command}
+
+
+def render(spec: DeploymentSpec, ports: AllocatedPorts,
+           settings: LaunchSettings | None = None) -> list[Launch]:
+    """The proxy first, then every instance in group order (the start order)."""
+    settings = settings or LaunchSettings()
+    launches = [proxy_launch(spec, ports, settings)]
+    for group in spec.groups:
+        launches += [instance_launch(spec, group, i, ports, settings)
+                     for i in range(group.count)]
+    return launches
+
+
+def preview(spec: DeploymentSpec, ports: AllocatedPorts,
+            settings: LaunchSettings | None = None) -> dict[str, dict[str, Any]]:
+    return {launch.name: launch.preview() for launch in render(spec, ports, settings)}
+
+
+# Engine instances -------------------------------------------------------------------------
+
+
+def instance_launch(spec: DeploymentSpec, group: InstanceGroup, index: int,
+                    ports: AllocatedPorts, settings: LaunchSettings) -> Launch:
+    name = f"{group.name}-{index}"
+    own = ports.instances[name]
+    flags = engine_flags(spec, group, own, ports.registry, settings)
+    vllm = [*VLLM_SERVE, spec.model, *flags]
+    if spec.engine == Engine.SIM:
+        argv = [*settings.pdctl_command, "sim", spec.model, *flags, *sim_flags(spec)]
+        if _moriio(spec) and settings.sim_registration_interval is not None:
+            argv += ["--registration-interval", str(settings.sim_registration_interval)]
+    elif settings.vllm_command[-1:] == ("serve",):
+        argv = [*settings.vllm_command, spec.model, *flags]
+    else:
+        argv = [*settings.vllm_command, "--model", spec.model, *flags]
+    if own.http is None:
+        raise ValueError(f"{name} has no HTTP port: allocate the ports first")
+    return Launch(
+        name=name, argv=argv, env=instance_env(spec, group, index, own),
+        command=shlex.join(vllm), url=f"http://{settings.host}:{own.http}",
+        http_port=own.http, role=group.role.value, group=group.name,
+        mode=group.mode.value if group.mode else None, gpus=group.instance_gpus(index),
+        ports=own, registers=_moriio(spec),
+    )
+
+
+def engine_flags(spec: DeploymentSpec, group: InstanceGroup, own: InstancePorts,
+                 registry_port: int, settings: LaunchSettings) -> list[str]:
+    """vLLM's flags, in the order an operator writes them; the stand-in takes the same."""
+    flags = ["--port", str(own.http)]
+    if settings.bind_host:
+        flags += ["--host", settings.bind_host]
+    flags += ["--served-model-name", spec.model, "-tp", str(group.tp)]
+    if group.max_num_seqs is not None:
+        flags += ["--max-num-seqs", str(group.max_num_seqs)]
+    if group.max_num_batched_tokens is not None:
+        flags += ["--max-num-batched-tokens", str(group.max_num_batched_tokens)]
+    if spec.max_model_len is not None:
+        flags += ["--max-model-len", str(spec.max_model_len)]
+    if not prefix_caching(spec):
+        flags.append("--no-enable-prefix-caching")
+    config = kv_transfer_config(spec, group, own, registry_port, settings)
+    if config is not None:
+        flags += ["--kv-transfer-config", json.dumps(config, separators=(",", ":"))]
+    return [*flags, *spec.extra_args, *group.extra_args]
+
+
+def prefix_caching(spec: DeploymentSpec) -> bool:
+    # MoRIIO runs without it unless an operator overrode that with a reason (validation).
+    if _moriio(spec) and not spec.prefix_caching_override_reason:
+        return False
+    return spec.prefix_caching
+
+
+def sim_flags(spec: DeploymentSpec) -> list[str]:
+    """The stand-in's own flags: which model and hardware it plays, and how slowly."""
+    flags = []
+    profile = sim_model_profile(spec.model)
+    if profile is not None:
+        flags += ["--model-profile", profile]
+    if spec.hardware:
+        flags += ["--hardware", spec.hardware]
+    return [*flags, "--time-scale", _number(spec.time_scale)]
+
+
+def sim_model_profile(model: str) -> str | None:
+    """The stand-in profile for a model name or Hugging Face id; None when none matches."""
+    from simulator import profiles
+
+    for name in profiles.available("models"):
+        if model in (name, profiles.model(name).hf_id):
+            return name
+    return None
+
+
+def kv_transfer_config(spec: DeploymentSpec, group: InstanceGroup, own: InstancePorts,
+                       registry_port: int, settings: LaunchSettings) -> dict[str, Any] | None:
+    """The --kv-transfer-config of one instance, for each of the six connectors."""
+    connector = spec.connector
+    if connector is None or group.role == Role.COLOCATED:
+        return None
+    if connector == "NixlConnector":
+        # NIXL ignores kv_role (the proxy decides who prefills): kv_both for everyone.
+        return kv_config.kv_transfer_config("nixl", "both")
+    if connector == "MoRIIOConnector":
+        if not (own.http and own.handshake and own.notify):
+            raise ValueError("a MoRIIO instance needs http, handshake and notify ports")
+        moriio = kv_config.MoriioPorts(
+            http_port=own.http, handshake_port=own.handshake, notify_port=own.notify,
+            proxy_ip=settings.host, proxy_ping_port=registry_port)
+        mode = group.mode.value if group.mode else "read"
+        return kv_config.kv_transfer_config("moriio", group.role.value, mode=mode,
+                                            moriio=moriio)
+    # Mooncake, LMCache, P2pNccl, Example: producer on prefill, consumer on decode, each
+    # connector's own settings left to its defaults (or to extra args).
+    config: dict[str, Any] = {
+        "kv_connector": connector,
+        "kv_role": "kv_producer" if group.role == Role.PREFILL else "kv_consumer",
+    }
+    if connector == "ExampleConnector":
+        config["kv_connector_extra_config"] = {"shared_storage_path": "local_storage"}
+    return config
+
+
+def instance_env(spec: DeploymentSpec, group: InstanceGroup, index: int,
+                 own: InstancePorts) -> dict[str, str]:
+    """Deployment env, then group env, then what pdctl owns (GPUs, connector ports, mode)."""
+    env = {**spec.env, **group.env}
+    gpus = group.instance_gpus(index)
+    if gpus:
+        env[gpu_env_name(spec)] = ",".join(str(g) for g in gpus)
+    if spec.connector == "NixlConnector" and own.side_channel is not None:
+        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(own.side_channel)
+    if _moriio(spec) and group.mode is not None:
+        # vLLM 0.32 reads read_mode from the config; older vLLM (the blog's 0.16) only this.
+        env.update(kv_config.kv_env("moriio", group.mode.value))
+    return env
+
+
+def gpu_env_name(spec: DeploymentSpec) -> str:
+    """ROCm picks GPUs by HIP_VISIBLE_DEVICES: AMD hardware, or MoRIIO (AMD only)."""
+    amd = (spec.hardware or "").lower().startswith("mi") or _moriio(spec)
+    return "HIP_VISIBLE_DEVICES" if amd else "CUDA_VISIBLE_DEVICES"
+
+
+# The proxy --------------------------------------------------------------------------------
+
+
+def proxy_launch(spec: DeploymentSpec, ports: AllocatedPorts,
+                 settings: LaunchSettings) -> Launch:
+    argv = [*settings.pdctl_command, *proxy_args(spec, ports, settings)]
+    return Launch(name=PROXY, argv=argv, env={}, command=shlex.join(["pdctl", *argv[
+        len(settings.pdctl_command):]]), url=f"http://{settings.host}:{ports.proxy}",
+        http_port=ports.proxy)
+
+
+def proxy_args(spec: DeploymentSpec, ports: AllocatedPorts,
+               settings: LaunchSettings) -> list[str]:
+    args = ["proxy", "--port", str(ports.proxy)]
+    if settings.bind_host:
+        args += ["--host", settings.bind_host]
+    colocated = spec.connector is None
+    if colocated:
+        args += ["--mode", "colocated", "--registry-port", "-1"]
+    elif _moriio(spec):
+        # Instances register themselves over ZMQ, each into the group of its mode.
+        args += ["--connector", "moriio", "--registry-port", str(ports.registry)]
+    else:
+        # NIXL, and the connectors whose hand-off has NIXL's shape (kv_transfer_params
+        # returned by prefill, relayed to decode), in read mode; no registry.
+        args += ["--connector", "nixl", "--mode", "read", "--registry-port", "-1"]
+    args += ["--policy", spec.proxy.policy, "--hold-queue", str(spec.proxy.hold_queue),
+             "--hold-deadline", _number(spec.proxy.hold_deadline_s)]
+    slo = spec.slo
+    for flag, value in (("--slo-ttft-ms", slo.ttft_ms), ("--slo-itl-ms", slo.itl_ms),
+                        ("--slo-tpot-ms", slo.tpot_ms)):
+        if value is not None:
+            args += [flag, _number(value)]
+    args += ["--itl-slo-stat", slo.itl_stat]
+    if not _moriio(spec):
+        for group in spec.groups:
+            flag = {"prefill": "--prefill", "decode": "--decode"}.get(group.role.value,
+                                                                       "--instance")
+            for i in range(group.count):
+                args += [flag, f"http://{settings.host}:{ports.instances[f'{group.name}-{i}'].http}"]
+    return [*args, *settings.proxy_extra_args]
+
+
+def _moriio(spec: DeploymentSpec) -> bool:
+    return spec.connector == "MoRIIOConnector"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)

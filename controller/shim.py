@@ -1,0 +1,208 @@
+"""`pdctl run-instance`: the small keeper each instance runs under, in the spirit of conmon.
+
+It detaches (new session, reparented away from whoever started it), starts the instance in its
+own process group, owns its output pipe and writes it to size-capped rotating logs, writes a
+state file (shim pid, child pid and /proc start time, argv, started_at) atomically, forwards
+SIGTERM/SIGINT to the child's group, records the exit code when the child exits, and exits.
+So an instance outlives a crash of `pdctl serve`, which adopts it from the state file.
+
+Files, under RUN_DIR/NAME/: state.json, output.log, output.log.1 ... output.log.KEEP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from controller import procfs
+
+STATE_FILE = "state.json"
+LOG_FILE = "output.log"
+READY_TIMEOUT_S = 10.0
+
+
+class ShimError(RuntimeError):
+    """The shim could not start the instance."""
+
+
+def instance_dir(run_dir: Path, name: str) -> Path:
+    return Path(run_dir) / name
+
+
+def read_state(run_dir: Path, name: str) -> dict[str, Any] | None:
+    path = instance_dir(run_dir, name) / STATE_FILE
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def write_state(run_dir: Path, name: str, state: dict[str, Any]) -> None:
+    """Atomically: a reader sees the old file or the new one, never half of one."""
+    folder = instance_dir(run_dir, name)
+    tmp = folder / f".{STATE_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(state, indent=1))
+    os.replace(tmp, folder / STATE_FILE)
+
+
+class RotatingLog:
+    """Append-only log capped at `max_bytes` per file, `keep` rotated files kept."""
+
+    def __init__(self, path: Path, max_bytes: int, keep: int) -> None:
+        self.path, self.max_bytes, self.keep = path, max_bytes, keep
+        self.file = open(path, "ab", buffering=0)  # noqa: SIM115 (closed by close())
+        self.size = path.stat().st_size
+
+    def write(self, chunk: bytes) -> None:
+        if self.size and self.size + len(chunk) > self.max_bytes:
+            self.rotate()
+        self.file.write(chunk)
+        self.size += len(chunk)
+
+    def rotate(self) -> None:
+        self.file.close()
+        for i in range(self.keep - 1, 0, -1):
+            older = self.path.with_name(f"{self.path.name}.{i}")
+            if older.exists():
+                os.replace(older, self.path.with_name(f"{self.path.name}.{i + 1}"))
+        if self.keep > 0:
+            os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+        else:
+            self.path.unlink()
+        self.file = open(self.path, "ab", buffering=0)  # noqa: SIM115
+        self.size = 0
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def launch(run_dir: Path, name: str, argv: list[str], *, max_bytes: int = 10 << 20,
+           keep: int = 3) -> dict[str, Any]:
+    """Detach a shim that runs `argv`; return its state once the child runs."""
+    folder = instance_dir(run_dir, name)
+    folder.mkdir(parents=True, exist_ok=True)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the shim
+        os.close(read_end)
+        code = 70
+        try:
+            os.setsid()  # its own session: no signal for our group reaches it
+            _detach_stdio()
+            code = serve(run_dir, name, argv, max_bytes=max_bytes, keep=keep,
+                         ready_fd=write_end)
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    try:
+        message = _read_ready(read_end)
+    finally:
+        os.close(read_end)
+        # The shim is our child until we exit; reap it if it already failed.
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+    if message.get("error"):
+        raise ShimError(message["error"])
+    return message
+
+
+def _read_ready(fd: int) -> dict[str, Any]:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    data = b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    if not data:
+        return {"error": "the shim did not report within "
+                         f"{READY_TIMEOUT_S} s"}
+    return json.loads(data)
+
+
+def serve(run_dir: Path, name: str, argv: list[str], *, max_bytes: int, keep: int,
+          ready_fd: int | None = None) -> int:
+    """Run `argv` to its end, keeping its log and state file; the shim's exit status."""
+    folder = instance_dir(run_dir, name)
+    folder.mkdir(parents=True, exist_ok=True)
+    log = RotatingLog(folder / LOG_FILE, max_bytes, keep)
+    state: dict[str, Any] = {
+        "name": name, "argv": argv, "shim_pid": os.getpid(),
+        "shim_start_time": procfs.start_time(os.getpid()), "child_pid": None,
+        "child_start_time": None, "started_at": time.time(), "exit_code": None,
+        "exited_at": None, "error": None,
+    }
+    try:
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, process_group=0, close_fds=True)
+    except OSError as exc:
+        state |= {"exit_code": 127, "exited_at": time.time(),
+                  "error": f"cannot run {argv[0]!r}: {exc.strerror or exc}"}
+        write_state(run_dir, name, state)
+        log.write(f"pdctl run-instance: {state['error']}\n".encode())
+        log.close()
+        _report(ready_fd, {"error": state["error"]})
+        return 1
+    state |= {"child_pid": child.pid, "child_start_time": procfs.start_time(child.pid)}
+    write_state(run_dir, name, state)
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    _report(ready_fd, state)
+    _pump(child, log)
+    state |= {"exit_code": child.wait(), "exited_at": time.time()}
+    write_state(run_dir, name, state)
+    log.close()
+    return 0
+
+
+def _pump(child: subprocess.Popen, log: RotatingLog) -> None:
+    """Copy the child's output to the log until EOF, or until the child is gone and its
+    descendants stay silent (a leftover grandchild may hold the pipe open)."""
+    if child.stdout is None:
+        return
+    fd = child.stdout.fileno()
+    while True:
+        ready, _, _ = select.select([fd], [], [], 1.0)
+        if ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return
+            log.write(chunk)
+        elif child.poll() is not None:
+            return
+
+
+def _report(fd: int | None, message: dict[str, Any]) -> None:
+    if fd is None:
+        return
+    with contextlib.suppress(OSError):
+        os.write(fd, json.dumps(message).encode())
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def _detach_stdio() -> None:
+    """Hold none of the starter's pipes: whoever waits on them must not wait for us."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        with contextlib.suppress(OSError):
+            os.dup2(devnull, fd)
+    os.close(devnull)
+    sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115

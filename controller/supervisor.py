@@ -1,0 +1,440 @@
+"""The asyncio shell around controller/machine.py: it feeds each process's machine the events it
+observes (exits, health, registration, time) and performs the actions that come back (spawn
+under the shim, signal the group, drain in the proxy, record events).
+
+Seams: a process backend (controller/process_backend.py), an HTTP probe (controller/health.py)
+and a clock; tests pass fakes and drive `poll()` themselves. Deployments live in the run dir
+(RUN_DIR/NAME/deployment.json plus one directory per process), so a new supervisor on the same
+run dir adopts what still runs and cleans up what died: no orphans, no duplicates.
+
+Start order: the proxy first (MoRIIO instances register with it; the NIXL proxy takes the
+instances' URLs by flag and health-checks them), then every instance. Stop: instances (drain
+in the proxy, SIGTERM, SIGKILL after a deadline), then the proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from controller import machine as m
+from controller.deployment import DeploymentSpec
+from controller.health import HttpProbe, Probe, same_instance
+from controller.ports import AllocatedPorts
+from controller.process_backend import ProcessBackend, ProcessRecord, ShimBackend, SpawnError
+from controller.render import Launch, LaunchSettings, render
+
+log = logging.getLogger("pdctl.supervisor")
+EventSink = Callable[[str, str, str], None]  # (actor, kind, message)
+ACTOR = "supervisor"
+DEPLOYMENT_FILE = "deployment.json"
+RESTARTS_FILE = "restarts"
+
+
+class SupervisorError(RuntimeError):
+    """A facade call that cannot be done (unknown deployment or instance)."""
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...  # monotonic seconds, for the machines
+
+    def wall(self) -> float: ...  # epoch seconds, for uptimes across restarts of pdctl
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.monotonic()
+
+    def wall(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorSettings:
+    run_dir: Path
+    launch: LaunchSettings = field(default_factory=LaunchSettings)
+    policy: m.Policy = field(default_factory=m.Policy)
+    poll_interval: float = 0.2  # exits, deadlines, drains
+    health_interval: float = 1.0  # /health probes per process
+    health_failures: int = 3  # failed probes in a row before a RUNNING process is replaced
+
+
+@dataclass
+class _Unit:
+    """One supervised process and what the shell knows about it."""
+
+    launch: Launch
+    machine: m.Machine
+    record: ProcessRecord | None = None
+    healthy: bool | None = None
+    registered: bool | None = None
+    failed_probes: int = 0
+    next_probe: float = 0.0
+
+
+@dataclass
+class _Deployment:
+    name: str
+    spec: DeploymentSpec
+    ports: AllocatedPorts
+    folder: Path
+    units: dict[str, _Unit]  # proxy first, then instances (start order)
+    running: bool = True  # desired state
+
+    @property
+    def proxy(self) -> _Unit:
+        return self.units["proxy"]
+
+    def instances(self) -> list[_Unit]:
+        return [u for u in self.units.values() if not u.launch.is_proxy]
+
+
+_IDLE = (m.State.STOPPED, m.State.EXITED, m.State.FATAL)
+_LIVE = (m.State.STARTING, m.State.RUNNING, m.State.STOPPING)
+
+
+class Supervisor:
+    """Runs deployments' processes. Build it, `await open()`, call the facade, `await close()`
+    (which leaves every process running: a later supervisor adopts them)."""
+
+    def __init__(self, settings: SupervisorSettings, backend: ProcessBackend | None = None,
+                 probe: Probe | None = None, clock: Clock | None = None,
+                 on_event: EventSink | None = None) -> None:
+        self.settings = settings
+        self.backend = backend or ShimBackend()
+        self.probe = probe or HttpProbe()
+        self.clock = clock or SystemClock()
+        self.on_event = on_event or (lambda actor, kind, message: None)
+        self.deployments: dict[str, _Deployment] = {}
+        self._task: asyncio.Task | None = None
+        settings.run_dir.mkdir(parents=True, exist_ok=True)
+        self._adopt_all()
+
+    # Facade (the REST API calls these) ---------------------------------------------------
+
+    async def open(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="pdctl-supervisor")
+
+    async def close(self) -> None:
+        """Stop supervising; the processes keep running."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.probe.aclose()
+
+    async def start(self, name: str, spec: DeploymentSpec, ports: AllocatedPorts) -> None:
+        """Want `name` running as `spec`; processes whose command changed are restarted."""
+        launches = render(spec, ports, self.settings.launch)
+        folder = self.settings.run_dir / name
+        folder.mkdir(parents=True, exist_ok=True)
+        dep = self.deployments.get(name)
+        if dep is None:
+            dep = _Deployment(name, spec, ports, folder, {})
+            self.deployments[name] = dep
+        dep.spec, dep.ports, dep.running = spec, ports, True
+        for launch in launches:
+            unit = dep.units.get(launch.name)
+            if unit is None:
+                dep.units[launch.name] = _Unit(launch, m.Machine(policy=self.settings.policy))
+            elif (unit.launch.argv, unit.launch.env) != (launch.argv, launch.env):
+                unit.launch = launch
+                if unit.machine.state in _LIVE:
+                    await self._feed(dep, unit, m.Restart())
+            else:
+                unit.launch = launch
+        _write_json(folder / DEPLOYMENT_FILE, {
+            "spec": spec.model_dump(mode="json"), "running": True,
+            "ports": {"proxy": ports.proxy, "registry": ports.registry,
+                      "instances": {k: v.model_dump() for k, v in ports.instances.items()}}})
+        self._emit("start", f"{name}: start requested")
+        await self._reconcile(dep)
+
+    async def stop(self, name: str, wait: float | None = None) -> None:
+        """Want `name` stopped; with `wait`, return once everything is down (or raise)."""
+        dep = self._deployment(name)
+        dep.running = False
+        _write_json(dep.folder / DEPLOYMENT_FILE,
+                    {**json.loads((dep.folder / DEPLOYMENT_FILE).read_text()), "running": False})
+        self._emit("stop", f"{name}: stop requested")
+        await self._reconcile(dep)
+        if wait is not None:
+            await self.wait_for(name, lambda units: all(u["state"] in _IDLE for u in units),
+                                wait, "stopped")
+
+    async def restart(self, name: str, instance: str | None = None) -> None:
+        dep = self._deployment(name)
+        units = dep.instances() if instance is None else [self._unit(dep, instance)]
+        for unit in units:
+            await self._feed(dep, unit, m.Restart())
+
+    def status(self, name: str) -> list[dict[str, Any]]:
+        dep = self._deployment(name)
+        return [self._describe(dep, u) for u in dep.units.values()]
+
+    def log_tail(self, name: str, instance: str, lines: int = 100) -> list[str]:
+        dep = self._deployment(name)
+        self._unit(dep, instance)
+        return self.backend.log_tail(dep.folder, instance, lines)
+
+    def preview(self, spec: DeploymentSpec, ports: AllocatedPorts) -> dict[str, dict[str, Any]]:
+        return {launch.name: launch.preview()
+                for launch in render(spec, ports, self.settings.launch)}
+
+    async def wait_for(self, name: str, predicate: Callable[[list[dict[str, Any]]], bool],
+                       timeout: float, what: str = "condition") -> list[dict[str, Any]]:
+        """Poll status until `predicate` holds; TimeoutError after `timeout` seconds."""
+        deadline = self.clock.now() + timeout
+        while True:
+            units = self.status(name)
+            if predicate(units):
+                return units
+            if self.clock.now() >= deadline:
+                raise TimeoutError(f"{name}: not {what} after {timeout} s: "
+                                   f"{[(u['name'], u['state']) for u in units]}")
+            await self.clock.sleep(self.settings.poll_interval)
+
+    async def wait_running(self, name: str, timeout: float) -> list[dict[str, Any]]:
+        return await self.wait_for(name, lambda us: all(u["state"] == "RUNNING" for u in us),
+                                   timeout, "running")
+
+    # The loop ----------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.poll()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the supervisor must outlive one bad pass; it is logged
+                log.exception("supervisor pass failed")
+            await self.clock.sleep(self.settings.poll_interval)
+
+    async def poll(self) -> None:
+        """One pass over every deployment: observe, then reconcile."""
+        for dep in list(self.deployments.values()):
+            await self._observe_exits(dep)
+            await self._probe(dep)
+            for unit in list(dep.units.values()):
+                await self._feed(dep, unit, m.Tick())
+            await self._reconcile(dep)
+
+    async def _observe_exits(self, dep: _Deployment) -> None:
+        for unit in dep.units.values():
+            if unit.machine.state not in _LIVE or unit.machine.pid is None:
+                continue
+            record = self.backend.read(dep.folder, unit.launch.name) or unit.record
+            if record is None or record.child_pid != unit.machine.pid:
+                continue  # not ours (yet)
+            unit.record = record
+            if not self.backend.running(record):
+                code = record.exit_code if record.exited else None
+                self.backend.forget(dep.folder, unit.launch.name)
+                unit.healthy = unit.registered = None
+                await self._feed(dep, unit, m.Exited(code))
+
+    async def _probe(self, dep: _Deployment) -> None:
+        now = self.clock.now()
+        due = [u for u in dep.units.values()
+               if u.machine.pid is not None and u.machine.state in (m.State.STARTING,
+                                                                      m.State.RUNNING)
+               and now >= u.next_probe]
+        registrations = None
+        if any(u.launch.registers for u in due) or self._draining(dep):
+            registrations = await self.probe.proxy_instances(dep.proxy.launch.url)
+        for unit in due:
+            unit.next_probe = now + self.settings.health_interval
+            ok = await self.probe.healthy(unit.launch.url)
+            if unit.launch.registers:
+                unit.registered = registrations is not None and any(
+                    same_instance(e, unit.launch.url) for e in registrations)
+                ok = ok and unit.registered
+            unit.healthy = ok
+            if ok:
+                unit.failed_probes = 0
+                await self._feed(dep, unit, m.Healthy())
+            elif unit.machine.state is m.State.RUNNING:
+                unit.failed_probes += 1
+                if unit.failed_probes >= self.settings.health_failures:
+                    unit.failed_probes = 0
+                    await self._feed(dep, unit, m.HealthFailed(
+                        f"{self.settings.health_failures} probes failed"))
+        for unit in self._draining(dep):
+            entry = next((e for e in registrations or [] if same_instance(e, unit.launch.url)),
+                         None)
+            if registrations is None or entry is None or not entry.get("outstanding_requests"):
+                await self._feed(dep, unit, m.Drained())
+
+    def _draining(self, dep: _Deployment) -> list[_Unit]:
+        return [u for u in dep.units.values()
+                if u.machine.state is m.State.STOPPING and u.machine.phase is m.Phase.DRAIN]
+
+    async def _reconcile(self, dep: _Deployment) -> None:
+        """Desired vs actual, in start order (proxy, then instances) or stop order (reverse)."""
+        proxy = dep.proxy
+        if dep.running:
+            if proxy.machine.state in (m.State.STOPPED, m.State.EXITED):
+                await self._feed(dep, proxy, m.Start())
+            if proxy.machine.state is m.State.RUNNING:
+                for unit in dep.instances():
+                    if unit.machine.state in (m.State.STOPPED, m.State.EXITED):
+                        await self._feed(dep, unit, m.Start())
+            return
+        for unit in dep.instances():
+            if unit.machine.state not in (m.State.STOPPED,):
+                await self._feed(dep, unit, m.Stop())
+        if all(u.machine.state is m.State.STOPPED for u in dep.instances()):
+            await self._feed(dep, proxy, m.Stop())
+            await self._feed(dep, proxy, m.Drained())  # nothing routes through it any more
+
+    # Performing actions ------------------------------------------------------------------
+
+    async def _feed(self, dep: _Deployment, unit: _Unit, event: m.Event) -> None:
+        before = unit.machine.state
+        unit.machine, actions = m.step(unit.machine, event, self.clock.now())
+        if unit.machine.state is not before:
+            log.info("%s/%s: %s -> %s", dep.name, unit.launch.name, before, unit.machine.state)
+        for action in actions:
+            await self._perform(dep, unit, action)
+
+    async def _perform(self, dep: _Deployment, unit: _Unit, action: m.Action) -> None:
+        name = unit.launch.name
+        if isinstance(action, m.Spawn):
+            await self._spawn(dep, unit)
+        elif isinstance(action, m.Kill):
+            record = self.backend.read(dep.folder, name) or unit.record
+            if record is not None:
+                self.backend.signal(record, action.signal)
+        elif isinstance(action, m.Drain | m.Undrain):
+            if not unit.launch.is_proxy and dep.proxy.machine.state is m.State.RUNNING:
+                await self.probe.set_draining(dep.proxy.launch.url, unit.launch.url,
+                                              isinstance(action, m.Drain))
+        elif isinstance(action, m.Emit):
+            self._emit(action.kind, f"{dep.name}/{name}: {action.message}")
+        # Schedule: every pass ticks every machine, so deadlines fire within poll_interval.
+
+    async def _spawn(self, dep: _Deployment, unit: _Unit) -> None:
+        name = unit.launch.name
+        self.backend.forget(dep.folder, name)
+        (dep.folder / name).mkdir(parents=True, exist_ok=True)
+        (dep.folder / name / RESTARTS_FILE).write_text(str(unit.machine.restarts))
+        unit.healthy = unit.registered = None
+        unit.failed_probes, unit.next_probe = 0, 0.0
+        try:
+            record = await self.backend.spawn(dep.folder, name, unit.launch.argv,
+                                              unit.launch.env)
+        except (SpawnError, OSError) as exc:
+            self._emit("spawn_failed", f"{dep.name}/{name}: {exc}")
+            await self._feed(dep, unit, m.Exited(None))
+            return
+        unit.record = record
+        if record.child_pid is None:
+            await self._feed(dep, unit, m.Exited(record.exit_code))
+            return
+        await self._feed(dep, unit, m.Spawned(record.child_pid))
+
+    def _emit(self, kind: str, message: str) -> None:
+        log.info("%s: %s", kind, message)
+        self.on_event(ACTOR, kind, message)
+
+    # Adoption ----------------------------------------------------------------------------
+
+    def _adopt_all(self) -> None:
+        for path in sorted(self.settings.run_dir.glob(f"*/{DEPLOYMENT_FILE}")):
+            try:
+                saved = json.loads(path.read_text())
+                spec = DeploymentSpec.model_validate(saved["spec"])
+                ports = _ports(saved["ports"])
+            except (ValueError, KeyError) as exc:
+                self._emit("adopt_failed", f"{path}: {exc}")
+                continue
+            dep = _Deployment(spec.name, spec, ports, path.parent, {},
+                              running=bool(saved.get("running", True)))
+            for launch in render(spec, ports, self.settings.launch):
+                dep.units[launch.name] = self._adopt(dep, launch)
+            self.deployments[dep.name] = dep
+
+    def _adopt(self, dep: _Deployment, launch: Launch) -> _Unit:
+        unit = _Unit(launch, m.Machine(policy=self.settings.policy))
+        record = self.backend.read(dep.folder, launch.name)
+        if record is None or record.child_pid is None:
+            return unit
+        restarts = _read_int(dep.folder / launch.name / RESTARTS_FILE)
+        alive = self.backend.running(record)
+        unit.record = record if alive else None
+        if not alive:
+            self.backend.forget(dep.folder, launch.name)
+        event = m.Adopt(record.child_pid, alive, record.exit_code, restarts)
+        unit.machine, actions = m.step(unit.machine, event, self.clock.now())
+        for action in actions:
+            if isinstance(action, m.Emit):
+                self._emit(action.kind, f"{dep.name}/{launch.name}: {action.message}")
+        return unit
+
+    # Describing --------------------------------------------------------------------------
+
+    def _describe(self, dep: _Deployment, unit: _Unit) -> dict[str, Any]:
+        mach, launch = unit.machine, unit.launch
+        uptime = None
+        if mach.state in _LIVE and mach.pid is not None:
+            started = unit.record.started_at if unit.record else None
+            uptime = (self.clock.wall() - started) if started else m.uptime(mach,
+                                                                             self.clock.now())
+        return {
+            "name": launch.name, "role": launch.role or "proxy", "group": launch.group,
+            "mode": launch.mode, "state": mach.state.value, "pid": mach.pid,
+            "uptime": None if uptime is None else round(max(0.0, uptime), 3),
+            "restarts": mach.restarts, "failures": mach.failures, "health": unit.healthy,
+            "registration": unit.registered if launch.registers else None,
+            "url": launch.url, "ports": launch.ports.model_dump() if launch.ports else
+            {"http": dep.ports.proxy, "registry": dep.ports.registry},
+            "gpus": launch.gpus, "last_exit_code": mach.last_exit,
+            "command": launch.command,
+        }
+
+    def _deployment(self, name: str) -> _Deployment:
+        try:
+            return self.deployments[name]
+        except KeyError:
+            raise SupervisorError(f"no deployment {name!r} is supervised") from None
+
+    def _unit(self, dep: _Deployment, instance: str) -> _Unit:
+        try:
+            return dep.units[instance]
+        except KeyError:
+            raise SupervisorError(f"{dep.name} has no instance {instance!r}; it has "
+                                  f"{', '.join(dep.units)}") from None
+
+
+def _ports(saved: dict[str, Any]) -> AllocatedPorts:
+    from controller.deployment import InstancePorts
+
+    return AllocatedPorts(saved["proxy"], saved["registry"],
+                          {k: InstancePorts(**v) for k, v in saved["instances"].items()})
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
+
+
+def _read_int(path: Path) -> int:
+    try:
+        return int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return 0
