@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run test lint bench-core bench-sim bench-proxy clean
+.PHONY: run test lint bench-core bench-sim bench-proxy clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -32,6 +32,14 @@ bench-sim: $(STAMP)
 
 bench-proxy: $(STAMP)
 	$(PY) -m benchmarks.bench_proxy
+
+# Debian packages some tests use (they skip without them); needs root, as CI has.
+SYSTEM_PACKAGES := docker-compose
+system-deps:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
