@@ -47,6 +47,7 @@ def create_admin_app(proxy: Proxy) -> web.Application:
     app.router.add_post("/instances/remove", routes.remove_instance)
     app.router.add_post("/instances/drain", routes.drain_instance)
     app.router.add_post("/instances/undrain", routes.undrain_instance)
+    app.router.add_post("/instances/whole", routes.whole_instance)
     app.router.add_get("/groups", routes.list_groups)
     app.router.add_post("/groups/{group}/pause", routes.pause)
     app.router.add_post("/groups/{group}/resume", routes.resume)
@@ -123,6 +124,19 @@ class AdminRoutes:
     async def _set_draining(self, request: web.Request, draining: bool) -> web.Response:
         url = await self._url_of(request)
         inst = self.pool.set_draining(url, draining)
+        if inst is None:
+            raise NotFound(f"no instance {url}")
+        return web.json_response(inst.describe())
+
+    async def whole_instance(self, request: web.Request) -> web.Response:
+        """`{"url": ..., "whole": true}`: the instance also serves whole requests (no
+        hand-off), as a colocated one would; `false` ends that."""
+        body = await _json_object(request)
+        url = _field(body, "url", str)
+        whole = body.get("whole", True)
+        if not isinstance(whole, bool):
+            raise BadRequest("field 'whole' must be a boolean", "whole")
+        inst = self.pool.set_whole(url, whole)
         if inst is None:
             raise NotFound(f"no instance {url}")
         return web.json_response(inst.describe())

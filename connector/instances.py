@@ -25,6 +25,9 @@ class Instance:
     source: str = "flag"  # flag | registry | admin
     healthy: bool = True
     draining: bool = False
+    # Also serve whole requests (no hand-off) as if colocated: how a mode switch keeps
+    # serving while the other side of the pair restarts. Registration does not reset it.
+    whole: bool = False
     outstanding_requests: int = 0
     outstanding_tokens: int = 0
     served: int = 0
@@ -66,6 +69,7 @@ class Instance:
             "source": self.source,
             "healthy": self.healthy,
             "draining": self.draining,
+            "whole": self.whole,
             "outstanding_requests": self.outstanding_requests,
             "outstanding_tokens": self.outstanding_tokens,
             "served": self.served,
@@ -156,6 +160,18 @@ class InstancePool:
             self.on_change()
         return inst
 
+    def set_whole(self, url: str, whole: bool) -> Instance | None:
+        inst = self._by_url.get(url.rstrip("/"))
+        if inst is not None:
+            inst.whole = whole
+            self.on_change()
+        return inst
+
+    def _whole_candidates(self) -> list[Instance]:
+        """Colocated instances, plus prefill/decode instances told to serve whole requests."""
+        return [i for i in self._by_url.values()
+                if i.available and (i.role == "both" or i.whole)]
+
     def set_health(self, inst: Instance, healthy: bool, error: str | None = None) -> None:
         if inst.healthy != healthy:
             inst.healthy = healthy
@@ -174,7 +190,7 @@ class InstancePool:
 
     def _route_in(self, group: Group) -> Route | None:
         if group.mode == "colocated":
-            both = group.available("both")
+            both = self._whole_candidates()
             if not both:
                 return None
             return Route(group.mode, None, self.policy.pick("colocated/both", both))
@@ -191,7 +207,7 @@ class InstancePool:
             if g.paused:
                 continue
             if g.mode == "colocated":
-                if g.available("both"):
+                if self._whole_candidates():
                     ready.append(g)
             elif g.available("prefill") and g.available("decode"):
                 ready.append(g)

@@ -32,7 +32,7 @@ from controller.process_backend import ProcessBackend, ProcessRecord, ShimBacken
 from controller.render import Launch, LaunchSettings, render
 
 log = logging.getLogger("pdctl.supervisor")
-EventSink = Callable[[str, str, str], None]  # (actor, kind, message)
+EventSink = Callable[[str, str, str, str | None], None]  # (actor, kind, message, deployment)
 ACTOR = "supervisor"
 DEPLOYMENT_FILE = "deployment.json"
 RESTARTS_FILE = "restarts"
@@ -116,7 +116,7 @@ class Supervisor:
         self.backend = backend or ShimBackend()
         self.probe = probe or HttpProbe()
         self.clock = clock or SystemClock()
-        self.on_event = on_event or (lambda actor, kind, message: None)
+        self.on_event = on_event or (lambda actor, kind, message, deployment: None)
         self.deployments: dict[str, _Deployment] = {}
         self._task: asyncio.Task | None = None
         settings.run_dir.mkdir(parents=True, exist_ok=True)
@@ -161,7 +161,7 @@ class Supervisor:
             "spec": spec.model_dump(mode="json"), "running": True,
             "ports": {"proxy": ports.proxy, "registry": ports.registry,
                       "instances": {k: v.model_dump() for k, v in ports.instances.items()}}})
-        self._emit("start", f"{name}: start requested")
+        self._emit("start", f"{name}: start requested", name)
         await self._reconcile(dep)
 
     async def stop(self, name: str, wait: float | None = None) -> None:
@@ -170,7 +170,7 @@ class Supervisor:
         dep.running = False
         _write_json(dep.folder / DEPLOYMENT_FILE,
                     {**json.loads((dep.folder / DEPLOYMENT_FILE).read_text()), "running": False})
-        self._emit("stop", f"{name}: stop requested")
+        self._emit("stop", f"{name}: stop requested", name)
         await self._reconcile(dep)
         if wait is not None:
             await self.wait_for(name, lambda units: all(u["state"] in _IDLE for u in units),
@@ -324,7 +324,7 @@ class Supervisor:
                 await self.probe.set_draining(dep.proxy.launch.url, unit.launch.url,
                                               isinstance(action, m.Drain))
         elif isinstance(action, m.Emit):
-            self._emit(action.kind, f"{dep.name}/{name}: {action.message}")
+            self._emit(action.kind, f"{dep.name}/{name}: {action.message}", dep.name)
         # Schedule: every pass ticks every machine, so deadlines fire within poll_interval.
 
     async def _spawn(self, dep: _Deployment, unit: _Unit) -> None:
@@ -338,7 +338,7 @@ class Supervisor:
             record = await self.backend.spawn(dep.folder, name, unit.launch.argv,
                                               unit.launch.env)
         except (SpawnError, OSError) as exc:
-            self._emit("spawn_failed", f"{dep.name}/{name}: {exc}")
+            self._emit("spawn_failed", f"{dep.name}/{name}: {exc}", dep.name)
             await self._feed(dep, unit, m.Exited(None))
             return
         unit.record = record
@@ -347,9 +347,9 @@ class Supervisor:
             return
         await self._feed(dep, unit, m.Spawned(record.child_pid))
 
-    def _emit(self, kind: str, message: str) -> None:
+    def _emit(self, kind: str, message: str, deployment: str | None = None) -> None:
         log.info("%s: %s", kind, message)
-        self.on_event(ACTOR, kind, message)
+        self.on_event(ACTOR, kind, message, deployment)
 
     # Adoption ----------------------------------------------------------------------------
 
@@ -382,7 +382,7 @@ class Supervisor:
         unit.machine, actions = m.step(unit.machine, event, self.clock.now())
         for action in actions:
             if isinstance(action, m.Emit):
-                self._emit(action.kind, f"{dep.name}/{launch.name}: {action.message}")
+                self._emit(action.kind, f"{dep.name}/{launch.name}: {action.message}", dep.name)
         return unit
 
     # Describing --------------------------------------------------------------------------

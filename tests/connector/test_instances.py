@@ -136,3 +136,22 @@ def test_on_change_fires():
     pool.set_paused("read", True)
     pool.remove("http://p")
     assert len(calls) == 3
+
+
+def test_whole_instances_serve_whole_requests_while_their_partner_restarts():
+    pool = pool_with(("http://p1", "prefill", "read"), ("http://d1", "decode", "read"))
+    pool.set_whole("http://d1", True)
+    pool.set_draining("http://p1", True)
+    route = pool.route()
+    assert route.group == "colocated" and route.prefill is None
+    assert route.decode.url == "http://d1"
+    # A re-registration (upsert) keeps the flag; a draining whole instance serves nothing.
+    pool.upsert("http://d1", "decode", "write")
+    assert pool.get("http://d1").whole
+    pool.set_draining("http://d1", True)
+    assert pool.route() is None
+    pool.set_whole("http://d1", False)
+    pool.set_draining("http://p1", False)
+    pool.set_draining("http://d1", False)
+    assert pool.route() is None  # p1 read, d1 write: no pair, nothing whole
+    assert pool.set_whole("http://nope", True) is None

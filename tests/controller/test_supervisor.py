@@ -59,7 +59,7 @@ def test_proxy_first_then_instances_then_running(tmp_path):
         await h.sup.start("tiny-pd", spec, allocate(spec))
         await h.polls(2)
         assert len(h.backend.spawned) == 3
-        assert ("supervisor", "ready", "tiny-pd/decode-0: ready after 0.5 s") in h.events
+        assert ("supervisor", "ready", "tiny-pd/decode-0: ready after 0.5 s", "tiny-pd") in h.events
     run(scenario())
 
 
@@ -173,7 +173,7 @@ def test_a_new_supervisor_adopts_live_processes_and_replaces_dead_ones(tmp_path)
         assert {u["state"] for u in status.values()} == {"RUNNING"}
         assert [s[0] for s in h.backend.spawned[spawned:]] == ["decode-0"]  # only the dead one
         assert status["prefill-0"]["pid"] == pids["prefill-0"]
-        kinds = [k for _, k, _ in h.events]
+        kinds = [k for _, k, _, _ in h.events]
         assert kinds.count("adopted") == 2 and "exited" in kinds
     run(scenario())
 
