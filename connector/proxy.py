@@ -199,6 +199,7 @@ class Proxy:
         self.registry_port: int | None = None
         self.session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task] = []
+        self._background: set[asyncio.Task] = set()  # one-off probes
         # streaming legs under the silence watchdog (cheaper than aiohttp's per-read timer)
         self._watched: dict[asyncio.Task, _Flight] = {}
         self._prefill_timeout = aiohttp.ClientTimeout(
@@ -252,7 +253,14 @@ class Proxy:
         self._changed = asyncio.Event()
 
     def _on_registration(self, reg: Registration, change: str) -> None:
-        if change == "refreshed" and self.pool.get(reg.url) is not None:
+        known = self.pool.get(reg.url)
+        if change == "refreshed" and known is not None:
+            if not known.healthy and self.session is not None:
+                # A heartbeat from an instance marked down: it restarted; look now rather
+                # than at the next health round.
+                task = asyncio.get_running_loop().create_task(self._probe(known))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
             return
         log.info("registry: %s %s %s in group %s", change, reg.role, reg.url, reg.mode)
         self.pool.upsert(

@@ -97,6 +97,10 @@ def launch(run_dir: Path, name: str, argv: list[str], *, max_bytes: int = 10 << 
         try:
             os.setsid()  # its own session: no signal for our group reaches it
             _detach_stdio()
+            # Inherited descriptors (uvloop leaves its stdio pipes open above fd 2) would
+            # keep the starter's pipes open and make it wait for us: keep only our own.
+            os.closerange(3, write_end)
+            os.closerange(write_end + 1, os.sysconf("SC_OPEN_MAX"))
             code = serve(run_dir, name, argv, max_bytes=max_bytes, keep=keep,
                          ready_fd=write_end)
         finally:

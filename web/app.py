@@ -3,6 +3,8 @@ lifespan and kept on `app.state` (engine, store, tokens, metrics registry, contr
 
 from __future__ import annotations
 
+import shlex
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -11,6 +13,9 @@ from pathlib import Path
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.templating import Jinja2Templates
 
+from controller.render import LaunchSettings
+from controller.service import ControlService
+from controller.supervisor import Supervisor, SupervisorSettings
 from controller.validation import host_port_busy
 from web import errors, migrate
 from web.admission import Admission
@@ -19,14 +24,15 @@ from web.db import create_engine
 from web.deps import current_actor
 from web.limits import BodyLimit
 from web.metrics import build_registry
-from web.routes import deployments, events, login, ops, revisions
+from web.routes import deployments, events, lifecycle, login, ops, revisions
 from web.settings import Settings, get_settings
 from web.store import Store
 
 TEMPLATES = Path(__file__).parent / "templates"
+ROOT = Path(__file__).resolve().parent.parent
 # Each module's `router` goes under /api, behind a token when tokens are set. A new resource
 # (the lifecycle endpoints) is one more module here.
-API_ROUTES = (deployments, revisions, events)
+API_ROUTES = (deployments, revisions, events, lifecycle)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -58,9 +64,26 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     admission = Admission(settings.port_range, settings.allow_code_env,
                           partial(host_port_busy, hosts=hosts),
                           reserved=frozenset({settings.port}))
-    app.state.store = Store(engine, admission)
-    app.state.registry = build_registry(app.state.store)
+    app.state.store = store = Store(engine, admission)
+    app.state.registry = build_registry(store)
+    if settings.controller:
+        app.state.controller = build_controller(settings, store)
+        await app.state.controller.supervisor.open()
     try:
         yield
     finally:
+        if app.state.controller is not None:
+            await app.state.controller.close()
         engine.dispose()
+
+
+def build_controller(settings: Settings, store: Store) -> ControlService:
+    """The supervisor over `runtime_dir` (adopting what still runs there), its events in the
+    store."""
+    launch = LaunchSettings(vllm_command=tuple(shlex.split(settings.vllm_launcher)),
+                            pdctl_command=(sys.executable, str(ROOT / "pdctl.py")),
+                            sim_registration_interval=settings.sim_registration_interval)
+    supervisor = Supervisor(SupervisorSettings(run_dir=settings.runtime_dir, launch=launch),
+                            on_event=lambda actor, kind, message, deployment:
+                            store.record(actor, kind, message, deployment))
+    return ControlService(supervisor, store.record)

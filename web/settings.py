@@ -33,6 +33,10 @@ class Settings(BaseSettings):
     vllm_launcher: str = "vllm serve"
     max_body_bytes: int = Field(1 << 20, ge=1024)
     migrate_on_start: bool = True
+    # Run the controller (supervisor of instances) in this process.
+    controller: bool = True
+    # Stand-in MoRIIO instances' registration heartbeat (vLLM's is 3 s); tests shorten it.
+    sim_registration_interval: float | None = Field(None, gt=0)
 
     @field_validator("viewer_tokens", "operator_tokens", mode="before")
     @classmethod

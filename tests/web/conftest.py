@@ -35,6 +35,7 @@ def _clients(folder: Path, template: Path) -> Iterator[MakeClient]:
         db = folder / f"pdctl-{len(clients)}.db"
         shutil.copy(template, db)
         settings = Settings(**{"db": db, "port_range": (41000, 41999),
+                               "runtime_dir": folder / f"runs-{len(clients)}",
                                "migrate_on_start": False, **overrides})
         client = TestClient(create_app(settings))
         client.__enter__()

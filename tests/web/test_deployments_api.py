@@ -103,8 +103,11 @@ def test_delete_is_refused_while_the_controller_runs_it(client: TestClient) -> N
             return True
 
     client.post("/api/deployments", json=nixl_1p1d())
-    client.app.state.controller = Running()
-    response = client.delete("/api/deployments/pd")
+    real, client.app.state.controller = client.app.state.controller, Running()
+    try:
+        response = client.delete("/api/deployments/pd")
+    finally:
+        client.app.state.controller = real
     assert response.status_code == 409
     assert response.json() == {"detail": "deployment 'pd' has running instances: stop it "
                                          "first"}

@@ -23,7 +23,8 @@ TOKENS = {"PDCTL_OPERATOR_TOKENS": "alice:op-secret", "PDCTL_VIEWER_TOKENS": "bo
 def serve(tmp_path: Path, db: Path, env: dict | None = None) -> Process:
     port = free_port()
     return Process(["serve", "--port", str(port), "--db", str(db)], port,
-                   env={"PDCTL_PORT_RANGE": "42000-42999", **(env or {})},
+                   env={"PDCTL_PORT_RANGE": "42000-42999",
+                        "PDCTL_RUNTIME_DIR": str(tmp_path / "runs"), **(env or {})},
                    log_path=tmp_path / f"serve-{port}.log").wait_healthy()
 
 

@@ -1,0 +1,83 @@
+"""The controller as the REST API sees it: lifecycle, status, logs, previews and mode switches
+of stored deployments, every operator action recorded as an event."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from controller.deployment import DeploymentSpec
+from controller.ports import AllocatedPorts
+from controller.supervisor import Supervisor, SupervisorError
+from controller.switch import SwitchRecord, SwitchRunner
+
+# (actor, kind, message, deployment, detail) -> None: how events reach the store.
+Recorder = Callable[[str, str, str, str | None, dict | None], None]
+
+_STOPPED = ("STOPPED", "EXITED", "FATAL")
+
+
+class ControlService:
+    def __init__(self, supervisor: Supervisor, record: Recorder,
+                 proxy_admin_token: str | None = None) -> None:
+        self.supervisor = supervisor
+        self.record = record
+        self.switches = SwitchRunner(supervisor, record, proxy_admin_token)
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def known(self, name: str) -> bool:
+        return name in self.supervisor.deployments
+
+    def is_active(self, name: str) -> bool:
+        return self.known(name) and any(u["state"] not in _STOPPED
+                                        for u in self.supervisor.status(name))
+
+    def status(self, name: str) -> list[dict[str, Any]]:
+        return self.supervisor.status(name) if self.known(name) else []
+
+    def log_tail(self, name: str, instance: str, lines: int) -> list[str]:
+        return self.supervisor.log_tail(name, instance, lines)
+
+    def preview(self, spec: DeploymentSpec, ports: AllocatedPorts) -> dict[str, dict[str, Any]]:
+        return self.supervisor.preview(spec, ports)
+
+    # -- actions -----------------------------------------------------------------------------
+
+    async def start(self, name: str, spec: DeploymentSpec, ports: AllocatedPorts, actor: str,
+                    reason: str | None, revision: int) -> None:
+        self.switches.refuse_if_running(name)
+        await self.supervisor.start(name, spec, ports)
+        self.record(actor, "deployment.start", f"{name}: start (revision {revision})"
+                    + _why(reason), name, {"revision": revision})
+
+    async def stop(self, name: str, actor: str, reason: str | None) -> None:
+        self.switches.refuse_if_running(name)
+        await self.supervisor.stop(name)
+        self.record(actor, "deployment.stop", f"{name}: stop" + _why(reason), name, None)
+
+    async def restart(self, name: str, instance: str | None, actor: str,
+                      reason: str | None) -> None:
+        self.switches.refuse_if_running(name)
+        await self.supervisor.restart(name, instance)
+        what = f"{name}/{instance}" if instance else name
+        self.record(actor, "deployment.restart", f"{what}: restart" + _why(reason), name,
+                    {"instance": instance})
+
+    def switch(self, name: str, spec: DeploymentSpec, ports: AllocatedPorts, target: str,
+               strategy: str, actor: str, reason: str | None,
+               commit: Callable[[DeploymentSpec], int]) -> SwitchRecord:
+        """Begin a read/write switch in the background; its record shows the progress."""
+        return self.switches.begin(name, spec, ports, target, strategy, actor, reason, commit)
+
+    async def close(self) -> None:
+        await self.switches.close()
+        await self.supervisor.close()
+
+
+def _why(reason: str | None) -> str:
+    return f" ({reason})" if reason else ""
+
+
+__all__ = ["ControlService", "SupervisorError", "asyncio"]

@@ -1,0 +1,203 @@
+"""The control plane with real processes: `pdctl serve` starts a stand-in MoRIIO deployment,
+keeps it alive through kill -9, switches its mode under load without losing a request, and
+adopts it after a crash of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.processes import ROOT, Process, free_port, http_get, http_post
+
+pytestmark = pytest.mark.e2e
+
+
+def moriio(name: str, pairs: int = 1) -> dict:
+    groups = []
+    for i in range(pairs):
+        suffix = "" if pairs == 1 else f"-{i}"
+        groups += [{"name": f"prefill{suffix}", "role": "prefill", "mode": "read"},
+                   {"name": f"decode{suffix}", "role": "decode", "mode": "read"}]
+    return {"name": name, "engine": "sim", "model": "tiny", "topology": "disaggregated",
+            "connector": "MoRIIOConnector", "prefix_caching": False, "groups": groups,
+            "proxy": {"hold_queue": 256, "hold_deadline_s": 60}}
+
+
+class ControlPlane:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp, self.port = tmp, free_port()
+        # A range of its own, so that concurrent test runs do not collide.
+        base = random.randrange(30000, 60000, 500)
+        self.env = {"PDCTL_RUNTIME_DIR": str(tmp / "runs"),
+                    "PDCTL_PORT_RANGE": f"{base}-{base + 499}",
+                    "PDCTL_SIM_REGISTRATION_INTERVAL": "0.3"}
+        self.proc: Process | None = None
+
+    def start(self) -> ControlPlane:
+        self.proc = Process(["serve", "--port", str(self.port), "--db",
+                             str(self.tmp / "pdctl.db")], self.port, env=self.env,
+                            log_path=self.tmp / f"serve-{time.monotonic_ns()}.log")
+        self.proc.wait_healthy(30)
+        return self
+
+    def api(self, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
+        url = self.proc.url + "/api" + path
+        if method == "GET":
+            status, raw = http_get(url, timeout=30)
+            return status, json.loads(raw or b"null")
+        return http_post(url, body or {}, timeout=60)
+
+    def status(self, name: str) -> dict[str, dict]:
+        return {u["name"]: u for u in self.api("GET", f"/deployments/{name}/status")[1]}
+
+    def wait(self, name: str, predicate, timeout: float = 60.0) -> dict[str, dict]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            units = self.status(name)
+            if units and predicate(units):
+                return units
+            time.sleep(0.2)
+        raise TimeoutError(f"{name}: {self.status(name)}")
+
+    def running(self, name: str) -> dict[str, dict]:
+        return self.wait(name, lambda us: all(u["state"] == "RUNNING" for u in us.values()))
+
+    def switch(self, name: str, mode: str, strategy: str) -> dict:
+        status, record = self.api("POST", f"/deployments/{name}/switch",
+                                  {"mode": mode, "strategy": strategy, "reason": "test"})
+        assert status == 202, record
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            _, record = self.api("GET", f"/deployments/{name}/switches/{record['id']}")
+            if record["state"] != "running":
+                return record
+            time.sleep(0.2)
+        raise TimeoutError(record)
+
+
+@pytest.fixture
+def plane(tmp_path):
+    plane = ControlPlane(tmp_path).start()
+    try:
+        yield plane
+    finally:
+        for name in ("mori", "two"):
+            status, _ = plane.api("POST", f"/deployments/{name}/stop")
+            if status == 202:
+                try:
+                    plane.wait(name, lambda us: all(u["state"] in ("STOPPED", "EXITED")
+                                                    for u in us.values()), 30)
+                except TimeoutError:
+                    pass
+        plane.proc.stop()
+
+
+def complete(proxy_port: int, n: int = 8) -> dict:
+    status, body = http_post(f"http://127.0.0.1:{proxy_port}/v1/completions",
+                             {"model": "tiny", "prompt": "one two three", "max_tokens": n,
+                              "ignore_eos": True})
+    assert status == 200, body
+    return body
+
+
+def bench(proxy_port: int, tmp: Path, name: str, rate: float, prompts: int) -> subprocess.Popen:
+    out = tmp / f"{name}.json"
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "pdctl.py"), "bench", "--base-url",
+         f"http://127.0.0.1:{proxy_port}", "--request-rate", str(rate), "--num-prompts",
+         str(prompts), "--input-len", "128", "--output-len", "32", "--result-json", str(out),
+         "--quiet", "--timeout", "90"], cwd=ROOT, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+
+
+def bench_result(proc: subprocess.Popen, tmp: Path, name: str) -> dict:
+    assert proc.wait(timeout=150) == 0
+    return json.loads((tmp / f"{name}.json").read_text())
+
+
+def test_start_kill_restart_switch_and_adopt(plane, tmp_path):
+    status, created = plane.api("POST", "/deployments", moriio("mori"))
+    assert status == 201, created
+    proxy_port = created["ports"]["proxy"]
+    status, _ = plane.api("POST", "/deployments/mori/start")
+    assert status == 202
+    units = plane.running("mori")
+    assert complete(proxy_port)["usage"]["completion_tokens"] == 8
+
+    # kill -9 the decode: the supervisor brings it back
+    os.kill(units["decode-0"]["pid"], signal.SIGKILL)
+    units = plane.wait("mori", lambda us: us["decode-0"]["restarts"] >= 1
+                       and us["decode-0"]["state"] == "RUNNING")
+    assert complete(proxy_port)["usage"]["completion_tokens"] == 8
+
+    # read -> write by hold, under load: nothing lost, nothing rejected
+    load = bench(proxy_port, tmp_path, "hold", rate=10, prompts=60)
+    time.sleep(1.0)
+    record = plane.switch("mori", "write", "hold")
+    assert record["state"] == "done", record
+    result = bench_result(load, tmp_path, "hold")
+    assert result["completed"] == 60 and result["failed"] == 0
+    assert record["held_s"] is not None and record["rejected"] == 0
+    _, current = plane.api("GET", "/deployments/mori")
+    assert {g["mode"] for g in current["spec"]["groups"]} == {"write"}
+
+    # write -> read by keep-serving, under load
+    load = bench(proxy_port, tmp_path, "keep", rate=10, prompts=60)
+    time.sleep(1.0)
+    record = plane.switch("mori", "read", "keep-serving")
+    assert record["state"] == "done", record
+    result = bench_result(load, tmp_path, "keep")
+    assert result["completed"] == 60 and result["failed"] == 0
+    assert record["degraded_s"] is not None
+
+    _, events = plane.api("GET", "/events?deployment=mori&kind=switch.done")
+    assert len(events) == 2 and "held" in events[-1]["message"]
+
+    # kill -9 the control plane: a new one adopts the same processes
+    pids = {n: u["pid"] for n, u in plane.status("mori").items()}
+    plane.proc.kill()
+    plane.start()
+    adopted = plane.running("mori")
+    assert {n: u["pid"] for n, u in adopted.items()} == pids
+    assert complete(proxy_port)["usage"]["completion_tokens"] == 8
+
+
+def test_two_pairs_roll_with_nothing_held(plane, tmp_path):
+    status, created = plane.api("POST", "/deployments", moriio("two", pairs=2))
+    assert status == 201, created
+    proxy_port = created["ports"]["proxy"]
+    plane.api("POST", "/deployments/two/start")
+    plane.running("two")
+    load = bench(proxy_port, tmp_path, "roll", rate=10, prompts=60)
+    time.sleep(1.0)
+    record = plane.switch("two", "write", "roll")
+    assert record["state"] == "done", record
+    result = bench_result(load, tmp_path, "roll")
+    assert result["completed"] == 60 and result["failed"] == 0
+    assert record["held_s"] is None and record["rejected"] == 0
+
+
+def test_switch_refusals_are_409_with_the_reason(plane):
+    plane.api("POST", "/deployments", moriio("mori"))
+    status, body = plane.api("POST", "/deployments/mori/switch",
+                             {"mode": "write", "strategy": "hold", "reason": "x"})
+    assert status == 409 and "not running" in body["detail"]
+    plane.api("POST", "/deployments/mori/start")
+    plane.running("mori")
+    status, body = plane.api("POST", "/deployments/mori/switch",
+                             {"mode": "read", "strategy": "hold", "reason": "x"})
+    assert status == 409 and "already runs in read" in body["detail"]
+    status, body = plane.api("POST", "/deployments/mori/switch",
+                             {"mode": "write", "strategy": "roll", "reason": "x"})
+    assert status == 409 and "two prefill groups" in body["detail"]
+    status, body = plane.api("POST", "/deployments/mori/switch",
+                             {"mode": "write", "strategy": "sideways", "reason": "x"})
+    assert status == 422

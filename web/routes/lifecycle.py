@@ -1,0 +1,149 @@
+"""/api/deployments/{name}/...: start, stop, restart, status, logs, commands, mode switches."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request, status
+from pydantic import BaseModel, Field
+
+from controller.service import ControlService
+from controller.supervisor import SupervisorError
+from controller.switch import SwitchBusy
+from controller.switch_plan import SwitchRejected
+from web.deps import Operator, Reason, StoreDep
+from web.errors import Conflict, NotFound, PdctlError
+
+router = APIRouter(prefix="/deployments/{name}", tags=["lifecycle"])
+
+
+class Unavailable(PdctlError):
+    status = 503
+    title = "Controller unavailable"
+
+
+class SwitchRequest(BaseModel):
+    mode: Literal["read", "write"]
+    strategy: Literal["roll", "hold", "keep-serving"] = Field(
+        description="roll: one pair at a time while others serve (two or more pairs); hold: "
+        "pause dispatch, restart both sides, release; keep-serving: whole requests on the "
+        "side that is not restarting.")
+    reason: str = Field(min_length=1, max_length=500,
+                        description="Why: recorded with the switch and its events.")
+
+
+def _controller(request: Request) -> ControlService:
+    controller = request.app.state.controller
+    if controller is None:
+        raise Unavailable("this control plane runs without a controller")
+    return controller
+
+
+def _known(controller: ControlService, name: str) -> None:
+    if not controller.known(name):
+        raise Conflict(f"deployment {name!r} has not been started")
+
+
+@router.post("/start", status_code=status.HTTP_202_ACCEPTED)
+async def start(name: str, request: Request, store: StoreDep, actor: Operator,
+                reason: Reason = None) -> list[dict[str, Any]]:
+    controller = _controller(request)
+    current = store.get(name)
+    try:
+        await controller.start(name, current.spec, current.ports, actor.label, reason,
+                               current.revision)
+    except SwitchBusy as exc:
+        raise Conflict(str(exc)) from None
+    return controller.status(name)
+
+
+@router.post("/stop", status_code=status.HTTP_202_ACCEPTED)
+async def stop(name: str, request: Request, store: StoreDep, actor: Operator,
+               reason: Reason = None) -> list[dict[str, Any]]:
+    controller = _controller(request)
+    store.get(name)
+    _known(controller, name)
+    try:
+        await controller.stop(name, actor.label, reason)
+    except SwitchBusy as exc:
+        raise Conflict(str(exc)) from None
+    return controller.status(name)
+
+
+@router.post("/restart", status_code=status.HTTP_202_ACCEPTED)
+async def restart(name: str, request: Request, store: StoreDep, actor: Operator,
+                  instance: Annotated[str | None, Query(max_length=80)] = None,
+                  reason: Reason = None) -> list[dict[str, Any]]:
+    controller = _controller(request)
+    store.get(name)
+    _known(controller, name)
+    try:
+        await controller.restart(name, instance, actor.label, reason)
+    except SwitchBusy as exc:
+        raise Conflict(str(exc)) from None
+    except SupervisorError as exc:
+        raise NotFound(str(exc)) from None
+    return controller.status(name)
+
+
+@router.get("/status")
+def instance_status(name: str, request: Request, store: StoreDep) -> list[dict[str, Any]]:
+    store.get(name)
+    return _controller(request).status(name)
+
+
+@router.get("/logs/{instance}")
+def log_tail(name: str, instance: str, request: Request, store: StoreDep,
+             lines: Annotated[int, Query(ge=1, le=5000)] = 200) -> dict[str, Any]:
+    store.get(name)
+    controller = _controller(request)
+    _known(controller, name)
+    try:
+        return {"instance": instance, "lines": controller.log_tail(name, instance, lines)}
+    except SupervisorError as exc:
+        raise NotFound(str(exc)) from None
+
+
+@router.get("/commands")
+def commands(name: str, request: Request, store: StoreDep) -> dict[str, dict[str, Any]]:
+    """Exactly what runs for each process, and the `vllm serve` line an operator would type."""
+    current = store.get(name)
+    return _controller(request).preview(current.spec, current.ports)
+
+
+@router.post("/switch", status_code=status.HTTP_202_ACCEPTED)
+async def switch(name: str, body: SwitchRequest, request: Request, store: StoreDep,
+           actor: Operator) -> dict[str, Any]:
+    """Begin a zero-loss read/write switch; poll /switches/{id} for its progress."""
+    controller = _controller(request)
+    current = store.get(name)
+
+    def commit(spec) -> int:
+        return store.update(name, spec, actor.label,
+                            f"mode switch to {body.mode} ({body.strategy}): {body.reason}"
+                            ).revision
+
+    try:
+        record = controller.switch(name, current.spec, current.ports, body.mode,
+                                   body.strategy, actor.label, body.reason, commit)
+    except SwitchBusy as exc:
+        raise Conflict(str(exc)) from None
+    except SwitchRejected as exc:
+        raise Conflict(str(exc)) from None
+    return record.to_json()
+
+
+@router.get("/switches")
+def switches(name: str, request: Request, store: StoreDep) -> list[dict[str, Any]]:
+    store.get(name)
+    return [r.to_json() for r in _controller(request).switches.history(name)]
+
+
+@router.get("/switches/{switch_id}")
+def switch_status(name: str, switch_id: str, request: Request,
+                  store: StoreDep) -> dict[str, Any]:
+    store.get(name)
+    record = _controller(request).switches.records.get(switch_id)
+    if record is None or record.deployment != name:
+        raise NotFound(f"no switch {switch_id!r} of {name!r}")
+    return record.to_json()
