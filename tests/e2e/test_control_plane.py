@@ -4,6 +4,7 @@ adopts it after a crash of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -92,11 +93,9 @@ def plane(tmp_path):
         for name in ("mori", "two"):
             status, _ = plane.api("POST", f"/deployments/{name}/stop")
             if status == 202:
-                try:
+                with contextlib.suppress(TimeoutError):
                     plane.wait(name, lambda us: all(u["state"] in ("STOPPED", "EXITED")
                                                     for u in us.values()), 30)
-                except TimeoutError:
-                    pass
         plane.proc.stop()
 
 
