@@ -108,7 +108,7 @@ def test_start_crash_adopt_stop_with_real_processes(tmp_path):
                                and all(u["state"] == "RUNNING" for u in us), 30, "restarted")
             after = by_name(sup.status(spec.name))["decode-0"]
             assert after["pid"] != decode["pid"] and after["last_exit_code"] == -9
-            assert any(k == "backoff" and "decode-0" in msg for _, k, msg in events)
+            assert any(k == "backoff" and "decode-0" in msg for _, k, msg, _ in events)
             seen.extend(all_pids(run_dir))
             status, body = await tokens_through(proxy_url)
             assert status == 200, body
