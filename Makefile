@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run test lint bench-core bench-sim bench-proxy clean system-deps
+.PHONY: run test lint bench-core bench-sim bench-proxy bench-switch clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -29,6 +29,9 @@ bench-core: $(STAMP)
 
 bench-sim: $(STAMP)
 	$(PY) -m benchmarks.bench_sim
+
+bench-switch: $(STAMP)
+	$(PY) -m benchmarks.bench_switch
 
 bench-proxy: $(STAMP)
 	$(PY) -m benchmarks.bench_proxy
