@@ -11,7 +11,7 @@ from typing import Any
 
 from simulator.engine_config import KVTransferSettings
 from simulator.kv_transfer import RemoteKV
-from simulator.openai_format import RequestError
+from simulator.openai_request import RequestError
 from simulator.request import KVRole
 
 log = logging.getLogger("pdctl.sim.handoff")
@@ -73,7 +73,11 @@ def plan_handoff(params: dict[str, Any] | None, kv: KVTransferSettings | None,
         return _moriio_decode(params, kv, headers)
     missing = [k for k in NIXL_REQUIRED if params.get(k) in (None, "", [])]
     if missing:
-        # vLLM logs "Got invalid KVTransferParams" and computes the prompt itself.
+        # Real vLLM 0.32 logs "Got invalid KVTransferParams" and then hangs the request and
+        # kills its EngineCore, or asserts at once (fixtures decode_invalid_params*,
+        # decode_missing_block_ids*). The stand-in deliberately does not copy that: a crash
+        # teaches the proxy nothing a test cannot assert more cheaply, and would take every
+        # other request down with it. It logs vLLM's warning and computes the prompt itself.
         log.warning("Got invalid KVTransferParams (missing %s); computing locally", missing)
         return LOCAL
     remote = RemoteKV(key=str(params["remote_request_id"]), host=str(params["remote_host"]),
@@ -107,8 +111,9 @@ def _moriio_decode(params: dict[str, Any], kv: KVTransferSettings,
 
 def prefill_response_params(kv: KVTransferSettings, engine_id: str, host: str,
                             request_id: str, key: str, block_ids: list[int], prompt_len: int,
-                            tp_size: int, params: dict[str, Any]) -> dict[str, Any]:
-    """What a prefill returns so that the decode can find its KV."""
+                            tp_size: int, cached_tokens: int) -> dict[str, Any]:
+    """What a prefill returns so that the decode can find its KV (NIXL: vLLM 0.32's exact key
+    order, fixture prefill_response.json; cached_tokens: the prefill's own prefix-cache hit)."""
     if kv.is_moriio:
         return {
             "do_remote_prefill": True, "do_remote_decode": False,
@@ -123,7 +128,7 @@ def prefill_response_params(kv: KVTransferSettings, engine_id: str, host: str,
         "remote_request_id": request_id, "remote_host": host, "remote_port": kv.kv_port,
         "tp_size": tp_size, "dcp_size": 1, "pp_size": 1, "remote_num_tokens": prompt_len,
         "remote_blocks_expiry_time": None, "transfer_mode": "pull",
-        "remote_prefill_cached_tokens": 0,
+        "remote_prefill_cached_tokens": cached_tokens,
     }
 
 

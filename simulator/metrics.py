@@ -1,13 +1,15 @@
 """The stand-in's /metrics: vLLM's metric names, types, labels and buckets (PROTOCOL.md 4).
 
 Histograms observe modelled times. A custom collector reads the scheduler's counters at
-scrape time instead of mirroring them into gauges all over the code.
+scrape time instead of mirroring them into gauges all over the code. Families, types, labels
+and buckets match vLLM 0.32's (tests/fixtures/vllm/*_metrics.txt, checked by
+tests/simulator/test_conformance.py), `*_created` gauges included.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -16,73 +18,55 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import CollectorRegistry
+from prometheus_client.samples import Sample
 
+from simulator.metric_buckets import (
+    ITERATION_TOKEN_BUCKETS,
+    ITL_BUCKETS,
+    NIXL_BYTES_BUCKETS,
+    NIXL_DESC_BUCKETS,
+    NIXL_POST_BUCKETS,
+    NIXL_XFER_BUCKETS,
+    PARAMS_N_BUCKETS,
+    PREEMPTION_BUCKETS,
+    REQUEST_BUCKETS,
+    TTFT_BUCKETS,
+    BucketHistogram,
+    length_buckets,
+)
 from simulator.request import EngineRequest
 from simulator.scheduler import Scheduler, StepOutput
 
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
-                5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
-               7.5, 10.0, 20.0, 40.0, 80.0)
-REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
-                   60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
-NIXL_XFER_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0,
-                     2.0, 5.0)
-NIXL_BYTES_BUCKETS = tuple(float(2**p) for p in range(11, 34))
-NIXL_DESC_BUCKETS = tuple(float(10 * 2**p) for p in range(14))
-ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
-
-
-def length_buckets(max_len: int) -> tuple[float, ...]:
-    """vLLM's 1-2-5 series up to max_model_len."""
-    out, exp = [], 0
-    while True:
-        for m in (1, 2, 5):
-            value = m * 10**exp
-            if value > max_len:
-                return tuple(float(v) for v in out)
-            out.append(value)
-        exp += 1
-
-
-class BucketHistogram:
-    """Cumulative-at-render histogram: counts per bucket, sum and count."""
-
-    __slots__ = ("bounds", "count", "counts", "sum")
-
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = tuple(float(b) for b in bounds)
-        self.counts = [0] * (len(self.bounds) + 1)
-        self.count = 0
-        self.sum = 0.0
-
-    def observe(self, value: float, times: int = 1) -> None:
-        self.counts[bisect_left(self.bounds, value)] += times
-        self.count += times
-        self.sum += value * times
-
-    def cumulative(self) -> list[tuple[str, float]]:
-        out, running = [], 0
-        for bound, n in zip(self.bounds, self.counts, strict=False):
-            running += n
-            out.append((_fmt(bound), running))
-        out.append(("+Inf", self.count))
-        return out
-
-
-def _fmt(bound: float) -> str:
-    return repr(float(bound))
+FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
+# vllm:cache_config_info labels the stand-in has no notion of, at vLLM 0.32's values.
+CACHE_CONFIG_FIXED = {
+    "_block_size_resolved": "True", "cache_dtype": "auto", "cache_hit_alignment_tokens": "None",
+    "enable_mamba_shared_prefix_checkpoint": "False", "hash_block_size": "None",
+    "is_attention_free": "False", "kv_cache_dtype_skip_layers": "[]",
+    "kv_cache_layout": "None", "kv_cache_memory_bytes": "None",
+    "kv_offloading_backend": "native", "kv_offloading_size": "None",
+    "kv_sharing_fast_prefill": "False", "mamba_block_size": "None", "mamba_cache_dtype": "auto",
+    "mamba_cache_mode": "none", "mamba_page_size_padded": "None",
+    "mamba_ssm_cache_dtype": "float32", "num_cpu_blocks": "None",
+    "prefix_cache_retention_interval": "0", "prefix_caching_hash_algo": "sha256",
+    "prefix_match_unit": "None", "replayssm_buffer_len": "16", "skip_page_size_padded": "None",
+    "sliding_window": "None", "swa_bounded_replay": "True", "use_kda_recoverssm": "False",
+    "use_replayssm": "False", "user_specified_block_size": "False",
+}
 
 
 class EngineMetrics:
     """Observations the scheduler does not keep itself, and the collector over both."""
 
     def __init__(self, scheduler: Scheduler, model_name: str, max_model_len: int,
-                 time_scale: float, with_nixl: bool) -> None:
+                 time_scale: float, with_nixl: bool, kv_role: str | None = None) -> None:
         self.scheduler = scheduler
         self.labels = {"model_name": model_name, "engine": "0"}
         self.time_scale = time_scale
+        self.max_model_len = max_model_len
         self.with_nixl = with_nixl
+        self.kv_role = kv_role  # None: no KV connector
+        self.created = time.time()
         lengths = length_buckets(max_model_len)
         self.hist = {
             "time_to_first_token_seconds": BucketHistogram(TTFT_BUCKETS),
@@ -96,11 +80,15 @@ class EngineMetrics:
             "request_prompt_tokens": BucketHistogram(lengths),
             "request_generation_tokens": BucketHistogram(lengths),
             "request_params_max_tokens": BucketHistogram(lengths),
+            "request_max_num_generation_tokens": BucketHistogram(lengths),
+            "request_params_n": BucketHistogram(PARAMS_N_BUCKETS),
+            "request_num_preemptions": BucketHistogram(PREEMPTION_BUCKETS),
+            "request_prefill_kv_computed_tokens": BucketHistogram(lengths),
             "iteration_tokens_total": BucketHistogram(ITERATION_TOKEN_BUCKETS),
         }
         self.nixl = {
             "nixl_xfer_time_seconds": BucketHistogram(NIXL_XFER_BUCKETS),
-            "nixl_post_time_seconds": BucketHistogram(NIXL_XFER_BUCKETS),
+            "nixl_post_time_seconds": BucketHistogram(NIXL_POST_BUCKETS),
             "nixl_bytes_transferred": BucketHistogram(NIXL_BYTES_BUCKETS),
             "nixl_num_descriptors": BucketHistogram(NIXL_DESC_BUCKETS),
         }
@@ -151,6 +139,11 @@ class EngineMetrics:
         h["request_prompt_tokens"].observe(req.prompt_len)
         h["request_generation_tokens"].observe(req.num_output_tokens)
         h["request_params_max_tokens"].observe(req.max_tokens)
+        h["request_max_num_generation_tokens"].observe(req.max_tokens)
+        h["request_params_n"].observe(1)
+        h["request_num_preemptions"].observe(req.preemptions)
+        h["request_prefill_kv_computed_tokens"].observe(
+            req.prompt_len - req.num_cached_tokens - req.num_external_tokens)
         if req.num_output_tokens > 1:
             h["request_time_per_output_token_seconds"].observe(
                 (end - first) / (req.num_output_tokens - 1))
@@ -164,15 +157,30 @@ class EngineMetrics:
     # ---- the collector ------------------------------------------------------------------
 
     def collect(self) -> Iterable[Metric]:
-        s, labels = self.scheduler, self.labels
+        s, labels, created = self.scheduler, self.labels, self.created
         names, values = list(labels), list(labels.values())
         yield _gauge("vllm:num_requests_running", "Number of requests in model execution "
                      "batches.", names, values, s.num_running)
         yield _gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
                      names, values, s.num_waiting)
+        # "deferred": waiting for its KV to arrive; vLLM's sum of reasons equals the above.
+        yield _by_label("vllm:num_requests_waiting_by_reason", "Number of waiting requests by "
+                        "reason.", GaugeMetricFamily, names, values, "reason",
+                        {"capacity": len(s.waiting), "deferred": len(s.awaiting_kv)})
+        if self.kv_role not in (None, "kv_producer"):
+            # The stand-in starts a load as soon as the blocks are reserved: in_progress.
+            yield _by_label("vllm:num_requests_kv_fetch_by_stage", "Number of waiting requests "
+                            "by async KV load stage.", GaugeMetricFamily, names, values,
+                            "stage", {"waiting_to_start": 0, "in_progress": len(s.awaiting_kv),
+                                      "completed_waiting": 0})
+        yield _by_label("vllm:engine_sleep_state", "Engine sleep state (the stand-in never "
+                        "sleeps).", GaugeMetricFamily, names, values, "sleep_state",
+                        {"awake": 1, "weights_offloaded": 0, "discard_all": 0})
         yield _gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
                      names, values, s.kv_cache_usage)
         c = s.counters
+        connected = self.kv_role is not None
+        cached = c.prompt_tokens_cache_hit + c.prompt_tokens_external
         for name, doc, value in (
             ("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
              c.preemptions),
@@ -183,36 +191,76 @@ class EngineMetrics:
              "tokens.", c.prefix_cache_queries),
             ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
              c.prefix_cache_hits),
+            ("vllm:external_prefix_cache_queries", "External prefix cache queries from KV "
+             "connector cross-instance cache sharing, in terms of number of queried tokens.",
+             c.prompt_tokens - c.prompt_tokens_cache_hit if connected else 0),
+            ("vllm:external_prefix_cache_hits", "External prefix cache hits from KV connector "
+             "cross-instance cache sharing, in terms of number of cached tokens.",
+             c.prompt_tokens_external),
+            # No multi-modal input in the stand-in: vLLM's own value for a text-only model.
+            ("vllm:mm_cache_queries", "Multi-modal cache queries, in terms of number of queried "
+             "items.", 0),
+            ("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached "
+             "items.", 0),
+            ("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).",
+             cached),
         ):
             family = CounterMetricFamily(name, doc, labels=names)
-            family.add_metric(values, value)
+            family.add_metric(values, value, created=created)
             yield family
-        by_source = CounterMetricFamily(
-            "vllm:prompt_tokens_by_source", "Number of prompt tokens by source.",
-            labels=[*names, "source"])
-        for source, value in (("local_compute", c.prompt_tokens_local_compute),
-                              ("local_cache_hit", c.prompt_tokens_cache_hit),
-                              ("external_kv_transfer", c.prompt_tokens_external)):
-            by_source.add_metric([*values, source], value)
-        yield by_source
-        success = CounterMetricFamily("vllm:request_success", "Count of successfully processed "
-                                      "requests.", labels=[*names, "finished_reason"])
-        for reason in ("stop", "length", "abort", "error"):
-            success.add_metric([*values, reason], c.finished.get(reason, 0))
-        yield success
+        yield _by_label("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.",
+                        CounterMetricFamily, names, values, "source",
+                        {"local_compute": c.prompt_tokens_local_compute,
+                         "local_cache_hit": c.prompt_tokens_cache_hit,
+                         "external_kv_transfer": c.prompt_tokens_external}, created)
+        yield _by_label("vllm:prompt_tokens_cached_by_source", "Prefix-cache hit tokens by the "
+                        "cache tier that supplied them.", CounterMetricFamily, names, values,
+                        "source", {"device": c.prompt_tokens_cache_hit, "host": 0,
+                                   "p2p": c.prompt_tokens_external, "disk": 0,
+                                   "external_unspecified": 0}, created)
+        yield _by_label("vllm:request_success", "Count of successfully processed requests.",
+                        CounterMetricFamily, names, values, "finished_reason",
+                        {r: c.finished.get(r, 0) for r in FINISHED_REASONS}, created)
+        # No queue limits in the stand-in; vLLM labels this family without `engine`.
+        yield _by_label("vllm:admission_rejections", "Number of admission attempts rejected "
+                        "by a queue limit, by reason.", CounterMetricFamily, ["model_name"],
+                        [labels["model_name"]], "reason",
+                        {"max_num_queued_reqs": 0, "max_num_queued_tokens": 0}, created)
         for name, hist in self.hist.items():
-            yield _histogram(f"vllm:{name}", hist, names, values)
+            yield _histogram(f"vllm:{name}", hist, names, values, created)
+        yield self._cache_config_info()
         if self.with_nixl:
             for name, hist in self.nixl.items():
-                yield _histogram(f"vllm:{name}", hist, names, values)
+                yield _histogram(f"vllm:{name}", hist, names, values, created)
             for name, value in (("vllm:nixl_num_failed_transfers", self.nixl_failed_transfers),
                                 ("vllm:nixl_num_failed_notifications",
                                  self.nixl_failed_notifications),
-                                ("vllm:nixl_num_kv_expired_reqs", c.kv_expired_requests)):
+                                ("vllm:nixl_num_kv_expired_reqs", c.kv_expired_requests),
+                                ("vllm:nixl_num_notifications_after_expiry", 0)):
                 family = CounterMetricFamily(name, name.split(":")[1].replace("_", " "),
                                              labels=names)
-                family.add_metric(values, value)
+                family.add_metric(values, value, created=created)
                 yield family
+        yield from self._own_families(names, values)
+
+    def _cache_config_info(self) -> Metric:
+        config, pool = self.scheduler.config, self.scheduler.pool
+        tokens = pool.num_blocks * config.block_size
+        info = {**CACHE_CONFIG_FIXED, "engine": self.labels["engine"],
+                "block_size": str(config.block_size),
+                "effective_attention_block_size": str(config.block_size),
+                "enable_prefix_caching": str(config.enable_prefix_caching),
+                "gpu_memory_utilization": str(config.gpu_memory_utilization),
+                "kv_cache_max_concurrency": str(tokens / self.max_model_len),
+                "kv_cache_size_tokens": str(tokens), "num_gpu_blocks": str(pool.num_blocks),
+                "num_gpu_blocks_override": str(config.num_gpu_blocks or None)}
+        family = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine "
+                                   "CacheConfig", labels=sorted(info))
+        family.add_metric([info[k] for k in sorted(info)], 1.0)
+        return family
+
+    def _own_families(self, names: list[str], values: list[str]) -> Iterable[Metric]:
+        """The stand-in's own pdctl_sim_* families (real vLLM has none of these)."""
         wire = CounterMetricFamily("pdctl_sim_wire_bytes", "KV bytes that really crossed the "
                                    "stand-in's sockets (scaled down from the modelled bytes).",
                                    labels=[*names, "direction"])
@@ -238,9 +286,25 @@ def _gauge(name: str, doc: str, names: list[str], values: list[str], value: floa
     return family
 
 
-def _histogram(name: str, hist: BucketHistogram, names: list[str], values: list[str]) -> Metric:
+def _by_label(name: str, doc: str, kind: type, names: list[str], values: list[str],
+              label: str, by: dict[str, float], created: float | None = None) -> Metric:
+    """One family with a sample per value of an extra label (reason, source, stage, ...)."""
+    family = kind(name, doc, labels=[*names, label])
+    for key, value in by.items():
+        if created is None:
+            family.add_metric([*values, key], value)
+        else:
+            family.add_metric([*values, key], value, created=created)
+    return family
+
+
+def _histogram(name: str, hist: BucketHistogram, names: list[str], values: list[str],
+               created: float) -> Metric:
     family = HistogramMetricFamily(name, name.split(":")[-1].replace("_", " "), labels=names)
     family.add_metric(values, hist.cumulative(), hist.sum)
+    # HistogramMetricFamily takes no `created`; the text format shows it as a *_created gauge.
+    family.samples.append(Sample(name + "_created", dict(zip(names, values, strict=True)),
+                                 created))
     return family
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -16,21 +15,30 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from simulator import openai_format, profiles, tokenizer
+from simulator import openai_format, openai_request, profiles, tokenizer
 from simulator.engine_config import EngineSettings
 from simulator.engine_loop import FINISHED, EngineLoop
 from simulator.handoff import Handoff, plan_handoff, prefill_response_params
 from simulator.kv_transfer import KVTransferAgent
 from simulator.metrics import EngineMetrics, registry_for
-from simulator.openai_format import DONE, RequestError, ResponseWriter, error_body
+from simulator.openai_format import (
+    DONE,
+    ResponseWriter,
+    compact_json,
+    internal_request_id,
+    system_fingerprint,
+)
+from simulator.openai_request import RequestError, error_body
 from simulator.registration import heartbeat, registration_message
 from simulator.request import EngineRequest, KVRole
 from simulator.scheduler import Scheduler, SchedulerConfig
 from simulator.timing import TimingModel
 
 log = logging.getLogger("pdctl.sim")
-VERSION = "0.32.0"
-SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+# vLLM's headers (uvicorn, and Vary from its CORS middleware), all but `server`: the stand-in
+# keeps aiohttp's there, so that a person can still tell the two apart.
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Vary": "Origin"}
+JSON_HEADERS = {"Content-Type": "application/json", "Vary": "Origin"}
 
 
 @dataclass(slots=True)
@@ -41,6 +49,7 @@ class SimState:
     registry: object
     agent: KVTransferAgent | None
     created: int
+    fingerprint: str
 
 
 STATE = web.AppKey("state", SimState)
@@ -82,7 +91,8 @@ def _lifespan(settings: EngineSettings):
         scheduler = build_scheduler(settings)
         kv = settings.kv
         metrics = EngineMetrics(scheduler, settings.served_model_name, settings.model_len,
-                                settings.time_scale, with_nixl=kv is not None)
+                                settings.time_scale, with_nixl=kv is not None,
+                                kv_role=kv.role if kv is not None else None)
         engine = EngineLoop(scheduler, settings.time_scale)
         agent = KVTransferAgent(settings, kv, engine, metrics) if kv is not None else None
 
@@ -101,7 +111,7 @@ def _lifespan(settings: EngineSettings):
             beat = asyncio.create_task(heartbeat(message, kv.proxy_ip, kv.proxy_ping_port,
                                                settings.registration_interval_s))
         app[STATE] = SimState(settings, engine, metrics, registry_for(metrics), agent,
-                              int(time.time()))
+                              int(time.time()), system_fingerprint(_config_key(settings)))
         yield
         if beat is not None:
             beat.cancel()
@@ -114,19 +124,30 @@ def _lifespan(settings: EngineSettings):
     return lifespan
 
 
+def _config_key(settings: EngineSettings) -> str:
+    """What the fingerprint hashes: the engine's config, not its per-start engine id."""
+    s = settings
+    return (f"{s.model_profile}|{s.served_model_name}|{s.hardware}|{s.model_len}|"
+            f"{s.tensor_parallel_size}|{s.max_num_seqs}|{s.max_num_batched_tokens}|{s.kv!r}")
+
+
+def _json(obj: object, status: int = 200) -> web.Response:
+    return web.Response(body=compact_json(obj).encode(), status=status, headers=JSON_HEADERS)
+
+
 async def _health(request: web.Request) -> web.Response:
-    return web.Response(status=200)
+    return web.Response(status=200, headers={"Vary": "Origin"})
 
 
 async def _version(request: web.Request) -> web.Response:
-    return web.json_response({"version": VERSION})
+    return _json({"version": openai_format.VLLM_VERSION})
 
 
 async def _models(request: web.Request) -> web.Response:
     state = request.app[STATE]
     s = state.settings
-    return web.json_response(openai_format.models_body(s.served_model_name, s.model_len,
-                                                       state.created))
+    return _json(openai_format.models_body(s.served_model_name, s.model_profile, s.model_len,
+                                           state.created))
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -144,25 +165,27 @@ async def _chat(request: web.Request) -> web.StreamResponse:
 
 
 def _error(err: RequestError) -> web.Response:
-    return web.json_response(error_body(err), status=err.status)
+    return _json(error_body(err), status=err.status)
 
 
 async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
     state = request.app[STATE]
     settings = state.settings
     try:
-        gen = openai_format.parse(kind, await request.read(), settings.served_model_name,
-                                  settings.model_len)
-        writer = ResponseWriter(gen)
-        handoff = plan_handoff(gen.kv_transfer_params, settings.kv, writer.id, request.headers)
+        gen = openai_request.parse(kind, await request.read(),
+                                  request.headers.get("Content-Type", ""),
+                                  settings.served_model_name, settings.model_len)
+        writer = ResponseWriter(gen, state.fingerprint)
+        request_id = internal_request_id(kind, writer.id)
+        handoff = plan_handoff(gen.kv_transfer_params, settings.kv, request_id, request.headers)
     except RequestError as err:
         return _error(err)
     engine = state.engine
     stop_after = None if gen.ignore_eos else natural_length(gen.prompt_token_ids)
-    ereq = EngineRequest(writer.id, gen.prompt_token_ids, gen.max_tokens, engine.now(),
+    ereq = EngineRequest(request_id, gen.prompt_token_ids, gen.max_tokens, engine.now(),
                          kv_role=handoff.role, stop_after=stop_after)
     if handoff.remote is not None and state.agent is not None:
-        state.agent.expect(writer.id, handoff.remote)
+        state.agent.expect(request_id, handoff.remote)
     try:
         queue = engine.submit(ereq)
     except ValueError as exc:
@@ -179,8 +202,7 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         engine.done(ereq.request_id)
 
 
-def _kv_params(state: SimState, ereq: EngineRequest, handoff: Handoff,
-               gen: openai_format.GenerationRequest) -> dict | None:
+def _kv_params(state: SimState, ereq: EngineRequest, handoff: Handoff) -> dict | None:
     """A prefill leg that stopped on length hands its KV on (vLLM returns params only then)."""
     agent = state.agent
     if handoff.role is not KVRole.REMOTE_DECODE or agent is None or handoff.key is None:
@@ -191,7 +213,7 @@ def _kv_params(state: SimState, ereq: EngineRequest, handoff: Handoff,
     s = state.settings
     return prefill_response_params(s.kv, s.engine_id, agent.advertised_host, ereq.request_id,
                                    handoff.key, list(ereq.block_ids), ereq.prompt_len,
-                                   s.tensor_parallel_size, gen.kv_transfer_params or {})
+                                   s.tensor_parallel_size, ereq.num_cached_tokens)
 
 
 def _failure(state: SimState, ereq: EngineRequest) -> str:
@@ -205,21 +227,24 @@ def _texts(ereq: EngineRequest, start: int, end: int, seed: int | None = None) -
     return [tokenizer.token_text(t, start + i == 0) for i, t in enumerate(ids)]
 
 
+def _failed(ereq: EngineRequest) -> bool:
+    return ereq.finish_reason in ("error", "abort")
+
+
 async def _whole(state, gen, writer: ResponseWriter, ereq, handoff, queue) -> web.Response:
     while await queue.get() != FINISHED:
         pass
-    if ereq.finish_reason in ("error", "abort"):
-        return web.json_response(
-            {"error": {"message": _failure(state, ereq), "type": "InternalServerError",
-                       "param": None, "code": 500}}, status=500)
+    if _failed(ereq):
+        # vLLM answers a failed KV load with a bare 500 "Internal server error" (fixture
+        # decode_bogus_engine_id.json); the reason goes to the log, as vLLM's does.
+        log.warning("%s", _failure(state, ereq))
+        return _json({"error": {"message": "Internal server error",
+                                "type": "InternalServerError", "param": None, "code": 500}},
+                     status=500)
     text = "".join(_texts(ereq, 0, ereq.num_output_tokens))
     body = writer.body(text, ereq.finish_reason or "length", ereq.prompt_len,
-                       ereq.num_output_tokens, _kv_params(state, ereq, handoff, gen))
-    return web.json_response(body, dumps=_compact)
-
-
-def _compact(obj) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+                       ereq.num_output_tokens, _kv_params(state, ereq, handoff))
+    return _json(body)
 
 
 async def _stream(request, state, gen, writer: ResponseWriter, ereq, handoff,
@@ -229,21 +254,31 @@ async def _stream(request, state, gen, writer: ResponseWriter, ereq, handoff,
     if gen.kind == "chat":
         await response.write(writer.role_chunk())
     sent = 0
+    ended = False  # the finish_reason went out on the last token's chunk, as vLLM sends it
     seed = tokenizer.prompt_seed(ereq.prompt_token_ids)
-    while True:
+    while not ended:
         item = await queue.get()
         if item == FINISHED:
             break
         if item <= sent:
             continue
-        chunks = [writer.token_chunk(text) for text in _texts(ereq, sent, item, seed)]
+        texts = _texts(ereq, sent, item, seed)
         sent = item
+        # The engine finishes a request in the step that makes its last token, so the
+        # request already says so when that token arrives.
+        ended = ereq.is_finished and not _failed(ereq) and item >= ereq.num_output_tokens
+        last = texts.pop() if ended else None
+        chunks = [writer.token_chunk(text) for text in texts]
+        if last is not None:
+            chunks.append(writer.last_chunk(last, ereq.finish_reason or "length",
+                                            _kv_params(state, ereq, handoff)))
         await response.write(b"".join(chunks))
-    if ereq.finish_reason in ("error", "abort"):
+    if not ended and _failed(ereq):
         await response.write(writer.error_chunk(_failure(state, ereq)))
     else:
-        await response.write(writer.finish_chunk(ereq.finish_reason or "length",
-                                                 _kv_params(state, ereq, handoff, gen)))
+        if not ended:  # finished without a token of its own: an empty closing chunk
+            await response.write(writer.last_chunk("", ereq.finish_reason or "length",
+                                                   _kv_params(state, ereq, handoff)))
         if gen.include_usage:
             await response.write(writer.usage_chunk(ereq.prompt_len, ereq.num_output_tokens))
     await response.write(DONE)

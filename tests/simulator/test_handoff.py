@@ -2,7 +2,7 @@ import pytest
 
 from simulator.engine_config import EngineConfigError, parse_kv_transfer_config
 from simulator.handoff import parse_peer, peers_from_request_id, plan_handoff
-from simulator.openai_format import RequestError
+from simulator.openai_request import RequestError
 from simulator.request import KVRole
 
 NIXL = parse_kv_transfer_config('{"kv_connector":"NixlConnector","kv_role":"kv_both"}', 8000,

@@ -92,13 +92,13 @@ def test_metrics_count_what_was_served(engine, client):
 
 
 @pytest.mark.parametrize(("body", "status", "param"), [
-    (b"{not json", 400, "body"),
+    (b"{not json", 400, "body.1"),
     ({"model": "nope", "prompt": "x"}, 404, "model"),
     ({"prompt": "x", "max_tokens": -1}, 400, "max_tokens"),
-    ({"prompt": "x", "max_tokens": "many"}, 400, "max_tokens"),
+    ({"prompt": "x", "max_tokens": "many"}, 400, "body.max_tokens"),
     ({"prompt": "x", "max_tokens": 5000}, 400, "max_tokens"),
     ({"max_tokens": 4}, 400, "prompt"),
-    ({"prompt": "x " * 3000}, 400, "prompt"),
+    ({"prompt": "x " * 3000}, 400, "input_tokens"),
     ({"prompt": "x", "n": 2}, 400, "n"),
     ({"prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options"),
     ({"prompt": [1, -2]}, 400, "prompt"),
