@@ -52,6 +52,7 @@ class _Flight:
 
     __slots__ = (
         "arrival",
+        "done_at",
         "end",
         "endpoint",
         "error",
@@ -83,6 +84,7 @@ class _Flight:
         self.usage_tokens: int | None = None
         self.tail = b""
         self.end: float | None = None
+        self.done_at: float | None = None  # when `data: [DONE]` passed through
         self.status = 200
         self.error: str | None = None
         self.prepared = False
@@ -100,6 +102,8 @@ class _Flight:
             usage = find(b'"usage":', start, end)
             if usage >= 0 and find(b"null", usage + 8, usage + 14) < 0:
                 self._read_usage(data[start:end])
+            elif end - start < 16 and find(b"[DONE]", start, end) >= 0:
+                self.done_at = now
             start = end + 2
         self.tail = data[start:] if start < len(data) else b""
 
@@ -257,8 +261,8 @@ class Proxy:
         if change == "refreshed" and known is not None:
             if not known.healthy and self.session is not None:
                 # A heartbeat from an instance marked down: it restarted; look now rather
-                # than at the next health round.
-                task = asyncio.get_running_loop().create_task(self._probe(known))
+                # than at the next health round (engines register before they listen).
+                task = asyncio.get_running_loop().create_task(self._probe_until_up(known))
                 self._background.add(task)
                 task.add_done_callback(self._background.discard)
             return
@@ -311,6 +315,14 @@ class Proxy:
         except (aiohttp.ClientError, TimeoutError) as exc:
             ok, error = False, f"/health: {type(exc).__name__}"
         self.pool.set_health(inst, ok, error)
+
+    async def _probe_until_up(self, inst: Instance, tries: int = 20,
+                              spacing: float = 0.1) -> None:
+        for _ in range(tries):
+            await self._probe(inst)
+            if inst.healthy or self.pool.get(inst.url) is not inst:
+                return
+            await asyncio.sleep(spacing)
 
     # -- routing -----------------------------------------------------------------------------
     async def acquire_route(self) -> Route:
@@ -373,8 +385,11 @@ class Proxy:
                 return web.StreamResponse()
             return error_response(exc)
         except asyncio.CancelledError:
-            outcome, flight.error = "cancelled", "client disconnected"
+            outcome = _hung_up(flight)
             raise
+        except _ClientGone:
+            outcome = _hung_up(flight)
+            return web.StreamResponse()  # the client is gone: nothing more can be written
         finally:
             self._finish(flight, outcome)
 
@@ -549,7 +564,10 @@ class Proxy:
                         flight.prepared = True
                         await resp.prepare(request)
                     scan(chunk, now)
-                    await resp.write(chunk)
+                    try:
+                        await resp.write(chunk)
+                    except ConnectionError:  # the client's socket, not the upstream's
+                        raise _ClientGone from None
                 flight.end = _clock()
         except asyncio.CancelledError:
             if not flight.timed_out:
@@ -585,7 +603,10 @@ class Proxy:
             resp = web.StreamResponse(headers=_SSE_HEADERS)
             flight.prepared = True
             await resp.prepare(request)
-        await resp.write_eof()
+        try:
+            await resp.write_eof()
+        except ConnectionError:
+            raise _ClientGone from None
         return resp
 
     async def _stream_error(
@@ -696,6 +717,20 @@ class Proxy:
 
 
 _clock = time.perf_counter  # uvloop's loop.time() has millisecond resolution: too coarse for ITL
+
+
+class _ClientGone(Exception):
+    """Writing to the client failed: it hung up (not an upstream failure)."""
+
+
+def _hung_up(flight: _Flight) -> str:
+    """The outcome of a request whose client hung up. A client that had everything up to
+    [DONE] and left before the closing chunk (clients stop reading at [DONE]) was served."""
+    if flight.done_at is not None:
+        flight.end = flight.end or flight.done_at
+        return "ok"
+    flight.error = "client disconnected"
+    return "cancelled"
 
 
 def _raise_if_failed(task: asyncio.Task) -> None:

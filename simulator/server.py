@@ -91,7 +91,8 @@ def _lifespan(settings: EngineSettings):
         scheduler = build_scheduler(settings)
         kv = settings.kv
         metrics = EngineMetrics(scheduler, settings.served_model_name, settings.model_len,
-                                settings.time_scale, with_nixl=kv is not None,
+                                settings.time_scale,
+                                with_nixl=kv is not None and not kv.is_moriio,
                                 kv_role=kv.role if kv is not None else None)
         engine = EngineLoop(scheduler, settings.time_scale)
         agent = KVTransferAgent(settings, kv, engine, metrics) if kv is not None else None
