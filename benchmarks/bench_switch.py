@@ -59,7 +59,8 @@ def run_strategy(base: str, tmp: Path, strategy: str, pairs: int) -> dict:
     wait_running(base, name)
     proxy = f"http://127.0.0.1:{created['ports']['proxy']}"
     out = tmp / f"{name}.json"
-    prompts = int(RATE * 60)
+    # Enough load to outlast ten switches on a busy 2-core machine (~12 s each there).
+    prompts = int(RATE * (SWITCHES * 14 + 20))
     load = subprocess.Popen(
         [sys.executable, str(ROOT / "pdctl.py"), "bench", "--base-url", proxy,
          "--request-rate", str(RATE), "--num-prompts", str(prompts), "--input-len", "512",
@@ -81,7 +82,7 @@ def run_strategy(base: str, tmp: Path, strategy: str, pairs: int) -> dict:
             _, rec = api(base, "GET", f"/deployments/{name}/switches/{rec['id']}")
         windows.append((begin - started, time.time() - started))
         records.append(rec)
-    load.wait(timeout=300)
+    load.wait(timeout=600)
     result = json.loads(out.read_text())
     api(base, "POST", f"/deployments/{name}/stop")
     return summarize(strategy, result, records, windows)
