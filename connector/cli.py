@@ -48,6 +48,12 @@ def proxy(
         int, typer.Option(help="Requests held at most while a group is paused.")
     ] = 256,
     hold_deadline: Annotated[float, typer.Option(help="Seconds a held request waits.")] = 30.0,
+    heartbeat_scale: Annotated[
+        float, typer.Option(hidden=True, help="Shrink the registry's heartbeat intervals (tests).")
+    ] = 1.0,
+    health_interval: Annotated[
+        float, typer.Option(hidden=True, help="Seconds between health probes; 0 disables.")
+    ] = 5.0,
 ) -> None:
     """Run the prefill/decode proxy: split, stream, measure."""
     from connector.proxy import serve
@@ -71,6 +77,8 @@ def proxy(
             decode_timeout=decode_timeout,
             hold_queue=hold_queue,
             hold_deadline=hold_deadline,
+            heartbeat_scale=heartbeat_scale,
+            health_interval=health_interval or None,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None

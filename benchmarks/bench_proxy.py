@@ -1,0 +1,331 @@
+"""`make bench-proxy`: what each PD proxy costs, at the same offered load on the same stand-ins.
+
+One run, one machine: NIXL prefill and decode stand-ins (tiny model, so the engine is not the
+bottleneck) and a colocated stand-in, all pinned with the load generator to one core; each proxy
+pinned alone to the other core. Rows:
+- direct: `pdctl bench` straight to the colocated stand-in (the floor: no proxy, no hand-off);
+- pdctl, vllm-router, baseline (FastAPI + httpx, like vLLM's NIXL example proxy): NIXL PD;
+- pdctl / vllm-router over the colocated stand-in: the cost of the hop alone.
+Per proxy: CPU-seconds per 1,000 streamed tokens (utime + stime of the proxy process from
+/proc/<pid>/stat around the measured run), TTFT p50 / p99 added over `direct`, and ratios to
+pdctl. Environment: BENCH_PROXY_PROMPTS, BENCH_PROXY_RATE, BENCH_PROXY_CONCURRENCY,
+BENCH_PROXY_ROUNDS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROXY_CORE, LOAD_CORE = 0, 1
+CONCURRENCY = int(os.environ.get("BENCH_PROXY_CONCURRENCY", "50"))
+PROMPTS = int(os.environ.get("BENCH_PROXY_PROMPTS", "200"))
+RATE = os.environ.get("BENCH_PROXY_RATE", "60")
+ROUNDS = int(os.environ.get("BENCH_PROXY_ROUNDS", "3"))
+INPUT_LEN, OUTPUT_LEN = 128, 64
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def pinned(core: int) -> list[str]:
+    if shutil.which("taskset") and (os.cpu_count() or 1) > max(PROXY_CORE, LOAD_CORE):
+        return ["taskset", "-c", str(core)]
+    return []
+
+
+class Server:
+    def __init__(
+        self, name: str, argv: list[str], port: int, core: int, logs: Path, env: dict | None = None
+    ) -> None:
+        self.name, self.port = name, port
+        self.url = f"http://127.0.0.1:{port}"
+        with open(logs / f"{name}.log", "wb") as out:
+            self.proc = subprocess.Popen(
+                [*pinned(core), *argv],
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, **(env or {})},
+            )
+        self.logs = logs
+
+    def wait_healthy(self, timeout: float = 30.0) -> Server:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {self.log()}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.name} not healthy: {self.log()}")
+
+    def log(self) -> str:
+        return (self.logs / f"{self.name}.log").read_text()[-1500:]
+
+    def cpu_seconds(self) -> float:
+        """utime + stime of the process (all its threads), from /proc/<pid>/stat."""
+        # taskset execs the program in place: the pid is the program's own
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=5)
+
+
+def pdctl(*args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "pdctl.py"), *args]
+
+
+def router_binary() -> str:
+    return str(Path(sys.executable).parent / "vllm-router")
+
+
+def bench(url: str, logs: Path, name: str, prompts: int) -> dict:
+    out = logs / f"{name}.json"
+    subprocess.run(
+        [
+            *pinned(LOAD_CORE),
+            *pdctl(
+                "bench",
+                "--base-url",
+                url,
+                "--request-rate",
+                RATE,
+                "--max-concurrency",
+                str(CONCURRENCY),
+                "--num-prompts",
+                str(prompts),
+                "--input-len",
+                str(INPUT_LEN),
+                "--output-len",
+                str(OUTPUT_LEN),
+                "--result-json",
+                str(out),
+                "--quiet",
+                "--timeout",
+                "60",
+            ),
+        ],
+        cwd=ROOT,
+        check=True,
+        timeout=300,
+        stdout=subprocess.DEVNULL,
+    )
+    return json.loads(out.read_text())
+
+
+@dataclass
+class Row:
+    name: str
+    result: dict
+    cpu: float | None  # proxy CPU-seconds over the measured run
+
+    @property
+    def cpu_per_1k(self) -> float | None:
+        tokens = self.result["total_output_tokens"]
+        return None if self.cpu is None or not tokens else self.cpu / tokens * 1000
+
+
+def measure(name: str, url: str, logs: Path, proxy: Server | None) -> Row:
+    before = proxy.cpu_seconds() if proxy else None
+    result = bench(url, logs, name, PROMPTS)
+    cpu = proxy.cpu_seconds() - before if proxy and before is not None else None
+    return Row(name, result, cpu)
+
+
+def main() -> None:
+    logs = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
+    nixl = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+    engines = [
+        Server("colocated", pdctl("sim", "--port", str(p := free_port())), p, LOAD_CORE, logs),
+        Server(
+            "prefill",
+            pdctl("sim", "--port", str(q := free_port()), "--kv-transfer-config", json.dumps(nixl)),
+            q,
+            LOAD_CORE,
+            logs,
+            env={"VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())},
+        ),
+        Server(
+            "decode",
+            pdctl("sim", "--port", str(r := free_port()), "--kv-transfer-config", json.dumps(nixl)),
+            r,
+            LOAD_CORE,
+            logs,
+            env={"VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())},
+        ),
+    ]
+    try:
+        colocated, prefill, decode = (e.wait_healthy(120) for e in engines)
+        rows = run_all(logs, colocated, prefill, decode)
+    finally:
+        for e in engines:
+            e.stop()
+    print(table(rows))
+
+
+def run_all(logs: Path, colocated: Server, prefill: Server, decode: Server) -> list[Row]:
+    proxies = {
+        "pdctl": lambda port: pdctl(
+            "proxy",
+            "--port",
+            str(port),
+            "--registry-port",
+            "-1",
+            "--prefill",
+            prefill.url,
+            "--decode",
+            decode.url,
+        ),
+        "vllm-router": lambda port: [
+            router_binary(),
+            "--vllm-pd-disaggregation",
+            "--kv-connector",
+            "nixl",
+            "--policy",
+            "round_robin",
+            "--prefill",
+            prefill.url,
+            "--decode",
+            decode.url,
+            "--port",
+            str(port),
+            "--prometheus-port",
+            str(free_port()),
+            "--log-level",
+            "warning",
+        ],
+        "baseline": lambda port: [
+            sys.executable,
+            "-m",
+            "benchmarks.baseline_proxy",
+            str(port),
+            prefill.url,
+            decode.url,
+        ],
+        "pdctl colocated": lambda port: pdctl(
+            "proxy",
+            "--port",
+            str(port),
+            "--registry-port",
+            "-1",
+            "--mode",
+            "colocated",
+            "--instance",
+            colocated.url,
+        ),
+        "vllm-router colocated": lambda port: [
+            router_binary(),
+            "--worker-urls",
+            colocated.url,
+            "--policy",
+            "round_robin",
+            "--port",
+            str(port),
+            "--prometheus-port",
+            str(free_port()),
+            "--log-level",
+            "warning",
+        ],
+    }
+    print(
+        f"bench-proxy: {CONCURRENCY} streams max, {RATE} req/s offered, {PROMPTS} "
+        f"requests of {INPUT_LEN} in / {OUTPUT_LEN} out, {ROUNDS} rounds; proxies on core "
+        f"{PROXY_CORE}, engines and load on core {LOAD_CORE}; logs in {logs}",
+        flush=True,
+    )
+    servers: dict[str, Server | None] = {"direct": None}
+    try:
+        for name, argv in proxies.items():
+            if name.startswith("vllm-router") and not Path(router_binary()).exists():
+                print(f"{name}: vllm-router is not installed; skipped")
+                continue
+            port = free_port()
+            servers[name] = Server(name.replace(" ", "-"), argv(port), port, PROXY_CORE, logs)
+        for server in servers.values():
+            if server is not None:
+                server.wait_healthy(120)
+        urls = {n: colocated.url if s is None else s.url for n, s in servers.items()}
+        for name, url in urls.items():
+            bench(url, logs, f"{name}-warmup", max(CONCURRENCY, PROMPTS // 4))
+        # Rounds interleave the paths so that a noisy neighbour hurts them all alike.
+        rows: dict[str, list[Row]] = {n: [] for n in servers}
+        for i in range(ROUNDS):
+            for name, server in servers.items():
+                rows[name].append(measure(f"{name}-{i}", urls[name], logs, server))
+    finally:
+        for server in servers.values():
+            if server is not None:
+                server.stop()
+    return [combine(name, runs) for name, runs in rows.items()]
+
+
+def combine(name: str, runs: list[Row]) -> Row:
+    """Medians of the rounds' percentiles; CPU and tokens summed over the rounds."""
+    result = dict(runs[0].result)
+    for key in ("median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "output_throughput"):
+        result[key] = statistics.median(r.result[key] for r in runs)
+    for key in ("completed", "failed", "total_output_tokens"):
+        result[key] = sum(r.result[key] for r in runs)
+    cpu = None if runs[0].cpu is None else sum(r.cpu or 0.0 for r in runs)
+    return Row(name, result, cpu)
+
+
+def table(rows: list[Row]) -> str:
+    direct = rows[0].result
+    ours = next((r for r in rows if r.name == "pdctl"), None)
+    lines = [
+        f"{'path':<22} {'ok/fail':>8} {'tok/s':>7} {'CPU-s/1k tok':>12} {'TTFT p50':>9} "
+        f"{'TTFT p99':>9} {'+p50 ms':>8} {'+p99 ms':>8} {'ITL p50':>8} {'CPU/pdctl':>9}",
+    ]
+    for row in rows:
+        r = row.result
+        added50 = r["median_ttft_ms"] - direct["median_ttft_ms"]
+        added99 = r["p99_ttft_ms"] - direct["p99_ttft_ms"]
+        cpu = row.cpu_per_1k
+        ratio = f"{cpu / ours.cpu_per_1k:9.2f}" if cpu and ours and ours.cpu_per_1k else f"{'-':>9}"
+        lines.append(
+            f"{row.name:<22} {r['completed']:>4}/{r['failed']:<3} {r['output_throughput']:7.0f} "
+            f"{'-' if cpu is None else f'{cpu:.4f}':>12} {r['median_ttft_ms']:9.2f} "
+            f"{r['p99_ttft_ms']:9.2f} {'-' if row.name == 'direct' else f'{added50:.2f}':>8} "
+            f"{'-' if row.name == 'direct' else f'{added99:.2f}':>8} "
+            f"{r['median_itl_ms']:8.2f} {ratio}"
+        )
+    lines.append(
+        "TTFT columns in ms; +p50/+p99: added over direct (colocated stand-in, no "
+        "proxy); PD rows include the hand-off itself (prefill leg + KV pull + the "
+        "decode's first step), the colocated rows only the hop."
+    )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
