@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run test lint bench-core bench-sim bench-proxy bench-switch clean system-deps
+.PHONY: run test test-vllm lint bench-core bench-sim bench-proxy bench-switch clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -12,13 +12,28 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# Until the dashboard lands, `make run` starts a stand-in engine and says how to reach it.
+# The dashboard on http://127.0.0.1:8000 with a demo deployment (stand-in engine) stored.
 run: $(STAMP)
-	$(PY) pdctl.py sim --port 8100
+	@echo "pdctl dashboard: http://127.0.0.1:8000/  (demo deployment 'demo': Start, then Run load)"
+	PDCTL_DEMO=1 $(PY) pdctl.py serve --host 127.0.0.1 --port 8000
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not vllm"
+
+# Tests against real vLLM (CPU build, see README): its venv is cached outside the clone, keyed
+# on the hash of its pinned requirements; the tiny model is cached keyed on its script's hash.
+VLLM_FIXTURES := tests/fixtures/vllm
+TINY_MODEL := $(HOME)/.cache/pdctl/tiny-llama-$(shell sha1sum $(VLLM_FIXTURES)/make_tiny_model.py | cut -c1-12)
+test-vllm: $(STAMP)
+	set -e; venv=$$(bash $(VLLM_FIXTURES)/setup_venv.sh); \
+	if [ ! -f $(TINY_MODEL)/config.json ]; then \
+		rm -rf $(TINY_MODEL).tmp; \
+		$$venv/bin/python $(VLLM_FIXTURES)/make_tiny_model.py $(TINY_MODEL).tmp; \
+		mv $(TINY_MODEL).tmp $(TINY_MODEL); \
+	fi; \
+	PDCTL_VLLM_PYTHON=$$venv/bin/python PDCTL_TINY_MODEL=$(TINY_MODEL) \
+		$(PY) -m pytest -q -m vllm tests/vllm
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -37,7 +52,7 @@ bench-proxy: $(STAMP)
 	$(PY) -m benchmarks.bench_proxy
 
 # Debian packages some tests use (they skip without them); needs root, as CI has.
-SYSTEM_PACKAGES := docker-compose
+SYSTEM_PACKAGES := docker-compose prometheus chromium
 system-deps:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
