@@ -21,6 +21,7 @@ import aiohttp
 from aiohttp import web
 
 from connector import admin
+from connector.client_body import estimate_tokens, parse_client_body, upstream_message
 from connector.errors import (
     BadRequest,
     HoldRejected,
@@ -30,6 +31,7 @@ from connector.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
+from connector.flight import Flight
 from connector.instances import Instance, InstancePool, Route
 from connector.legs import Handoff, Peer, decode_body, leg_headers, prefill_body, returned_params
 from connector.measure import itl_stat, judge, summarize
@@ -44,138 +46,6 @@ PROXY_KEY: web.AppKey[Proxy] = web.AppKey("proxy")
 RUNNER_KWARGS: dict[str, Any] = {"handler_cancellation": True, "access_log": None}
 
 _SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
-_DEFAULT_MAX_TOKENS = 256  # load estimate only, when the client sets none
-
-
-class _Flight:
-    """One request in flight: what the proxy measures while it passes the bytes through."""
-
-    __slots__ = (
-        "arrival",
-        "done_at",
-        "end",
-        "endpoint",
-        "error",
-        "last_read",
-        "prefill_end",
-        "prefill_start",
-        "prepared",
-        "request_id",
-        "route",
-        "status",
-        "stream",
-        "tail",
-        "timed_out",
-        "token_times",
-        "usage_tokens",
-        "wall",
-    )
-
-    def __init__(self, arrival: float, endpoint: str) -> None:
-        self.arrival = arrival
-        self.wall = time.time()
-        self.endpoint = endpoint
-        self.stream = False
-        self.route: Route | None = None
-        self.request_id = ""
-        self.prefill_start: float | None = None
-        self.prefill_end: float | None = None
-        self.token_times: list[float] = []
-        self.usage_tokens: int | None = None
-        self.tail = b""
-        self.end: float | None = None
-        self.done_at: float | None = None  # when `data: [DONE]` passed through
-        self.status = 200
-        self.error: str | None = None
-        self.prepared = False
-        self.last_read = arrival
-        self.timed_out = False
-
-    def scan(self, chunk: bytes, now: float) -> None:
-        """Find complete SSE events in the byte stream; timestamp token events, read usage."""
-        data = self.tail + chunk if self.tail else chunk
-        start, find = 0, data.find
-        while (end := find(b"\n\n", start)) >= 0:
-            choices = find(b'"choices":', start, end)
-            if choices >= 0 and _opens_list_of_objects(data, choices + 10, end):
-                self.token_times.append(now)
-            usage = find(b'"usage":', start, end)
-            if usage >= 0 and find(b"null", usage + 8, usage + 14) < 0:
-                self._read_usage(data[start:end])
-            elif end - start < 16 and find(b"[DONE]", start, end) >= 0:
-                self.done_at = now
-            start = end + 2
-        self.tail = data[start:] if start < len(data) else b""
-
-    def _read_usage(self, event: bytes) -> None:
-        if not event.startswith(b"data:"):
-            return
-        try:
-            usage = json.loads(event[5:]).get("usage") or {}
-        except ValueError:
-            return
-        if isinstance(usage.get("completion_tokens"), int):
-            self.usage_tokens = usage["completion_tokens"]
-
-
-def _opens_list_of_objects(data: bytes, i: int, end: int) -> bool:
-    """True when data[i:] is `[ {` modulo spaces: a non-empty choices list."""
-    while i < end and data[i] in b" \t":
-        i += 1
-    if i >= end or data[i] != 0x5B:  # [
-        return False
-    i += 1
-    while i < end and data[i] in b" \t\r\n":
-        i += 1
-    return i < end and data[i] == 0x7B  # {
-
-
-def parse_client_body(raw: bytes, endpoint: str) -> dict[str, Any]:
-    """The client's JSON body, checked just enough to route it; BadRequest names the field."""
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}", "body") from None
-    if not isinstance(body, dict):
-        raise BadRequest("request body must be a JSON object", "body")
-    if not isinstance(body.get("model"), str) or not body["model"]:
-        raise BadRequest("field 'model' is required and must be a string", "model")
-    if endpoint.endswith("/chat/completions"):
-        if not isinstance(body.get("messages"), list) or not body["messages"]:
-            raise BadRequest(
-                "field 'messages' is required and must be a non-empty list", "messages"
-            )
-    elif body.get("prompt") in (None, "", []):
-        raise BadRequest("field 'prompt' is required", "prompt")
-    for key in ("max_tokens", "max_completion_tokens"):
-        value = body.get(key)
-        if value is not None and (
-            not isinstance(value, int) or isinstance(value, bool) or value < 1
-        ):
-            raise BadRequest(f"field '{key}' must be a positive integer", key)
-    if "stream" in body and not isinstance(body["stream"], bool):
-        raise BadRequest("field 'stream' must be true or false", "stream")
-    return body
-
-
-def _estimate_tokens(body: dict[str, Any]) -> tuple[int, int]:
-    """(prompt, output) token estimates for load balancing: about 4 characters a token."""
-    prompt = body.get("prompt") if "prompt" in body else body.get("messages")
-    prompt_tokens = len(prompt) // 4 if isinstance(prompt, str) else len(str(prompt)) // 4
-    output = body.get("max_completion_tokens") or body.get("max_tokens") or _DEFAULT_MAX_TOKENS
-    return max(1, prompt_tokens), int(output)
-
-
-def _upstream_message(raw: bytes) -> str:
-    """The upstream's error message (vLLM's JSON or plain text), kept short."""
-    try:
-        parsed = json.loads(raw)
-        error = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
-        message = error.get("message") if isinstance(error, dict) else None
-        text = str(message if message is not None else error)
-    except ValueError:
-        text = raw.decode(errors="replace")
-    return text.strip()[:300] or "(empty body)"
 
 
 def error_response(exc: ProxyError) -> web.Response:
@@ -205,7 +75,7 @@ class Proxy:
         self._tasks: list[asyncio.Task] = []
         self._background: set[asyncio.Task] = set()  # one-off probes
         # streaming legs under the silence watchdog (cheaper than aiohttp's per-read timer)
-        self._watched: dict[asyncio.Task, _Flight] = {}
+        self._watched: dict[asyncio.Task, Flight] = {}
         self._prefill_timeout = aiohttp.ClientTimeout(
             total=settings.prefill_timeout, sock_connect=settings.connect_timeout
         )
@@ -362,7 +232,7 @@ class Proxy:
 
     # -- the request path --------------------------------------------------------------------
     async def generate(self, request: web.Request) -> web.StreamResponse:
-        flight = _Flight(_clock(), request.path)
+        flight = Flight(_clock(), request.path)
         outcome = "failed"
         try:
             body = parse_client_body(await request.read(), request.path)
@@ -394,9 +264,9 @@ class Proxy:
             self._finish(flight, outcome)
 
     async def _serve(
-        self, request: web.Request, body: dict[str, Any], route: Route, flight: _Flight
+        self, request: web.Request, body: dict[str, Any], route: Route, flight: Flight
     ) -> web.StreamResponse:
-        prompt_tokens, output_tokens = _estimate_tokens(body)
+        prompt_tokens, output_tokens = estimate_tokens(body)
         decode, prefill = route.decode, route.prefill
         decode_load = prompt_tokens + output_tokens
         decode.begin(decode_load)
@@ -422,7 +292,7 @@ class Proxy:
                 prefill.end(prompt_tokens, ok or flight.prefill_end is not None)
 
     async def _disaggregated(
-        self, request: web.Request, body: dict[str, Any], route: Route, flight: _Flight
+        self, request: web.Request, body: dict[str, Any], route: Route, flight: Flight
     ) -> web.StreamResponse:
         prefill, decode = route.prefill, route.decode
         assert prefill is not None
@@ -486,7 +356,7 @@ class Proxy:
             await asyncio.gather(prefill_task, return_exceptions=True)
 
     async def _prefill(
-        self, inst: Instance, path: str, data: str, headers: dict[str, str], flight: _Flight
+        self, inst: Instance, path: str, data: str, headers: dict[str, str], flight: Flight
     ) -> dict[str, Any] | None:
         """The prefill leg; returns its kv_transfer_params. Errors name the prefill instance."""
         assert self.session is not None
@@ -498,7 +368,7 @@ class Proxy:
                 raw = await r.read()
                 if r.status != 200:
                     raise UpstreamError(
-                        "prefill", inst.url, f"HTTP {r.status}: {_upstream_message(raw)}"
+                        "prefill", inst.url, f"HTTP {r.status}: {upstream_message(raw)}"
                     )
         except TimeoutError:
             raise UpstreamTimeout("prefill", inst.url, self.settings.prefill_timeout) from None
@@ -524,7 +394,7 @@ class Proxy:
         inst: Instance,
         data: str,
         headers: dict[str, str],
-        flight: _Flight,
+        flight: Flight,
         prefill_task: asyncio.Task | None = None,
     ) -> web.StreamResponse:
         """Send the streaming leg and pass its bytes through to the client as they arrive."""
@@ -541,7 +411,7 @@ class Proxy:
                 if up.status != 200:
                     raw = await up.read()
                     raise UpstreamError(
-                        leg, inst.url, f"HTTP {up.status}: {_upstream_message(raw)}"
+                        leg, inst.url, f"HTTP {up.status}: {upstream_message(raw)}"
                     )
                 if not flight.stream:
                     raw = await up.read()
@@ -610,7 +480,7 @@ class Proxy:
         return resp
 
     async def _stream_error(
-        self, resp: web.StreamResponse, exc: ProxyError, flight: _Flight
+        self, resp: web.StreamResponse, exc: ProxyError, flight: Flight
     ) -> None:
         flight.status, flight.error = exc.status, exc.message
         with contextlib.suppress(ConnectionError):
@@ -618,7 +488,7 @@ class Proxy:
             await resp.write_eof()
 
     @staticmethod
-    def _read_json_usage(raw: bytes, flight: _Flight) -> None:
+    def _read_json_usage(raw: bytes, flight: Flight) -> None:
         try:
             usage = json.loads(raw).get("usage") or {}
         except (ValueError, AttributeError):
@@ -626,7 +496,7 @@ class Proxy:
         if isinstance(usage.get("completion_tokens"), int):
             flight.usage_tokens = usage["completion_tokens"]
 
-    def _finish(self, flight: _Flight, outcome: str) -> None:
+    def _finish(self, flight: Flight, outcome: str) -> None:
         timing, met = None, {}
         if outcome == "ok":
             end = flight.end or _clock()
@@ -687,7 +557,7 @@ class Proxy:
                 raw = await r.read()
                 if r.status != 200:
                     raise UpstreamError(
-                        "models", inst.url, f"HTTP {r.status}: {_upstream_message(raw)}"
+                        "models", inst.url, f"HTTP {r.status}: {upstream_message(raw)}"
                     )
         except TimeoutError:
             return error_response(
@@ -723,7 +593,7 @@ class _ClientGone(Exception):
     """Writing to the client failed: it hung up (not an upstream failure)."""
 
 
-def _hung_up(flight: _Flight) -> str:
+def _hung_up(flight: Flight) -> str:
     """The outcome of a request whose client hung up. A client that had everything up to
     [DONE] and left before the closing chunk (clients stop reading at [DONE]) was served."""
     if flight.done_at is not None:
