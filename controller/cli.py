@@ -42,7 +42,12 @@ def run_instance(
 
 @deploy_app.command("compose")
 def compose(
-    spec: Annotated[Path, typer.Option(help="A deployment spec (JSON) to render.")],
+    name: Annotated[str | None, typer.Argument(
+        help="A stored deployment (its current revision and ports).")] = None,
+    db: Annotated[Path, typer.Option(help="The control plane's SQLite file.")] = Path(
+        "pdctl.db"),
+    spec: Annotated[Path | None, typer.Option(
+        help="A deployment spec (JSON) to render instead of a stored one.")] = None,
     output_dir: Annotated[Path | None, typer.Option(
         help="Write DIR/docker-compose.yml and DIR/deploy/prometheus.yml (DIR also needs "
              "the repo's deploy/grafana and deploy/Dockerfile) instead of printing.")] = None,
@@ -54,13 +59,20 @@ def compose(
     from controller.deployment import DeploymentSpec, FieldError, check
     from controller.ports import allocate
 
+    if (name is None) == (spec is None):
+        typer.echo("pdctl deploy compose: error: give a deployment NAME or --spec FILE",
+                   err=True)
+        raise typer.Exit(2)
     try:
-        deployment = DeploymentSpec.model_validate_json(spec.read_text())
-        check(deployment)
-    except (OSError, ValidationError, FieldError) as exc:
+        if name is not None:
+            deployment, ports = _stored(name, db)
+        else:
+            deployment = DeploymentSpec.model_validate_json(spec.read_text())
+            check(deployment)
+            ports = allocate(deployment)
+    except (OSError, ValidationError, FieldError, LookupError) as exc:
         typer.echo(f"pdctl deploy compose: error: {exc}", err=True)
         raise typer.Exit(2) from None
-    ports = allocate(deployment)
     text = compose_yaml(render_compose(deployment, ports))
     if output_dir is None:
         typer.echo(text, nl=False)
@@ -68,6 +80,24 @@ def compose(
     (output_dir / "deploy").mkdir(parents=True, exist_ok=True)
     (output_dir / "docker-compose.yml").write_text(text)
     (output_dir / "deploy" / "prometheus.yml").write_text(prometheus_yaml(deployment, ports))
+
+
+def _stored(name: str, db: Path):
+    """A stored deployment's spec and ports, read without migrating or writing anything."""
+    from web.db import create_engine
+    from web.errors import NotFound
+    from web.store import Store
+
+    if not db.is_file():
+        raise LookupError(f"--db {db}: no such file")
+    engine = create_engine(db)
+    try:
+        current = Store(engine, None).get(name)  # type: ignore[arg-type]
+    except NotFound as exc:
+        raise LookupError(str(exc)) from None
+    finally:
+        engine.dispose()
+    return current.spec, current.ports
 
 
 def register(app: typer.Typer) -> None:

@@ -138,3 +138,28 @@ def test_grafana_dashboard_is_provisioned_from_the_repo():
     assert "/var/lib/grafana/dashboards" in provider
     grafana = rendered(mori_blog())["services"]["grafana"]
     assert "./deploy/grafana/dashboards:/var/lib/grafana/dashboards:ro" in grafana["volumes"]
+
+
+def test_the_cli_renders_a_stored_deployment(tmp_path):
+    from web import migrate
+    from web.admission import Admission
+    from web.db import create_engine
+    from web.store import Store
+
+    db = tmp_path / "pdctl.db"
+    migrate.upgrade(db)
+    engine = create_engine(db)
+    store = Store(engine, Admission((20000, 29999), False, lambda port: False))
+    store.create(DeploymentSpec.model_validate_json(BLOG_SPEC.read_text()), "test")
+    engine.dispose()
+    run = [sys.executable, str(ROOT / "pdctl.py"), "deploy", "compose"]
+    done = subprocess.run([*run, "mori-blog", "--db", str(db)], capture_output=True,
+                          timeout=30, check=False, cwd=ROOT)
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"vllm serve" in done.stdout or b"vllm" in done.stdout
+    for args, needle in ((["nope", "--db", str(db)], b"nope"),
+                         (["x", "--db", str(tmp_path / "none.db")], b"no such file"),
+                         ([], b"NAME or --spec")):
+        done = subprocess.run([*run, *args], capture_output=True, timeout=30, check=False,
+                              cwd=ROOT)
+        assert done.returncode == 2 and needle in done.stderr, done.stderr
