@@ -10,12 +10,14 @@ Frame = {
   "deployment": str,
   "ts": float,                       # epoch seconds of the scrape
   "window": "10s" | "1m" | "5m",     # the window the histograms and rates cover
+                                     # (chosen by the socket's ?window=, default "1m")
   "simulated": bool,                 # engine is the stand-in
   "slo": {"ttft_ms": float|None, "itl_ms": float|None, "itl_stat": "mean"|"p99"|"max"},
   "ttft": Histogram,                 # client-side, from the proxy (pdctl_proxy_ttft_seconds)
   "itl": Histogram,                  # client-side, from the proxy (pdctl_proxy_itl_seconds)
-  "engine_ttft": Histogram | None,   # vllm:time_to_first_token_seconds summed over instances
-  "engine_itl": Histogram | None,    # vllm:inter_token_latency_seconds
+  "engine_ttft": Histogram | None,   # vllm:time_to_first_token_seconds summed over the decode
+                                     # and colocated instances that answered (None: none did)
+  "engine_itl": Histogram | None,    # vllm:inter_token_latency_seconds, same instances
   "slo_attainment": float | None,    # share of finished requests meeting every target
   "request_goodput": float | None,   # requests meeting every target per second
   "request_rate": float | None,      # finished requests per second at the proxy
@@ -31,11 +33,26 @@ Frame = {
                   "up": bool, "running": int, "waiting": int, "kv_cache_usage": float|None,
                   "loop_lag_s": float|None} ],
   "proxy": {"up": bool, "in_flight": int, "held": int, "loop_lag_s": float|None},
+  "windows": {"10s": Headline, "1m": Headline, "5m": Headline},   # every window's headline
 }
 Histogram = {
-  "buckets": [[upper_bound_seconds, count_in_window], ...],   # non-cumulative, +Inf last
+  "buckets": [[upper_bound_seconds, count_in_window], ...],   # non-cumulative, +Inf last,
+                                     # its bound as null (JSON has no Infinity); [] when absent
   "count": float, "p50": float|None, "p90": float|None, "p99": float|None,   # seconds
 }
+Headline = {"ttft_count", "ttft_p50", "ttft_p90", "ttft_p99", "itl_count", "itl_p50",
+            "itl_p90", "itl_p99", "slo_attainment", "request_goodput", "request_rate",
+            "kv_bytes_per_s"}    # flat, the same meanings as above (percentiles in seconds)
+Point = {"ts": float, **Headline of the 10s window, "running": int, "waiting": int,
+         "kv_cache_usage": float|None}   # one per deployment per history_step_s (5 s)
+
+The websocket sends, in order: {"type": "history", "deployment", "window", "points": [Point,
+...]} (the last 30 min, oldest first), the latest frame if there is one, then a frame every
+scrape (1 s) and {"type": "event", "id", "ts", "actor", "kind", "deployment", "message",
+"detail"} (as /api/events) whenever one is recorded for the deployment. Query: `window`
+(10s | 1m | 5m), `token` (or the session cookie). Close codes: 4401 no valid token, 4404 no
+such deployment, 4400 bad window, 1013 too many live sockets. GET
+/api/deployments/{name}/history?window=1h gives {"deployment", "window", "points": [Point]}.
 """
 
 from __future__ import annotations

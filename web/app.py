@@ -11,20 +11,23 @@ from functools import partial
 from pathlib import Path
 
 from fastapi import APIRouter, Depends, FastAPI
+from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from controller.render import LaunchSettings
 from controller.service import ControlService
 from controller.supervisor import Supervisor, SupervisorSettings
 from controller.validation import host_port_busy
-from web import errors, migrate
+from observe.scraper import start_observer
+from web import demo, errors, migrate
 from web.admission import Admission
 from web.auth import TokenBook
 from web.db import create_engine
-from web.deps import current_actor
+from web.deps import current_actor, json_body
+from web.hub import Hub
 from web.limits import BodyLimit
 from web.metrics import build_registry
-from web.routes import deployments, events, lifecycle, login, ops, revisions
+from web.routes import deployments, events, lifecycle, live, login, ops, pages, revisions
 from web.settings import Settings, get_settings
 from web.store import Store
 
@@ -32,7 +35,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 ROOT = Path(__file__).resolve().parent.parent
 # Each module's `router` goes under /api, behind a token when tokens are set. A new resource
 # (the lifecycle endpoints) is one more module here.
-API_ROUTES = (deployments, revisions, events, lifecycle)
+API_ROUTES = (deployments, revisions, events, lifecycle, live)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -44,12 +47,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.templates = Jinja2Templates(directory=TEMPLATES)
     app.state.controller = None  # set by the controller when it runs in this process
     errors.install(app)
-    api = APIRouter(prefix="/api", dependencies=[Depends(current_actor)])
+    api = APIRouter(prefix="/api", dependencies=[Depends(current_actor), Depends(json_body)],
+                    responses=errors.API_RESPONSES)
     for module in API_ROUTES:
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(ops.router)
+    app.include_router(live.ws_router)  # websockets authenticate themselves
     app.include_router(login.router)
+    app.include_router(pages.router)  # the HTML pages and their fragments
+    app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app
 
@@ -66,12 +73,22 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
                           reserved=frozenset({settings.port}))
     app.state.store = store = Store(engine, admission)
     app.state.registry = build_registry(store)
+    if settings.demo:
+        demo.ensure_demo(store)
+    app.state.hub = Hub(settings.live_queue_size)
+    app.state.observer = None  # observe/ scrapes what the controller runs, so only with it
     if settings.controller:
         app.state.controller = build_controller(settings, store)
         await app.state.controller.supervisor.open()
+        app.state.observer = await start_observer(settings, app.state.controller, store,
+                                                  app.state.hub, app.state.registry)
     try:
         yield
     finally:
+        if getattr(app.state, "load_runs", None) is not None:
+            await app.state.load_runs.close()
+        if app.state.observer is not None:
+            await app.state.observer.close()
         if app.state.controller is not None:
             await app.state.controller.close()
         engine.dispose()

@@ -7,7 +7,7 @@ from typing import Annotated, Protocol
 from fastapi import Depends, Query, Request
 
 from web.auth import ANONYMOUS, COOKIE, Actor, TokenBook, bearer
-from web.errors import Forbidden, Unauthorized
+from web.errors import Forbidden, NotJson, Unauthorized
 from web.settings import Settings
 from web.store import Store
 
@@ -45,6 +45,19 @@ def current_actor(request: Request) -> Actor:
     if actor is None:
         raise Unauthorized("unknown token")
     return actor
+
+
+def json_body(request: Request) -> None:
+    """A body sent to the API is JSON: anything else is a 415 saying so, rather than a 422
+    about the body's shape."""
+    headers = request.headers
+    if request.method not in ("POST", "PUT", "PATCH") or (
+            headers.get("content-length", "0") == "0" and "transfer-encoding" not in headers):
+        return
+    media = headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        raise NotJson(f"the request body must be JSON (Content-Type: application/json), not "
+                      f"{media or 'untyped'}")
 
 
 def current_operator(actor: Annotated[Actor, Depends(current_actor)]) -> Actor:

@@ -6,6 +6,7 @@
      +- NotFound            404  no such deployment, revision
      +- Conflict            409  a name already taken, a port range with no room left
      +- TooLarge            413  a request body over the configured limit
+     +- NotJson             415  a request body the API reads, sent as something else than JSON
      +- SpecInvalid         422  rules broken in a deployment spec; FastAPI's 422 shape
 
 Route code raises these; nothing else builds error responses.
@@ -16,7 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from controller.validation import Problem
 
@@ -64,6 +67,11 @@ class TooLarge(PdctlError):
     title = "Request body too large"
 
 
+class NotJson(PdctlError):
+    status = 415
+    title = "Unsupported media type"
+
+
 class SpecInvalid(PdctlError):
     status = 422
     title = "Invalid deployment"
@@ -78,6 +86,23 @@ class SpecInvalid(PdctlError):
                 for p in self.problems]
 
 
+class ErrorOut(BaseModel):
+    detail: str
+
+
+# What any /api operation may answer besides its own success and FastAPI's 422, documented in
+# the OpenAPI so clients (and schemathesis) know every status they can get.
+API_RESPONSES: dict[int | str, dict] = {
+    401: {"model": ErrorOut, "description": "No token, or an unknown one."},
+    403: {"model": ErrorOut, "description": "A viewer token asking to change something."},
+    404: {"model": ErrorOut, "description": "No such deployment, revision, instance."},
+    409: {"model": ErrorOut, "description": "Conflicts with the current state; says why."},
+    413: {"model": ErrorOut, "description": "Request body over the configured limit."},
+    415: {"model": ErrorOut, "description": "A request body that is not JSON."},
+    503: {"model": ErrorOut, "description": "No controller runs in this control plane."},
+}
+
+
 def response(error: PdctlError) -> JSONResponse:
     return JSONResponse({"detail": error.detail()}, status_code=error.status,
                         headers=error.headers())
@@ -89,5 +114,15 @@ async def _handle(request: Request, exc: Exception) -> JSONResponse:
     return response(exc)
 
 
+async def _invalid(request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's 422 items without `input` and `ctx`: an input echoed back can be NaN (which
+    JSON cannot carry: FastAPI's own handler then fails with a 500), megabytes, or a secret."""
+    if not isinstance(exc, RequestValidationError):  # registered for it only
+        raise exc
+    items = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+    return JSONResponse({"detail": items}, status_code=422)
+
+
 def install(app: FastAPI) -> None:
     app.add_exception_handler(PdctlError, _handle)
+    app.add_exception_handler(RequestValidationError, _invalid)

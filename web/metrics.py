@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -31,3 +32,78 @@ def build_registry(store: Store) -> CollectorRegistry:
     registry = CollectorRegistry()
     registry.register(StateCollector(store))
     return registry
+
+
+class LiveCollector(Collector):
+    """What runs now (the controller's instances by state, mode switches) and what observe/
+    measures (per deployment, over its 1-minute window), at scrape time."""
+
+    def __init__(self, controller: Any, observer: Any | None) -> None:
+        self.controller, self.observer = controller, observer
+
+    def collect(self) -> Iterator[Metric]:
+        supervised = self.controller.supervisor.deployments
+        yield GaugeMetricFamily("pdctl_deployments_supervised",
+                                "Deployments the controller supervises.", value=len(supervised))
+        units = GaugeMetricFamily("pdctl_instances", "Supervised processes by state.",
+                                  labels=["deployment", "role", "state"])
+        restarts = CounterMetricFamily("pdctl_instance_restarts",
+                                       "Restarts of supervised processes.",
+                                       labels=["deployment", "instance"])
+        for name in sorted(supervised):
+            counts: dict[tuple[str, str], int] = {}
+            for unit in self.controller.status(name):
+                key = (unit["role"], unit["state"])
+                counts[key] = counts.get(key, 0) + 1
+                restarts.add_metric([name, unit["name"]], unit.get("restarts") or 0)
+            for (role, state), n in sorted(counts.items()):
+                units.add_metric([name, role, state], n)
+        yield units
+        yield restarts
+        yield from self._switches()
+        if self.observer is not None:
+            yield from self._aggregates()
+
+    def _switches(self) -> Iterator[Metric]:
+        switches = CounterMetricFamily("pdctl_switches", "Mode switches begun, by outcome.",
+                                       labels=["deployment", "state"])
+        counts: dict[tuple[str, str], int] = {}
+        for record in self.controller.switches.records.values():
+            key = (record.deployment, record.state)
+            counts[key] = counts.get(key, 0) + 1
+        for (deployment, state), n in sorted(counts.items()):
+            switches.add_metric([deployment, state], n)
+        yield switches
+
+    def _aggregates(self) -> Iterator[Metric]:
+        families = {
+            "slo_attainment": GaugeMetricFamily(
+                "pdctl_slo_attainment", "Share of finished requests meeting every SLO target "
+                "(last minute, at the proxy).", labels=["deployment"]),
+            "request_goodput": GaugeMetricFamily(
+                "pdctl_request_goodput", "Requests meeting every target per second "
+                "(last minute).", labels=["deployment"]),
+            "request_rate": GaugeMetricFamily(
+                "pdctl_request_rate", "Finished requests per second at the proxy (last minute).",
+                labels=["deployment"]),
+        }
+        kv = GaugeMetricFamily("pdctl_kv_transfer_bytes_per_second",
+                               "KV bytes moved between instances per second (last minute); "
+                               "source nixl or derived.", labels=["deployment", "source"])
+        up = GaugeMetricFamily("pdctl_target_up", "1 when the last scrape of a process "
+                               "answered.", labels=["deployment", "instance"])
+        for name, frames in sorted(self.observer.latest.items()):
+            frame = frames.get("1m")
+            if frame is None:
+                continue
+            for key, family in families.items():
+                if frame[key] is not None:
+                    family.add_metric([name], frame[key])
+            if frame["kv"]["bytes_per_s"] is not None:
+                kv.add_metric([name, frame["kv"]["source"]], frame["kv"]["bytes_per_s"])
+            up.add_metric([name, "proxy"], 1 if frame["proxy"]["up"] else 0)
+            for inst in frame["instances"]:
+                up.add_metric([name, inst["name"]], 1 if inst["up"] else 0)
+        yield from families.values()
+        yield kv
+        yield up

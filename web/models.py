@@ -80,3 +80,17 @@ class Event(SQLModel, table=True):
     deployment: str | None = Field(default=None, max_length=40)  # a name, not a key: outlives it
     message: str = Field(nullable=False)
     detail: dict = Field(default_factory=dict, sa_type=sa.JSON, nullable=False)
+
+
+class HistoryPoint(SQLModel, table=True):
+    """observe/'s downsampled history: one row per deployment per few seconds, the frame's
+    headline numbers as JSON (observe/build.py `point`), so charts survive a restart."""
+
+    __tablename__ = "history"
+    __table_args__ = (sa.Index("ix_history_deployment_ts", "deployment", "ts"),
+                      sa.Index("ix_history_ts", "ts"))
+
+    id: int | None = Field(default=None, primary_key=True)
+    deployment: str = Field(max_length=40, nullable=False)
+    ts: float = Field(nullable=False)  # epoch seconds of the frame
+    data: dict = Field(sa_type=sa.JSON, nullable=False)

@@ -37,6 +37,16 @@ class Settings(BaseSettings):
     controller: bool = True
     # Stand-in MoRIIO instances' registration heartbeat (vLLM's is 3 s); tests shorten it.
     sim_registration_interval: float | None = Field(None, gt=0)
+    # Store the demo deployment (web/demo.py) when there is none; `make run` sets PDCTL_DEMO=1.
+    demo: bool = False
+    # observe/: scrape every instance and proxy this often; keep a point per history_step_s.
+    scrape_interval: float = Field(1.0, gt=0, le=60)
+    scrape_timeout: float = Field(0.8, gt=0, le=60)
+    history_step_s: float = Field(5.0, gt=0, le=3600)
+    history_retention_hours: float = Field(24.0, gt=0)
+    # Live websockets (/ws/deployments/{name}): at most this many at once; queue per socket.
+    max_websockets: int = Field(100, ge=1)
+    live_queue_size: int = Field(16, ge=1)
 
     @field_validator("viewer_tokens", "operator_tokens", mode="before")
     @classmethod

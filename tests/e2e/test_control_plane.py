@@ -108,17 +108,16 @@ def complete(proxy_port: int, n: int = 8) -> dict:
 
 
 def bench(proxy_port: int, tmp: Path, name: str, rate: float, prompts: int) -> subprocess.Popen:
-    out = tmp / f"{name}.json"
-    return subprocess.Popen(
-        [sys.executable, str(ROOT / "pdctl.py"), "bench", "--base-url",
-         f"http://127.0.0.1:{proxy_port}", "--request-rate", str(rate), "--num-prompts",
-         str(prompts), "--input-len", "128", "--output-len", "32", "--result-json", str(out),
-         "--quiet", "--timeout", "90"], cwd=ROOT, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
+    argv = [sys.executable, str(ROOT / "pdctl.py"), "bench", "--base-url",
+            f"http://127.0.0.1:{proxy_port}", "--request-rate", str(rate), "--num-prompts",
+            str(prompts), "--input-len", "128", "--output-len", "32", "--result-json",
+            str(tmp / f"{name}.json"), "--model", "tiny", "--quiet", "--timeout", "90"]
+    with (tmp / f"{name}.err").open("wb") as err:
+        return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
 
 
 def bench_result(proc: subprocess.Popen, tmp: Path, name: str) -> dict:
-    assert proc.wait(timeout=150) == 0
+    assert proc.wait(timeout=150) == 0, (tmp / f"{name}.err").read_text()
     return json.loads((tmp / f"{name}.json").read_text())
 
 

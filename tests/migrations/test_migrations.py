@@ -16,7 +16,7 @@ import web.models  # noqa: F401  (the tables)
 from web import migrate
 from web.db import create_engine
 
-TABLES = {"alembic_version", "deployments", "revisions", "events"}
+TABLES = {"alembic_version", "deployments", "revisions", "events", "history"}
 
 
 def tables(db: Path) -> set[str]:

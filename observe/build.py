@@ -1,0 +1,187 @@
+"""Frames from scraped state: one deployment, one window, no I/O. The shell (scraper.py)
+hands in what it scraped; everything here is arithmetic over it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from observe.frames import WINDOW_SECONDS, Frame, Histogram
+from observe.quantiles import histogram, quantile
+from observe.samples import Samples, cumulative_buckets, family_present, total
+from observe.windows import EMPTY, Delta
+
+ENGINE_ROLES = ("decode", "colocated")  # whose engine TTFT/ITL is the one the client sees
+TRACKED_PREFIXES = ("pdctl_proxy_", "pdctl_sim_loop_lag", "vllm:time_to_first_token_seconds",
+                    "vllm:inter_token_latency_seconds", "vllm:nixl_xfer_time_seconds",
+                    "vllm:nixl_bytes_transferred", "vllm:prompt_tokens_by_source",
+                    "vllm:num_requests_running", "vllm:num_requests_waiting",
+                    "vllm:kv_cache_usage_perc")
+
+
+def tracked(family: str) -> bool:
+    """The metric families the windows keep (see samples.parse's `keep`)."""
+    return family.startswith(TRACKED_PREFIXES)
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentInfo:
+    name: str
+    simulated: bool
+    slo: dict[str, Any]  # ttft_ms, itl_ms, itl_stat
+    kv_bytes_per_token: int | None  # None: model unknown, no derived KV throughput
+
+
+@dataclass(frozen=True, slots=True)
+class TargetState:
+    """One scraped process at this tick: its last gauges and its increases per window."""
+
+    up: bool
+    gauges: Samples = field(default_factory=dict)
+    deltas: Mapping[str, Delta] = field(default_factory=dict)
+
+    def delta(self, window: str) -> Delta:
+        return self.deltas.get(window, EMPTY)
+
+
+DOWN = TargetState(up=False)
+
+
+def build_frame(info: DeploymentInfo, units: Sequence[Mapping[str, Any]],
+                targets: Mapping[str, TargetState], window: str, now: float) -> Frame:
+    """The frame for `window`; `units` are the controller's status rows (proxy included),
+    `targets` the scraped state by unit name (a unit missing there counts as down)."""
+    proxy_unit = next((u for u in units if u.get("role") == "proxy"), None)
+    proxy = targets.get(proxy_unit["name"], DOWN) if proxy_unit else DOWN
+    instances = [u for u in units if u.get("role") != "proxy"]
+    states = [(u, targets.get(u["name"], DOWN)) for u in instances]
+    engine = [t.delta(window) for u, t in states if u.get("role") in ENGINE_ROLES and t.up]
+    frame: Frame = {
+        "type": "frame", "deployment": info.name, "ts": now, "window": window,
+        "simulated": info.simulated, "slo": info.slo,
+        "ttft": histogram(cumulative_buckets(proxy.delta(window).counts,
+                                             "pdctl_proxy_ttft_seconds")),
+        "itl": histogram(cumulative_buckets(proxy.delta(window).counts,
+                                            "pdctl_proxy_itl_seconds")),
+        "engine_ttft": _engine_histogram(engine, "vllm:time_to_first_token_seconds"),
+        "engine_itl": _engine_histogram(engine, "vllm:inter_token_latency_seconds"),
+        **requests(proxy.delta(window)),
+        "kv": kv_transfer([t.delta(window) for _, t in states if t.up],
+                          info.kv_bytes_per_token),
+        "running": int(sum(_gauge(t.gauges, "vllm:num_requests_running") or 0
+                           for _, t in states)),
+        "waiting": int(sum(_gauge(t.gauges, "vllm:num_requests_waiting") or 0
+                           for _, t in states)),
+        "kv_cache_usage": _max(_gauge(t.gauges, "vllm:kv_cache_usage_perc") for _, t in states),
+        "instances": [_instance(u, t) for u, t in states],
+        "proxy": {"up": proxy.up,
+                  "in_flight": int(_gauge(proxy.gauges, "pdctl_proxy_in_flight_requests") or 0),
+                  "held": int(_gauge(proxy.gauges, "pdctl_proxy_held_requests") or 0),
+                  "loop_lag_s": _gauge(proxy.gauges, "pdctl_proxy_loop_lag_seconds")},
+    }
+    return frame
+
+
+def requests(delta: Delta) -> dict[str, Any]:
+    """slo_attainment, request_goodput, request_rate and outcomes from the proxy's counters:
+    met{target="all"} over finished (ok + failed) requests; rejected ones never started."""
+    counts = delta.counts
+
+    def outcome(name: str) -> float:
+        return total(counts, "pdctl_proxy_requests_total", outcome=name) or 0.0
+
+    ok, failed, rejected = outcome("ok"), outcome("failed"), outcome("rejected")
+    met = total(counts, "pdctl_proxy_slo_met_total", target="all")
+    finished = ok + failed
+    present = met is not None
+    return {
+        "slo_attainment": (met or 0.0) / finished if present and finished > 0 else None,
+        "request_goodput": delta.rate(met) if present else None,
+        "request_rate": delta.rate(finished) if present else None,
+        "outcomes": {k: delta.rate(v) or 0.0
+                     for k, v in (("ok", ok), ("failed", failed), ("rejected", rejected))},
+    }
+
+
+def kv_transfer(deltas: Sequence[Delta], kv_bytes_per_token: int | None) -> dict[str, Any]:
+    """KV bytes/s between instances: NIXL's own figures when an instance exports them, else
+    external prompt tokens x KV bytes per token ("derived"), else nothing."""
+    if any(family_present(d.counts, "vllm:nixl_bytes_transferred") for d in deltas):
+        rate = sum(d.rate(total(d.counts, "vllm:nixl_bytes_transferred_sum")) or 0.0
+                   for d in deltas)
+        times = _sum_buckets(cumulative_buckets(d.counts, "vllm:nixl_xfer_time_seconds")
+                             for d in deltas)
+        p50, p99 = quantile(0.5, times), quantile(0.99, times)
+        return {"bytes_per_s": rate, "source": "nixl",
+                "xfer_p50_ms": None if p50 is None else p50 * 1000,
+                "xfer_p99_ms": None if p99 is None else p99 * 1000}
+    tokens = [(d, total(d.counts, "vllm:prompt_tokens_by_source_total",
+                        source="external_kv_transfer")) for d in deltas]
+    tokens = [(d, n) for d, n in tokens if n is not None]
+    if tokens and kv_bytes_per_token is not None:
+        rate = sum(d.rate(n) or 0.0 for d, n in tokens) * kv_bytes_per_token
+        return {"bytes_per_s": rate, "source": "derived", "xfer_p50_ms": None,
+                "xfer_p99_ms": None}
+    return {"bytes_per_s": None, "source": None, "xfer_p50_ms": None, "xfer_p99_ms": None}
+
+
+def headline(frame: Frame) -> dict[str, Any]:
+    """The few numbers a time series keeps: per window in a frame, per point in history."""
+    out: dict[str, Any] = {}
+    for name in ("ttft", "itl"):
+        h: Histogram = frame[name]
+        out[f"{name}_count"] = h["count"]
+        for q in ("p50", "p90", "p99"):
+            out[f"{name}_{q}"] = h[q]  # type: ignore[literal-required]
+    for key in ("slo_attainment", "request_goodput", "request_rate"):
+        out[key] = frame[key]
+    out["kv_bytes_per_s"] = frame["kv"]["bytes_per_s"]
+    return out
+
+
+def point(frame: Frame) -> dict[str, Any]:
+    """One history point: the headline plus the engines' load at that moment."""
+    return {"ts": frame["ts"], **headline(frame), "running": frame["running"],
+            "waiting": frame["waiting"], "kv_cache_usage": frame["kv_cache_usage"]}
+
+
+def with_windows(frame: Frame, frames: Mapping[str, Frame]) -> Frame:
+    """`frame` plus the headline of every window (so a page can show all three at once)."""
+    return {**frame, "windows": {w: headline(f) for w, f in frames.items()}}
+
+
+def _engine_histogram(deltas: Sequence[Delta], name: str) -> Histogram | None:
+    buckets = _sum_buckets(cumulative_buckets(d.counts, name) for d in deltas)
+    return histogram(buckets) if buckets else None
+
+
+def _sum_buckets(parts) -> list[tuple[float, float]]:
+    acc: dict[float, float] = {}
+    for buckets in parts:
+        for bound, count in buckets or ():
+            acc[bound] = acc.get(bound, 0.0) + count
+    return sorted(acc.items())
+
+
+def _gauge(gauges: Samples, name: str) -> float | None:
+    return total(gauges, name)
+
+
+def _max(values) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def _instance(unit: Mapping[str, Any], t: TargetState) -> dict[str, Any]:
+    running = _gauge(t.gauges, "vllm:num_requests_running") if t.up else None
+    waiting = _gauge(t.gauges, "vllm:num_requests_waiting") if t.up else None
+    return {"name": unit["name"], "role": unit.get("role"), "state": unit.get("state"),
+            "url": unit.get("url"), "mode": unit.get("mode"), "up": t.up,
+            "running": int(running or 0), "waiting": int(waiting or 0),
+            "kv_cache_usage": _gauge(t.gauges, "vllm:kv_cache_usage_perc") if t.up else None,
+            "loop_lag_s": _gauge(t.gauges, "pdctl_sim_loop_lag_seconds") if t.up else None}
+
+
+__all__ = ["WINDOW_SECONDS", "DeploymentInfo", "TargetState", "build_frame", "headline",
+           "kv_transfer", "point", "requests", "tracked", "with_windows"]

@@ -1,0 +1,81 @@
+"""A /metrics text as samples: cumulative ones (counters, histogram buckets, counts and sums)
+apart from gauges, keyed by sample name and sorted labels, and sums over matching labels."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+Labels = tuple[tuple[str, str], ...]
+Key = tuple[str, Labels]
+Samples = Mapping[Key, float]
+
+_CUMULATIVE_TYPES = ("counter", "histogram")
+_CUMULATIVE_SUFFIXES = ("_total", "_bucket", "_count", "_sum")
+
+
+@dataclass(frozen=True, slots=True)
+class Scrape:
+    counters: dict[Key, float]  # only ever grow, until the process restarts
+    gauges: dict[Key, float]
+
+
+def parse(text: str, keep: Callable[[str], bool] | None = None) -> Scrape:
+    """Parse a Prometheus text exposition; `keep(family_name)` filters families early (the
+    windows keep a few hundred series a target, not vLLM's thousands)."""
+    counters: dict[Key, float] = {}
+    gauges: dict[Key, float] = {}
+    for family in text_string_to_metric_families(text):
+        if keep is not None and not keep(family.name):
+            continue
+        cumulative = family.type in _CUMULATIVE_TYPES
+        for s in family.samples:
+            if math.isnan(s.value):
+                continue
+            key = (s.name, tuple(sorted(s.labels.items())))
+            if cumulative and s.name.endswith(_CUMULATIVE_SUFFIXES):
+                counters[key] = s.value
+            elif not cumulative and family.type != "info":
+                gauges[key] = s.value
+    return Scrape(counters, gauges)
+
+
+def _matches(labels: Labels, want: Mapping[str, str]) -> bool:
+    if not want:
+        return True
+    have = dict(labels)
+    return all(have.get(k) == v for k, v in want.items())
+
+
+def total(samples: Samples, name: str, **labels: str) -> float | None:
+    """Sum of the samples named `name` whose labels include `labels`; None when none is."""
+    found, acc = False, 0.0
+    for (sample, have), value in samples.items():
+        if sample == name and _matches(have, labels):
+            found, acc = True, acc + value
+    return acc if found else None
+
+
+def cumulative_buckets(samples: Samples, histogram: str,
+                       **labels: str) -> list[tuple[float, float]] | None:
+    """`histogram`'s buckets as (upper bound, cumulative count), summed over every other label
+    (instances, engines), sorted with +Inf last; None when the histogram is absent."""
+    name = histogram + "_bucket"
+    acc: dict[float, float] = {}
+    for (sample, have), value in samples.items():
+        if sample != name:
+            continue
+        rest = dict(have)
+        le = rest.pop("le", None)
+        if le is None or not _matches(have, labels):
+            continue
+        bound = float(le)
+        acc[bound] = acc.get(bound, 0.0) + value
+    return sorted(acc.items()) if acc else None
+
+
+def family_present(samples: Samples, prefix: str) -> bool:
+    return any(sample.startswith(prefix) for sample, _ in samples)

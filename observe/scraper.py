@@ -1,0 +1,245 @@
+"""The observe shell: every `interval` seconds, scrape the proxy and each instance of every
+deployment the controller runs, build one frame per window, publish them to the hub, store a
+point of history every `history_step_s`, and pass new events on.
+
+One long-lived aiohttp session with short timeouts; a target that does not answer is
+`up: false` in the frame and never delays or breaks the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import aiohttp
+from sqlmodel import Session, col, func, select
+
+from observe.build import (
+    DeploymentInfo,
+    TargetState,
+    build_frame,
+    point,
+    tracked,
+    with_windows,
+)
+from observe.frames import WINDOW_SECONDS, WINDOWS, Frame
+from observe.history import History
+from observe.samples import parse
+from observe.windows import CounterTrack, Snapshots, advance
+from web.hub import Hub, encode
+from web.models import Event
+from web.schemas import EventOut
+
+log = logging.getLogger("pdctl.observe")
+
+SCRAPED_STATES = ("RUNNING", "STARTING", "STOPPING")
+DEFAULT_WINDOW = "1m"
+PRUNE_EVERY_S = 60.0
+
+
+def frame_topic(name: str, window: str) -> str:
+    return f"frame:{name}:{window}"
+
+
+def event_topic(name: str) -> str:
+    return f"event:{name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ObserveSettings:
+    interval: float = 1.0
+    timeout: float = 0.8
+    history_step_s: float = 5.0
+    retention_s: float = 24 * 3600.0
+
+
+@dataclass
+class _Target:
+    track: CounterTrack | None = None
+    snapshots: Snapshots = field(default_factory=Snapshots)
+    gauges: dict = field(default_factory=dict)
+    up: bool = False
+
+    def state(self) -> TargetState:
+        return TargetState(self.up, self.gauges if self.up else {},
+                           {w: self.snapshots.delta(s) for w, s in WINDOW_SECONDS.items()})
+
+
+@cache
+def kv_bytes_per_token(model: str) -> int | None:
+    """KV bytes per token of a profile named `model` or whose hf_id is `model`."""
+    from simulator import profiles
+
+    for name in profiles.available("models"):
+        profile = profiles.model(name)
+        if model in (name, profile.hf_id):
+            return profile.kv_bytes_per_token
+    return None
+
+
+class Observer:
+    def __init__(self, controller: Any, store: Any, hub: Hub,
+                 settings: ObserveSettings | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.controller, self.hub = controller, hub
+        self.settings = settings or ObserveSettings()
+        self.history = History(store.engine)
+        self.clock = clock
+        self.latest: dict[str, dict[str, Frame]] = {}  # deployment -> window -> frame
+        self.ticks = 0
+        self._engine = store.engine
+        self._targets: dict[tuple[str, str, str], _Target] = {}
+        self._last_point: dict[str, float] = {}
+        self._last_prune = 0.0
+        self._last_event = 0
+        self._session: aiohttp.ClientSession | None = None
+        self._task: asyncio.Task | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=self.settings.timeout)
+        self._session = aiohttp.ClientSession(
+            timeout=timeout, connector=aiohttp.TCPConnector(limit=64, force_close=False))
+        self._last_event = await asyncio.to_thread(self._max_event_id)
+        self._task = asyncio.create_task(self._loop(), name="pdctl-observer")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _loop(self) -> None:
+        interval = self.settings.interval
+        next_at = time.monotonic()
+        while True:
+            try:
+                await self.tick()
+            except (aiohttp.ClientError, OSError, ValueError) as err:  # never stop observing
+                log.warning("observe tick failed: %s", err)
+            next_at += interval
+            delay = next_at - time.monotonic()
+            if delay < 0:  # fell behind (a slow tick): start afresh rather than burst
+                next_at, delay = time.monotonic(), 0.0
+            await asyncio.sleep(delay)
+
+    # -- one tick -------------------------------------------------------------------------
+
+    async def tick(self) -> None:
+        now = self.clock()
+        names = list(self.controller.supervisor.deployments)
+        await asyncio.gather(*(self._observe(name, now) for name in names))
+        for gone in set(self.latest) - set(names):
+            del self.latest[gone]
+        self._targets = {k: v for k, v in self._targets.items() if k[0] in names}
+        points = [(n, now, point(f[WINDOWS[0]])) for n, f in self.latest.items()
+                  if now - self._last_point.get(n, 0.0) >= self.settings.history_step_s]
+        for name, _, _ in points:
+            self._last_point[name] = now
+        prune = now - self._last_prune >= PRUNE_EVERY_S
+        if prune:
+            self._last_prune = now
+        events = await asyncio.to_thread(self._housekeeping, points,
+                                         now - self.settings.retention_s if prune else None)
+        for event in events:
+            if event.deployment:
+                self.hub.publish(event_topic(event.deployment),
+                                 {"type": "event", **EventOut.of(event).model_dump(mode="json")},
+                                 droppable=False)
+        self.ticks += 1
+
+    async def _observe(self, name: str, now: float) -> None:
+        dep = self.controller.supervisor.deployments.get(name)
+        if dep is None:
+            return
+        units = self.controller.status(name)
+        states = await asyncio.gather(*(self._scrape(name, u, now) for u in units))
+        targets = {u["name"]: s for u, s in zip(units, states, strict=True)}
+        spec = dep.spec
+        info = DeploymentInfo(
+            name=name, simulated=str(spec.engine) == "sim",
+            slo={"ttft_ms": spec.slo.ttft_ms, "itl_ms": spec.slo.itl_ms,
+                 "itl_stat": spec.slo.itl_stat},
+            kv_bytes_per_token=kv_bytes_per_token(spec.model))
+        frames = {w: build_frame(info, units, targets, w, now) for w in WINDOWS}
+        self.latest[name] = frames
+        for window, frame in frames.items():
+            topic = frame_topic(name, window)
+            if self.hub.subscribers(topic):
+                self.hub.publish(topic, encode(with_windows(frame, frames)))
+
+    async def _scrape(self, name: str, unit: dict[str, Any], now: float) -> TargetState:
+        url = unit.get("url")
+        target = self._targets.setdefault((name, unit["name"], url or ""), _Target())
+        text = None
+        if url and unit.get("state") in SCRAPED_STATES and self._session is not None:
+            try:
+                async with self._session.get(url + "/metrics") as resp:
+                    if resp.status == 200:
+                        text = await resp.text()
+            except (aiohttp.ClientError, TimeoutError, OSError):
+                text = None
+        scrape = None
+        if text is not None:
+            try:
+                scrape = parse(text, keep=tracked)
+            except ValueError as err:
+                log.warning("%s/%s: unreadable /metrics: %s", name, unit["name"], err)
+        if scrape is None:
+            target.up = False
+            latest = target.snapshots.latest()
+            target.snapshots.add(now, latest[1] if latest else {})  # windows move on
+        else:
+            target.up, target.gauges = True, scrape.gauges
+            target.track = advance(target.track, scrape.counters)
+            target.snapshots.add(now, target.track.totals)
+        return target.state()
+
+    # -- blocking work, in a thread -------------------------------------------------------
+
+    def _housekeeping(self, points: list, prune_before: float | None) -> list[Event]:
+        self.history.write(points)
+        if prune_before is not None:
+            self.history.prune(prune_before)
+        with Session(self._engine) as s:
+            events = list(s.exec(select(Event).where(Event.id > self._last_event)
+                                 .order_by(col(Event.id))))
+        if events:
+            self._last_event = events[-1].id or self._last_event
+        return events
+
+    def _max_event_id(self) -> int:
+        with Session(self._engine) as s:
+            return s.exec(select(func.max(Event.id))).one() or 0
+
+    # -- queries --------------------------------------------------------------------------
+
+    def frame(self, name: str, window: str = DEFAULT_WINDOW) -> Frame | None:
+        frames = self.latest.get(name)
+        return with_windows(frames[window], frames) if frames else None
+
+
+async def start_observer(settings: Any, controller: Any, store: Any, hub: Hub,
+                         registry: Any) -> Observer:
+    """The observer of a control plane whose controller runs here, its aggregates and the
+    controller's state on the app's /metrics. `settings` is web.settings.Settings."""
+    from web.metrics import LiveCollector
+
+    observer = Observer(controller, store, hub, ObserveSettings(
+        interval=settings.scrape_interval, timeout=settings.scrape_timeout,
+        history_step_s=settings.history_step_s,
+        retention_s=settings.history_retention_hours * 3600.0))
+    registry.register(LiveCollector(controller, observer))
+    await observer.start()
+    return observer

@@ -1,0 +1,38 @@
+// Page-wide glue for htmx: say so when an action fails instead of leaving the page as it was.
+(function () {
+  "use strict";
+  function notice(text) {
+    var box = document.getElementById("notice");
+    if (!box) return;
+    box.textContent = text;
+    box.hidden = !text;
+    if (text) { clearTimeout(box._t); box._t = setTimeout(function () { box.hidden = true; }, 8000); }
+  }
+  window.pdctlNotice = notice;
+  document.addEventListener("htmx:sendError", function () {
+    notice("pdctl did not answer: is `pdctl serve` running? Retrying where the page polls.");
+  });
+  document.addEventListener("htmx:responseError", function (e) {
+    var xhr = e.detail.xhr;
+    if (xhr.status >= 500 || !xhr.responseText) {
+      notice("The action failed: the server answered " + xhr.status + " " + xhr.statusText +
+             ". Nothing on this page changed; see the event log or the server's log.");
+    }
+  });
+  document.addEventListener("htmx:afterRequest", function (e) {
+    if (e.detail.successful) notice("");
+  });
+  // A JSON error (from /api or a framework 4xx) reaching a fragment target: show its detail.
+  document.addEventListener("htmx:beforeSwap", function (e) {
+    var xhr = e.detail.xhr;
+    var type = xhr.getResponseHeader("content-type") || "";
+    if (type.indexOf("application/json") === 0) {
+      e.detail.shouldSwap = false;
+      try {
+        var body = JSON.parse(xhr.responseText);
+        var d = body.detail;
+        notice(typeof d === "string" ? d : JSON.stringify(d));
+      } catch (err) { notice("The server answered " + xhr.status); }
+    }
+  });
+})();

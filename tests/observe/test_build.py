@@ -1,0 +1,92 @@
+"""Frames from scripted scrapes: SLO attainment and goodput from the proxy, KV throughput from
+NIXL or derived, engine load, down targets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from observe.build import DeploymentInfo, TargetState, build_frame, point, with_windows
+from observe.frames import WINDOWS
+from observe.samples import parse
+from observe.windows import Snapshots, advance
+from tests.observe.series import engine_text, proxy_text
+
+INFO = DeploymentInfo("pd", simulated=True, slo={"ttft_ms": 1000.0, "itl_ms": 50.0,
+                                                 "itl_stat": "p99"}, kv_bytes_per_token=1000)
+UNITS = [{"name": "proxy", "role": "proxy", "state": "RUNNING", "url": "http://p", "mode": None},
+         {"name": "prefill-0", "role": "prefill", "state": "RUNNING", "url": "http://a",
+          "mode": "read"},
+         {"name": "decode-0", "role": "decode", "state": "RUNNING", "url": "http://b",
+          "mode": "read"}]
+
+
+def target(texts: list[tuple[float, str]]) -> TargetState:
+    track, snaps, scrape = None, Snapshots(), None
+    for ts, text in texts:
+        scrape = parse(text)
+        track = advance(track, scrape.counters)
+        snaps.add(ts, track.totals)
+    return TargetState(True, scrape.gauges, {"10s": snaps.delta(10), "1m": snaps.delta(60),
+                                              "5m": snaps.delta(300)})
+
+
+def test_slo_attainment_goodput_and_rates_from_the_proxy() -> None:
+    # 10 s: 40 ok + 10 failed finished, 30 met every target, 5 rejected.
+    proxy = target([(0.0, proxy_text()),
+                    (10.0, proxy_text({0.1: 50}, ok=40, failed=10, rejected=5, met_all=30))])
+    frame = build_frame(INFO, UNITS, {"proxy": proxy}, "10s", 10.0)
+    assert frame["slo_attainment"] == pytest.approx(0.6)
+    assert frame["request_goodput"] == pytest.approx(3.0)
+    assert frame["request_rate"] == pytest.approx(5.0)
+    assert frame["outcomes"] == {"ok": 4.0, "failed": 1.0, "rejected": 0.5}
+    assert frame["ttft"]["count"] == 50 and frame["ttft"]["p50"] == pytest.approx(0.09)
+    assert frame["proxy"]["up"] is True
+
+
+def test_no_finished_requests_means_no_attainment() -> None:
+    proxy = target([(0.0, proxy_text()), (10.0, proxy_text())])
+    frame = build_frame(INFO, UNITS, {"proxy": proxy}, "10s", 10.0)
+    assert frame["slo_attainment"] is None and frame["request_goodput"] == 0.0
+
+
+def test_kv_throughput_is_derived_from_external_prompt_tokens() -> None:
+    decode = target([(0.0, engine_text(external_tokens=0)),
+                     (10.0, engine_text(external_tokens=5000, running=3, waiting=1, usage=0.4))])
+    prefill = target([(0.0, engine_text()), (10.0, engine_text(running=2, usage=0.7))])
+    frame = build_frame(INFO, UNITS, {"decode-0": decode, "prefill-0": prefill}, "10s", 10.0)
+    assert frame["kv"] == {"bytes_per_s": pytest.approx(500 * 1000), "source": "derived",
+                           "xfer_p50_ms": None, "xfer_p99_ms": None}
+    assert frame["running"] == 5 and frame["waiting"] == 1
+    assert frame["kv_cache_usage"] == pytest.approx(0.7)
+
+
+def test_kv_throughput_for_an_unknown_model_is_none() -> None:
+    decode = target([(0.0, engine_text()), (10.0, engine_text(external_tokens=10))])
+    info = DeploymentInfo("pd", True, INFO.slo, kv_bytes_per_token=None)
+    assert build_frame(info, UNITS, {"decode-0": decode}, "10s", 10.0)["kv"]["source"] is None
+
+
+def test_kv_throughput_and_times_from_nixl_where_present() -> None:
+    decode = target([(0.0, engine_text(nixl_bytes=0.0)),
+                     (10.0, engine_text(nixl_bytes=2e9, nixl_times={0.01: 10}))])
+    kv = build_frame(INFO, UNITS, {"decode-0": decode}, "10s", 10.0)["kv"]
+    assert kv["source"] == "nixl" and kv["bytes_per_s"] == pytest.approx(2e8)
+    assert kv["xfer_p50_ms"] == pytest.approx(7.5)
+
+
+def test_a_down_target_is_up_false_and_the_frame_still_builds() -> None:
+    frame = build_frame(INFO, UNITS, {}, "1m", 5.0)
+    assert frame["proxy"]["up"] is False
+    assert [i["up"] for i in frame["instances"]] == [False, False]
+    assert frame["ttft"]["count"] == 0 and frame["kv_cache_usage"] is None
+    assert frame["engine_ttft"] is None
+
+
+def test_frames_and_points_serialize_as_json() -> None:
+    proxy = target([(0.0, proxy_text()), (10.0, proxy_text({0.1: 3, 2560.0: 1}, ok=4))])
+    frames = {w: build_frame(INFO, UNITS, {"proxy": proxy}, w, 10.0) for w in WINDOWS}
+    text = json.dumps(with_windows(frames["1m"], frames), allow_nan=False)
+    assert json.loads(text)["windows"]["10s"]["ttft_count"] == 4
+    assert point(frames["10s"])["ts"] == 10.0
