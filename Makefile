@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run test test-vllm lint bench-core bench-sim bench-proxy bench-switch clean system-deps
+.PHONY: run test test-vllm lint bench-core bench-sim bench-proxy bench-switch chaos clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -50,6 +50,10 @@ bench-switch: $(STAMP)
 
 bench-proxy: $(STAMP)
 	$(PY) -m benchmarks.bench_proxy
+
+# A fault campaign on real processes under load (about 5 minutes); QUICK=1 for the short one.
+chaos: $(STAMP)
+	$(PY) -m benchmarks.chaos $(if $(QUICK),--quick)
 
 # Debian packages some tests use (they skip without them); needs root, as CI has.
 SYSTEM_PACKAGES := docker-compose prometheus chromium

@@ -58,7 +58,7 @@ def create_admin_app(proxy: Proxy) -> web.Application:
 async def _json_object(request: web.Request) -> dict[str, Any]:
     try:
         body = await request.json()
-    except ValueError:
+    except (ValueError, RecursionError):
         raise BadRequest("request body is not valid JSON", "body") from None
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object", "body")

@@ -48,6 +48,12 @@ def proxy(
         int, typer.Option(help="Requests held at most while a group is paused.")
     ] = 256,
     hold_deadline: Annotated[float, typer.Option(help="Seconds a held request waits.")] = 30.0,
+    max_body_bytes: Annotated[
+        int, typer.Option(help="Largest client request body; larger ones get 413.")
+    ] = 64 << 20,
+    registry_max_instances: Annotated[
+        int, typer.Option(help="Distinct instances the ZMQ registry accepts; more are refused.")
+    ] = 256,
     heartbeat_scale: Annotated[
         float, typer.Option(hidden=True, help="Shrink the registry's heartbeat intervals (tests).")
     ] = 1.0,
@@ -77,6 +83,8 @@ def proxy(
             decode_timeout=decode_timeout,
             hold_queue=hold_queue,
             hold_deadline=hold_deadline,
+            max_body_bytes=max_body_bytes,
+            registry_max_instances=registry_max_instances,
             heartbeat_scale=heartbeat_scale,
             health_interval=health_interval or None,
         )

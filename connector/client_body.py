@@ -17,6 +17,8 @@ def parse_client_body(raw: bytes, endpoint: str) -> dict[str, Any]:
         body = json.loads(raw)
     except ValueError as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}", "body") from None
+    except RecursionError:
+        raise BadRequest("request body is not valid JSON: nested too deeply", "body") from None
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object", "body")
     if not isinstance(body.get("model"), str) or not body["model"]:
@@ -54,6 +56,6 @@ def upstream_message(raw: bytes) -> str:
         error = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
         message = error.get("message") if isinstance(error, dict) else None
         text = str(message if message is not None else error)
-    except ValueError:
+    except (ValueError, RecursionError):
         text = raw.decode(errors="replace")
     return text.strip()[:300] or "(empty body)"

@@ -4,6 +4,7 @@
      +- BadRequest              400  the client's body cannot be served (names the field)
      +- Unauthorized            401  admin API without the right bearer token
      +- NotFound                404  admin API: no such instance or group
+     +- TooLarge                413  a request body over --max-body-bytes
      +- Unavailable             503  nothing can serve now; carries Retry-After
      |   +- NoInstance          503  no healthy, undrained instance (or pair) for this request
      |   +- HoldRejected        503  hold queue full, or the hold deadline passed
@@ -62,6 +63,11 @@ class Unauthorized(ProxyError):
 class NotFound(ProxyError):
     status = 404
     type = "NotFoundError"
+
+
+class TooLarge(ProxyError):
+    status = 413
+    type = "BadRequestError"
 
 
 class Unavailable(ProxyError):

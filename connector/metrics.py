@@ -137,6 +137,7 @@ class ProxyMetrics:
         self.loop_lag = 0.0
         self.in_flight = 0
         self.held = 0
+        self.registry_rejected: dict[str, int] = {}  # reason -> registrations refused
 
     def record(self, outcome: str, timing: RequestTiming | None, met: dict[str, bool]) -> None:
         self.outcomes[outcome] += 1
@@ -189,6 +190,14 @@ class ProxyCollector(Collector):
         yield GaugeMetricFamily(
             "pdctl_proxy_held_requests", "Requests held for a paused group.", value=m.held
         )
+        refused = CounterMetricFamily(
+            "pdctl_proxy_registry_rejected",
+            "ZMQ registrations refused: malformed, or the registry full.",
+            labels=["reason"],
+        )
+        for reason, n in m.registry_rejected.items():
+            refused.add_metric([reason], n)
+        yield refused
         inst = GaugeMetricFamily(
             "pdctl_proxy_instance_outstanding_tokens",
             "Outstanding tokens per instance.",

@@ -27,6 +27,7 @@ from connector.errors import (
     HoldRejected,
     NoInstance,
     ProxyError,
+    TooLarge,
     Unavailable,
     UpstreamError,
     UpstreamTimeout,
@@ -68,7 +69,8 @@ class Proxy:
         self.metrics = ProxyMetrics()
         self.registry = make_registry(self.metrics, self.pool)
         self.requests: deque[dict[str, Any]] = deque(maxlen=settings.request_log_size)
-        self.registry_table = RegistryTable(interval_scale=settings.heartbeat_scale)
+        self.registry_table = RegistryTable(interval_scale=settings.heartbeat_scale,
+                                            max_instances=settings.registry_max_instances)
         self.listener: RegistryListener | None = None
         self.registry_port: int | None = None
         self.session: aiohttp.ClientSession | None = None
@@ -106,6 +108,7 @@ class Proxy:
                 self._on_registration,
                 self._on_expiry,
                 self.settings.default_registry_mode,
+                on_reject=self._on_registry_reject,
             )
             self.registry_port = self.listener.start()
         self._tasks.append(asyncio.create_task(self._watch_loop_lag()))
@@ -146,6 +149,14 @@ class Proxy:
             tp_size=reg.tp_size,
             source="registry",
         )
+
+    def _on_registry_reject(self, reason: str, detail: str) -> None:
+        """Counted always, logged for the first few and then every 1000th (a flood must not
+        flood the log)."""
+        counts = self.metrics.registry_rejected
+        counts[reason] = n = counts.get(reason, 0) + 1
+        if n <= 10 or n % 1000 == 0:
+            log.warning("registry: refused (%s, %d so far): %s", reason, n, detail)
 
     def _on_expiry(self, reg: Registration) -> None:
         inst = self.pool.get(reg.url)
@@ -194,6 +205,13 @@ class Proxy:
                 return
             await asyncio.sleep(spacing)
 
+    async def _read_body(self, request: web.Request) -> bytes:
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise TooLarge(f"request body larger than {self.settings.max_body_bytes} bytes "
+                           "(the proxy's --max-body-bytes)") from None
+
     # -- routing -----------------------------------------------------------------------------
     async def acquire_route(self) -> Route:
         """A route now; or, while a group is paused, wait in the bounded hold queue."""
@@ -235,7 +253,7 @@ class Proxy:
         flight = Flight(_clock(), request.path)
         outcome = "failed"
         try:
-            body = parse_client_body(await request.read(), request.path)
+            body = parse_client_body(await self._read_body(request), request.path)
             flight.stream = body.get("stream") is True
             route = await self.acquire_route()
             flight.route = route
@@ -245,7 +263,7 @@ class Proxy:
         except ProxyError as exc:
             outcome = (
                 "invalid"
-                if isinstance(exc, BadRequest)
+                if isinstance(exc, BadRequest | TooLarge)
                 else "rejected"
                 if isinstance(exc, Unavailable)
                 else "failed"
@@ -377,7 +395,7 @@ class Proxy:
             raise UpstreamError("prefill", inst.url, f"{type(exc).__name__}: {exc}") from None
         try:
             answer = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise UpstreamError("prefill", inst.url, "answer is not JSON") from None
         flight.prefill_end = _clock()
         return returned_params(answer)
@@ -491,7 +509,7 @@ class Proxy:
     def _read_json_usage(raw: bytes, flight: Flight) -> None:
         try:
             usage = json.loads(raw).get("usage") or {}
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             return
         if isinstance(usage.get("completion_tokens"), int):
             flight.usage_tokens = usage["completion_tokens"]
@@ -614,7 +632,7 @@ def _ms(seconds: float | None) -> float | None:
 
 def create_app(settings: ProxySettings) -> web.Application:
     """The proxy app; the session, registry listener and background loops start with it."""
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app = web.Application(client_max_size=settings.max_body_bytes)
     proxy = Proxy(settings)
     app[PROXY_KEY] = proxy
     app.on_startup.append(proxy.startup)

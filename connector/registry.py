@@ -66,6 +66,20 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _host_port(url: str, field: str):
+    """The URL's parts; it must be http(s)://host:port with nothing odd in the host."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        port = None
+        parts = None
+    if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname
+            or not port or any(c in parts.hostname for c in " /\\@")):
+        raise RegistryMessageError(f"field {field!r} has no http://host:port: {url[:80]!r}")
+    return parts
+
+
 def parse_message(data: Any, default_mode: str = "read") -> Registration | None:
     """One registration from either shape; None for HELLO. Raises RegistryMessageError."""
     if not isinstance(data, dict):
@@ -76,13 +90,17 @@ def parse_message(data: Any, default_mode: str = "read") -> Registration | None:
         return None
     if kind in _ROLES:
         address = data.get("http_address")
-        if not address:
-            raise RegistryMessageError("field 'http_address' is missing")
-        url = address if "://" in str(address) else f"http://{address}"
+        if not address or not isinstance(address, str):
+            raise RegistryMessageError("field 'http_address' is missing or not a string")
+        url = address if "://" in address else f"http://{address}"
+        _host_port(url, "http_address")
+        zmq_address = data.get("zmq_address") or None
+        if zmq_address is not None and not isinstance(zmq_address, str):
+            raise RegistryMessageError("field 'zmq_address' is not a string")
         return Registration(
             role=_ROLES[kind],
-            url=str(url).rstrip("/"),
-            zmq_address=data.get("zmq_address") or None,
+            url=url.rstrip("/"),
+            zmq_address=zmq_address,
             dp_size=_int_field(data, "dp_size"),
             tp_size=_int_field(data, "tp_size"),
             mode=_mode(data, default_mode),
@@ -95,9 +113,7 @@ def parse_message(data: Any, default_mode: str = "read") -> Registration | None:
         address = data.get("request_address")
         if not address:
             raise RegistryMessageError("field 'request_address' is missing")
-        parts = urlsplit(str(address))
-        if not parts.hostname or not parts.port:
-            raise RegistryMessageError(f"field 'request_address' has no host:port: {address!r}")
+        parts = _host_port(str(address), "request_address")
         zmq = None
         if data.get("handshake_port") is not None and data.get("notify_port") is not None:
             handshake = _int_field(data, "handshake_port")
@@ -124,15 +140,20 @@ class _Entry:
 class RegistryTable:
     """Registered instances keyed by URL, with heartbeat expiry on a clock passed in."""
 
-    def __init__(self, missed_beats: int = MISSED_BEATS, interval_scale: float = 1.0) -> None:
+    def __init__(self, missed_beats: int = MISSED_BEATS, interval_scale: float = 1.0,
+                 max_instances: int = 256) -> None:
         self.missed_beats = missed_beats
+        self.max_instances = max_instances  # a flood of made-up instances stops here
         self.interval_scale = interval_scale  # tests shrink the intervals
         self._entries: dict[str, _Entry] = {}
 
     def beat(self, reg: Registration, now: float) -> str:
-        """Record a heartbeat; returns "added", "changed" (role/mode/ports moved) or "refreshed"."""
+        """Record a heartbeat; returns "added", "changed" (role/mode/ports moved), "refreshed",
+        or "full" (a new instance while `max_instances` are registered: not recorded)."""
         entry = self._entries.get(reg.url)
         if entry is None:
+            if len(self._entries) >= self.max_instances:
+                return "full"
             self._entries[reg.url] = _Entry(reg, now)
             return "added"
         changed = entry.registration != reg
@@ -174,12 +195,15 @@ class RegistryListener:
         on_expire: Callable[[Registration], None],
         default_mode: str = "read",
         clock: Callable[[], float] | None = None,
+        on_reject: Callable[[str, str], None] | None = None,
     ) -> None:
         self.host, self.port = host, port
         self.table = table
         self.on_beat, self.on_expire = on_beat, on_expire
         self.default_mode = default_mode
         self.clock = clock
+        self.on_reject = on_reject or (lambda reason, detail: log.warning(
+            "ignored registration (%s): %s", reason, detail))
         self._ctx: Any = None
         self._sock: Any = None
         self._tasks: list[asyncio.Task] = []
@@ -215,11 +239,17 @@ class RegistryListener:
 
         try:
             reg = parse_message(msgpack.unpackb(payload, raw=False), self.default_mode)
-        except (RegistryMessageError, ValueError, msgpack.UnpackException) as exc:
-            log.warning("ignored registration: %s", exc)
+        except (RegistryMessageError, ValueError, TypeError, msgpack.UnpackException) as exc:
+            self.on_reject("malformed", str(exc)[:200])
             return
-        if reg is not None:
-            self.on_beat(reg, self.table.beat(reg, self.clock()))
+        if reg is None:
+            return
+        change = self.table.beat(reg, self.clock())
+        if change == "full":
+            self.on_reject("full", f"{reg.url}: {self.table.max_instances} instances are "
+                           "registered already")
+            return
+        self.on_beat(reg, change)
 
     async def _receive(self) -> None:
         while True:

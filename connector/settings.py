@@ -47,6 +47,8 @@ class ProxySettings:
     health_interval: float | None = 5.0  # None: no active health checks
     loop_lag_interval: float = 0.5
     request_log_size: int = 1000
+    max_body_bytes: int = 64 << 20  # a client body over this is 413
+    registry_max_instances: int = 256  # distinct instances the ZMQ registry accepts
 
     def __post_init__(self) -> None:
         check_combination(self.connector, self.mode)
@@ -59,5 +61,8 @@ class ProxySettings:
         urls = [f.url for f in (*self.prefill, *self.decode, *self.instance)]
         if len(urls) != len(set(urls)):
             raise ValueError("each instance URL may appear once: one instance has one role")
+        if self.max_body_bytes < 1024 or self.registry_max_instances < 1:
+            raise ValueError("--max-body-bytes must be at least 1024 and "
+                             "--registry-max-instances at least 1")
         if self.hold_queue < 0 or self.hold_deadline < 0:
             raise ValueError("--hold-queue and --hold-deadline must not be negative")

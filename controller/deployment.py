@@ -41,6 +41,11 @@ CODE_ENV = frozenset({
     "PYTHONEXECUTABLE", "PYTHONBREAKPOINT",
 })
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+KvExtraKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")]
+KvExtraValue = str | int | float | bool | list[str]
+# kv_connector_extra_config keys pdctl renders itself for MoRIIO (its ports, registry, mode).
+MORIIO_OWNED_KEYS = frozenset({"proxy_ip", "proxy_ping_port", "http_port", "handshake_port",
+                               "notify_port", "read_mode"})
 ExtraArg = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 
 
@@ -130,6 +135,10 @@ class DeploymentSpec(_Strict):
     env: dict[EnvName, Annotated[str, StringConstraints(max_length=4096)]] = Field(
         default_factory=dict, max_length=64)
     time_scale: float = Field(1.0, gt=0, le=1000)  # stand-in only
+    # Merged into --kv-transfer-config's kv_connector_extra_config of prefill and decode
+    # instances, e.g. ExampleConnector's shared_storage_path or NIXL's backends.
+    kv_connector_extra_config: dict[KvExtraKey, KvExtraValue] = Field(default_factory=dict,
+                                                                      max_length=32)
 
     def instance_names(self) -> list[str]:
         return [f"{g.name}-{i}" for g in self.groups for i in range(g.count)]
@@ -162,7 +171,17 @@ def _check_connector(spec: DeploymentSpec) -> None:
     elif spec.connector is not None:
         raise FieldError(("connector",), "a colocated deployment moves no KV: leave connector "
                          "unset")
+    if spec.kv_connector_extra_config and spec.connector is None:
+        raise FieldError(("kv_connector_extra_config",), "a colocated deployment has no KV "
+                         "connector to configure")
     moriio = spec.connector == "MoRIIOConnector"
+    for key in spec.kv_connector_extra_config:
+        if "module_path" in key:
+            raise FieldError(("kv_connector_extra_config", key), f"{key} loads arbitrary "
+                             "code and is refused")
+        if moriio and key in MORIIO_OWNED_KEYS:
+            raise FieldError(("kv_connector_extra_config", key), f"{key} is set by pdctl "
+                             "from the deployment's ports and modes")
     if moriio and spec.prefix_caching and not spec.prefix_caching_override_reason:
         raise FieldError(("prefix_caching",), "MoRIIOConnector runs with prefix caching off "
                          "(every published MORI-IO setup uses --no-enable-prefix-caching); set "
@@ -249,14 +268,36 @@ def _check_extra_args(spec: DeploymentSpec) -> None:
     for loc, args in lists:
         for k, arg in enumerate(args):
             flag = arg.split("=", 1)[0]
-            if flag in OWNED_FLAGS:
-                raise FieldError((*loc, k), f"{flag} is set by pdctl from the deployment; "
-                                 "change the field instead")
+            if owned := _owned_flag(flag):
+                means = f" (vLLM reads it as {owned})" if owned != flag else ""
+                raise FieldError((*loc, k), f"{flag} is set by pdctl from the deployment"
+                                 f"{means}; change the field instead")
+            if shell := next((s for s in SHELL_SYNTAX if s in arg), None):
+                raise FieldError((*loc, k), f"extra args go to the engine as they are, never "
+                                 f"through a shell: shell syntax ({shell!r}) is refused")
             if "kv_connector_module_path" in arg:
                 raise FieldError((*loc, k), "kv_connector_module_path loads arbitrary code "
                                  "and is refused")
             if any(c in arg for c in "\n\r\x00"):
                 raise FieldError((*loc, k), "extra args may not contain newlines or NUL")
+
+
+# Shell command syntax: no engine flag needs it, so it only shows someone expecting a shell
+# (argv never goes through one; an inline chat template with these needs a file instead).
+SHELL_SYNTAX = (";", "|", "&&", "`", "$(", "${")
+
+
+def _owned_flag(flag: str) -> str | None:
+    """The owned flag `flag` would set: vLLM's parser reads `_` as `-` and, like argparse,
+    takes an unambiguous prefix (`--por` is `--port`); `-tp2` is `-tp 2`."""
+    flag = flag.strip()
+    if flag.startswith("--"):
+        flag = "--" + flag[2:].replace("_", "-")
+        if len(flag) > 2:
+            return next((o for o in sorted(OWNED_FLAGS) if o.startswith(flag)), None)
+        return None
+    return next((o for o in sorted(OWNED_FLAGS) if not o.startswith("--")
+                 and flag.startswith(o)), None)
 
 
 def code_env_names(spec: DeploymentSpec) -> list[tuple[tuple, str]]:

@@ -162,9 +162,11 @@ def kv_transfer_config(spec: DeploymentSpec, group: InstanceGroup, own: Instance
     connector = spec.connector
     if connector is None or group.role == Role.COLOCATED:
         return None
+    extra = dict(spec.kv_connector_extra_config)
     if connector == "NixlConnector":
         # NIXL ignores kv_role (the proxy decides who prefills): kv_both for everyone.
-        return kv_config.kv_transfer_config("nixl", "both")
+        # On a CPU-only host vLLM's kv_buffer_device defaults to "cpu" (the platform's).
+        return kv_config.kv_transfer_config("nixl", "both", extra=extra or None)
     if connector == "MoRIIOConnector":
         if not (own.http and own.handshake and own.notify):
             raise ValueError("a MoRIIO instance needs http, handshake and notify ports")
@@ -173,15 +175,19 @@ def kv_transfer_config(spec: DeploymentSpec, group: InstanceGroup, own: Instance
             proxy_ip=settings.host, proxy_ping_port=registry_port)
         mode = group.mode.value if group.mode else "read"
         return kv_config.kv_transfer_config("moriio", group.role.value, mode=mode,
-                                            moriio=moriio)
+                                            moriio=moriio, extra=extra)
     # Mooncake, LMCache, P2pNccl, Example: producer on prefill, consumer on decode, each
-    # connector's own settings left to its defaults (or to extra args).
+    # connector's own settings left to its defaults or to kv_connector_extra_config.
     config: dict[str, Any] = {
         "kv_connector": connector,
         "kv_role": "kv_producer" if group.role == Role.PREFILL else "kv_consumer",
     }
     if connector == "ExampleConnector":
-        config["kv_connector_extra_config"] = {"shared_storage_path": "local_storage"}
+        # Prefill writes KV files, decode reads them: one absolute path both see (a relative
+        # one would land in the launcher's working directory).
+        extra = {"shared_storage_path": f"/tmp/pdctl-kv-{spec.name}", **extra}
+    if extra:
+        config["kv_connector_extra_config"] = extra
     return config
 
 

@@ -92,7 +92,8 @@ def _lifespan(settings: EngineSettings):
         kv = settings.kv
         metrics = EngineMetrics(scheduler, settings.served_model_name, settings.model_len,
                                 settings.time_scale,
-                                with_nixl=kv is not None and not kv.is_moriio,
+                                # Real vLLM exposes vllm:nixl_* for NixlConnector only.
+                                with_nixl=kv is not None and kv.connector == "NixlConnector",
                                 kv_role=kv.role if kv is not None else None)
         engine = EngineLoop(scheduler, settings.time_scale)
         agent = KVTransferAgent(settings, kv, engine, metrics) if kv is not None else None

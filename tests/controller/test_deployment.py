@@ -59,6 +59,13 @@ BROKEN = {
     "module path": (nixl_1p1d(extra_args=['--kv-x={"kv_connector_module_path":"m"}']),
                     ("extra_args", 0), "kv_connector_module_path loads arbitrary code"),
     "newline in arg": (nixl_1p1d(extra_args=["--x\n--y"]), ("extra_args", 0), "newlines"),
+    "kv extra config without connector": (colocated(kv_connector_extra_config={"a": "1"}),
+                                          ("kv_connector_extra_config",), "no KV connector"),
+    "kv extra config owned by pdctl": (moriio_1p1d(kv_connector_extra_config={
+        "notify_port": "1"}), ("kv_connector_extra_config", "notify_port"), "set by pdctl"),
+    "kv extra config module path": (nixl_1p1d(kv_connector_extra_config={
+        "kv_connector_module_path": "m"}), ("kv_connector_extra_config",
+                                            "kv_connector_module_path"), "arbitrary code"),
 }
 
 

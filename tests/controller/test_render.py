@@ -153,3 +153,24 @@ def test_argv_are_lists_and_operator_text_stays_one_argument():
     argv = by_name(spec)["decode-0"].argv
     assert argv[-2:] == ["--chat-template", "{{ x }}; rm -rf /"]
     assert shlex.split(by_name(spec)["decode-0"].command)[-1] == "{{ x }}; rm -rf /"
+
+
+def test_kv_connector_extra_config_reaches_both_sides():
+    spec = nixl_1p1d(kv_connector_extra_config={"backends": ["UCX"]})
+    for name in ("prefill-0", "decode-0"):
+        argv = by_name(spec)[name].argv
+        config = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+        assert config == {"kv_connector": "NixlConnector", "kv_role": "kv_both",
+                          "kv_connector_extra_config": {"backends": ["UCX"]}}
+
+
+def test_example_connector_shares_one_absolute_folder_unless_given_one():
+    def folder(spec: DeploymentSpec) -> set[str]:
+        configs = [json.loads(a.argv[a.argv.index("--kv-transfer-config") + 1])
+                   for a in render(spec, allocate(spec)) if not a.is_proxy]
+        return {c["kv_connector_extra_config"]["shared_storage_path"] for c in configs}
+
+    assert folder(nixl_1p1d(connector="ExampleConnector")) == {"/tmp/pdctl-kv-nixl-1p1d"}
+    given = {"shared_storage_path": "/srv/kv"}
+    assert folder(nixl_1p1d(connector="ExampleConnector",
+                            kv_connector_extra_config=given)) == {"/srv/kv"}
