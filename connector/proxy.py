@@ -35,7 +35,6 @@ from connector.errors import (
 from connector.flight import Flight
 from connector.instances import Instance, InstancePool, Route
 from connector.legs import Handoff, Peer, decode_body, leg_headers, prefill_body, returned_params
-from connector.measure import itl_stat, judge, summarize
 from connector.metrics import ProxyMetrics, make_registry
 from connector.policy import make_policy
 from connector.registry import Registration, RegistryListener, RegistryTable
@@ -515,50 +514,9 @@ class Proxy:
             flight.usage_tokens = usage["completion_tokens"]
 
     def _finish(self, flight: Flight, outcome: str) -> None:
-        timing, met = None, {}
-        if outcome == "ok":
-            end = flight.end or _clock()
-            tokens = flight.usage_tokens
-            if tokens is None:
-                tokens = len(flight.token_times)
-            timing = summarize(
-                flight.arrival,
-                end,
-                flight.token_times,
-                tokens,
-                flight.prefill_start,
-                flight.prefill_end,
-            )
-            met = judge(timing, self.settings.slo)
+        timing, met = flight.measure(outcome, self.settings.slo, _clock())
         self.metrics.record(outcome, timing, met)
-        route = flight.route
-        entry: dict[str, Any] = {
-            "time": flight.wall,
-            "request_id": flight.request_id,
-            "endpoint": flight.endpoint,
-            "stream": flight.stream,
-            "group": route.group if route else None,
-            "prefill": route.prefill.url if route and route.prefill else None,
-            "decode": route.decode.url if route else None,
-            "outcome": outcome,
-            "status": flight.status,
-            "error": flight.error,
-        }
-        if timing is not None:
-            ms = 1000.0
-            entry.update(
-                output_tokens=timing.output_tokens,
-                ttft_ms=timing.ttft * ms,
-                e2e_ms=timing.e2e * ms,
-                tpot_ms=None if timing.tpot is None else timing.tpot * ms,
-                itl_mean_ms=_ms(itl_stat(timing.itls, "mean")),
-                itl_p99_ms=_ms(itl_stat(timing.itls, "p99")),
-                itl_max_ms=_ms(itl_stat(timing.itls, "max")),
-                prefill_ms=_ms(timing.prefill_leg),
-                transfer_first_decode_ms=_ms(timing.transfer_first_decode),
-                slo=met,
-            )
-        self.requests.append(entry)
+        self.requests.append(flight.log_entry(outcome, timing, met))
 
     # -- other routes ------------------------------------------------------------------------
     async def models(self, request: web.Request) -> web.Response:
