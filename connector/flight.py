@@ -130,5 +130,6 @@ def _opens_list_of_objects(data: bytes, i: int, end: int) -> bool:
         i += 1
     return i < end and data[i] == 0x7B  # {
 
+
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000
