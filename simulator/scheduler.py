@@ -15,7 +15,6 @@ token and decodes.
 
 from __future__ import annotations
 
-import math
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
@@ -357,101 +356,16 @@ class Scheduler:
             self.pool.free(req.block_ids)
             req.block_ids = []
 
-    # ---- jumping over steady stretches (virtual clock) --------------------------------
+    # ---- steady stretches (simulator/steady.py) ------------------------------------------
 
     def steady_steps(self, now: float, horizon: float) -> int:
-        """How many decode-only steps can run unchanged from `now`, all starting before
-        `horizon`: nobody finishes early, nobody waits for admission, blocks suffice."""
-        running = self.running
-        if not running or len(running) > self.config.max_num_batched_tokens:
-            return 0
-        if self.waiting and len(running) < self.config.max_num_seqs:
-            return 0  # someone may be admitted at the next step
-        remaining = math.inf
-        for req in running:
-            if req.num_tokens - req.num_computed_tokens != 1:
-                return 0
-            remaining = min(remaining, req.output_limit - req.num_output_tokens)
-        k = int(remaining)
-        if k < 2:
-            return 0
-        k = min(k, self._steps_blocks_allow(k))
-        if k < 2:
-            return 0
-        t0, slope = self._steady_step_times()
-        span = horizon - now
-        if math.isfinite(span):
-            k = min(k, _steps_starting_before(t0, slope, span))
-        return k if k >= 2 else 0
+        """How many identical decode-only steps can run from `now` before `horizon`."""
+        from simulator.steady import steady_steps
 
-    def _steps_blocks_allow(self, k: int) -> int:
-        bs, free = self.config.block_size, self.pool.num_free
-
-        def need(steps: int) -> int:
-            return sum(
-                max(0, -(-(r.num_computed_tokens + steps) // bs) - len(r.block_ids))
-                for r in self.running
-            )
-
-        if need(k) <= free:
-            return k
-        lo, hi = 0, k  # need(lo) fits, need(hi) does not
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if need(mid) <= free:
-                lo = mid
-            else:
-                hi = mid
-        return lo
-
-    def _steady_step_times(self) -> tuple[float, float]:
-        seqs = len(self.running)
-        ctx = sum(r.num_computed_tokens for r in self.running)
-        t0 = self.timing.decode_step_seconds(seqs, ctx)
-        t1 = self.timing.decode_step_seconds(seqs, ctx + seqs)
-        return t0, t1 - t0
+        return steady_steps(self, now, horizon)
 
     def advance_steady(self, now: float, steps: int) -> StepOutput:
-        """Run `steps` decode-only steps at once (see steady_steps); the batch stays fixed."""
-        t0, slope = self._steady_step_times()
-        duration = steps * t0 + slope * steps * (steps - 1) / 2
-        end = now + duration
-        seqs = len(self.running)
-        batch = StepBatch(decode_seqs=seqs,
-                          decode_ctx_tokens=sum(r.num_computed_tokens for r in self.running))
-        out = StepOutput(now, end, steps, batch, list(self.running), [], [], [], [])
-        bs = self.config.block_size
-        first_token_at = now + t0
-        counters = self.counters
-        counters.steps += steps
-        counters.iteration_tokens[seqs] += steps
-        counters.generation_tokens += seqs * steps
-        for req in list(self.running):
-            req.num_computed_tokens += steps
-            need = -(-req.num_computed_tokens // bs) - len(req.block_ids)
-            if need > 0:
-                req.block_ids.extend(self.pool.allocate(need))
-            req.num_output_tokens += steps
-            req.timeline.add_run(first_token_at, end, steps)
-            if req.num_output_tokens >= req.output_limit:
-                reason = "length" if req.num_output_tokens >= req.max_tokens else "stop"
-                self.running.remove(req)
-                hold = req.kv_role is KVRole.REMOTE_DECODE and reason == "length"
-                self._finish(req, end, reason, free=not hold)
-                out.finished.append(req)
-        return out
+        """Run `steps` decode-only steps at once (see steady_steps)."""
+        from simulator.steady import advance_steady
 
-
-def _steps_starting_before(t0: float, slope: float, span: float) -> int:
-    """Largest k with every step j < k starting before `span`: j*t0 + slope*j*(j-1)/2 < span."""
-    if span <= 0:
-        return 0
-    if abs(slope) < 1e-15:
-        return math.ceil(span / t0) if t0 > 0 else 1 << 30
-    # Solve slope/2 j^2 + (t0 - slope/2) j - span = 0 for the largest starting step index.
-    a, b = slope / 2, t0 - slope / 2
-    j = (-b + math.sqrt(b * b + 4 * a * span)) / (2 * a)
-    k = math.ceil(j)
-    while k > 0 and (k - 1) * t0 + slope * (k - 1) * (k - 2) / 2 >= span:
-        k -= 1
-    return k
+        return advance_steady(self, now, steps)
