@@ -15,7 +15,8 @@ from pathlib import Path
 
 from websockets.sync.client import connect
 
-from tests.processes import Process, free_port, http_get, http_post
+from benchmarks.control_plane import api, stop_and_wait, wait_running
+from tests.processes import Process, free_port, http_post
 
 TICKS = os.sysconf("SC_CLK_TCK")
 SPEC = {"name": "bench", "engine": "sim", "model": "tiny", "topology": "colocated",
@@ -25,23 +26,6 @@ SPEC = {"name": "bench", "engine": "sim", "model": "tiny", "topology": "colocate
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
-
-
-def api(base: str, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
-    if method == "GET":
-        status, raw = http_get(base + "/api" + path, timeout=30)
-        return status, json.loads(raw or b"null")
-    return http_post(base + "/api" + path, body or {}, timeout=60)
-
-
-def wait_running(base: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        _, units = api(base, "GET", "/deployments/bench/status")
-        if units and all(u["state"] == "RUNNING" for u in units):
-            return
-        time.sleep(0.2)
-    raise TimeoutError("deployment not running")
 
 
 def frames(ws) -> dict:
@@ -111,7 +95,7 @@ def main() -> None:
         assert status == 201, created
         proxy = f"http://127.0.0.1:{created['ports']['proxy']}"
         api(base, "POST", "/deployments/bench/start")
-        wait_running(base)
+        wait_running(base, "bench")
         ws_url = base.replace("http", "ws") + "/ws/deployments/bench?window=5m"
         lags = latency(ws_url, proxy, trials=20)
         idle = cpu_with(ws_url, serve.proc.pid, 0, proxy, 10.0)
@@ -124,8 +108,7 @@ def main() -> None:
               f"0 subscribers {idle:.1%}, 1 subscriber {one:.1%}, 10 subscribers {ten:.1%} "
               f"of one core")
     finally:
-        api(base, "POST", "/deployments/bench/stop")
-        time.sleep(2.0)
+        stop_and_wait(base, "bench")
         serve.stop()
 
 

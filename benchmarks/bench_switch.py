@@ -18,7 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.processes import ROOT, Process, free_port, http_get, http_post
+from benchmarks.control_plane import api, stop_and_wait, wait_running
+from tests.processes import ROOT, Process, free_port
 
 SWITCHES = 10
 RATE = 10.0
@@ -32,23 +33,6 @@ def deployment(name: str, pairs: int) -> dict:
     return {"name": name, "engine": "sim", "model": "tiny", "topology": "disaggregated",
             "connector": "MoRIIOConnector", "prefix_caching": False, "groups": groups,
             "proxy": {"hold_queue": 512, "hold_deadline_s": 60}}
-
-
-def api(base: str, method: str, path: str, body: dict | None = None):
-    if method == "GET":
-        status, raw = http_get(base + "/api" + path, timeout=30)
-        return status, json.loads(raw)
-    return http_post(base + "/api" + path, body or {}, timeout=60)
-
-
-def wait_running(base: str, name: str, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        _, units = api(base, "GET", f"/deployments/{name}/status")
-        if units and all(u["state"] == "RUNNING" for u in units):
-            return
-        time.sleep(0.3)
-    raise TimeoutError(name)
 
 
 def run_strategy(base: str, tmp: Path, strategy: str, pairs: int) -> dict:
@@ -84,7 +68,7 @@ def run_strategy(base: str, tmp: Path, strategy: str, pairs: int) -> dict:
         records.append(rec)
     load.wait(timeout=600)
     result = json.loads(out.read_text())
-    api(base, "POST", f"/deployments/{name}/stop")
+    stop_and_wait(base, name)
     return summarize(strategy, result, records, windows)
 
 
