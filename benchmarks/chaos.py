@@ -15,7 +15,6 @@ import argparse
 import contextlib
 import json
 import os
-import random
 import signal
 import socket
 import sqlite3
@@ -28,7 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.processes import ROOT, Process, free_port, http_get, http_post
+from tests.control_plane import ControlPlane
+from tests.processes import ROOT, http_post
 
 NAME = "chaos"
 RATE = 4.0
@@ -51,38 +51,11 @@ class Row:
     notes: list[str] = field(default_factory=list)
 
 
-class Plane:
-    """`pdctl serve` on loopback with its db and runtime dir in `tmp`."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp, self.port = tmp, free_port()
-        base = random.randrange(30000, 60000, 500)
-        self.env = {"PDCTL_RUNTIME_DIR": str(tmp / "runs"),
-                    "PDCTL_PORT_RANGE": f"{base}-{base + 499}",
-                    "PDCTL_SIM_REGISTRATION_INTERVAL": "0.3"}
-        self.proc: Process | None = None
-        self.db = tmp / "pdctl.db"
-
-    def start(self) -> Plane:
-        self.proc = Process(["serve", "--port", str(self.port), "--db", str(self.db)],
-                            self.port, env=self.env,
-                            log_path=self.tmp / f"serve-{time.monotonic_ns()}.log")
-        self.proc.wait_healthy(60)
-        return self
-
-    def api(self, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
-        url = self.proc.url + "/api" + path
-        if method == "GET":
-            status, raw = http_get(url, timeout=30)
-            return status, json.loads(raw or b"null")
-        return http_post(url, body or {}, timeout=60)
+class Plane(ControlPlane):
+    """The chaos deployment's control plane."""
 
     def units(self) -> dict[str, dict]:
-        try:
-            status, units = self.api("GET", f"/deployments/{NAME}/status")
-        except OSError:
-            return {}
-        return {u["name"]: u for u in units} if status == 200 else {}
+        return self.status(NAME)
 
 
 def deployment() -> dict:

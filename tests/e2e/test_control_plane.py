@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -16,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import ROOT, Process, free_port, http_get, http_post
+from tests.control_plane import ControlPlane
+from tests.processes import ROOT, http_post
 
 pytestmark = pytest.mark.e2e
 
@@ -30,58 +30,6 @@ def moriio(name: str, pairs: int = 1) -> dict:
     return {"name": name, "engine": "sim", "model": "tiny", "topology": "disaggregated",
             "connector": "MoRIIOConnector", "prefix_caching": False, "groups": groups,
             "proxy": {"hold_queue": 256, "hold_deadline_s": 60}}
-
-
-class ControlPlane:
-    def __init__(self, tmp: Path) -> None:
-        self.tmp, self.port = tmp, free_port()
-        # A range of its own, so that concurrent test runs do not collide.
-        base = random.randrange(30000, 60000, 500)
-        self.env = {"PDCTL_RUNTIME_DIR": str(tmp / "runs"),
-                    "PDCTL_PORT_RANGE": f"{base}-{base + 499}",
-                    "PDCTL_SIM_REGISTRATION_INTERVAL": "0.3"}
-        self.proc: Process | None = None
-
-    def start(self) -> ControlPlane:
-        self.proc = Process(["serve", "--port", str(self.port), "--db",
-                             str(self.tmp / "pdctl.db")], self.port, env=self.env,
-                            log_path=self.tmp / f"serve-{time.monotonic_ns()}.log")
-        self.proc.wait_healthy(30)
-        return self
-
-    def api(self, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
-        url = self.proc.url + "/api" + path
-        if method == "GET":
-            status, raw = http_get(url, timeout=30)
-            return status, json.loads(raw or b"null")
-        return http_post(url, body or {}, timeout=60)
-
-    def status(self, name: str) -> dict[str, dict]:
-        return {u["name"]: u for u in self.api("GET", f"/deployments/{name}/status")[1]}
-
-    def wait(self, name: str, predicate, timeout: float = 60.0) -> dict[str, dict]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            units = self.status(name)
-            if units and predicate(units):
-                return units
-            time.sleep(0.2)
-        raise TimeoutError(f"{name}: {self.status(name)}")
-
-    def running(self, name: str) -> dict[str, dict]:
-        return self.wait(name, lambda us: all(u["state"] == "RUNNING" for u in us.values()))
-
-    def switch(self, name: str, mode: str, strategy: str) -> dict:
-        status, record = self.api("POST", f"/deployments/{name}/switch",
-                                  {"mode": mode, "strategy": strategy, "reason": "test"})
-        assert status == 202, record
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            _, record = self.api("GET", f"/deployments/{name}/switches/{record['id']}")
-            if record["state"] != "running":
-                return record
-            time.sleep(0.2)
-        raise TimeoutError(record)
 
 
 @pytest.fixture

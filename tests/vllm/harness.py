@@ -19,7 +19,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.test_control_plane import ControlPlane
+from tests.control_plane import ControlPlane
 from tests.processes import ROOT, http_get, http_post
 
 FIXTURES = ROOT / "tests" / "fixtures" / "vllm"

@@ -1,0 +1,70 @@
+"""A real `pdctl serve` for end-to-end tests and benchmarks: its own database, runtime dir and
+port range in a temporary folder, and the calls tests make of it."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+from tests.processes import Process, free_port, http_get, http_post
+
+
+class ControlPlane:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp, self.port = tmp, free_port()
+        self.db = tmp / "pdctl.db"
+        # A port range of its own, so that concurrent runs do not collide.
+        base = random.randrange(30000, 60000, 500)
+        self.env = {"PDCTL_RUNTIME_DIR": str(tmp / "runs"),
+                    "PDCTL_PORT_RANGE": f"{base}-{base + 499}",
+                    "PDCTL_SIM_REGISTRATION_INTERVAL": "0.3"}
+        self.proc: Process | None = None
+
+    def start(self, timeout: float = 60) -> ControlPlane:
+        self.proc = Process(["serve", "--port", str(self.port), "--db", str(self.db)],
+                            self.port, env=self.env,
+                            log_path=self.tmp / f"serve-{time.monotonic_ns()}.log")
+        self.proc.wait_healthy(timeout)
+        return self
+
+    def api(self, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
+        url = self.proc.url + "/api" + path
+        if method == "GET":
+            status, raw = http_get(url, timeout=30)
+            return status, json.loads(raw or b"null")
+        return http_post(url, body or {}, timeout=60)
+
+    def status(self, name: str) -> dict[str, dict]:
+        """Units by name; empty when the deployment or the server is not there."""
+        try:
+            code, units = self.api("GET", f"/deployments/{name}/status")
+        except OSError:
+            return {}
+        return {u["name"]: u for u in units} if code == 200 else {}
+
+    def wait(self, name: str, predicate, timeout: float = 60.0) -> dict[str, dict]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            units = self.status(name)
+            if units and predicate(units):
+                return units
+            time.sleep(0.2)
+        raise TimeoutError(f"{name}: {self.status(name)}")
+
+    def running(self, name: str, timeout: float = 60.0) -> dict[str, dict]:
+        return self.wait(name, lambda us: all(u["state"] == "RUNNING" for u in us.values()),
+                         timeout)
+
+    def switch(self, name: str, mode: str, strategy: str, timeout: float = 120) -> dict:
+        status, record = self.api("POST", f"/deployments/{name}/switch",
+                                  {"mode": mode, "strategy": strategy, "reason": "test"})
+        assert status == 202, record
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            _, record = self.api("GET", f"/deployments/{name}/switches/{record['id']}")
+            if record["state"] != "running":
+                return record
+            time.sleep(0.2)
+        raise TimeoutError(record)
