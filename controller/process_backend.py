@@ -39,6 +39,7 @@ class ProcessRecord:
     exit_code: int | None = None
     exited: bool = False
     argv: tuple[str, ...] = ()
+    log_error: str | None = None  # why the shim stopped writing logs (disk full, ...)
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> ProcessRecord:
@@ -46,7 +47,8 @@ class ProcessRecord:
                    child_start_time=state.get("child_start_time"),
                    shim_pid=state.get("shim_pid"), shim_start_time=state.get("shim_start_time"),
                    started_at=state.get("started_at"), exit_code=state.get("exit_code"),
-                   exited=state.get("exited_at") is not None, argv=tuple(state.get("argv", ())))
+                   exited=state.get("exited_at") is not None, argv=tuple(state.get("argv", ())),
+                   log_error=state.get("log_error"))
 
 
 class ProcessBackend(Protocol):

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,18 +55,37 @@ def write_state(run_dir: Path, name: str, state: dict[str, Any]) -> None:
 
 
 class RotatingLog:
-    """Append-only log capped at `max_bytes` per file, `keep` rotated files kept."""
+    """Append-only log capped at `max_bytes` per file, `keep` rotated files kept.
+
+    A write that fails (disk full, quota) never stops the instance: the output is dropped,
+    `error` says why, and writing is tried again after RETRY_S.
+    """
+
+    RETRY_S = 5.0
 
     def __init__(self, path: Path, max_bytes: int, keep: int) -> None:
         self.path, self.max_bytes, self.keep = path, max_bytes, keep
         self.file = open(path, "ab", buffering=0)  # noqa: SIM115 (closed by close())
         self.size = path.stat().st_size
+        self.error: str | None = None
+        self.dropped = 0
+        self._retry_at = 0.0
 
     def write(self, chunk: bytes) -> None:
-        if self.size and self.size + len(chunk) > self.max_bytes:
-            self.rotate()
-        self.file.write(chunk)
+        if self.error is not None and time.monotonic() < self._retry_at:
+            self.dropped += len(chunk)
+            return
+        try:
+            if self.size and self.size + len(chunk) > self.max_bytes:
+                self.rotate()
+            self.file.write(chunk)
+        except OSError as exc:
+            self.error = f"logs stopped: {exc.strerror or exc}"
+            self.dropped += len(chunk)
+            self._retry_at = time.monotonic() + self.RETRY_S
+            return
         self.size += len(chunk)
+        self.error = None
 
     def rotate(self) -> None:
         self.file.close()
@@ -169,19 +189,30 @@ def serve(run_dir: Path, name: str, argv: list[str], *, max_bytes: int, keep: in
     signal.signal(signal.SIGINT, forward)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     _report(ready_fd, state)
-    _pump(child, log)
+    _pump(child, log, lambda error: _note_log_error(run_dir, name, state, error))
     state |= {"exit_code": child.wait(), "exited_at": time.time()}
     write_state(run_dir, name, state)
     log.close()
     return 0
 
 
-def _pump(child: subprocess.Popen, log: RotatingLog) -> None:
+def _note_log_error(run_dir: Path, name: str, state: dict[str, Any],
+                    error: str | None) -> None:
+    """Tell the supervisor (through the state file) why logs stopped, or that they resumed."""
+    state["log_error"] = error
+    with contextlib.suppress(OSError):  # the same full disk may refuse this too
+        write_state(run_dir, name, state)
+
+
+def _pump(child: subprocess.Popen, log: RotatingLog,
+          on_log_error: Callable[[str | None], None] = lambda error: None) -> None:
     """Copy the child's output to the log until EOF, or until the child is gone and its
-    descendants stay silent (a leftover grandchild may hold the pipe open)."""
+    descendants stay silent (a leftover grandchild may hold the pipe open). The pipe is
+    always drained, so a child never blocks on output the log cannot take."""
     if child.stdout is None:
         return
     fd = child.stdout.fileno()
+    reported: str | None = None
     while True:
         ready, _, _ = select.select([fd], [], [], 1.0)
         if ready:
@@ -189,6 +220,9 @@ def _pump(child: subprocess.Popen, log: RotatingLog) -> None:
             if not chunk:
                 return
             log.write(chunk)
+            if log.error != reported:
+                reported = log.error
+                on_log_error(reported)
         elif child.poll() is not None:
             return
 

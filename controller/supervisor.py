@@ -404,6 +404,7 @@ class Supervisor:
             {"http": dep.ports.proxy, "registry": dep.ports.registry},
             "gpus": launch.gpus, "last_exit_code": mach.last_exit,
             "command": launch.command,
+            "log_error": unit.record.log_error if unit.record else None,
         }
 
     def _deployment(self, name: str) -> _Deployment:

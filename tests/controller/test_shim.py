@@ -120,3 +120,30 @@ def test_proc_start_time_tells_a_recycled_pid_apart(tmp_path):
     assert not procfs.is_same_process(78, 5555, fake)
     (fake / "77" / "stat").write_text(stat.replace(" S ", " Z "))
     assert procfs.start_time(77, fake) is None  # a zombie is dead
+
+
+def test_a_full_disk_stops_the_log_not_the_instance(tmp_path, monkeypatch):
+    import errno
+
+    from controller.shim import RotatingLog
+
+    log = RotatingLog(tmp_path / "output.log", max_bytes=1 << 20, keep=2)
+
+    class FullDisk:
+        def write(self, chunk):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def close(self):
+            pass
+
+    real, log.file = log.file, FullDisk()
+    log.write(b"lost line\n")  # no exception: the child keeps running
+    assert log.error == "logs stopped: No space left on device" and log.dropped == 10
+    log.write(b"also dropped\n")  # before the retry time: not even tried
+    assert log.dropped == 23
+    log.file = real
+    monkeypatch.setattr(log, "_retry_at", 0.0)
+    log.write(b"back\n")
+    assert log.error is None
+    log.close()
+    assert (tmp_path / "output.log").read_bytes() == b"back\n"
