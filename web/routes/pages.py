@@ -261,7 +261,7 @@ def topology(current: Current, units: list[dict[str, Any]]) -> dict[str, Any]:
                 "state": unit.get("state", "STOPPED"), "pid": unit.get("pid"),
                 "uptime": unit.get("uptime"), "restarts": unit.get("restarts", 0),
                 "health": unit.get("health"), "registration": unit.get("registration"),
-                "url": unit.get("url")})
+                "url": unit.get("url"), "log_error": unit.get("log_error")})
         groups.append({"name": group.name, "role": group.role.value, "tp": group.tp,
                        "mode": group.mode.value if group.mode else None,
                        "instances": instances})
