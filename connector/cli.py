@@ -1,4 +1,4 @@
-"""`pdctl proxy`: argument parsing only; the proxy lives in connector.proxy."""
+"""`pdctl proxy`: argument parsing only; the proxy lives in connector.proxy and connector.server."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def proxy(
     ] = 5.0,
 ) -> None:
     """Run the prefill/decode proxy: split, stream, measure."""
-    from connector.proxy import serve
+    from connector.server import serve
     from connector.settings import FlagInstance, ProxySettings
 
     try:

@@ -1,4 +1,4 @@
-"""The proxy's settings, one frozen object built by the CLI (or a test) and handed to create_app."""
+"""The proxy's settings: one frozen object built by the CLI (or a test) for create_app."""
 
 from __future__ import annotations
 

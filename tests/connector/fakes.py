@@ -13,7 +13,8 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
-from connector.proxy import PROXY_KEY, Proxy, bound_port, start
+from connector.proxy import PROXY_KEY, Proxy
+from connector.server import bound_port, start
 from connector.settings import FlagInstance, ProxySettings
 
 

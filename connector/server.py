@@ -1,0 +1,80 @@
+"""The proxy as a server: the aiohttp app with its routes, and running it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from aiohttp import web
+
+from connector import admin
+from connector.proxy import PROXY_KEY, RUNNER_KWARGS, Proxy
+from connector.settings import ProxySettings
+
+log = logging.getLogger("connector.proxy")
+
+
+def create_app(settings: ProxySettings) -> web.Application:
+    """The proxy app; the session, registry listener and background loops start with it."""
+    app = web.Application(client_max_size=settings.max_body_bytes)
+    proxy = Proxy(settings)
+    app[PROXY_KEY] = proxy
+    app.on_startup.append(proxy.startup)
+    app.on_cleanup.append(proxy.cleanup)
+    app.router.add_post("/v1/completions", proxy.generate)
+    app.router.add_post("/v1/chat/completions", proxy.generate)
+    app.router.add_get("/v1/models", proxy.models)
+    app.router.add_get("/health", proxy.health)
+    app.router.add_get("/metrics", proxy.metrics_text)
+    app.add_subapp("/admin", admin.create_admin_app(proxy))
+    return app
+
+
+async def start(settings: ProxySettings) -> tuple[web.AppRunner, web.Application]:
+    """Start the proxy on settings.host:port (port 0: any); returns the runner and the app."""
+    app = create_app(settings)
+    runner = web.AppRunner(app, **RUNNER_KWARGS)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port)
+    await site.start()
+    return runner, app
+
+
+def bound_port(runner: web.AppRunner) -> int:
+    for addr in runner.addresses:
+        return int(addr[1])
+    raise RuntimeError("the proxy is not listening")
+
+
+def serve(settings: ProxySettings) -> None:
+    """Run until interrupted, on uvloop when it is installed."""
+
+    async def main() -> None:
+        runner, app = await start(settings)
+        proxy = app[PROXY_KEY]
+        log.info(
+            "pdctl proxy on http://%s:%d (registry port %s)",
+            settings.host,
+            bound_port(runner),
+            proxy.registry_port,
+        )
+        print(
+            f"pdctl proxy listening on http://{settings.host}:{bound_port(runner)}"
+            f" (registry: {proxy.registry_port})",
+            flush=True,
+        )
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None
+    with contextlib.suppress(KeyboardInterrupt):
+        if uvloop is not None:
+            uvloop.run(main())
+        else:
+            asyncio.run(main())
