@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run test test-vllm lint bench-core bench-sim bench-proxy bench-switch chaos clean system-deps
+.PHONY: run test test-vllm lint bench-core bench-sim bench-proxy bench-switch bench-plan-live chaos clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -47,6 +47,9 @@ bench-sim: $(STAMP)
 
 bench-switch: $(STAMP)
 	$(PY) -m benchmarks.bench_switch
+
+bench-plan-live: $(STAMP)
+	$(PY) -m benchmarks.bench_plan_live
 
 bench-proxy: $(STAMP)
 	$(PY) -m benchmarks.bench_proxy

@@ -170,7 +170,7 @@ def make_arrivals(workload: Workload, rate: float) -> list[Arrival]:
         requests = random_requests(workload.num_prompts, workload.input_len,
                                    workload.output_len, workload.range_ratio, rng)
     times = arrival_times(len(requests), rate, workload.burstiness,
-                          random.Random(workload.seed + 1))
+                          random.Random(f"{workload.seed}:arrivals"))  # as pdctl bench
     return [Arrival(f"r{i}", t, r.prompt_ids, r.output_len)
             for i, (t, r) in enumerate(zip(times, requests, strict=True))]
 

@@ -100,7 +100,9 @@ class TokenTimeline:
 
 
 def gap_stat(gaps: list[tuple[float, int]], stat: str) -> float | None:
-    """A per-request ITL statistic over weighted gaps: mean, max, or pNN (nearest rank)."""
+    """A per-request ITL statistic over weighted gaps: mean, max, or pNN with linear
+    interpolation between closest ranks (numpy's default, as `vllm bench serve` and
+    `pdctl bench` compute it)."""
     total = sum(n for _, n in gaps)
     if total == 0:
         return None
@@ -109,13 +111,21 @@ def gap_stat(gaps: list[tuple[float, int]], stat: str) -> float | None:
     if stat == "max":
         return max(g for g, _ in gaps)
     if stat.startswith("p"):
-        q = float(stat[1:]) / 100.0
-        rank = max(1, math.ceil(q * total))
+        position = float(stat[1:]) / 100.0 * (total - 1)
+        lower = math.floor(position)
+        below = above = None
         seen = 0
         for g, n in sorted(gaps):
+            if below is None and seen + n > lower:
+                below = g
+            if seen + n > lower + 1 or seen + n >= total:
+                above = g
+                if below is not None:
+                    break
             seen += n
-            if seen >= rank:
-                return g
+        if below is None or above is None:
+            return None
+        return below + (above - below) * (position - lower)
     raise ValueError(f"unknown ITL statistic {stat!r}")
 
 

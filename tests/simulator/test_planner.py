@@ -61,8 +61,8 @@ def test_mori_io_scenario_keeps_the_published_order_and_failure_modes():
     met = {r["config"]: r for r in result["rows"]}
     read, write = met["1P-TP4+1D-TP4 read"], met["1P-TP4+1D-TP4 write"]
     tp4, tp8 = met["2xTP4"], met["1xTP8"]
-    assert write["met_both"] >= read["met_both"] > 2 * tp4["met_both"]
-    assert tp4["met_both"] >= tp8["met_both"]
+    # The published order: write >= read > 2 x TP4 (the configuration) >= 1 x TP8.
+    assert write["met_both"] >= read["met_both"] > tp4["met_both"] >= tp8["met_both"]
     for split in (read, write):  # disaggregation: no ITL misses, only TTFT ones
         assert split["met_itl"] == 100 and split["failed_target"] == "ttft"
     for colocated in (tp4, tp8):  # colocation: only ITL misses
