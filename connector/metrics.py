@@ -5,8 +5,7 @@ Buckets are vLLM's (PROTOCOL.md section 4).
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -19,7 +18,12 @@ from prometheus_client.registry import Collector
 
 from connector.instances import InstancePool
 from connector.measure import RequestTiming
-from simulator.metric_buckets import ITL_BUCKETS, REQUEST_BUCKETS, TTFT_BUCKETS
+from simulator.metric_buckets import (
+    ITL_BUCKETS,
+    REQUEST_BUCKETS,
+    TTFT_BUCKETS,
+    BucketHistogram,
+)
 
 # vLLM's own buckets (PROTOCOL.md section 4), shared with the stand-in's /metrics.
 E2E_BUCKETS = REQUEST_BUCKETS
@@ -28,28 +32,8 @@ OUTCOMES = ("ok", "failed", "rejected", "cancelled", "invalid")
 SLO_TARGETS = ("ttft", "itl", "tpot", "all")
 
 
-class Histogram:
-    """Bucket counts with Prometheus `le` semantics; observe is one bisect and two adds."""
-
-    __slots__ = ("bounds", "count", "counts", "sum")
-
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = tuple(bounds)
-        self.counts = [0] * (len(self.bounds) + 1)
-        self.sum = 0.0
-        self.count = 0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.sum += value
-        self.count += 1
-
-    def family(self, name: str, doc: str) -> HistogramMetricFamily:
-        cumulative, buckets = 0, []
-        for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
-            cumulative += n
-            buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
-        return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=self.sum)
+def _family(hist: BucketHistogram, name: str, doc: str) -> HistogramMetricFamily:
+    return HistogramMetricFamily(name, doc, buckets=hist.cumulative(), sum_value=hist.sum)
 
 
 _HISTOGRAMS = {
@@ -66,7 +50,7 @@ class ProxyMetrics:
     """What the proxy counts; `record` is called once per finished request."""
 
     def __init__(self) -> None:
-        self.histograms = {name: Histogram(b) for name, (b, _) in _HISTOGRAMS.items()}
+        self.histograms = {name: BucketHistogram(b) for name, (b, _) in _HISTOGRAMS.items()}
         self.outcomes = dict.fromkeys(OUTCOMES, 0)
         self.slo_met = dict.fromkeys(SLO_TARGETS, 0)
         self.loop_lag = 0.0
@@ -103,7 +87,7 @@ class ProxyCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         m = self.metrics
         for name, (_, doc) in _HISTOGRAMS.items():
-            yield m.histograms[name].family(f"pdctl_proxy_{name}_seconds", doc)
+            yield _family(m.histograms[name], f"pdctl_proxy_{name}_seconds", doc)
         requests = CounterMetricFamily(
             "pdctl_proxy_requests", "Requests by outcome.", labels=["outcome"]
         )
