@@ -21,7 +21,7 @@ from simulator.planner import (
     search,
     sweep,
 )
-from simulator.scenarios import SCENARIOS
+from simulator.scenarios import DEFAULT_SEEDS, SCENARIOS
 
 
 def register(app: typer.Typer) -> None:
@@ -54,7 +54,8 @@ def plan(
     gpus: int = typer.Option(8, "--gpus"),
     config: Annotated[list[str] | None, typer.Option(
         "--config", help="2xtp4 or 1p-tp4+1d-tp4:write; repeat.")] = None,
-    rate: str = typer.Option("8", "--rate", help="R, R1,R2 or start:stop:step."),
+    rate: str | None = typer.Option(None, "--rate", help="R, R1,R2 or start:stop:step "
+                                    "(default 8; a scenario's own rates unless given)."),
     num_prompts: int = typer.Option(100, "--num-prompts"),
     input_len: int = typer.Option(2000, "--input-len"),
     output_len: int = typer.Option(1000, "--output-len"),
@@ -74,19 +75,26 @@ def plan(
     pd_max_num_batched_tokens: int = typer.Option(4096, "--pd-max-num-batched-tokens"),
     prefix_caching: bool = typer.Option(False, "--prefix-caching/--no-prefix-caching"),
     do_search: bool = typer.Option(False, "--search", help="Rank every one-node layout."),
+    seeds: int = typer.Option(DEFAULT_SEEDS, "--seeds",
+                              help="Arrival sequences at the published rate (scenarios)."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # a pipe or a file gets whole rows, not wrapped cells
     try:
         if scenario is not None:
             if scenario not in SCENARIOS:
                 raise PlanError(f"--scenario {scenario!r}: known: {', '.join(SCENARIOS)}")
-            result = SCENARIOS[scenario]()
+            if not 1 <= seeds <= 200:
+                raise PlanError("--seeds must be between 1 and 200")
+            result = (SCENARIOS[scenario]() if scenario == "saturation" else
+                      SCENARIOS[scenario](rates=_rates(rate) if rate else None, seeds=seeds))
             _emit(result, as_json, console)
             return
         _checks(model, hardware, gpus, num_prompts, input_len, output_len, range_ratio,
                 burstiness, goodput_share, itl_slo_stat)
-        rates = _rates(rate)
+        rates = _rates(rate or "8")
         flags = EngineFlags(max_num_seqs, max_num_batched_tokens, prefix_caching)
         pd_flags = EngineFlags(pd_max_num_seqs, pd_max_num_batched_tokens, prefix_caching)
         setup = PlanSetup(model, hardware, gpus, flags, pd_flags, pd_flags, link_gbps,
@@ -159,8 +167,48 @@ def _emit(result: dict, as_json: bool, console: Console) -> None:
     for name, best in result["max_goodput_rate"].items():
         console.print(f"max_goodput_rate {name}: {best} req/s "
                       f"(>= {result['goodput_share']:.0%} meet both)")
+    if "published_rate" in result:
+        _emit_published(result, console)
     if "wall_s" in result:
         console.print(f"(simulated in {result['wall_s']} s)")
+    if "sweep_wall_s" in result:
+        console.print(f"(sweep: {len(result['rows'])} runs in {result['sweep_wall_s']} s; "
+                      f"published rate x {result['published_rate']['seeds']} seeds in "
+                      f"{result['published_rate_wall_s']} s)")
+
+
+def _emit_published(result: dict, console: Console) -> None:
+    report = result["published_rate"]
+    seeds = report["seeds"]
+    table = Table("config", f"met both: mean (min-max) of {seeds} seeds", "published",
+                  "fail TTFT only / ITL only (mean)", "published ",
+                  "TTFT p50/p90/p99/max s (median of seeds)", "published  ",
+                  f"per-request ITL {report['itl_stat']} (seed 0)", "published   ",
+                  title=f"At {report['rate']:g} req/s, beside the MORI-IO post")
+    for name, c in report["configs"].items():
+        pub = c["published"] or {}
+        ttft = c["ttft_s"]
+        table.add_row(
+            name, _spread(c["met_both"]), str(pub.get("met_both", "-")),
+            f"{c['fail_ttft_only']['mean']:g} / {c['fail_itl_only']['mean']:g}",
+            f"{pub.get('fail_ttft_only', '-')} / {pub.get('fail_itl_only', '-')}",
+            " / ".join(f"{ttft[k]:.3f}" for k in ("p50", "p90", "p99", "max")),
+            " / ".join(f"{pub['ttft_s'][k]:.3f}" for k in ("p50", "p90", "p99", "max"))
+            if pub else "-",
+            c["seed0"]["itl_clusters"], pub.get("itl_clusters", "-"))
+    console.print(table)
+    stats = Table("config", *(f"met both, per-request ITL {s}" for s in ("p99", "mean", "max")),
+                  title="The same runs judged under each per-request ITL statistic")
+    for name, c in report["configs"].items():
+        by = c["met_both_by_itl_stat"]
+        stats.add_row(name, *(_spread(by[s]) for s in ("p99", "mean", "max")))
+    console.print(stats)
+    for check in result["checks"]:
+        console.print(("holds  " if check["holds"] else "FAILS  ") + check["claim"])
+
+
+def _spread(spread: dict) -> str:
+    return f"{spread['mean']:g} ({spread['min']}-{spread['max']})"
 
 
 def kv(

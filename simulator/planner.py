@@ -20,7 +20,7 @@ from bench.summary import max_goodput_rate
 from simulator import profiles
 from simulator.cluster import Arrival, Cluster, RequestResult
 from simulator.scheduler import Scheduler, SchedulerConfig
-from simulator.timing import TimingModel, calibrated_factors
+from simulator.timing import TimingModel, calibrated_factors, tp_overrides
 
 _COLOCATED = re.compile(r"^(?P<count>\d+)x-?tp(?P<tp>\d+)$")
 _DISAGG = re.compile(r"^(?P<p>\d+)p-?tp(?P<ptp>\d+)\+(?P<d>\d+)d-?tp(?P<dtp>\d+)"
@@ -43,6 +43,7 @@ class PlanConfig:
     decodes: int = 0
     decode_tp: int = 0
     mode: str = "write"
+    name: str = ""  # a scenario's own name for it; the label otherwise
 
     @property
     def gpus(self) -> int:
@@ -52,6 +53,8 @@ class PlanConfig:
 
     @property
     def label(self) -> str:
+        if self.name:
+            return self.name
         if self.kind == "colocated":
             return f"{self.count}xTP{self.tp}"
         return (f"{self.prefills}P-TP{self.prefill_tp}+{self.decodes}D-TP{self.decode_tp} "
@@ -227,12 +230,18 @@ def _weighted_pct(gaps: list[tuple[float, int]], p: float) -> float | None:
 
 
 def run(setup: PlanSetup, config: PlanConfig, workload: Workload, rate: float) -> dict:
+    return run_with_results(setup, config, workload, rate)[0]
+
+
+def run_with_results(setup: PlanSetup, config: PlanConfig, workload: Workload,
+                     rate: float) -> tuple[dict, list[RequestResult]]:
+    """The row, and the per-request results behind it (for distributions and re-judging)."""
     setup.check(config)
     arrivals = make_arrivals(workload, rate)
     results = setup.cluster(config).run(arrivals)
     start = min((a.at for a in arrivals), default=0.0)
     end = max((r.arrival + r.e2e for r in results if r.e2e is not None), default=start)
-    return row(config, rate, results, setup.slo, end - start)
+    return row(config, rate, results, setup.slo, end - start), results
 
 
 def sweep(setup: PlanSetup, configs: list[PlanConfig], workload: Workload,
@@ -250,12 +259,23 @@ def sweep(setup: PlanSetup, configs: list[PlanConfig], workload: Workload,
 
 
 def calibration(setup: PlanSetup) -> list[dict]:
-    """The timing factors in use and the published points they were fitted to."""
-    factors = calibrated_factors(setup.hardware, setup.model)
-    return [{"hardware": setup.hardware, "model": setup.model,
-             "factors": {k: getattr(factors, k) for k in factors.__dataclass_fields__
-                         if k != "fitted_to"},
-             "fitted_to": list(factors.fitted_to) or ["defaults (not fitted)"]}]
+    """The timing factors in use and the published points they were fitted to: the pair's
+    entry, then one per TP degree that has a factor of its own."""
+    base = calibrated_factors(setup.hardware, setup.model)
+    entries = [{"hardware": setup.hardware, "model": setup.model, "tp": "any",
+                "factors": _factor_values(base),
+                "fitted_to": list(base.fitted_to) or ["defaults (not fitted)"]}]
+    for tp in tp_overrides(setup.hardware, setup.model):
+        own = calibrated_factors(setup.hardware, setup.model, tp)
+        entries.append({"hardware": setup.hardware, "model": setup.model, "tp": tp,
+                        "factors": {k: v for k, v in _factor_values(own).items()
+                                    if v != getattr(base, k)},
+                        "fitted_to": [f for f in own.fitted_to if f not in base.fitted_to]})
+    return entries
+
+
+def _factor_values(factors) -> dict:
+    return {k: getattr(factors, k) for k in factors.__dataclass_fields__ if k != "fitted_to"}
 
 
 def candidate_configs(gpus: int, modes: tuple[str, ...] = ("read", "write")) -> list[PlanConfig]:

@@ -7,6 +7,7 @@ the GPU link and a fixed overhead per step and per layer. Pure functions of the 
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, fields, replace
 from functools import cache
@@ -93,7 +94,7 @@ class TimingModel:
         if tp < 1:
             raise ValueError("tp must be >= 1")
         self.model, self.hardware, self.tp = model, hardware, tp
-        self.factors = factors or calibrated_factors(hardware.name, model.name)
+        self.factors = factors or calibrated_factors(hardware.name, model.name, tp)
         m, f = model, self.factors
         self._wbytes = m.weight_bytes_per_param
         self._kv_per_gpu = m.kv_bytes_per_token_per_gpu(tp)
@@ -189,17 +190,30 @@ def _calibration_table() -> dict:
     return tomllib.loads(path.read_text()) if path.is_file() else {}
 
 
-def calibrated_factors(hardware_name: str, model_name: str) -> TimingFactors:
-    """Defaults, overridden by the fitted entry for this pair when one exists."""
+def calibrated_factors(hardware_name: str, model_name: str, tp: int | None = None) -> TimingFactors:
+    """Defaults, overridden by the fitted entry for this pair when one exists, then by the
+    entry's `tpN` table for that TP degree (a factor fitted to that layout alone)."""
     entry = _calibration_table().get(hardware_name, {}).get(model_name)
     if not entry:
         return TimingFactors()
+    values = {k: v for k, v in entry.items() if not _is_tp_table(k)}
+    if tp is not None:
+        for key, value in entry.get(f"tp{tp}", {}).items():
+            values[key] = (*values.get(key, ()), *value) if key == "fitted_to" else value
     known = {f.name for f in fields(TimingFactors)}
-    unknown = set(entry) - known
+    unknown = set(values) - known
     if unknown:
         raise ValueError(f"calibration.toml [{hardware_name}.{model_name}]: unknown {unknown}")
-    values = dict(entry)
     if "fitted_to" in values:
         values["fitted_to"] = tuple(values["fitted_to"])
     return replace(TimingFactors(), **values)
 
+
+def tp_overrides(hardware_name: str, model_name: str) -> list[int]:
+    """TP degrees with factors of their own for this pair."""
+    entry = _calibration_table().get(hardware_name, {}).get(model_name, {})
+    return sorted(int(k[2:]) for k in entry if _is_tp_table(k))
+
+
+def _is_tp_table(key: str) -> bool:
+    return re.fullmatch(r"tp\d+", key) is not None

@@ -62,6 +62,18 @@ def test_calibrated_pair_carries_its_sources_and_others_use_defaults():
     assert calibrated_factors("h100", "llama-3.1-8b") == TimingFactors()
 
 
+def test_a_tp_table_overrides_only_its_own_degree_and_adds_its_source():
+    base = calibrated_factors("mi300x", "qwen3-235b-a22b-fp8")
+    tp4 = calibrated_factors("mi300x", "qwen3-235b-a22b-fp8", 4)
+    tp8 = calibrated_factors("mi300x", "qwen3-235b-a22b-fp8", 8)
+    assert tp4 == base
+    assert tp8.moe_eff < base.moe_eff and tp8.layer_overhead_s == base.layer_overhead_s
+    assert tp8.fitted_to[: len(base.fitted_to)] == base.fitted_to
+    assert "TP8" in tp8.fitted_to[-1]
+    model, hw = profiles.model("qwen3-235b-a22b-fp8"), profiles.hardware("mi300x")
+    assert TimingModel(model, hw, 8).factors == tp8
+
+
 def test_kv_transfer_time_llama70b_10k_tokens_over_400g():
     seconds = kv_transfer_seconds(10_000, profiles.model("llama-3.1-70b"), 400e9 / 8, 0.0)
     assert seconds == pytest.approx(0.0655, rel=0.01)  # the vLLM guide's ~65 ms
