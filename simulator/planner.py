@@ -8,6 +8,7 @@ no sockets, no wall clock except what the caller measures.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import re
@@ -163,19 +164,25 @@ class PlanSetup:
 
 def make_arrivals(workload: Workload, rate: float) -> list[Arrival]:
     """The same requests for every configuration at one rate (seeded)."""
-    rng = random.Random(workload.seed)
-    if workload.shared_prefix_len > 0:
-        requests = shared_prefix_requests(workload.num_prompts, workload.input_len,
-                                          workload.output_len, workload.range_ratio,
-                                          workload.shared_prefix_len, workload.num_prefixes,
-                                          rng)
-    else:
-        requests = random_requests(workload.num_prompts, workload.input_len,
-                                   workload.output_len, workload.range_ratio, rng)
+    requests = _requests(workload)
     times = arrival_times(len(requests), rate, workload.burstiness,
                           random.Random(f"{workload.seed}:arrivals"))  # as pdctl bench
     return [Arrival(f"r{i}", t, r.prompt_ids, r.output_len)
             for i, (t, r) in enumerate(zip(times, requests, strict=True))]
+
+
+@functools.lru_cache(maxsize=32)
+def _requests(workload: Workload) -> tuple:
+    """The seeded prompts (immutable), drawn once per workload: every rate and configuration
+    of a sweep serves the same ones, and drawing 200k token ids is a quarter of a sweep."""
+    rng = random.Random(workload.seed)
+    if workload.shared_prefix_len > 0:
+        return tuple(shared_prefix_requests(workload.num_prompts, workload.input_len,
+                                            workload.output_len, workload.range_ratio,
+                                            workload.shared_prefix_len, workload.num_prefixes,
+                                            rng))
+    return tuple(random_requests(workload.num_prompts, workload.input_len,
+                                 workload.output_len, workload.range_ratio, rng))
 
 
 def judge(results: list[RequestResult], slo: Slo) -> tuple[int, int, int]:
