@@ -16,7 +16,7 @@ from pathlib import Path
 from websockets.sync.client import connect
 
 from benchmarks.control_plane import api, stop_and_wait, wait_running
-from tests.processes import Process, free_port, http_post
+from tests.processes import Process, free_port, http_post, port_range
 
 TICKS = os.sysconf("SC_CLK_TCK")
 SPEC = {"name": "bench", "engine": "sim", "model": "tiny", "topology": "colocated",
@@ -84,10 +84,9 @@ def cpu_with(ws_url: str, pid: int, subscribers: int, proxy: str, seconds: float
 def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-observe-"))
     port = free_port()
-    base_port = random.randrange(30000, 60000, 500)
     serve = Process(["serve", "--port", str(port), "--db", str(tmp / "pdctl.db")], port,
                     env={"PDCTL_RUNTIME_DIR": str(tmp / "runs"),
-                         "PDCTL_PORT_RANGE": f"{base_port}-{base_port + 499}"},
+                         "PDCTL_PORT_RANGE": port_range()},
                     log_path=tmp / "serve.log").wait_healthy(30)
     base = serve.url
     try:

@@ -1,7 +1,9 @@
 """One request in flight at the proxy: what it measures while the decode's bytes pass through.
 
 Pure: bytes and times in. The scan looks only for SSE event boundaries, `"choices":[{` (a token
-event), the usage chunk and `[DONE]`, so forwarding stays cheap.
+event), the usage chunk and `[DONE]`, so forwarding stays cheap. It also notices an upstream that
+answers 200 with garbage: a `data:` event that does not start and end like JSON (`{...}` or
+`[DONE]`), or no event boundary within MAX_EVENT_BYTES; `malformed` then says what came.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from typing import Any
 
 from connector.instances import Route
 from connector.measure import RequestTiming, SloTargets, itl_stat, judge, summarize
+
+MAX_EVENT_BYTES = 8 << 20  # one SSE event; vLLM's largest (prompt logprobs) stay well below
 
 
 class Flight:
@@ -24,6 +28,7 @@ class Flight:
         "endpoint",
         "error",
         "last_read",
+        "malformed",
         "prefill_end",
         "prefill_start",
         "prepared",
@@ -57,12 +62,16 @@ class Flight:
         self.prepared = False
         self.last_read = arrival
         self.timed_out = False
+        self.malformed: bytes | None = None  # the start of an event that is not JSON
 
     def scan(self, chunk: bytes, now: float) -> None:
         """Find complete SSE events in the byte stream; timestamp token events, read usage."""
         data = self.tail + chunk if self.tail else chunk
         start, find = 0, data.find
         while (end := find(b"\n\n", start)) >= 0:
+            if data.startswith(b"data:", start) and not _json_shaped(data, start + 5, end):
+                self.malformed = data[start:min(end, start + 80)]
+                return
             choices = find(b'"choices":', start, end)
             if choices >= 0 and _opens_list_of_objects(data, choices + 10, end):
                 self.token_times.append(now)
@@ -73,6 +82,8 @@ class Flight:
                 self.done_at = now
             start = end + 2
         self.tail = data[start:] if start < len(data) else b""
+        if len(self.tail) > MAX_EVENT_BYTES:
+            self.malformed = self.tail[:80]
 
     def _read_usage(self, event: bytes) -> None:
         if not event.startswith(b"data:"):
@@ -117,6 +128,13 @@ class Flight:
                 prefill_ms=_ms(timing.prefill_leg),
                 transfer_first_decode_ms=_ms(timing.transfer_first_decode), slo=met)
         return entry
+
+
+def _json_shaped(data: bytes, i: int, end: int) -> bool:
+    """data[i:end] (a data field, after `data:`) opens and closes like JSON: `{...}`, `[...]`."""
+    if i < end and data[i] == 0x20:  # the one optional space after the colon
+        i += 1
+    return i < end and data[i] in b"{[" and data[end - 1] in b"}]"
 
 
 def _opens_list_of_objects(data: bytes, i: int, end: int) -> bool:

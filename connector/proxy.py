@@ -20,7 +20,12 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from connector.client_body import estimate_tokens, parse_client_body, upstream_message
+from connector.client_body import (
+    estimate_tokens,
+    parse_client_body,
+    upstream_failure,
+    upstream_message,
+)
 from connector.errors import (
     BadRequest,
     HoldRejected,
@@ -74,6 +79,7 @@ class Proxy:
         self.session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task] = []
         self._background: set[asyncio.Task] = set()  # one-off probes
+        self._probing: set[str] = set()  # URLs with a probe under way
         # streaming legs under the silence watchdog (cheaper than aiohttp's per-read timer)
         self._watched: dict[asyncio.Task, Flight] = {}
         self._prefill_timeout = aiohttp.ClientTimeout(
@@ -115,9 +121,10 @@ class Proxy:
             self._tasks.append(asyncio.create_task(self._check_health()))
 
     async def cleanup(self, app: web.Application) -> None:
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._background]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self.listener is not None:
             await self.listener.stop()
         if self.session is not None:
@@ -128,17 +135,18 @@ class Proxy:
         self._changed = asyncio.Event()
 
     def _on_registration(self, reg: Registration, change: str) -> None:
+        """A registration is a claim, not proof: a new instance is routed to only once its
+        /health answers (engines register before they listen, and anyone can send a
+        registration), so made-up ones never take a request."""
         known = self.pool.get(reg.url)
         if change == "refreshed" and known is not None:
-            if not known.healthy and self.session is not None:
+            if not known.healthy:
                 # A heartbeat from an instance marked down: it restarted; look now rather
-                # than at the next health round (engines register before they listen).
-                task = asyncio.get_running_loop().create_task(self._probe_until_up(known))
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
+                # than at the next health round.
+                self._probe_soon(known)
             return
         log.info("registry: %s %s %s in group %s", change, reg.role, reg.url, reg.mode)
-        self.pool.upsert(
+        inst = self.pool.upsert(
             reg.url,
             reg.role,
             reg.mode,
@@ -147,6 +155,19 @@ class Proxy:
             tp_size=reg.tp_size,
             source="registry",
         )
+        if known is None:
+            self.pool.set_health(inst, False, "registered; /health not answered yet")
+            self._probe_soon(inst)
+
+    def _probe_soon(self, inst: Instance) -> None:
+        """Probe until it answers (a short while), one probe run per instance at a time."""
+        if self.session is None or inst.url in self._probing:
+            return
+        self._probing.add(inst.url)
+        task = asyncio.get_running_loop().create_task(self._probe_until_up(inst))
+        self._background.add(task)
+        task.add_done_callback(lambda t: (self._background.discard(t),
+                                          self._probing.discard(inst.url)))
 
     def _on_registry_reject(self, reason: str, detail: str) -> None:
         """Counted always, logged for the first few and then every 1000th (a flood must not
@@ -383,9 +404,7 @@ class Proxy:
             ) as r:
                 raw = await r.read()
                 if r.status != 200:
-                    raise UpstreamError(
-                        "prefill", inst.url, f"HTTP {r.status}: {upstream_message(raw)}"
-                    )
+                    raise upstream_failure("prefill", inst.url, r.status, raw)
         except TimeoutError:
             raise UpstreamTimeout("prefill", inst.url, self.settings.prefill_timeout) from None
         except aiohttp.ClientError as exc:
@@ -394,7 +413,10 @@ class Proxy:
         try:
             answer = json.loads(raw)
         except (ValueError, RecursionError):
-            raise UpstreamError("prefill", inst.url, "answer is not JSON") from None
+            answer = None
+        if not isinstance(answer, dict):
+            raise UpstreamError("prefill", inst.url, "answered 200 with a body that is not a "
+                                f"JSON object: {raw[:60]!r}")
         flight.prefill_end = _clock()
         return returned_params(answer)
 
@@ -425,14 +447,13 @@ class Proxy:
                 inst.url + request.path, data=data, headers=headers, timeout=self._decode_timeout
             ) as up:
                 if up.status != 200:
-                    raw = await up.read()
-                    raise UpstreamError(
-                        leg, inst.url, f"HTTP {up.status}: {upstream_message(raw)}"
-                    )
+                    raise upstream_failure(leg, inst.url, up.status, await up.read())
                 if not flight.stream:
                     raw = await up.read()
                     flight.end = _clock()
-                    self._read_json_usage(raw, flight)
+                    if not self._read_json_usage(raw, flight):
+                        raise UpstreamError(leg, inst.url, "answered 200 with a body that is "
+                                            f"not a JSON object: {raw[:60]!r}")
                     return web.Response(
                         body=raw,
                         status=200,
@@ -440,16 +461,27 @@ class Proxy:
                             "Content-Type": up.headers.get("Content-Type", "application/json")
                         },
                     )
+                kind = up.headers.get("Content-Type", "")
+                if not kind.startswith("text/event-stream"):
+                    raise UpstreamError(leg, inst.url, "answered a streaming request with "
+                                        f"Content-Type {kind[:60]!r}, not an event stream")
                 scan, read = flight.scan, up.content.readany
                 while chunk := await read():
                     flight.last_read = now = _clock()
+                    scan(chunk, now)
+                    if flight.malformed is not None:  # garbage is never passed on
+                        garbage = UpstreamError(leg, inst.url, "sent an event that is not "
+                                                f"JSON: {flight.malformed[:60]!r}")
+                        if resp is None:
+                            raise garbage
+                        await self._stream_error(resp, garbage, flight)
+                        return resp
                     if resp is None:
                         if prefill_task is not None and prefill_task.done():
                             _raise_if_failed(prefill_task)
                         resp = web.StreamResponse(headers=_SSE_HEADERS)
                         flight.prepared = True
                         await resp.prepare(request)
-                    scan(chunk, now)
                     try:
                         await resp.write(chunk)
                     except ConnectionError:  # the client's socket, not the upstream's
@@ -460,6 +492,8 @@ class Proxy:
                 raise
             task.uncancel()  # the watchdog's cancel, not the client's: answer with a timeout
             exc: ProxyError = UpstreamTimeout(leg, inst.url, self.settings.decode_timeout)
+            if resp is None and prefill_task is not None and not prefill_task.done():
+                exc = self._prefill_starved(inst, flight)
             if resp is None:
                 raise exc from None
             await self._stream_error(resp, exc, flight)
@@ -495,6 +529,19 @@ class Proxy:
             raise _ClientGone from None
         return resp
 
+    def _prefill_starved(self, decode: Instance, flight: Flight) -> ProxyError:
+        """Write mode: a decode silent while its prefill has not answered is waiting for the
+        KV the prefill pushes; the prefill is what failed, so the error names it."""
+        prefill = flight.route.prefill if flight.route is not None else None
+        if prefill is None:
+            return UpstreamTimeout("decode", decode.url, self.settings.decode_timeout)
+        return UpstreamError(
+            "prefill",
+            prefill.url,
+            f"no answer within {self.settings.decode_timeout:g} s while the decode leg to "
+            f"{decode.url} waited for its KV",
+        )
+
     async def _stream_error(
         self, resp: web.StreamResponse, exc: ProxyError, flight: Flight
     ) -> None:
@@ -504,13 +551,18 @@ class Proxy:
             await resp.write_eof()
 
     @staticmethod
-    def _read_json_usage(raw: bytes, flight: Flight) -> None:
+    def _read_json_usage(raw: bytes, flight: Flight) -> bool:
+        """Read the usage of a whole answer; False when the answer is not a JSON object."""
         try:
-            usage = json.loads(raw).get("usage") or {}
-        except (ValueError, AttributeError, RecursionError):
-            return
-        if isinstance(usage.get("completion_tokens"), int):
+            answer = json.loads(raw)
+        except (ValueError, RecursionError):
+            return False
+        if not isinstance(answer, dict):
+            return False
+        usage = answer.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
             flight.usage_tokens = usage["completion_tokens"]
+        return True
 
     def _finish(self, flight: Flight, outcome: str) -> None:
         timing, met = flight.measure(outcome, self.settings.slo, _clock())

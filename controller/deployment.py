@@ -115,6 +115,10 @@ class ProxyConfig(_Strict):
     policy: str = Field("round-robin", pattern=r"^(round-robin|least-tokens)$")
     hold_queue: int = Field(256, ge=0, le=100_000)
     hold_deadline_s: float = Field(30.0, gt=0, le=3600)
+    # How long the proxy waits on a leg before failing the request with a 502 naming it:
+    # the whole prefill leg, and the longest silence in a decode stream. None: 120 s each.
+    prefill_timeout_s: float | None = Field(None, gt=0, le=3600)
+    decode_timeout_s: float | None = Field(None, gt=0, le=3600)
 
 
 class DeploymentSpec(_Strict):

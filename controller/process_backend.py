@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import sys
 from collections import deque
 from dataclasses import dataclass
@@ -111,12 +112,16 @@ class ShimBackend:
             record.shim_pid, record.shim_start_time, self.proc)
 
     def signal(self, record: ProcessRecord, signum: int) -> None:
-        """Signal the child's whole process group, only if the child is still ours."""
+        """Signal the child's whole process group, only if the child is still ours. SIGTERM is
+        followed by SIGCONT (as systemd does): a stopped (SIGSTOPped, hung) process could not
+        act on it until someone continued it, and would only go at the SIGKILL deadline."""
         pid = record.child_pid
         if pid is None or not procfs.is_same_process(pid, record.child_start_time, self.proc):
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signum)
+            if signum == signal.SIGTERM:
+                os.killpg(pid, signal.SIGCONT)
 
     def forget(self, run_dir: Path, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):

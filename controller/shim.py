@@ -12,6 +12,7 @@ Files, under RUN_DIR/NAME/: state.json, output.log, output.log.1 ... output.log.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import select
@@ -47,10 +48,23 @@ def read_state(run_dir: Path, name: str) -> dict[str, Any] | None:
 
 
 def write_state(run_dir: Path, name: str, state: dict[str, Any]) -> None:
-    """Atomically: a reader sees the old file or the new one, never half of one."""
+    """Atomically: a reader sees the old file or the new one, never half of one. On a full
+    disk there is no room for the new copy, so the file is rewritten in its own blocks
+    instead: then a reader may find it torn (read_state says None, as for a missing file),
+    which beats never telling the supervisor why the logs stopped."""
     folder = instance_dir(run_dir, name)
     tmp = folder / f".{STATE_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(state, indent=1))
+    text = json.dumps(state, indent=1)
+    try:
+        tmp.write_text(text)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.errno != errno.ENOSPC:
+            raise
+        with open(folder / STATE_FILE, "r+b") as f:
+            f.write(text.encode())
+            f.truncate()
+        return
     os.replace(tmp, folder / STATE_FILE)
 
 

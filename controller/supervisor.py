@@ -256,13 +256,21 @@ class Supervisor:
         registrations = None
         if any(u.launch.registers for u in due) or self._draining(dep):
             registrations = await self.probe.proxy_instances(dep.proxy.launch.url)
-        for unit in due:
+        # All at once: a hung instance holds its probe for the whole timeout, and must not
+        # hold up the others' probes by that much each.
+        answers = await asyncio.gather(*(self.probe.healthy(u.launch.url) for u in due))
+        for unit, ok in zip(due, answers, strict=True):
             unit.next_probe = now + self.settings.health_interval
-            ok = await self.probe.healthy(unit.launch.url)
             if unit.launch.registers:
-                unit.registered = registrations is not None and any(
-                    same_instance(e, unit.launch.url) for e in registrations)
-                ok = ok and unit.registered
+                if registrations is None and unit.machine.state is m.State.RUNNING:
+                    # The proxy is down or restarting: that says nothing about a running
+                    # instance (it registers again once the proxy is back), so /health alone
+                    # judges it; replacing it would turn a proxy restart into an outage.
+                    unit.registered = None
+                else:
+                    unit.registered = registrations is not None and any(
+                        same_instance(e, unit.launch.url) for e in registrations)
+                    ok = ok and unit.registered
             unit.healthy = ok
             if ok:
                 unit.failed_probes = 0

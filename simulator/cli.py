@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from dataclasses import replace
 
 import typer
 
-from simulator import profiles
+from simulator import profiles, stats_log
 from simulator.engine_config import EngineConfigError, EngineSettings, parse_kv_transfer_config
 
 # vLLM flags the stand-in accepts and ignores (they change nothing it models), with whether
@@ -18,7 +19,6 @@ IGNORED_VLLM_FLAGS = {
     "--trust-remote-code": False,
     "--enforce-eager": False,
     "--disable-log-requests": False,
-    "--disable-log-stats": False,
     "--no-enable-chunked-prefill": False,
     "--distributed-executor-backend": True,
     "--dtype": True,
@@ -94,6 +94,11 @@ def sim(
     heartbeat_s: float = typer.Option(3.0, "--registration-interval", hidden=True,
                                       help="Seconds between ZMQ registrations (tests only)."),
     log_level: str = typer.Option("warning", "--log-level"),
+    disable_log_stats: bool = typer.Option(False, "--disable-log-stats",
+                                           help="No periodic stats line (as vLLM's flag)."),
+    fault_injection: bool = typer.Option(
+        False, "--enable-fault-injection", envvar="PDCTL_SIM_FAULT_INJECTION", hidden=True,
+        help="Serve POST /_fault to make this instance misbehave (make chaos only)."),
 ) -> None:
     try:
         _check_extra(list(ctx.args))
@@ -106,6 +111,10 @@ def sim(
             kv_transfer_config=kv_transfer_config, time_scale=time_scale,
             kv_link_gbps=kv_link_gbps, kv_wire_scale=kv_wire_scale, heartbeat_s=heartbeat_s,
         )
+        settings = replace(
+            settings, fault_injection=fault_injection,
+            log_stats_interval_s=None if disable_log_stats else stats_log.interval_from(
+                os.environ))
     except (EngineConfigError, profiles.UnknownProfile) as exc:
         typer.echo(f"pdctl sim: error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -82,6 +82,8 @@ class EngineSettings:
     kv_wire_scale: float = 1 / 1024
     kv_hold_timeout_s: float = 480.0
     registration_interval_s: float = 3.0
+    log_stats_interval_s: float | None = 10.0  # None: --disable-log-stats
+    fault_injection: bool = False  # POST /_fault (simulator/faults.py); for `make chaos`
     engine_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
     @property

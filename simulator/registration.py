@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 import msgpack
 import zmq
@@ -33,8 +34,10 @@ def registration_message(settings: EngineSettings, kv: KVTransferSettings, host:
 
 
 async def heartbeat(message: dict, proxy_ip: str, ping_port: int,
-                    interval_s: float = HEARTBEAT_S) -> None:
-    """Send `message` to the registry forever (until cancelled)."""
+                    interval_s: float = HEARTBEAT_S,
+                    adjust: Callable[[dict], dict | None] | None = None) -> None:
+    """Send `message` to the registry forever (until cancelled). `adjust` (fault injection)
+    may change a beat's message, or skip the beat by returning None."""
     ctx = zmq.asyncio.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -43,8 +46,11 @@ async def heartbeat(message: dict, proxy_ip: str, ping_port: int,
     payload = msgpack.packb(message)
     try:
         while True:
-            with contextlib.suppress(zmq.Again):
-                await sock.send(payload, flags=zmq.NOBLOCK)
+            beat = message if adjust is None else adjust(message)
+            if beat is not None:
+                with contextlib.suppress(zmq.Again):
+                    await sock.send(payload if beat is message else msgpack.packb(beat),
+                                    flags=zmq.NOBLOCK)
             await asyncio.sleep(interval_s)
     finally:
         sock.close(linger=0)

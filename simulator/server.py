@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from simulator import openai_format, openai_request, profiles, tokenizer
+from simulator import faults, openai_format, openai_request, profiles, tokenizer
 from simulator.engine_config import EngineSettings
 from simulator.engine_loop import FINISHED, EngineLoop
+from simulator.faults import Faults
 from simulator.handoff import Handoff, plan_handoff, prefill_response_params
 from simulator.kv_transfer import KVTransferAgent
 from simulator.metrics import EngineMetrics, registry_for
@@ -32,6 +33,7 @@ from simulator.openai_request import RequestError, error_body
 from simulator.registration import heartbeat, registration_message
 from simulator.request import EngineRequest, KVRole
 from simulator.scheduler import Scheduler, SchedulerConfig
+from simulator.stats_log import log_stats
 from simulator.timing import TimingModel
 
 log = logging.getLogger("pdctl.sim")
@@ -50,6 +52,7 @@ class SimState:
     agent: KVTransferAgent | None
     created: int
     fingerprint: str
+    faults: Faults | None = None  # only with --enable-fault-injection
 
 
 STATE = web.AppKey("state", SimState)
@@ -82,6 +85,8 @@ def create_app(settings: EngineSettings) -> web.Application:
     app.router.add_get("/metrics", _metrics)
     app.router.add_post("/v1/completions", _completions)
     app.router.add_post("/v1/chat/completions", _chat)
+    if settings.fault_injection:
+        faults.add_routes(app, Faults())
     app.cleanup_ctx.append(_lifespan(settings))
     return app
 
@@ -107,18 +112,25 @@ def _lifespan(settings: EngineSettings):
             engine._on_awaiting_kv = agent.on_awaiting_kv
             await agent.start()
         engine.start()
-        beat = None
+        injected = app.get(faults.FAULTS)
+        tasks = []
         if kv is not None and kv.registers and agent is not None:
             message = registration_message(settings, kv, agent.advertised_host)
-            beat = asyncio.create_task(heartbeat(message, kv.proxy_ip, kv.proxy_ping_port,
-                                               settings.registration_interval_s))
+            tasks.append(asyncio.create_task(heartbeat(
+                message, kv.proxy_ip, kv.proxy_ping_port, settings.registration_interval_s,
+                injected.heartbeat if injected is not None else None)))
+        if settings.log_stats_interval_s is not None:
+            tasks.append(asyncio.create_task(log_stats(scheduler,
+                                                       settings.log_stats_interval_s)))
         app[STATE] = SimState(settings, engine, metrics, registry_for(metrics), agent,
-                              int(time.time()), system_fingerprint(_config_key(settings)))
+                              int(time.time()), system_fingerprint(_config_key(settings)),
+                              injected)
         yield
-        if beat is not None:
-            beat.cancel()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await beat
+                await task
         await engine.stop()
         if agent is not None:
             await agent.stop()
@@ -182,6 +194,9 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         handoff = plan_handoff(gen.kv_transfer_params, settings.kv, request_id, request.headers)
     except RequestError as err:
         return _error(err)
+    fault = state.faults.for_requests() if state.faults is not None else None
+    if fault is not None:
+        return await faults.answer(request, fault, gen.stream, writer)
     engine = state.engine
     stop_after = None if gen.ignore_eos else natural_length(gen.prompt_token_ids)
     ereq = EngineRequest(request_id, gen.prompt_token_ids, gen.max_tokens, engine.now(),

@@ -17,6 +17,8 @@ from connector.proxy import PROXY_KEY, Proxy
 from connector.server import bound_port, start
 from connector.settings import FlagInstance, ProxySettings
 
+GARBAGE = b"\x8f\x00<html>upstream exploded</html>"
+
 
 def run(coro: Any, timeout: float = 15.0) -> Any:
     """Run one async test body with a hard bound."""
@@ -46,6 +48,9 @@ class FakeEngine:
     token_delay: float = 0.0
     die_after: int | None = None  # decode: drop the connection after this many tokens
     hang_after: int | None = None  # decode: go silent after this many tokens
+    garbage_after: int | None = None  # decode: 200, then bytes that are not JSON after N tokens
+    prefill_garbage: bool = False  # prefill: 200 with a body that is not JSON
+    stream_type: str = "text/event-stream; charset=utf-8"
     seen: list[Seen] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
@@ -88,6 +93,8 @@ class FakeEngine:
 
     async def _prefill(self, request: web.Request, body: dict[str, Any]) -> web.Response:
         await asyncio.sleep(self.prefill_delay)
+        if self.prefill_garbage:
+            return web.Response(body=GARBAGE, content_type="application/json")
         if self.prefill_status != 200:
             return web.json_response(
                 {
@@ -158,6 +165,8 @@ class FakeEngine:
         n = body.get("max_completion_tokens") or body.get("max_tokens") or 16
         chat = request.path.endswith("/chat/completions")
         if not body.get("stream"):
+            if self.garbage_after is not None:
+                return web.Response(body=GARBAGE, content_type="application/json")
             text = "".join(f" w{i}" for i in range(n))
             choice = (
                 {
@@ -178,9 +187,11 @@ class FakeEngine:
                     "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n},
                 }
             )
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        resp = web.StreamResponse(headers={"Content-Type": self.stream_type})
         await resp.prepare(request)
         for i in range(n):
+            if self.garbage_after is not None and i == self.garbage_after:
+                await resp.write(b"data: " + GARBAGE + b"\n\n")
             if self.die_after is not None and i == self.die_after:
                 assert request.transport is not None
                 request.transport.close()

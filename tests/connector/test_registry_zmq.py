@@ -2,10 +2,11 @@
 
 import asyncio
 
+import aiohttp
 import msgpack
 import zmq
 
-from tests.connector.fakes import run, running, settings_for
+from tests.connector.fakes import FakeEngine, completion, engines, run, running, settings_for
 from tests.connector.test_proxy import until
 
 NEW = {
@@ -47,7 +48,8 @@ def test_registration_expiry_and_mode_move():
                 d = proxy.pool.get("http://127.0.0.1:40005")
                 assert (p.role, p.mode, p.source) == ("prefill", "read", "registry")
                 assert d.zmq_address == "host:127.0.0.1,handshake:7301,notify:7501"
-                assert proxy.pool.route() is not None
+                # nothing listens at either address: registered, never routed to
+                assert proxy.pool.route() is None and not p.healthy
 
                 # the prefill restarts in write mode: it moves group
                 dealer.send(msgpack.packb({**NEW, "transfer_mode": "WRITE"}))
@@ -68,6 +70,39 @@ def test_registration_expiry_and_mode_move():
                 dealer.send(b"\xc1 not msgpack")  # ignored, and the listener survives
                 dealer.send(msgpack.packb(NEW))
                 assert await until(lambda: proxy.pool.get(p.url) is not None)
+            finally:
+                dealer.close(linger=0)
+                ctx.term()
+
+    run(body())
+
+
+def test_a_registration_is_routed_to_only_once_its_health_answers():
+    async def body():
+        settings = settings_for(registry_port=0, connector="moriio")
+        async with (engines(FakeEngine("p"), FakeEngine("d")) as (p, d),
+                    running(settings) as (base, proxy)):
+            ctx = zmq.Context()
+            dealer = ctx.socket(zmq.DEALER)
+            dealer.setsockopt(zmq.LINGER, 0)
+            dealer.connect(f"tcp://127.0.0.1:{proxy.registry_port}")
+            try:
+                ghost = {**OLD, "request_address": "http://127.0.0.1:9/v1/completions"}
+                dealer.send(msgpack.packb(ghost))  # a decode that does not answer
+                dealer.send(msgpack.packb({**NEW, "http_address": p.url[7:]}))
+                assert await until(lambda: len(list(proxy.pool)) == 2)
+                await asyncio.sleep(0.3)
+                assert proxy.pool.route() is None
+                async with aiohttp.ClientSession() as s:
+                    async with s.post(base + "/v1/completions", json=completion(2)) as r:
+                        assert r.status == 503 and "no available decode" in await r.text()
+                    dealer.send(msgpack.packb({**OLD, "request_address": d.url}))
+                    assert await until(lambda: proxy.pool.route() is not None)
+                    async with s.post(base + "/v1/completions", json=completion(2)) as r:
+                        assert r.status == 200
+                ghost_inst = proxy.pool.get("http://127.0.0.1:9")
+                assert not ghost_inst.healthy and "/health" in ghost_inst.last_error
+                assert d.kinds() == ["decode"]
             finally:
                 dealer.close(linger=0)
                 ctx.term()

@@ -147,3 +147,25 @@ def test_a_full_disk_stops_the_log_not_the_instance(tmp_path, monkeypatch):
     assert log.error is None
     log.close()
     assert (tmp_path / "output.log").read_bytes() == b"back\n"
+
+
+def test_on_a_full_disk_the_state_file_is_rewritten_in_place(tmp_path, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    (tmp_path / "d").mkdir()
+    shim.write_state(tmp_path, "d", {"child_pid": 7, "log_error": None})
+    real = Path.write_text
+
+    def full(self, *args, **kwargs):
+        if self.name.endswith(".tmp"):
+            real(self, "")  # created, then no room for a byte
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full)
+    shim.write_state(tmp_path, "d", {"child_pid": 7, "log_error": "logs stopped: disk full"})
+    assert shim.read_state(tmp_path, "d")["log_error"] == "logs stopped: disk full"
+    shim.write_state(tmp_path, "d", {"child_pid": 7})  # shorter: no stale tail left behind
+    assert shim.read_state(tmp_path, "d") == {"child_pid": 7}
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["state.json"]

@@ -236,3 +236,25 @@ def test_shim_backend_does_not_take_a_recycled_pid_for_ours(tmp_path):
     recycled = ProcessRecord("decode-0", 4242, child_start_time=123)
     assert backend.running(ours) and not backend.running(recycled)
     backend.signal(recycled, signal.SIGKILL)  # must not signal a stranger (nothing happens)
+
+
+def test_a_proxy_that_is_down_does_not_get_running_instances_replaced(tmp_path):
+    async def scenario():
+        h = Harness(tmp_path)
+        spec = tiny_pair("mori", "MoRIIOConnector")
+        ports = allocate(spec)
+        h.probe.registered |= {ports.instances["prefill-0"].http, ports.instances["decode-0"].http}
+        await h.sup.start("mori", spec, ports)
+        await h.polls(3)
+        assert set(h.states("mori").values()) == {"RUNNING"}
+        h.probe.proxy_up = False  # restarting: no registrations to read
+        await h.polls(10)
+        status = {u["name"]: u for u in h.sup.status("mori")}
+        assert status["decode-0"]["state"] == "RUNNING"
+        assert status["decode-0"]["registration"] is None  # unknown while the proxy is down
+        assert len(h.backend.spawned) == 3
+        h.probe.proxy_up = True
+        h.probe.registered.discard(ports.instances["decode-0"].http)  # it never came back
+        await h.polls(4)
+        assert h.states("mori")["decode-0"] != "RUNNING"
+    run(scenario())

@@ -1,0 +1,209 @@
+"""What every chaos row shares: the deployment under test, the steady `pdctl bench` load, how a
+request's outcome is judged, and how recovery is timed.
+
+A request is *lost* when it never got an answer or an error (the client timed out, never
+recorded it, or got an error that does not say what failed); that must be 0 in every row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.control_plane import ControlPlane
+from tests.processes import ROOT, http_get, http_post
+
+NAME = "chaos"
+RATE = 4.0
+CLIENT_TIMEOUT = 60.0  # longer than any recovery: a request timing out here is lost
+PREFILL_TIMEOUT = 5.0  # the proxy's leg timeouts in this deployment: a hung leg fails fast
+DECODE_TIMEOUT = 4.0
+# What the proxy's errors say (the leg and its instance, or why nothing could serve): an
+# error carrying none of these does not say what failed.
+CLEAR = ("prefill leg to", "decode leg to", "colocated leg to", "no instance",
+         "hold queue", "hold deadline", "dispatch is paused")
+# A client whose connection to the proxy breaks sees only that; clear only where the proxy
+# itself was killed.
+PROXY_GONE = ("ClientPayloadError", "ServerDisconnectedError", "Cannot connect to host",
+              "ClientOSError", "Connection reset")
+
+
+@dataclass
+class Row:
+    fault: str
+    expected: str = ""
+    sent: int = 0
+    completed: int = 0
+    failed_clear: int = 0
+    lost: int = 0
+    recovery_s: float | None = None
+    ok: bool = True
+    skipped: str | None = None  # why the row could not run here (it does not fail the run)
+    may_fail: bool = True  # False: every request must complete
+    also_clear: tuple[str, ...] = ()  # errors clear in this row only
+    notes: list[str] = field(default_factory=list)
+    errors: list[dict] = field(default_factory=list)  # the failed requests' records
+
+    def check(self, holds: bool, why: str) -> bool:
+        """Record an expectation; a false one fails the row and says why."""
+        if not holds:
+            self.ok = False
+            self.notes.append(f"NOT: {why}")
+        return holds
+
+
+class Plane(ControlPlane):
+    """The chaos deployment's control plane; its stand-ins take fault injection, and log
+    vLLM's stats line five times a second (so a full log disk shows at once)."""
+
+    def __init__(self, tmp: Path) -> None:
+        super().__init__(tmp)
+        self.env |= {"PDCTL_SIM_FAULT_INJECTION": "1", "VLLM_LOG_STATS_INTERVAL": "0.2"}
+
+    def units(self) -> dict[str, dict]:
+        return self.status(NAME)
+
+
+def deployment() -> dict:
+    return {"name": NAME, "engine": "sim", "model": "tiny", "topology": "disaggregated",
+            "connector": "MoRIIOConnector", "prefix_caching": False,
+            "groups": [{"name": "prefill", "role": "prefill", "mode": "read"},
+                       {"name": "decode", "role": "decode", "mode": "read"}],
+            "proxy": {"hold_queue": 256, "hold_deadline_s": 30,
+                      "prefill_timeout_s": PREFILL_TIMEOUT, "decode_timeout_s": DECODE_TIMEOUT}}
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the rows reach: the control plane, the proxy, the proxy's registry port."""
+
+    plane: Plane
+    proxy_url: str
+    registry_port: int
+    tmp: Path
+    prompts: int
+
+    def instances(self) -> list[dict]:
+        """The proxy's view (GET /admin/instances): url, role, group, healthy, ..."""
+        status, raw = http_get(self.proxy_url + "/admin/instances", timeout=5)
+        return json.loads(raw)["instances"] if status == 200 else []
+
+    def unit_url(self, unit: str) -> str:
+        return self.plane.units()[unit]["url"]
+
+
+def served(proxy_url: str) -> bool:
+    try:
+        status, _ = http_post(proxy_url + "/v1/completions",
+                              {"model": "tiny", "prompt": "a b c", "max_tokens": 2}, timeout=5)
+    except OSError:
+        return False
+    return status == 200
+
+
+def recovered(plane: Plane, proxy_url: str, since: float, limit: float = 90.0) -> float | None:
+    """Seconds from `since` until every unit is RUNNING and the proxy serves; None if never."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        units = plane.units()
+        if units and all(u["state"] == "RUNNING" for u in units.values()) and served(proxy_url):
+            return time.monotonic() - since
+        time.sleep(0.2)
+    return None
+
+
+def wait_for(predicate: Callable[[], object], limit: float, every: float = 0.1) -> float | None:
+    """Seconds until `predicate()` is true, polled; None when it never is within `limit`."""
+    start = time.monotonic()
+    while time.monotonic() - start < limit:
+        with contextlib.suppress(OSError, KeyError, ValueError):
+            if predicate():
+                return time.monotonic() - start
+        time.sleep(every)
+    return None
+
+
+class Load:
+    """`pdctl bench` in the background, every request kept (--save-requests)."""
+
+    def __init__(self, tmp: Path, proxy_url: str, tag: str, prompts: int) -> None:
+        self.out, self.prompts = tmp / f"load-{tag}.json", prompts
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "pdctl.py"), "bench", "--base-url", proxy_url,
+             "--model", "tiny", "--request-rate", str(RATE), "--num-prompts", str(prompts),
+             "--input-len", "64", "--output-len", "16", "--result-json", str(self.out),
+             "--save-requests", "--quiet", "--timeout", str(CLIENT_TIMEOUT)],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+
+    def finish(self, row: Row) -> None:
+        try:
+            self.proc.wait(timeout=self.prompts / RATE + CLIENT_TIMEOUT + 60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        row.sent += self.prompts
+        if not self.out.exists():
+            row.lost += self.prompts
+            row.notes.append("bench wrote no result: " + self.proc.stderr.read().decode()[-200:])
+            return
+        judge(json.loads(self.out.read_text())["requests"], self.prompts, row)
+
+
+def judge(requests: list[dict], prompts: int, row: Row) -> None:
+    """Count each request as completed, failed with a clear error, or lost."""
+    errors: dict[str, int] = {}
+    for r in requests:
+        error = r["error"] or ""
+        if r["ok"]:
+            row.completed += 1
+        elif error and not error.startswith("timed out") and any(
+                word in error for word in (*CLEAR, *row.also_clear)):
+            row.failed_clear += 1
+            row.errors.append(r)
+            errors[error[:90]] = errors.get(error[:90], 0) + 1
+        else:  # no answer, or an error that does not say what failed: counts against the row
+            row.lost += 1
+            row.notes.append(f"unclear error: {error[:90] or 'none'}")
+    row.lost += prompts - len(requests)
+    row.notes += [f"{n}x {e}" for e, n in sorted(errors.items(), key=lambda x: -x[1])[:2]]
+
+
+def under_load(target: Target, row: Row, inject: Callable[[Row], None],
+               prompts: int | None = None) -> Row:
+    """Start the load, inject the fault mid-load, time the recovery, read every request."""
+    load = Load(target.tmp, target.proxy_url, row.fault.replace(" ", "-"),
+                prompts or target.prompts)
+    time.sleep(2.0)  # mid-load
+    begin = time.monotonic()
+    try:
+        inject(row)
+    finally:
+        if row.recovery_s is None:
+            row.recovery_s = recovered(target.plane, target.proxy_url, begin)
+        load.finish(row)
+    row.check(row.lost == 0, "nothing lost")
+    row.check(row.recovery_s is not None, "recovered")
+    if not row.may_fail:
+        row.check(row.failed_clear == 0, "no request failed")
+    return row
+
+
+def fault_on(url: str, body: dict | None) -> None:
+    """Set (or, with None, clear) a stand-in's injected fault (simulator/faults.py)."""
+    if body is None:
+        request = urllib.request.Request(url + "/_fault", method="DELETE")
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            status = resp.status
+    else:
+        status, _ = http_post(url + "/_fault", body, timeout=5)
+    if status != 200:
+        raise RuntimeError(f"{url}/_fault answered {status}")
