@@ -74,6 +74,15 @@ def _field(body: dict[str, Any], name: str, kind: type, default: Any = None) -> 
     return value
 
 
+def _positive(body: dict[str, Any], name: str) -> int:
+    value = _field(body, name, int, 1)
+    if value is None:  # sent as null: the default
+        return 1
+    if value < 1:
+        raise BadRequest(f"field '{name}' must be a positive integer", name)
+    return value
+
+
 class AdminRoutes:
     def __init__(self, proxy: Proxy) -> None:
         self.proxy = proxy
@@ -96,8 +105,8 @@ class AdminRoutes:
                 role,
                 group,
                 zmq_address=_field(body, "zmq_address", str),
-                dp_size=_field(body, "dp_size", int, 1),
-                tp_size=_field(body, "tp_size", int, 1),
+                dp_size=_positive(body, "dp_size"),
+                tp_size=_positive(body, "tp_size"),
                 source="admin",
             )
         except ValueError as exc:
@@ -160,6 +169,10 @@ class AdminRoutes:
         return web.json_response(self.pool.set_paused(self._group(request), False).describe())
 
     async def recent_requests(self, request: web.Request) -> web.Response:
+        unknown = sorted(set(request.query) - {"limit"})
+        if unknown:
+            raise BadRequest(f"unknown query parameter {unknown[0]!r}; the only one is "
+                             "'limit'", unknown[0])
         try:
             limit = int(request.query.get("limit", "100"))
         except ValueError:

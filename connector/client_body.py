@@ -1,12 +1,12 @@
 """Pure: the client's request body as the proxy needs it (checked just enough to route it),
-token estimates for load balancing, and upstream error messages made short."""
+token estimates for load balancing, and upstream errors as the client's errors."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from connector.errors import BadRequest
+from connector.errors import BadRequest, ProxyError, UpstreamError, UpstreamRefused
 
 DEFAULT_MAX_TOKENS = 256  # load estimate only, when the client sets none
 
@@ -47,6 +47,22 @@ def estimate_tokens(body: dict[str, Any]) -> tuple[int, int]:
     prompt_tokens = len(prompt) // 4 if isinstance(prompt, str) else len(str(prompt)) // 4
     output = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
     return max(1, prompt_tokens), int(output)
+
+
+def upstream_failure(leg: str, instance: str, status: int, raw: bytes) -> ProxyError:
+    """A leg's non-200 answer as the client's error: the engine refusing the request (a 4xx
+    about the body) is the client's 4xx with the engine's message; anything else is a 502."""
+    if status not in UpstreamRefused.STATUSES:
+        return UpstreamError(leg, instance, f"HTTP {status}: {upstream_message(raw)}")
+    param = None
+    try:
+        parsed = json.loads(raw)
+        error = parsed.get("error") if isinstance(parsed, dict) else None
+        param = error.get("param") if isinstance(error, dict) else None
+    except (ValueError, RecursionError):
+        pass
+    return UpstreamRefused(leg, instance, status, upstream_message(raw),
+                           param if isinstance(param, str) else None)
 
 
 def upstream_message(raw: bytes) -> str:

@@ -2,6 +2,8 @@
 
     ProxyError                  500  anything the proxy itself cannot do
      +- BadRequest              400  the client's body cannot be served (names the field)
+     |   +- UpstreamRefused     4xx  the engine refused the body (400, 404, 413, 422): its
+     |                              status and message, naming the leg and the instance
      +- Unauthorized            401  admin API without the right bearer token
      +- NotFound                404  admin API: no such instance or group
      +- TooLarge                413  a request body over --max-body-bytes
@@ -49,6 +51,25 @@ class BadRequest(ProxyError):
         body = super().body()
         if self.field is not None:
             body["error"]["param"] = self.field
+        return body
+
+
+class UpstreamRefused(BadRequest):
+    """The client's request as the engine judged it: a client error, not a failed leg."""
+
+    STATUSES = frozenset({400, 404, 413, 422})
+
+    def __init__(self, leg: str, instance: str, status: int, message: str,
+                 field: str | None = None) -> None:
+        super().__init__(message, field)
+        self.status = status
+        self.type = "NotFoundError" if status == 404 else "BadRequestError"
+        self.leg, self.instance = leg, instance
+
+    def body(self) -> dict:
+        body = super().body()
+        body["error"]["leg"] = self.leg
+        body["error"]["instance"] = self.instance
         return body
 
 

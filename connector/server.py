@@ -8,7 +8,7 @@ import logging
 
 from aiohttp import web
 
-from connector import admin
+from connector import admin, openapi
 from connector.proxy import PROXY_KEY, RUNNER_KWARGS, Proxy
 from connector.settings import ProxySettings
 
@@ -27,6 +27,7 @@ def create_app(settings: ProxySettings) -> web.Application:
     app.router.add_get("/v1/models", proxy.models)
     app.router.add_get("/health", proxy.health)
     app.router.add_get("/metrics", proxy.metrics_text)
+    app.router.add_get("/openapi.json", openapi.serve)
     app.add_subapp("/admin", admin.create_admin_app(proxy))
     return app
 

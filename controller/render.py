@@ -16,6 +16,7 @@ from typing import Any
 from connector import kv_config
 from controller.deployment import DeploymentSpec, Engine, InstanceGroup, InstancePorts, Role
 from controller.ports import AllocatedPorts
+from controller.redact import redact_argv, redact_command, redact_env
 
 VLLM_SERVE = ("vllm", "serve")
 VLLM_CPU_MODULE = ("python", "-m", "vllm.entrypoints.openai.api_server")  # takes --model
@@ -58,9 +59,13 @@ class Launch:
         return self.name == PROXY
 
     def preview(self) -> dict[str, Any]:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
-        return {"argv": list(self.argv), "env": dict(self.env), "command": self.command,
-                "command_line": f"{env} {self.command}" if env else self.command}
+        """What people are shown: secret env values and flags masked (controller/redact.py);
+        `argv` and `env` themselves are what runs."""
+        shown_env = redact_env(self.env)
+        command = redact_command(self.command)
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in shown_env.items())
+        return {"argv": redact_argv(self.argv), "env": shown_env, "command": command,
+                "command_line": f"{env} {command}" if env else command}
 
 
 def render(spec: DeploymentSpec, ports: AllocatedPorts,
@@ -240,6 +245,10 @@ def proxy_args(spec: DeploymentSpec, ports: AllocatedPorts,
         args += ["--connector", "nixl", "--mode", "read", "--registry-port", "-1"]
     args += ["--policy", spec.proxy.policy, "--hold-queue", str(spec.proxy.hold_queue),
              "--hold-deadline", _number(spec.proxy.hold_deadline_s)]
+    for flag, value in (("--prefill-timeout", spec.proxy.prefill_timeout_s),
+                        ("--decode-timeout", spec.proxy.decode_timeout_s)):
+        if value is not None:
+            args += [flag, _number(value)]
     slo = spec.slo
     for flag, value in (("--slo-ttft-ms", slo.ttft_ms), ("--slo-itl-ms", slo.itl_ms),
                         ("--slo-tpot-ms", slo.tpot_ms)):

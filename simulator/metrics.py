@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -311,4 +312,9 @@ def _histogram(name: str, hist: BucketHistogram, names: list[str], values: list[
 def registry_for(metrics: EngineMetrics) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(metrics)  # type: ignore[arg-type]
+    # vLLM serves prometheus_client's default registry, so its /metrics opens with the
+    # process_* and python_* families (process CPU is what tells a busy frontend).
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
     return registry

@@ -12,6 +12,9 @@ from typing import Any
 
 from simulator import tokenizer
 
+# vLLM holds token ids as int32: a larger one is out of any vocabulary (its 400 wording).
+MAX_TOKEN_ID = 1 << 31
+
 
 class RequestError(Exception):
     """A request vLLM would refuse: HTTP status, OpenAI error type and the offending field.
@@ -170,6 +173,8 @@ def _completion_prompt(prompt: Any) -> list[int]:
                                           for t in prompt):
         if any(t < 0 for t in prompt):
             raise RequestError("prompt token ids must be non-negative", param="prompt")
+        if prompt and max(prompt) >= MAX_TOKEN_ID:
+            raise RequestError(f"Token id {max(prompt)} is out of vocabulary", param="prompt")
         ids = list(prompt)
     elif prompt is None:
         ids = []

@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
     app.command("kv", help="KV-cache bytes of a prompt and its transfer time.")(kv)
 
 
-def _rates(text: str) -> list[float]:
+def parse_rates(text: str) -> list[float]:
     """`8`, `1,2,4` or `0.5:10:0.5` (start:stop:step, inclusive)."""
     try:
         if ":" in text:
@@ -89,12 +89,12 @@ def plan(
             if not 1 <= seeds <= 200:
                 raise PlanError("--seeds must be between 1 and 200")
             result = (SCENARIOS[scenario]() if scenario == "saturation" else
-                      SCENARIOS[scenario](rates=_rates(rate) if rate else None, seeds=seeds))
+                      SCENARIOS[scenario](rates=parse_rates(rate) if rate else None, seeds=seeds))
             _emit(result, as_json, console)
             return
         _checks(model, hardware, gpus, num_prompts, input_len, output_len, range_ratio,
                 burstiness, goodput_share, itl_slo_stat)
-        rates = _rates(rate or "8")
+        rates = parse_rates(rate or "8")
         flags = EngineFlags(max_num_seqs, max_num_batched_tokens, prefix_caching)
         pd_flags = EngineFlags(pd_max_num_seqs, pd_max_num_batched_tokens, prefix_caching)
         setup = PlanSetup(model, hardware, gpus, flags, pd_flags, pd_flags, link_gbps,

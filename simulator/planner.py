@@ -12,6 +12,7 @@ import functools
 import math
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from bench.arrivals import arrival_times
@@ -252,17 +253,28 @@ def run_with_results(setup: PlanSetup, config: PlanConfig, workload: Workload,
 
 
 def sweep(setup: PlanSetup, configs: list[PlanConfig], workload: Workload,
-          rates: list[float]) -> dict:
-    rows, best = [], {}
+          rates: list[float], should_stop: Callable[[], bool] | None = None) -> dict:
+    """Every configuration at every rate. `should_stop` (asked before each run) lets a caller
+    bound the wall time: runs not started are counted in `truncated`."""
+    rows, best, skipped = [], {}, 0
     for config in configs:
-        config_rows = [run(setup, config, workload, rate) for rate in rates]
+        config_rows = []
+        for rate in rates:
+            if should_stop is not None and should_stop():
+                skipped += 1
+                continue
+            config_rows.append(run(setup, config, workload, rate))
         rows.extend(config_rows)
         best[config.label] = max_goodput_rate(
-            [(r["rate"], r["slo_attainment"]) for r in config_rows], setup.goodput_share)
-    return {"rows": rows, "max_goodput_rate": best, "goodput_share": setup.goodput_share,
-            "slo": {"ttft_ms": setup.slo.ttft_ms, "itl_ms": setup.slo.itl_ms,
-                    "itl_stat": setup.slo.itl_stat},
-            "calibration": calibration(setup)}
+            [(r["rate"], r["slo_attainment"]) for r in config_rows],
+            setup.goodput_share) if config_rows else None
+    result = {"rows": rows, "max_goodput_rate": best, "goodput_share": setup.goodput_share,
+              "slo": {"ttft_ms": setup.slo.ttft_ms, "itl_ms": setup.slo.itl_ms,
+                      "itl_stat": setup.slo.itl_stat},
+              "calibration": calibration(setup)}
+    if skipped:
+        result["truncated"] = f"{skipped} of {len(configs) * len(rates)} runs not started"
+    return result
 
 
 def calibration(setup: PlanSetup) -> list[dict]:
@@ -299,21 +311,36 @@ def candidate_configs(gpus: int, modes: tuple[str, ...] = ("read", "write")) -> 
     return out
 
 
-def search(setup: PlanSetup, workload: Workload, rates: list[float],
-           modes: tuple[str, ...] = ("write",)) -> dict:
-    """Rank one-node layouts by max_goodput_rate, and say why the winner wins."""
-    ranked = []
+def fitting_configs(setup: PlanSetup, modes: tuple[str, ...] = ("write",)) -> list[PlanConfig]:
+    """The one-node layouts whose every engine holds the model."""
+    out = []
     for config in candidate_configs(setup.gpus, modes):
         try:
             setup.check(config)
         except PlanError:
             continue
-        rows = [run(setup, config, workload, rate) for rate in rates]
-        best = max_goodput_rate([(r["rate"], r["slo_attainment"]) for r in rows],
-                                setup.goodput_share)
-        ranked.append({"config": config.label, "max_goodput_rate": best,
-                       "attainment_at_top_rate": rows[-1]["slo_attainment"],
-                       "failed_target_at_top_rate": rows[-1]["failed_target"], "rows": rows})
+        out.append(config)
+    return out
+
+
+def search(setup: PlanSetup, workload: Workload, rates: list[float],
+           modes: tuple[str, ...] = ("write",),
+           should_stop: Callable[[], bool] | None = None) -> dict:
+    """Rank one-node layouts by max_goodput_rate, and say why the winner wins."""
+    result = sweep(setup, fitting_configs(setup, modes), workload, rates, should_stop)
+    return {**result, **rank(result, setup)}
+
+
+def rank(result: dict, setup: PlanSetup) -> dict:
+    """A sweep's configurations, best max_goodput_rate first (then attainment at the top
+    rate run), with the reason the winner wins."""
+    by_config: dict[str, list[dict]] = {}
+    for row in result["rows"]:
+        by_config.setdefault(row["config"], []).append(row)
+    ranked = [{"config": name, "max_goodput_rate": result["max_goodput_rate"][name],
+               "attainment_at_top_rate": rows[-1]["slo_attainment"],
+               "failed_target_at_top_rate": rows[-1]["failed_target"], "rows": rows}
+              for name, rows in by_config.items()]
     ranked.sort(key=lambda r: (r["max_goodput_rate"] or 0, r["attainment_at_top_rate"]),
                 reverse=True)
     return {"ranked": ranked, "reason": _why(ranked, setup)}

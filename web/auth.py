@@ -1,7 +1,9 @@
 """Who is asking: tokens from settings (`SECRET` or `NAME:SECRET`) for two roles.
 
 With no tokens configured everyone is the anonymous operator (and `pdctl serve` binds
-loopback only). The secret comes from `Authorization: Bearer` or the login cookie.
+loopback only). The secret comes from `Authorization: Bearer` or the login cookie. Unknown
+secrets are counted per client address, at /login, the API and the websockets alike: past
+`login_attempts_per_minute` the address gets 429 for a while (web/ratelimit.py).
 """
 
 from __future__ import annotations
@@ -9,8 +11,13 @@ from __future__ import annotations
 import enum
 import hmac
 import ipaddress
+import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from web.errors import PdctlError
+from web.ratelimit import FailureWindow
 from web.settings import Settings
 
 COOKIE = "pdctl_token"
@@ -39,8 +46,24 @@ class Actor:
 ANONYMOUS = Actor(Role.OPERATOR, None)
 
 
+class TooManyAttempts(PdctlError):
+    status = 429
+    title = "Too many attempts"
+
+    def __init__(self, retry_after: float) -> None:
+        self.retry_after = max(1, math.ceil(retry_after))
+        super().__init__(f"too many failed sign-ins from this address; try again in "
+                         f"{self.retry_after} s")
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+
 class TokenBook:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.failures = FailureWindow(settings.login_attempts_per_minute, 60.0)
         self._tokens: list[tuple[bytes, Actor]] = []
         for role, tokens in ((Role.VIEWER, settings.viewer_tokens),
                              (Role.OPERATOR, settings.operator_tokens)):
@@ -59,6 +82,18 @@ class TokenBook:
             if hmac.compare_digest(known, secret.encode()):
                 found = found or actor
         return found
+
+    def check(self, secret: str, client: str) -> Actor | None:
+        """`identify`, for a client that may be guessing: an unknown secret counts against
+        its address; TooManyAttempts once the address has used up its attempts."""
+        now = self.clock()
+        wait = self.failures.retry_after(client, now)
+        if wait is not None:
+            raise TooManyAttempts(wait)
+        actor = self.identify(secret)
+        if actor is None:
+            self.failures.failed(client, now)
+        return actor
 
 
 def bearer(authorization: str | None) -> str | None:

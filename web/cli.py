@@ -23,6 +23,7 @@ def serve(
     import uvicorn
     from pydantic import ValidationError
 
+    from web import serve_logs
     from web.app import create_app
     from web.auth import is_loopback
     from web.settings import Settings
@@ -38,7 +39,7 @@ def serve(
             "change deployments. Set PDCTL_OPERATOR_TOKENS (and PDCTL_VIEWER_TOKENS), or "
             "bind loopback (--host 127.0.0.1).", param_hint="--host")
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
-                log_level="info", timeout_graceful_shutdown=5)
+                log_level="info", log_config=serve_logs.config(), timeout_graceful_shutdown=5)
 
 
 def register(app: typer.Typer) -> None:

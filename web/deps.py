@@ -41,7 +41,7 @@ def current_actor(request: Request) -> Actor:
     if not secret:
         raise Unauthorized("a token is required: send 'Authorization: Bearer <token>' or "
                            "sign in at /login")
-    actor = book.identify(secret)
+    actor = book.check(secret, request.client.host if request.client else "unknown")
     if actor is None:
         raise Unauthorized("unknown token")
     return actor

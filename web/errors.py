@@ -99,6 +99,8 @@ API_RESPONSES: dict[int | str, dict] = {
     409: {"model": ErrorOut, "description": "Conflicts with the current state; says why."},
     413: {"model": ErrorOut, "description": "Request body over the configured limit."},
     415: {"model": ErrorOut, "description": "A request body that is not JSON."},
+    429: {"model": ErrorOut, "description": "Too many unknown tokens from this address; "
+          "Retry-After says when to try again."},
     503: {"model": ErrorOut, "description": "No controller runs in this control plane."},
 }
 

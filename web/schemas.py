@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from controller.deployment import DeploymentSpec, InstancePorts, Slug
+from controller.redact import redact_spec
 from web.diff import Change
 from web.models import Event, Revision
 from web.store import Current
@@ -30,9 +31,12 @@ class DeploymentOut(BaseModel):
     ports: PortsOut = Field(description="Every port, given or allocated.")
 
     @classmethod
-    def of(cls, d: Current) -> DeploymentOut:
+    def of(cls, d: Current, secrets: bool = True) -> DeploymentOut:
+        """`secrets=False` (a viewer) masks secret-looking env values and args."""
+        spec = d.spec if secrets else DeploymentSpec.model_validate(
+            redact_spec(d.spec.model_dump(mode="json")))
         return cls(name=d.name, revision=d.revision, created_at=d.created_at,
-                   updated_at=d.updated_at, actor=d.actor, reason=d.reason, spec=d.spec,
+                   updated_at=d.updated_at, actor=d.actor, reason=d.reason, spec=spec,
                    ports=PortsOut(proxy=d.ports.proxy, registry=d.ports.registry,
                                   instances=d.ports.instances))
 
@@ -53,9 +57,9 @@ class RevisionOut(RevisionSummary):
     ports: dict[str, Any]
 
     @classmethod
-    def of(cls, r: Revision) -> RevisionOut:
+    def of(cls, r: Revision, secrets: bool = True) -> RevisionOut:
         return cls(number=r.number, created_at=r.created_at, actor=r.actor, reason=r.reason,
-                   spec=r.spec, ports=r.ports)
+                   spec=r.spec if secrets else redact_spec(r.spec), ports=r.ports)
 
 
 class ChangeOut(BaseModel):

@@ -47,8 +47,13 @@ class Settings(BaseSettings):
     # Live websockets (/ws/deployments/{name}): at most this many at once; queue per socket.
     max_websockets: int = Field(100, ge=1)
     live_queue_size: int = Field(16, ge=1)
+    # Failed sign-ins (and unknown tokens) per client address per minute; more are 429.
+    login_attempts_per_minute: int = Field(10, ge=1)
+    # Origins whose unsafe requests pass the cross-origin check although their host differs
+    # from Host (a reverse proxy that rewrites it): "https://pdctl.example.com".
+    trusted_origins: TokenList = Field(default_factory=list)
 
-    @field_validator("viewer_tokens", "operator_tokens", mode="before")
+    @field_validator("viewer_tokens", "operator_tokens", "trusted_origins", mode="before")
     @classmethod
     def _split_tokens(cls, value: object) -> object:
         if isinstance(value, str):

@@ -16,6 +16,7 @@ from sqlmodel import Session, col, func, select
 
 from controller.deployment import DeploymentSpec, InstancePorts
 from controller.ports import AllocatedPorts
+from controller.redact import redact_spec
 from controller.validation import Problem
 from web.admission import Admission, admit, without_given_ports
 from web.errors import Conflict, NotFound, SpecInvalid
@@ -118,7 +119,7 @@ class Store:
             # Revisions go with the row (ON DELETE CASCADE); the event keeps the last one.
             s.add(Event(actor=actor, kind="deployment.deleted", deployment=name,
                         message=f"{name} deleted at revision {last.number}" + _why(reason),
-                        detail={"revision": last.number, "spec": last.spec,
+                        detail={"revision": last.number, "spec": redact_spec(last.spec),
                                 "ports": last.ports}))
             s.delete(deployment)
             s.commit()

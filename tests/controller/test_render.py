@@ -174,3 +174,13 @@ def test_example_connector_shares_one_absolute_folder_unless_given_one():
     given = {"shared_storage_path": "/srv/kv"}
     assert folder(nixl_1p1d(connector="ExampleConnector",
                             kv_connector_extra_config=given)) == {"/srv/kv"}
+
+
+def test_proxy_leg_timeouts_are_passed_only_when_set():
+    spec = mori_blog()
+    timed = spec.model_copy(update={"proxy": spec.proxy.model_copy(
+        update={"prefill_timeout_s": 5.0, "decode_timeout_s": 2.5})})
+    argv = by_name(timed)["proxy"].argv
+    assert argv[argv.index("--prefill-timeout") + 1] == "5"
+    assert argv[argv.index("--decode-timeout") + 1] == "2.5"
+    assert "--decode-timeout" not in by_name(spec)["proxy"].argv

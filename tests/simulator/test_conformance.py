@@ -279,6 +279,16 @@ def test_colocated_metric_families_are_vllms(engine):
     assert families(engine.metrics()) == real_families("colocated_metrics.txt")
 
 
+def test_the_process_families_vllm_serves_are_there_too(engine):
+    def process_families(text: str) -> dict[str, str]:
+        return {f.name: f.type for f in text_string_to_metric_families(text)
+                if f.name.startswith(("process_", "python_"))}
+
+    real = process_families((FIXTURES / "colocated_metrics.txt").read_text())
+    assert real["process_cpu_seconds"] == "counter"
+    assert process_families(engine.metrics()) == real
+
+
 def test_prefill_and_decode_metric_families_are_vllms(pair):
     hand_off(pair, "prefill_response.json")
     prefill, decode = pair

@@ -130,3 +130,23 @@ def test_bearer(header: str | None, secret: str | None) -> None:
                                                 ("::", False), ("example.com", False)])
 def test_is_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+def test_viewers_see_secret_env_and_args_masked_and_operators_see_them(
+        make_client: MakeClient) -> None:
+    client = make_client(operator_tokens=[OPERATOR], viewer_tokens=[VIEWER])
+    spec = nixl_1p1d(env={"HF_TOKEN": "hf-very-secret", "VLLM_LOGGING_LEVEL": "INFO"},
+                     extra_args=["--api-key", "key-very-secret"])
+    assert client.post("/api/deployments", json=spec, headers=AS_OPERATOR).status_code == 201
+    changed = {**spec, "env": {**spec["env"], "HF_TOKEN": "hf-other-secret"}}
+    assert client.put("/api/deployments/pd", json=changed, headers=AS_OPERATOR).status_code == 200
+    for path in ("/api/deployments", "/api/deployments/pd", "/api/deployments/pd/revisions/1",
+                 "/api/deployments/pd/diff?from=1&to=2"):
+        shown = client.get(path, headers=AS_VIEWER)
+        assert shown.status_code == 200
+        assert "very-secret" not in shown.text and "other-secret" not in shown.text, path
+    body = client.get("/api/deployments/pd", headers=AS_VIEWER).json()
+    assert body["spec"]["env"] == {"HF_TOKEN": "***", "VLLM_LOGGING_LEVEL": "INFO"}
+    assert body["spec"]["extra_args"] == ["--api-key", "***"]
+    full = client.get("/api/deployments/pd", headers=AS_OPERATOR).json()
+    assert full["spec"]["env"]["HF_TOKEN"] == "hf-other-secret"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, status
 
 from controller.deployment import DeploymentSpec
-from web.deps import ControllerDep, Operator, Reason, StoreDep
+from web.deps import ControllerDep, Operator, Reason, StoreDep, Viewer
 from web.errors import Conflict
 from web.schemas import CloneRequest, DeploymentOut
 
@@ -13,8 +13,9 @@ router = APIRouter(prefix="/deployments", tags=["deployments"])
 
 
 @router.get("")
-def list_deployments(store: StoreDep) -> list[DeploymentOut]:
-    return [DeploymentOut.of(d) for d in store.deployments()]
+def list_deployments(store: StoreDep, actor: Viewer) -> list[DeploymentOut]:
+    """Secret-looking env values and args are masked for viewers (operators see them)."""
+    return [DeploymentOut.of(d, actor.may_change) for d in store.deployments()]
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
@@ -24,8 +25,9 @@ def create_deployment(spec: DeploymentSpec, store: StoreDep, actor: Operator,
 
 
 @router.get("/{name}")
-def get_deployment(name: str, store: StoreDep) -> DeploymentOut:
-    return DeploymentOut.of(store.get(name))
+def get_deployment(name: str, store: StoreDep, actor: Viewer) -> DeploymentOut:
+    """Secret-looking env values and args are masked for viewers (operators see them)."""
+    return DeploymentOut.of(store.get(name), actor.may_change)
 
 
 @router.put("/{name}")

@@ -3,8 +3,10 @@ frame a second and events as they are recorded) and `/api/deployments/{name}/his
 
 Messages are JSON text: {"type": "history", "points": [...]}, {"type": "frame", ...} (the
 shape in observe/frames.py) and {"type": "event", ...} (as /api/events gives them).
-Close codes: 4401 no valid token, 4404 no such deployment, 4400 bad window, 1013 too many
-live connections (try again later).
+The token comes as `Authorization: Bearer`, the login cookie, or `?token=` (kept out of the
+logs by web/serve_logs.py). Close codes: 4401 no valid token, 4429 too many unknown
+tokens from this address, 4403 a cross-origin handshake (web/csrf.py), 4404 no such
+deployment, 4400 bad window, 1013 too many live connections (try again later).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from fastapi import APIRouter, Query, WebSocket, WebSocketDisconnect
 from observe.frames import WINDOWS
 from observe.history import History
 from observe.scraper import DEFAULT_WINDOW, event_topic, frame_topic
-from web.auth import COOKIE
+from web.auth import COOKIE, TokenBook, TooManyAttempts, bearer
 from web.deps import StoreDep
 from web.errors import NotFound
 from web.hub import Hub, encode
@@ -56,10 +58,7 @@ async def live(ws: WebSocket, name: str, window: str = DEFAULT_WINDOW,
                token: str | None = None) -> None:
     app = ws.app
     await ws.accept()
-    book = app.state.tokens
-    secret = token or ws.cookies.get(COOKIE)
-    if book.enabled and (not secret or book.identify(secret) is None):
-        await ws.close(4401, "a valid viewer or operator token is required")
+    if not await _authenticated(ws, app.state.tokens, token):
         return
     if window not in WINDOWS:
         await ws.close(4400, f"window is one of {', '.join(WINDOWS)}")
@@ -83,6 +82,21 @@ async def live(ws: WebSocket, name: str, window: str = DEFAULT_WINDOW,
         if frame is not None:
             await ws.send_text(encode(frame))
         await _pump(ws, sub)
+
+
+async def _authenticated(ws: WebSocket, book: TokenBook, token: str | None) -> bool:
+    """True when the socket may go on; otherwise it is closed saying why."""
+    if not book.enabled:
+        return True
+    secret = bearer(ws.headers.get("authorization")) or token or ws.cookies.get(COOKIE)
+    try:
+        if secret and book.check(secret, ws.client.host if ws.client else "unknown"):
+            return True
+    except TooManyAttempts as exc:
+        await ws.close(4429, exc.message)
+        return False
+    await ws.close(4401, "a valid viewer or operator token is required")
+    return False
 
 
 async def _pump(ws: WebSocket, sub) -> None:

@@ -1,4 +1,9 @@
-"""/login and /logout: the browser keeps its token in an HttpOnly, SameSite=Strict cookie."""
+"""/login and /logout: the browser keeps its token in an HttpOnly, SameSite=Strict cookie.
+
+Wrong tokens count against the client's address (TokenBook.check): past the limit the page
+answers 429 with Retry-After. Cross-origin posts never get here (web/csrf.py): a login
+form on another site cannot sign a browser in as someone else.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +12,20 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from web.auth import COOKIE, TokenBook
+from web.auth import COOKIE, TokenBook, TooManyAttempts
 from web.deps import StoreDep
 
 router = APIRouter(tags=["login"], include_in_schema=False)
 
 
-def _page(request: Request, error: str | None = None, code: int = 200) -> HTMLResponse:
+def _page(request: Request, error: str | None = None, code: int = 200,
+          headers: dict[str, str] | None = None) -> HTMLResponse:
     return request.app.state.templates.TemplateResponse(
-        request, "login.html", {"error": error}, status_code=code)
+        request, "login.html", {"error": error}, status_code=code, headers=headers)
+
+
+def client_address(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
 
 
 @router.get("/login", response_class=HTMLResponse)
@@ -27,7 +37,11 @@ def login_page(request: Request) -> HTMLResponse:
 def login(request: Request, token: Annotated[str, Form(max_length=4096)],
           store: StoreDep) -> HTMLResponse | RedirectResponse:
     book: TokenBook = request.app.state.tokens
-    actor = book.identify(token) if book.enabled else None
+    try:
+        actor = book.check(token, client_address(request)) if book.enabled else None
+    except TooManyAttempts as exc:
+        return _page(request, exc.message[:1].upper() + exc.message[1:] + ".",
+                     status.HTTP_429_TOO_MANY_REQUESTS, exc.headers())
     if book.enabled and actor is None:
         return _page(request, "Unknown token.", status.HTTP_401_UNAUTHORIZED)
     redirect = RedirectResponse("/", status_code=status.HTTP_303_SEE_OTHER)

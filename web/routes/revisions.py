@@ -6,7 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from web.deps import StoreDep
+from controller.redact import redact_spec
+from web.deps import StoreDep, Viewer
 from web.diff import diff
 from web.schemas import ChangeOut, DiffOut, RevisionOut, RevisionSummary
 
@@ -20,16 +21,18 @@ def list_revisions(name: str, store: StoreDep) -> list[RevisionSummary]:
 
 
 @router.get("/revisions/{number}")
-def get_revision(name: str, number: int, store: StoreDep) -> RevisionOut:
-    return RevisionOut.of(store.revision(name, number))
+def get_revision(name: str, number: int, store: StoreDep, actor: Viewer) -> RevisionOut:
+    """Secret-looking env values and args are masked for viewers."""
+    return RevisionOut.of(store.revision(name, number), actor.may_change)
 
 
 @router.get("/diff")
-def diff_revisions(name: str, store: StoreDep,
+def diff_revisions(name: str, store: StoreDep, actor: Viewer,
                    from_: Annotated[int, Query(alias="from", ge=1)],
                    to: Annotated[int, Query(ge=1)]) -> DiffOut:
     """What changed from revision `from` to revision `to`, field by field."""
     old, new = store.revision(name, from_), store.revision(name, to)
+    shown = (lambda spec: spec) if actor.may_change else redact_spec
     return DiffOut(from_=from_, to=to,
-                   changes=[ChangeOut.of(c) for c in diff(old.spec, new.spec)],
+                   changes=[ChangeOut.of(c) for c in diff(shown(old.spec), shown(new.spec))],
                    port_changes=[ChangeOut.of(c) for c in diff(old.ports, new.ports)])
