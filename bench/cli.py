@@ -17,6 +17,7 @@ from rich.console import Console
 
 from bench.client import ServerUnreachable
 from bench.config import BenchConfig, BenchConfigError, parse_itl_stat, parse_rates, validate
+from bench.progress import ProgressFile
 from bench.records import SloTargets
 from bench.report import lag_warning, result_document, summary_table, sweep_table
 from bench.runner import RunOutcome, run_bench
@@ -75,6 +76,10 @@ def bench(
         bool, typer.Option(help="completions: send prompts as token id lists")
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar")] = False,
+    progress_file: Annotated[
+        Path | None,
+        typer.Option(help="Keep a JSON object of requests done/total here (bench/progress.py)"),
+    ] = None,
 ) -> None:
     try:
         config = validate(
@@ -103,11 +108,20 @@ def bench(
         )
     except BenchConfigError as exc:
         _fail(f"invalid value for {exc}")
-    if result_json is not None and not result_json.parent.is_dir():
-        _fail(f"--result-json: directory {result_json.parent} does not exist")
+    for flag, path in (("--result-json", result_json), ("--progress-file", progress_file)):
+        if path is not None and not path.parent.is_dir():
+            _fail(f"{flag}: directory {path.parent} does not exist")
+    progress = _progress(progress_file, config)
     console = Console(stderr=True)
     try:
-        outcomes = _run(run_bench(config, console, show_progress=not quiet and console.is_terminal))
+        outcomes = _run(
+            run_bench(
+                config,
+                console,
+                show_progress=not quiet and console.is_terminal,
+                on_request=progress.on_request if progress else None,
+            )
+        )
     except ServerUnreachable as exc:
         _fail(f"--base-url: {exc}")
     except KeyboardInterrupt:
@@ -134,6 +148,15 @@ def _show(outcomes: list[RunOutcome], document: dict[str, Any], console: Console
     for outcome in outcomes:
         if warning := lag_warning(outcome.summary):
             console.print(f"[yellow]{warning}[/yellow]")
+
+
+def _progress(path: Path | None, config: BenchConfig) -> ProgressFile | None:
+    if path is None:
+        return None
+    try:
+        return ProgressFile(path, config.request_rates, config.num_prompts)
+    except OSError as exc:
+        _fail(f"--progress-file: cannot write {path}: {exc.strerror}")
 
 
 def _write(path: Path, document: dict[str, Any]) -> None:

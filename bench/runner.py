@@ -139,9 +139,13 @@ def run_metadata(config: BenchConfig, model: str, rate: float, lag: LoopLag) -> 
 
 
 async def run_bench(
-    config: BenchConfig, console: Console | None = None, show_progress: bool = False
+    config: BenchConfig,
+    console: Console | None = None,
+    show_progress: bool = False,
+    on_request: Callable[[RequestRecord], None] | None = None,
 ) -> list[RunOutcome]:
-    """Run every rate of `config.request_rates` in order against one session."""
+    """Run every rate of `config.request_rates` in order against one session; `on_request`
+    hears of each finished request (`--progress-file`)."""
     requests = build_requests(config)
     outcomes = []
     async with open_session(config) as session:
@@ -151,12 +155,23 @@ async def run_bench(
             arrivals = arrival_times(
                 len(requests), rate, config.burstiness, random.Random(f"{config.seed}:arrivals")
             )
-            with _ProgressBar(console, show_progress, rate, len(requests)) as on_done:
+            with _ProgressBar(console, show_progress, rate, len(requests)) as advance:
+                on_done = advance if on_request is None else _both(advance, on_request)
                 records, duration, lag = await run_once(client, requests, arrivals, on_done)
             summary = run_metadata(config, model, rate, lag)
             summary.update(summarize(records, duration, config.slo))
             outcomes.append(RunOutcome(rate, records, duration, lag, summary))
     return outcomes
+
+
+def _both(
+    first: Callable[[RequestRecord], None], second: Callable[[RequestRecord], None]
+) -> Callable[[RequestRecord], None]:
+    def call(record: RequestRecord) -> None:
+        first(record)
+        second(record)
+
+    return call
 
 
 class _ProgressBar:

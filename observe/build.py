@@ -17,7 +17,9 @@ TRACKED_PREFIXES = ("pdctl_proxy_", "pdctl_sim_loop_lag", "vllm:time_to_first_to
                     "vllm:inter_token_latency_seconds", "vllm:nixl_xfer_time_seconds",
                     "vllm:nixl_bytes_transferred", "vllm:prompt_tokens_by_source",
                     "vllm:num_requests_running", "vllm:num_requests_waiting",
-                    "vllm:kv_cache_usage_perc")
+                    "vllm:kv_cache_usage_perc", "vllm:prompt_tokens", "vllm:request_success",
+                    "vllm:prefix_cache_", "process_cpu_seconds")
+PREFILL_ROLES = ("prefill", "colocated")  # whose prompt tokens are computed, not received
 
 
 def tracked(family: str) -> bool:
@@ -74,6 +76,7 @@ def build_frame(info: DeploymentInfo, units: Sequence[Mapping[str, Any]],
         "waiting": int(sum(_gauge(t.gauges, "vllm:num_requests_waiting") or 0
                            for _, t in states)),
         "kv_cache_usage": _max(_gauge(t.gauges, "vllm:kv_cache_usage_perc") for _, t in states),
+        "engines": engine_work([(u.get("role"), t.delta(window)) for u, t in states if t.up]),
         "instances": [_instance(u, t) for u, t in states],
         "proxy": {"up": proxy.up,
                   "in_flight": int(_gauge(proxy.gauges, "pdctl_proxy_in_flight_requests") or 0),
@@ -124,6 +127,29 @@ def kv_transfer(deltas: Sequence[Delta], kv_bytes_per_token: int | None) -> dict
         return {"bytes_per_s": rate, "source": "derived", "xfer_p50_ms": None,
                 "xfer_p99_ms": None}
     return {"bytes_per_s": None, "source": None, "xfer_p50_ms": None, "xfer_p99_ms": None}
+
+
+def engine_work(parts: Sequence[tuple[str | None, Delta]]) -> dict[str, Any]:
+    """What the engines' own counters say about prefill work over the window: prompt tokens
+    per finished request and the prefix cache's hit rate (both on the roles that compute
+    prompts), and the busiest instance's serving process CPU in cores."""
+    prefill = [d for role, d in parts if role in PREFILL_ROLES]
+
+    def summed(name: str, **labels: str) -> float | None:
+        values = [v for d in prefill if (v := total(d.counts, name, **labels)) is not None]
+        return sum(values) if values else None
+
+    prompts, finished = summed("vllm:prompt_tokens_total"), summed("vllm:request_success_total")
+    queries = summed("vllm:prefix_cache_queries_total")
+    hits = summed("vllm:prefix_cache_hits_total")
+    cores = [d.rate(total(d.counts, "process_cpu_seconds_total")) for _, d in parts]
+    cores = [c for c in cores if c is not None]
+    return {
+        "prompt_tokens_per_request": prompts / finished if prompts is not None and finished
+        else None,
+        "prefix_hit_rate": hits / queries if hits is not None and queries else None,
+        "cpu_cores_max": max(cores) if cores else None,
+    }
 
 
 def headline(frame: Frame) -> dict[str, Any]:
@@ -183,5 +209,5 @@ def _instance(unit: Mapping[str, Any], t: TargetState) -> dict[str, Any]:
             "loop_lag_s": _gauge(t.gauges, "pdctl_sim_loop_lag_seconds") if t.up else None}
 
 
-__all__ = ["WINDOW_SECONDS", "DeploymentInfo", "TargetState", "build_frame", "headline",
-           "kv_transfer", "point", "requests", "tracked", "with_windows"]
+__all__ = ["WINDOW_SECONDS", "DeploymentInfo", "TargetState", "build_frame", "engine_work",
+           "headline", "kv_transfer", "point", "requests", "tracked", "with_windows"]

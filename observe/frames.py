@@ -29,6 +29,13 @@ Frame = {
   },
   "running": int, "waiting": int,    # summed over engine instances
   "kv_cache_usage": float | None,    # max over instances, 0..1
+  "engines": {                       # the engines' own counters over the window
+    "prompt_tokens_per_request": float | None,  # vllm:prompt_tokens / vllm:request_success
+                                     # on the prefill and colocated instances
+    "prefix_hit_rate": float | None,  # vllm:prefix_cache_hits / _queries, same instances
+    "cpu_cores_max": float | None,   # process_cpu_seconds_total rate of the busiest
+                                     # instance's serving process (vLLM's API server)
+  },
   "instances": [ {"name": str, "role": str, "state": str, "url": str, "mode": str|None,
                   "up": bool, "running": int, "waiting": int, "kv_cache_usage": float|None,
                   "loop_lag_s": float|None} ],

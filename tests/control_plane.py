@@ -4,11 +4,10 @@ port range in a temporary folder, and the calls tests make of it."""
 from __future__ import annotations
 
 import json
-import random
 import time
 from pathlib import Path
 
-from tests.processes import Process, free_port, http_get, http_post
+from tests.processes import Process, free_port, http_get, http_post, port_range, reap_instances
 
 
 class ControlPlane:
@@ -16,9 +15,8 @@ class ControlPlane:
         self.tmp, self.port = tmp, free_port()
         self.db = tmp / "pdctl.db"
         # A port range of its own, so that concurrent runs do not collide.
-        base = random.randrange(30000, 60000, 500)
         self.env = {"PDCTL_RUNTIME_DIR": str(tmp / "runs"),
-                    "PDCTL_PORT_RANGE": f"{base}-{base + 499}",
+                    "PDCTL_PORT_RANGE": port_range(),
                     "PDCTL_SIM_REGISTRATION_INTERVAL": "0.3"}
         self.proc: Process | None = None
 
@@ -28,6 +26,12 @@ class ControlPlane:
                             log_path=self.tmp / f"serve-{time.monotonic_ns()}.log")
         self.proc.wait_healthy(timeout)
         return self
+
+    def close(self) -> None:
+        """Stop `pdctl serve`, then anything of its deployments still running."""
+        if self.proc is not None:
+            self.proc.stop()
+        reap_instances(self.tmp / "runs")
 
     def api(self, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
         url = self.proc.url + "/api" + path

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -20,6 +22,14 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def port_range() -> str:
+    """A PDCTL_PORT_RANGE of 500 ports for one control plane: below Linux's ephemeral range
+    (32768-60999), where free_port() and every outgoing connection take theirs, so an
+    instance's allocated port is never one a client socket happens to hold."""
+    base = random.randrange(20000, 32000, 500)
+    return f"{base}-{base + 499}"
 
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -91,6 +101,29 @@ class Process:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def reap_instances(runtime_dir: Path) -> int:
+    """Kill what a control plane's shims started under `runtime_dir` and left running:
+    instances outlive `pdctl serve` by design, so a test that fails before stopping its
+    deployment would leave them holding ports. Only pdctl processes are signalled."""
+    killed = 0
+    for state_file in runtime_dir.glob("*/*/state.json"):
+        try:
+            state = json.loads(state_file.read_text())
+        except (OSError, ValueError):
+            continue
+        for key in ("child_pid", "shim_pid"):
+            pid = state.get(key)
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except (OSError, TypeError):
+                continue
+            if b"pdctl.py" in cmdline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
+    return killed
 
 
 @contextmanager

@@ -22,12 +22,27 @@ from observe.scraper import start_observer
 from web import demo, errors, migrate
 from web.admission import Admission
 from web.auth import TokenBook
+from web.csrf import CrossOriginProtection
 from web.db import create_engine
 from web.deps import current_actor, json_body
 from web.hub import Hub
 from web.limits import BodyLimit
 from web.metrics import build_registry
-from web.routes import deployments, events, lifecycle, live, login, ops, pages, revisions
+from web.routes import (
+    advice,
+    bench,
+    bench_pages,
+    deployments,
+    events,
+    kv,
+    lifecycle,
+    live,
+    login,
+    ops,
+    pages,
+    plan,
+    revisions,
+)
 from web.settings import Settings, get_settings
 from web.store import Store
 
@@ -35,7 +50,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 ROOT = Path(__file__).resolve().parent.parent
 # Each module's `router` goes under /api, behind a token when tokens are set. A new resource
 # (the lifecycle endpoints) is one more module here.
-API_ROUTES = (deployments, revisions, events, lifecycle, live)
+API_ROUTES = (deployments, revisions, events, lifecycle, live, bench, plan, kv, advice)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -56,8 +71,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(live.ws_router)  # websockets authenticate themselves
     app.include_router(login.router)
     app.include_router(pages.router)  # the HTML pages and their fragments
+    app.include_router(bench_pages.router)
+    for module in (plan, kv, advice):  # their pages and fragments
+        app.include_router(module.page_router)
     app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(CrossOriginProtection, trusted_origins=settings.trusted_origins)
     return app
 
 
@@ -87,6 +106,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         if getattr(app.state, "load_runs", None) is not None:
             await app.state.load_runs.close()
+        if getattr(app.state, "bench_runs", None) is not None:
+            await app.state.bench_runs.close()
         if app.state.observer is not None:
             await app.state.observer.close()
         if app.state.controller is not None:

@@ -3,6 +3,8 @@
     deployments  one row per live deployment; `revision` is the number of its current revision
     revisions    every change to a deployment: the whole spec and its allocated ports, who, why
     events       everything an operator (or the controller) does; outlives deleted deployments
+    history      observe/'s downsampled live frames
+    bench_runs   `pdctl bench` runs started from the dashboard, with the revision they measured
 """
 
 from __future__ import annotations
@@ -94,3 +96,25 @@ class HistoryPoint(SQLModel, table=True):
     deployment: str = Field(max_length=40, nullable=False)
     ts: float = Field(nullable=False)  # epoch seconds of the frame
     data: dict = Field(sa_type=sa.JSON, nullable=False)
+
+
+class BenchRun(SQLModel, table=True):
+    """One `pdctl bench` run (a rate or a sweep) against a deployment's proxy: the revision and
+    topology it measured, its settings, its progress, and the bench's result document."""
+
+    __tablename__ = "bench_runs"
+    __table_args__ = (sa.Index("ix_bench_runs_deployment_id", "deployment", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    deployment: str = Field(max_length=40, nullable=False)  # a name, not a key: outlives it
+    revision: int = Field(nullable=False)
+    topology: dict = Field(sa_type=sa.JSON, nullable=False)  # web/bench_store.py `snapshot`
+    config: dict = Field(sa_type=sa.JSON, nullable=False)  # rates, prompts, lengths, SLOs
+    status: str = Field(max_length=16, nullable=False)  # running | done | failed | stopped
+    actor: str = Field(max_length=200, nullable=False)
+    started_at: datetime = _ts()
+    finished_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    done: int = Field(default=0, nullable=False)  # requests finished, over every rate
+    total: int = Field(nullable=False)
+    result: dict | None = Field(default=None, sa_type=sa.JSON)  # bench/report.py's document
+    error: str | None = Field(default=None)

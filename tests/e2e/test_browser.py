@@ -9,13 +9,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.processes import ROOT, Process, free_port, http_post
+from tests.processes import ROOT, Process, free_port, http_post, port_range, reap_instances
 
 pytestmark = pytest.mark.e2e
 
@@ -35,8 +34,7 @@ def _playwright():
 
 def serve(tmp_path: Path, port: int | None = None) -> Process:
     port = port or free_port()
-    base = random.randrange(30000, 60000, 500)
-    env = {"PDCTL_RUNTIME_DIR": str(tmp_path / "runs"), "PDCTL_PORT_RANGE": f"{base}-{base + 499}",
+    env = {"PDCTL_RUNTIME_DIR": str(tmp_path / "runs"), "PDCTL_PORT_RANGE": port_range(),
            "PDCTL_SIM_REGISTRATION_INTERVAL": "0.3", "PDCTL_OPERATOR_TOKENS": f"alice:{TOKEN}"}
     proc = Process(["serve", "--port", str(port), "--db", str(tmp_path / "pdctl.db")], port,
                    env=env, log_path=tmp_path / f"serve-{time.monotonic_ns()}.log")
@@ -54,6 +52,7 @@ def plane(tmp_path):
                       headers={"Authorization": f"Bearer {TOKEN}"})
             time.sleep(1.0)
         proc.stop()
+        reap_instances(tmp_path / "runs")
 
 
 @pytest.fixture

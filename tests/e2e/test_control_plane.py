@@ -44,7 +44,7 @@ def plane(tmp_path):
                 with contextlib.suppress(TimeoutError):
                     plane.wait(name, lambda us: all(u["state"] in ("STOPPED", "EXITED")
                                                     for u in us.values()), 30)
-        plane.proc.stop()
+        plane.close()
 
 
 def complete(proxy_port: int, n: int = 8) -> dict:

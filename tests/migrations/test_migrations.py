@@ -16,7 +16,7 @@ import web.models  # noqa: F401  (the tables)
 from web import migrate
 from web.db import create_engine
 
-TABLES = {"alembic_version", "deployments", "revisions", "events", "history"}
+TABLES = {"alembic_version", "deployments", "revisions", "events", "history", "bench_runs"}
 
 
 def tables(db: Path) -> set[str]:
@@ -93,5 +93,32 @@ def test_the_app_engine_runs_wal_with_foreign_keys(tmp_path: Path) -> None:
                 conn.exec_driver_sql("INSERT INTO revisions (deployment_id, number, spec, "
                                      "ports, actor, created_at) VALUES (999, 1, '{}', '{}', "
                                      "'x', '2026-01-01')")
+    finally:
+        engine.dispose()
+
+
+def test_0003_adds_bench_runs_to_a_file_with_data(tmp_path: Path) -> None:
+    db = tmp_path / "pdctl.db"
+    migrate.upgrade(db, "0002")
+    engine = sa.create_engine(f"sqlite:///{db}")
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("INSERT INTO deployments (name, revision, created_at, "
+                                 "updated_at) VALUES ('a', 1, '2026-01-01', '2026-01-01')")
+            conn.exec_driver_sql("INSERT INTO history (deployment, ts, data) VALUES "
+                                 "('a', 1.0, '{}')")
+        migrate.upgrade(db)
+        assert current(db) == head() and "bench_runs" in tables(db)
+        with engine.begin() as conn:
+            assert conn.exec_driver_sql("SELECT name FROM deployments").scalar() == "a"
+            assert conn.exec_driver_sql("SELECT count(*) FROM history").scalar() == 1
+            conn.exec_driver_sql(
+                "INSERT INTO bench_runs (deployment, revision, topology, config, status, "
+                "actor, started_at, done, total) VALUES ('a', 1, '{}', '{}', 'running', 'x', "
+                "'2026-01-01', 0, 20)")
+        migrate.downgrade(db, "0002")
+        assert "bench_runs" not in tables(db)
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT count(*) FROM deployments").scalar() == 1
     finally:
         engine.dispose()

@@ -7,10 +7,17 @@ import json
 
 import pytest
 
-from observe.build import DeploymentInfo, TargetState, build_frame, point, with_windows
+from observe.build import (
+    DeploymentInfo,
+    TargetState,
+    build_frame,
+    engine_work,
+    point,
+    with_windows,
+)
 from observe.frames import WINDOWS
 from observe.samples import parse
-from observe.windows import Snapshots, advance
+from observe.windows import Delta, Snapshots, advance
 from tests.observe.series import engine_text, proxy_text
 
 INFO = DeploymentInfo("pd", simulated=True, slo={"ttft_ms": 1000.0, "itl_ms": 50.0,
@@ -90,3 +97,20 @@ def test_frames_and_points_serialize_as_json() -> None:
     text = json.dumps(with_windows(frames["1m"], frames), allow_nan=False)
     assert json.loads(text)["windows"]["10s"]["ttft_count"] == 4
     assert point(frames["10s"])["ts"] == 10.0
+
+
+def test_engine_work_counts_prompts_and_prefix_hits_on_prefilling_roles_only() -> None:
+    def counts(**values: float) -> Delta:
+        return Delta(10.0, {(name, ()): v for name, v in values.items()})
+    prefill = counts(**{"vllm:prompt_tokens_total": 20_000, "vllm:request_success_total": 10,
+                        "vllm:prefix_cache_queries_total": 20_000,
+                        "vllm:prefix_cache_hits_total": 5_000,
+                        "process_cpu_seconds_total": 3.0})
+    decode = counts(**{"vllm:prompt_tokens_total": 99_999, "vllm:request_success_total": 1,
+                       "vllm:prefix_cache_queries_total": 1, "process_cpu_seconds_total": 6.0})
+    work = engine_work([("prefill", prefill), ("decode", decode)])
+    assert work == {"prompt_tokens_per_request": 2000.0, "prefix_hit_rate": 0.25,
+                    "cpu_cores_max": 0.6}
+    assert engine_work([("decode", decode)])["prompt_tokens_per_request"] is None
+    assert engine_work([]) == {"prompt_tokens_per_request": None, "prefix_hit_rate": None,
+                               "cpu_cores_max": None}

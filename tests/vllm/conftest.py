@@ -53,7 +53,7 @@ def plane(tmp_path_factory, vllm_setup):
     try:
         yield plane
     finally:
-        plane.proc.stop()
+        plane.close()
 
 
 @contextlib.contextmanager

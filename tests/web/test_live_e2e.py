@@ -64,4 +64,4 @@ def test_frames_fill_while_requests_flow_and_events_arrive(tmp_path) -> None:
             plane.api("POST", "/deployments/pd/stop")
             plane.wait("pd", lambda us: all(u["state"] in ("STOPPED", "EXITED")
                                             for u in us.values()), 30)
-        plane.proc.stop()
+        plane.close()

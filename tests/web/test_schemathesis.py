@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import random
 from collections.abc import Iterator
 
 import pytest
@@ -15,7 +14,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from tests.processes import Process, free_port, http_get, http_post
+from tests.processes import Process, free_port, http_get, http_post, port_range
 
 pytestmark = pytest.mark.e2e
 
@@ -28,11 +27,10 @@ EXAMPLES = 20
 @pytest.fixture(scope="module")
 def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
     tmp = tmp_path_factory.mktemp("schemathesis")
-    base = random.randrange(30000, 60000, 500)
     port = free_port()
     proc = Process(["serve", "--port", str(port), "--db", str(tmp / "pdctl.db")], port,
                    env={"PDCTL_RUNTIME_DIR": str(tmp / "runs"),
-                        "PDCTL_PORT_RANGE": f"{base}-{base + 499}"},
+                        "PDCTL_PORT_RANGE": port_range()},
                    log_path=tmp / "serve.log")
     try:
         proc.wait_healthy(30)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import ROOT, Process, free_port, http_get, http_post, metric_value
+from tests.processes import ROOT, Process, free_port, http_get, http_post, metric_value, port_range
 from tests.specs import nixl_1p1d
 
 pytestmark = pytest.mark.e2e
@@ -23,7 +23,7 @@ TOKENS = {"PDCTL_OPERATOR_TOKENS": "alice:op-secret", "PDCTL_VIEWER_TOKENS": "bo
 def serve(tmp_path: Path, db: Path, env: dict | None = None) -> Process:
     port = free_port()
     return Process(["serve", "--port", str(port), "--db", str(db)], port,
-                   env={"PDCTL_PORT_RANGE": "42000-42999",
+                   env={"PDCTL_PORT_RANGE": port_range(),
                         "PDCTL_RUNTIME_DIR": str(tmp_path / "runs"), **(env or {})},
                    log_path=tmp_path / f"serve-{port}.log").wait_healthy()
 
@@ -55,7 +55,7 @@ def test_serve_migrates_a_fresh_file_and_keeps_state_across_restarts(tmp_path: P
     finally:
         server.stop()
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0002",)
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0003",)
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     again = serve(tmp_path, db)
     try:

@@ -67,7 +67,7 @@ def page_actor(request: Request) -> Actor:
 PageActor = Annotated[Actor, Depends(page_actor)]
 
 
-def _context(request: Request, actor: Actor, **extra: Any) -> dict[str, Any]:
+def page_context(request: Request, actor: Actor, **extra: Any) -> dict[str, Any]:
     return {"static": STATIC_FILES, "actor": actor,
             "auth": request.app.state.tokens.enabled, **extra}
 
@@ -82,7 +82,7 @@ def _operator(actor: Actor) -> None:
 
 @router.get("/", response_class=HTMLResponse)
 def deployments_page(request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
-    ctx = _context(request, actor, rows=[_summary(request, d) for d in store.deployments()])
+    ctx = page_context(request, actor, rows=[_summary(request, d) for d in store.deployments()])
     if htmx.is_htmx(request):
         return htmx.fragment(request, "deployments.html", "rows", ctx)
     return htmx.page(request, "deployments.html", ctx)
@@ -136,7 +136,7 @@ FORM_CHOICES = {"engines": ENGINES, "topologies": TOPOLOGIES, "roles": ROLES, "m
 def _form(request: Request, actor: Actor, values: FormValues, editing: str | None,
           errors: dict[str, list[str]] | None = None, general: list[str] | None = None,
           status_code: int = 200) -> HTMLResponse:
-    ctx = _context(request, actor, v=values, editing=editing, errors=errors or {},
+    ctx = page_context(request, actor, v=values, editing=editing, errors=errors or {},
                    general=general or [], **FORM_CHOICES)
     if htmx.is_htmx(request):
         return htmx.fragment(request, "deployment_form.html", "form", ctx, status_code)
@@ -231,7 +231,7 @@ def _deployment_context(request: Request, actor: Actor, current: Current,
     units = _units(request, name)
     controller = request.app.state.controller
     switches = controller.switches.history(name) if controller is not None else []
-    ctx = _context(
+    ctx = page_context(
         request, actor, d=current, spec=current.spec, ports=current.ports, units=units,
         topology=topology(current, units), modes=_modes(current.spec),
         state=overall_state(units, bool(switches) and switches[-1].state == "running"),
@@ -274,7 +274,7 @@ def topology(current: Current, units: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _error_page(request: Request, actor: Actor, error: PdctlError) -> HTMLResponse:
-    return htmx.page(request, "error.html", _context(request, actor, title=error.title,
+    return htmx.page(request, "error.html", page_context(request, actor, title=error.title,
                                                      message=error.message), error.status)
 
 
@@ -303,7 +303,7 @@ def events_fragment(name: str, request: Request, store: StoreDep, actor: PageAct
     _get(store, name)
     events = events_api.list_events(store, name, None, limit)
     return htmx.fragment(request, "deployment.html", "events",
-                         _context(request, actor, events=events))
+                         page_context(request, actor, events=events))
 
 
 @router.get("/deployments/{name}/commands", response_class=HTMLResponse)
@@ -315,7 +315,7 @@ def commands_fragment(name: str, request: Request, store: StoreDep,
     except PdctlError as exc:
         commands, error = {}, exc.message
     return htmx.fragment(request, "deployment.html", "commands",
-                         _context(request, actor, commands=commands, error=error,
+                         page_context(request, actor, commands=commands, error=error,
                                   simulated=current.spec.engine.value == "sim"))
 
 
@@ -329,7 +329,7 @@ def log_fragment(name: str, instance: str, request: Request, store: StoreDep,
     except PdctlError as exc:
         tail, error = [], exc.message
     return htmx.fragment(request, "deployment.html", "log",
-                         _context(request, actor, name=name, instance=instance, tail=tail,
+                         page_context(request, actor, name=name, instance=instance, tail=tail,
                                   error=error))
 
 
@@ -389,7 +389,7 @@ def switch_progress(name: str, switch_id: str, request: Request, store: StoreDep
         record = lifecycle.switch_status(name, switch_id, request, store)
     except PdctlError as exc:
         return htmx.fragment(request, "deployment.html", "flash",
-                             _context(request, actor, flash=exc.message, flash_ok=False))
+                             page_context(request, actor, flash=exc.message, flash_ok=False))
     ctx = _deployment_context(request, actor, current, switch=record)
     trigger = None if record["state"] == "running" else "pd-refresh"
     return htmx.fragment(request, "deployment.html", "switch_progress", ctx, trigger=trigger)
@@ -418,6 +418,8 @@ async def load_start(name: str, request: Request, store: StoreDep,
             await runs.stop(name)
         elif runs.busy(name):
             error = "a load run is already going: stop it first"
+        elif (bench := getattr(request.app.state, "bench_runs", None)) and bench.busy(name):
+            error = "a bench run is going against this deployment: stop it first"
         else:
             rate = _float(form.get("rate"), 8.0)
             duration = _float(form.get("duration"), 30.0)

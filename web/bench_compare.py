@@ -1,0 +1,49 @@
+"""Stored bench runs as curves to overlay: slo_attainment (and p99 TTFT, ITL) against the
+offered rate, one curve per run, labelled with what it measured. Pure: rows in, JSON out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from web.models import BenchRun
+
+POINT_FIELDS = ("slo_attainment", "p99_ttft_ms", "p99_itl_ms", "request_goodput",
+                "completed", "failed")
+
+
+def rate_runs(result: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The per-rate summaries of a bench document: a sweep keeps them under `runs`, a single
+    rate is one flat summary (bench/report.py)."""
+    if not result:
+        return []
+    runs = result.get("runs")
+    return list(runs) if isinstance(runs, list) else [result]
+
+
+def points(result: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """One point per offered rate, in rate order; a rate the document gives as "inf" (all at
+    once) cannot sit on a rate axis and is left out."""
+    out = []
+    for run in rate_runs(result):
+        rate = run.get("request_rate")
+        if isinstance(rate, int | float):
+            out.append({"rate": float(rate), **{k: run.get(k) for k in POINT_FIELDS}})
+    return sorted(out, key=lambda p: p["rate"])
+
+
+def label(run: BenchRun) -> str:
+    """`mori r3 · write 1P1D`: deployment, revision, and the shape it had."""
+    shape = run.topology.get("shape") or run.topology.get("topology", "?")
+    return f"{run.deployment} r{run.revision} · {shape}"
+
+
+def max_goodput_rate(run: BenchRun) -> float | str | None:
+    return (run.result or {}).get("max_goodput_rate")
+
+
+def curve(run: BenchRun) -> dict[str, Any]:
+    return {"id": run.id, "deployment": run.deployment, "revision": run.revision,
+            "label": label(run), "status": run.status, "topology": run.topology,
+            "max_goodput_rate": max_goodput_rate(run),
+            "goodput_share": (run.result or {}).get("goodput_share"),
+            "points": points(run.result)}

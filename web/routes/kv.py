@@ -1,0 +1,90 @@
+"""The KV calculator: a prompt's KV-cache bytes and how long they take to move over the RDMA
+NICs, inside a node (GPU peer-to-peer, or through host memory without it) and over a given
+link. `GET /api/kv` and the page `/tools/kv` answer from simulator/calculator.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from simulator import profiles
+from simulator.calculator import kv_report
+from web import htmx
+from web.deployment_form import errors_at_fields, pydantic_detail
+from web.routes.pages import PageActor, page_context
+
+router = APIRouter(tags=["tools"])  # under /api, behind a token
+page_router = APIRouter(tags=["pages"], include_in_schema=False)
+
+FIELDS = ("model", "tokens", "hardware", "tp", "link_gbps", "p2p")
+
+
+class KvQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field("llama-3.1-70b", description="a model profile name")
+    tokens: int = Field(10_000, ge=1, le=10_000_000, description="prompt tokens")
+    hardware: str = Field("h100", description="a hardware profile name")
+    tp: int = Field(1, ge=1, le=64, description="TP ranks: one RDMA NIC each")
+    link_gbps: float | None = Field(None, gt=0, le=100_000,
+                                    description="a link of your own, GB/s")
+    p2p: bool | None = Field(None, description="GPU peer-to-peer inside the node; "
+                             "default: what the hardware profile says")
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, name: str) -> str:
+        return _known("models", name)
+
+    @field_validator("hardware")
+    @classmethod
+    def _known_hardware(cls, name: str) -> str:
+        return _known("hardware", name)
+
+    @field_validator("link_gbps", "p2p", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value  # an empty form field
+
+
+def _known(kind: str, name: str) -> str:
+    known = profiles.available(kind)
+    if name not in known:
+        raise ValueError(f"unknown {kind} profile {name!r}; known: {', '.join(known)}")
+    return name
+
+
+def report(q: KvQuery) -> dict[str, Any]:
+    hw = profiles.hardware(q.hardware)
+    if q.p2p is not None:
+        hw = replace(hw, p2p=q.p2p)
+    return {**kv_report(profiles.model(q.model), hw, q.tokens, q.tp, q.link_gbps),
+            "hardware": q.hardware, "tp": q.tp, "p2p": hw.p2p}
+
+
+@router.get("/kv")
+def kv(q: Annotated[KvQuery, Query()]) -> dict[str, Any]:
+    """KV bytes of a prompt and its transfer time (ms) over each path."""
+    return report(q)
+
+
+@page_router.get("/tools/kv", response_class=HTMLResponse)
+def kv_page(request: Request, actor: PageActor) -> HTMLResponse:
+    raw = {k: v for k, v in request.query_params.items() if k in FIELDS}
+    errors: dict[str, list[str]] = {}
+    result = None
+    try:
+        result = report(KvQuery.model_validate(raw))
+    except ValidationError as exc:
+        errors, _ = errors_at_fields(pydantic_detail(exc.errors(include_url=False)), FIELDS)
+    values = {**KvQuery.model_construct().model_dump(), **raw}
+    ctx = page_context(request, actor, v=values, result=result, errors=errors,
+                   models=profiles.available("models"), hardware=profiles.available("hardware"))
+    status = 422 if errors else 200
+    if htmx.is_htmx(request):
+        return htmx.fragment(request, "kv.html", "kv_result", ctx, status)
+    return htmx.page(request, "kv.html", ctx, status)
