@@ -48,6 +48,13 @@ def proxy(
         int, typer.Option(help="Requests held at most while a group is paused.")
     ] = 256,
     hold_deadline: Annotated[float, typer.Option(help="Seconds a held request waits.")] = 30.0,
+    eject_after: Annotated[int, typer.Option(
+        help="Failed legs in a row after which an instance is ejected (0: never).")] = 3,
+    eject_seconds: Annotated[float, typer.Option(
+        help="Seconds an ejected instance takes no request (doubles per ejection).")] = 10.0,
+    startup_grace: Annotated[float, typer.Option(
+        help="Seconds after start that requests wait for the first registration "
+             "(registry only; engines re-register within a 3 s heartbeat).")] = 5.0,
     max_body_bytes: Annotated[
         int, typer.Option(help="Largest client request body; larger ones get 413.")
     ] = 64 << 20,
@@ -83,6 +90,9 @@ def proxy(
             decode_timeout=decode_timeout,
             hold_queue=hold_queue,
             hold_deadline=hold_deadline,
+            startup_grace=startup_grace,
+            eject_after=eject_after,
+            eject_seconds=eject_seconds,
             max_body_bytes=max_body_bytes,
             registry_max_instances=registry_max_instances,
             heartbeat_scale=heartbeat_scale,

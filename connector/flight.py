@@ -23,6 +23,7 @@ class Flight:
 
     __slots__ = (
         "arrival",
+        "blamed",
         "done_at",
         "end",
         "endpoint",
@@ -59,6 +60,7 @@ class Flight:
         self.done_at: float | None = None  # when `data: [DONE]` passed through
         self.status = 200
         self.error: str | None = None
+        self.blamed: str | None = None  # the instance whose leg failed
         self.prepared = False
         self.last_read = arrival
         self.timed_out = False

@@ -1,10 +1,12 @@
 """Instance groups: each instance runs one transfer mode and belongs to that mode's group; a
-request is routed within one group. Health, drain, pause and outstanding-token load live here.
-Pure: no I/O, no clock; the proxy shell calls in.
+request is routed within one group. Health, drain, pause, outlier ejection and outstanding-token
+load live here. Pure but for reading the monotonic clock to end an ejection: no I/O; the proxy
+shell calls in.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -33,11 +35,16 @@ class Instance:
     served: int = 0
     failed: int = 0
     last_error: str | None = None
+    # Outlier ejection: legs that failed in a row on this instance, and until when (monotonic)
+    # it takes no new request after too many (its /health may answer while it stalls).
+    failed_in_a_row: int = 0
+    ejected_until: float = 0.0
+    ejections: int = 0
     _dp_next: int = 0
 
     @property
     def available(self) -> bool:
-        return self.healthy and not self.draining
+        return self.healthy and not self.draining and self.ejected_until <= time.monotonic()
 
     def next_dp_rank(self) -> int | None:
         if self.dp_size <= 1:
@@ -75,6 +82,9 @@ class Instance:
             "served": self.served,
             "failed": self.failed,
             "last_error": self.last_error,
+            "failed_in_a_row": self.failed_in_a_row,
+            "ejected_for_s": round(max(0.0, self.ejected_until - time.monotonic()), 1),
+            "ejections": self.ejections,
         }
 
 
@@ -178,6 +188,30 @@ class InstancePool:
             self.on_change()
         if error is not None:
             inst.last_error = error
+
+    def leg_ok(self, inst: Instance) -> None:
+        inst.failed_in_a_row = 0
+        inst.ejections = 0
+
+    def leg_failed(self, inst: Instance, after: int, seconds: float, now: float) -> bool:
+        """Count a failed leg; after `after` in a row (0: never), eject the instance for
+        `seconds`, doubling per ejection in a row up to 16x, unless it is the last available
+        one of its role in its group (then failing at the leg timeout beats a 503 for all).
+        True when it was ejected."""
+        inst.failed_in_a_row += 1
+        if not after or inst.failed_in_a_row < after:
+            return False
+        group = self.groups[inst.mode]
+        others = [i for i in group.available(inst.role) if i is not inst]
+        if not others:
+            return False
+        span = seconds * 2 ** min(inst.ejections, 4)
+        inst.ejected_until, inst.ejections = now + span, inst.ejections + 1
+        inst.last_error = (f"ejected for {span:g} s after {inst.failed_in_a_row} failed "
+                           f"requests in a row")
+        inst.failed_in_a_row = 0
+        self.on_change()
+        return True
 
     def set_paused(self, mode: str, paused: bool) -> Group:
         group = self.groups[mode]

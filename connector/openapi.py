@@ -155,6 +155,10 @@ SCHEMAS: dict[str, Any] = {
             "outstanding_tokens": {"type": "integer"},
             "served": {"type": "integer"}, "failed": {"type": "integer"},
             "last_error": {"type": ["string", "null"]},
+            "failed_in_a_row": {"type": "integer", "minimum": 0},
+            "ejected_for_s": {"type": "number", "minimum": 0,
+                              "description": "Seconds left of an outlier ejection."},
+            "ejections": {"type": "integer", "minimum": 0},
         },
     },
     "Group": {

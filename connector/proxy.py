@@ -15,6 +15,7 @@ import logging
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -78,6 +79,7 @@ class Proxy:
         self.registry_port: int | None = None
         self.session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task] = []
+        self._warm_until = 0.0  # loop time until which an empty pool waits (startup grace)
         self._background: set[asyncio.Task] = set()  # one-off probes
         self._probing: set[str] = set()  # URLs with a probe under way
         # streaming legs under the silence watchdog (cheaper than aiohttp's per-read timer)
@@ -115,6 +117,7 @@ class Proxy:
                 on_reject=self._on_registry_reject,
             )
             self.registry_port = self.listener.start()
+            self._warm_until = asyncio.get_running_loop().time() + self.settings.startup_grace
         self._tasks.append(asyncio.create_task(self._watch_loop_lag()))
         self._tasks.append(asyncio.create_task(self._watch_silence()))
         if self.settings.health_interval:
@@ -233,12 +236,31 @@ class Proxy:
 
     # -- routing -----------------------------------------------------------------------------
     async def acquire_route(self) -> Route:
-        """A route now; or, while a group is paused, wait in the bounded hold queue."""
+        """A route now; or, while a group is paused or the proxy is just starting, wait in
+        the bounded hold queue."""
         route = self.pool.route()
         if route is not None:
             return route
+        s = self.settings
+        if self._warming():
+            return await self._hold(
+                self._warm_until, self._warming,
+                f"no instance became routable within the proxy's first {s.startup_grace:g} s "
+                "(--startup-grace)")
         if not self.pool.any_paused():
             raise NoInstance(f"no instance can serve this request: {self.pool.why_unroutable()}")
+        return await self._hold(
+            asyncio.get_running_loop().time() + s.hold_deadline, self.pool.any_paused,
+            f"dispatch stayed paused past the hold deadline ({s.hold_deadline:g} s)")
+
+    def _warming(self) -> bool:
+        """Just started with a registry: instances come back with their next heartbeat and
+        are routed to once their /health answers."""
+        return asyncio.get_running_loop().time() < self._warm_until
+
+    async def _hold(self, deadline: float, still_waiting: Callable[[], bool],
+                    expired: str) -> Route:
+        """Wait for a route while `still_waiting()` and before `deadline` (loop time)."""
         s, m = self.settings, self.metrics
         if m.held >= s.hold_queue:
             raise HoldRejected(
@@ -246,7 +268,6 @@ class Proxy:
                 retry_after=s.hold_deadline,
             )
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + s.hold_deadline
         m.held += 1
         try:
             while (remaining := deadline - loop.time()) > 0:
@@ -256,16 +277,16 @@ class Proxy:
                 route = self.pool.route()
                 if route is not None:
                     return route
-                if not self.pool.any_paused():
-                    raise NoInstance(
-                        f"no instance can serve this request: {self.pool.why_unroutable()}"
-                    )
+                if not still_waiting():
+                    break
         finally:
             m.held -= 1
-        raise HoldRejected(
-            f"dispatch stayed paused past the hold deadline ({s.hold_deadline:g} s)",
-            retry_after=s.hold_deadline,
-        )
+        route = self.pool.route()
+        if route is not None:
+            return route
+        if self.pool.any_paused() or still_waiting():
+            raise HoldRejected(expired, retry_after=s.hold_deadline)
+        raise NoInstance(f"no instance can serve this request: {self.pool.why_unroutable()}")
 
     # -- the request path --------------------------------------------------------------------
     async def generate(self, request: web.Request) -> web.StreamResponse:
@@ -288,6 +309,8 @@ class Proxy:
                 else "failed"
             )
             flight.status, flight.error = exc.status, exc.message
+            if isinstance(exc, UpstreamError):
+                flight.blamed = exc.instance
             if flight.prepared:  # headers are gone: the error travels in the stream (written)
                 return web.StreamResponse()
             return error_response(exc)
@@ -546,6 +569,8 @@ class Proxy:
         self, resp: web.StreamResponse, exc: ProxyError, flight: Flight
     ) -> None:
         flight.status, flight.error = exc.status, exc.message
+        if isinstance(exc, UpstreamError):
+            flight.blamed = exc.instance
         with contextlib.suppress(ConnectionError):
             await resp.write(b"data: " + exc.body_bytes() + b"\n\ndata: [DONE]\n\n")
             await resp.write_eof()
@@ -565,9 +590,26 @@ class Proxy:
         return True
 
     def _finish(self, flight: Flight, outcome: str) -> None:
+        self._judge_instances(flight, outcome)
         timing, met = flight.measure(outcome, self.settings.slo, _clock())
         self.metrics.record(outcome, timing, met)
         self.requests.append(flight.log_entry(outcome, timing, met))
+
+    def _judge_instances(self, flight: Flight, outcome: str) -> None:
+        """Outlier ejection: the instance a failure names counts a failed leg; every instance
+        of a request that succeeded starts its count again."""
+        route = flight.route
+        if route is None:
+            return
+        for inst in (route.prefill, route.decode):
+            if inst is None:
+                continue
+            if inst.url == flight.blamed:
+                if self.pool.leg_failed(inst, self.settings.eject_after,
+                                        self.settings.eject_seconds, time.monotonic()):
+                    log.warning("ejected %s %s: %s", inst.role, inst.url, inst.last_error)
+            elif outcome == "ok":
+                self.pool.leg_ok(inst)
 
     # -- other routes ------------------------------------------------------------------------
     async def models(self, request: web.Request) -> web.Response:

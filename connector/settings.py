@@ -44,6 +44,14 @@ class ProxySettings:
     connect_timeout: float = 5.0
     hold_queue: int = 256
     hold_deadline: float = 30.0
+    # A restarted proxy knows no instance until the first heartbeat: for this long after
+    # start, while none is known, requests wait (in the hold queue) instead of a 503.
+    startup_grace: float = 5.0
+    # Outlier ejection: after this many failed legs in a row (0: never) an instance takes no
+    # new request for eject_seconds (doubling per ejection in a row), unless it is the last of
+    # its role in its group.
+    eject_after: int = 3
+    eject_seconds: float = 10.0
     health_interval: float | None = 5.0  # None: no active health checks
     loop_lag_interval: float = 0.5
     request_log_size: int = 1000
@@ -64,5 +72,9 @@ class ProxySettings:
         if self.max_body_bytes < 1024 or self.registry_max_instances < 1:
             raise ValueError("--max-body-bytes must be at least 1024 and "
                              "--registry-max-instances at least 1")
-        if self.hold_queue < 0 or self.hold_deadline < 0:
-            raise ValueError("--hold-queue and --hold-deadline must not be negative")
+        if self.eject_after < 0 or self.eject_seconds <= 0:
+            raise ValueError("--eject-after must not be negative and --eject-seconds must be "
+                             "positive")
+        if self.hold_queue < 0 or self.hold_deadline < 0 or self.startup_grace < 0:
+            raise ValueError("--hold-queue, --hold-deadline and --startup-grace must not be "
+                             "negative")

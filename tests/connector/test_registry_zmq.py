@@ -4,6 +4,7 @@ import asyncio
 
 import aiohttp
 import msgpack
+import pytest
 import zmq
 
 from tests.connector.fakes import FakeEngine, completion, engines, run, running, settings_for
@@ -108,3 +109,52 @@ def test_a_registration_is_routed_to_only_once_its_health_answers():
                 ctx.term()
 
     run(body())
+
+
+def test_a_just_started_proxy_holds_requests_until_the_first_registration_is_healthy():
+    async def body():
+        settings = settings_for(registry_port=0, connector="moriio", startup_grace=10.0)
+        async with (engines(FakeEngine("p"), FakeEngine("d")) as (p, d),
+                    running(settings) as (base, proxy)):
+            ctx = zmq.Context()
+            dealer = ctx.socket(zmq.DEALER)
+            dealer.setsockopt(zmq.LINGER, 0)
+            dealer.connect(f"tcp://127.0.0.1:{proxy.registry_port}")
+            try:
+                async with aiohttp.ClientSession() as s:
+                    # sent before any instance is known, as after a proxy restart
+                    early = asyncio.create_task(s.post(base + "/v1/completions",
+                                                       json=completion(2)))
+                    assert await until(lambda: proxy.metrics.held == 1)
+                    dealer.send(msgpack.packb({**NEW, "http_address": p.url[7:]}))
+                    dealer.send(msgpack.packb({**OLD, "request_address": d.url}))
+                    response = await asyncio.wait_for(early, 10)
+                    assert response.status == 200, await response.text()
+                    response.release()
+                    assert proxy.metrics.held == 0
+            finally:
+                dealer.close(linger=0)
+                ctx.term()
+
+    run(body())
+
+
+def test_past_the_startup_grace_an_empty_proxy_answers_503_at_once():
+    async def body():
+        settings = settings_for(registry_port=0, connector="moriio", startup_grace=0.3)
+        async with running(settings) as (base, _), aiohttp.ClientSession() as s:
+            started = asyncio.get_running_loop().time()
+            async with s.post(base + "/v1/completions", json=completion(2)) as r:
+                assert r.status == 503
+                assert "no instances are registered" in await r.text()
+            waited = asyncio.get_running_loop().time() - started
+            assert waited < 1.0  # the grace, not the 30 s hold deadline
+            async with s.post(base + "/v1/completions", json=completion(2)) as r:
+                assert r.status == 503
+
+    run(body())
+
+
+def test_a_negative_startup_grace_is_refused():
+    with pytest.raises(ValueError, match="--startup-grace"):
+        settings_for(startup_grace=-1)
