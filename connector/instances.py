@@ -185,6 +185,8 @@ class InstancePool:
     def set_health(self, inst: Instance, healthy: bool, error: str | None = None) -> None:
         if inst.healthy != healthy:
             inst.healthy = healthy
+            if healthy:  # back from down: a new process, judged afresh
+                inst.ejected_until, inst.failed_in_a_row, inst.ejections = 0.0, 0, 0
             self.on_change()
         if error is not None:
             inst.last_error = error

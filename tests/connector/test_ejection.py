@@ -30,6 +30,16 @@ def test_three_failed_legs_in_a_row_eject_for_a_while_then_the_instance_returns(
     assert bad.available and bad.describe()["ejections"] == 1
 
 
+def test_an_instance_that_went_down_and_came_back_is_judged_afresh():
+    pool, (bad, _) = pool_with("http://d1", "http://d2")
+    for _ in range(3):
+        pool.leg_failed(bad, 3, 10.0, time.monotonic())
+    assert not bad.available
+    pool.set_health(bad, False, "/health: ClientConnectorError")
+    pool.set_health(bad, True)
+    assert bad.available and bad.ejections == 0
+
+
 def test_ejections_in_a_row_double_and_a_success_resets_the_count():
     pool, (bad, _) = pool_with("http://d1", "http://d2")
     now = time.monotonic()
