@@ -57,6 +57,10 @@ class ProxyMetrics:
         self.in_flight = 0
         self.held = 0
         self.registry_rejected: dict[str, int] = {}  # reason -> registrations refused
+        # ITL gaps above twice their request's median, and those that ended with another
+        # request's prefill on the same instance (connector/interference.py)
+        self.itl_spikes = 0
+        self.itl_spikes_at_prefill = 0
 
     def record(self, outcome: str, timing: RequestTiming | None, met: dict[str, bool]) -> None:
         self.outcomes[outcome] += 1
@@ -100,6 +104,13 @@ class ProxyCollector(Collector):
         for target, n in m.slo_met.items():
             slo.add_metric([target], n)
         yield slo
+        yield CounterMetricFamily(
+            "pdctl_proxy_itl_spikes", "Token gaps above twice their request's median gap.",
+            value=m.itl_spikes)
+        yield CounterMetricFamily(
+            "pdctl_proxy_itl_spikes_at_prefill", "ITL spikes that ended as another request's "
+            "prefill finished on the same instance (prefill interference).",
+            value=m.itl_spikes_at_prefill)
         yield GaugeMetricFamily(
             "pdctl_proxy_loop_lag_seconds", "Event-loop lag of the proxy.", value=m.loop_lag
         )

@@ -39,6 +39,7 @@ from connector.errors import (
 )
 from connector.flight import Flight
 from connector.instances import Instance, InstancePool, Route
+from connector.interference import Interference
 from connector.legs import Handoff, Peer, decode_body, leg_headers, prefill_body, returned_params
 from connector.metrics import ProxyMetrics, make_registry
 from connector.policy import make_policy
@@ -71,6 +72,7 @@ class Proxy:
         self.pool.on_change = self._notify
         self._changed = asyncio.Event()
         self.metrics = ProxyMetrics()
+        self.interference = Interference()
         self.registry = make_registry(self.metrics, self.pool)
         self.requests: deque[dict[str, Any]] = deque(maxlen=settings.request_log_size)
         self.registry_table = RegistryTable(interval_scale=settings.heartbeat_scale,
@@ -502,6 +504,8 @@ class Proxy:
                     if resp is None:
                         if prefill_task is not None and prefill_task.done():
                             _raise_if_failed(prefill_task)
+                        if flight.route is not None and flight.route.prefill is None:
+                            self.interference.prefill_done(inst.url, now)  # it prefilled here
                         resp = web.StreamResponse(headers=_SSE_HEADERS)
                         flight.prepared = True
                         await resp.prepare(request)
@@ -593,6 +597,11 @@ class Proxy:
         self._judge_instances(flight, outcome)
         timing, met = flight.measure(outcome, self.settings.slo, _clock())
         self.metrics.record(outcome, timing, met)
+        if timing is not None and flight.route is not None:
+            spikes, lined_up = self.interference.spikes(flight.route.decode.url,
+                                                        flight.token_times)
+            self.metrics.itl_spikes += spikes
+            self.metrics.itl_spikes_at_prefill += lined_up
         self.requests.append(flight.log_entry(outcome, timing, met))
 
     def _judge_instances(self, flight: Flight, outcome: str) -> None:

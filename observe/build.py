@@ -77,6 +77,7 @@ def build_frame(info: DeploymentInfo, units: Sequence[Mapping[str, Any]],
                            for _, t in states)),
         "kv_cache_usage": _max(_gauge(t.gauges, "vllm:kv_cache_usage_perc") for _, t in states),
         "engines": engine_work([(u.get("role"), t.delta(window)) for u, t in states if t.up]),
+        "interference": interference(proxy.delta(window)),
         "instances": [_instance(u, t) for u, t in states],
         "proxy": {"up": proxy.up,
                   "in_flight": int(_gauge(proxy.gauges, "pdctl_proxy_in_flight_requests") or 0),
@@ -127,6 +128,16 @@ def kv_transfer(deltas: Sequence[Delta], kv_bytes_per_token: int | None) -> dict
         return {"bytes_per_s": rate, "source": "derived", "xfer_p50_ms": None,
                 "xfer_p99_ms": None}
     return {"bytes_per_s": None, "source": None, "xfer_p50_ms": None, "xfer_p99_ms": None}
+
+
+def interference(delta: Delta) -> dict[str, Any]:
+    """ITL spikes the proxy saw (gaps above twice their request's median) and the share that
+    ended as another request's prefill finished on the same instance."""
+    spikes = total(delta.counts, "pdctl_proxy_itl_spikes_total")
+    at_prefill = total(delta.counts, "pdctl_proxy_itl_spikes_at_prefill_total")
+    return {"spikes_per_s": delta.rate(spikes),
+            "at_prefill_share": at_prefill / spikes if spikes and at_prefill is not None
+            else (0.0 if spikes == 0 else None)}
 
 
 def engine_work(parts: Sequence[tuple[str | None, Delta]]) -> dict[str, Any]:
@@ -210,4 +221,5 @@ def _instance(unit: Mapping[str, Any], t: TargetState) -> dict[str, Any]:
 
 
 __all__ = ["WINDOW_SECONDS", "DeploymentInfo", "TargetState", "build_frame", "engine_work",
-           "headline", "kv_transfer", "point", "requests", "tracked", "with_windows"]
+           "headline", "interference", "kv_transfer", "point", "requests", "tracked",
+           "with_windows"]

@@ -29,6 +29,11 @@ Frame = {
   },
   "running": int, "waiting": int,    # summed over engine instances
   "kv_cache_usage": float | None,    # max over instances, 0..1
+  "interference": {                  # from the proxy (connector/interference.py)
+    "spikes_per_s": float | None,    # token gaps above twice their request's median
+    "at_prefill_share": float | None,  # of those, ended as another request's prefill
+                                     # finished on the same instance (0.0: no spikes)
+  },
   "engines": {                       # the engines' own counters over the window
     "prompt_tokens_per_request": float | None,  # vllm:prompt_tokens / vllm:request_success
                                      # on the prefill and colocated instances

@@ -24,7 +24,9 @@ that window (observe/build.py `point`).
                            absent on the stand-in, whose one process also runs the engine
   kv_transfer_gbps         NIXL only: KV bytes per request over the median transfer time
   transfer_share_of_ttft   NIXL only: median transfer time over median TTFT
-  never in a frame: spike_prefill_overlap, multi_turn_share, burstiness.
+  spike_prefill_overlap    frame["interference"]: the proxy's ITL spikes that ended as another
+                           request's prefill finished on the same instance, over all spikes
+  never in a frame: multi_turn_share, burstiness.
 
 Bench (one run of `--result-json`, vLLM bench's fields): the latency percentiles, SLO
 targets, offered rate, burstiness and attainment as written; prompt_tokens_mean =
@@ -109,8 +111,8 @@ def from_frame(frame: Mapping[str, Any] | None, points: Sequence[Mapping[str, An
         _load(d, frame, points)
         _engine_work(d, frame)
         _transfer(d, frame, topology, kv_bytes_per_token)
-    d.miss("spike_prefill_overlap", "frames carry no per-step record of prefill work beside "
-           "the ITL spikes")
+    if frame is None:
+        d.miss("spike_prefill_overlap", _NO_FRAME)
     d.miss("multi_turn_share", "the proxy does not tell follow-up turns from new requests")
     d.miss("burstiness", "arrival burstiness is a property of the offered load, not measured")
     if frame is None:
@@ -121,6 +123,11 @@ def from_frame(frame: Mapping[str, Any] | None, points: Sequence[Mapping[str, An
 
 def _engine_work(d: Derived, frame: Mapping[str, Any]) -> None:
     window, work = frame.get("window", ""), frame.get("engines") or {}
+    spikes = frame.get("interference") or {}
+    d.put("spike_prefill_overlap", spikes.get("at_prefill_share"),
+          f"proxy: share of ITL spikes (> 2x the request's median gap) that ended as another "
+          f"request's prefill finished on the same instance, {window} window",
+          f"the proxy reports no ITL spike counts in the {window} window")
     d.put("prefix_hit_rate", work.get("prefix_hit_rate"),
           f"vllm:prefix_cache_hits / vllm:prefix_cache_queries on the prefill and colocated "
           f"instances, {window} window",

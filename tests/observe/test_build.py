@@ -114,3 +114,14 @@ def test_engine_work_counts_prompts_and_prefix_hits_on_prefilling_roles_only() -
     assert engine_work([("decode", decode)])["prompt_tokens_per_request"] is None
     assert engine_work([]) == {"prompt_tokens_per_request": None, "prefix_hit_rate": None,
                                "cpu_cores_max": None}
+
+
+def test_interference_is_the_share_of_spikes_at_a_prefill_and_zero_without_spikes() -> None:
+    from observe.build import interference
+
+    def counts(spikes: float, at: float) -> Delta:
+        return Delta(10.0, {("pdctl_proxy_itl_spikes_total", ()): spikes,
+                            ("pdctl_proxy_itl_spikes_at_prefill_total", ()): at})
+    assert interference(counts(20, 15)) == {"spikes_per_s": 2.0, "at_prefill_share": 0.75}
+    assert interference(counts(0, 0)) == {"spikes_per_s": 0.0, "at_prefill_share": 0.0}
+    assert interference(Delta(10.0, {})) == {"spikes_per_s": None, "at_prefill_share": None}

@@ -207,3 +207,19 @@ def test_plan_labels_without_topologies_fall_back_to_the_planners_label_shape():
     unknown = from_plan(bare, ROW)
     assert "topology" not in unknown.values and "does not say" in unknown.absent["topology"]
     assert "prompt_tokens_mean" not in unknown.values
+
+
+def test_itl_spikes_that_line_up_with_prefills_trigger_disaggregation_and_others_do_not():
+    slow = {"itl": hist(50_000, 0.030, 0.150)}  # p99 150 ms over a 50 ms target
+    lined_up = from_frame(frame(**slow, interference={"spikes_per_s": 3.0,
+                                                      "at_prefill_share": 0.95}),
+                          topology="colocated")
+    assert lined_up.values["spike_prefill_overlap"] == 0.95
+    assert "prefill finished on the same instance" in lined_up.sources["spike_prefill_overlap"]
+    assert verdict(advice(lined_up), "itl_interference")["triggered"] is True
+    elsewhere = from_frame(frame(**slow, interference={"spikes_per_s": 3.0,
+                                                       "at_prefill_share": 0.0}),
+                           topology="colocated")
+    assert verdict(advice(elsewhere), "itl_interference")["triggered"] is False
+    unknown = from_frame(frame(**slow), topology="colocated")
+    assert "no ITL spike counts" in unknown.absent["spike_prefill_overlap"]
