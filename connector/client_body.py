@@ -41,6 +41,18 @@ def parse_client_body(raw: bytes, endpoint: str) -> dict[str, Any]:
     return body
 
 
+def turn_kind(body: dict[str, Any], endpoint: str) -> str:
+    """`follow_up` for a chat request that carries an earlier assistant answer (a conversation
+    or agent loop going on), `first` for another chat request, `unknown` for a completion
+    (a prompt string cannot say)."""
+    if not endpoint.endswith("/chat/completions"):
+        return "unknown"
+    for message in body["messages"]:
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            return "follow_up"
+    return "first"
+
+
 def estimate_tokens(body: dict[str, Any]) -> tuple[int, int]:
     """(prompt, output) token estimates for load balancing: about 4 characters a token."""
     prompt = body.get("prompt") if "prompt" in body else body.get("messages")

@@ -60,6 +60,7 @@ class ProxyMetrics:
         # ITL gaps above twice their request's median, and those that ended with another
         # request's prefill on the same instance (connector/interference.py)
         self.itl_spikes = 0
+        self.turns = dict.fromkeys(("first", "follow_up", "unknown"), 0)  # client_body.turn_kind
         self.itl_spikes_at_prefill = 0
 
     def record(self, outcome: str, timing: RequestTiming | None, met: dict[str, bool]) -> None:
@@ -104,6 +105,12 @@ class ProxyCollector(Collector):
         for target, n in m.slo_met.items():
             slo.add_metric([target], n)
         yield slo
+        turns = CounterMetricFamily(
+            "pdctl_proxy_turns", "Requests by turn: a chat carrying an earlier answer is a "
+            "follow_up; completions are unknown.", labels=["kind"])
+        for kind, n in m.turns.items():
+            turns.add_metric([kind], n)
+        yield turns
         yield CounterMetricFamily(
             "pdctl_proxy_itl_spikes", "Token gaps above twice their request's median gap.",
             value=m.itl_spikes)

@@ -24,6 +24,7 @@ from aiohttp import web
 from connector.client_body import (
     estimate_tokens,
     parse_client_body,
+    turn_kind,
     upstream_failure,
     upstream_message,
 )
@@ -297,6 +298,7 @@ class Proxy:
         try:
             body = parse_client_body(await self._read_body(request), request.path)
             flight.stream = body.get("stream") is True
+            self.metrics.turns[turn_kind(body, request.path)] += 1
             route = await self.acquire_route()
             flight.route = route
             response = await self._serve(request, body, route, flight)

@@ -78,6 +78,7 @@ def build_frame(info: DeploymentInfo, units: Sequence[Mapping[str, Any]],
         "kv_cache_usage": _max(_gauge(t.gauges, "vllm:kv_cache_usage_perc") for _, t in states),
         "engines": engine_work([(u.get("role"), t.delta(window)) for u, t in states if t.up]),
         "interference": interference(proxy.delta(window)),
+        "multi_turn_share": multi_turn_share(proxy.delta(window)),
         "instances": [_instance(u, t) for u, t in states],
         "proxy": {"up": proxy.up,
                   "in_flight": int(_gauge(proxy.gauges, "pdctl_proxy_in_flight_requests") or 0),
@@ -128,6 +129,14 @@ def kv_transfer(deltas: Sequence[Delta], kv_bytes_per_token: int | None) -> dict
         return {"bytes_per_s": rate, "source": "derived", "xfer_p50_ms": None,
                 "xfer_p99_ms": None}
     return {"bytes_per_s": None, "source": None, "xfer_p50_ms": None, "xfer_p99_ms": None}
+
+
+def multi_turn_share(delta: Delta) -> float | None:
+    """Of the chat requests the proxy admitted, the share continuing a conversation (None:
+    no chat request in the window; completions cannot say)."""
+    follow_up = total(delta.counts, "pdctl_proxy_turns_total", kind="follow_up") or 0.0
+    first = total(delta.counts, "pdctl_proxy_turns_total", kind="first") or 0.0
+    return follow_up / (first + follow_up) if first + follow_up > 0 else None
 
 
 def interference(delta: Delta) -> dict[str, Any]:
@@ -221,5 +230,5 @@ def _instance(unit: Mapping[str, Any], t: TargetState) -> dict[str, Any]:
 
 
 __all__ = ["WINDOW_SECONDS", "DeploymentInfo", "TargetState", "build_frame", "engine_work",
-           "headline", "interference", "kv_transfer", "point", "requests", "tracked",
-           "with_windows"]
+           "headline", "interference", "kv_transfer", "multi_turn_share", "point", "requests",
+           "tracked", "with_windows"]

@@ -29,6 +29,8 @@ Frame = {
   },
   "running": int, "waiting": int,    # summed over engine instances
   "kv_cache_usage": float | None,    # max over instances, 0..1
+  "multi_turn_share": float | None,  # chat requests carrying an earlier answer, of all chat
+                                     # requests admitted (None: none; completions cannot say)
   "interference": {                  # from the proxy (connector/interference.py)
     "spikes_per_s": float | None,    # token gaps above twice their request's median
     "at_prefill_share": float | None,  # of those, ended as another request's prefill

@@ -26,7 +26,9 @@ that window (observe/build.py `point`).
   transfer_share_of_ttft   NIXL only: median transfer time over median TTFT
   spike_prefill_overlap    frame["interference"]: the proxy's ITL spikes that ended as another
                            request's prefill finished on the same instance, over all spikes
-  never in a frame: multi_turn_share, burstiness.
+  multi_turn_share         frame["multi_turn_share"]: the proxy's chat requests that carry an
+                           earlier assistant answer, of all its chat requests
+  never in a frame: burstiness.
 
 Bench (one run of `--result-json`, vLLM bench's fields): the latency percentiles, SLO
 targets, offered rate, burstiness and attainment as written; prompt_tokens_mean =
@@ -113,7 +115,14 @@ def from_frame(frame: Mapping[str, Any] | None, points: Sequence[Mapping[str, An
         _transfer(d, frame, topology, kv_bytes_per_token)
     if frame is None:
         d.miss("spike_prefill_overlap", _NO_FRAME)
-    d.miss("multi_turn_share", "the proxy does not tell follow-up turns from new requests")
+    if frame is None:
+        d.miss("multi_turn_share", _NO_FRAME)
+    else:
+        window = frame.get("window", "")
+        d.put("multi_turn_share", frame.get("multi_turn_share"),
+              f"proxy: chat requests carrying an earlier assistant answer, of all chat "
+              f"requests, {window} window",
+              f"no chat request in the {window} window (a completion's prompt cannot say)")
     d.miss("burstiness", "arrival burstiness is a property of the offered load, not measured")
     if frame is None:
         for name in ("frontend_cpu_share", "prefix_hit_rate"):

@@ -125,3 +125,13 @@ def test_interference_is_the_share_of_spikes_at_a_prefill_and_zero_without_spike
     assert interference(counts(20, 15)) == {"spikes_per_s": 2.0, "at_prefill_share": 0.75}
     assert interference(counts(0, 0)) == {"spikes_per_s": 0.0, "at_prefill_share": 0.0}
     assert interference(Delta(10.0, {})) == {"spikes_per_s": None, "at_prefill_share": None}
+
+
+def test_multi_turn_share_counts_chat_turns_only() -> None:
+    from observe.build import multi_turn_share
+
+    def turns(**kinds: float) -> Delta:
+        return Delta(10.0, {("pdctl_proxy_turns_total", (("kind", k),)): v
+                            for k, v in kinds.items()})
+    assert multi_turn_share(turns(first=2, follow_up=6, unknown=50)) == 0.75
+    assert multi_turn_share(turns(unknown=50)) is None

@@ -223,3 +223,11 @@ def test_itl_spikes_that_line_up_with_prefills_trigger_disaggregation_and_others
     assert verdict(advice(elsewhere), "itl_interference")["triggered"] is False
     unknown = from_frame(frame(**slow), topology="colocated")
     assert "no ITL spike counts" in unknown.absent["spike_prefill_overlap"]
+
+
+def test_multi_turn_share_comes_from_the_proxy_and_drives_its_rule():
+    d = from_frame(frame(multi_turn_share=0.6), topology="colocated")
+    assert d.values["multi_turn_share"] == 0.6
+    assert verdict(advice(d), "multi_turn")["triggered"] is True
+    none = from_frame(frame(multi_turn_share=None), topology="colocated")
+    assert "no chat request" in none.absent["multi_turn_share"]
