@@ -38,6 +38,7 @@ class Instance:
     # Outlier ejection: legs that failed in a row on this instance, and until when (monotonic)
     # it takes no new request after too many (its /health may answer while it stalls).
     failed_in_a_row: int = 0
+    probes_failed: int = 0  # active /health probes failed in a row
     ejected_until: float = 0.0
     ejections: int = 0
     _dp_next: int = 0
@@ -189,6 +190,20 @@ class InstancePool:
                 inst.ejected_until, inst.failed_in_a_row, inst.ejections = 0.0, 0, 0
             self.on_change()
         if error is not None:
+            inst.last_error = error
+
+    def probed(self, inst: Instance, ok: bool, error: str | None, down_after: int = 2) -> None:
+        """An active /health probe's answer: one success brings an instance up; it goes down
+        after `down_after` failures in a row (one slow answer from a busy engine is not an
+        outage, and a refused connection marks it down at once elsewhere)."""
+        if ok:
+            inst.probes_failed = 0
+            self.set_health(inst, True)
+            return
+        inst.probes_failed += 1
+        if not inst.healthy or inst.probes_failed >= down_after:
+            self.set_health(inst, False, error)
+        else:
             inst.last_error = error
 
     def leg_ok(self, inst: Instance) -> None:

@@ -220,7 +220,7 @@ class Proxy:
                 ok, error = r.status == 200, None if r.status == 200 else f"/health {r.status}"
         except (aiohttp.ClientError, TimeoutError) as exc:
             ok, error = False, f"/health: {type(exc).__name__}"
-        self.pool.set_health(inst, ok, error)
+        self.pool.probed(inst, ok, error)
 
     async def _probe_until_up(self, inst: Instance, tries: int = 20,
                               spacing: float = 0.1) -> None:

@@ -41,6 +41,7 @@ log = logging.getLogger("pdctl.observe")
 SCRAPED_STATES = ("RUNNING", "STARTING", "STOPPING")
 DEFAULT_WINDOW = "1m"
 PRUNE_EVERY_S = 60.0
+DOWN_AFTER_MISSES = 2
 
 
 def frame_topic(name: str, window: str) -> str:
@@ -65,6 +66,7 @@ class _Target:
     snapshots: Snapshots = field(default_factory=Snapshots)
     gauges: dict = field(default_factory=dict)
     up: bool = False
+    missed: int = 0  # scrapes failed in a row
 
     def state(self) -> TargetState:
         return TargetState(self.up, self.gauges if self.up else {},
@@ -197,11 +199,14 @@ class Observer:
             except ValueError as err:
                 log.warning("%s/%s: unreadable /metrics: %s", name, unit["name"], err)
         if scrape is None:
-            target.up = False
+            # One late answer from a busy engine is not "down": its last gauges stand for
+            # one more tick; two misses in a row are.
+            target.missed += 1
+            target.up = target.up and target.missed < DOWN_AFTER_MISSES
             latest = target.snapshots.latest()
             target.snapshots.add(now, latest[1] if latest else {})  # windows move on
         else:
-            target.up, target.gauges = True, scrape.gauges
+            target.up, target.gauges, target.missed = True, scrape.gauges, 0
             target.track = advance(target.track, scrape.counters)
             target.snapshots.add(now, target.track.totals)
         return target.state()

@@ -91,3 +91,16 @@ def test_bad_ejection_settings_are_refused():
         settings_for(eject_after=-1)
     with pytest.raises(ValueError, match="--eject-seconds"):
         settings_for(eject_seconds=0)
+
+
+def test_one_slow_health_answer_is_not_an_outage_two_in_a_row_are():
+    pool, (d1, _) = pool_with("http://d1", "http://d2")
+    pool.probed(d1, False, "/health: TimeoutError")
+    assert d1.healthy and d1.last_error == "/health: TimeoutError"
+    pool.probed(d1, True, None)
+    pool.probed(d1, False, "/health: TimeoutError")
+    assert d1.healthy  # the success in between started the count again
+    pool.probed(d1, False, "/health: TimeoutError")
+    assert not d1.healthy and not d1.available
+    pool.probed(d1, True, None)
+    assert d1.healthy and d1.probes_failed == 0

@@ -1,0 +1,45 @@
+"""The scraper against a real /metrics server on loopback: a target stays up through one late or
+failed scrape (a busy engine) and is down after two in a row."""
+
+import asyncio
+from types import SimpleNamespace
+
+import aiohttp
+from aiohttp import web
+
+from observe.scraper import Observer, ObserveSettings
+from web.hub import Hub
+
+METRICS = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3.0\n"
+
+
+def test_one_failed_scrape_keeps_a_target_up_two_bring_it_down():
+    async def body():
+        answers = iter([200, 500, 200, 500, 500, 200])
+
+        async def metrics(_: web.Request) -> web.Response:
+            status = next(answers)
+            return web.Response(text=METRICS if status == 200 else "busy", status=status)
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        observer = Observer(None, SimpleNamespace(engine=None), Hub(), ObserveSettings())
+        observer._session = aiohttp.ClientSession()  # start() would also open the database
+        unit = {"name": "decode-0", "url": f"http://127.0.0.1:{port}", "state": "RUNNING"}
+        try:
+            ups = []
+            for tick in range(6):
+                state = await observer._scrape("pd", unit, float(tick))
+                ups.append((state.up, dict(state.gauges) != {}))
+        finally:
+            await observer.close()
+            await runner.cleanup()
+        assert ups == [(True, True), (True, True), (True, True), (True, True),
+                       (False, False), (True, True)]
+
+    asyncio.run(body())
