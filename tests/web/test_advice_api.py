@@ -86,7 +86,7 @@ def test_live_advice_reads_the_frame_and_the_windows_history(plane):
     assert ttft["sources"]["ttft_p99_ms"].startswith("proxy TTFT histogram p99")
     assert rule(result, "slow_kv_transfer")["triggered"] is False  # 50 ms of a 500 ms TTFT
     assert rule(result, "itl_interference")["triggered"] is None
-    assert "prefill work" in result["absent"]["spike_prefill_overlap"]
+    assert "no ITL spike counts" in result["absent"]["spike_prefill_overlap"]
 
 
 def test_a_bad_window_is_a_422_naming_it(plane):
