@@ -121,7 +121,7 @@ class AdminRoutes:
         inst = self.pool.remove(url)
         if inst is None:
             raise NotFound(f"no instance {url}")
-        self.proxy.registry_table.forget(inst.url)
+        self.proxy.membership.table.forget(inst.url)
         return web.json_response(inst.describe())
 
     async def drain_instance(self, request: web.Request) -> web.Response:

@@ -64,6 +64,8 @@ def proxy(
     heartbeat_scale: Annotated[
         float, typer.Option(hidden=True, help="Shrink the registry's heartbeat intervals (tests).")
     ] = 1.0,
+    health_timeout: Annotated[float, typer.Option(
+        help="Seconds a /health probe may take before it counts as failed.")] = 5.0,
     health_interval: Annotated[
         float, typer.Option(hidden=True, help="Seconds between health probes; 0 disables.")
     ] = 5.0,
@@ -97,6 +99,7 @@ def proxy(
             registry_max_instances=registry_max_instances,
             heartbeat_scale=heartbeat_scale,
             health_interval=health_interval or None,
+            health_timeout=health_timeout,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None

@@ -207,8 +207,12 @@ class InstancePool:
             inst.last_error = error
 
     def leg_ok(self, inst: Instance) -> None:
+        """A leg served: it proves the instance alive, whatever a slow /health said."""
         inst.failed_in_a_row = 0
         inst.ejections = 0
+        if not inst.healthy and inst.probes_failed:
+            inst.probes_failed = 0
+            self.set_health(inst, True)
 
     def leg_failed(self, inst: Instance, after: int, seconds: float, now: float) -> bool:
         """Count a failed leg; after `after` in a row (0: never), eject the instance for

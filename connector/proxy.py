@@ -42,9 +42,9 @@ from connector.flight import Flight
 from connector.instances import Instance, InstancePool, Route
 from connector.interference import Interference
 from connector.legs import Handoff, Peer, decode_body, leg_headers, prefill_body, returned_params
+from connector.membership import Membership
 from connector.metrics import ProxyMetrics, make_registry
 from connector.policy import make_policy
-from connector.registry import Registration, RegistryListener, RegistryTable
 from connector.settings import ProxySettings
 
 log = logging.getLogger(__name__)
@@ -76,15 +76,10 @@ class Proxy:
         self.interference = Interference()
         self.registry = make_registry(self.metrics, self.pool)
         self.requests: deque[dict[str, Any]] = deque(maxlen=settings.request_log_size)
-        self.registry_table = RegistryTable(interval_scale=settings.heartbeat_scale,
-                                            max_instances=settings.registry_max_instances)
-        self.listener: RegistryListener | None = None
-        self.registry_port: int | None = None
+        self.membership = Membership(settings, self.pool, self.metrics)
         self.session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task] = []
         self._warm_until = 0.0  # loop time until which an empty pool waits (startup grace)
-        self._background: set[asyncio.Task] = set()  # one-off probes
-        self._probing: set[str] = set()  # URLs with a probe under way
         # streaming legs under the silence watchdog (cheaper than aiohttp's per-read timer)
         self._watched: dict[asyncio.Task, Flight] = {}
         self._prefill_timeout = aiohttp.ClientTimeout(
@@ -93,13 +88,16 @@ class Proxy:
         self._decode_timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=settings.connect_timeout
         )
-        self._probe_timeout = aiohttp.ClientTimeout(total=2.0)
         for flag in settings.prefill:
             self.pool.upsert(flag.url, "prefill", settings.mode, zmq_address=flag.zmq_address)
         for flag in settings.decode:
             self.pool.upsert(flag.url, "decode", settings.mode, zmq_address=flag.zmq_address)
         for flag in settings.instance:
             self.pool.upsert(flag.url, "both", "colocated")
+
+    @property
+    def registry_port(self) -> int | None:
+        return self.membership.port
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def startup(self, app: web.Application) -> None:
@@ -108,85 +106,23 @@ class Proxy:
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
             timeout=aiohttp.ClientTimeout(total=None),
         )
+        self.membership.start(self.session)
         if self.settings.registry_port is not None:
-            host = self.settings.host
-            self.listener = RegistryListener(
-                host,
-                self.settings.registry_port,
-                self.registry_table,
-                self._on_registration,
-                self._on_expiry,
-                self.settings.default_registry_mode,
-                on_reject=self._on_registry_reject,
-            )
-            self.registry_port = self.listener.start()
             self._warm_until = asyncio.get_running_loop().time() + self.settings.startup_grace
         self._tasks.append(asyncio.create_task(self._watch_loop_lag()))
         self._tasks.append(asyncio.create_task(self._watch_silence()))
-        if self.settings.health_interval:
-            self._tasks.append(asyncio.create_task(self._check_health()))
 
     async def cleanup(self, app: web.Application) -> None:
-        tasks = [*self._tasks, *self._background]
-        for task in tasks:
+        for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if self.listener is not None:
-            await self.listener.stop()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.membership.stop()
         if self.session is not None:
             await self.session.close()
 
     def _notify(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
-
-    def _on_registration(self, reg: Registration, change: str) -> None:
-        """A registration is a claim, not proof: a new instance is routed to only once its
-        /health answers (engines register before they listen, and anyone can send a
-        registration), so made-up ones never take a request."""
-        known = self.pool.get(reg.url)
-        if change == "refreshed" and known is not None:
-            if not known.healthy:
-                # A heartbeat from an instance marked down: it restarted; look now rather
-                # than at the next health round.
-                self._probe_soon(known)
-            return
-        log.info("registry: %s %s %s in group %s", change, reg.role, reg.url, reg.mode)
-        inst = self.pool.upsert(
-            reg.url,
-            reg.role,
-            reg.mode,
-            zmq_address=reg.zmq_address,
-            dp_size=reg.dp_size,
-            tp_size=reg.tp_size,
-            source="registry",
-        )
-        if known is None:
-            self.pool.set_health(inst, False, "registered; /health not answered yet")
-            self._probe_soon(inst)
-
-    def _probe_soon(self, inst: Instance) -> None:
-        """Probe until it answers (a short while), one probe run per instance at a time."""
-        if self.session is None or inst.url in self._probing:
-            return
-        self._probing.add(inst.url)
-        task = asyncio.get_running_loop().create_task(self._probe_until_up(inst))
-        self._background.add(task)
-        task.add_done_callback(lambda t: (self._background.discard(t),
-                                          self._probing.discard(inst.url)))
-
-    def _on_registry_reject(self, reason: str, detail: str) -> None:
-        """Counted always, logged for the first few and then every 1000th (a flood must not
-        flood the log)."""
-        counts = self.metrics.registry_rejected
-        counts[reason] = n = counts.get(reason, 0) + 1
-        if n <= 10 or n % 1000 == 0:
-            log.warning("registry: refused (%s, %d so far): %s", reason, n, detail)
-
-    def _on_expiry(self, reg: Registration) -> None:
-        inst = self.pool.get(reg.url)
-        if inst is not None and inst.source == "registry":
-            self.pool.remove(reg.url)
 
     async def _watch_loop_lag(self) -> None:
         loop, interval = asyncio.get_running_loop(), self.settings.loop_lag_interval
@@ -206,29 +142,6 @@ class Proxy:
                 if now - flight.last_read > limit and not flight.timed_out:
                     flight.timed_out = True
                     task.cancel()
-
-    async def _check_health(self) -> None:
-        assert self.session is not None
-        while True:
-            await asyncio.sleep(self.settings.health_interval or 5.0)
-            await asyncio.gather(*(self._probe(i) for i in self.pool), return_exceptions=True)
-
-    async def _probe(self, inst: Instance) -> None:
-        assert self.session is not None
-        try:
-            async with self.session.get(inst.url + "/health", timeout=self._probe_timeout) as r:
-                ok, error = r.status == 200, None if r.status == 200 else f"/health {r.status}"
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            ok, error = False, f"/health: {type(exc).__name__}"
-        self.pool.probed(inst, ok, error)
-
-    async def _probe_until_up(self, inst: Instance, tries: int = 20,
-                              spacing: float = 0.1) -> None:
-        for _ in range(tries):
-            await self._probe(inst)
-            if inst.healthy or self.pool.get(inst.url) is not inst:
-                return
-            await asyncio.sleep(spacing)
 
     async def _read_body(self, request: web.Request) -> bytes:
         try:

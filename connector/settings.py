@@ -53,6 +53,9 @@ class ProxySettings:
     eject_after: int = 3
     eject_seconds: float = 10.0
     health_interval: float | None = 5.0  # None: no active health checks
+    # A /health answer slower than this counts as a failed probe. Generous: an engine's API
+    # server busy tokenizing on a loaded host can stall its event loop for seconds.
+    health_timeout: float = 5.0
     loop_lag_interval: float = 0.5
     request_log_size: int = 1000
     max_body_bytes: int = 64 << 20  # a client body over this is 413
@@ -72,6 +75,8 @@ class ProxySettings:
         if self.max_body_bytes < 1024 or self.registry_max_instances < 1:
             raise ValueError("--max-body-bytes must be at least 1024 and "
                              "--registry-max-instances at least 1")
+        if self.health_timeout <= 0:
+            raise ValueError("--health-timeout must be positive")
         if self.eject_after < 0 or self.eject_seconds <= 0:
             raise ValueError("--eject-after must not be negative and --eject-seconds must be "
                              "positive")

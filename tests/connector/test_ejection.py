@@ -104,3 +104,20 @@ def test_one_slow_health_answer_is_not_an_outage_two_in_a_row_are():
     assert not d1.healthy and not d1.available
     pool.probed(d1, True, None)
     assert d1.healthy and d1.probes_failed == 0
+
+
+def test_a_served_leg_brings_back_an_instance_only_slow_probes_took_down():
+    pool, (d1, d2) = pool_with("http://d1", "http://d2")
+    pool.probed(d1, False, "/health: TimeoutError")
+    pool.probed(d1, False, "/health: TimeoutError")
+    assert not d1.healthy
+    pool.leg_ok(d1)  # a request it was serving finished fine
+    assert d1.healthy and d1.available
+    pool.set_health(d2, False, "ClientConnectorError: refused")  # down for another reason
+    pool.leg_ok(d2)
+    assert not d2.healthy
+
+
+def test_a_zero_health_timeout_is_refused():
+    with pytest.raises(ValueError, match="--health-timeout"):
+        settings_for(health_timeout=0)

@@ -1,0 +1,126 @@
+"""Who the proxy routes to, beyond its flags: instances that register over ZMQ (a claim,
+routed to only once their /health answers) and the active /health probes that take
+instances out of routing and bring them back. The pool (connector/instances.py) holds the
+state; this is the I/O around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import aiohttp
+
+from connector.instances import Instance, InstancePool
+from connector.metrics import ProxyMetrics
+from connector.registry import Registration, RegistryListener, RegistryTable
+from connector.settings import ProxySettings
+
+log = logging.getLogger("connector.proxy")  # one log for the proxy's routing decisions
+
+
+class Membership:
+    def __init__(self, settings: ProxySettings, pool: InstancePool,
+                 metrics: ProxyMetrics) -> None:
+        self.settings, self.pool, self.metrics = settings, pool, metrics
+        self.table = RegistryTable(interval_scale=settings.heartbeat_scale,
+                                   max_instances=settings.registry_max_instances)
+        self.listener: RegistryListener | None = None
+        self.port: int | None = None  # the registry's, once listening
+        self.session: aiohttp.ClientSession | None = None
+        self._tasks: set[asyncio.Task] = set()  # the health loop and one-off probes
+        self._probing: set[str] = set()  # URLs with a probe under way
+        self._probe_timeout = aiohttp.ClientTimeout(total=settings.health_timeout)
+
+    def start(self, session: aiohttp.ClientSession) -> None:
+        self.session = session
+        s = self.settings
+        if s.registry_port is not None:
+            self.listener = RegistryListener(
+                s.host, s.registry_port, self.table, self.on_registration, self.on_expiry,
+                s.default_registry_mode, on_reject=self.on_reject)
+            self.port = self.listener.start()
+        if s.health_interval:
+            self._track(asyncio.get_running_loop().create_task(self._check_health()))
+
+    async def stop(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.listener is not None:
+            await self.listener.stop()
+
+    def _track(self, task: asyncio.Task) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def on_registration(self, reg: Registration, change: str) -> None:
+        """A registration is a claim, not proof: a new instance is routed to only once its
+        /health answers (engines register before they listen, and anyone can send a
+        registration), so made-up ones never take a request."""
+        known = self.pool.get(reg.url)
+        if change == "refreshed" and known is not None:
+            if not known.healthy:
+                # A heartbeat from an instance marked down: it restarted; look now rather
+                # than at the next health round.
+                self.probe_soon(known)
+            return
+        log.info("registry: %s %s %s in group %s", change, reg.role, reg.url, reg.mode)
+        inst = self.pool.upsert(
+            reg.url,
+            reg.role,
+            reg.mode,
+            zmq_address=reg.zmq_address,
+            dp_size=reg.dp_size,
+            tp_size=reg.tp_size,
+            source="registry",
+        )
+        if known is None:
+            self.pool.set_health(inst, False, "registered; /health not answered yet")
+            self.probe_soon(inst)
+
+    def probe_soon(self, inst: Instance) -> None:
+        """Probe until it answers (a short while), one probe run per instance at a time."""
+        if self.session is None or inst.url in self._probing:
+            return
+        self._probing.add(inst.url)
+        task = asyncio.get_running_loop().create_task(self._probe_until_up(inst))
+        self._track(task)
+        task.add_done_callback(lambda _: self._probing.discard(inst.url))
+
+    def on_reject(self, reason: str, detail: str) -> None:
+        """Counted always, logged for the first few and then every 1000th (a flood must not
+        flood the log)."""
+        counts = self.metrics.registry_rejected
+        counts[reason] = n = counts.get(reason, 0) + 1
+        if n <= 10 or n % 1000 == 0:
+            log.warning("registry: refused (%s, %d so far): %s", reason, n, detail)
+
+    def on_expiry(self, reg: Registration) -> None:
+        inst = self.pool.get(reg.url)
+        if inst is not None and inst.source == "registry":
+            self.pool.remove(reg.url)
+
+    async def _check_health(self) -> None:
+        assert self.session is not None
+        while True:
+            await asyncio.sleep(self.settings.health_interval or 5.0)
+            await asyncio.gather(*(self._probe(i) for i in self.pool), return_exceptions=True)
+
+    async def _probe(self, inst: Instance) -> None:
+        assert self.session is not None
+        try:
+            async with self.session.get(inst.url + "/health", timeout=self._probe_timeout) as r:
+                ok, error = r.status == 200, None if r.status == 200 else f"/health {r.status}"
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            ok, error = False, f"/health: {type(exc).__name__}"
+        self.pool.probed(inst, ok, error)
+
+    async def _probe_until_up(self, inst: Instance, tries: int = 20,
+                              spacing: float = 0.1) -> None:
+        for _ in range(tries):
+            await self._probe(inst)
+            if inst.healthy or self.pool.get(inst.url) is not inst:
+                return
+            await asyncio.sleep(spacing)
