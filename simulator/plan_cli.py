@@ -81,7 +81,7 @@ def plan(
 ) -> None:
     console = Console()
     if not console.is_terminal:
-        console = Console(width=200)  # a pipe or a file gets whole rows, not wrapped cells
+        console = Console(width=260)  # a pipe or a file gets whole rows, not wrapped cells
     try:
         if scenario is not None:
             if scenario not in SCENARIOS:
