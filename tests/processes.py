@@ -19,15 +19,24 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port nothing listens on, for a server a test starts next. Drawn below Linux's
+    ephemeral range (32768-60999) and below port_range()'s: a port the kernel handed out
+    would be free to any outgoing connection between this check and the server's bind."""
+    for _ in range(200):
+        port = random.randrange(10000, 20000)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 10000-19999")
 
 
 def port_range() -> str:
     """A PDCTL_PORT_RANGE of 500 ports for one control plane: below Linux's ephemeral range
-    (32768-60999), where free_port() and every outgoing connection take theirs, so an
-    instance's allocated port is never one a client socket happens to hold."""
+    (32768-60999), where every outgoing connection takes its port, and above free_port()'s,
+    so an instance's allocated port is never one another socket happens to hold."""
     base = random.randrange(20000, 32000, 500)
     return f"{base}-{base + 499}"
 
