@@ -6,10 +6,12 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import zmq
 from aiohttp import web
 from multidict import CIMultiDict
 
@@ -252,6 +254,22 @@ async def engines(*fakes: FakeEngine) -> AsyncIterator[tuple[FakeEngine, ...]]:
     finally:
         for fake in fakes:
             await fake.stop()
+
+
+@contextmanager
+def registry_dealer(port: int | None, sndhwm: int | None = None) -> Iterator[zmq.Socket]:
+    """A ZMQ DEALER on a proxy's registry port, as an engine's heartbeat sender uses."""
+    ctx = zmq.Context()
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    if sndhwm is not None:
+        dealer.setsockopt(zmq.SNDHWM, sndhwm)
+    dealer.connect(f"tcp://127.0.0.1:{port}")
+    try:
+        yield dealer
+    finally:
+        dealer.close(linger=0)
+        ctx.term()
 
 
 def settings_for(

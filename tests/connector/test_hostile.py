@@ -10,10 +10,17 @@ import json
 import aiohttp
 import msgpack
 import pytest
-import zmq
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.connector.fakes import FakeEngine, completion, engines, run, running, settings_for
+from tests.connector.fakes import (
+    FakeEngine,
+    completion,
+    engines,
+    registry_dealer,
+    run,
+    running,
+    settings_for,
+)
 from tests.connector.test_proxy import until
 
 
@@ -173,12 +180,7 @@ def test_a_flood_of_bogus_registrations_is_refused_counted_and_routing_is_unaffe
         settings = settings_for(registry_port=0, connector="moriio", registry_max_instances=2)
         async with (engines(FakeEngine("p"), FakeEngine("d")) as (p, d),
                     running(settings) as (base, proxy)):
-            ctx = zmq.Context()
-            dealer = ctx.socket(zmq.DEALER)
-            dealer.setsockopt(zmq.LINGER, 0)
-            dealer.setsockopt(zmq.SNDHWM, 100_000)
-            dealer.connect(f"tcp://127.0.0.1:{proxy.registry_port}")
-            try:
+            with registry_dealer(proxy.registry_port, sndhwm=100_000) as dealer:
                 for fake, kind in ((p, "P"), (d, "D")):
                     dealer.send(msgpack.packb({"type": kind,
                                                "http_address": fake.url[len("http://"):]}))
@@ -211,8 +213,5 @@ def test_a_flood_of_bogus_registrations_is_refused_counted_and_routing_is_unaffe
                 dealer.send(msgpack.packb({"type": "P", "http_address": p.url[7:]}))
                 await asyncio.sleep(0.1)
                 assert proxy.metrics.registry_rejected["full"] == 2000
-            finally:
-                dealer.close(linger=0)
-                ctx.term()
 
     run(body(), timeout=60)

@@ -5,9 +5,16 @@ import asyncio
 import aiohttp
 import msgpack
 import pytest
-import zmq
 
-from tests.connector.fakes import FakeEngine, completion, engines, run, running, settings_for
+from tests.connector.fakes import (
+    FakeEngine,
+    completion,
+    engines,
+    registry_dealer,
+    run,
+    running,
+    settings_for,
+)
 from tests.connector.test_proxy import until
 
 NEW = {
@@ -36,11 +43,7 @@ def test_registration_expiry_and_mode_move():
         # heartbeat intervals scaled down 50x: newer shape 60 ms, expiry after 180 ms
         settings = settings_for(registry_port=0, heartbeat_scale=0.02, connector="moriio")
         async with running(settings) as (_, proxy):
-            ctx = zmq.Context()
-            dealer = ctx.socket(zmq.DEALER)
-            dealer.setsockopt(zmq.LINGER, 0)
-            dealer.connect(f"tcp://127.0.0.1:{proxy.registry_port}")
-            try:
+            with registry_dealer(proxy.registry_port) as dealer:
                 dealer.send(msgpack.packb({"type": "HELLO"}))
                 dealer.send(msgpack.packb(NEW))
                 dealer.send(msgpack.packb(OLD))
@@ -71,9 +74,6 @@ def test_registration_expiry_and_mode_move():
                 dealer.send(b"\xc1 not msgpack")  # ignored, and the listener survives
                 dealer.send(msgpack.packb(NEW))
                 assert await until(lambda: proxy.pool.get(p.url) is not None)
-            finally:
-                dealer.close(linger=0)
-                ctx.term()
 
     run(body())
 
@@ -83,11 +83,7 @@ def test_a_registration_is_routed_to_only_once_its_health_answers():
         settings = settings_for(registry_port=0, connector="moriio")
         async with (engines(FakeEngine("p"), FakeEngine("d")) as (p, d),
                     running(settings) as (base, proxy)):
-            ctx = zmq.Context()
-            dealer = ctx.socket(zmq.DEALER)
-            dealer.setsockopt(zmq.LINGER, 0)
-            dealer.connect(f"tcp://127.0.0.1:{proxy.registry_port}")
-            try:
+            with registry_dealer(proxy.registry_port) as dealer:
                 ghost = {**OLD, "request_address": "http://127.0.0.1:9/v1/completions"}
                 dealer.send(msgpack.packb(ghost))  # a decode that does not answer
                 dealer.send(msgpack.packb({**NEW, "http_address": p.url[7:]}))
@@ -104,9 +100,6 @@ def test_a_registration_is_routed_to_only_once_its_health_answers():
                 ghost_inst = proxy.pool.get("http://127.0.0.1:9")
                 assert not ghost_inst.healthy and "/health" in ghost_inst.last_error
                 assert d.kinds() == ["decode"]
-            finally:
-                dealer.close(linger=0)
-                ctx.term()
 
     run(body())
 
@@ -116,11 +109,7 @@ def test_a_just_started_proxy_holds_requests_until_the_first_registration_is_hea
         settings = settings_for(registry_port=0, connector="moriio", startup_grace=10.0)
         async with (engines(FakeEngine("p"), FakeEngine("d")) as (p, d),
                     running(settings) as (base, proxy)):
-            ctx = zmq.Context()
-            dealer = ctx.socket(zmq.DEALER)
-            dealer.setsockopt(zmq.LINGER, 0)
-            dealer.connect(f"tcp://127.0.0.1:{proxy.registry_port}")
-            try:
+            with registry_dealer(proxy.registry_port) as dealer:
                 async with aiohttp.ClientSession() as s:
                     # sent before any instance is known, as after a proxy restart
                     early = asyncio.create_task(s.post(base + "/v1/completions",
@@ -132,9 +121,6 @@ def test_a_just_started_proxy_holds_requests_until_the_first_registration_is_hea
                     assert response.status == 200, await response.text()
                     response.release()
                     assert proxy.metrics.held == 0
-            finally:
-                dealer.close(linger=0)
-                ctx.term()
 
     run(body())
 
