@@ -71,7 +71,7 @@ def proxy(
     ] = 5.0,
 ) -> None:
     """Run the prefill/decode proxy: split, stream, measure."""
-    from connector.server import serve
+    from connector.server import ListenError, serve
     from connector.settings import FlagInstance, ProxySettings
 
     try:
@@ -104,7 +104,11 @@ def proxy(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    serve(settings)
+    try:
+        serve(settings)
+    except ListenError as exc:
+        typer.echo(f"pdctl proxy: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 def register(app: typer.Typer) -> None:

@@ -36,10 +36,36 @@ async def start(settings: ProxySettings) -> tuple[web.AppRunner, web.Application
     """Start the proxy on settings.host:port (port 0: any); returns the runner and the app."""
     app = create_app(settings)
     runner = web.AppRunner(app, **RUNNER_KWARGS)
-    await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port)
-    await site.start()
+    try:
+        await runner.setup()  # its startup binds the registry
+    except BaseException:
+        with contextlib.suppress(Exception):  # the runner would not: close what startup opened
+            await app[PROXY_KEY].cleanup(app)
+        raise
+    try:
+        await web.TCPSite(runner, settings.host, settings.port).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
     return runner, app
+
+
+class ListenError(RuntimeError):
+    """A port the proxy was told to take is not free; the message names the flag."""
+
+
+async def start_or_explain(settings: ProxySettings) -> tuple[web.AppRunner, web.Application]:
+    """`start`, with a port that cannot be bound reported by its flag, not as a traceback."""
+    import zmq
+
+    try:
+        return await start(settings)
+    except zmq.ZMQError as exc:
+        raise ListenError(f"cannot listen for registrations on {settings.host}:"
+                          f"{settings.registry_port} (--registry-port): {exc.strerror}") from None
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {settings.host}:{settings.port} (--port): "
+                          f"{exc.strerror or exc}") from None
 
 
 def bound_port(runner: web.AppRunner) -> int:
@@ -52,7 +78,7 @@ def serve(settings: ProxySettings) -> None:
     """Run until interrupted, on uvloop when it is installed."""
 
     async def main() -> None:
-        runner, app = await start(settings)
+        runner, app = await start_or_explain(settings)
         proxy = app[PROXY_KEY]
         log.info(
             "pdctl proxy on http://%s:%d (registry port %s)",

@@ -205,8 +205,19 @@ class Supervisor:
                 return units
             if self.clock.now() >= deadline:
                 raise TimeoutError(f"{name}: not {what} after {timeout} s: "
-                                   f"{[(u['name'], u['state']) for u in units]}")
+                                   f"{[(u['name'], u['state']) for u in units]}"
+                                   + self._tails_of_failed(name, units))
             await self.clock.sleep(self.settings.poll_interval)
+
+    def _tails_of_failed(self, name: str, units: list[dict[str, Any]], lines: int = 8) -> str:
+        """The last log lines of every unit that is not running: why it failed, in its words."""
+        parts = []
+        for unit in units:
+            if unit["state"] != "RUNNING":
+                tail = self.log_tail(name, unit["name"], lines)
+                parts.append(f"\n--- {unit['name']} ({unit['state']}), last log lines:\n"
+                             + "\n".join(tail))
+        return "".join(parts)
 
     async def wait_running(self, name: str, timeout: float) -> list[dict[str, Any]]:
         return await self.wait_for(name, lambda us: all(u["state"] == "RUNNING" for u in us),

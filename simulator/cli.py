@@ -119,7 +119,25 @@ def sim(
         typer.echo(f"pdctl sim: error: {exc}", err=True)
         raise typer.Exit(2) from None
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-    run(settings)
+    try:
+        run(settings)
+    except OSError as exc:  # a port taken: say which setting chose it, not a traceback
+        typer.echo(f"pdctl sim: error: cannot listen ({exc.strerror or exc}); the ports come "
+                   f"from {listen_sources(settings)}", err=True)
+        raise typer.Exit(1) from None
+
+
+def listen_sources(settings: EngineSettings) -> str:
+    """Every port the stand-in binds, with the flag or setting that chose it."""
+    sources = [f"--port {settings.port}"]
+    kv = settings.kv
+    if kv is not None and not kv.is_moriio:  # every other connector takes NIXL's variable
+        sources.append(f"VLLM_NIXL_SIDE_CHANNEL_PORT {kv.kv_port}")
+    elif kv is not None:
+        sources.append(f"kv_connector_extra_config.handshake_port {kv.kv_port}")
+        if kv.notify_port is not None:
+            sources.append(f"kv_connector_extra_config.notify_port {kv.notify_port}")
+    return ", ".join(sources)
 
 
 def _settings(*, model, host, port, served, model_profile, hardware, tp, max_num_seqs,

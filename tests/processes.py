@@ -18,17 +18,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
     """A port nothing listens on, for a server a test starts next. Drawn below Linux's
     ephemeral range (32768-60999) and below port_range()'s: a port the kernel handed out
-    would be free to any outgoing connection between this check and the server's bind."""
+    would be free to any outgoing connection between this check and the server's bind.
+    Never the same port twice in one run: a test drawing several ports before starting
+    anything would otherwise, once in a few hundred draws, get one port for two servers."""
     for _ in range(200):
         port = random.randrange(10000, 20000)
+        if port in _HANDED_OUT:
+            continue
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _HANDED_OUT.add(port)
             return port
     raise RuntimeError("no free port in 10000-19999")
 

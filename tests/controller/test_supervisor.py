@@ -118,6 +118,11 @@ def test_an_instance_that_keeps_failing_goes_fatal(tmp_path):
         assert h.states("tiny-pd")["decode-0"] == "FATAL"
         assert sum(1 for s in h.backend.spawned if s[0] == "decode-0") == 3
         assert h.events[-1][1] == "fatal"
+        # Waiting for it says why, in the failed unit's own log lines, and only in its.
+        with pytest.raises(TimeoutError) as err:
+            await h.sup.wait_running("tiny-pd", 0)
+        assert "decode-0 (FATAL), last log lines:\ndecode-0 line 0" in str(err.value)
+        assert "decode-0 line 7" in str(err.value) and "proxy line" not in str(err.value)
         await h.polls(3, every=10.0)
         assert sum(1 for s in h.backend.spawned if s[0] == "decode-0") == 3
     run(scenario())

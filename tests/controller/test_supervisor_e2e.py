@@ -94,7 +94,10 @@ def test_start_crash_adopt_stop_with_real_processes(tmp_path):
         await sup.open()
         try:
             await sup.start(spec.name, spec, ports)
-            await sup.wait_running(spec.name, 30)
+            try:
+                await sup.wait_running(spec.name, 30)
+            except TimeoutError as err:  # say why, with what the supervisor told its operator
+                raise AssertionError(f"{err}\nevents: {events}") from None
             seen.extend(all_pids(run_dir))
             proxy_url = f"http://127.0.0.1:{ports.proxy}"
             status, body = await tokens_through(proxy_url)
