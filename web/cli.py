@@ -38,8 +38,23 @@ def serve(
             f"refusing to bind {settings.host} without tokens: anyone who can reach it could "
             "change deployments. Set PDCTL_OPERATOR_TOKENS (and PDCTL_VIEWER_TOKENS), or "
             "bind loopback (--host 127.0.0.1).", param_hint="--host")
+    _check_port_free(settings.host, settings.port)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
                 log_level="info", log_config=serve_logs.config(), timeout_graceful_shutdown=5)
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Refuse a taken port by its flag, before migrating or starting anything."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise typer.BadParameter(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                                     param_hint="--port") from None
 
 
 def register(app: typer.Typer) -> None:
