@@ -17,6 +17,10 @@ from connector.measure import RequestTiming, SloTargets, itl_stat, judge, summar
 
 MAX_EVENT_BYTES = 8 << 20  # one SSE event; vLLM's largest (prompt logprobs) stay well below
 
+# The clock every time in a Flight is read on. Not loop.time(): uvloop's has millisecond
+# resolution, too coarse for ITL.
+clock = time.perf_counter
+
 
 class Flight:
     """One request in flight: what the proxy measures while it passes the bytes through."""

@@ -9,6 +9,7 @@ import logging
 from aiohttp import web
 
 from connector import admin, openapi
+from connector.info_routes import InfoRoutes
 from connector.proxy import PROXY_KEY, RUNNER_KWARGS, Proxy
 from connector.settings import ProxySettings
 
@@ -24,9 +25,10 @@ def create_app(settings: ProxySettings) -> web.Application:
     app.on_cleanup.append(proxy.cleanup)
     app.router.add_post("/v1/completions", proxy.generate)
     app.router.add_post("/v1/chat/completions", proxy.generate)
-    app.router.add_get("/v1/models", proxy.models)
-    app.router.add_get("/health", proxy.health)
-    app.router.add_get("/metrics", proxy.metrics_text)
+    info = InfoRoutes(proxy)
+    app.router.add_get("/v1/models", info.models)
+    app.router.add_get("/health", info.health)
+    app.router.add_get("/metrics", info.metrics_text)
     app.router.add_get("/openapi.json", openapi.serve)
     app.add_subapp("/admin", admin.create_admin_app(proxy))
     return app

@@ -1,0 +1,238 @@
+"""The legs' I/O on the request path: the prefill leg's POST, and the leg whose bytes pass
+through to the client as they arrive, under a watchdog that ends a stream gone silent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from connector.client_body import upstream_failure
+from connector.errors import ProxyError, UpstreamError, UpstreamTimeout
+from connector.flight import Flight, clock
+from connector.instances import Instance, InstancePool
+from connector.interference import Interference
+from connector.legs import returned_params
+from connector.settings import ProxySettings
+
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+
+
+class ClientGone(Exception):
+    """Writing to the client failed: it hung up (not an upstream failure)."""
+
+
+class Relay:
+    """Sends the legs over the proxy's one session; every error names the leg and its instance."""
+
+    def __init__(
+        self, settings: ProxySettings, pool: InstancePool, interference: Interference
+    ) -> None:
+        self.settings, self.pool, self.interference = settings, pool, interference
+        self.session: aiohttp.ClientSession | None = None  # the proxy's, set at its startup
+        # streaming legs under the silence watchdog (cheaper than aiohttp's per-read timer)
+        self._watched: dict[asyncio.Task, Flight] = {}
+        self._prefill_timeout = aiohttp.ClientTimeout(
+            total=settings.prefill_timeout, sock_connect=settings.connect_timeout
+        )
+        self._decode_timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=settings.connect_timeout
+        )
+
+    async def watch_silence(self) -> None:
+        """Cancel streaming legs whose upstream has been silent past --decode-timeout."""
+        limit = self.settings.decode_timeout
+        period = min(1.0, limit / 4)
+        while True:
+            await asyncio.sleep(period)
+            now = clock()
+            for task, flight in list(self._watched.items()):
+                if now - flight.last_read > limit and not flight.timed_out:
+                    flight.timed_out = True
+                    task.cancel()
+
+    async def prefill(
+        self, inst: Instance, path: str, data: str, headers: dict[str, str], flight: Flight
+    ) -> dict[str, Any] | None:
+        """The prefill leg; returns its kv_transfer_params. Errors name the prefill instance."""
+        assert self.session is not None
+        flight.prefill_start = clock()
+        try:
+            async with self.session.post(
+                inst.url + path, data=data, headers=headers, timeout=self._prefill_timeout
+            ) as r:
+                raw = await r.read()
+                if r.status != 200:
+                    raise upstream_failure("prefill", inst.url, r.status, raw)
+        except TimeoutError:
+            raise UpstreamTimeout("prefill", inst.url, self.settings.prefill_timeout) from None
+        except aiohttp.ClientError as exc:
+            self._passive_unhealthy(inst, exc)
+            raise UpstreamError("prefill", inst.url, f"{type(exc).__name__}: {exc}") from None
+        try:
+            answer = json.loads(raw)
+        except (ValueError, RecursionError):
+            answer = None
+        if not isinstance(answer, dict):
+            raise UpstreamError("prefill", inst.url, "answered 200 with a body that is not a "
+                                f"JSON object: {raw[:60]!r}")
+        flight.prefill_end = clock()
+        return returned_params(answer)
+
+    def _passive_unhealthy(self, inst: Instance, exc: Exception) -> None:
+        # Only when active checks run, or the instance could never come back.
+        if self.settings.health_interval and isinstance(exc, aiohttp.ClientConnectorError):
+            self.pool.set_health(inst, False, f"{type(exc).__name__}: {exc}")
+
+    async def pass_through(
+        self,
+        request: web.Request,
+        leg: str,
+        inst: Instance,
+        data: str,
+        headers: dict[str, str],
+        flight: Flight,
+        prefill_task: asyncio.Task | None = None,
+    ) -> web.StreamResponse:
+        """Send the streaming leg and pass its bytes through to the client as they arrive."""
+        assert self.session is not None
+        resp: web.StreamResponse | None = None
+        task = asyncio.current_task()
+        assert task is not None
+        flight.last_read = clock()
+        self._watched[task] = flight
+        try:
+            async with self.session.post(
+                inst.url + request.path, data=data, headers=headers, timeout=self._decode_timeout
+            ) as up:
+                if up.status != 200:
+                    raise upstream_failure(leg, inst.url, up.status, await up.read())
+                if not flight.stream:
+                    raw = await up.read()
+                    flight.end = clock()
+                    if not _read_json_usage(raw, flight):
+                        raise UpstreamError(leg, inst.url, "answered 200 with a body that is "
+                                            f"not a JSON object: {raw[:60]!r}")
+                    return web.Response(
+                        body=raw,
+                        status=200,
+                        headers={
+                            "Content-Type": up.headers.get("Content-Type", "application/json")
+                        },
+                    )
+                kind = up.headers.get("Content-Type", "")
+                if not kind.startswith("text/event-stream"):
+                    raise UpstreamError(leg, inst.url, "answered a streaming request with "
+                                        f"Content-Type {kind[:60]!r}, not an event stream")
+                scan, read = flight.scan, up.content.readany
+                while chunk := await read():
+                    flight.last_read = now = clock()
+                    scan(chunk, now)
+                    if flight.malformed is not None:  # garbage is never passed on
+                        garbage = UpstreamError(leg, inst.url, "sent an event that is not "
+                                                f"JSON: {flight.malformed[:60]!r}")
+                        if resp is None:
+                            raise garbage
+                        await _stream_error(resp, garbage, flight)
+                        return resp
+                    if resp is None:
+                        if prefill_task is not None and prefill_task.done():
+                            _raise_if_failed(prefill_task)
+                        if flight.route is not None and flight.route.prefill is None:
+                            self.interference.prefill_done(inst.url, now)  # it prefilled here
+                        resp = web.StreamResponse(headers=SSE_HEADERS)
+                        flight.prepared = True
+                        await resp.prepare(request)
+                    try:
+                        await resp.write(chunk)
+                    except ConnectionError:  # the client's socket, not the upstream's
+                        raise ClientGone from None
+                flight.end = clock()
+        except asyncio.CancelledError:
+            if not flight.timed_out:
+                raise
+            task.uncancel()  # the watchdog's cancel, not the client's: answer with a timeout
+            exc: ProxyError = UpstreamTimeout(leg, inst.url, self.settings.decode_timeout)
+            if resp is None and prefill_task is not None and not prefill_task.done():
+                exc = self._prefill_starved(inst, flight)
+            if resp is None:
+                raise exc from None
+            await _stream_error(resp, exc, flight)
+            return resp
+        except TimeoutError:
+            exc = UpstreamTimeout(leg, inst.url, self.settings.decode_timeout)
+            if resp is None:
+                raise exc from None
+            await _stream_error(resp, exc, flight)
+            return resp
+        except aiohttp.ClientError as exc:
+            self._passive_unhealthy(inst, exc)
+            err = UpstreamError(
+                leg,
+                inst.url,
+                f"{type(exc).__name__}: {exc}"
+                if resp is None
+                else f"failed mid-stream: {type(exc).__name__}",
+            )
+            if resp is None:
+                raise err from None
+            await _stream_error(resp, err, flight)
+            return resp
+        finally:
+            self._watched.pop(task, None)
+        if resp is None:  # a 200 with an empty stream: answer with an empty event stream
+            resp = web.StreamResponse(headers=SSE_HEADERS)
+            flight.prepared = True
+            await resp.prepare(request)
+        try:
+            await resp.write_eof()
+        except ConnectionError:
+            raise ClientGone from None
+        return resp
+
+    def _prefill_starved(self, decode: Instance, flight: Flight) -> ProxyError:
+        """Write mode: a decode silent while its prefill has not answered is waiting for the
+        KV the prefill pushes; the prefill is what failed, so the error names it."""
+        prefill = flight.route.prefill if flight.route is not None else None
+        if prefill is None:
+            return UpstreamTimeout("decode", decode.url, self.settings.decode_timeout)
+        return UpstreamError(
+            "prefill",
+            prefill.url,
+            f"no answer within {self.settings.decode_timeout:g} s while the decode leg to "
+            f"{decode.url} waited for its KV",
+        )
+
+
+async def _stream_error(resp: web.StreamResponse, exc: ProxyError, flight: Flight) -> None:
+    """Headers are gone: the error travels as the stream's last event."""
+    flight.status, flight.error = exc.status, exc.message
+    if isinstance(exc, UpstreamError):
+        flight.blamed = exc.instance
+    with contextlib.suppress(ConnectionError):
+        await resp.write(b"data: " + exc.body_bytes() + b"\n\ndata: [DONE]\n\n")
+        await resp.write_eof()
+
+
+def _read_json_usage(raw: bytes, flight: Flight) -> bool:
+    """Read the usage of a whole answer; False when the answer is not a JSON object."""
+    try:
+        answer = json.loads(raw)
+    except (ValueError, RecursionError):
+        return False
+    if not isinstance(answer, dict):
+        return False
+    usage = answer.get("usage")
+    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+        flight.usage_tokens = usage["completion_tokens"]
+    return True
+
+
+def _raise_if_failed(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        raise task.exception()  # type: ignore[misc]
