@@ -1,7 +1,8 @@
 """The life of one supervised process, as a pure state machine: `step(state, event, now)`.
 
 No I/O and no clock: the supervisor (controller/supervisor.py) feeds events in, with `now`, and
-performs the actions that come out (spawn, signal, drain, wake me at, tell the event log).
+performs the actions that come out (spawn, signal, drain, wake me at, tell the event log);
+both are in controller/machine_messages.py.
 
     STOPPED --start--> STARTING --healthy--> RUNNING
     STARTING --exited / start timeout--> BACKOFF --backoff elapsed--> STARTING
@@ -16,6 +17,27 @@ from __future__ import annotations
 import enum
 import signal
 from dataclasses import dataclass, field, replace
+
+from controller.machine_messages import (  # re-exported: the supervisor speaks m.Start, m.Spawn
+    Action,
+    Adopt,
+    Drain,
+    Drained,
+    Emit,
+    Event,
+    Exited,
+    HealthFailed,
+    Healthy,
+    Kill,
+    Restart,
+    Schedule,
+    Spawn,
+    Spawned,
+    Start,
+    Stop,
+    Tick,
+    Undrain,
+)
 
 
 class State(enum.StrEnum):
@@ -75,116 +97,6 @@ class Machine:
     phase: Phase | None = None  # STOPPING only
     after: After | None = None  # STOPPING only
     policy: Policy = field(default_factory=Policy)
-
-
-# Events -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Start:
-    """The operator (or reconciliation) wants it running."""
-
-
-@dataclass(frozen=True, slots=True)
-class Spawned:
-    """The backend started the process; `pid` is the child's (its process group id)."""
-
-    pid: int
-
-
-@dataclass(frozen=True, slots=True)
-class Healthy:
-    """Ready: /health answered (and, for MoRIIO, the proxy lists its registration)."""
-
-
-@dataclass(frozen=True, slots=True)
-class HealthFailed:
-    """A RUNNING instance stopped answering (the shell decides after how many probes)."""
-
-    reason: str = "health check failed"
-
-
-@dataclass(frozen=True, slots=True)
-class Exited:
-    """The process is gone; `code` is its exit status (-N: signal N), None if unknown."""
-
-    code: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Drained:
-    """The proxy reports no request in flight on it any more."""
-
-
-@dataclass(frozen=True, slots=True)
-class Stop:
-    """The operator wants it stopped."""
-
-
-@dataclass(frozen=True, slots=True)
-class Restart:
-    """The operator wants a fresh process (stop, then start at once; not a failure)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Tick:
-    """Time passed; fires the state's timer if its deadline is due (stale ticks do nothing)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Adopt:
-    """Found at supervisor start from a state file: `alive` = pid alive with its start time."""
-
-    pid: int
-    alive: bool
-    exit_code: int | None = None
-    restarts: int = 0
-
-
-Event = Start | Spawned | Healthy | HealthFailed | Exited | Drained | Stop | Restart | Tick | Adopt
-
-
-# Actions ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Spawn:
-    """Start a new process (under the shim)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Kill:
-    """Send `signal` to the whole process group."""
-
-    signal: int
-
-
-@dataclass(frozen=True, slots=True)
-class Drain:
-    """Tell the proxy to send it nothing new."""
-
-
-@dataclass(frozen=True, slots=True)
-class Undrain:
-    """Tell the proxy it may route to it again."""
-
-
-@dataclass(frozen=True, slots=True)
-class Schedule:
-    """Wake me (send a Tick) at `at`."""
-
-    at: float
-
-
-@dataclass(frozen=True, slots=True)
-class Emit:
-    """Record an event for the operator: `kind` is a short tag, `message` plain words."""
-
-    kind: str
-    message: str
-
-
-Action = Spawn | Kill | Drain | Undrain | Schedule | Emit
 
 
 class InvalidTransition(ValueError):

@@ -4,7 +4,7 @@ under the shim, signal the group, drain in the proxy, record events).
 
 Seams: a process backend (controller/process_backend.py), an HTTP probe (controller/health.py)
 and a clock; tests pass fakes and drive `poll()` themselves. Deployments live in the run dir
-(RUN_DIR/NAME/deployment.json plus one directory per process), so a new supervisor on the same
+(controller/run_state.py, plus one directory per process), so a new supervisor on the same
 run dir adopts what still runs and cleans up what died: no orphans, no duplicates.
 
 Start order: the proxy first (MoRIIO instances register with it; the NIXL proxy takes the
@@ -16,49 +16,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from controller import machine as m
+from controller import run_state
+from controller.clock import Clock, SystemClock
 from controller.deployment import DeploymentSpec
 from controller.health import HttpProbe, Probe, same_instance
 from controller.ports import AllocatedPorts
-from controller.process_backend import ProcessBackend, ProcessRecord, ShimBackend, SpawnError
+from controller.process_backend import ProcessBackend, ShimBackend, SpawnError
 from controller.render import Launch, LaunchSettings, render
+from controller.units import IDLE, LIVE, Supervised, Unit, describe
 
 log = logging.getLogger("pdctl.supervisor")
 EventSink = Callable[[str, str, str, str | None], None]  # (actor, kind, message, deployment)
 ACTOR = "supervisor"
-DEPLOYMENT_FILE = "deployment.json"
-RESTARTS_FILE = "restarts"
 
 
 class SupervisorError(RuntimeError):
     """A facade call that cannot be done (unknown deployment or instance)."""
-
-
-class Clock(Protocol):
-    def now(self) -> float: ...  # monotonic seconds, for the machines
-
-    def wall(self) -> float: ...  # epoch seconds, for uptimes across restarts of pdctl
-
-    async def sleep(self, seconds: float) -> None: ...
-
-
-class SystemClock:
-    def now(self) -> float:
-        return time.monotonic()
-
-    def wall(self) -> float:
-        return time.time()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,40 +49,6 @@ class SupervisorSettings:
     poll_interval: float = 0.2  # exits, deadlines, drains
     health_interval: float = 1.0  # /health probes per process
     health_failures: int = 3  # failed probes in a row before a RUNNING process is replaced
-
-
-@dataclass
-class _Unit:
-    """One supervised process and what the shell knows about it."""
-
-    launch: Launch
-    machine: m.Machine
-    record: ProcessRecord | None = None
-    healthy: bool | None = None
-    registered: bool | None = None
-    failed_probes: int = 0
-    next_probe: float = 0.0
-
-
-@dataclass
-class _Deployment:
-    name: str
-    spec: DeploymentSpec
-    ports: AllocatedPorts
-    folder: Path
-    units: dict[str, _Unit]  # proxy first, then instances (start order)
-    running: bool = True  # desired state
-
-    @property
-    def proxy(self) -> _Unit:
-        return self.units["proxy"]
-
-    def instances(self) -> list[_Unit]:
-        return [u for u in self.units.values() if not u.launch.is_proxy]
-
-
-_IDLE = (m.State.STOPPED, m.State.EXITED, m.State.FATAL)
-_LIVE = (m.State.STARTING, m.State.RUNNING, m.State.STOPPING)
 
 
 class Supervisor:
@@ -117,7 +63,7 @@ class Supervisor:
         self.probe = probe or HttpProbe()
         self.clock = clock or SystemClock()
         self.on_event = on_event or (lambda actor, kind, message, deployment: None)
-        self.deployments: dict[str, _Deployment] = {}
+        self.deployments: dict[str, Supervised] = {}
         self._task: asyncio.Task | None = None
         settings.run_dir.mkdir(parents=True, exist_ok=True)
         self._adopt_all()
@@ -144,23 +90,20 @@ class Supervisor:
         folder.mkdir(parents=True, exist_ok=True)
         dep = self.deployments.get(name)
         if dep is None:
-            dep = _Deployment(name, spec, ports, folder, {})
+            dep = Supervised(name, spec, ports, folder, {})
             self.deployments[name] = dep
         dep.spec, dep.ports, dep.running = spec, ports, True
         for launch in launches:
             unit = dep.units.get(launch.name)
             if unit is None:
-                dep.units[launch.name] = _Unit(launch, m.Machine(policy=self.settings.policy))
+                dep.units[launch.name] = Unit(launch, m.Machine(policy=self.settings.policy))
             elif (unit.launch.argv, unit.launch.env) != (launch.argv, launch.env):
                 unit.launch = launch
-                if unit.machine.state in _LIVE:
+                if unit.machine.state in LIVE:
                     await self._feed(dep, unit, m.Restart())
             else:
                 unit.launch = launch
-        _write_json(folder / DEPLOYMENT_FILE, {
-            "spec": spec.model_dump(mode="json"), "running": True,
-            "ports": {"proxy": ports.proxy, "registry": ports.registry,
-                      "instances": {k: v.model_dump() for k, v in ports.instances.items()}}})
+        run_state.save_deployment(folder, spec, ports)
         self._emit("start", f"{name}: start requested", name)
         await self._reconcile(dep)
 
@@ -168,12 +111,11 @@ class Supervisor:
         """Want `name` stopped; with `wait`, return once everything is down (or raise)."""
         dep = self._deployment(name)
         dep.running = False
-        _write_json(dep.folder / DEPLOYMENT_FILE,
-                    {**json.loads((dep.folder / DEPLOYMENT_FILE).read_text()), "running": False})
+        run_state.save_stopped(dep.folder)
         self._emit("stop", f"{name}: stop requested", name)
         await self._reconcile(dep)
         if wait is not None:
-            await self.wait_for(name, lambda units: all(u["state"] in _IDLE for u in units),
+            await self.wait_for(name, lambda units: all(u["state"] in IDLE for u in units),
                                 wait, "stopped")
 
     async def restart(self, name: str, instance: str | None = None) -> None:
@@ -184,7 +126,8 @@ class Supervisor:
 
     def status(self, name: str) -> list[dict[str, Any]]:
         dep = self._deployment(name)
-        return [self._describe(dep, u) for u in dep.units.values()]
+        return [describe(dep, u, self.clock.now(), self.clock.wall())
+                for u in dep.units.values()]
 
     def log_tail(self, name: str, instance: str, lines: int = 100) -> list[str]:
         dep = self._deployment(name)
@@ -244,9 +187,9 @@ class Supervisor:
                 await self._feed(dep, unit, m.Tick())
             await self._reconcile(dep)
 
-    async def _observe_exits(self, dep: _Deployment) -> None:
+    async def _observe_exits(self, dep: Supervised) -> None:
         for unit in dep.units.values():
-            if unit.machine.state not in _LIVE or unit.machine.pid is None:
+            if unit.machine.state not in LIVE or unit.machine.pid is None:
                 continue
             record = self.backend.read(dep.folder, unit.launch.name) or unit.record
             if record is None or record.child_pid != unit.machine.pid:
@@ -258,7 +201,7 @@ class Supervisor:
                 unit.healthy = unit.registered = None
                 await self._feed(dep, unit, m.Exited(code))
 
-    async def _probe(self, dep: _Deployment) -> None:
+    async def _probe(self, dep: Supervised) -> None:
         now = self.clock.now()
         due = [u for u in dep.units.values()
                if u.machine.pid is not None and u.machine.state in (m.State.STARTING,
@@ -298,11 +241,11 @@ class Supervisor:
             if registrations is None or entry is None or not entry.get("outstanding_requests"):
                 await self._feed(dep, unit, m.Drained())
 
-    def _draining(self, dep: _Deployment) -> list[_Unit]:
+    def _draining(self, dep: Supervised) -> list[Unit]:
         return [u for u in dep.units.values()
                 if u.machine.state is m.State.STOPPING and u.machine.phase is m.Phase.DRAIN]
 
-    async def _reconcile(self, dep: _Deployment) -> None:
+    async def _reconcile(self, dep: Supervised) -> None:
         """Desired vs actual, in start order (proxy, then instances) or stop order (reverse)."""
         proxy = dep.proxy
         if dep.running:
@@ -322,7 +265,7 @@ class Supervisor:
 
     # Performing actions ------------------------------------------------------------------
 
-    async def _feed(self, dep: _Deployment, unit: _Unit, event: m.Event) -> None:
+    async def _feed(self, dep: Supervised, unit: Unit, event: m.Event) -> None:
         before = unit.machine.state
         unit.machine, actions = m.step(unit.machine, event, self.clock.now())
         if unit.machine.state is not before:
@@ -330,7 +273,7 @@ class Supervisor:
         for action in actions:
             await self._perform(dep, unit, action)
 
-    async def _perform(self, dep: _Deployment, unit: _Unit, action: m.Action) -> None:
+    async def _perform(self, dep: Supervised, unit: Unit, action: m.Action) -> None:
         name = unit.launch.name
         if isinstance(action, m.Spawn):
             await self._spawn(dep, unit)
@@ -346,11 +289,10 @@ class Supervisor:
             self._emit(action.kind, f"{dep.name}/{name}: {action.message}", dep.name)
         # Schedule: every pass ticks every machine, so deadlines fire within poll_interval.
 
-    async def _spawn(self, dep: _Deployment, unit: _Unit) -> None:
+    async def _spawn(self, dep: Supervised, unit: Unit) -> None:
         name = unit.launch.name
         self.backend.forget(dep.folder, name)
-        (dep.folder / name).mkdir(parents=True, exist_ok=True)
-        (dep.folder / name / RESTARTS_FILE).write_text(str(unit.machine.restarts))
+        run_state.write_restarts(dep.folder, name, unit.machine.restarts)
         unit.healthy = unit.registered = None
         unit.failed_probes, unit.next_probe = 0, 0.0
         try:
@@ -373,26 +315,23 @@ class Supervisor:
     # Adoption ----------------------------------------------------------------------------
 
     def _adopt_all(self) -> None:
-        for path in sorted(self.settings.run_dir.glob(f"*/{DEPLOYMENT_FILE}")):
+        for path in run_state.saved_deployments(self.settings.run_dir):
             try:
-                saved = json.loads(path.read_text())
-                spec = DeploymentSpec.model_validate(saved["spec"])
-                ports = _ports(saved["ports"])
+                spec, ports, running = run_state.load_deployment(path)
             except (ValueError, KeyError) as exc:
                 self._emit("adopt_failed", f"{path}: {exc}")
                 continue
-            dep = _Deployment(spec.name, spec, ports, path.parent, {},
-                              running=bool(saved.get("running", True)))
+            dep = Supervised(spec.name, spec, ports, path.parent, {}, running=running)
             for launch in render(spec, ports, self.settings.launch):
                 dep.units[launch.name] = self._adopt(dep, launch)
             self.deployments[dep.name] = dep
 
-    def _adopt(self, dep: _Deployment, launch: Launch) -> _Unit:
-        unit = _Unit(launch, m.Machine(policy=self.settings.policy))
+    def _adopt(self, dep: Supervised, launch: Launch) -> Unit:
+        unit = Unit(launch, m.Machine(policy=self.settings.policy))
         record = self.backend.read(dep.folder, launch.name)
         if record is None or record.child_pid is None:
             return unit
-        restarts = _read_int(dep.folder / launch.name / RESTARTS_FILE)
+        restarts = run_state.read_restarts(dep.folder, launch.name)
         alive = self.backend.running(record)
         unit.record = record if alive else None
         if not alive:
@@ -404,57 +343,15 @@ class Supervisor:
                 self._emit(action.kind, f"{dep.name}/{launch.name}: {action.message}", dep.name)
         return unit
 
-    # Describing --------------------------------------------------------------------------
-
-    def _describe(self, dep: _Deployment, unit: _Unit) -> dict[str, Any]:
-        mach, launch = unit.machine, unit.launch
-        uptime = None
-        if mach.state in _LIVE and mach.pid is not None:
-            started = unit.record.started_at if unit.record else None
-            uptime = (self.clock.wall() - started) if started else m.uptime(mach,
-                                                                             self.clock.now())
-        return {
-            "name": launch.name, "role": launch.role or "proxy", "group": launch.group,
-            "mode": launch.mode, "state": mach.state.value, "pid": mach.pid,
-            "uptime": None if uptime is None else round(max(0.0, uptime), 3),
-            "restarts": mach.restarts, "failures": mach.failures, "health": unit.healthy,
-            "registration": unit.registered if launch.registers else None,
-            "url": launch.url, "ports": launch.ports.model_dump() if launch.ports else
-            {"http": dep.ports.proxy, "registry": dep.ports.registry},
-            "gpus": launch.gpus, "last_exit_code": mach.last_exit,
-            "command": launch.command,
-            "log_error": unit.record.log_error if unit.record else None,
-        }
-
-    def _deployment(self, name: str) -> _Deployment:
+    def _deployment(self, name: str) -> Supervised:
         try:
             return self.deployments[name]
         except KeyError:
             raise SupervisorError(f"no deployment {name!r} is supervised") from None
 
-    def _unit(self, dep: _Deployment, instance: str) -> _Unit:
+    def _unit(self, dep: Supervised, instance: str) -> Unit:
         try:
             return dep.units[instance]
         except KeyError:
             raise SupervisorError(f"{dep.name} has no instance {instance!r}; it has "
                                   f"{', '.join(dep.units)}") from None
-
-
-def _ports(saved: dict[str, Any]) -> AllocatedPorts:
-    from controller.deployment import InstancePorts
-
-    return AllocatedPorts(saved["proxy"], saved["registry"],
-                          {k: InstancePorts(**v) for k, v in saved["instances"].items()})
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
-
-
-def _read_int(path: Path) -> int:
-    try:
-        return int(path.read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return 0

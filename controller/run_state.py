@@ -1,0 +1,61 @@
+"""What the run dir remembers of a deployment across supervisors: its spec, ports and desired
+state (RUN_DIR/NAME/deployment.json) and each process's restart count, written atomically."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from controller.deployment import DeploymentSpec, InstancePorts
+from controller.ports import AllocatedPorts
+
+DEPLOYMENT_FILE = "deployment.json"
+RESTARTS_FILE = "restarts"
+
+
+def save_deployment(folder: Path, spec: DeploymentSpec, ports: AllocatedPorts) -> None:
+    """Record `spec` on `ports`, wanted running."""
+    _write_json(folder / DEPLOYMENT_FILE, {
+        "spec": spec.model_dump(mode="json"), "running": True,
+        "ports": {"proxy": ports.proxy, "registry": ports.registry,
+                  "instances": {k: v.model_dump() for k, v in ports.instances.items()}}})
+
+
+def save_stopped(folder: Path) -> None:
+    """Record that the deployment is wanted stopped (a later supervisor leaves it down)."""
+    path = folder / DEPLOYMENT_FILE
+    _write_json(path, {**json.loads(path.read_text()), "running": False})
+
+
+def saved_deployments(run_dir: Path) -> Iterator[Path]:
+    return iter(sorted(run_dir.glob(f"*/{DEPLOYMENT_FILE}")))
+
+
+def load_deployment(path: Path) -> tuple[DeploymentSpec, AllocatedPorts, bool]:
+    """(spec, ports, wanted running); ValueError or KeyError for a file that is not one."""
+    saved = json.loads(path.read_text())
+    spec = DeploymentSpec.model_validate(saved["spec"])
+    ports = saved["ports"]
+    allocated = AllocatedPorts(ports["proxy"], ports["registry"],
+                               {k: InstancePorts(**v) for k, v in ports["instances"].items()})
+    return spec, allocated, bool(saved.get("running", True))
+
+
+def write_restarts(folder: Path, name: str, restarts: int) -> None:
+    (folder / name).mkdir(parents=True, exist_ok=True)
+    (folder / name / RESTARTS_FILE).write_text(str(restarts))
+
+
+def read_restarts(folder: Path, name: str) -> int:
+    try:
+        return int((folder / name / RESTARTS_FILE).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)

@@ -1,0 +1,70 @@
+"""What the supervisor tracks per process and per deployment, and the status row it shows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from controller import machine as m
+from controller.deployment import DeploymentSpec
+from controller.ports import AllocatedPorts
+from controller.process_backend import ProcessRecord
+from controller.render import Launch
+
+IDLE = (m.State.STOPPED, m.State.EXITED, m.State.FATAL)
+LIVE = (m.State.STARTING, m.State.RUNNING, m.State.STOPPING)
+
+
+@dataclass
+class Unit:
+    """One supervised process and what the shell knows about it."""
+
+    launch: Launch
+    machine: m.Machine
+    record: ProcessRecord | None = None
+    healthy: bool | None = None
+    registered: bool | None = None
+    failed_probes: int = 0
+    next_probe: float = 0.0
+
+
+@dataclass
+class Supervised:
+    """One deployment under supervision."""
+
+    name: str
+    spec: DeploymentSpec
+    ports: AllocatedPorts
+    folder: Path
+    units: dict[str, Unit]  # proxy first, then instances (start order)
+    running: bool = True  # desired state
+
+    @property
+    def proxy(self) -> Unit:
+        return self.units["proxy"]
+
+    def instances(self) -> list[Unit]:
+        return [u for u in self.units.values() if not u.launch.is_proxy]
+
+
+def describe(dep: Supervised, unit: Unit, now: float, wall: float) -> dict[str, Any]:
+    """The status row of one process (the REST API's and the dashboard's shape)."""
+    mach, launch = unit.machine, unit.launch
+    uptime = None
+    if mach.state in LIVE and mach.pid is not None:
+        started = unit.record.started_at if unit.record else None
+        # The shim's wall-clock start survives a restart of pdctl; the machine's does not.
+        uptime = (wall - started) if started else m.uptime(mach, now)
+    return {
+        "name": launch.name, "role": launch.role or "proxy", "group": launch.group,
+        "mode": launch.mode, "state": mach.state.value, "pid": mach.pid,
+        "uptime": None if uptime is None else round(max(0.0, uptime), 3),
+        "restarts": mach.restarts, "failures": mach.failures, "health": unit.healthy,
+        "registration": unit.registered if launch.registers else None,
+        "url": launch.url, "ports": launch.ports.model_dump() if launch.ports else
+        {"http": dep.ports.proxy, "registry": dep.ports.registry},
+        "gpus": launch.gpus, "last_exit_code": mach.last_exit,
+        "command": launch.command,
+        "log_error": unit.record.log_error if unit.record else None,
+    }
