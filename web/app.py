@@ -32,6 +32,7 @@ from web.routes import (
     advice,
     bench,
     bench_pages,
+    deployment_forms,
     deployments,
     events,
     kv,
@@ -39,6 +40,7 @@ from web.routes import (
     live,
     login,
     ops,
+    page_actions,
     pages,
     plan,
     revisions,
@@ -70,7 +72,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ops.router)
     app.include_router(live.ws_router)  # websockets authenticate themselves
     app.include_router(login.router)
-    app.include_router(pages.router)  # the HTML pages and their fragments
+    # The HTML pages and their fragments; the form's /deployments/new before pages'
+    # /deployments/{name}, which would otherwise take "new" for a name.
+    for module in (deployment_forms, pages, page_actions):
+        app.include_router(module.router)
     app.include_router(bench_pages.router)
     for module in (plan, kv, advice):  # their pages and fragments
         app.include_router(module.page_router)

@@ -22,7 +22,7 @@ from observe.scraper import DEFAULT_WINDOW, kv_bytes_per_token
 from web import htmx
 from web.deps import StoreDep
 from web.errors import NotFound
-from web.routes.pages import PageActor, page_context
+from web.routes.page_common import PageActor, page_context
 from web.store import Store
 
 router = APIRouter(tags=["advice"])  # under /api, behind a token

@@ -19,7 +19,7 @@ from web.bench_request import MAX_ARRIVALS_S, MAX_PROMPTS, MAX_RATE, BenchReques
 from web.deps import StoreDep
 from web.errors import Forbidden, NotFound, PdctlError
 from web.routes.bench import bench_runs, compare_runs, parse_ids, start_run
-from web.routes.pages import PageActor, page_context
+from web.routes.page_common import PageActor, page_context
 from web.store import Current
 
 router = APIRouter(tags=["pages"], include_in_schema=False)

@@ -15,7 +15,7 @@ from simulator import profiles
 from simulator.calculator import kv_report
 from web import htmx
 from web.deployment_form import errors_at_fields, pydantic_detail
-from web.routes.pages import PageActor, page_context
+from web.routes.page_common import PageActor, page_context
 
 router = APIRouter(tags=["tools"])  # under /api, behind a token
 page_router = APIRouter(tags=["pages"], include_in_schema=False)

@@ -24,7 +24,7 @@ from web.deployment_form import errors_at_fields, pydantic_detail
 from web.errors import ErrorOut, PdctlError
 from web.plan_runner import MAX_ROWS, execute
 from web.plan_schema import MAX_PROMPTS, NAMED, PlanRequest
-from web.routes.pages import PageActor, page_context
+from web.routes.page_common import PageActor, page_context
 
 router = APIRouter(tags=["plan"])  # under /api, behind a token
 page_router = APIRouter(tags=["pages"], include_in_schema=False)

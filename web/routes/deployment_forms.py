@@ -1,0 +1,119 @@
+"""The create/edit deployment form: the same store calls as the API, with each problem shown at
+its field; web/app.py includes this router before the pages' so /deployments/new is not a name."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, status
+from fastapi.responses import HTMLResponse, RedirectResponse
+from pydantic import ValidationError
+
+from controller.deployment import DeploymentSpec
+from web import htmx
+from web.auth import Actor
+from web.deployment_form import (
+    CONNECTOR_CHOICES,
+    ENGINES,
+    ITL_STATS,
+    MODES,
+    POLICIES,
+    ROLES,
+    TOPOLOGIES,
+    FormValues,
+    blank_group,
+    errors_at_fields,
+    new_values,
+    pydantic_detail,
+    spec_from_values,
+    values_from_form,
+    values_from_spec,
+)
+from web.deps import StoreDep
+from web.errors import NotFound, PdctlError, SpecInvalid
+from web.routes.page_common import (
+    PageActor,
+    deployment_or_404,
+    error_page,
+    page_context,
+    require_operator,
+)
+
+router = APIRouter(tags=["pages"], include_in_schema=False)
+FORM_CHOICES = {"engines": ENGINES, "topologies": TOPOLOGIES, "roles": ROLES, "modes": MODES,
+                "policies": POLICIES, "itl_stats": ITL_STATS, "connectors": CONNECTOR_CHOICES}
+
+
+def _form(request: Request, actor: Actor, values: FormValues, editing: str | None,
+          errors: dict[str, list[str]] | None = None, general: list[str] | None = None,
+          status_code: int = 200) -> HTMLResponse:
+    ctx = page_context(request, actor, v=values, editing=editing, errors=errors or {},
+                       general=general or [], **FORM_CHOICES)
+    if htmx.is_htmx(request):
+        return htmx.fragment(request, "deployment_form.html", "form", ctx, status_code)
+    return htmx.page(request, "deployment_form.html", ctx, status_code)
+
+
+@router.get("/deployments/new", response_class=HTMLResponse)
+def new_form(request: Request, actor: PageActor) -> HTMLResponse:
+    return _form(request, actor, new_values(), None)
+
+
+@router.post("/deployments/new", response_class=HTMLResponse, response_model=None)
+async def create_from_form(request: Request, store: StoreDep,
+                           actor: PageActor) -> HTMLResponse | RedirectResponse:
+    return await _submit(request, store, actor, None)
+
+
+@router.get("/deployments/{name}/edit", response_class=HTMLResponse)
+def edit_form(name: str, request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
+    try:
+        current = store.get(name)
+    except NotFound as exc:
+        return error_page(request, actor, exc)
+    return _form(request, actor, values_from_spec(current.spec.model_dump(mode="json")), name)
+
+
+@router.post("/deployments/{name}/edit", response_class=HTMLResponse, response_model=None)
+async def update_from_form(name: str, request: Request, store: StoreDep,
+                           actor: PageActor) -> HTMLResponse | RedirectResponse:
+    deployment_or_404(store, name)
+    return await _submit(request, store, actor, name)
+
+
+async def _submit(request: Request, store: StoreDep, actor: Actor,
+                  editing: str | None) -> HTMLResponse | RedirectResponse:
+    form = {k: str(v) for k, v in (await request.form()).items()}
+    values = values_from_form(form)
+    if editing:
+        values.fields["name"] = editing  # a rename is a clone, not an edit
+    action = form.get("action", "save")
+    if action == "add-group":
+        values.groups.append(blank_group(len(values.groups),
+                                         "decode" if len(values.groups) % 2 else "prefill"))
+        return _form(request, actor, values, editing)
+    if action.startswith("remove-group-"):
+        index = int(action.rpartition("-")[2]) if action.rpartition("-")[2].isdigit() else -1
+        if 0 <= index < len(values.groups):
+            del values.groups[index]
+        return _form(request, actor, values, editing)
+    base = store.get(editing).spec.model_dump(mode="json") if editing else None
+    try:
+        require_operator(actor)
+        spec = DeploymentSpec.model_validate(spec_from_values(values, base))
+        reason = form.get("reason", "").strip() or None
+        saved = (store.update(editing, spec, actor.label, reason) if editing
+                 else store.create(spec, actor.label, reason))
+    except ValidationError as exc:
+        detail: object = pydantic_detail(exc.errors(include_url=False))
+    except SpecInvalid as exc:
+        detail = exc.detail()
+    except PdctlError as exc:  # a taken name (409), a viewer (403): said at the top
+        loc = ["body", "name"] if exc.status == status.HTTP_409_CONFLICT else []
+        detail = [{"loc": loc, "msg": exc.message, "type": exc.title}]
+    else:
+        url = f"/deployments/{saved.name}"
+        if htmx.is_htmx(request):
+            return HTMLResponse("", headers=htmx.redirect(url))
+        return RedirectResponse(url, status_code=status.HTTP_303_SEE_OTHER)
+    errors, general = errors_at_fields(detail, values.input_names())
+    return _form(request, actor, values, editing, errors, general,
+                 status.HTTP_422_UNPROCESSABLE_CONTENT)
