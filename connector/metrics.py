@@ -47,7 +47,7 @@ _HISTOGRAMS = {
 
 
 class ProxyMetrics:
-    """What the proxy counts; `record` is called once per finished request."""
+    """What the proxy counts: `arrived` as each client request comes in, `record` once it ends."""
 
     def __init__(self) -> None:
         self.histograms = {name: BucketHistogram(b) for name, (b, _) in _HISTOGRAMS.items()}
@@ -62,6 +62,21 @@ class ProxyMetrics:
         self.itl_spikes = 0
         self.turns = dict.fromkeys(("first", "follow_up", "unknown"), 0)  # client_body.turn_kind
         self.itl_spikes_at_prefill = 0
+        # Gaps between client requests arriving, as count, sum and sum of squares: any window's
+        # mean and variance of the gaps (so its burstiness) follow from counter deltas.
+        self.arrival_gaps = 0
+        self.arrival_gap_seconds = 0.0
+        self.arrival_gap_seconds_squared = 0.0
+        self.last_arrival: float | None = None
+
+    def arrived(self, now: float) -> None:
+        """A client request arrived at `now` (connector.flight.clock); the first has no gap."""
+        last, self.last_arrival = self.last_arrival, now
+        if last is not None:
+            gap = now - last
+            self.arrival_gaps += 1
+            self.arrival_gap_seconds += gap
+            self.arrival_gap_seconds_squared += gap * gap
 
     def record(self, outcome: str, timing: RequestTiming | None, met: dict[str, bool]) -> None:
         self.outcomes[outcome] += 1
@@ -118,6 +133,16 @@ class ProxyCollector(Collector):
             "pdctl_proxy_itl_spikes_at_prefill", "ITL spikes that ended as another request's "
             "prefill finished on the same instance (prefill interference).",
             value=m.itl_spikes_at_prefill)
+        yield CounterMetricFamily(
+            "pdctl_proxy_arrival_gaps", "Gaps between consecutive client requests arriving.",
+            value=m.arrival_gaps)
+        yield CounterMetricFamily(
+            "pdctl_proxy_arrival_gap_seconds", "Sum of the gaps between client requests "
+            "arriving.", value=m.arrival_gap_seconds)
+        yield CounterMetricFamily(
+            "pdctl_proxy_arrival_gap_seconds_squared", "Sum of the squared gaps between client "
+            "requests arriving (with the count and sum: their variance over any window).",
+            value=m.arrival_gap_seconds_squared)
         yield GaugeMetricFamily(
             "pdctl_proxy_loop_lag_seconds", "Event-loop lag of the proxy.", value=m.loop_lag
         )

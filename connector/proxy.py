@@ -109,6 +109,7 @@ class Proxy:
     # -- the request path --------------------------------------------------------------------
     async def generate(self, request: web.Request) -> web.StreamResponse:
         flight = Flight(clock(), request.path)
+        self.metrics.arrived(flight.arrival)
         outcome = "failed"
         try:
             body = parse_client_body(await self._read_body(request), request.path)

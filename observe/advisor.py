@@ -49,6 +49,11 @@ class Rule:
     name: str
     needs: tuple[str, ...]
     check: Callable[[Signals], tuple[bool, str, dict[str, Any]]]
+    reads: tuple[str, ...] = ()  # optional: used when present, and listed with its source
+
+    @property
+    def signals(self) -> tuple[str, ...]:
+        return self.needs + self.reads
 
 
 def _itl_interference(s: Signals) -> tuple[bool, str, dict]:
@@ -139,7 +144,8 @@ RULES = (
     Rule("multi_turn", ("multi_turn_share",), _multi_turn),
     Rule("frontend_cpu", ("frontend_cpu_share",), _frontend_cpu),
     Rule("slow_kv_transfer", ("transfer_share_of_ttft",), _slow_transfer),
-    Rule("light_traffic", ("request_rate", "prompt_tokens_mean"), _light_traffic),
+    Rule("light_traffic", ("request_rate", "prompt_tokens_mean"), _light_traffic,
+         reads=("burstiness",)),
     Rule("prefix_cache_heavy", ("prefix_hit_rate",), _prefix_cache),
 )
 
@@ -150,8 +156,8 @@ def advise(signals: Signals) -> list[Verdict]:
         missing = [n for n in rule.needs if signals.get(n) is None]
         if missing:
             verdicts.append(Verdict(rule.name, None, f"no signal: needs {', '.join(missing)}",
-                                    signals=rule.needs))
+                                    signals=rule.signals))
             continue
         triggered, advice, evidence = rule.check(signals)
-        verdicts.append(Verdict(rule.name, triggered, advice, evidence, rule.needs))
+        verdicts.append(Verdict(rule.name, triggered, advice, evidence, rule.signals))
     return verdicts

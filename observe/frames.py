@@ -31,6 +31,15 @@ Frame = {
   "kv_cache_usage": float | None,    # max over instances, 0..1
   "multi_turn_share": float | None,  # chat requests carrying an earlier answer, of all chat
                                      # requests admitted (None: none; completions cannot say)
+  "arrivals": {                      # client requests arriving at the proxy (all None: it
+                                     # does not export pdctl_proxy_arrival_gap*)
+    "per_s": float | None,           # arrivals per second (offered, finished or not)
+    "gaps": int | None,              # gaps between consecutive arrivals, ending in the window
+    "burstiness": float | None,      # gamma shape of those gaps, mean^2 / variance (1 = Poisson,
+                                     # < 1 burstier; None: fewer than 20 gaps, or no spread).
+                                     # The gap ending the window's first arrival counts whole,
+                                     # so load that starts after an idle spell reads bursty
+  },
   "interference": {                  # from the proxy (connector/interference.py)
     "spikes_per_s": float | None,    # token gaps above twice their request's median
     "at_prefill_share": float | None,  # of those, ended as another request's prefill

@@ -28,7 +28,9 @@ that window (observe/build.py `point`).
                            request's prefill finished on the same instance, over all spikes
   multi_turn_share         frame["multi_turn_share"]: the proxy's chat requests that carry an
                            earlier assistant answer, of all its chat requests
-  never in a frame: burstiness.
+  burstiness               frame["arrivals"]: gamma shape of the gaps between client requests
+                           arriving at the proxy (mean^2 / variance); absent below
+                           MIN_ARRIVAL_GAPS gaps in the window
 
 Bench (one run of `--result-json`, vLLM bench's fields): the latency percentiles, SLO
 targets, offered rate, burstiness and attainment as written; prompt_tokens_mean =
@@ -52,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from observe.advisor import advise
+from observe.build import MIN_ARRIVAL_GAPS
 
 _DISAGG_LABEL = re.compile(r"^\d+P-TP\d+\+\d+D-TP\d+")  # planner.PlanConfig.label
 _COLOCATED_LABEL = re.compile(r"^\d+xTP\d+$")
@@ -123,11 +126,25 @@ def from_frame(frame: Mapping[str, Any] | None, points: Sequence[Mapping[str, An
               f"proxy: chat requests carrying an earlier assistant answer, of all chat "
               f"requests, {window} window",
               f"no chat request in the {window} window (a completion's prompt cannot say)")
-    d.miss("burstiness", "arrival burstiness is a property of the offered load, not measured")
+    if frame is None:
+        d.miss("burstiness", _NO_FRAME)
+    else:
+        _arrivals(d, frame)
     if frame is None:
         for name in ("frontend_cpu_share", "prefix_hit_rate"):
             d.miss(name, _NO_FRAME)
     return d
+
+
+def _arrivals(d: Derived, frame: Mapping[str, Any]) -> None:
+    window, arrived = frame.get("window", ""), frame.get("arrivals") or {}
+    gaps = arrived.get("gaps")
+    why = ("the proxy reports no arrival gaps" if gaps is None else
+           f"fewer than {MIN_ARRIVAL_GAPS} arrivals at the proxy in the {window} window "
+           f"({gaps} gaps)" if gaps < MIN_ARRIVAL_GAPS else
+           f"the {window} window's arrivals are evenly spaced: no spread to measure")
+    d.put("burstiness", arrived.get("burstiness"),
+          f"proxy: gamma shape of arrival gaps (mean^2/variance), {window} window", why)
 
 
 def _engine_work(d: Derived, frame: Mapping[str, Any]) -> None:

@@ -48,6 +48,15 @@ def test_long_prompts_over_a_slow_link_advise_fixing_the_link():
     assert v.triggered is False and "fix the link" in v.advice
 
 
+def test_bursty_arrivals_mean_light_traffic_and_the_verdict_lists_what_it_read():
+    v = verdict({**BASE, "burstiness": 0.3}, "light_traffic")
+    assert v.triggered is True and v.advice.startswith("bursty arrivals")
+    assert v.signals == ("request_rate", "prompt_tokens_mean", "burstiness")
+    assert verdict({**BASE, "burstiness": 0.6}, "light_traffic").triggered is False
+    unknown = {k: v for k, v in BASE.items() if k != "burstiness"}  # read as Poisson
+    assert verdict(unknown, "light_traffic").triggered is False
+
+
 def test_missing_signals_are_reported_not_guessed():
     verdicts = advise({})
     assert all(v.triggered is None and v.advice.startswith("no signal") for v in verdicts)

@@ -1,17 +1,25 @@
 """Frames from scripted scrapes: SLO attainment and goodput from the proxy, KV throughput from
-NIXL or derived, engine load, down targets."""
+NIXL or derived, engine load, down targets, the burstiness of arrivals."""
 
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
+from prometheus_client import generate_latest
 
+from connector.instances import InstancePool
+from connector.metrics import ProxyMetrics, make_registry
+from connector.policy import make_policy
 from observe.build import (
+    MIN_ARRIVAL_GAPS,
     DeploymentInfo,
     TargetState,
+    arrivals,
     build_frame,
     engine_work,
+    gamma_shape,
     point,
     with_windows,
 )
@@ -135,3 +143,58 @@ def test_multi_turn_share_counts_chat_turns_only() -> None:
                             for k, v in kinds.items()})
     assert multi_turn_share(turns(first=2, follow_up=6, unknown=50)) == 0.75
     assert multi_turn_share(turns(unknown=50)) is None
+
+
+def moments(gaps: list[float]) -> tuple[float, float, float]:
+    return len(gaps), sum(gaps), sum(g * g for g in gaps)
+
+
+def test_poisson_arrivals_have_gamma_shape_one() -> None:
+    rng = random.Random(7)
+    gaps = [rng.expovariate(5.0) for _ in range(4000)]
+    assert 0.85 <= gamma_shape(*moments(gaps)) <= 1.15
+
+
+@pytest.mark.parametrize("shape", [0.3, 4.0])
+def test_gamma_gaps_give_back_their_shape(shape: float) -> None:
+    rng = random.Random(11)
+    gaps = [rng.gammavariate(shape, 0.2 / shape) for _ in range(4000)]
+    assert gamma_shape(*moments(gaps)) == pytest.approx(shape, rel=0.15)
+
+
+def test_evenly_spaced_arrivals_with_jitter_have_a_large_shape() -> None:
+    rng = random.Random(3)
+    gaps = [0.1 + rng.uniform(-0.002, 0.002) for _ in range(200)]
+    assert gamma_shape(*moments(gaps)) > 1000
+
+
+def test_too_few_gaps_or_no_spread_give_no_shape() -> None:
+    rng = random.Random(5)
+    gaps = [rng.expovariate(1.0) for _ in range(MIN_ARRIVAL_GAPS)]
+    assert gamma_shape(*moments(gaps)) is not None
+    assert gamma_shape(*moments(gaps[:-1])) is None
+    assert gamma_shape(*moments([0.1] * 50)) is None  # a few ulps of rounding, no spread
+    assert gamma_shape(*moments([1 / 3] * 50)) is None
+    assert gamma_shape(*moments([0.0] * 50)) is None
+
+
+def test_the_frame_reads_the_window_s_arrivals_from_the_proxy_s_own_export() -> None:
+    """Real ProxyMetrics text at two scrapes: the 10s window holds only the later gaps."""
+    metrics, rng = ProxyMetrics(), random.Random(9)
+    registry = make_registry(metrics, InstancePool(make_policy("round-robin")))
+    now, later = 0.0, []
+    for _ in range(31):  # 30 evenly spaced gaps before the window
+        now += 0.1
+        metrics.arrived(now)
+    before = generate_latest(registry).decode()
+    for _ in range(400):  # 400 bursty ones in it
+        gap = rng.gammavariate(0.3, 0.025 / 0.3)
+        later.append(gap)
+        now += gap
+        metrics.arrived(now)
+    proxy = target([(0.0, before), (10.0, generate_latest(registry).decode())])
+    frame = build_frame(INFO, UNITS, {"proxy": proxy}, "10s", 10.0)
+    assert frame["arrivals"]["gaps"] == 400 and frame["arrivals"]["per_s"] == 40.0
+    assert frame["arrivals"]["burstiness"] == pytest.approx(gamma_shape(*moments(later)))
+    assert frame["arrivals"]["burstiness"] < 0.5
+    assert arrivals(Delta(10.0, {})) == {"per_s": None, "gaps": None, "burstiness": None}

@@ -136,6 +136,36 @@ def test_signals_no_frame_carries_are_absent_with_a_reason():
     for name in ("spike_prefill_overlap", "multi_turn_share", "frontend_cpu_share",
                  "burstiness", "prefix_hit_rate"):
         assert name not in d.values and d.absent[name]
+    assert d.absent["burstiness"] == "the proxy reports no arrival gaps"
+
+
+def test_burstiness_is_the_proxys_measured_gamma_shape_of_arrival_gaps():
+    bursty = from_frame(frame(arrivals={"per_s": 4.2, "gaps": 250, "burstiness": 0.3}),
+                        topology="disaggregated", kv_bytes_per_token=KV_PER_TOKEN)
+    assert bursty.values["burstiness"] == 0.3
+    assert bursty.sources["burstiness"] == ("proxy: gamma shape of arrival gaps "
+                                            "(mean^2/variance), 1m window")
+    light = verdict(advice(bursty), "light_traffic")  # 4 req/s of 2,000-token prompts
+    assert light["triggered"] is True and light["advice"].startswith("bursty arrivals")
+    assert light["evidence"]["burstiness"] == 0.3
+    assert light["sources"]["burstiness"].startswith("proxy: gamma shape")
+    steady = from_frame(frame(arrivals={"per_s": 4.2, "gaps": 250, "burstiness": 1.1}),
+                        topology="disaggregated", kv_bytes_per_token=KV_PER_TOKEN)
+    assert verdict(advice(steady), "light_traffic")["triggered"] is False
+
+
+def test_too_few_arrivals_leave_burstiness_absent_and_say_so():
+    few = from_frame(frame(arrivals={"per_s": 0.1, "gaps": 6, "burstiness": None}),
+                     topology="colocated")
+    assert "burstiness" not in few.values
+    assert few.absent["burstiness"] == ("fewer than 20 arrivals at the proxy in the 1m window "
+                                        "(6 gaps)")
+    light = verdict(advice(few), "light_traffic")
+    assert light["sources"]["burstiness"].startswith("absent: fewer than 20 arrivals")
+    even = from_frame(frame(arrivals={"per_s": 1.0, "gaps": 60, "burstiness": None}),
+                      topology="colocated")
+    assert "evenly spaced" in even.absent["burstiness"]
+    assert "not running" in from_frame(None, topology="colocated").absent["burstiness"]
 
 
 def test_ttft_bound_live_deployment_triggers_ttft_binding_with_its_numbers():
