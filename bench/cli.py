@@ -7,8 +7,9 @@ line on stderr naming the flag, with exit code 2.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -19,8 +20,15 @@ from bench.client import ServerUnreachable
 from bench.config import BenchConfig, BenchConfigError, parse_itl_stat, parse_rates, validate
 from bench.progress import ProgressFile
 from bench.records import SloTargets
-from bench.report import lag_warning, result_document, summary_table, sweep_table
+from bench.report import (
+    lag_warning,
+    partial_document,
+    result_document,
+    summary_table,
+    sweep_table,
+)
 from bench.runner import RunOutcome, run_bench
+from bench.whole_file import write_whole
 
 T = TypeVar("T")
 USAGE_ERROR = 2
@@ -64,7 +72,10 @@ def bench(
     goodput_share: Annotated[
         float, typer.Option(help="slo_attainment a rate needs to count for max_goodput_rate")
     ] = 0.9,
-    result_json: Annotated[Path | None, typer.Option(help="Write the result here")] = None,
+    result_json: Annotated[
+        Path | None,
+        typer.Option(help="Write the result here; a sweep keeps each rate here as it ends"),
+    ] = None,
     save_requests: Annotated[
         bool, typer.Option("--save-requests", help="Put per-request records in --result-json")
     ] = False,
@@ -120,6 +131,7 @@ def bench(
                 console,
                 show_progress=not quiet and console.is_terminal,
                 on_request=progress.on_request if progress else None,
+                on_rate=_keep_measured(result_json, config, save_requests),
             )
         )
     except ServerUnreachable as exc:
@@ -159,9 +171,31 @@ def _progress(path: Path | None, config: BenchConfig) -> ProgressFile | None:
         _fail(f"--progress-file: cannot write {path}: {exc.strerror}")
 
 
+def _keep_measured(
+    path: Path | None, config: BenchConfig, save_requests: bool
+) -> Callable[[list[RunOutcome]], None] | None:
+    """After each rate of a sweep but the last, the rates measured so far go to --result-json
+    (report.py `partial_document`), so a sweep stopped or killed part-way keeps them. Written
+    between rates, so the disk never delays a request being measured."""
+    rates = len(config.request_rates)
+    if path is None or rates == 1:
+        return None
+
+    def keep(outcomes: list[RunOutcome]) -> None:
+        if len(outcomes) == rates:
+            return  # the whole result follows
+        document = partial_document([o.summary for o in outcomes],
+                                    [o.records for o in outcomes],
+                                    config.goodput_share, save_requests, rates)
+        with contextlib.suppress(OSError):  # the final write says what is wrong with the disk
+            write_whole(path, json.dumps(document, indent=2, allow_nan=False) + "\n")
+
+    return keep
+
+
 def _write(path: Path, document: dict[str, Any]) -> None:
     try:
-        path.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
+        write_whole(path, json.dumps(document, indent=2, allow_nan=False) + "\n")
     except OSError as exc:
         _fail(f"--result-json: cannot write {path}: {exc.strerror}")
 

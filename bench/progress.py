@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from bench.records import RequestRecord
+from bench.whole_file import write_whole
 
 MIN_INTERVAL_S = 0.25
 
@@ -50,6 +50,4 @@ class ProgressFile:
 
     def _write(self, index: int) -> None:
         self._written_at = self.clock()
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.document(index)))
-        os.replace(tmp, self.path)  # a reader never sees half a document
+        write_whole(self.path, json.dumps(self.document(index)))

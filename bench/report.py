@@ -1,8 +1,9 @@
 """Showing a bench result: the `--result-json` document and the rich tables.
 
 A single rate writes vLLM's flat result document; a sweep writes one such document per rate
-under `runs` with `max_goodput_rate` beside them. JSON has no infinity, so rate `inf` is
-written as the string "inf".
+under `runs` with `max_goodput_rate` beside them; while a sweep runs, the rates measured so far
+are in the file with `partial` (so a sweep stopped part-way keeps them). JSON has no infinity,
+so rate `inf` is written as the string "inf".
 """
 
 from __future__ import annotations
@@ -25,12 +26,7 @@ def result_document(
     save_requests: bool,
 ) -> dict[str, Any]:
     """What `--result-json` holds; per-request records only with `--save-requests`."""
-    runs = []
-    for summary, run_records in zip(summaries, records, strict=True):
-        run = dict(summary)
-        if save_requests:
-            run.update(request_details(run_records))
-        runs.append(run)
+    runs = _runs(summaries, records, save_requests)
     sweep = sweep_result(runs, share)
     if len(runs) == 1:
         document = dict(runs[0])
@@ -38,6 +34,35 @@ def result_document(
         document["max_goodput_rate"] = sweep["max_goodput_rate"]
         return json_safe(document)
     return json_safe(sweep)
+
+
+def partial_document(
+    summaries: Sequence[dict[str, Any]],
+    records: Sequence[Sequence[RequestRecord]],
+    share: float,
+    save_requests: bool,
+    rates: int,
+) -> dict[str, Any]:
+    """What `--result-json` holds while a sweep runs: the rates measured so far, in a sweep's
+    shape even for one, and `partial` saying how many of how many rates; max_goodput_rate is
+    over the rates measured."""
+    document = sweep_result(_runs(summaries, records, save_requests), share)
+    document["partial"] = {"rates_done": len(summaries), "rates": rates}
+    return json_safe(document)
+
+
+def _runs(
+    summaries: Sequence[dict[str, Any]],
+    records: Sequence[Sequence[RequestRecord]],
+    save_requests: bool,
+) -> list[dict[str, Any]]:
+    runs = []
+    for summary, run_records in zip(summaries, records, strict=True):
+        run = dict(summary)
+        if save_requests:
+            run.update(request_details(run_records))
+        runs.append(run)
+    return runs
 
 
 def request_details(records: Sequence[RequestRecord]) -> dict[str, Any]:

@@ -143,9 +143,11 @@ async def run_bench(
     console: Console | None = None,
     show_progress: bool = False,
     on_request: Callable[[RequestRecord], None] | None = None,
+    on_rate: Callable[[list[RunOutcome]], None] | None = None,
 ) -> list[RunOutcome]:
     """Run every rate of `config.request_rates` in order against one session; `on_request`
-    hears of each finished request (`--progress-file`)."""
+    hears of each finished request (`--progress-file`), `on_rate` of the rates measured so
+    far after each one (before the next starts)."""
     requests = build_requests(config)
     outcomes = []
     async with open_session(config) as session:
@@ -161,6 +163,8 @@ async def run_bench(
             summary = run_metadata(config, model, rate, lag)
             summary.update(summarize(records, duration, config.slo))
             outcomes.append(RunOutcome(rate, records, duration, lag, summary))
+            if on_rate is not None:
+                on_rate(list(outcomes))
     return outcomes
 
 

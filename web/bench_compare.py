@@ -1,5 +1,6 @@
 """Stored bench runs as curves to overlay: slo_attainment (and p99 TTFT, ITL) against the
-offered rate, one curve per run, labelled with what it measured. Pure: rows in, JSON out."""
+offered rate, one curve per run, labelled with what it measured (and marked partial when a
+stopped sweep kept only the rates it had measured). Pure: rows in, JSON out."""
 
 from __future__ import annotations
 
@@ -37,13 +38,33 @@ def label(run: BenchRun) -> str:
     return f"{run.deployment} r{run.revision} · {shape}"
 
 
+def rates_offered(run: BenchRun) -> int:
+    return len(run.config.get("rates") or [])
+
+
+def rates_measured(run: BenchRun) -> int:
+    return len(rate_runs(run.result))
+
+
+def partial(run: BenchRun) -> bool:
+    """The run was stopped (or killed) part-way and kept the rates it had measured: a curve
+    over fewer rates than it offered (web/bench_kept.py)."""
+    return 0 < rates_measured(run) < rates_offered(run)
+
+
 def max_goodput_rate(run: BenchRun) -> float | str | None:
     return (run.result or {}).get("max_goodput_rate")
 
 
 def curve(run: BenchRun) -> dict[str, Any]:
+    """A partial run says so in its label too, the chart's legend being all a reader sees."""
+    cut = partial(run)
+    name = label(run)
+    if cut:
+        name += f" (partial: {rates_measured(run)} of {rates_offered(run)} rates)"
     return {"id": run.id, "deployment": run.deployment, "revision": run.revision,
-            "label": label(run), "status": run.status, "topology": run.topology,
+            "label": name, "status": run.status, "topology": run.topology,
+            "partial": cut, "rates_offered": rates_offered(run),
             "max_goodput_rate": max_goodput_rate(run),
             "goodput_share": (run.result or {}).get("goodput_share"),
             "points": points(run.result)}

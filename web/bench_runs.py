@@ -4,7 +4,8 @@ deployment's proxy, its progress and result kept in SQLite with the revision it 
 Bounded (web/bench_request.py): rates, requests and the time their arrivals take are capped,
 the process is killed at a deadline, at most one run per deployment and a few in all. The
 bench reports progress through `--progress-file` (bench/progress.py); a watcher task per run
-polls that file and the process, and records how the run ended.
+polls that file and the process, and records how the run ended. A run stopped, killed at its
+deadline or cut by a shutdown keeps the rates its sweep had measured (web/bench_kept.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from web.bench_compare import rate_runs
+from web.bench_kept import kept_note, kept_result
 from web.bench_request import ROOT, BenchRequest, bench_argv
 from web.bench_store import BenchStore, snapshot
 from web.errors import Conflict, PdctlError
@@ -45,6 +47,7 @@ class _Active:
     folder: Path
     deadline: float  # time.monotonic()
     total: int
+    rates: int
     done: int = 0
     stopped_by: str | None = None
 
@@ -86,7 +89,8 @@ class BenchRuns:
             folder = Path(tempfile.mkdtemp(prefix=f"pdctl-bench-{run.id}-"))
             proc = await self._spawn(run, settings, current, folder)
             self._active[name] = _Active(run.id, name, actor, proc, folder,
-                                         time.monotonic() + body.deadline_s(), body.total)
+                                         time.monotonic() + body.deadline_s(), body.total,
+                                         len(body.rates))
         finally:
             self._starting.discard(name)
         self.record(actor, "bench.started", f"bench run {run.id} of {name} started: "
@@ -150,14 +154,14 @@ class BenchRuns:
                     with contextlib.suppress(ProcessLookupError):
                         proc.kill()
                     await proc.wait()
-                    self._end(active, "failed", error="killed at its deadline")
+                    self._end_early(active, "failed", "killed at its deadline")
                     return
             self._poll_progress(active)
             self._ended(active)
         except asyncio.CancelledError:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            self._end(active, "stopped", error="the control plane shut down")
+            self._end_early(active, "stopped", "the control plane shut down")
             raise
 
     def _poll_progress(self, active: _Active) -> None:
@@ -172,13 +176,10 @@ class BenchRuns:
     def _ended(self, active: _Active) -> None:
         proc = active.proc
         if active.stopped_by is not None:
-            self._end(active, "stopped", error=f"stopped by {active.stopped_by}")
+            self._end_early(active, "stopped", f"stopped by {active.stopped_by}")
             return
-        try:
-            result = json.loads((active.folder / "result.json").read_text())
-        except (OSError, ValueError):
-            result = None
-        if proc.returncode == 0 and isinstance(result, dict):
+        result = kept_result(_read(active.folder / "result.json"))
+        if proc.returncode == 0 and result is not None:
             if not any(r.get("completed") for r in rate_runs(result)):
                 self._end(active, "failed", result=result,
                           error="no request succeeded: see the proxy's log")
@@ -186,8 +187,15 @@ class BenchRuns:
                 self._end(active, "done", result=result)
             return
         tail = _tail(active.folder / "stderr.log")
-        self._end(active, "failed",
-                  error=tail or f"pdctl bench exited with {proc.returncode}")
+        kept = kept_note(result, active.rates) if result is not None else None
+        self._end(active, "failed", result=result,
+                  error=_join(tail or f"pdctl bench exited with {proc.returncode}", kept))
+
+    def _end_early(self, active: _Active, status: str, why: str) -> None:
+        """Ended from outside (stopped, deadline, shutdown): the rates a sweep had measured
+        are kept, and the run says how many; a rate cut off mid-way is not."""
+        result = kept_result(_read(active.folder / "result.json"))
+        self._end(active, status, result=result, error=f"{why} {kept_note(result, active.rates)}")
 
     def _end(self, active: _Active, status: str, *, result: dict | None = None,
              error: str | None = None) -> None:
@@ -198,11 +206,13 @@ class BenchRuns:
         done = active.total if status == "done" else active.done
         error = _join(error, self._revision_note(active))
         run = self.store.finish(active.run_id, status, done=done, result=result, error=error)
+        mgr = (result or {}).get("max_goodput_rate")
+        best = f"max_goodput_rate {mgr} req/s" if mgr is not None else None
+        # a stopped run says what it kept before what its kept rates sustained
+        said = _join(best or error) if status == "done" else _join(error, best)
         message = f"bench run {run.id} of {run.deployment} {status}"
-        if result is not None and result.get("max_goodput_rate") is not None:
-            message += f": max_goodput_rate {result['max_goodput_rate']} req/s"
-        elif error:
-            message += f": {error}"
+        if said:
+            message += f": {said}"
         self.record(active.stopped_by or active.actor, f"bench.{status}", message[:1000],
                     run.deployment, {"run": run.id})
 
@@ -227,6 +237,13 @@ def _join(*parts: str | None) -> str | None:
 
 def _rates(rates: list[float]) -> str:
     return ",".join(f"{r:g}" for r in rates)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def _tail(path: Path, chars: int = 400) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,34 @@ def test_sweep_prints_rates_and_max_goodput_rate(tmp_path: Path) -> None:
     assert [run["request_rate"] for run in document["runs"]] == [100.0, "inf"]
     assert document["max_goodput_rate"] == "inf"
     assert "requests" not in document["runs"][0]
+    assert "partial" not in document  # the whole sweep replaced the rates kept on the way
+    assert not out.with_name("sweep.json.tmp").exists()
+
+
+def test_a_sweep_killed_part_way_leaves_the_rates_it_measured(tmp_path: Path) -> None:
+    """A real `pdctl bench` process, SIGKILLed during its second rate (0.5 req/s: its four
+    arrivals take ~18 s): --result-json holds the first rate whole, marked partial."""
+    out = tmp_path / "result.json"
+    argv = [sys.executable, str(ROOT / "pdctl.py"), "bench", *SMALL, "--quiet",
+            "--request-rate", "200,0.5", "--slo-ttft-ms", "2000", "--result-json", str(out)]
+    with serving_in_thread(FakeEngine()) as url:
+        proc = subprocess.Popen([*argv, "--base-url", url], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 30
+            while not out.exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        finally:
+            proc.kill()
+            proc.wait(10)
+            if proc.stderr:
+                proc.stderr.close()
+    document = json.loads(out.read_text())
+    assert document["partial"] == {"rates_done": 1, "rates": 2}
+    [first] = document["runs"]
+    assert (first["request_rate"], first["completed"], first["slo_attainment"]) == (200.0, 4, 1.0)
+    assert document["max_goodput_rate"] == 200.0
 
 
 def test_failed_requests_are_reported_not_fatal() -> None:

@@ -9,7 +9,13 @@ import math
 from rich.console import Console
 
 from bench.records import RequestRecord, SloTargets
-from bench.report import lag_warning, result_document, summary_table, sweep_table
+from bench.report import (
+    lag_warning,
+    partial_document,
+    result_document,
+    summary_table,
+    sweep_table,
+)
 from bench.summary import summarize
 
 
@@ -61,6 +67,18 @@ def test_sweep_document_lists_runs_and_max_goodput_rate() -> None:
     text = _render(sweep_table(document))
     assert "max_goodput_rate 2 req/s" in text
     assert "100.0%" in text and "0.0%" in text
+
+
+def test_a_partial_document_is_a_sweep_of_the_rates_measured_and_says_so() -> None:
+    one = partial_document([_summary(1.0)], [[]], 0.9, save_requests=False, rates=3)
+    assert [run["request_rate"] for run in one["runs"]] == [1.0]  # a sweep's shape, even for one
+    assert one["partial"] == {"rates_done": 1, "rates": 3}
+    assert one["max_goodput_rate"] == 1.0  # over the rates measured
+    two = partial_document([_summary(1.0), _summary(math.inf, ok=False)], [[], []], 0.9,
+                           save_requests=False, rates=3)
+    assert two["runs"][1]["request_rate"] == "inf"
+    json.loads(json.dumps(two, allow_nan=False))
+    assert "partial" not in result_document([_summary(1.0)] * 3, [[]] * 3, 0.9, False)
 
 
 def test_summary_table_shows_vllm_rows_and_attainment() -> None:

@@ -118,6 +118,21 @@ def test_sweep_against_a_real_server_summarizes_each_rate() -> None:
     assert engine.payloads[:8] == engine.payloads[8:]
 
 
+def test_each_rate_is_reported_as_it_ends_before_the_next_starts() -> None:
+    engine = FakeEngine()
+    heard: list[tuple[list[float], int]] = []
+
+    async def go() -> None:
+        async with serving(engine) as url:
+            config = BenchConfig(base_url=url, request_rates=(300.0, 400.0), num_prompts=3,
+                                 input_len=4, output_len=2)
+            await run_bench(config, on_rate=lambda outcomes: heard.append(
+                ([o.rate for o in outcomes], len(engine.payloads))))
+
+    asyncio.run(go())
+    assert heard == [([300.0], 3), ([300.0, 400.0], 6)]
+
+
 def test_failures_are_counted_not_raised() -> None:
     async def go() -> dict:
         async with serving(FakeEngine()) as url:

@@ -2,7 +2,8 @@
 deployment in read mode; a sweep started through the API reports progress and is stored with
 revision 1; after a read -> write switch a second sweep is stored with revision 2; the compare
 endpoint gives both curves; and headless Chromium sees the Bench panel, starts a run from its
-form, ticks the two sweeps and gets their curves drawn with a legend naming both."""
+form, ticks the two sweeps and gets their curves drawn with a legend naming both. A sweep
+stopped during its second rate keeps the first, and compares as a partial curve."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ import pytest
 from tests.control_plane import ControlPlane
 from tests.e2e.test_browser import CHROMIUM, FLAGS, _playwright
 from tests.e2e.test_control_plane import moriio
-from tests.processes import ROOT
+from tests.processes import ROOT, http_get
 
 pytestmark = pytest.mark.e2e
 
 SWEEP = {"rates": [2, 4], "num_prompts": 10, "input_len": 16, "output_len": 8}
+PACES = {"rates": [20, 0.5], "num_prompts": 6, "input_len": 16, "output_len": 4}
 ARTIFACTS = ROOT / "artifacts" / "browser"
 
 
@@ -131,3 +133,39 @@ def test_the_browser_starts_a_run_and_overlays_two(plane, two_sweeps):
             assert errors == [], errors
         finally:
             browser.close()
+
+
+def test_a_sweep_stopped_part_way_keeps_its_measured_rates(plane):
+    """Stopped during its second rate (0.5 req/s: arrivals over ~18 s), a sweep keeps the first
+    rate's figures, says so, and compares as a partial curve of that one rate."""
+    status, run = plane.api("POST", "/deployments/mori/bench", PACES)
+    assert status == 202, run
+    deadline = time.monotonic() + 45
+    while run["done"] <= PACES["num_prompts"]:  # a request of the second rate is done
+        assert run["status"] == "running" and time.monotonic() < deadline, run
+        time.sleep(0.2)
+        run = plane.api("GET", f"/bench/{run['id']}")[1]
+    status, stopped = plane.api("POST", f"/bench/{run['id']}/stop")
+    assert status == 202 and stopped["status"] == "stopped", stopped
+
+    status, kept = plane.api("GET", f"/bench/{run['id']}")
+    assert status == 200 and kept["status"] == "stopped" and kept["partial"] is True
+    assert kept["error"].startswith("stopped by ")
+    assert kept["error"].endswith(" after 1 of 2 rates; kept 1"), kept["error"]
+    [first] = kept["result"]["runs"]
+    assert first["request_rate"] == 20.0
+    assert first["completed"] + first["failed"] == PACES["num_prompts"]
+    assert first["completed"] > 0 and 0 <= first["slo_attainment"] <= 1
+    assert first["p99_ttft_ms"] > 0
+    assert kept["result"]["partial"] == {"rates_done": 1, "rates": 2}
+
+    status, compared = plane.api("GET", f"/bench/compare?ids={run['id']}")
+    [curve] = compared["runs"]
+    assert status == 200 and curve["partial"] is True
+    assert [(p["rate"], p["completed"]) for p in curve["points"]] == [(20.0, first["completed"])]
+    status, page = http_get(f"{plane.proc.url}/bench/compare?ids={run['id']}", timeout=30)
+    html = page.decode()
+    assert status == 200
+    assert html.count(f'<tr data-run-id="{run["id"]}" data-partial>') == 1
+    assert "(partial: 1 of 2 rates)" in html and "stopped part-way" in html
+    assert f"{first['slo_attainment'] * 100:.1f}%" in html

@@ -1,6 +1,7 @@
 """/api/.../bench: bad bodies are 422s naming the field, refusals are 409s saying why, unknown
 names and ids 404s, a viewer 403; and a real `pdctl bench` subprocess runs a sweep against a
-fake engine listening on the deployment's proxy port, its progress and result stored."""
+fake engine listening on the deployment's proxy port, its progress and result stored; a sweep
+stopped, killed at its deadline or cut by shutdown keeps the rates it had measured."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from fastapi.testclient import TestClient
 from tests.bench.sse_server import FakeEngine
 from tests.specs import colocated
 from tests.web.conftest import AS_OPERATOR, AS_VIEWER, MakeClient
+from web.bench_request import BenchRequest
 from web.bench_store import BenchStore
+from web.routes.bench import BenchRunOut
 
 SMALL = {"rates": [20, 40], "num_prompts": 6, "input_len": 8, "output_len": 3}
 
@@ -201,8 +204,75 @@ def test_a_run_stops_when_asked_and_progress_moves(app: TestClient) -> None:
         stopped = app.post(f"/api/bench/{run['id']}/stop")
     assert stopped.status_code == 202
     assert stopped.json()["status"] == "stopped"
-    assert stopped.json()["error"] == "stopped by anonymous"
-    assert stopped.json()["result"] is None
+    assert stopped.json()["error"] == "stopped by anonymous after 0 of 1 rate; kept none"
+    assert stopped.json()["result"] is None and stopped.json()["partial"] is False
+    assert app.get(f"/api/bench/{run['id']}").json()["result"] is None
+
+
+# A sweep whose first rate (40 req/s x 6) ends in well under a second and whose second (1 req/s:
+# arrivals at 0.5 s .. 9.3 s) goes on for seconds: a request of the second rate done means the
+# first rate's result is in the bench's file (written before the second rate starts).
+TWO_PACES = {"rates": [40, 1], "num_prompts": 6, "input_len": 8, "output_len": 3,
+             "slo_ttft_ms": 500, "slo_itl_ms": 200}
+
+
+def second_rate_going(run: dict) -> bool:
+    assert run["status"] == "running", run
+    return run["done"] > TWO_PACES["num_prompts"]
+
+
+def assert_kept_first_rate(run: dict, status: str, why: str) -> None:
+    assert run["status"] == status, run
+    assert run["error"] == f"{why} after 1 of 2 rates; kept 1"
+    assert run["partial"] is True
+    assert TWO_PACES["num_prompts"] < run["done"] < 12
+    [first] = run["result"]["runs"]
+    assert first["request_rate"] == 40.0
+    assert (first["completed"], first["failed"], first["slo_attainment"]) == (6, 0, 1.0)
+    assert run["result"]["partial"] == {"rates_done": 1, "rates": 2}
+    assert run["max_goodput_rate"] == 40.0  # over the rates measured
+
+
+def test_a_sweep_stopped_part_way_keeps_the_rates_it_measured(app: TestClient) -> None:
+    with engine_on(proxy_port(app), FakeEngine(token_delay=0.01)):
+        run = app.post("/api/deployments/solo/bench", json=TWO_PACES).json()
+        wait_for(app, run["id"], second_rate_going)
+        stopped = app.post(f"/api/bench/{run['id']}/stop")
+    assert stopped.status_code == 202
+    assert stopped.json()["partial"] is True and stopped.json()["result"] is None  # as listed
+    assert_kept_first_rate(app.get(f"/api/bench/{run['id']}").json(), "stopped",
+                           "stopped by anonymous")
+    [listed] = app.get("/api/deployments/solo/bench").json()
+    assert listed["partial"] is True and listed["result"] is None
+    [curve] = app.get("/api/bench/compare", params={"ids": str(run["id"])}).json()["runs"]
+    assert curve["partial"] is True and curve["rates_offered"] == 2
+    assert [(p["rate"], p["completed"]) for p in curve["points"]] == [(40.0, 6)]
+    events = app.get("/api/events", params={"deployment": "solo"}).json()
+    assert events[0]["kind"] == "bench.stopped"
+    assert events[0]["message"] == (f"bench run {run['id']} of solo stopped: stopped by "
+                                    "anonymous after 1 of 2 rates; kept 1; max_goodput_rate "
+                                    "40.0 req/s")
+    assert app.post(f"/api/bench/{run['id']}/stop").json() == {
+        "detail": f"bench run {run['id']} is stopped already"}
+
+
+def test_a_sweep_killed_at_its_deadline_keeps_the_rates_it_measured(
+        app: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(BenchRequest, "deadline_s", lambda self: 4.0)  # mid second rate
+    with engine_on(proxy_port(app), FakeEngine(token_delay=0.01)):
+        run = app.post("/api/deployments/solo/bench", json=TWO_PACES).json()
+        ended = wait_for(app, run["id"], lambda r: r["status"] != "running")
+    assert_kept_first_rate(ended, "failed", "killed at its deadline")
+
+
+def test_a_sweep_cut_by_shutdown_keeps_the_rates_it_measured(app: TestClient) -> None:
+    store = BenchStore(app.app.state.store.engine)
+    with engine_on(proxy_port(app), FakeEngine(token_delay=0.01)):
+        run = app.post("/api/deployments/solo/bench", json=TWO_PACES).json()
+        wait_for(app, run["id"], second_rate_going)
+        app.__exit__(None, None, None)  # the control plane shuts down under the run
+    ended = BenchRunOut.of(store.get(run["id"]), with_result=True).model_dump()
+    assert_kept_first_rate(ended, "stopped", "stopped by pdctl (shutting down)")
 
 
 def test_a_run_that_cannot_reach_the_proxy_fails_with_the_bench_message(

@@ -103,6 +103,27 @@ def test_the_compare_page_overlays_runs(app: TestClient) -> None:
     assert app.get(f"/bench/compare?ids={b},{a}").status_code == 200
 
 
+def test_a_run_stopped_part_way_is_listed_ticked_and_compared_as_partial(
+        app: TestClient) -> None:
+    store = BenchStore(app.app.state.store.engine)
+    run = store.create("solo", 1, snapshot(spec(colocated("solo"))),
+                       {"rates": [1, 2, 4], "num_prompts": 10}, 30, "alice")
+    kept = {"goodput_share": 0.9, "max_goodput_rate": 1, "partial": {"rates_done": 1,
+            "rates": 3}, "runs": [{"request_rate": 1, "slo_attainment": 0.95,
+                                   "p99_ttft_ms": 80.0, "p99_itl_ms": 9.0,
+                                   "request_goodput": 0.9, "completed": 10, "failed": 0}]}
+    store.finish(run.id, "stopped", done=14, result=kept,
+                 error="stopped by alice after 1 of 3 rates; kept 1")
+    panel = app.get("/deployments/solo/bench", headers=HX).text
+    row = re.search(rf'<tr data-run-id="{run.id}".*?</tr>', panel, re.S).group(0)
+    assert "disabled" not in row  # its measured rates can be compared
+    assert "partial · 1 of 3 rates" in row and "after 1 of 3 rates; kept 1" in row
+    page = app.get(f"/bench/compare?ids={run.id}").text
+    assert page.count(f'<tr data-run-id="{run.id}" data-partial>') == 1
+    assert "solo r1 · colocated x1 (partial: 1 of 3 rates)" in page
+    assert "95.0%" in page and "stopped part-way" in page
+
+
 def test_the_compare_page_says_what_is_wrong(app: TestClient) -> None:
     assert app.get("/bench/compare").status_code == 404
     assert app.get("/bench/compare?ids=999").status_code == 404

@@ -1,5 +1,6 @@
 """Bench runs in SQLite: created running, advanced, finished once; runs left running by an
-earlier process are marked failed; snapshots and curves say what a run measured."""
+earlier process are marked failed; snapshots and curves say what a run measured, and a run
+stopped part-way is a partial curve."""
 
 from __future__ import annotations
 
@@ -93,6 +94,23 @@ def test_curves_from_a_sweep_and_from_a_single_rate(store: BenchStore) -> None:
     assert bench_compare.points(None) == []
 
 
+def test_a_run_stopped_part_way_is_a_partial_curve_of_the_rates_it_measured(
+        store: BenchStore) -> None:
+    kept = {**sweep((2.0, 1.0)), "partial": {"rates_done": 1, "rates": 2}}
+    run = store.finish(_run(store).id, "stopped", done=13, result=kept,
+                       error="stopped by alice after 1 of 2 rates; kept 1")
+    assert bench_compare.partial(run)
+    curve = bench_compare.curve(run)
+    assert curve["partial"] and curve["rates_offered"] == 2
+    assert curve["label"] == "mori r1 · write 1P1D (partial: 1 of 2 rates)"
+    assert [p["rate"] for p in curve["points"]] == [2.0]
+    nothing = store.finish(_run(store).id, "stopped", error="stopped by alice after 0 of 2 "
+                           "rates; kept none")
+    whole = store.finish(_run(store).id, "done", result=sweep((2.0, 1.0), (4.0, 0.5)))
+    assert not bench_compare.partial(nothing) and not bench_compare.partial(whole)
+    assert bench_compare.curve(whole)["label"] == "mori r1 · write 1P1D"
+
+
 def test_a_run_that_spans_a_switch_says_its_figures_mix_two_revisions(store: BenchStore,
                                                                        tmp_path: Path) -> None:
     from web.bench_runs import BenchRuns, _Active
@@ -103,7 +121,7 @@ def test_a_run_that_spans_a_switch_says_its_figures_mix_two_revisions(store: Ben
         run = _run(store)
         revision["mori"] = now
         active = _Active(run.id, "mori", "alice", None, tmp_path / "gone",  # type: ignore[arg-type]
-                         0.0, 20)
+                         0.0, 20, 2)
         runs._active["mori"] = active
         runs._end(active, "done", result=sweep((2.0, 1.0)))
         error = store.get(run.id).error

@@ -1,5 +1,6 @@
 """/api/.../bench: start a `pdctl bench` run or sweep against a running deployment, follow it,
-stop it, and overlay finished runs as slo_attainment-vs-rate curves."""
+stop it, and overlay finished runs as slo_attainment-vs-rate curves. A run stopped part-way
+keeps the rates it had measured: `partial` says so, `result` and its curve hold those rates."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, FastAPI, Path, Query, Request, status
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from web import bench_compare
 from web.bench_request import BenchRequest
@@ -39,12 +40,15 @@ class BenchRunOut(BaseModel):
     total: int
     max_goodput_rate: float | str | None
     error: str | None
+    partial: bool = Field(description="Stopped part-way: `result` holds only the rates "
+                          "measured before it stopped")
     result: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, run: BenchRun, with_result: bool = False) -> BenchRunOut:
         return cls(**run.model_dump(exclude={"result"}), label=bench_compare.label(run),
                    max_goodput_rate=bench_compare.max_goodput_rate(run),
+                   partial=bench_compare.partial(run),
                    result=run.result if with_result else None)
 
 
@@ -65,6 +69,8 @@ class CurveOut(BaseModel):
     label: str
     status: str
     topology: dict[str, Any]
+    partial: bool
+    rates_offered: int
     max_goodput_rate: float | str | None
     goodput_share: float | None
     points: list[PointOut]

@@ -38,6 +38,7 @@ def _panel_context(request: Request, actor: Actor, current: Current,
     active = next((r for r in past if r.id == active_id), None)
     return page_context(request, actor, d=current, spec=current.spec, runs=past, active=active,
                     label=bench_compare.label, mgr=bench_compare.max_goodput_rate,
+                    partial=bench_compare.partial, measured=bench_compare.rates_measured,
                     fmt_rates=lambda rates: ", ".join(f"{r:g}" for r in rates),
                     form=extra.pop("form", DEFAULTS), errors=extra.pop("errors", {}),
                     max_rate=MAX_RATE, max_prompts=MAX_PROMPTS, max_arrivals=MAX_ARRIVALS_S,
