@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -124,6 +124,7 @@ def bench(
             _fail(f"{flag}: directory {path.parent} does not exist")
     progress = _progress(progress_file, config)
     console = Console(stderr=True)
+    keep = _KeepMeasured(result_json, config, save_requests)
     try:
         outcomes = _run(
             run_bench(
@@ -131,13 +132,15 @@ def bench(
                 console,
                 show_progress=not quiet and console.is_terminal,
                 on_request=progress.on_request if progress else None,
-                on_rate=_keep_measured(result_json, config, save_requests),
+                on_rate=keep if keep.wanted else None,
             )
         )
     except ServerUnreachable as exc:
         _fail(f"--base-url: {exc}")
     except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
+        kept = (f"; the {keep.rates_kept} rate(s) measured are in --result-json {result_json}"
+                if keep.rates_kept else "")
+        typer.echo(f"interrupted{kept}", err=True)
         raise typer.Exit(INTERRUPTED) from None
     document = result_document(
         [o.summary for o in outcomes],
@@ -171,26 +174,26 @@ def _progress(path: Path | None, config: BenchConfig) -> ProgressFile | None:
         _fail(f"--progress-file: cannot write {path}: {exc.strerror}")
 
 
-def _keep_measured(
-    path: Path | None, config: BenchConfig, save_requests: bool
-) -> Callable[[list[RunOutcome]], None] | None:
+class _KeepMeasured:
     """After each rate of a sweep but the last, the rates measured so far go to --result-json
     (report.py `partial_document`), so a sweep stopped or killed part-way keeps them. Written
     between rates, so the disk never delays a request being measured."""
-    rates = len(config.request_rates)
-    if path is None or rates == 1:
-        return None
 
-    def keep(outcomes: list[RunOutcome]) -> None:
-        if len(outcomes) == rates:
+    def __init__(self, path: Path | None, config: BenchConfig, save_requests: bool) -> None:
+        self.path, self.config, self.save_requests = path, config, save_requests
+        self.rates = len(config.request_rates)
+        self.wanted = path is not None and self.rates > 1
+        self.rates_kept = 0
+
+    def __call__(self, outcomes: list[RunOutcome]) -> None:
+        if self.path is None or len(outcomes) == self.rates:
             return  # the whole result follows
         document = partial_document([o.summary for o in outcomes],
                                     [o.records for o in outcomes],
-                                    config.goodput_share, save_requests, rates)
+                                    self.config.goodput_share, self.save_requests, self.rates)
         with contextlib.suppress(OSError):  # the final write says what is wrong with the disk
-            write_whole(path, json.dumps(document, indent=2, allow_nan=False) + "\n")
-
-    return keep
+            write_whole(self.path, json.dumps(document, indent=2, allow_nan=False) + "\n")
+            self.rates_kept = len(outcomes)
 
 
 def _write(path: Path, document: dict[str, Any]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -137,9 +138,11 @@ def test_sweep_prints_rates_and_max_goodput_rate(tmp_path: Path) -> None:
     assert not out.with_name("sweep.json.tmp").exists()
 
 
-def test_a_sweep_killed_part_way_leaves_the_rates_it_measured(tmp_path: Path) -> None:
-    """A real `pdctl bench` process, SIGKILLed during its second rate (0.5 req/s: its four
-    arrivals take ~18 s): --result-json holds the first rate whole, marked partial."""
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT], ids=["kill", "ctrl-c"])
+def test_a_sweep_killed_part_way_leaves_the_rates_it_measured(tmp_path: Path, signum) -> None:
+    """A real `pdctl bench` process, killed or interrupted during its second rate (0.5 req/s:
+    its four arrivals take ~18 s): --result-json holds the first rate whole, marked partial;
+    interrupted, it says where they are."""
     out = tmp_path / "result.json"
     argv = [sys.executable, str(ROOT / "pdctl.py"), "bench", *SMALL, "--quiet",
             "--request-rate", "200,0.5", "--slo-ttft-ms", "2000", "--result-json", str(out)]
@@ -151,11 +154,15 @@ def test_a_sweep_killed_part_way_leaves_the_rates_it_measured(tmp_path: Path) ->
             while not out.exists() and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            proc.send_signal(signum)
+            _, err = proc.communicate(timeout=20)
         finally:
-            proc.kill()
-            proc.wait(10)
-            if proc.stderr:
-                proc.stderr.close()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    if signum == signal.SIGINT:
+        assert proc.returncode == 130
+        assert f"interrupted; the 1 rate(s) measured are in --result-json {out}" in err.decode()
     document = json.loads(out.read_text())
     assert document["partial"] == {"rates_done": 1, "rates": 2}
     [first] = document["runs"]
