@@ -1,4 +1,5 @@
-"""Pure: secrets masked in what people are shown (command previews, events), never in what runs.
+"""Pure: secrets masked in what people are shown (command previews, events, log tails), never in
+what runs.
 
 A name looks secret when one of its words (split on `_`, `-`, `.`) ends in TOKEN, KEY, KEYS,
 SECRET, SECRETS, PASSWORD, PASSWD, CREDENTIAL or CREDENTIALS, in any case: `HF_TOKEN`,
@@ -15,6 +16,11 @@ from typing import Any
 
 MASK = "***"
 _WORDS = re.compile(r"[_\-.]+")
+# In free text: a name, then `=`, `:` or spaces (quotes allowed around either), then a value.
+# A lookahead, so that a value (`--api-key` after `argv:`) can itself be the next name.
+_NAMED_VALUE = re.compile(r"""(?<![\w.\-])(?=(?P<name>-{0,2}[A-Za-z][\w.\-]*)"""
+                          r"""(?P<sep>['"]?\s*[=:]\s*['"]?|\s+)(?P<value>[^\s'",;}\])]+))""")
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[^\s'\",;]+")
 _SECRET_ENDINGS = ("TOKEN", "KEY", "KEYS", "SECRET", "SECRETS", "PASSWORD", "PASSWD",
                    "CREDENTIAL", "CREDENTIALS")
 
@@ -68,3 +74,16 @@ def redact_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
         out["groups"] = [redact_spec(g) if isinstance(g, Mapping) else g
                          for g in out["groups"]]
     return out
+
+
+def redact_text(text: str) -> str:
+    """A log line with what follows a secret-looking name masked (`HF_TOKEN=x`, `--api-key x`,
+    `'api_key': 'x'`) and HTTP credentials (`Bearer x`). Errs on masking a word too many."""
+    spans: list[tuple[int, int]] = []
+    for match in _NAMED_VALUE.finditer(text):
+        inside_a_secret = spans and match.start("name") < spans[-1][1]
+        if is_secret_name(match["name"]) and not inside_a_secret:
+            spans.append(match.span("value"))
+    for start, end in reversed(spans):  # from the right, so earlier offsets stay valid
+        text = text[:start] + MASK + text[end:]
+    return _BEARER.sub(lambda m: f"{m[1]} {MASK}", text)

@@ -29,12 +29,15 @@ from controller.deployment import DeploymentSpec
 from controller.health import HttpProbe, Probe, same_instance
 from controller.ports import AllocatedPorts
 from controller.process_backend import ProcessBackend, ShimBackend, SpawnError
+from controller.redact import redact_text
 from controller.render import Launch, LaunchSettings, render
 from controller.units import IDLE, LIVE, Supervised, Unit, describe
 
 log = logging.getLogger("pdctl.supervisor")
 EventSink = Callable[[str, str, str, str | None], None]  # (actor, kind, message, deployment)
 ACTOR = "supervisor"
+_FAILURES = ("backoff", "fatal", "exited")  # events that quote the process's last log line
+LAST_WORDS_CHARS = 240
 
 
 class SupervisorError(RuntimeError):
@@ -130,9 +133,10 @@ class Supervisor:
                 for u in dep.units.values()]
 
     def log_tail(self, name: str, instance: str, lines: int = 100) -> list[str]:
+        """The last lines of a process's output, secrets masked (they are shown to people)."""
         dep = self._deployment(name)
         self._unit(dep, instance)
-        return self.backend.log_tail(dep.folder, instance, lines)
+        return [redact_text(line) for line in self.backend.log_tail(dep.folder, instance, lines)]
 
     def preview(self, spec: DeploymentSpec, ports: AllocatedPorts) -> dict[str, dict[str, Any]]:
         return {launch.name: launch.preview()
@@ -286,7 +290,10 @@ class Supervisor:
                 await self.probe.set_draining(dep.proxy.launch.url, unit.launch.url,
                                               isinstance(action, m.Drain))
         elif isinstance(action, m.Emit):
-            self._emit(action.kind, f"{dep.name}/{name}: {action.message}", dep.name)
+            message = action.message
+            if action.kind in _FAILURES:
+                message += self._last_words(dep, name)
+            self._emit(action.kind, f"{dep.name}/{name}: {message}", dep.name)
         # Schedule: every pass ticks every machine, so deadlines fire within poll_interval.
 
     async def _spawn(self, dep: Supervised, unit: Unit) -> None:
@@ -307,6 +314,14 @@ class Supervisor:
             await self._feed(dep, unit, m.Exited(record.exit_code))
             return
         await self._feed(dep, unit, m.Spawned(record.child_pid))
+
+    def _last_words(self, dep: Supervised, name: str) -> str:
+        """What a failed process said last, so the event log tells an operator why."""
+        lines = [line for line in self.backend.log_tail(dep.folder, name, 5) if line.strip()]
+        if not lines:
+            return ""
+        last = redact_text(lines[-1].strip())
+        return f'; its last log line: "{last[:LAST_WORDS_CHARS]}"'
 
     def _emit(self, kind: str, message: str, deployment: str | None = None) -> None:
         log.info("%s: %s", kind, message)

@@ -15,6 +15,7 @@ from controller.redact import (
     redact_command,
     redact_env,
     redact_spec,
+    redact_text,
 )
 from controller.render import preview, render
 from tests.controller.factories import nixl_1p1d
@@ -86,3 +87,26 @@ def test_the_preview_masks_what_runs_keeps() -> None:
     launch = {la.name: la for la in render(spec, ports)}["prefill-0"]
     assert launch.env["HF_TOKEN"] == "hf_secret_1"  # what runs is untouched
     assert launch.argv[launch.argv.index("--api-key") + 1] == "sk-secret-2"
+
+
+@pytest.mark.parametrize(("line", "shown"), [
+    ("HF_TOKEN=hf_abc123 loaded", "HF_TOKEN=*** loaded"),
+    ("argv: --api-key sk-1 --port 8000", "argv: --api-key *** --port 8000"),
+    ("non-default args: {'api_key': 'sk-9', 'port': 8000}",
+     "non-default args: {'api_key': '***', 'port': 8000}"),
+    ('{"hf_token": "hf_x", "model": "tiny"}', '{"hf_token": "***", "model": "tiny"}'),
+    ("header Authorization: Bearer abc.def", "header Authorization: Bearer ***"),
+    ("DB_PASSWORD: hunter2", "DB_PASSWORD: ***"),
+])
+def test_log_lines_have_their_secrets_masked(line, shown):
+    assert redact_text(line) == shown
+
+
+@pytest.mark.parametrize("line", [
+    "pdctl sim: error: cannot listen (address already in use); the ports come from --port 1",
+    "--max-num-batched-tokens 8192 --max-model-len 4096",
+    'kv_transfer_params: {"remote_block_ids": [1, 2]}',
+    "INFO 11-29 12:00:01 engine.py:12] Avg prompt throughput: 10.0 tokens/s",
+])
+def test_plain_log_lines_pass_unchanged(line):
+    assert redact_text(line) == line

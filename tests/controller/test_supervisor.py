@@ -118,6 +118,10 @@ def test_an_instance_that_keeps_failing_goes_fatal(tmp_path):
         assert h.states("tiny-pd")["decode-0"] == "FATAL"
         assert sum(1 for s in h.backend.spawned if s[0] == "decode-0") == 3
         assert h.events[-1][1] == "fatal"
+        # Each failure quotes what the process said last, so the event log says why.
+        failures = [msg for _, kind, msg, _ in h.events if kind in ("backoff", "fatal")]
+        assert len(failures) == 3
+        assert all(m.endswith('its last log line: "decode-0 line 4"') for m in failures)
         # Waiting for it says why, in the failed unit's own log lines, and only in its.
         with pytest.raises(TimeoutError) as err:
             await h.sup.wait_running("tiny-pd", 0)
@@ -262,4 +266,23 @@ def test_a_proxy_that_is_down_does_not_get_running_instances_replaced(tmp_path):
         h.probe.registered.discard(ports.instances["decode-0"].http)  # it never came back
         await h.polls(4)
         assert h.states("mori")["decode-0"] != "RUNNING"
+    run(scenario())
+
+
+def test_log_tails_and_failure_events_are_shown_with_secrets_masked(tmp_path):
+    async def scenario():
+        h = Harness(tmp_path)
+        h.backend.log_tail = lambda run_dir, name, lines: [
+            "loading", f"{name}: bad --hf-token hf_live_secret for HF_TOKEN=hf_live_secret", ""]
+        spec = tiny_pair()
+        await h.sup.start("tiny-pd", spec, allocate(spec))
+        await h.polls(2)
+        h.backend.crash("decode-0", 1)
+        await h.polls(1, every=0.1)
+        shown = h.sup.log_tail("tiny-pd", "decode-0", 3)
+        assert shown[1] == "decode-0: bad --hf-token *** for HF_TOKEN=***"
+        [exited] = [msg for _, kind, msg, _ in h.events if kind in ("exited", "backoff")
+                    and "decode-0" in msg][:1]
+        assert 'its last log line: "decode-0: bad --hf-token *** for HF_TOKEN=***"' in exited
+        assert all("hf_live_secret" not in msg for _, _, msg, _ in h.events)
     run(scenario())

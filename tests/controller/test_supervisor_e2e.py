@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -192,3 +193,36 @@ def test_moriio_instances_are_running_once_registered_with_the_proxy(tmp_path):
         asyncio.run(scenario())
     finally:
         kill_everything(all_pids(run_dir))
+
+
+def test_an_instance_whose_port_is_taken_goes_fatal_saying_so(tmp_path):
+    """The on-call case: the decode's port is held by something else. It fails every start,
+    goes FATAL, and the event log quotes the line that says which port and which flag."""
+    run_dir = tmp_path / "run"
+    spec = spec_with_free_ports()
+    ports = allocate(spec)
+    taken = ports.instances["decode-0"].http
+    events = []
+
+    async def scenario():
+        sup = Supervisor(settings(run_dir), on_event=lambda *e: events.append(e))
+        await sup.open()
+        try:
+            await sup.start(spec.name, spec, ports)
+            await sup.wait_for(spec.name, lambda us: by_name(us)["decode-0"]["state"] == "FATAL",
+                               60, "decode FATAL")
+            await sup.stop(spec.name, wait=20)
+        finally:
+            await sup.close()
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", taken))
+        holder.listen()
+        try:
+            asyncio.run(scenario())
+        finally:
+            kill_everything(all_pids(run_dir))
+    [fatal] = [msg for _, kind, msg, _ in events if kind == "fatal"]
+    assert "decode-0" in fatal and "gave up after 5 failures" in fatal
+    assert 'its last log line: "pdctl sim: error: cannot listen' in fatal
+    assert f"--port {taken}" in fatal
