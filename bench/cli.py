@@ -138,8 +138,11 @@ def bench(
     except ServerUnreachable as exc:
         _fail(f"--base-url: {exc}")
     except KeyboardInterrupt:
-        kept = (f"; the {keep.rates_kept} rate(s) measured are in --result-json {result_json}"
-                if keep.rates_kept else "")
+        kept = (
+            f"; the {keep.rates_kept} rate(s) measured are in --result-json {result_json}"
+            if keep.rates_kept
+            else ""
+        )
         typer.echo(f"interrupted{kept}", err=True)
         raise typer.Exit(INTERRUPTED) from None
     document = result_document(
@@ -188,9 +191,13 @@ class _KeepMeasured:
     def __call__(self, outcomes: list[RunOutcome]) -> None:
         if self.path is None or len(outcomes) == self.rates:
             return  # the whole result follows
-        document = partial_document([o.summary for o in outcomes],
-                                    [o.records for o in outcomes],
-                                    self.config.goodput_share, self.save_requests, self.rates)
+        document = partial_document(
+            [o.summary for o in outcomes],
+            [o.records for o in outcomes],
+            self.config.goodput_share,
+            self.save_requests,
+            self.rates,
+        )
         with contextlib.suppress(OSError):  # the final write says what is wrong with the disk
             write_whole(self.path, json.dumps(document, indent=2, allow_nan=False) + "\n")
             self.rates_kept = len(outcomes)

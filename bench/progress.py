@@ -23,8 +23,13 @@ MIN_INTERVAL_S = 0.25
 
 
 class ProgressFile:
-    def __init__(self, path: Path, rates: tuple[float, ...], per_rate: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        path: Path,
+        rates: tuple[float, ...],
+        per_rate: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.path, self.rates, self.per_rate, self.clock = path, rates, per_rate, clock
         self.done = self.failed = 0
         self._written_at = -MIN_INTERVAL_S
@@ -43,10 +48,14 @@ class ProgressFile:
 
     def document(self, index: int) -> dict[str, object]:
         rate = self.rates[index]
-        return {"done": self.done, "failed": self.failed,
-                "total": self.per_rate * len(self.rates),
-                "rate": rate if rate != float("inf") else "inf", "rate_index": index,
-                "rates": len(self.rates)}
+        return {
+            "done": self.done,
+            "failed": self.failed,
+            "total": self.per_rate * len(self.rates),
+            "rate": rate if rate != float("inf") else "inf",
+            "rate_index": index,
+            "rates": len(self.rates),
+        }
 
     def _write(self, index: int) -> None:
         self._written_at = self.clock()

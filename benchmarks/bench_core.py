@@ -52,8 +52,9 @@ def _step_by_step(s: Scheduler, reqs: list[EngineRequest]) -> None:
 def _measure(role: KVRole, jump: bool, repeats: int = 3) -> tuple[float, int, float]:
     config = SchedulerConfig(enable_prefix_caching=False)
     if role is KVRole.REMOTE_PREFILL:  # the blog's decode instance flags
-        config = SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=4096,
-                                 enable_prefix_caching=False)
+        config = SchedulerConfig(
+            max_num_seqs=64, max_num_batched_tokens=4096, enable_prefix_caching=False
+        )
     best = float("inf")
     steps = 0
     virtual = 0.0
@@ -85,20 +86,28 @@ def batch_table() -> list[tuple[int, float, float, float, float]]:
 
 
 def main() -> None:
-    print(f"engine core on the virtual clock: {MODEL} on {HARDWARE} TP{TP}, "
-          "100 requests 2000 in / 1000 out at 8 req/s")
-    print(f"{'instance':<12}{'mode':<16}{'wall s':>9}{'steps':>8}{'req/s':>10}"
-          f"{'steps/s':>11}{'virtual s':>11}{'x baseline':>12}")
+    print(
+        f"engine core on the virtual clock: {MODEL} on {HARDWARE} TP{TP}, "
+        "100 requests 2000 in / 1000 out at 8 req/s"
+    )
+    print(
+        f"{'instance':<12}{'mode':<16}{'wall s':>9}{'steps':>8}{'req/s':>10}"
+        f"{'steps/s':>11}{'virtual s':>11}{'x baseline':>12}"
+    )
     for role, name in ((KVRole.LOCAL, "colocated"), (KVRole.REMOTE_PREFILL, "decode-only")):
         base_wall, base_steps, _ = _measure(role, jump=False)
         wall, steps, virtual = _measure(role, jump=True)
         for mode, w, st in (("step-by-step", base_wall, base_steps), ("jumping", wall, steps)):
-            print(f"{name:<12}{mode:<16}{w:>9.4f}{st:>8}{100 / w:>10.0f}{st / w:>11.0f}"
-                  f"{virtual:>11.1f}{base_wall / w:>12.2f}")
+            print(
+                f"{name:<12}{mode:<16}{w:>9.4f}{st:>8}{100 / w:>10.0f}{st / w:>11.0f}"
+                f"{virtual:>11.1f}{base_wall / w:>12.2f}"
+            )
     print()
     print("model figures, all requests arriving at once (2000 in / 1000 out):")
-    print(f"{'batch':>6}{'decode step ms':>16}{'TTFT p50 ms':>13}{'TTFT max ms':>13}"
-          f"{'ITL p50 ms':>12}")
+    print(
+        f"{'batch':>6}{'decode step ms':>16}{'TTFT p50 ms':>13}{'TTFT max ms':>13}"
+        f"{'ITL p50 ms':>12}"
+    )
     for batch, step_ms, ttft50, ttftmax, itl in batch_table():
         print(f"{batch:>6}{step_ms:>16.1f}{ttft50:>13.0f}{ttftmax:>13.0f}{itl:>12.1f}")
 

@@ -19,8 +19,13 @@ from benchmarks.control_plane import api, stop_and_wait, wait_running
 from tests.processes import Process, free_port, http_post, port_range
 
 TICKS = os.sysconf("SC_CLK_TCK")
-SPEC = {"name": "bench", "engine": "sim", "model": "tiny", "topology": "colocated",
-        "groups": [{"name": "main", "role": "colocated", "count": 4}]}
+SPEC = {
+    "name": "bench",
+    "engine": "sim",
+    "model": "tiny",
+    "topology": "colocated",
+    "groups": [{"name": "main", "role": "colocated", "count": 4}],
+}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -42,8 +47,9 @@ def latency(ws_url: str, proxy: str, trials: int) -> list[float]:
         count = frames(ws)["ttft"]["count"]
         for _ in range(trials):
             time.sleep(random.uniform(0.3, 1.3))  # sample every phase of the scrape tick
-            http_post(proxy + "/v1/completions", {"model": "tiny", "prompt": "x y",
-                                                  "max_tokens": 2})
+            http_post(
+                proxy + "/v1/completions", {"model": "tiny", "prompt": "x y", "max_tokens": 2}
+            )
             done = time.monotonic()
             while (frame := frames(ws))["ttft"]["count"] <= count:
                 pass
@@ -63,8 +69,9 @@ def cpu_with(ws_url: str, pid: int, subscribers: int, proxy: str, seconds: float
 
     def load() -> None:
         while not stop.is_set():
-            http_post(proxy + "/v1/completions", {"model": "tiny", "prompt": "x y",
-                                                  "max_tokens": 8})
+            http_post(
+                proxy + "/v1/completions", {"model": "tiny", "prompt": "x y", "max_tokens": 8}
+            )
             time.sleep(0.2)
 
     threads = [threading.Thread(target=reader, daemon=True) for _ in range(subscribers)]
@@ -84,10 +91,12 @@ def cpu_with(ws_url: str, pid: int, subscribers: int, proxy: str, seconds: float
 def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-observe-"))
     port = free_port()
-    serve = Process(["serve", "--port", str(port), "--db", str(tmp / "pdctl.db")], port,
-                    env={"PDCTL_RUNTIME_DIR": str(tmp / "runs"),
-                         "PDCTL_PORT_RANGE": port_range()},
-                    log_path=tmp / "serve.log").wait_healthy(30)
+    serve = Process(
+        ["serve", "--port", str(port), "--db", str(tmp / "pdctl.db")],
+        port,
+        env={"PDCTL_RUNTIME_DIR": str(tmp / "runs"), "PDCTL_PORT_RANGE": port_range()},
+        log_path=tmp / "serve.log",
+    ).wait_healthy(30)
     base = serve.url
     try:
         status, created = api(base, "POST", "/deployments", SPEC)
@@ -100,12 +109,16 @@ def main() -> None:
         idle = cpu_with(ws_url, serve.proc.pid, 0, proxy, 10.0)
         one = cpu_with(ws_url, serve.proc.pid, 1, proxy, 10.0)
         ten = cpu_with(ws_url, serve.proc.pid, 10, proxy, 10.0)
-        print(f"request done -> frame counts it: median {statistics.median(lags) * 1000:.0f} ms,"
-              f" p90 {statistics.quantiles(lags, n=10)[-1] * 1000:.0f} ms, "
-              f"max {max(lags) * 1000:.0f} ms over {len(lags)} requests (scrape every 1 s)")
-        print(f"pdctl serve CPU, 4 instances + proxy scraped each second under light load: "
-              f"0 subscribers {idle:.1%}, 1 subscriber {one:.1%}, 10 subscribers {ten:.1%} "
-              f"of one core")
+        print(
+            f"request done -> frame counts it: median {statistics.median(lags) * 1000:.0f} ms,"
+            f" p90 {statistics.quantiles(lags, n=10)[-1] * 1000:.0f} ms, "
+            f"max {max(lags) * 1000:.0f} ms over {len(lags)} requests (scrape every 1 s)"
+        )
+        print(
+            f"pdctl serve CPU, 4 instances + proxy scraped each second under light load: "
+            f"0 subscribers {idle:.1%}, 1 subscriber {one:.1%}, 10 subscribers {ten:.1%} "
+            f"of one core"
+        )
     finally:
         stop_and_wait(base, "bench")
         serve.stop()

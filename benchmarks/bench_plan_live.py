@@ -24,36 +24,71 @@ RATES = (2.0, 6.0, 12.0)
 
 
 def live(tmp: Path, rate: float) -> float:
-    flags = ("--model-profile", MODEL, "--hardware", HARDWARE, "--time-scale",
-             str(TIME_SCALE), "--no-enable-prefix-caching")
+    flags = (
+        "--model-profile",
+        MODEL,
+        "--hardware",
+        HARDWARE,
+        "--time-scale",
+        str(TIME_SCALE),
+        "--no-enable-prefix-caching",
+    )
     prefill = nixl_sim(tmp, f"p{rate}", "kv_producer", *flags)
     decode = nixl_sim(tmp, f"d{rate}", "kv_consumer", *flags)
-    front = proxy(tmp, f"proxy{rate}", "--prefill", f"http://127.0.0.1:{prefill.port}",
-                  "--decode", f"http://127.0.0.1:{decode.port}")
+    front = proxy(
+        tmp,
+        f"proxy{rate}",
+        "--prefill",
+        f"http://127.0.0.1:{prefill.port}",
+        "--decode",
+        f"http://127.0.0.1:{decode.port}",
+    )
     with running(prefill, decode, front):
         # Arrivals, prompts and targets on the live clock: K times slower than modelled.
-        result = bench(tmp, front.url, "--request-rate", str(rate / TIME_SCALE),
-                       "--num-prompts", str(PROMPTS), "--input-len", str(INPUT),
-                       "--output-len", str(OUTPUT), "--slo-ttft-ms",
-                       str(SLO_TTFT_MS * TIME_SCALE), "--slo-itl-ms",
-                       str(SLO_ITL_MS * TIME_SCALE), "--itl-slo-stat", "p99",
-                       "--seed", "0", "--model", MODEL, name=f"live{rate}", timeout=600)
+        result = bench(
+            tmp,
+            front.url,
+            "--request-rate",
+            str(rate / TIME_SCALE),
+            "--num-prompts",
+            str(PROMPTS),
+            "--input-len",
+            str(INPUT),
+            "--output-len",
+            str(OUTPUT),
+            "--slo-ttft-ms",
+            str(SLO_TTFT_MS * TIME_SCALE),
+            "--slo-itl-ms",
+            str(SLO_ITL_MS * TIME_SCALE),
+            "--itl-slo-stat",
+            "p99",
+            "--seed",
+            "0",
+            "--model",
+            MODEL,
+            name=f"live{rate}",
+            timeout=600,
+        )
     return result["slo_attainment"]
 
 
 def planned(rate: float) -> float:
     flags = EngineFlags(256, 8192, False)
-    setup = PlanSetup(MODEL, HARDWARE, 2, flags, flags, flags,
-                      slo=Slo(SLO_TTFT_MS, SLO_ITL_MS, "p99"))
-    row = run(setup, parse_config("1p-tp1+1d-tp1:read"),
-              Workload(PROMPTS, INPUT, OUTPUT, seed=0), rate)
+    setup = PlanSetup(
+        MODEL, HARDWARE, 2, flags, flags, flags, slo=Slo(SLO_TTFT_MS, SLO_ITL_MS, "p99")
+    )
+    row = run(
+        setup, parse_config("1p-tp1+1d-tp1:read"), Workload(PROMPTS, INPUT, OUTPUT, seed=0), rate
+    )
     return row["slo_attainment"]
 
 
 def main() -> None:
-    print(f"{MODEL} on {HARDWARE}, NIXL 1P1D read, {PROMPTS} x {INPUT} in / {OUTPUT} out, "
-          f"SLO TTFT {SLO_TTFT_MS:g} ms, ITL p99 {SLO_ITL_MS:g} ms; live at time scale "
-          f"{TIME_SCALE:g}")
+    print(
+        f"{MODEL} on {HARDWARE}, NIXL 1P1D read, {PROMPTS} x {INPUT} in / {OUTPUT} out, "
+        f"SLO TTFT {SLO_TTFT_MS:g} ms, ITL p99 {SLO_ITL_MS:g} ms; live at time scale "
+        f"{TIME_SCALE:g}"
+    )
     print(f"{'rate':>6}{'plan':>8}{'live':>8}{'diff pp':>9}")
     with tempfile.TemporaryDirectory() as folder:
         for rate in RATES:

@@ -25,8 +25,12 @@ STREAMS, MAX_TOKENS, DURATION_S = 64, 256, 8.0
 
 def _pinned(args: list[str], core: int) -> subprocess.Popen:
     prefix = ["taskset", "-c", str(core)] if shutil.which("taskset") else []
-    return subprocess.Popen([*prefix, sys.executable, *args], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [*prefix, sys.executable, *args],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> float:
@@ -53,8 +57,13 @@ def _rss_mb(pid: int) -> float:
 async def _load(url: str) -> tuple[int, float]:
     tokens = 0
     deadline = time.perf_counter() + DURATION_S
-    body = {"model": "tiny", "prompt": "a b c d e f g h", "max_tokens": MAX_TOKENS,
-            "stream": True, "ignore_eos": True}
+    body = {
+        "model": "tiny",
+        "prompt": "a b c d e f g h",
+        "max_tokens": MAX_TOKENS,
+        "stream": True,
+        "ignore_eos": True,
+    }
 
     async def stream(session: aiohttp.ClientSession) -> None:
         nonlocal tokens
@@ -69,15 +78,15 @@ async def _load(url: str) -> tuple[int, float]:
     start = time.perf_counter()
     connector = aiohttp.TCPConnector(limit=STREAMS)
     async with aiohttp.ClientSession(connector=connector) as session:
-        await asyncio.wait_for(asyncio.gather(*(stream(session) for _ in range(STREAMS))),
-                               DURATION_S + 30)
+        await asyncio.wait_for(
+            asyncio.gather(*(stream(session) for _ in range(STREAMS))), DURATION_S + 30
+        )
     return tokens, time.perf_counter() - start
 
 
 def measure(args: list[str]) -> tuple[float, float, float]:
     port = free_port()
-    proc = _pinned([*args, "--port", str(port)] if args[0] == "pdctl.py" else [*args, str(port)],
-                   0)
+    proc = _pinned([*args, "--port", str(port)] if args[0] == "pdctl.py" else [*args, str(port)], 0)
     try:
         url = f"http://127.0.0.1:{port}"
         started = _wait_healthy(url, proc)
@@ -91,13 +100,17 @@ def measure(args: list[str]) -> tuple[float, float, float]:
 def main() -> None:
     if hasattr(os, "sched_setaffinity") and os.cpu_count() and os.cpu_count() > 1:
         os.sched_setaffinity(0, {1})
-    print(f"one server on core 0, load on core 1: {STREAMS} streams x {MAX_TOKENS} tokens, "
-          f"{DURATION_S:.0f} s")
+    print(
+        f"one server on core 0, load on core 1: {STREAMS} streams x {MAX_TOKENS} tokens, "
+        f"{DURATION_S:.0f} s"
+    )
     floor = measure(["-m", "benchmarks.sse_floor"])
     engine = measure(["pdctl.py", "sim"])
     print(f"{'server':<28}{'start s':>9}{'RSS MB':>9}{'tokens/s':>11}{'x floor':>9}")
-    for name, (start, rss, rate) in (("bare aiohttp SSE (floor)", floor),
-                                     ("pdctl sim (tiny model)", engine)):
+    for name, (start, rss, rate) in (
+        ("bare aiohttp SSE (floor)", floor),
+        ("pdctl sim (tiny model)", engine),
+    ):
         print(f"{name:<28}{start:>9.2f}{rss:>9.0f}{rate:>11.0f}{rate / floor[2]:>9.2f}")
     print("aims: start < 2 s, RSS < 150 MB, >= 5,000 tokens/s")
 

@@ -31,9 +31,18 @@ ROWS: dict[str, Callable[[Target], Row]] = {
     "log disk full": chaos_disk.disk_full,
     **chaos_registry.ROWS,
 }
-QUICK = ("SIGKILL decode", "SIGKILL proxy", "SIGKILL serve", "SIGSTOP decode",
-         "decode garbage", "decode stall", "log disk full", "heartbeats stop",
-         "re-registers in the other mode", "registration flood")
+QUICK = (
+    "SIGKILL decode",
+    "SIGKILL proxy",
+    "SIGKILL serve",
+    "SIGSTOP decode",
+    "decode garbage",
+    "decode stall",
+    "log disk full",
+    "heartbeats stop",
+    "re-registers in the other mode",
+    "registration flood",
+)
 
 
 def campaign(tmp: Path, quick: bool, only: str | None = None) -> list[Row]:
@@ -44,8 +53,13 @@ def campaign(tmp: Path, quick: bool, only: str | None = None) -> list[Row]:
         if status != 201:
             raise RuntimeError(f"creating the deployment answered {status}: {created}")
         ports = created["ports"]
-        target = Target(plane, f"http://127.0.0.1:{ports['proxy']}", ports["registry"], tmp,
-                        prompts=24 if quick else 60)
+        target = Target(
+            plane,
+            f"http://127.0.0.1:{ports['proxy']}",
+            ports["registry"],
+            tmp,
+            prompts=24 if quick else 60,
+        )
         plane.api("POST", f"/deployments/{NAME}/start")
         if recovered(plane, target.proxy_url, time.monotonic(), 120) is None:
             raise RuntimeError(f"deployment never came up: {plane.units()}")
@@ -68,30 +82,37 @@ def campaign(tmp: Path, quick: bool, only: str | None = None) -> list[Row]:
             plane.api("POST", f"/deployments/{NAME}/stop")
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and any(
-                    u["state"] not in ("STOPPED", "EXITED") for u in plane.units().values()):
+                u["state"] not in ("STOPPED", "EXITED") for u in plane.units().values()
+            ):
                 time.sleep(0.3)
         plane.close()
     return rows
 
 
 def table(rows: list[Row]) -> str:
-    lines = ["| fault | expected | sent | completed | failed (clear error) | lost | recovery s "
-             "| ok | notes |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| fault | expected | sent | completed | failed (clear error) | lost | recovery s "
+        "| ok | notes |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in rows:
         rec = "never" if r.recovery_s is None else f"{r.recovery_s:.1f}"
         ok = "skipped" if r.skipped else ("yes" if r.ok else "NO")
         notes = "; ".join([r.skipped] if r.skipped else r.notes).replace("|", "/")
-        lines.append(f"| {r.fault} | {r.expected} | {r.sent} | {r.completed} | "
-                     f"{r.failed_clear} | {r.lost} | {rec if not r.skipped else '-'} | {ok} | "
-                     f"{notes} |")
+        lines.append(
+            f"| {r.fault} | {r.expected} | {r.sent} | {r.completed} | "
+            f"{r.failed_clear} | {r.lost} | {rec if not r.skipped else '-'} | {ok} | "
+            f"{notes} |"
+        )
     return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer faults, shorter loads (CI)")
-    parser.add_argument("--only", help="only the faults whose name contains one of these "
-                        "(comma-separated)")
+    parser.add_argument(
+        "--only", help="only the faults whose name contains one of these (comma-separated)"
+    )
     args = parser.parse_args()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pdctl-chaos-") as tmp:
@@ -99,8 +120,10 @@ def main() -> int:
     print(table(rows))
     failed = sum(not r.ok for r in rows if not r.skipped)
     skipped = sum(bool(r.skipped) for r in rows)
-    print(f"\n{len(rows)} faults in {time.monotonic() - started:.0f} s; {failed} not as "
-          f"expected" + (f"; {skipped} skipped" if skipped else ""))
+    print(
+        f"\n{len(rows)} faults in {time.monotonic() - started:.0f} s; {failed} not as "
+        f"expected" + (f"; {skipped} skipped" if skipped else "")
+    )
     return 0 if failed == 0 else 1
 
 

@@ -42,8 +42,9 @@ def restart_instances(target: Target) -> float | None:
     status, body = target.plane.api("POST", f"/deployments/{NAME}/restart")
     if status != 202:
         raise RuntimeError(f"restart answered {status}: {body}")
-    wait_for(lambda: all(target.plane.units()[u]["pid"] not in (None, before[u])
-                         for u in UNITS), 60)
+    wait_for(
+        lambda: all(target.plane.units()[u]["pid"] not in (None, before[u]) for u in UNITS), 60
+    )
     return recovered(target.plane, target.proxy_url, begin, 60)
 
 
@@ -63,14 +64,18 @@ def log_errors(target: Target) -> dict[str, str | None]:
 
 
 def disk_full(target: Target) -> Row:
-    row = Row("log disk full", "keeps serving; status and page say why logs stopped",
-              may_fail=False)
+    row = Row(
+        "log disk full", "keeps serving; status and page say why logs stopped", may_fail=False
+    )
     folders = [target.plane.tmp / "runs" / NAME / unit for unit in UNITS]
     mounted: list[Path] = []
     try:
         for folder in folders:
-            done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs",
-                                   str(folder)], capture_output=True, text=True)
+            done = subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)],
+                capture_output=True,
+                text=True,
+            )
             if done.returncode != 0:
                 row.skipped = f"cannot mount a tmpfs ({done.stderr.strip()[:60]}): needs root"
                 return row
@@ -82,15 +87,19 @@ def disk_full(target: Target) -> Row:
         def inject(row: Row) -> None:
             for folder in folders:
                 fill(folder)
-            said = wait_for(lambda: all(FULL in (e or "") for e in log_errors(target).values()),
-                            30, 0.2)
-            if not row.check(said is not None, f"status says why logs stopped: "
-                                               f"{log_errors(target)}"):
+            said = wait_for(
+                lambda: all(FULL in (e or "") for e in log_errors(target).values()), 30, 0.2
+            )
+            if not row.check(
+                said is not None, f"status says why logs stopped: {log_errors(target)}"
+            ):
                 return
             row.notes.append(f"status said '{log_errors(target)['decode-0']}' after {said:.1f} s")
             _, page = http_get(f"{target.plane.proc.url}/deployments/{NAME}", timeout=10)
-            row.check(page.decode().count(f"logs stopped: {FULL}") == len(UNITS),
-                      "the dashboard page says it for each instance")
+            row.check(
+                page.decode().count(f"logs stopped: {FULL}") == len(UNITS),
+                "the dashboard page says it for each instance",
+            )
             time.sleep(2.0)  # serving on a full disk
             freed = time.monotonic()
             for folder in folders:

@@ -44,8 +44,9 @@ def answered_within(row: Row, seconds: float) -> None:
     row.check(slowest <= seconds, f"every error within {seconds:g} s")
 
 
-def kill(target: Target, *units: str,
-         expected: str = "restarted; meanwhile 502/503 naming it") -> Row:
+def kill(
+    target: Target, *units: str, expected: str = "restarted; meanwhile 502/503 naming it"
+) -> Row:
     row = Row(f"SIGKILL {' + '.join(u.split('-')[0] for u in units)}", expected)
     if units == ("proxy",):
         row.also_clear = PROXY_GONE
@@ -89,8 +90,10 @@ def kill_serve(target: Target) -> Row:
 
 
 def stop_decode(target: Target, seconds: float) -> Row:
-    row = Row(f"SIGSTOP decode {seconds:g}s",
-              f"in-flight 502 after {DECODE_TIMEOUT:g} s; replaced by the supervisor")
+    row = Row(
+        f"SIGSTOP decode {seconds:g}s",
+        f"in-flight 502 after {DECODE_TIMEOUT:g} s; replaced by the supervisor",
+    )
 
     def inject(row: Row) -> None:
         pid = signal_unit(target, "decode-0", signal.SIGSTOP)
@@ -100,8 +103,9 @@ def stop_decode(target: Target, seconds: float) -> Row:
         while replaced is None and time.monotonic() < deadline:
             if target.plane.units()["decode-0"]["pid"] not in (pid, None):
                 replaced = time.monotonic() - begin
-                row.recovery_s = recovered(target.plane, target.proxy_url, begin,
-                                           deadline - time.monotonic())
+                row.recovery_s = recovered(
+                    target.plane, target.proxy_url, begin, deadline - time.monotonic()
+                )
             time.sleep(0.2)
         time.sleep(max(0.0, deadline - time.monotonic()))
         with contextlib.suppress(ProcessLookupError):
@@ -127,8 +131,13 @@ def switch_twice(target: Target) -> Row:
         answers: list[tuple[int, object]] = []
 
         def post() -> None:
-            answers.append(plane.api("POST", f"/deployments/{NAME}/switch",
-                                     {"mode": mode, "strategy": "hold", "reason": "chaos"}))
+            answers.append(
+                plane.api(
+                    "POST",
+                    f"/deployments/{NAME}/switch",
+                    {"mode": mode, "strategy": "hold", "reason": "chaos"},
+                )
+            )
 
         threads = [threading.Thread(target=post) for _ in range(2)]
         for t in threads:
@@ -169,9 +178,11 @@ def switch_while_crash_looping(target: Target) -> Row:
                 time.sleep(0.02)
             time.sleep(3.0)
             state = plane.units()["decode-0"]["state"]
-            status, body = plane.api("POST", f"/deployments/{NAME}/switch",
-                                     {"mode": other_mode(target), "strategy": "hold",
-                                      "reason": "chaos"})
+            status, body = plane.api(
+                "POST",
+                f"/deployments/{NAME}/switch",
+                {"mode": other_mode(target), "strategy": "hold", "reason": "chaos"},
+            )
             row.notes.append(f"decode {state}; switch {status}: {str(body['detail'])[:80]}")
             # refused, and for the instance that is down (not for some other reason)
             row.check(status == 409 and "decode-0" in str(body["detail"]), "409 naming decode-0")
@@ -193,8 +204,13 @@ def kill_serve_mid_write(target: Target) -> Row:
         for i in range(400):
             if stop.is_set():
                 return
-            body = {"name": f"w{i}", "engine": "sim", "model": "tiny", "topology": "colocated",
-                    "groups": [{"name": "main", "role": "colocated"}]}
+            body = {
+                "name": f"w{i}",
+                "engine": "sim",
+                "model": "tiny",
+                "topology": "colocated",
+                "groups": [{"name": "main", "role": "colocated"}],
+            }
             row.sent += 1
             try:
                 status, _ = plane.api("POST", "/deployments", body)

@@ -29,12 +29,24 @@ PREFILL_TIMEOUT = 5.0  # the proxy's leg timeouts in this deployment: a hung leg
 DECODE_TIMEOUT = 4.0
 # What the proxy's errors say (the leg and its instance, or why nothing could serve): an
 # error carrying none of these does not say what failed.
-CLEAR = ("prefill leg to", "decode leg to", "colocated leg to", "no instance",
-         "hold queue", "hold deadline", "dispatch is paused")
+CLEAR = (
+    "prefill leg to",
+    "decode leg to",
+    "colocated leg to",
+    "no instance",
+    "hold queue",
+    "hold deadline",
+    "dispatch is paused",
+)
 # A client whose connection to the proxy breaks sees only that; clear only where the proxy
 # itself was killed.
-PROXY_GONE = ("ClientPayloadError", "ServerDisconnectedError", "Cannot connect to host",
-              "ClientOSError", "Connection reset")
+PROXY_GONE = (
+    "ClientPayloadError",
+    "ServerDisconnectedError",
+    "Cannot connect to host",
+    "ClientOSError",
+    "Connection reset",
+)
 
 
 @dataclass
@@ -74,12 +86,24 @@ class Plane(ControlPlane):
 
 
 def deployment() -> dict:
-    return {"name": NAME, "engine": "sim", "model": "tiny", "topology": "disaggregated",
-            "connector": "MoRIIOConnector", "prefix_caching": False,
-            "groups": [{"name": "prefill", "role": "prefill", "mode": "read"},
-                       {"name": "decode", "role": "decode", "mode": "read"}],
-            "proxy": {"hold_queue": 256, "hold_deadline_s": 30,
-                      "prefill_timeout_s": PREFILL_TIMEOUT, "decode_timeout_s": DECODE_TIMEOUT}}
+    return {
+        "name": NAME,
+        "engine": "sim",
+        "model": "tiny",
+        "topology": "disaggregated",
+        "connector": "MoRIIOConnector",
+        "prefix_caching": False,
+        "groups": [
+            {"name": "prefill", "role": "prefill", "mode": "read"},
+            {"name": "decode", "role": "decode", "mode": "read"},
+        ],
+        "proxy": {
+            "hold_queue": 256,
+            "hold_deadline_s": 30,
+            "prefill_timeout_s": PREFILL_TIMEOUT,
+            "decode_timeout_s": DECODE_TIMEOUT,
+        },
+    }
 
 
 @dataclass(frozen=True)
@@ -103,8 +127,11 @@ class Target:
 
 def served(proxy_url: str) -> bool:
     try:
-        status, _ = http_post(proxy_url + "/v1/completions",
-                              {"model": "tiny", "prompt": "a b c", "max_tokens": 2}, timeout=5)
+        status, _ = http_post(
+            proxy_url + "/v1/completions",
+            {"model": "tiny", "prompt": "a b c", "max_tokens": 2},
+            timeout=5,
+        )
     except OSError:
         return False
     return status == 200
@@ -138,11 +165,34 @@ class Load:
     def __init__(self, tmp: Path, proxy_url: str, tag: str, prompts: int) -> None:
         self.out, self.prompts = tmp / f"load-{tag}.json", prompts
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "pdctl.py"), "bench", "--base-url", proxy_url,
-             "--model", "tiny", "--request-rate", str(RATE), "--num-prompts", str(prompts),
-             "--input-len", "64", "--output-len", "16", "--result-json", str(self.out),
-             "--save-requests", "--quiet", "--timeout", str(CLIENT_TIMEOUT)],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+            [
+                sys.executable,
+                str(ROOT / "pdctl.py"),
+                "bench",
+                "--base-url",
+                proxy_url,
+                "--model",
+                "tiny",
+                "--request-rate",
+                str(RATE),
+                "--num-prompts",
+                str(prompts),
+                "--input-len",
+                "64",
+                "--output-len",
+                "16",
+                "--result-json",
+                str(self.out),
+                "--save-requests",
+                "--quiet",
+                "--timeout",
+                str(CLIENT_TIMEOUT),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
 
     def finish(self, row: Row) -> None:
         try:
@@ -165,8 +215,11 @@ def judge(requests: list[dict], prompts: int, row: Row) -> None:
         error = r["error"] or ""
         if r["ok"]:
             row.completed += 1
-        elif error and not error.startswith("timed out") and any(
-                word in error for word in (*CLEAR, *row.also_clear)):
+        elif (
+            error
+            and not error.startswith("timed out")
+            and any(word in error for word in (*CLEAR, *row.also_clear))
+        ):
             row.failed_clear += 1
             row.errors.append(r)
             errors[error[:90]] = errors.get(error[:90], 0) + 1
@@ -177,11 +230,13 @@ def judge(requests: list[dict], prompts: int, row: Row) -> None:
     row.notes += [f"{n}x {e}" for e, n in sorted(errors.items(), key=lambda x: -x[1])[:2]]
 
 
-def under_load(target: Target, row: Row, inject: Callable[[Row], None],
-               prompts: int | None = None) -> Row:
+def under_load(
+    target: Target, row: Row, inject: Callable[[Row], None], prompts: int | None = None
+) -> Row:
     """Start the load, inject the fault mid-load, time the recovery, read every request."""
-    load = Load(target.tmp, target.proxy_url, row.fault.replace(" ", "-"),
-                prompts or target.prompts)
+    load = Load(
+        target.tmp, target.proxy_url, row.fault.replace(" ", "-"), prompts or target.prompts
+    )
     time.sleep(2.0)  # mid-load
     begin = time.monotonic()
     try:

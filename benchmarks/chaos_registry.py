@@ -27,18 +27,20 @@ def decode_group(target: Target) -> str | None:
 
 
 def heartbeats_stop(target: Target) -> Row:
-    row = Row("heartbeats stop (decode)",
-              f"dropped after ~{EXPIRY_S:g} s, in-flight answered, replaced")
+    row = Row(
+        "heartbeats stop (decode)", f"dropped after ~{EXPIRY_S:g} s, in-flight answered, replaced"
+    )
 
     def inject(row: Row) -> None:
         pid = target.plane.units()["decode-0"]["pid"]
         fault_on(target.unit_url("decode-0"), {"fault": "silent"})
         dropped = wait_for(lambda: decode_group(target) is None, EXPIRY_S + 10)
-        if row.check(dropped is not None and dropped <= EXPIRY_S + 3,
-                     f"dropped from its group within {EXPIRY_S + 3:g} s"):
+        if row.check(
+            dropped is not None and dropped <= EXPIRY_S + 3,
+            f"dropped from its group within {EXPIRY_S + 3:g} s",
+        ):
             row.notes.append(f"dropped after {dropped:.1f} s")
-        replaced = wait_for(lambda: target.plane.units()["decode-0"]["pid"] not in (pid, None),
-                            30)
+        replaced = wait_for(lambda: target.plane.units()["decode-0"]["pid"] not in (pid, None), 30)
         if row.check(replaced is not None, "replaced by the supervisor"):
             row.notes.append(f"replaced {replaced:.1f} s after that")
 
@@ -67,13 +69,14 @@ def mode_move(target: Target) -> Row:
 
 def rejected(target: Target) -> dict[str, float]:
     text = http_get(target.proxy_url + "/metrics")[1].decode()
-    return {r: metric_value(text, "pdctl_proxy_registry_rejected_total", reason=r)
-            for r in ("full", "malformed")}
+    return {
+        r: metric_value(text, "pdctl_proxy_registry_rejected_total", reason=r)
+        for r in ("full", "malformed")
+    }
 
 
 def flood(target: Target) -> Row:
-    row = Row("bogus registration flood", "refused or never routed; nothing fails",
-              may_fail=False)
+    row = Row("bogus registration flood", "refused or never routed; nothing fails", may_fail=False)
 
     def inject(row: Row) -> None:
         begin, before = time.monotonic(), rejected(target)
@@ -84,28 +87,39 @@ def flood(target: Target) -> Row:
         dealer.connect(f"tcp://127.0.0.1:{target.registry_port}")
         try:
             for i in range(BOGUS):  # loopback hosts on a closed port, some unroutable ones
-                host = f"10.255.{i // 250}.{i % 250 + 1}" if i % 10 == 0 else \
-                    f"127.0.{i // 250 + 1}.{i % 250 + 1}"
-                dealer.send(msgpack.packb({"type": "PD"[i % 2], "http_address": f"{host}:9",
-                                           "transfer_mode": "READ"}))
+                host = (
+                    f"10.255.{i // 250}.{i % 250 + 1}"
+                    if i % 10 == 0
+                    else f"127.0.{i // 250 + 1}.{i % 250 + 1}"
+                )
+                dealer.send(
+                    msgpack.packb(
+                        {"type": "PD"[i % 2], "http_address": f"{host}:9", "transfer_mode": "READ"}
+                    )
+                )
                 if i % 4 == 0:
                     dealer.send(MALFORMED[(i // 4) % len(MALFORMED)])
             refusals = BOGUS - (REGISTRY_MAX - 2) + BOGUS // 4  # over the cap, malformed
-            counted = wait_for(lambda: sum(rejected(target).values()) - sum(before.values())
-                               >= refusals, 15, 0.3)
+            counted = wait_for(
+                lambda: sum(rejected(target).values()) - sum(before.values()) >= refusals, 15, 0.3
+            )
         finally:
             dealer.close(linger=0)
             ctx.term()
         now = rejected(target)
-        row.notes.append(f"refused: {now['full'] - before['full']:.0f} full, "
-                         f"{now['malformed'] - before['malformed']:.0f} malformed")
+        row.notes.append(
+            f"refused: {now['full'] - before['full']:.0f} full, "
+            f"{now['malformed'] - before['malformed']:.0f} malformed"
+        )
         row.check(counted is not None, "every refusal counted")
         listed = target.instances()
         real = [i for i in listed if not i["url"].endswith(":9")]
         row.check(len(listed) <= 256, f"the registry stays bounded ({len(listed)} listed)")
         row.check(len(real) == 2 and all(i["healthy"] for i in real), "the real pair serves")
-        row.check(not any(i["healthy"] for i in listed if i["url"].endswith(":9")),
-                  "no bogus instance is routable")
+        row.check(
+            not any(i["healthy"] for i in listed if i["url"].endswith(":9")),
+            "no bogus instance is routable",
+        )
         gone = wait_for(lambda: len(target.instances()) == 2, 30, 0.5)
         if row.check(gone is not None, "the bogus ones expire"):
             row.recovery_s = time.monotonic() - begin

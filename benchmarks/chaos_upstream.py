@@ -46,11 +46,13 @@ def misbehave(target: Target, unit: str, fault: str, after_tokens: int, expected
 
 ROWS: dict[str, Callable[[Target], Row]] = {
     "decode garbage": lambda t: misbehave(
-        t, "decode-0", "garbage", 2, "error event naming the decode; garbage not passed on"),
-    "prefill garbage": lambda t: misbehave(
-        t, "prefill-0", "garbage", 0, "502 naming the prefill"),
+        t, "decode-0", "garbage", 2, "error event naming the decode; garbage not passed on"
+    ),
+    "prefill garbage": lambda t: misbehave(t, "prefill-0", "garbage", 0, "502 naming the prefill"),
     "decode stall": lambda t: misbehave(
-        t, "decode-0", "stall", 3, f"error event after {DECODE_TIMEOUT:g} s of silence"),
+        t, "decode-0", "stall", 3, f"error event after {DECODE_TIMEOUT:g} s of silence"
+    ),
     "prefill stall": lambda t: misbehave(
-        t, "prefill-0", "stall", 0, "502 naming the prefill within its timeout"),
+        t, "prefill-0", "stall", 0, "502 naming the prefill within its timeout"
+    ),
 }

@@ -11,9 +11,11 @@ import sys
 
 from aiohttp import web
 
-CHUNK = (b'data: {"id":"cmpl-x","object":"text_completion","created":0,"model":"tiny",'
-         b'"choices":[{"index":0,"text":" word","logprobs":null,"finish_reason":null,'
-         b'"stop_reason":null}]}\n\n')
+CHUNK = (
+    b'data: {"id":"cmpl-x","object":"text_completion","created":0,"model":"tiny",'
+    b'"choices":[{"index":0,"text":" word","logprobs":null,"finish_reason":null,'
+    b'"stop_reason":null}]}\n\n'
+)
 
 
 async def completions(request: web.Request) -> web.StreamResponse:

@@ -171,8 +171,9 @@ class AdminRoutes:
     async def recent_requests(self, request: web.Request) -> web.Response:
         unknown = sorted(set(request.query) - {"limit"})
         if unknown:
-            raise BadRequest(f"unknown query parameter {unknown[0]!r}; the only one is "
-                             "'limit'", unknown[0])
+            raise BadRequest(
+                f"unknown query parameter {unknown[0]!r}; the only one is 'limit'", unknown[0]
+            )
         try:
             limit = int(request.query.get("limit", "100"))
         except ValueError:

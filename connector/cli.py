@@ -48,13 +48,21 @@ def proxy(
         int, typer.Option(help="Requests held at most while a group is paused.")
     ] = 256,
     hold_deadline: Annotated[float, typer.Option(help="Seconds a held request waits.")] = 30.0,
-    eject_after: Annotated[int, typer.Option(
-        help="Failed legs in a row after which an instance is ejected (0: never).")] = 3,
-    eject_seconds: Annotated[float, typer.Option(
-        help="Seconds an ejected instance takes no request (doubles per ejection).")] = 10.0,
-    startup_grace: Annotated[float, typer.Option(
-        help="Seconds after start that requests wait for the first registration "
-             "(registry only; engines re-register within a 3 s heartbeat).")] = 5.0,
+    eject_after: Annotated[
+        int,
+        typer.Option(help="Failed legs in a row after which an instance is ejected (0: never)."),
+    ] = 3,
+    eject_seconds: Annotated[
+        float,
+        typer.Option(help="Seconds an ejected instance takes no request (doubles per ejection)."),
+    ] = 10.0,
+    startup_grace: Annotated[
+        float,
+        typer.Option(
+            help="Seconds after start that requests wait for the first registration "
+            "(registry only; engines re-register within a 3 s heartbeat)."
+        ),
+    ] = 5.0,
     max_body_bytes: Annotated[
         int, typer.Option(help="Largest client request body; larger ones get 413.")
     ] = 64 << 20,
@@ -64,8 +72,9 @@ def proxy(
     heartbeat_scale: Annotated[
         float, typer.Option(hidden=True, help="Shrink the registry's heartbeat intervals (tests).")
     ] = 1.0,
-    health_timeout: Annotated[float, typer.Option(
-        help="Seconds a /health probe may take before it counts as failed.")] = 5.0,
+    health_timeout: Annotated[
+        float, typer.Option(help="Seconds a /health probe may take before it counts as failed.")
+    ] = 5.0,
     health_interval: Annotated[
         float, typer.Option(hidden=True, help="Seconds between health probes; 0 disables.")
     ] = 5.0,

@@ -73,8 +73,9 @@ def upstream_failure(leg: str, instance: str, status: int, raw: bytes) -> ProxyE
         param = error.get("param") if isinstance(error, dict) else None
     except (ValueError, RecursionError):
         pass
-    return UpstreamRefused(leg, instance, status, upstream_message(raw),
-                           param if isinstance(param, str) else None)
+    return UpstreamRefused(
+        leg, instance, status, upstream_message(raw), param if isinstance(param, str) else None
+    )
 
 
 def upstream_message(raw: bytes) -> str:

@@ -59,8 +59,9 @@ class UpstreamRefused(BadRequest):
 
     STATUSES = frozenset({400, 404, 413, 422})
 
-    def __init__(self, leg: str, instance: str, status: int, message: str,
-                 field: str | None = None) -> None:
+    def __init__(
+        self, leg: str, instance: str, status: int, message: str, field: str | None = None
+    ) -> None:
         super().__init__(message, field)
         self.status = status
         self.type = "NotFoundError" if status == 404 else "BadRequestError"

@@ -76,7 +76,7 @@ class Flight:
         start, find = 0, data.find
         while (end := find(b"\n\n", start)) >= 0:
             if data.startswith(b"data:", start) and not _json_shaped(data, start + 5, end):
-                self.malformed = data[start:min(end, start + 80)]
+                self.malformed = data[start : min(end, start + 80)]
                 return
             choices = find(b'"choices":', start, end)
             if choices >= 0 and _opens_list_of_objects(data, choices + 10, end):
@@ -101,38 +101,53 @@ class Flight:
         if isinstance(usage.get("completion_tokens"), int):
             self.usage_tokens = usage["completion_tokens"]
 
-
-    def measure(self, outcome: str, slo: SloTargets,
-                now: float) -> tuple[RequestTiming | None, dict[str, bool]]:
+    def measure(
+        self, outcome: str, slo: SloTargets, now: float
+    ) -> tuple[RequestTiming | None, dict[str, bool]]:
         """The request's timing as the client saw it, and which targets it met (ok only)."""
         if outcome != "ok":
             return None, {}
         tokens = self.usage_tokens if self.usage_tokens is not None else len(self.token_times)
-        timing = summarize(self.arrival, self.end or now, self.token_times, tokens,
-                           self.prefill_start, self.prefill_end)
+        timing = summarize(
+            self.arrival,
+            self.end or now,
+            self.token_times,
+            tokens,
+            self.prefill_start,
+            self.prefill_end,
+        )
         return timing, judge(timing, slo)
 
-    def log_entry(self, outcome: str, timing: RequestTiming | None,
-                  met: dict[str, bool]) -> dict[str, Any]:
+    def log_entry(
+        self, outcome: str, timing: RequestTiming | None, met: dict[str, bool]
+    ) -> dict[str, Any]:
         """One line of the proxy's recent-requests log (the dashboard reads it)."""
         route = self.route
         entry: dict[str, Any] = {
-            "time": self.wall, "request_id": self.request_id, "endpoint": self.endpoint,
-            "stream": self.stream, "group": route.group if route else None,
+            "time": self.wall,
+            "request_id": self.request_id,
+            "endpoint": self.endpoint,
+            "stream": self.stream,
+            "group": route.group if route else None,
             "prefill": route.prefill.url if route and route.prefill else None,
-            "decode": route.decode.url if route else None, "outcome": outcome,
-            "status": self.status, "error": self.error,
+            "decode": route.decode.url if route else None,
+            "outcome": outcome,
+            "status": self.status,
+            "error": self.error,
         }
         if timing is not None:
             entry.update(
-                output_tokens=timing.output_tokens, ttft_ms=timing.ttft * 1000,
+                output_tokens=timing.output_tokens,
+                ttft_ms=timing.ttft * 1000,
                 e2e_ms=timing.e2e * 1000,
                 tpot_ms=None if timing.tpot is None else timing.tpot * 1000,
                 itl_mean_ms=_ms(itl_stat(timing.itls, "mean")),
                 itl_p99_ms=_ms(itl_stat(timing.itls, "p99")),
                 itl_max_ms=_ms(itl_stat(timing.itls, "max")),
                 prefill_ms=_ms(timing.prefill_leg),
-                transfer_first_decode_ms=_ms(timing.transfer_first_decode), slo=met)
+                transfer_first_decode_ms=_ms(timing.transfer_first_decode),
+                slo=met,
+            )
         return entry
 
 

@@ -17,9 +17,7 @@ from connector.settings import ProxySettings
 class HoldQueue:
     """Hands out routes; `notify` (the pool's on_change) wakes every held request to retry."""
 
-    def __init__(
-        self, settings: ProxySettings, pool: InstancePool, metrics: ProxyMetrics
-    ) -> None:
+    def __init__(self, settings: ProxySettings, pool: InstancePool, metrics: ProxyMetrics) -> None:
         self.settings, self.pool, self.metrics = settings, pool, metrics
         self._changed = asyncio.Event()
         self._warm_until = 0.0  # loop time until which an empty pool waits (startup grace)
@@ -43,22 +41,27 @@ class HoldQueue:
         s = self.settings
         if self._warming():
             return await self._hold(
-                self._warm_until, self._warming,
+                self._warm_until,
+                self._warming,
                 f"no instance became routable within the proxy's first {s.startup_grace:g} s "
-                "(--startup-grace)")
+                "(--startup-grace)",
+            )
         if not self.pool.any_paused():
             raise NoInstance(f"no instance can serve this request: {self.pool.why_unroutable()}")
         return await self._hold(
-            asyncio.get_running_loop().time() + s.hold_deadline, self.pool.any_paused,
-            f"dispatch stayed paused past the hold deadline ({s.hold_deadline:g} s)")
+            asyncio.get_running_loop().time() + s.hold_deadline,
+            self.pool.any_paused,
+            f"dispatch stayed paused past the hold deadline ({s.hold_deadline:g} s)",
+        )
 
     def _warming(self) -> bool:
         """Just started with a registry: instances come back with their next heartbeat and
         are routed to once their /health answers."""
         return asyncio.get_running_loop().time() < self._warm_until
 
-    async def _hold(self, deadline: float, still_waiting: Callable[[], bool],
-                    expired: str) -> Route:
+    async def _hold(
+        self, deadline: float, still_waiting: Callable[[], bool], expired: str
+    ) -> Route:
         """Wait for a route while `still_waiting()` and before `deadline` (loop time)."""
         s, m = self.settings, self.metrics
         if m.held >= s.hold_queue:

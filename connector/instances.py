@@ -180,8 +180,7 @@ class InstancePool:
 
     def _whole_candidates(self) -> list[Instance]:
         """Colocated instances, plus prefill/decode instances told to serve whole requests."""
-        return [i for i in self._by_url.values()
-                if i.available and (i.role == "both" or i.whole)]
+        return [i for i in self._by_url.values() if i.available and (i.role == "both" or i.whole)]
 
     def set_health(self, inst: Instance, healthy: bool, error: str | None = None) -> None:
         if inst.healthy != healthy:
@@ -228,8 +227,9 @@ class InstancePool:
             return False
         span = seconds * 2 ** min(inst.ejections, 4)
         inst.ejected_until, inst.ejections = now + span, inst.ejections + 1
-        inst.last_error = (f"ejected for {span:g} s after {inst.failed_in_a_row} failed "
-                           f"requests in a row")
+        inst.last_error = (
+            f"ejected for {span:g} s after {inst.failed_in_a_row} failed requests in a row"
+        )
         inst.failed_in_a_row = 0
         self.on_change()
         return True

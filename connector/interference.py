@@ -35,7 +35,7 @@ class Interference:
         else:
             times.append(at)
         if times[0] < at - 2 * self.keep_s:  # prune now and then, not on every call
-            del times[:bisect.bisect_left(times, at - self.keep_s)]
+            del times[: bisect.bisect_left(times, at - self.keep_s)]
 
     def forget(self, instance: str) -> None:
         self._prefills.pop(instance, None)

@@ -20,11 +20,11 @@ log = logging.getLogger("connector.proxy")  # one log for the proxy's routing de
 
 
 class Membership:
-    def __init__(self, settings: ProxySettings, pool: InstancePool,
-                 metrics: ProxyMetrics) -> None:
+    def __init__(self, settings: ProxySettings, pool: InstancePool, metrics: ProxyMetrics) -> None:
         self.settings, self.pool, self.metrics = settings, pool, metrics
-        self.table = RegistryTable(interval_scale=settings.heartbeat_scale,
-                                   max_instances=settings.registry_max_instances)
+        self.table = RegistryTable(
+            interval_scale=settings.heartbeat_scale, max_instances=settings.registry_max_instances
+        )
         self.listener: RegistryListener | None = None
         self.port: int | None = None  # the registry's, once listening
         self.session: aiohttp.ClientSession | None = None
@@ -37,8 +37,14 @@ class Membership:
         s = self.settings
         if s.registry_port is not None:
             self.listener = RegistryListener(
-                s.host, s.registry_port, self.table, self.on_registration, self.on_expiry,
-                s.default_registry_mode, on_reject=self.on_reject)
+                s.host,
+                s.registry_port,
+                self.table,
+                self.on_registration,
+                self.on_expiry,
+                s.default_registry_mode,
+                on_reject=self.on_reject,
+            )
             self.port = self.listener.start()
         if s.health_interval:
             self._track(asyncio.get_running_loop().create_task(self._check_health()))
@@ -117,8 +123,7 @@ class Membership:
             ok, error = False, f"/health: {type(exc).__name__}"
         self.pool.probed(inst, ok, error)
 
-    async def _probe_until_up(self, inst: Instance, tries: int = 20,
-                              spacing: float = 0.1) -> None:
+    async def _probe_until_up(self, inst: Instance, tries: int = 20, spacing: float = 0.1) -> None:
         for _ in range(tries):
             await self._probe(inst)
             if inst.healthy or self.pool.get(inst.url) is not inst:

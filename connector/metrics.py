@@ -121,28 +121,41 @@ class ProxyCollector(Collector):
             slo.add_metric([target], n)
         yield slo
         turns = CounterMetricFamily(
-            "pdctl_proxy_turns", "Requests by turn: a chat carrying an earlier answer is a "
-            "follow_up; completions are unknown.", labels=["kind"])
+            "pdctl_proxy_turns",
+            "Requests by turn: a chat carrying an earlier answer is a "
+            "follow_up; completions are unknown.",
+            labels=["kind"],
+        )
         for kind, n in m.turns.items():
             turns.add_metric([kind], n)
         yield turns
         yield CounterMetricFamily(
-            "pdctl_proxy_itl_spikes", "Token gaps above twice their request's median gap.",
-            value=m.itl_spikes)
+            "pdctl_proxy_itl_spikes",
+            "Token gaps above twice their request's median gap.",
+            value=m.itl_spikes,
+        )
         yield CounterMetricFamily(
-            "pdctl_proxy_itl_spikes_at_prefill", "ITL spikes that ended as another request's "
+            "pdctl_proxy_itl_spikes_at_prefill",
+            "ITL spikes that ended as another request's "
             "prefill finished on the same instance (prefill interference).",
-            value=m.itl_spikes_at_prefill)
+            value=m.itl_spikes_at_prefill,
+        )
         yield CounterMetricFamily(
-            "pdctl_proxy_arrival_gaps", "Gaps between consecutive client requests arriving.",
-            value=m.arrival_gaps)
+            "pdctl_proxy_arrival_gaps",
+            "Gaps between consecutive client requests arriving.",
+            value=m.arrival_gaps,
+        )
         yield CounterMetricFamily(
-            "pdctl_proxy_arrival_gap_seconds", "Sum of the gaps between client requests "
-            "arriving.", value=m.arrival_gap_seconds)
+            "pdctl_proxy_arrival_gap_seconds",
+            "Sum of the gaps between client requests arriving.",
+            value=m.arrival_gap_seconds,
+        )
         yield CounterMetricFamily(
-            "pdctl_proxy_arrival_gap_seconds_squared", "Sum of the squared gaps between client "
+            "pdctl_proxy_arrival_gap_seconds_squared",
+            "Sum of the squared gaps between client "
             "requests arriving (with the count and sum: their variance over any window).",
-            value=m.arrival_gap_seconds_squared)
+            value=m.arrival_gap_seconds_squared,
+        )
         yield GaugeMetricFamily(
             "pdctl_proxy_loop_lag_seconds", "Event-loop lag of the proxy.", value=m.loop_lag
         )

@@ -103,8 +103,10 @@ class Proxy:
         try:
             return await request.read()
         except web.HTTPRequestEntityTooLarge:
-            raise TooLarge(f"request body larger than {self.settings.max_body_bytes} bytes "
-                           "(the proxy's --max-body-bytes)") from None
+            raise TooLarge(
+                f"request body larger than {self.settings.max_body_bytes} bytes "
+                "(the proxy's --max-body-bytes)"
+            ) from None
 
     # -- the request path --------------------------------------------------------------------
     async def generate(self, request: web.Request) -> web.StreamResponse:
@@ -240,8 +242,7 @@ class Proxy:
         timing, met = flight.measure(outcome, self.settings.slo, clock())
         self.metrics.record(outcome, timing, met)
         if timing is not None and flight.route is not None:
-            spikes, lined_up = self.interference.spikes(flight.route.decode.url,
-                                                        flight.token_times)
+            spikes, lined_up = self.interference.spikes(flight.route.decode.url, flight.token_times)
             self.metrics.itl_spikes += spikes
             self.metrics.itl_spikes_at_prefill += lined_up
         self.requests.append(flight.log_entry(outcome, timing, met))
@@ -256,8 +257,9 @@ class Proxy:
             if inst is None:
                 continue
             if inst.url == flight.blamed:
-                if self.pool.leg_failed(inst, self.settings.eject_after,
-                                        self.settings.eject_seconds, time.monotonic()):
+                if self.pool.leg_failed(
+                    inst, self.settings.eject_after, self.settings.eject_seconds, time.monotonic()
+                ):
                     log.warning("ejected %s %s: %s", inst.role, inst.url, inst.last_error)
             elif outcome == "ok":
                 self.pool.leg_ok(inst)
@@ -271,4 +273,3 @@ def _hung_up(flight: Flight) -> str:
         return "ok"
     flight.error = "client disconnected"
     return "cancelled"
-

@@ -74,8 +74,13 @@ def _host_port(url: str, field: str):
     except ValueError:
         port = None
         parts = None
-    if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname
-            or not port or any(c in parts.hostname for c in " /\\@")):
+    if (
+        parts is None
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or not port
+        or any(c in parts.hostname for c in " /\\@")
+    ):
         raise RegistryMessageError(f"field {field!r} has no http://host:port: {url[:80]!r}")
     return parts
 
@@ -140,8 +145,12 @@ class _Entry:
 class RegistryTable:
     """Registered instances keyed by URL, with heartbeat expiry on a clock passed in."""
 
-    def __init__(self, missed_beats: int = MISSED_BEATS, interval_scale: float = 1.0,
-                 max_instances: int = 256) -> None:
+    def __init__(
+        self,
+        missed_beats: int = MISSED_BEATS,
+        interval_scale: float = 1.0,
+        max_instances: int = 256,
+    ) -> None:
         self.missed_beats = missed_beats
         self.max_instances = max_instances  # a flood of made-up instances stops here
         self.interval_scale = interval_scale  # tests shrink the intervals
@@ -202,8 +211,9 @@ class RegistryListener:
         self.on_beat, self.on_expire = on_beat, on_expire
         self.default_mode = default_mode
         self.clock = clock
-        self.on_reject = on_reject or (lambda reason, detail: log.warning(
-            "ignored registration (%s): %s", reason, detail))
+        self.on_reject = on_reject or (
+            lambda reason, detail: log.warning("ignored registration (%s): %s", reason, detail)
+        )
         self._ctx: Any = None
         self._sock: Any = None
         self._tasks: list[asyncio.Task] = []
@@ -246,8 +256,9 @@ class RegistryListener:
             return
         change = self.table.beat(reg, self.clock())
         if change == "full":
-            self.on_reject("full", f"{reg.url}: {self.table.max_instances} instances are "
-                           "registered already")
+            self.on_reject(
+                "full", f"{reg.url}: {self.table.max_instances} instances are registered already"
+            )
             return
         self.on_beat(reg, change)
 

@@ -79,8 +79,11 @@ class Relay:
         except (ValueError, RecursionError):
             answer = None
         if not isinstance(answer, dict):
-            raise UpstreamError("prefill", inst.url, "answered 200 with a body that is not a "
-                                f"JSON object: {raw[:60]!r}")
+            raise UpstreamError(
+                "prefill",
+                inst.url,
+                f"answered 200 with a body that is not a JSON object: {raw[:60]!r}",
+            )
         flight.prefill_end = clock()
         return returned_params(answer)
 
@@ -116,8 +119,11 @@ class Relay:
                     raw = await up.read()
                     flight.end = clock()
                     if not _read_json_usage(raw, flight):
-                        raise UpstreamError(leg, inst.url, "answered 200 with a body that is "
-                                            f"not a JSON object: {raw[:60]!r}")
+                        raise UpstreamError(
+                            leg,
+                            inst.url,
+                            f"answered 200 with a body that is not a JSON object: {raw[:60]!r}",
+                        )
                     return web.Response(
                         body=raw,
                         status=200,
@@ -127,15 +133,22 @@ class Relay:
                     )
                 kind = up.headers.get("Content-Type", "")
                 if not kind.startswith("text/event-stream"):
-                    raise UpstreamError(leg, inst.url, "answered a streaming request with "
-                                        f"Content-Type {kind[:60]!r}, not an event stream")
+                    raise UpstreamError(
+                        leg,
+                        inst.url,
+                        "answered a streaming request with "
+                        f"Content-Type {kind[:60]!r}, not an event stream",
+                    )
                 scan, read = flight.scan, up.content.readany
                 while chunk := await read():
                     flight.last_read = now = clock()
                     scan(chunk, now)
                     if flight.malformed is not None:  # garbage is never passed on
-                        garbage = UpstreamError(leg, inst.url, "sent an event that is not "
-                                                f"JSON: {flight.malformed[:60]!r}")
+                        garbage = UpstreamError(
+                            leg,
+                            inst.url,
+                            f"sent an event that is not JSON: {flight.malformed[:60]!r}",
+                        )
                         if resp is None:
                             raise garbage
                         await _stream_error(resp, garbage, flight)

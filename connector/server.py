@@ -63,11 +63,14 @@ async def start_or_explain(settings: ProxySettings) -> tuple[web.AppRunner, web.
     try:
         return await start(settings)
     except zmq.ZMQError as exc:
-        raise ListenError(f"cannot listen for registrations on {settings.host}:"
-                          f"{settings.registry_port} (--registry-port): {exc.strerror}") from None
+        raise ListenError(
+            f"cannot listen for registrations on {settings.host}:"
+            f"{settings.registry_port} (--registry-port): {exc.strerror}"
+        ) from None
     except OSError as exc:
-        raise ListenError(f"cannot listen on {settings.host}:{settings.port} (--port): "
-                          f"{exc.strerror or exc}") from None
+        raise ListenError(
+            f"cannot listen on {settings.host}:{settings.port} (--port): {exc.strerror or exc}"
+        ) from None
 
 
 def bound_port(runner: web.AppRunner) -> int:

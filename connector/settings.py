@@ -73,13 +73,16 @@ class ProxySettings:
         if len(urls) != len(set(urls)):
             raise ValueError("each instance URL may appear once: one instance has one role")
         if self.max_body_bytes < 1024 or self.registry_max_instances < 1:
-            raise ValueError("--max-body-bytes must be at least 1024 and "
-                             "--registry-max-instances at least 1")
+            raise ValueError(
+                "--max-body-bytes must be at least 1024 and --registry-max-instances at least 1"
+            )
         if self.health_timeout <= 0:
             raise ValueError("--health-timeout must be positive")
         if self.eject_after < 0 or self.eject_seconds <= 0:
-            raise ValueError("--eject-after must not be negative and --eject-seconds must be "
-                             "positive")
+            raise ValueError(
+                "--eject-after must not be negative and --eject-seconds must be positive"
+            )
         if self.hold_queue < 0 or self.hold_deadline < 0 or self.startup_grace < 0:
-            raise ValueError("--hold-queue, --hold-deadline and --startup-grace must not be "
-                             "negative")
+            raise ValueError(
+                "--hold-queue, --hold-deadline and --startup-grace must not be negative"
+            )

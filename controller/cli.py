@@ -8,8 +8,9 @@ from typing import Annotated
 
 import typer
 
-deploy_app = typer.Typer(help="Render a deployment for an existing engine (docker compose).",
-                         no_args_is_help=True)
+deploy_app = typer.Typer(
+    help="Render a deployment for an existing engine (docker compose).", no_args_is_help=True
+)
 
 
 def run_instance(
@@ -17,10 +18,12 @@ def run_instance(
     run_dir: Annotated[Path, typer.Option(help="Directory holding NAME/state.json and logs.")],
     name: Annotated[str, typer.Option(help="Instance name (a directory under --run-dir).")],
     log_max_bytes: Annotated[int, typer.Option(help="Bytes per log file before rotating.")] = (
-        10 << 20),
+        10 << 20
+    ),
     log_keep: Annotated[int, typer.Option(help="Rotated log files kept.")] = 3,
-    foreground: Annotated[bool, typer.Option(help="Do not detach; run until the child "
-                                             "exits.")] = False,
+    foreground: Annotated[
+        bool, typer.Option(help="Do not detach; run until the child exits.")
+    ] = False,
 ) -> None:
     """Keep one instance: own its output and logs, record its pid and exit (for pdctl serve)."""
     from controller import shim
@@ -30,8 +33,7 @@ def run_instance(
     if log_max_bytes < 1 or log_keep < 0:
         raise typer.BadParameter("--log-max-bytes must be >= 1 and --log-keep >= 0")
     if foreground:
-        raise typer.Exit(shim.serve(run_dir, name, command, max_bytes=log_max_bytes,
-                                    keep=log_keep))
+        raise typer.Exit(shim.serve(run_dir, name, command, max_bytes=log_max_bytes, keep=log_keep))
     try:
         state = shim.launch(run_dir, name, command, max_bytes=log_max_bytes, keep=log_keep)
     except shim.ShimError as exc:
@@ -42,15 +44,21 @@ def run_instance(
 
 @deploy_app.command("compose")
 def compose(
-    name: Annotated[str | None, typer.Argument(
-        help="A stored deployment (its current revision and ports).")] = None,
-    db: Annotated[Path, typer.Option(help="The control plane's SQLite file.")] = Path(
-        "pdctl.db"),
-    spec: Annotated[Path | None, typer.Option(
-        help="A deployment spec (JSON) to render instead of a stored one.")] = None,
-    output_dir: Annotated[Path | None, typer.Option(
-        help="Write DIR/docker-compose.yml and DIR/deploy/prometheus.yml (DIR also needs "
-             "the repo's deploy/grafana and deploy/Dockerfile) instead of printing.")] = None,
+    name: Annotated[
+        str | None, typer.Argument(help="A stored deployment (its current revision and ports).")
+    ] = None,
+    db: Annotated[Path, typer.Option(help="The control plane's SQLite file.")] = Path("pdctl.db"),
+    spec: Annotated[
+        Path | None,
+        typer.Option(help="A deployment spec (JSON) to render instead of a stored one."),
+    ] = None,
+    output_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write DIR/docker-compose.yml and DIR/deploy/prometheus.yml (DIR also needs "
+            "the repo's deploy/grafana and deploy/Dockerfile) instead of printing."
+        ),
+    ] = None,
 ) -> None:
     """Render docker compose for a GPU node: vLLM (ROCm image), proxy, Prometheus, Grafana."""
     from pydantic import ValidationError
@@ -60,8 +68,7 @@ def compose(
     from controller.ports import allocate
 
     if (name is None) == (spec is None):
-        typer.echo("pdctl deploy compose: error: give a deployment NAME or --spec FILE",
-                   err=True)
+        typer.echo("pdctl deploy compose: error: give a deployment NAME or --spec FILE", err=True)
         raise typer.Exit(2)
     try:
         if name is not None:
@@ -101,6 +108,5 @@ def _stored(name: str, db: Path):
 
 
 def register(app: typer.Typer) -> None:
-    app.command("run-instance", context_settings={"ignore_unknown_options": True})(
-        run_instance)
+    app.command("run-instance", context_settings={"ignore_unknown_options": True})(run_instance)
     app.add_typer(deploy_app, name="deploy")

@@ -32,9 +32,13 @@ GRAFANA_PORT = 3000
 PROMETHEUS_CONFIG = "./deploy/prometheus.yml"
 
 
-def render_compose(spec: DeploymentSpec, ports: AllocatedPorts, *,
-                   image: str | None = None,
-                   prometheus_config: str = PROMETHEUS_CONFIG) -> dict[str, Any]:
+def render_compose(
+    spec: DeploymentSpec,
+    ports: AllocatedPorts,
+    *,
+    image: str | None = None,
+    prometheus_config: str = PROMETHEUS_CONFIG,
+) -> dict[str, Any]:
     """The compose document (a dict) for `spec` with its allocated `ports`."""
     settings = LaunchSettings(pdctl_command=("pdctl",))
     launches = render(spec, ports, settings)
@@ -43,9 +47,11 @@ def render_compose(spec: DeploymentSpec, ports: AllocatedPorts, *,
     services: dict[str, Any] = {"pdctl": _control_plane()}
     for launch in launches:
         if launch.is_proxy:
-            services["proxy"] = {**_pdctl_image(),
-                                 "command": [_literal(a) for a in launch.argv[1:]],
-                                 "depends_on": ["pdctl"]}
+            services["proxy"] = {
+                **_pdctl_image(),
+                "command": [_literal(a) for a in launch.argv[1:]],
+                "depends_on": ["pdctl"],
+            }
             continue
         argv = [_literal(a) for a in launch.argv]
         if spec.engine == Engine.SIM:
@@ -55,22 +61,31 @@ def render_compose(spec: DeploymentSpec, ports: AllocatedPorts, *,
         environment = {k: _literal(v) for k, v in launch.env.items()}
         if spec.engine == Engine.VLLM:
             environment["HF_TOKEN"] = "${HF_TOKEN:-}"
-        services[launch.name] = {**service, "environment": environment,
-                                 "depends_on": ["proxy"]}
+        services[launch.name] = {**service, "environment": environment, "depends_on": ["proxy"]}
     services["prometheus"] = {
-        "image": PROMETHEUS_IMAGE, "network_mode": "host", "restart": "unless-stopped",
-        "command": ["--config.file=/etc/prometheus/prometheus.yml",
-                    f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}"],
+        "image": PROMETHEUS_IMAGE,
+        "network_mode": "host",
+        "restart": "unless-stopped",
+        "command": [
+            "--config.file=/etc/prometheus/prometheus.yml",
+            f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}",
+        ],
         "volumes": [f"{prometheus_config}:/etc/prometheus/prometheus.yml:ro"],
     }
     services["grafana"] = {
-        "image": GRAFANA_IMAGE, "network_mode": "host", "restart": "unless-stopped",
-        "environment": {"GF_SERVER_HTTP_ADDR": "127.0.0.1",
-                        "GF_SERVER_HTTP_PORT": str(GRAFANA_PORT),
-                        "GF_AUTH_ANONYMOUS_ENABLED": "true",
-                        "GF_AUTH_ANONYMOUS_ORG_ROLE": "Viewer"},
-        "volumes": ["./deploy/grafana/provisioning:/etc/grafana/provisioning:ro",
-                    "./deploy/grafana/dashboards:/var/lib/grafana/dashboards:ro"],
+        "image": GRAFANA_IMAGE,
+        "network_mode": "host",
+        "restart": "unless-stopped",
+        "environment": {
+            "GF_SERVER_HTTP_ADDR": "127.0.0.1",
+            "GF_SERVER_HTTP_PORT": str(GRAFANA_PORT),
+            "GF_AUTH_ANONYMOUS_ENABLED": "true",
+            "GF_AUTH_ANONYMOUS_ORG_ROLE": "Viewer",
+        },
+        "volumes": [
+            "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro",
+            "./deploy/grafana/dashboards:/var/lib/grafana/dashboards:ro",
+        ],
         "depends_on": ["prometheus"],
     }
     return {"services": services, "volumes": {"pdctl-data": {}}}
@@ -82,24 +97,40 @@ def _literal(text: str) -> str:
 
 
 def _pdctl_image() -> dict[str, Any]:
-    return {"image": "pdctl:latest", "build": {"context": ".", "dockerfile": "deploy/Dockerfile"},
-            "network_mode": "host", "restart": "unless-stopped"}
+    return {
+        "image": "pdctl:latest",
+        "build": {"context": ".", "dockerfile": "deploy/Dockerfile"},
+        "network_mode": "host",
+        "restart": "unless-stopped",
+    }
 
 
 def _control_plane() -> dict[str, Any]:
     # No tokens set, so it binds loopback only (reach it through an SSH tunnel).
-    return {**_pdctl_image(),
-            "command": ["serve", "--host", "127.0.0.1", "--port", str(CONTROL_PLANE_PORT),
-                        "--db", "/data/pdctl.db"],
-            "volumes": ["pdctl-data:/data"]}
+    return {
+        **_pdctl_image(),
+        "command": [
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(CONTROL_PLANE_PORT),
+            "--db",
+            "/data/pdctl.db",
+        ],
+        "volumes": ["pdctl-data:/data"],
+    }
 
 
-def _vllm_service(argv: list[str], image: str, amd: bool,
-                  connector: str | None) -> dict[str, Any]:
+def _vllm_service(argv: list[str], image: str, amd: bool, connector: str | None) -> dict[str, Any]:
     service: dict[str, Any] = {
-        "image": image, "network_mode": "host", "restart": "unless-stopped",
-        "entrypoint": argv[:2], "command": argv[2:],
-        "ipc": "host", "shm_size": "16g",
+        "image": image,
+        "network_mode": "host",
+        "restart": "unless-stopped",
+        "entrypoint": argv[:2],
+        "command": argv[2:],
+        "ipc": "host",
+        "shm_size": "16g",
         "volumes": ["${HF_HOME:-~/.cache/huggingface}:/root/.cache/huggingface"],
         "stop_grace_period": "30s",
     }
@@ -107,33 +138,56 @@ def _vllm_service(argv: list[str], image: str, amd: bool,
         devices = ["/dev/kfd", "/dev/dri"]
         if connector == "MoRIIOConnector":
             devices.append("/dev/infiniband")  # KV over the NIC (MORI_DISABLE_AUTO_XGMI=1)
-        service |= {"devices": devices, "group_add": ["video"],
-                    "cap_add": ["SYS_PTRACE", "IPC_LOCK"],
-                    "security_opt": ["seccomp=unconfined"],
-                    "ulimits": {"memlock": -1}}
+        service |= {
+            "devices": devices,
+            "group_add": ["video"],
+            "cap_add": ["SYS_PTRACE", "IPC_LOCK"],
+            "security_opt": ["seccomp=unconfined"],
+            "ulimits": {"memlock": -1},
+        }
     else:
         # All GPUs in the container; CUDA_VISIBLE_DEVICES (from the spec) picks them, so the
         # ids mean the same thing here as on the host.
-        service["deploy"] = {"resources": {"reservations": {"devices": [
-            {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}}
+        service["deploy"] = {
+            "resources": {
+                "reservations": {
+                    "devices": [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
+                }
+            }
+        }
     return service
 
 
 def render_prometheus(spec: DeploymentSpec, ports: AllocatedPorts) -> dict[str, Any]:
     """prometheus.yml: the proxy, every instance (labelled with role and group), pdctl."""
     launches = render(spec, ports)
-    instances = [{"targets": [f"127.0.0.1:{launch.http_port}"],
-                  "labels": {"deployment": spec.name, "instance_name": launch.name,
-                             "role": launch.role or "", "group": launch.group or ""}}
-                 for launch in launches if not launch.is_proxy]
+    instances = [
+        {
+            "targets": [f"127.0.0.1:{launch.http_port}"],
+            "labels": {
+                "deployment": spec.name,
+                "instance_name": launch.name,
+                "role": launch.role or "",
+                "group": launch.group or "",
+            },
+        }
+        for launch in launches
+        if not launch.is_proxy
+    ]
     return {
         "global": {"scrape_interval": "5s", "evaluation_interval": "15s"},
         "scrape_configs": [
-            {"job_name": "pdctl-proxy", "static_configs": [
-                {"targets": [f"127.0.0.1:{ports.proxy}"], "labels": {"deployment": spec.name}}]},
+            {
+                "job_name": "pdctl-proxy",
+                "static_configs": [
+                    {"targets": [f"127.0.0.1:{ports.proxy}"], "labels": {"deployment": spec.name}}
+                ],
+            },
             {"job_name": "vllm", "static_configs": instances},
-            {"job_name": "pdctl", "static_configs": [
-                {"targets": [f"127.0.0.1:{CONTROL_PLANE_PORT}"]}]},
+            {
+                "job_name": "pdctl",
+                "static_configs": [{"targets": [f"127.0.0.1:{CONTROL_PLANE_PORT}"]}],
+            },
         ],
     }
 
@@ -151,13 +205,18 @@ def to_yaml(value: Any, header: str = "") -> str:
 
 
 def compose_yaml(document: dict[str, Any]) -> str:
-    return to_yaml(document, "Rendered by `pdctl deploy compose` (controller/compose.py); edit the "
-                             "spec, not this file.\nRun from the repo root: docker compose up -d")
+    return to_yaml(
+        document,
+        "Rendered by `pdctl deploy compose` (controller/compose.py); edit the "
+        "spec, not this file.\nRun from the repo root: docker compose up -d",
+    )
 
 
 def prometheus_yaml(spec: DeploymentSpec, ports: AllocatedPorts) -> str:
-    return to_yaml(render_prometheus(spec, ports),
-                   f"Prometheus for deployment {spec.name}, rendered by `pdctl deploy compose`.")
+    return to_yaml(
+        render_prometheus(spec, ports),
+        f"Prometheus for deployment {spec.name}, rendered by `pdctl deploy compose`.",
+    )
 
 
 def _scalar(value: Any) -> str:

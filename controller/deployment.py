@@ -13,8 +13,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-Slug = Annotated[str, StringConstraints(max_length=40,
-                                        pattern=r"^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$")]
+Slug = Annotated[
+    str, StringConstraints(max_length=40, pattern=r"^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$")
+]
 Port = Annotated[int, Field(ge=1, le=65535)]
 
 CONNECTORS = (
@@ -28,24 +29,51 @@ CONNECTORS = (
 # Connectors whose instances run in a read or a write mode fixed at start.
 MODE_CONNECTORS = frozenset({"MoRIIOConnector"})
 # Flags pdctl renders itself; an operator's extra args may not set them.
-OWNED_FLAGS = frozenset({
-    "--port", "--host", "--served-model-name", "--kv-transfer-config", "-tp",
-    "--tensor-parallel-size", "--max-num-seqs", "--max-num-batched-tokens", "--max-model-len",
-    "--enable-prefix-caching", "--no-enable-prefix-caching", "--model", "--hardware",
-    "--model-profile", "--time-scale",
-})
+OWNED_FLAGS = frozenset(
+    {
+        "--port",
+        "--host",
+        "--served-model-name",
+        "--kv-transfer-config",
+        "-tp",
+        "--tensor-parallel-size",
+        "--max-num-seqs",
+        "--max-num-batched-tokens",
+        "--max-model-len",
+        "--enable-prefix-caching",
+        "--no-enable-prefix-caching",
+        "--model",
+        "--hardware",
+        "--model-profile",
+        "--time-scale",
+    }
+)
 # Environment variables that change what code a process runs; refused unless allowed.
-CODE_ENV = frozenset({
-    "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP",
-    "PYTHONUSERBASE", "PYTHONINSPECT", "PATH", "BASH_ENV", "ENV", "VLLM_PLUGINS",
-    "PYTHONEXECUTABLE", "PYTHONBREAKPOINT",
-})
+CODE_ENV = frozenset(
+    {
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "LD_AUDIT",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONSTARTUP",
+        "PYTHONUSERBASE",
+        "PYTHONINSPECT",
+        "PATH",
+        "BASH_ENV",
+        "ENV",
+        "VLLM_PLUGINS",
+        "PYTHONEXECUTABLE",
+        "PYTHONBREAKPOINT",
+    }
+)
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 KvExtraKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")]
 KvExtraValue = str | int | float | bool | list[str]
 # kv_connector_extra_config keys pdctl renders itself for MoRIIO (its ports, registry, mode).
-MORIIO_OWNED_KEYS = frozenset({"proxy_ip", "proxy_ping_port", "http_port", "handshake_port",
-                               "notify_port", "read_mode"})
+MORIIO_OWNED_KEYS = frozenset(
+    {"proxy_ip", "proxy_ping_port", "http_port", "handshake_port", "notify_port", "read_mode"}
+)
 ExtraArg = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 
 
@@ -88,18 +116,18 @@ class InstanceGroup(_Strict):
     role: Role
     count: int = Field(1, ge=1, le=64)
     tp: int = Field(1, ge=1, le=64)
-    gpus: list[Annotated[int, Field(ge=0, le=1023)]] = Field(default_factory=list,
-                                                              max_length=1024)
+    gpus: list[Annotated[int, Field(ge=0, le=1023)]] = Field(default_factory=list, max_length=1024)
     mode: Mode | None = None
     ports: list[InstancePorts] = Field(default_factory=list, max_length=64)
     max_num_seqs: int | None = Field(None, ge=1, le=65536)
     max_num_batched_tokens: int | None = Field(None, ge=1, le=1 << 20)
     extra_args: list[ExtraArg] = Field(default_factory=list, max_length=64)
     env: dict[EnvName, Annotated[str, StringConstraints(max_length=4096)]] = Field(
-        default_factory=dict, max_length=64)
+        default_factory=dict, max_length=64
+    )
 
     def instance_gpus(self, index: int) -> list[int]:
-        return self.gpus[index * self.tp:(index + 1) * self.tp]
+        return self.gpus[index * self.tp : (index + 1) * self.tp]
 
 
 class SloTargets(_Strict):
@@ -137,12 +165,14 @@ class DeploymentSpec(_Strict):
     prefix_caching_override_reason: str | None = Field(None, max_length=500)
     extra_args: list[ExtraArg] = Field(default_factory=list, max_length=64)
     env: dict[EnvName, Annotated[str, StringConstraints(max_length=4096)]] = Field(
-        default_factory=dict, max_length=64)
+        default_factory=dict, max_length=64
+    )
     time_scale: float = Field(1.0, gt=0, le=1000)  # stand-in only
     # Merged into --kv-transfer-config's kv_connector_extra_config of prefill and decode
     # instances, e.g. ExampleConnector's shared_storage_path or NIXL's backends.
-    kv_connector_extra_config: dict[KvExtraKey, KvExtraValue] = Field(default_factory=dict,
-                                                                      max_length=32)
+    kv_connector_extra_config: dict[KvExtraKey, KvExtraValue] = Field(
+        default_factory=dict, max_length=32
+    )
 
     def instance_names(self) -> list[str]:
         return [f"{g.name}-{i}" for g in self.groups for i in range(g.count)]
@@ -170,26 +200,37 @@ def _check_connector(spec: DeploymentSpec) -> None:
         if spec.connector is None:
             raise FieldError(("connector",), "a disaggregated deployment needs a KV connector")
         if spec.connector not in CONNECTORS:
-            raise FieldError(("connector",), f"unknown connector {spec.connector!r}; "
-                             f"known: {', '.join(CONNECTORS)}")
+            raise FieldError(
+                ("connector",),
+                f"unknown connector {spec.connector!r}; known: {', '.join(CONNECTORS)}",
+            )
     elif spec.connector is not None:
-        raise FieldError(("connector",), "a colocated deployment moves no KV: leave connector "
-                         "unset")
+        raise FieldError(
+            ("connector",), "a colocated deployment moves no KV: leave connector unset"
+        )
     if spec.kv_connector_extra_config and spec.connector is None:
-        raise FieldError(("kv_connector_extra_config",), "a colocated deployment has no KV "
-                         "connector to configure")
+        raise FieldError(
+            ("kv_connector_extra_config",),
+            "a colocated deployment has no KV connector to configure",
+        )
     moriio = spec.connector == "MoRIIOConnector"
     for key in spec.kv_connector_extra_config:
         if "module_path" in key:
-            raise FieldError(("kv_connector_extra_config", key), f"{key} loads arbitrary "
-                             "code and is refused")
+            raise FieldError(
+                ("kv_connector_extra_config", key), f"{key} loads arbitrary code and is refused"
+            )
         if moriio and key in MORIIO_OWNED_KEYS:
-            raise FieldError(("kv_connector_extra_config", key), f"{key} is set by pdctl "
-                             "from the deployment's ports and modes")
+            raise FieldError(
+                ("kv_connector_extra_config", key),
+                f"{key} is set by pdctl from the deployment's ports and modes",
+            )
     if moriio and spec.prefix_caching and not spec.prefix_caching_override_reason:
-        raise FieldError(("prefix_caching",), "MoRIIOConnector runs with prefix caching off "
-                         "(every published MORI-IO setup uses --no-enable-prefix-caching); set "
-                         "prefix_caching false, or give prefix_caching_override_reason")
+        raise FieldError(
+            ("prefix_caching",),
+            "MoRIIOConnector runs with prefix caching off "
+            "(every published MORI-IO setup uses --no-enable-prefix-caching); set "
+            "prefix_caching false, or give prefix_caching_override_reason",
+        )
 
 
 def _check_groups(spec: DeploymentSpec) -> None:
@@ -198,31 +239,42 @@ def _check_groups(spec: DeploymentSpec) -> None:
         if names.count(group.name) > 1:
             raise FieldError(("groups", i, "name"), f"group name {group.name!r} is used twice")
         if spec.topology is Topology.COLOCATED and group.role is not Role.COLOCATED:
-            raise FieldError(("groups", i, "role"), "a colocated deployment has only "
-                             "colocated groups")
+            raise FieldError(
+                ("groups", i, "role"), "a colocated deployment has only colocated groups"
+            )
         if spec.topology is Topology.DISAGGREGATED and group.role is Role.COLOCATED:
-            raise FieldError(("groups", i, "role"), "a disaggregated deployment has prefill "
-                             "and decode groups")
+            raise FieldError(
+                ("groups", i, "role"), "a disaggregated deployment has prefill and decode groups"
+            )
         if group.mode is not None and spec.connector not in MODE_CONNECTORS:
-            raise FieldError(("groups", i, "mode"), f"{spec.connector or 'no connector'} has "
-                             "no read/write modes (only MoRIIOConnector does)")
+            raise FieldError(
+                ("groups", i, "mode"),
+                f"{spec.connector or 'no connector'} has "
+                "no read/write modes (only MoRIIOConnector does)",
+            )
         if spec.connector in MODE_CONNECTORS and group.mode is None:
-            raise FieldError(("groups", i, "mode"), "MoRIIOConnector groups need a mode: "
-                             "read or write")
+            raise FieldError(
+                ("groups", i, "mode"), "MoRIIOConnector groups need a mode: read or write"
+            )
         if group.ports and len(group.ports) != group.count:
-            raise FieldError(("groups", i, "ports"), f"give ports for all {group.count} "
-                             "instances or for none")
+            raise FieldError(
+                ("groups", i, "ports"), f"give ports for all {group.count} instances or for none"
+            )
     if spec.topology is Topology.DISAGGREGATED:
         roles = {g.role for g in spec.groups}
         if roles != {Role.PREFILL, Role.DECODE}:
-            raise FieldError(("groups",), "a disaggregated deployment needs at least one "
-                             "prefill group and one decode group")
+            raise FieldError(
+                ("groups",),
+                "a disaggregated deployment needs at least one prefill group and one decode group",
+            )
         if spec.connector in MODE_CONNECTORS:
             for mode in {g.mode for g in spec.groups}:
-                if {g.role for g in spec.groups if g.mode == mode} != {Role.PREFILL,
-                                                                      Role.DECODE}:
-                    raise FieldError(("groups",), f"mode {mode} has no prefill/decode pair: "
-                                     "a prefill and its decode must run the same mode")
+                if {g.role for g in spec.groups if g.mode == mode} != {Role.PREFILL, Role.DECODE}:
+                    raise FieldError(
+                        ("groups",),
+                        f"mode {mode} has no prefill/decode pair: "
+                        "a prefill and its decode must run the same mode",
+                    )
 
 
 def _check_gpus(spec: DeploymentSpec) -> None:
@@ -230,14 +282,18 @@ def _check_gpus(spec: DeploymentSpec) -> None:
     for i, group in enumerate(spec.groups):
         needs_gpus = bool(group.gpus)  # none given: the stand-in, or vLLM on CPU
         if needs_gpus and len(group.gpus) != group.count * group.tp:
-            raise FieldError(("groups", i, "gpus"), f"{group.count} instance(s) x TP "
-                             f"{group.tp} need {group.count * group.tp} GPU ids, got "
-                             f"{len(group.gpus)}")
+            raise FieldError(
+                ("groups", i, "gpus"),
+                f"{group.count} instance(s) x TP "
+                f"{group.tp} need {group.count * group.tp} GPU ids, got "
+                f"{len(group.gpus)}",
+            )
         for j, gpu in enumerate(group.gpus):
             instance = f"{group.name}-{j // group.tp}"
             if gpu in owner:
-                raise FieldError(("groups", i, "gpus"), f"GPU {gpu} is given to both "
-                                 f"{owner[gpu]} and {instance}")
+                raise FieldError(
+                    ("groups", i, "gpus"), f"GPU {gpu} is given to both {owner[gpu]} and {instance}"
+                )
             owner[gpu] = instance
 
 
@@ -262,8 +318,7 @@ def _check_ports(spec: DeploymentSpec) -> None:
             # MoRIIO bases: each TP rank adds its offset, so tp ports from each base.
             claim(ports.handshake, group.tp, f"{where} handshake", (*base, "handshake"))
             claim(ports.notify, group.tp, f"{where} notify", (*base, "notify"))
-            claim(ports.side_channel, 1, f"{where} NIXL side channel",
-                  (*base, "side_channel"))
+            claim(ports.side_channel, 1, f"{where} NIXL side channel", (*base, "side_channel"))
 
 
 def _check_extra_args(spec: DeploymentSpec) -> None:
@@ -274,14 +329,20 @@ def _check_extra_args(spec: DeploymentSpec) -> None:
             flag = arg.split("=", 1)[0]
             if owned := _owned_flag(flag):
                 means = f" (vLLM reads it as {owned})" if owned != flag else ""
-                raise FieldError((*loc, k), f"{flag} is set by pdctl from the deployment"
-                                 f"{means}; change the field instead")
+                raise FieldError(
+                    (*loc, k),
+                    f"{flag} is set by pdctl from the deployment{means}; change the field instead",
+                )
             if shell := next((s for s in SHELL_SYNTAX if s in arg), None):
-                raise FieldError((*loc, k), f"extra args go to the engine as they are, never "
-                                 f"through a shell: shell syntax ({shell!r}) is refused")
+                raise FieldError(
+                    (*loc, k),
+                    f"extra args go to the engine as they are, never "
+                    f"through a shell: shell syntax ({shell!r}) is refused",
+                )
             if "kv_connector_module_path" in arg:
-                raise FieldError((*loc, k), "kv_connector_module_path loads arbitrary code "
-                                 "and is refused")
+                raise FieldError(
+                    (*loc, k), "kv_connector_module_path loads arbitrary code and is refused"
+                )
             if any(c in arg for c in "\n\r\x00"):
                 raise FieldError((*loc, k), "extra args may not contain newlines or NUL")
 
@@ -300,14 +361,16 @@ def _owned_flag(flag: str) -> str | None:
         if len(flag) > 2:
             return next((o for o in sorted(OWNED_FLAGS) if o.startswith(flag)), None)
         return None
-    return next((o for o in sorted(OWNED_FLAGS) if not o.startswith("--")
-                 and flag.startswith(o)), None)
+    return next(
+        (o for o in sorted(OWNED_FLAGS) if not o.startswith("--") and flag.startswith(o)), None
+    )
 
 
 def code_env_names(spec: DeploymentSpec) -> list[tuple[tuple, str]]:
     """Env names that change what code runs, with where they are; allowed only by setting."""
     found = [(("env", name), name) for name in spec.env if name.upper() in CODE_ENV]
     for i, group in enumerate(spec.groups):
-        found += [(("groups", i, "env", name), name) for name in group.env
-                  if name.upper() in CODE_ENV]
+        found += [
+            (("groups", i, "env", name), name) for name in group.env if name.upper() in CODE_ENV
+        ]
     return found

@@ -61,8 +61,9 @@ class HttpProbe:
         ok = True
         for url in urls:
             try:
-                async with self._client().post(f"{proxy_url}/admin/instances/{verb}",
-                                               json={"url": url}) as resp:
+                async with self._client().post(
+                    f"{proxy_url}/admin/instances/{verb}", json={"url": url}
+                ) as resp:
                     ok = ok and resp.status == 200
             except (TimeoutError, aiohttp.ClientError):
                 ok = False

@@ -142,8 +142,10 @@ def _healthy(m: Machine, _: Healthy, now: float) -> tuple[Machine, list[Action]]
     # STARTING --healthy--> RUNNING: a successful start resets the failure count, and the
     # proxy may route to it again (it was drained if it crashed or was restarted).
     up = round(now - m.started_at, 3) if m.started_at is not None else 0.0
-    return (replace(m, state=State.RUNNING, failures=0, ready_at=now, deadline=None),
-            [Undrain(), Emit("ready", f"ready after {up} s")])
+    return (
+        replace(m, state=State.RUNNING, failures=0, ready_at=now, deadline=None),
+        [Undrain(), Emit("ready", f"ready after {up} s")],
+    )
 
 
 def _health_failed(m: Machine, e: HealthFailed, now: float) -> tuple[Machine, list[Action]]:
@@ -193,9 +195,13 @@ def _stop(m: Machine, _: Stop, now: float) -> tuple[Machine, list[Action]]:
     if m.state is State.STARTING:
         if m.pid is None:
             # STARTING without a pid yet: the spawn is still in flight; SIGTERM once known.
-            return replace(m, state=State.STOPPING, phase=Phase.TERM, after=After.STOP,
-                           deadline=now + m.policy.term_timeout), [Schedule(
-                               now + m.policy.term_timeout), Emit("stopping", "stop requested")]
+            return replace(
+                m,
+                state=State.STOPPING,
+                phase=Phase.TERM,
+                after=After.STOP,
+                deadline=now + m.policy.term_timeout,
+            ), [Schedule(now + m.policy.term_timeout), Emit("stopping", "stop requested")]
         # STARTING --stop--> STOPPING(term): it serves nothing yet, no drain.
         return _terminate(m, now, After.STOP, "stop requested", drain_first=False)
     if m.state is State.STOPPING:
@@ -203,16 +209,19 @@ def _stop(m: Machine, _: Stop, now: float) -> tuple[Machine, list[Action]]:
         return replace(m, after=After.STOP), []
     if m.state in (State.BACKOFF, State.EXITED, State.FATAL):
         # BACKOFF/EXITED/FATAL --stop--> STOPPED: no process to stop; cancel the retry.
-        return (replace(m, state=State.STOPPED, deadline=None),
-                [Emit("stopped", f"stopped from {m.state}")])
+        return (
+            replace(m, state=State.STOPPED, deadline=None),
+            [Emit("stopped", f"stopped from {m.state}")],
+        )
     return m, []  # STOPPED: already
 
 
 def _restart(m: Machine, _: Restart, now: float) -> tuple[Machine, list[Action]]:
     if m.state in (State.RUNNING, State.STARTING) and m.pid is not None:
         # RUNNING/STARTING --restart--> STOPPING(restart): drain, stop, spawn again.
-        return _terminate(m, now, After.RESTART, "restart requested",
-                          drain_first=m.state is State.RUNNING)
+        return _terminate(
+            m, now, After.RESTART, "restart requested", drain_first=m.state is State.RUNNING
+        )
     if m.state is State.STOPPING:
         return replace(m, after=After.RESTART), []
     # STOPPED/BACKOFF/EXITED/FATAL --restart--> STARTING: nothing to stop; start afresh.
@@ -227,8 +236,9 @@ def _tick(m: Machine, _: Tick, now: float) -> tuple[Machine, list[Action]]:
         return _spawn(m, now, f"retry {m.failures} after backoff")
     if m.state is State.STARTING:
         # STARTING --start timeout--> STOPPING(backoff): not ready in time counts as failed.
-        return _terminate(m, now, After.BACKOFF,
-                          f"not ready after {m.policy.start_timeout} s", drain_first=False)
+        return _terminate(
+            m, now, After.BACKOFF, f"not ready after {m.policy.start_timeout} s", drain_first=False
+        )
     if m.state is State.STOPPING:
         if m.phase is Phase.DRAIN:
             # STOPPING(drain) --drain timeout--> STOPPING(term): in-flight requests had their
@@ -238,16 +248,24 @@ def _tick(m: Machine, _: Tick, now: float) -> tuple[Machine, list[Action]]:
             if m.pid is None:
                 # Spawn never reported a pid; nothing to signal. The shell reports the exit.
                 return replace(m, phase=Phase.KILL, deadline=now + m.policy.kill_timeout), [
-                    Schedule(now + m.policy.kill_timeout)]
+                    Schedule(now + m.policy.kill_timeout)
+                ]
             # STOPPING(term) --stop timeout--> STOPPING(kill): SIGKILL the whole group.
             deadline = now + m.policy.kill_timeout
-            return (replace(m, phase=Phase.KILL, deadline=deadline),
-                    [Kill(signal.SIGKILL), Schedule(deadline),
-                     Emit("killed", f"no exit {m.policy.term_timeout} s after SIGTERM: SIGKILL")])
+            return (
+                replace(m, phase=Phase.KILL, deadline=deadline),
+                [
+                    Kill(signal.SIGKILL),
+                    Schedule(deadline),
+                    Emit("killed", f"no exit {m.policy.term_timeout} s after SIGTERM: SIGKILL"),
+                ],
+            )
         # STOPPING(kill) --kill timeout--> FATAL: a process that survives SIGKILL (stuck in
         # the kernel, D state) needs a human.
-        return (replace(m, state=State.FATAL, deadline=None, phase=None, after=None),
-                [Emit("fatal", f"pid {m.pid} did not exit after SIGKILL")])
+        return (
+            replace(m, state=State.FATAL, deadline=None, phase=None, after=None),
+            [Emit("fatal", f"pid {m.pid} did not exit after SIGKILL")],
+        )
     return m, []
 
 
@@ -258,14 +276,31 @@ def _adopt(m: Machine, e: Adopt, now: float) -> tuple[Machine, list[Action]]:
         # STOPPED --adopt(alive)--> STARTING: ours from before; not spawned again, health
         # decides when it is RUNNING (at once if it answers).
         deadline = now + m.policy.start_timeout
-        return (replace(m, state=State.STARTING, pid=e.pid, started_at=now, spawned=True,
-                        restarts=e.restarts, deadline=deadline),
-                [Schedule(deadline), Emit("adopted", f"pid {e.pid} still running")])
+        return (
+            replace(
+                m,
+                state=State.STARTING,
+                pid=e.pid,
+                started_at=now,
+                spawned=True,
+                restarts=e.restarts,
+                deadline=deadline,
+            ),
+            [Schedule(deadline), Emit("adopted", f"pid {e.pid} still running")],
+        )
     # STOPPED --adopt(dead)--> EXITED: it died while nobody watched; its files are cleaned.
     code = "unknown status" if e.exit_code is None else f"code {e.exit_code}"
-    return (replace(m, state=State.EXITED, pid=None, last_exit=e.exit_code, spawned=True,
-                    restarts=e.restarts),
-            [Emit("exited", f"pid {e.pid} found dead ({code})")])
+    return (
+        replace(
+            m,
+            state=State.EXITED,
+            pid=None,
+            last_exit=e.exit_code,
+            spawned=True,
+            restarts=e.restarts,
+        ),
+        [Emit("exited", f"pid {e.pid} found dead ({code})")],
+    )
 
 
 # Shared moves -----------------------------------------------------------------------------
@@ -274,39 +309,62 @@ def _adopt(m: Machine, e: Adopt, now: float) -> tuple[Machine, list[Action]]:
 def _spawn(m: Machine, now: float, why: str) -> tuple[Machine, list[Action]]:
     deadline = now + m.policy.start_timeout
     restarts = m.restarts + 1 if m.spawned else m.restarts
-    return (replace(m, state=State.STARTING, pid=None, started_at=now, ready_at=None,
-                    spawned=True, restarts=restarts, deadline=deadline, phase=None,
-                    after=None),
-            [Spawn(), Schedule(deadline), Emit("starting", why)])
+    return (
+        replace(
+            m,
+            state=State.STARTING,
+            pid=None,
+            started_at=now,
+            ready_at=None,
+            spawned=True,
+            restarts=restarts,
+            deadline=deadline,
+            phase=None,
+            after=None,
+        ),
+        [Spawn(), Schedule(deadline), Emit("starting", why)],
+    )
 
 
 def _fail(m: Machine, now: float, why: str, drain: bool = True) -> tuple[Machine, list[Action]]:
     failures = m.failures + 1
     first = [Drain()] if drain else []
     if failures >= m.policy.max_failed_starts:
-        return (replace(m, state=State.FATAL, failures=failures, deadline=None),
-                [*first, Emit("fatal", f"{why}; gave up after {failures} failures in a row")])
+        return (
+            replace(m, state=State.FATAL, failures=failures, deadline=None),
+            [*first, Emit("fatal", f"{why}; gave up after {failures} failures in a row")],
+        )
     at = now + m.policy.backoff_delay(failures)
-    return (replace(m, state=State.BACKOFF, failures=failures, deadline=at),
-            [*first, Schedule(at),
-             Emit("backoff", f"{why}; retry in {round(at - now, 3)} s (failure {failures})")])
+    return (
+        replace(m, state=State.BACKOFF, failures=failures, deadline=at),
+        [
+            *first,
+            Schedule(at),
+            Emit("backoff", f"{why}; retry in {round(at - now, 3)} s (failure {failures})"),
+        ],
+    )
 
 
-def _terminate(m: Machine, now: float, after: After, why: str,
-               drain_first: bool) -> tuple[Machine, list[Action]]:
+def _terminate(
+    m: Machine, now: float, after: After, why: str, drain_first: bool
+) -> tuple[Machine, list[Action]]:
     stopping = replace(m, state=State.STOPPING, after=after)
     if drain_first:
         deadline = now + m.policy.drain_timeout
-        return (replace(stopping, phase=Phase.DRAIN, deadline=deadline),
-                [Drain(), Schedule(deadline), Emit("stopping", f"{why}: draining")])
+        return (
+            replace(stopping, phase=Phase.DRAIN, deadline=deadline),
+            [Drain(), Schedule(deadline), Emit("stopping", f"{why}: draining")],
+        )
     m2, actions = _sigterm(stopping, now, why)
     return m2, [Drain(), *actions]
 
 
 def _sigterm(m: Machine, now: float, why: str) -> tuple[Machine, list[Action]]:
     deadline = now + m.policy.term_timeout
-    return (replace(m, phase=Phase.TERM, deadline=deadline),
-            [Kill(signal.SIGTERM), Schedule(deadline), Emit("stopping", f"{why}: SIGTERM")])
+    return (
+        replace(m, phase=Phase.TERM, deadline=deadline),
+        [Kill(signal.SIGTERM), Schedule(deadline), Emit("stopping", f"{why}: SIGTERM")],
+    )
 
 
 _HANDLERS = {

@@ -53,12 +53,14 @@ class _Cursor:
             self.next += 1
             if all(p not in self.taken for p in range(start, start + width)):
                 return self.claim(start, width)
-        raise PortsExhausted(f"no {width} free consecutive port(s) left in the port range "
-                             f"ending at {self.last}")
+        raise PortsExhausted(
+            f"no {width} free consecutive port(s) left in the port range ending at {self.last}"
+        )
 
 
-def allocate(spec: DeploymentSpec, taken: Iterable[int] = (),
-             port_range: tuple[int, int] = DEFAULT_RANGE) -> AllocatedPorts:
+def allocate(
+    spec: DeploymentSpec, taken: Iterable[int] = (), port_range: tuple[int, int] = DEFAULT_RANGE
+) -> AllocatedPorts:
     cursor = _Cursor(taken, port_range)
     given = _given(spec)
     for port, width in given:

@@ -44,17 +44,24 @@ class ProcessRecord:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> ProcessRecord:
-        return cls(name=state.get("name", ""), child_pid=state.get("child_pid"),
-                   child_start_time=state.get("child_start_time"),
-                   shim_pid=state.get("shim_pid"), shim_start_time=state.get("shim_start_time"),
-                   started_at=state.get("started_at"), exit_code=state.get("exit_code"),
-                   exited=state.get("exited_at") is not None, argv=tuple(state.get("argv", ())),
-                   log_error=state.get("log_error"))
+        return cls(
+            name=state.get("name", ""),
+            child_pid=state.get("child_pid"),
+            child_start_time=state.get("child_start_time"),
+            shim_pid=state.get("shim_pid"),
+            shim_start_time=state.get("shim_start_time"),
+            started_at=state.get("started_at"),
+            exit_code=state.get("exit_code"),
+            exited=state.get("exited_at") is not None,
+            argv=tuple(state.get("argv", ())),
+            log_error=state.get("log_error"),
+        )
 
 
 class ProcessBackend(Protocol):
-    async def spawn(self, run_dir: Path, name: str, argv: list[str],
-                    env: dict[str, str]) -> ProcessRecord: ...
+    async def spawn(
+        self, run_dir: Path, name: str, argv: list[str], env: dict[str, str]
+    ) -> ProcessRecord: ...
 
     def read(self, run_dir: Path, name: str) -> ProcessRecord | None: ...
 
@@ -70,20 +77,39 @@ class ProcessBackend(Protocol):
 class ShimBackend:
     """Processes under `pdctl run-instance`, each in its own session, outliving us."""
 
-    def __init__(self, shim_command: tuple[str, ...] = (sys.executable, str(ROOT / "pdctl.py")),
-                 proc: Path = procfs.PROC, log_max_bytes: int = 10 << 20,
-                 log_keep: int = 3) -> None:
+    def __init__(
+        self,
+        shim_command: tuple[str, ...] = (sys.executable, str(ROOT / "pdctl.py")),
+        proc: Path = procfs.PROC,
+        log_max_bytes: int = 10 << 20,
+        log_keep: int = 3,
+    ) -> None:
         self.shim_command, self.proc = shim_command, proc
         self.log_max_bytes, self.log_keep = log_max_bytes, log_keep
 
-    async def spawn(self, run_dir: Path, name: str, argv: list[str],
-                    env: dict[str, str]) -> ProcessRecord:
+    async def spawn(
+        self, run_dir: Path, name: str, argv: list[str], env: dict[str, str]
+    ) -> ProcessRecord:
         launcher = await asyncio.create_subprocess_exec(
-            *self.shim_command, "run-instance", "--run-dir", str(run_dir), "--name", name,
-            "--log-max-bytes", str(self.log_max_bytes), "--log-keep", str(self.log_keep),
-            "--", *argv, env={**os.environ, **env}, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True, cwd=str(ROOT))
+            *self.shim_command,
+            "run-instance",
+            "--run-dir",
+            str(run_dir),
+            "--name",
+            name,
+            "--log-max-bytes",
+            str(self.log_max_bytes),
+            "--log-keep",
+            str(self.log_keep),
+            "--",
+            *argv,
+            env={**os.environ, **env},
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            cwd=str(ROOT),
+        )
         try:
             out, err = await asyncio.wait_for(launcher.communicate(), SPAWN_TIMEOUT_S)
         except TimeoutError:
@@ -92,8 +118,10 @@ class ShimBackend:
             await launcher.wait()
             raise SpawnError(f"the shim for {name} did not report in {SPAWN_TIMEOUT_S} s") from None
         if launcher.returncode != 0:
-            raise SpawnError(err.decode(errors="replace").strip()[-500:]
-                             or f"the shim exited with {launcher.returncode}")
+            raise SpawnError(
+                err.decode(errors="replace").strip()[-500:]
+                or f"the shim exited with {launcher.returncode}"
+            )
         return ProcessRecord.from_state(json.loads(out))
 
     def read(self, run_dir: Path, name: str) -> ProcessRecord | None:
@@ -109,7 +137,8 @@ class ShimBackend:
             return True
         # The child is gone but its shim lives: it records the exit within its 1 s poll.
         return record.shim_pid is not None and procfs.is_same_process(
-            record.shim_pid, record.shim_start_time, self.proc)
+            record.shim_pid, record.shim_start_time, self.proc
+        )
 
     def signal(self, record: ProcessRecord, signum: int) -> None:
         """Signal the child's whole process group, only if the child is still ours. SIGTERM is

@@ -19,7 +19,7 @@ def start_time(pid: int, proc: Path = PROC) -> int | None:
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     # The command name (field 2) is in parentheses and may hold spaces or parentheses itself.
-    rest = raw[raw.rindex(")") + 2:].split()
+    rest = raw[raw.rindex(")") + 2 :].split()
     state, ticks = rest[0], rest[19]
     if state in ("Z", "X"):
         return None

@@ -18,11 +18,22 @@ MASK = "***"
 _WORDS = re.compile(r"[_\-.]+")
 # In free text: a name, then `=`, `:` or spaces (quotes allowed around either), then a value.
 # A lookahead, so that a value (`--api-key` after `argv:`) can itself be the next name.
-_NAMED_VALUE = re.compile(r"""(?<![\w.\-])(?=(?P<name>-{0,2}[A-Za-z][\w.\-]*)"""
-                          r"""(?P<sep>['"]?\s*[=:]\s*['"]?|\s+)(?P<value>[^\s'",;}\])]+))""")
+_NAMED_VALUE = re.compile(
+    r"""(?<![\w.\-])(?=(?P<name>-{0,2}[A-Za-z][\w.\-]*)"""
+    r"""(?P<sep>['"]?\s*[=:]\s*['"]?|\s+)(?P<value>[^\s'",;}\])]+))"""
+)
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[^\s'\",;]+")
-_SECRET_ENDINGS = ("TOKEN", "KEY", "KEYS", "SECRET", "SECRETS", "PASSWORD", "PASSWD",
-                   "CREDENTIAL", "CREDENTIALS")
+_SECRET_ENDINGS = (
+    "TOKEN",
+    "KEY",
+    "KEYS",
+    "SECRET",
+    "SECRETS",
+    "PASSWORD",
+    "PASSWD",
+    "CREDENTIAL",
+    "CREDENTIALS",
+)
 
 
 def is_secret_name(name: str) -> bool:
@@ -71,8 +82,7 @@ def redact_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(out.get("extra_args"), list):
         out["extra_args"] = redact_argv(out["extra_args"])
     if isinstance(out.get("groups"), list):
-        out["groups"] = [redact_spec(g) if isinstance(g, Mapping) else g
-                         for g in out["groups"]]
+        out["groups"] = [redact_spec(g) if isinstance(g, Mapping) else g for g in out["groups"]]
     return out
 
 

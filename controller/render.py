@@ -64,31 +64,41 @@ class Launch:
         shown_env = redact_env(self.env)
         command = redact_command(self.command)
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in shown_env.items())
-        return {"argv": redact_argv(self.argv), "env": shown_env, "command": command,
-                "command_line": f"{env} {command}" if env else command}
+        return {
+            "argv": redact_argv(self.argv),
+            "env": shown_env,
+            "command": command,
+            "command_line": f"{env} {command}" if env else command,
+        }
 
 
-def render(spec: DeploymentSpec, ports: AllocatedPorts,
-           settings: LaunchSettings | None = None) -> list[Launch]:
+def render(
+    spec: DeploymentSpec, ports: AllocatedPorts, settings: LaunchSettings | None = None
+) -> list[Launch]:
     """The proxy first, then every instance in group order (the start order)."""
     settings = settings or LaunchSettings()
     launches = [proxy_launch(spec, ports, settings)]
     for group in spec.groups:
-        launches += [instance_launch(spec, group, i, ports, settings)
-                     for i in range(group.count)]
+        launches += [instance_launch(spec, group, i, ports, settings) for i in range(group.count)]
     return launches
 
 
-def preview(spec: DeploymentSpec, ports: AllocatedPorts,
-            settings: LaunchSettings | None = None) -> dict[str, dict[str, Any]]:
+def preview(
+    spec: DeploymentSpec, ports: AllocatedPorts, settings: LaunchSettings | None = None
+) -> dict[str, dict[str, Any]]:
     return {launch.name: launch.preview() for launch in render(spec, ports, settings)}
 
 
 # Engine instances -------------------------------------------------------------------------
 
 
-def instance_launch(spec: DeploymentSpec, group: InstanceGroup, index: int,
-                    ports: AllocatedPorts, settings: LaunchSettings) -> Launch:
+def instance_launch(
+    spec: DeploymentSpec,
+    group: InstanceGroup,
+    index: int,
+    ports: AllocatedPorts,
+    settings: LaunchSettings,
+) -> Launch:
     name = f"{group.name}-{index}"
     own = ports.instances[name]
     flags = engine_flags(spec, group, own, ports.registry, settings)
@@ -104,16 +114,28 @@ def instance_launch(spec: DeploymentSpec, group: InstanceGroup, index: int,
     if own.http is None:
         raise ValueError(f"{name} has no HTTP port: allocate the ports first")
     return Launch(
-        name=name, argv=argv, env=instance_env(spec, group, index, own),
-        command=shlex.join(vllm), url=f"http://{settings.host}:{own.http}",
-        http_port=own.http, role=group.role.value, group=group.name,
-        mode=group.mode.value if group.mode else None, gpus=group.instance_gpus(index),
-        ports=own, registers=_moriio(spec),
+        name=name,
+        argv=argv,
+        env=instance_env(spec, group, index, own),
+        command=shlex.join(vllm),
+        url=f"http://{settings.host}:{own.http}",
+        http_port=own.http,
+        role=group.role.value,
+        group=group.name,
+        mode=group.mode.value if group.mode else None,
+        gpus=group.instance_gpus(index),
+        ports=own,
+        registers=_moriio(spec),
     )
 
 
-def engine_flags(spec: DeploymentSpec, group: InstanceGroup, own: InstancePorts,
-                 registry_port: int, settings: LaunchSettings) -> list[str]:
+def engine_flags(
+    spec: DeploymentSpec,
+    group: InstanceGroup,
+    own: InstancePorts,
+    registry_port: int,
+    settings: LaunchSettings,
+) -> list[str]:
     """vLLM's flags, in the order an operator writes them; the stand-in takes the same."""
     flags = ["--port", str(own.http)]
     if settings.bind_host:
@@ -161,8 +183,13 @@ def sim_model_profile(model: str) -> str | None:
     return None
 
 
-def kv_transfer_config(spec: DeploymentSpec, group: InstanceGroup, own: InstancePorts,
-                       registry_port: int, settings: LaunchSettings) -> dict[str, Any] | None:
+def kv_transfer_config(
+    spec: DeploymentSpec,
+    group: InstanceGroup,
+    own: InstancePorts,
+    registry_port: int,
+    settings: LaunchSettings,
+) -> dict[str, Any] | None:
     """The --kv-transfer-config of one instance, for each of the six connectors."""
     connector = spec.connector
     if connector is None or group.role == Role.COLOCATED:
@@ -176,11 +203,16 @@ def kv_transfer_config(spec: DeploymentSpec, group: InstanceGroup, own: Instance
         if not (own.http and own.handshake and own.notify):
             raise ValueError("a MoRIIO instance needs http, handshake and notify ports")
         moriio = kv_config.MoriioPorts(
-            http_port=own.http, handshake_port=own.handshake, notify_port=own.notify,
-            proxy_ip=settings.host, proxy_ping_port=registry_port)
+            http_port=own.http,
+            handshake_port=own.handshake,
+            notify_port=own.notify,
+            proxy_ip=settings.host,
+            proxy_ping_port=registry_port,
+        )
         mode = group.mode.value if group.mode else "read"
-        return kv_config.kv_transfer_config("moriio", group.role.value, mode=mode,
-                                            moriio=moriio, extra=extra)
+        return kv_config.kv_transfer_config(
+            "moriio", group.role.value, mode=mode, moriio=moriio, extra=extra
+        )
     # Mooncake, LMCache, P2pNccl, Example: producer on prefill, consumer on decode, each
     # connector's own settings left to its defaults or to kv_connector_extra_config.
     config: dict[str, Any] = {
@@ -196,8 +228,9 @@ def kv_transfer_config(spec: DeploymentSpec, group: InstanceGroup, own: Instance
     return config
 
 
-def instance_env(spec: DeploymentSpec, group: InstanceGroup, index: int,
-                 own: InstancePorts) -> dict[str, str]:
+def instance_env(
+    spec: DeploymentSpec, group: InstanceGroup, index: int, own: InstancePorts
+) -> dict[str, str]:
     """Deployment env, then group env, then what pdctl owns (GPUs, connector ports, mode)."""
     env = {**spec.env, **group.env}
     gpus = group.instance_gpus(index)
@@ -220,16 +253,19 @@ def gpu_env_name(spec: DeploymentSpec) -> str:
 # The proxy --------------------------------------------------------------------------------
 
 
-def proxy_launch(spec: DeploymentSpec, ports: AllocatedPorts,
-                 settings: LaunchSettings) -> Launch:
+def proxy_launch(spec: DeploymentSpec, ports: AllocatedPorts, settings: LaunchSettings) -> Launch:
     argv = [*settings.pdctl_command, *proxy_args(spec, ports, settings)]
-    return Launch(name=PROXY, argv=argv, env={}, command=shlex.join(["pdctl", *argv[
-        len(settings.pdctl_command):]]), url=f"http://{settings.host}:{ports.proxy}",
-        http_port=ports.proxy)
+    return Launch(
+        name=PROXY,
+        argv=argv,
+        env={},
+        command=shlex.join(["pdctl", *argv[len(settings.pdctl_command) :]]),
+        url=f"http://{settings.host}:{ports.proxy}",
+        http_port=ports.proxy,
+    )
 
 
-def proxy_args(spec: DeploymentSpec, ports: AllocatedPorts,
-               settings: LaunchSettings) -> list[str]:
+def proxy_args(spec: DeploymentSpec, ports: AllocatedPorts, settings: LaunchSettings) -> list[str]:
     args = ["proxy", "--port", str(ports.proxy)]
     if settings.bind_host:
         args += ["--host", settings.bind_host]
@@ -243,24 +279,39 @@ def proxy_args(spec: DeploymentSpec, ports: AllocatedPorts,
         # NIXL, and the connectors whose hand-off has NIXL's shape (kv_transfer_params
         # returned by prefill, relayed to decode), in read mode; no registry.
         args += ["--connector", "nixl", "--mode", "read", "--registry-port", "-1"]
-    args += ["--policy", spec.proxy.policy, "--hold-queue", str(spec.proxy.hold_queue),
-             "--hold-deadline", _number(spec.proxy.hold_deadline_s)]
-    for flag, value in (("--prefill-timeout", spec.proxy.prefill_timeout_s),
-                        ("--decode-timeout", spec.proxy.decode_timeout_s)):
+    args += [
+        "--policy",
+        spec.proxy.policy,
+        "--hold-queue",
+        str(spec.proxy.hold_queue),
+        "--hold-deadline",
+        _number(spec.proxy.hold_deadline_s),
+    ]
+    for flag, value in (
+        ("--prefill-timeout", spec.proxy.prefill_timeout_s),
+        ("--decode-timeout", spec.proxy.decode_timeout_s),
+    ):
         if value is not None:
             args += [flag, _number(value)]
     slo = spec.slo
-    for flag, value in (("--slo-ttft-ms", slo.ttft_ms), ("--slo-itl-ms", slo.itl_ms),
-                        ("--slo-tpot-ms", slo.tpot_ms)):
+    for flag, value in (
+        ("--slo-ttft-ms", slo.ttft_ms),
+        ("--slo-itl-ms", slo.itl_ms),
+        ("--slo-tpot-ms", slo.tpot_ms),
+    ):
         if value is not None:
             args += [flag, _number(value)]
     args += ["--itl-slo-stat", slo.itl_stat]
     if not _moriio(spec):
         for group in spec.groups:
-            flag = {"prefill": "--prefill", "decode": "--decode"}.get(group.role.value,
-                                                                       "--instance")
+            flag = {"prefill": "--prefill", "decode": "--decode"}.get(
+                group.role.value, "--instance"
+            )
             for i in range(group.count):
-                args += [flag, f"http://{settings.host}:{ports.instances[f'{group.name}-{i}'].http}"]
+                args += [
+                    flag,
+                    f"http://{settings.host}:{ports.instances[f'{group.name}-{i}'].http}",
+                ]
     return [*args, *settings.proxy_extra_args]
 
 

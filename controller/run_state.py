@@ -17,10 +17,18 @@ RESTARTS_FILE = "restarts"
 
 def save_deployment(folder: Path, spec: DeploymentSpec, ports: AllocatedPorts) -> None:
     """Record `spec` on `ports`, wanted running."""
-    _write_json(folder / DEPLOYMENT_FILE, {
-        "spec": spec.model_dump(mode="json"), "running": True,
-        "ports": {"proxy": ports.proxy, "registry": ports.registry,
-                  "instances": {k: v.model_dump() for k, v in ports.instances.items()}}})
+    _write_json(
+        folder / DEPLOYMENT_FILE,
+        {
+            "spec": spec.model_dump(mode="json"),
+            "running": True,
+            "ports": {
+                "proxy": ports.proxy,
+                "registry": ports.registry,
+                "instances": {k: v.model_dump() for k, v in ports.instances.items()},
+            },
+        },
+    )
 
 
 def save_stopped(folder: Path) -> None:
@@ -38,8 +46,11 @@ def load_deployment(path: Path) -> tuple[DeploymentSpec, AllocatedPorts, bool]:
     saved = json.loads(path.read_text())
     spec = DeploymentSpec.model_validate(saved["spec"])
     ports = saved["ports"]
-    allocated = AllocatedPorts(ports["proxy"], ports["registry"],
-                               {k: InstancePorts(**v) for k, v in ports["instances"].items()})
+    allocated = AllocatedPorts(
+        ports["proxy"],
+        ports["registry"],
+        {k: InstancePorts(**v) for k, v in ports["instances"].items()},
+    )
     return spec, allocated, bool(saved.get("running", True))
 
 

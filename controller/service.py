@@ -19,8 +19,9 @@ _STOPPED = ("STOPPED", "EXITED", "FATAL")
 
 
 class ControlService:
-    def __init__(self, supervisor: Supervisor, record: Recorder,
-                 proxy_admin_token: str | None = None) -> None:
+    def __init__(
+        self, supervisor: Supervisor, record: Recorder, proxy_admin_token: str | None = None
+    ) -> None:
         self.supervisor = supervisor
         self.record = record
         self.switches = SwitchRunner(supervisor, record, proxy_admin_token)
@@ -31,8 +32,9 @@ class ControlService:
         return name in self.supervisor.deployments
 
     def is_active(self, name: str) -> bool:
-        return self.known(name) and any(u["state"] not in _STOPPED
-                                        for u in self.supervisor.status(name))
+        return self.known(name) and any(
+            u["state"] not in _STOPPED for u in self.supervisor.status(name)
+        )
 
     def status(self, name: str) -> list[dict[str, Any]]:
         return self.supervisor.status(name) if self.known(name) else []
@@ -45,29 +47,55 @@ class ControlService:
 
     # -- actions -----------------------------------------------------------------------------
 
-    async def start(self, name: str, spec: DeploymentSpec, ports: AllocatedPorts, actor: str,
-                    reason: str | None, revision: int) -> None:
+    async def start(
+        self,
+        name: str,
+        spec: DeploymentSpec,
+        ports: AllocatedPorts,
+        actor: str,
+        reason: str | None,
+        revision: int,
+    ) -> None:
         self.switches.refuse_if_running(name)
         await self.supervisor.start(name, spec, ports)
-        self.record(actor, "deployment.start", f"{name}: start (revision {revision})"
-                    + _why(reason), name, {"revision": revision})
+        self.record(
+            actor,
+            "deployment.start",
+            f"{name}: start (revision {revision})" + _why(reason),
+            name,
+            {"revision": revision},
+        )
 
     async def stop(self, name: str, actor: str, reason: str | None) -> None:
         self.switches.refuse_if_running(name)
         await self.supervisor.stop(name)
         self.record(actor, "deployment.stop", f"{name}: stop" + _why(reason), name, None)
 
-    async def restart(self, name: str, instance: str | None, actor: str,
-                      reason: str | None) -> None:
+    async def restart(
+        self, name: str, instance: str | None, actor: str, reason: str | None
+    ) -> None:
         self.switches.refuse_if_running(name)
         await self.supervisor.restart(name, instance)
         what = f"{name}/{instance}" if instance else name
-        self.record(actor, "deployment.restart", f"{what}: restart" + _why(reason), name,
-                    {"instance": instance})
+        self.record(
+            actor,
+            "deployment.restart",
+            f"{what}: restart" + _why(reason),
+            name,
+            {"instance": instance},
+        )
 
-    def switch(self, name: str, spec: DeploymentSpec, ports: AllocatedPorts, target: str,
-               strategy: str, actor: str, reason: str | None,
-               commit: Callable[[DeploymentSpec], int]) -> SwitchRecord:
+    def switch(
+        self,
+        name: str,
+        spec: DeploymentSpec,
+        ports: AllocatedPorts,
+        target: str,
+        strategy: str,
+        actor: str,
+        reason: str | None,
+        commit: Callable[[DeploymentSpec], int],
+    ) -> SwitchRecord:
         """Begin a read/write switch in the background; its record shows the progress."""
         return self.switches.begin(name, spec, ports, target, strategy, actor, reason, commit)
 

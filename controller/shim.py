@@ -118,8 +118,9 @@ class RotatingLog:
         self.file.close()
 
 
-def launch(run_dir: Path, name: str, argv: list[str], *, max_bytes: int = 10 << 20,
-           keep: int = 3) -> dict[str, Any]:
+def launch(
+    run_dir: Path, name: str, argv: list[str], *, max_bytes: int = 10 << 20, keep: int = 3
+) -> dict[str, Any]:
     """Detach a shim that runs `argv`; return its state once the child runs."""
     folder = instance_dir(run_dir, name)
     folder.mkdir(parents=True, exist_ok=True)
@@ -135,8 +136,7 @@ def launch(run_dir: Path, name: str, argv: list[str], *, max_bytes: int = 10 << 
             # keep the starter's pipes open and make it wait for us: keep only our own.
             os.closerange(3, write_end)
             os.closerange(write_end + 1, os.sysconf("SC_OPEN_MAX"))
-            code = serve(run_dir, name, argv, max_bytes=max_bytes, keep=keep,
-                         ready_fd=write_end)
+            code = serve(run_dir, name, argv, max_bytes=max_bytes, keep=keep, ready_fd=write_end)
         finally:
             os._exit(code)
     os.close(write_end)
@@ -164,29 +164,50 @@ def _read_ready(fd: int) -> dict[str, Any]:
             break
         data += chunk
     if not data:
-        return {"error": "the shim did not report within "
-                         f"{READY_TIMEOUT_S} s"}
+        return {"error": f"the shim did not report within {READY_TIMEOUT_S} s"}
     return json.loads(data)
 
 
-def serve(run_dir: Path, name: str, argv: list[str], *, max_bytes: int, keep: int,
-          ready_fd: int | None = None) -> int:
+def serve(
+    run_dir: Path,
+    name: str,
+    argv: list[str],
+    *,
+    max_bytes: int,
+    keep: int,
+    ready_fd: int | None = None,
+) -> int:
     """Run `argv` to its end, keeping its log and state file; the shim's exit status."""
     folder = instance_dir(run_dir, name)
     folder.mkdir(parents=True, exist_ok=True)
     log = RotatingLog(folder / LOG_FILE, max_bytes, keep)
     state: dict[str, Any] = {
-        "name": name, "argv": argv, "shim_pid": os.getpid(),
-        "shim_start_time": procfs.start_time(os.getpid()), "child_pid": None,
-        "child_start_time": None, "started_at": time.time(), "exit_code": None,
-        "exited_at": None, "error": None,
+        "name": name,
+        "argv": argv,
+        "shim_pid": os.getpid(),
+        "shim_start_time": procfs.start_time(os.getpid()),
+        "child_pid": None,
+        "child_start_time": None,
+        "started_at": time.time(),
+        "exit_code": None,
+        "exited_at": None,
+        "error": None,
     }
     try:
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, process_group=0, close_fds=True)
+        child = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            process_group=0,
+            close_fds=True,
+        )
     except OSError as exc:
-        state |= {"exit_code": 127, "exited_at": time.time(),
-                  "error": f"cannot run {argv[0]!r}: {exc.strerror or exc}"}
+        state |= {
+            "exit_code": 127,
+            "exited_at": time.time(),
+            "error": f"cannot run {argv[0]!r}: {exc.strerror or exc}",
+        }
         write_state(run_dir, name, state)
         log.write(f"pdctl run-instance: {state['error']}\n".encode())
         log.close()
@@ -210,16 +231,18 @@ def serve(run_dir: Path, name: str, argv: list[str], *, max_bytes: int, keep: in
     return 0
 
 
-def _note_log_error(run_dir: Path, name: str, state: dict[str, Any],
-                    error: str | None) -> None:
+def _note_log_error(run_dir: Path, name: str, state: dict[str, Any], error: str | None) -> None:
     """Tell the supervisor (through the state file) why logs stopped, or that they resumed."""
     state["log_error"] = error
     with contextlib.suppress(OSError):  # the same full disk may refuse this too
         write_state(run_dir, name, state)
 
 
-def _pump(child: subprocess.Popen, log: RotatingLog,
-          on_log_error: Callable[[str | None], None] = lambda error: None) -> None:
+def _pump(
+    child: subprocess.Popen,
+    log: RotatingLog,
+    on_log_error: Callable[[str | None], None] = lambda error: None,
+) -> None:
     """Copy the child's output to the log until EOF, or until the child is gone and its
     descendants stay silent (a leftover grandchild may hold the pipe open). The pipe is
     always drained, so a child never blocks on output the log cannot take."""

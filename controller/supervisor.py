@@ -58,9 +58,14 @@ class Supervisor:
     """Runs deployments' processes. Build it, `await open()`, call the facade, `await close()`
     (which leaves every process running: a later supervisor adopts them)."""
 
-    def __init__(self, settings: SupervisorSettings, backend: ProcessBackend | None = None,
-                 probe: Probe | None = None, clock: Clock | None = None,
-                 on_event: EventSink | None = None) -> None:
+    def __init__(
+        self,
+        settings: SupervisorSettings,
+        backend: ProcessBackend | None = None,
+        probe: Probe | None = None,
+        clock: Clock | None = None,
+        on_event: EventSink | None = None,
+    ) -> None:
         self.settings = settings
         self.backend = backend or ShimBackend()
         self.probe = probe or HttpProbe()
@@ -118,8 +123,9 @@ class Supervisor:
         self._emit("stop", f"{name}: stop requested", name)
         await self._reconcile(dep)
         if wait is not None:
-            await self.wait_for(name, lambda units: all(u["state"] in IDLE for u in units),
-                                wait, "stopped")
+            await self.wait_for(
+                name, lambda units: all(u["state"] in IDLE for u in units), wait, "stopped"
+            )
 
     async def restart(self, name: str, instance: str | None = None) -> None:
         dep = self._deployment(name)
@@ -129,8 +135,7 @@ class Supervisor:
 
     def status(self, name: str) -> list[dict[str, Any]]:
         dep = self._deployment(name)
-        return [describe(dep, u, self.clock.now(), self.clock.wall())
-                for u in dep.units.values()]
+        return [describe(dep, u, self.clock.now(), self.clock.wall()) for u in dep.units.values()]
 
     def log_tail(self, name: str, instance: str, lines: int = 100) -> list[str]:
         """The last lines of a process's output, secrets masked (they are shown to people)."""
@@ -139,11 +144,17 @@ class Supervisor:
         return [redact_text(line) for line in self.backend.log_tail(dep.folder, instance, lines)]
 
     def preview(self, spec: DeploymentSpec, ports: AllocatedPorts) -> dict[str, dict[str, Any]]:
-        return {launch.name: launch.preview()
-                for launch in render(spec, ports, self.settings.launch)}
+        return {
+            launch.name: launch.preview() for launch in render(spec, ports, self.settings.launch)
+        }
 
-    async def wait_for(self, name: str, predicate: Callable[[list[dict[str, Any]]], bool],
-                       timeout: float, what: str = "condition") -> list[dict[str, Any]]:
+    async def wait_for(
+        self,
+        name: str,
+        predicate: Callable[[list[dict[str, Any]]], bool],
+        timeout: float,
+        what: str = "condition",
+    ) -> list[dict[str, Any]]:
         """Poll status until `predicate` holds; TimeoutError after `timeout` seconds."""
         deadline = self.clock.now() + timeout
         while True:
@@ -151,9 +162,11 @@ class Supervisor:
             if predicate(units):
                 return units
             if self.clock.now() >= deadline:
-                raise TimeoutError(f"{name}: not {what} after {timeout} s: "
-                                   f"{[(u['name'], u['state']) for u in units]}"
-                                   + self._tails_of_failed(name, units))
+                raise TimeoutError(
+                    f"{name}: not {what} after {timeout} s: "
+                    f"{[(u['name'], u['state']) for u in units]}"
+                    + self._tails_of_failed(name, units)
+                )
             await self.clock.sleep(self.settings.poll_interval)
 
     def _tails_of_failed(self, name: str, units: list[dict[str, Any]], lines: int = 8) -> str:
@@ -162,13 +175,15 @@ class Supervisor:
         for unit in units:
             if unit["state"] != "RUNNING":
                 tail = self.log_tail(name, unit["name"], lines)
-                parts.append(f"\n--- {unit['name']} ({unit['state']}), last log lines:\n"
-                             + "\n".join(tail))
+                parts.append(
+                    f"\n--- {unit['name']} ({unit['state']}), last log lines:\n" + "\n".join(tail)
+                )
         return "".join(parts)
 
     async def wait_running(self, name: str, timeout: float) -> list[dict[str, Any]]:
-        return await self.wait_for(name, lambda us: all(u["state"] == "RUNNING" for u in us),
-                                   timeout, "running")
+        return await self.wait_for(
+            name, lambda us: all(u["state"] == "RUNNING" for u in us), timeout, "running"
+        )
 
     # The loop ----------------------------------------------------------------------------
 
@@ -207,10 +222,13 @@ class Supervisor:
 
     async def _probe(self, dep: Supervised) -> None:
         now = self.clock.now()
-        due = [u for u in dep.units.values()
-               if u.machine.pid is not None and u.machine.state in (m.State.STARTING,
-                                                                      m.State.RUNNING)
-               and now >= u.next_probe]
+        due = [
+            u
+            for u in dep.units.values()
+            if u.machine.pid is not None
+            and u.machine.state in (m.State.STARTING, m.State.RUNNING)
+            and now >= u.next_probe
+        ]
         registrations = None
         if any(u.launch.registers for u in due) or self._draining(dep):
             registrations = await self.probe.proxy_instances(dep.proxy.launch.url)
@@ -227,7 +245,8 @@ class Supervisor:
                     unit.registered = None
                 else:
                     unit.registered = registrations is not None and any(
-                        same_instance(e, unit.launch.url) for e in registrations)
+                        same_instance(e, unit.launch.url) for e in registrations
+                    )
                     ok = ok and unit.registered
             unit.healthy = ok
             if ok:
@@ -237,17 +256,22 @@ class Supervisor:
                 unit.failed_probes += 1
                 if unit.failed_probes >= self.settings.health_failures:
                     unit.failed_probes = 0
-                    await self._feed(dep, unit, m.HealthFailed(
-                        f"{self.settings.health_failures} probes failed"))
+                    await self._feed(
+                        dep, unit, m.HealthFailed(f"{self.settings.health_failures} probes failed")
+                    )
         for unit in self._draining(dep):
-            entry = next((e for e in registrations or [] if same_instance(e, unit.launch.url)),
-                         None)
+            entry = next(
+                (e for e in registrations or [] if same_instance(e, unit.launch.url)), None
+            )
             if registrations is None or entry is None or not entry.get("outstanding_requests"):
                 await self._feed(dep, unit, m.Drained())
 
     def _draining(self, dep: Supervised) -> list[Unit]:
-        return [u for u in dep.units.values()
-                if u.machine.state is m.State.STOPPING and u.machine.phase is m.Phase.DRAIN]
+        return [
+            u
+            for u in dep.units.values()
+            if u.machine.state is m.State.STOPPING and u.machine.phase is m.Phase.DRAIN
+        ]
 
     async def _reconcile(self, dep: Supervised) -> None:
         """Desired vs actual, in start order (proxy, then instances) or stop order (reverse)."""
@@ -287,8 +311,9 @@ class Supervisor:
                 self.backend.signal(record, action.signal)
         elif isinstance(action, m.Drain | m.Undrain):
             if not unit.launch.is_proxy and dep.proxy.machine.state is m.State.RUNNING:
-                await self.probe.set_draining(dep.proxy.launch.url, unit.launch.url,
-                                              isinstance(action, m.Drain))
+                await self.probe.set_draining(
+                    dep.proxy.launch.url, unit.launch.url, isinstance(action, m.Drain)
+                )
         elif isinstance(action, m.Emit):
             message = action.message
             if action.kind in _FAILURES:
@@ -303,8 +328,7 @@ class Supervisor:
         unit.healthy = unit.registered = None
         unit.failed_probes, unit.next_probe = 0, 0.0
         try:
-            record = await self.backend.spawn(dep.folder, name, unit.launch.argv,
-                                              unit.launch.env)
+            record = await self.backend.spawn(dep.folder, name, unit.launch.argv, unit.launch.env)
         except (SpawnError, OSError) as exc:
             self._emit("spawn_failed", f"{dep.name}/{name}: {exc}", dep.name)
             await self._feed(dep, unit, m.Exited(None))
@@ -368,5 +392,6 @@ class Supervisor:
         try:
             return dep.units[instance]
         except KeyError:
-            raise SupervisorError(f"{dep.name} has no instance {instance!r}; it has "
-                                  f"{', '.join(dep.units)}") from None
+            raise SupervisorError(
+                f"{dep.name} has no instance {instance!r}; it has {', '.join(dep.units)}"
+            ) from None

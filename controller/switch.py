@@ -72,8 +72,7 @@ class ProxyAdmin:
             return {i["url"]: i for i in (await r.json())["instances"]}
 
     async def post(self, path: str, body: dict | None = None) -> None:
-        async with self.session.post(self.base + path, json=body or {},
-                                     headers=self.headers) as r:
+        async with self.session.post(self.base + path, json=body or {}, headers=self.headers) as r:
             if r.status == 404 and path.startswith("/instances/"):
                 return  # not registered (yet): nothing to drain or flag
             r.raise_for_status()
@@ -90,9 +89,12 @@ class ProxyAdmin:
 
 
 class SwitchRunner:
-    def __init__(self, supervisor: Supervisor,
-                 record: Callable[[str, str, str, str | None, dict | None], None],
-                 admin_token: str | None) -> None:
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        record: Callable[[str, str, str, str | None, dict | None], None],
+        admin_token: str | None,
+    ) -> None:
         self.supervisor, self.record, self.admin_token = supervisor, record, admin_token
         self.records: dict[str, SwitchRecord] = {}
         self._running: dict[str, asyncio.Task] = {}
@@ -104,9 +106,17 @@ class SwitchRunner:
     def history(self, name: str) -> list[SwitchRecord]:
         return [r for r in self.records.values() if r.deployment == name]
 
-    def begin(self, name: str, spec: DeploymentSpec, ports: AllocatedPorts, target: str,
-              strategy: str, actor: str, reason: str | None,
-              commit: Callable[[DeploymentSpec], int]) -> SwitchRecord:
+    def begin(
+        self,
+        name: str,
+        spec: DeploymentSpec,
+        ports: AllocatedPorts,
+        target: str,
+        strategy: str,
+        actor: str,
+        reason: str | None,
+        commit: Callable[[DeploymentSpec], int],
+    ) -> SwitchRecord:
         self.refuse_if_running(name)
         steps = plan(spec, target, strategy)
         units = self.supervisor.status(name) if name in self.supervisor.deployments else []
@@ -114,15 +124,27 @@ class SwitchRunner:
             raise SwitchBusy(f"{name!r} is not running: start it, or edit its mode instead")
         unwell = [f"{u['name']} is {u['state']}" for u in units if u["state"] != "RUNNING"]
         if unwell:
-            raise SwitchBusy("every instance must be RUNNING before a switch: "
-                             + ", ".join(unwell))
-        rec = SwitchRecord(uuid.uuid4().hex[:12], name, target, strategy, actor, reason,
-                           [s.describe() for s in steps])
+            raise SwitchBusy("every instance must be RUNNING before a switch: " + ", ".join(unwell))
+        rec = SwitchRecord(
+            uuid.uuid4().hex[:12],
+            name,
+            target,
+            strategy,
+            actor,
+            reason,
+            [s.describe() for s in steps],
+        )
         self.records[rec.id] = rec
-        self.record(actor, "switch.begin", f"{name}: switch to {target} mode by {strategy}"
-                    + (f" ({reason})" if reason else ""), name, {"switch": rec.id})
+        self.record(
+            actor,
+            "switch.begin",
+            f"{name}: switch to {target} mode by {strategy}" + (f" ({reason})" if reason else ""),
+            name,
+            {"switch": rec.id},
+        )
         self._running[name] = asyncio.create_task(
-            self._run(rec, spec, ports, steps, commit), name=f"switch-{name}")
+            self._run(rec, spec, ports, steps, commit), name=f"switch-{name}"
+        )
         return rec
 
     async def wait(self, switch_id: str) -> SwitchRecord:
@@ -137,8 +159,14 @@ class SwitchRunner:
             task.cancel()
         await asyncio.gather(*self._running.values(), return_exceptions=True)
 
-    async def _run(self, rec: SwitchRecord, spec: DeploymentSpec, ports: AllocatedPorts,
-                   steps: list[Step], commit: Callable[[DeploymentSpec], int]) -> None:
+    async def _run(
+        self,
+        rec: SwitchRecord,
+        spec: DeploymentSpec,
+        ports: AllocatedPorts,
+        steps: list[Step],
+        commit: Callable[[DeploymentSpec], int],
+    ) -> None:
         admin = ProxyAdmin(f"http://127.0.0.1:{ports.proxy}", self.admin_token)
         run = _Execution(self.supervisor, admin, rec.deployment)
         rejected_before = await _safe(admin.rejected(), 0)
@@ -148,8 +176,9 @@ class SwitchRunner:
                 rec.current = step.describe()
                 started = time.monotonic()
                 await run.do(step)
-                rec.timings.append({"step": step.describe(),
-                                    "seconds": round(time.monotonic() - started, 3)})
+                rec.timings.append(
+                    {"step": step.describe(), "seconds": round(time.monotonic() - started, 3)}
+                )
                 if step.spec is not None:
                     last_spec = step.spec
             rec.revision = commit(last_spec)
@@ -165,14 +194,15 @@ class SwitchRunner:
             rec.ended_at = time.time()
             rec.current = None
             rec.held_s, rec.degraded_s = run.held_s, run.degraded_s
-            rec.rejected = max(0, await _safe(admin.rejected(), rejected_before)
-                               - rejected_before)
+            rec.rejected = max(0, await _safe(admin.rejected(), rejected_before) - rejected_before)
             await admin.close()
             self._running.pop(rec.deployment, None)
             kind = "switch.done" if rec.state == "done" else "switch.failed"
             took = rec.ended_at - rec.started_at
-            message = (f"{rec.deployment}: switch to {rec.target} mode by {rec.strategy} "
-                       f"{'done' if rec.state == 'done' else 'failed'} in {took:.1f} s")
+            message = (
+                f"{rec.deployment}: switch to {rec.target} mode by {rec.strategy} "
+                f"{'done' if rec.state == 'done' else 'failed'} in {took:.1f} s"
+            )
             if rec.held_s is not None:
                 message += f"; requests held {rec.held_s:.2f} s"
             if rec.degraded_s is not None:
@@ -261,15 +291,20 @@ class _Execution:
             for name in instances:
                 unit = units[name]
                 seen = listing.get(unit["url"], {})
-                if (unit["state"] != "RUNNING" or seen.get("group") != mode
-                        or not seen.get("healthy")):
-                    waiting.append(f"{name} ({unit['state']}, proxy group "
-                                   f"{seen.get('group', 'none')})")
+                if (
+                    unit["state"] != "RUNNING"
+                    or seen.get("group") != mode
+                    or not seen.get("healthy")
+                ):
+                    waiting.append(
+                        f"{name} ({unit['state']}, proxy group {seen.get('group', 'none')})"
+                    )
             if not waiting:
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"not ready in {mode} mode after {READY_TIMEOUT_S:g} s: "
-                                   + ", ".join(waiting))
+                raise TimeoutError(
+                    f"not ready in {mode} mode after {READY_TIMEOUT_S:g} s: " + ", ".join(waiting)
+                )
             await asyncio.sleep(POLL_S)
 
     async def undo(self) -> None:

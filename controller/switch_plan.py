@@ -47,8 +47,7 @@ def _names(groups: list[InstanceGroup]) -> tuple[str, ...]:
 
 def with_modes(spec: DeploymentSpec, groups: set[str], mode: Mode) -> DeploymentSpec:
     """The spec with the named groups switched to `mode`."""
-    switched = [g.model_copy(update={"mode": mode}) if g.name in groups else g
-                for g in spec.groups]
+    switched = [g.model_copy(update={"mode": mode}) if g.name in groups else g for g in spec.groups]
     return spec.model_copy(update={"groups": switched})
 
 
@@ -60,8 +59,10 @@ def plan(spec: DeploymentSpec, target: str, strategy: str) -> list[Step]:
     except ValueError:
         raise SwitchRejected("mode must be read or write") from None
     if spec.connector not in MODE_CONNECTORS:
-        raise SwitchRejected(f"{spec.connector or 'a colocated deployment'} has no read/write "
-                             "modes to switch (only MoRIIOConnector does)")
+        raise SwitchRejected(
+            f"{spec.connector or 'a colocated deployment'} has no read/write "
+            "modes to switch (only MoRIIOConnector does)"
+        )
     todo = [g for g in spec.groups if g.mode != mode]
     if not todo:
         raise SwitchRejected(f"every instance group already runs in {mode} mode")
@@ -70,19 +71,24 @@ def plan(spec: DeploymentSpec, target: str, strategy: str) -> list[Step]:
     if strategy == "roll":
         return _roll(spec, mode, prefills, decodes)
     if len(prefills) != 1 or len(decodes) != 1:
-        raise SwitchRejected(f"{strategy} switches one prefill group and one decode group; "
-                             "this deployment has several: use roll")
+        raise SwitchRejected(
+            f"{strategy} switches one prefill group and one decode group; "
+            "this deployment has several: use roll"
+        )
     if strategy == "hold":
         return _hold(spec, mode, prefills[0], decodes[0])
     return _keep_serving(spec, mode, prefills[0], decodes[0])
 
 
-def _roll(spec: DeploymentSpec, mode: Mode, prefills: list[InstanceGroup],
-          decodes: list[InstanceGroup]) -> list[Step]:
+def _roll(
+    spec: DeploymentSpec, mode: Mode, prefills: list[InstanceGroup], decodes: list[InstanceGroup]
+) -> list[Step]:
     if len(prefills) < 2 or len(decodes) < 2:
-        raise SwitchRejected("roll needs at least two prefill groups and two decode groups, "
-                             "so that one pair serves while the other restarts; use hold or "
-                             "keep-serving")
+        raise SwitchRejected(
+            "roll needs at least two prefill groups and two decode groups, "
+            "so that one pair serves while the other restarts; use hold or "
+            "keep-serving"
+        )
     pairs = min(len(prefills), len(decodes))
     batches = [[prefills[i], decodes[i]] for i in range(pairs)]
     batches[-1] += prefills[pairs:] + decodes[pairs:]
@@ -101,8 +107,9 @@ def _roll(spec: DeploymentSpec, mode: Mode, prefills: list[InstanceGroup],
     return steps
 
 
-def _hold(spec: DeploymentSpec, mode: Mode, prefill: InstanceGroup,
-          decode: InstanceGroup) -> list[Step]:
+def _hold(
+    spec: DeploymentSpec, mode: Mode, prefill: InstanceGroup, decode: InstanceGroup
+) -> list[Step]:
     names = _names([prefill, decode])
     old = prefill.mode.value if prefill.mode else "read"
     return [
@@ -116,8 +123,9 @@ def _hold(spec: DeploymentSpec, mode: Mode, prefill: InstanceGroup,
     ]
 
 
-def _keep_serving(spec: DeploymentSpec, mode: Mode, prefill: InstanceGroup,
-                  decode: InstanceGroup) -> list[Step]:
+def _keep_serving(
+    spec: DeploymentSpec, mode: Mode, prefill: InstanceGroup, decode: InstanceGroup
+) -> list[Step]:
     p, d = _names([prefill]), _names([decode])
     half = with_modes(spec, {prefill.name}, mode)
     return [

@@ -57,14 +57,23 @@ def describe(dep: Supervised, unit: Unit, now: float, wall: float) -> dict[str, 
         # The shim's wall-clock start survives a restart of pdctl; the machine's does not.
         uptime = (wall - started) if started else m.uptime(mach, now)
     return {
-        "name": launch.name, "role": launch.role or "proxy", "group": launch.group,
-        "mode": launch.mode, "state": mach.state.value, "pid": mach.pid,
+        "name": launch.name,
+        "role": launch.role or "proxy",
+        "group": launch.group,
+        "mode": launch.mode,
+        "state": mach.state.value,
+        "pid": mach.pid,
         "uptime": None if uptime is None else round(max(0.0, uptime), 3),
-        "restarts": mach.restarts, "failures": mach.failures, "health": unit.healthy,
+        "restarts": mach.restarts,
+        "failures": mach.failures,
+        "health": unit.healthy,
         "registration": unit.registered if launch.registers else None,
-        "url": launch.url, "ports": launch.ports.model_dump() if launch.ports else
-        {"http": dep.ports.proxy, "registry": dep.ports.registry},
-        "gpus": launch.gpus, "last_exit_code": mach.last_exit,
+        "url": launch.url,
+        "ports": launch.ports.model_dump()
+        if launch.ports
+        else {"http": dep.ports.proxy, "registry": dep.ports.registry},
+        "gpus": launch.gpus,
+        "last_exit_code": mach.last_exit,
         "command": launch.command,
         "log_error": unit.record.log_error if unit.record else None,
     }

@@ -23,9 +23,14 @@ class Problem:
     type: str = "value_error"
 
 
-def validate(spec: DeploymentSpec, *, claimed_by_others: Mapping[int, str],
-             is_busy: Callable[[int], bool], allow_code_env: bool,
-             own_ports: Iterable[int] = ()) -> list[Problem]:
+def validate(
+    spec: DeploymentSpec,
+    *,
+    claimed_by_others: Mapping[int, str],
+    is_busy: Callable[[int], bool],
+    allow_code_env: bool,
+    own_ports: Iterable[int] = (),
+) -> list[Problem]:
     """Every problem with `spec`; empty when it may be stored.
 
     `claimed_by_others` maps each port another deployment's current revision claims to that
@@ -39,43 +44,59 @@ def validate(spec: DeploymentSpec, *, claimed_by_others: Mapping[int, str],
     problems = _ports(spec, claimed_by_others, is_busy, set(own_ports))
     problems += _profiles(spec)
     if not allow_code_env:
-        problems += [Problem(loc, f"{name} changes what code the engine runs and is refused "
-                             "unless the operator setting allow_code_env is true "
-                             "(PDCTL_ALLOW_CODE_ENV)", "code_env")
-                     for loc, name in code_env_names(spec)]
+        problems += [
+            Problem(
+                loc,
+                f"{name} changes what code the engine runs and is refused "
+                "unless the operator setting allow_code_env is true "
+                "(PDCTL_ALLOW_CODE_ENV)",
+                "code_env",
+            )
+            for loc, name in code_env_names(spec)
+        ]
     return problems
 
 
 def given_ports(spec: DeploymentSpec) -> list[tuple[tuple, int, int, str]]:
     """(loc, base port, width, what) for every port the spec gives explicitly."""
-    out = [(("proxy", "port"), spec.proxy.port, 1, "the proxy's HTTP port"),
-           (("proxy", "registry_port"), spec.proxy.registry_port, 1,
-            "the proxy's registry port")]
+    out = [
+        (("proxy", "port"), spec.proxy.port, 1, "the proxy's HTTP port"),
+        (("proxy", "registry_port"), spec.proxy.registry_port, 1, "the proxy's registry port"),
+    ]
     for i, group in enumerate(spec.groups):
         for j, p in enumerate(group.ports):
             base = ("groups", i, "ports", j)
-            out += [((*base, "http"), p.http, 1, "HTTP"),
-                    ((*base, "handshake"), p.handshake, group.tp, "handshake"),
-                    ((*base, "notify"), p.notify, group.tp, "notify"),
-                    ((*base, "side_channel"), p.side_channel, 1, "NIXL side channel")]
+            out += [
+                ((*base, "http"), p.http, 1, "HTTP"),
+                ((*base, "handshake"), p.handshake, group.tp, "handshake"),
+                ((*base, "notify"), p.notify, group.tp, "notify"),
+                ((*base, "side_channel"), p.side_channel, 1, "NIXL side channel"),
+            ]
     return [(loc, port, width, what) for loc, port, width, what in out if port is not None]
 
 
-def _ports(spec: DeploymentSpec, others: Mapping[int, str], is_busy: Callable[[int], bool],
-           own: set[int]) -> list[Problem]:
+def _ports(
+    spec: DeploymentSpec, others: Mapping[int, str], is_busy: Callable[[int], bool], own: set[int]
+) -> list[Problem]:
     problems = []
     for loc, base, width, what in given_ports(spec):
         span = range(base, base + width)
         ranks = f" (ranks use {base}-{base + width - 1})" if width > 1 else ""
         clash = next((p for p in span if p in others), None)
         if clash is not None:
-            problems.append(Problem(loc, f"port {clash} ({what}{ranks}) is claimed by "
-                                    f"deployment {others[clash]!r}", "port_conflict"))
+            problems.append(
+                Problem(
+                    loc,
+                    f"port {clash} ({what}{ranks}) is claimed by deployment {others[clash]!r}",
+                    "port_conflict",
+                )
+            )
             continue
         busy = next((p for p in span if p not in own and is_busy(p)), None)
         if busy is not None:
-            problems.append(Problem(loc, f"port {busy} ({what}{ranks}) is in use on this "
-                                    "host", "port_busy"))
+            problems.append(
+                Problem(loc, f"port {busy} ({what}{ranks}) is in use on this host", "port_busy")
+            )
     return problems
 
 
@@ -86,14 +107,23 @@ def _profiles(spec: DeploymentSpec) -> list[Problem]:
     models = available_models()
     if spec.model not in models:
         known = ", ".join(sorted(models))
-        problems.append(Problem(("model",), f"the stand-in has no model profile "
-                                f"{spec.model!r}; known (name or hf_id): {known}",
-                                "unknown_profile"))
+        problems.append(
+            Problem(
+                ("model",),
+                f"the stand-in has no model profile {spec.model!r}; known (name or hf_id): {known}",
+                "unknown_profile",
+            )
+        )
     hardware = profiles.available("hardware")
     if spec.hardware is not None and spec.hardware not in hardware:
-        problems.append(Problem(("hardware",), f"the stand-in has no hardware profile "
-                                f"{spec.hardware!r}; known: {', '.join(hardware)}",
-                                "unknown_profile"))
+        problems.append(
+            Problem(
+                ("hardware",),
+                f"the stand-in has no hardware profile "
+                f"{spec.hardware!r}; known: {', '.join(hardware)}",
+                "unknown_profile",
+            )
+        )
     return problems
 
 

@@ -40,8 +40,13 @@ class Verdict:
     signals: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "triggered": self.triggered, "advice": self.advice,
-                "evidence": self.evidence, "signals": list(self.signals)}
+        return {
+            "rule": self.rule,
+            "triggered": self.triggered,
+            "advice": self.advice,
+            "evidence": self.evidence,
+            "signals": list(self.signals),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,55 +65,95 @@ def _itl_interference(s: Signals) -> tuple[bool, str, dict]:
     over = s["itl_p99_ms"] > s["slo_itl_ms"]
     aligned = s["spike_prefill_overlap"] >= 0.5
     hit = over and aligned and s.get("topology", "colocated") == "colocated"
-    advice = ("p99 ITL is over its target and the spikes line up with prefill work: "
-              "disaggregate, so decodes never wait behind a prefill" if hit else
-              "ITL is within target, or its spikes are not caused by prefills")
-    return hit, advice, {"itl_p99_ms": s["itl_p99_ms"], "slo_itl_ms": s["slo_itl_ms"],
-                         "spikes_with_prefill": s["spike_prefill_overlap"]}
+    advice = (
+        "p99 ITL is over its target and the spikes line up with prefill work: "
+        "disaggregate, so decodes never wait behind a prefill"
+        if hit
+        else "ITL is within target, or its spikes are not caused by prefills"
+    )
+    return (
+        hit,
+        advice,
+        {
+            "itl_p99_ms": s["itl_p99_ms"],
+            "slo_itl_ms": s["slo_itl_ms"],
+            "spikes_with_prefill": s["spike_prefill_overlap"],
+        },
+    )
 
 
 def _ttft_binding(s: Signals) -> tuple[bool, str, dict]:
     ttft_over = s["ttft_p99_ms"] > s["slo_ttft_ms"]
     itl_ok = s["itl_p99_ms"] <= s["slo_itl_ms"]
     hit = ttft_over and itl_ok
-    advice = ("TTFT is the binding constraint (ITL is fine): disaggregation adds transfer "
-              "time to TTFT; stay colocated, or measure with `pdctl plan` first" if hit else
-              "TTFT is not the only target missed")
-    return hit, advice, {"ttft_p99_ms": s["ttft_p99_ms"], "slo_ttft_ms": s["slo_ttft_ms"],
-                         "itl_p99_ms": s["itl_p99_ms"]}
+    advice = (
+        "TTFT is the binding constraint (ITL is fine): disaggregation adds transfer "
+        "time to TTFT; stay colocated, or measure with `pdctl plan` first"
+        if hit
+        else "TTFT is not the only target missed"
+    )
+    return (
+        hit,
+        advice,
+        {
+            "ttft_p99_ms": s["ttft_p99_ms"],
+            "slo_ttft_ms": s["slo_ttft_ms"],
+            "itl_p99_ms": s["itl_p99_ms"],
+        },
+    )
 
 
 def _long_prompts(s: Signals) -> tuple[bool, str, dict]:
     long_busy = s["prompt_tokens_mean"] >= 2000 and s["concurrency_mean"] >= 16
     fast = s["kv_transfer_gbps"] >= 10
     hit = long_busy and fast
-    advice = ("long prompts at high concurrency with a fast KV link: disaggregate" if hit else
-              "long prompts at high concurrency, but the KV link is slow: fix the link first"
-              if long_busy else "prompts are short or concurrency is low")
-    return hit, advice, {"prompt_tokens_mean": s["prompt_tokens_mean"],
-                         "concurrency_mean": s["concurrency_mean"],
-                         "kv_transfer_gbps": s["kv_transfer_gbps"]}
+    advice = (
+        "long prompts at high concurrency with a fast KV link: disaggregate"
+        if hit
+        else "long prompts at high concurrency, but the KV link is slow: fix the link first"
+        if long_busy
+        else "prompts are short or concurrency is low"
+    )
+    return (
+        hit,
+        advice,
+        {
+            "prompt_tokens_mean": s["prompt_tokens_mean"],
+            "concurrency_mean": s["concurrency_mean"],
+            "kv_transfer_gbps": s["kv_transfer_gbps"],
+        },
+    )
 
 
 def _multi_turn(s: Signals) -> tuple[bool, str, dict]:
     hit = s["multi_turn_share"] >= 0.3
-    advice = ("chat or agent loops with growing context: disaggregate with bidirectional KV "
-              "transfer (decode's KV returns to prefill for the next turn)" if hit else
-              "little multi-turn traffic")
+    advice = (
+        "chat or agent loops with growing context: disaggregate with bidirectional KV "
+        "transfer (decode's KV returns to prefill for the next turn)"
+        if hit
+        else "little multi-turn traffic"
+    )
     return hit, advice, {"multi_turn_share": s["multi_turn_share"]}
 
 
 def _frontend_cpu(s: Signals) -> tuple[bool, str, dict]:
     hit = s["frontend_cpu_share"] >= 0.8
-    advice = ("the serving frontend spends most of a core tokenizing and parsing: split off "
-              "a render tier" if hit else "frontend CPU is not a bottleneck")
+    advice = (
+        "the serving frontend spends most of a core tokenizing and parsing: split off a render tier"
+        if hit
+        else "frontend CPU is not a bottleneck"
+    )
     return hit, advice, {"frontend_cpu_share": s["frontend_cpu_share"]}
 
 
 def _slow_transfer(s: Signals) -> tuple[bool, str, dict]:
     hit = s["transfer_share_of_ttft"] >= 0.3
-    advice = ("KV transfer is a large share of TTFT: fix the transfer (RDMA, NIC affinity, "
-              "UCX settings) or stay colocated" if hit else "KV transfer is a small part of TTFT")
+    advice = (
+        "KV transfer is a large share of TTFT: fix the transfer (RDMA, NIC affinity, "
+        "UCX settings) or stay colocated"
+        if hit
+        else "KV transfer is a small part of TTFT"
+    )
     return hit, advice, {"transfer_share_of_ttft": s["transfer_share_of_ttft"]}
 
 
@@ -117,35 +162,58 @@ def _light_traffic(s: Signals) -> tuple[bool, str, dict]:
     bursty = s.get("burstiness", 1.0) < 0.5
     short = s["prompt_tokens_mean"] < 512
     hit = low or bursty or short
-    reasons = [r for r, on in (("low rate", low), ("bursty arrivals", bursty),
-                               ("short prompts", short)) if on]
-    advice = (f"{', '.join(reasons)}: prefills rarely collide with decodes; stay colocated"
-              if hit else "traffic is heavy enough for interference to matter")
-    return hit, advice, {"request_rate": s["request_rate"], "burstiness": s.get("burstiness"),
-                         "prompt_tokens_mean": s["prompt_tokens_mean"]}
+    reasons = [
+        r
+        for r, on in (("low rate", low), ("bursty arrivals", bursty), ("short prompts", short))
+        if on
+    ]
+    advice = (
+        f"{', '.join(reasons)}: prefills rarely collide with decodes; stay colocated"
+        if hit
+        else "traffic is heavy enough for interference to matter"
+    )
+    return (
+        hit,
+        advice,
+        {
+            "request_rate": s["request_rate"],
+            "burstiness": s.get("burstiness"),
+            "prompt_tokens_mean": s["prompt_tokens_mean"],
+        },
+    )
 
 
 def _prefix_cache(s: Signals) -> tuple[bool, str, dict]:
     hit = s["prefix_hit_rate"] >= 0.5
-    advice = ("prefix caching is doing most of the prefill work; MORI-IO runs without it. "
-              "Compare both with `pdctl plan --shared-prefix-len N --prefix-caching` and "
-              "`--no-prefix-caching` before switching" if hit else
-              "prefix caching saves little here")
+    advice = (
+        "prefix caching is doing most of the prefill work; MORI-IO runs without it. "
+        "Compare both with `pdctl plan --shared-prefix-len N --prefix-caching` and "
+        "`--no-prefix-caching` before switching"
+        if hit
+        else "prefix caching saves little here"
+    )
     return hit, advice, {"prefix_hit_rate": s["prefix_hit_rate"]}
 
 
 RULES = (
-    Rule("itl_interference", ("itl_p99_ms", "slo_itl_ms", "spike_prefill_overlap"),
-         _itl_interference),
-    Rule("ttft_binding", ("ttft_p99_ms", "slo_ttft_ms", "itl_p99_ms", "slo_itl_ms"),
-         _ttft_binding),
-    Rule("long_prompts_high_concurrency",
-         ("prompt_tokens_mean", "concurrency_mean", "kv_transfer_gbps"), _long_prompts),
+    Rule(
+        "itl_interference", ("itl_p99_ms", "slo_itl_ms", "spike_prefill_overlap"), _itl_interference
+    ),
+    Rule("ttft_binding", ("ttft_p99_ms", "slo_ttft_ms", "itl_p99_ms", "slo_itl_ms"), _ttft_binding),
+    Rule(
+        "long_prompts_high_concurrency",
+        ("prompt_tokens_mean", "concurrency_mean", "kv_transfer_gbps"),
+        _long_prompts,
+    ),
     Rule("multi_turn", ("multi_turn_share",), _multi_turn),
     Rule("frontend_cpu", ("frontend_cpu_share",), _frontend_cpu),
     Rule("slow_kv_transfer", ("transfer_share_of_ttft",), _slow_transfer),
-    Rule("light_traffic", ("request_rate", "prompt_tokens_mean"), _light_traffic,
-         reads=("burstiness",)),
+    Rule(
+        "light_traffic",
+        ("request_rate", "prompt_tokens_mean"),
+        _light_traffic,
+        reads=("burstiness",),
+    ),
     Rule("prefix_cache_heavy", ("prefix_hit_rate",), _prefix_cache),
 )
 
@@ -155,8 +223,11 @@ def advise(signals: Signals) -> list[Verdict]:
     for rule in RULES:
         missing = [n for n in rule.needs if signals.get(n) is None]
         if missing:
-            verdicts.append(Verdict(rule.name, None, f"no signal: needs {', '.join(missing)}",
-                                    signals=rule.signals))
+            verdicts.append(
+                Verdict(
+                    rule.name, None, f"no signal: needs {', '.join(missing)}", signals=rule.signals
+                )
+            )
             continue
         triggered, advice, evidence = rule.check(signals)
         verdicts.append(Verdict(rule.name, triggered, advice, evidence, rule.signals))

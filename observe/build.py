@@ -13,12 +13,22 @@ from observe.samples import Samples, cumulative_buckets, family_present, total
 from observe.windows import EMPTY, Delta
 
 ENGINE_ROLES = ("decode", "colocated")  # whose engine TTFT/ITL is the one the client sees
-TRACKED_PREFIXES = ("pdctl_proxy_", "pdctl_sim_loop_lag", "vllm:time_to_first_token_seconds",
-                    "vllm:inter_token_latency_seconds", "vllm:nixl_xfer_time_seconds",
-                    "vllm:nixl_bytes_transferred", "vllm:prompt_tokens_by_source",
-                    "vllm:num_requests_running", "vllm:num_requests_waiting",
-                    "vllm:kv_cache_usage_perc", "vllm:prompt_tokens", "vllm:request_success",
-                    "vllm:prefix_cache_", "process_cpu_seconds")
+TRACKED_PREFIXES = (
+    "pdctl_proxy_",
+    "pdctl_sim_loop_lag",
+    "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:nixl_xfer_time_seconds",
+    "vllm:nixl_bytes_transferred",
+    "vllm:prompt_tokens_by_source",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:prompt_tokens",
+    "vllm:request_success",
+    "vllm:prefix_cache_",
+    "process_cpu_seconds",
+)
 PREFILL_ROLES = ("prefill", "colocated")  # whose prompt tokens are computed, not received
 # Below this many gaps the moment estimate is too noisy to act on; at 20, a Poisson stream's
 # shape still reads below the advisor's "bursty" line (0.5) about 2% of the time.
@@ -53,8 +63,13 @@ class TargetState:
 DOWN = TargetState(up=False)
 
 
-def build_frame(info: DeploymentInfo, units: Sequence[Mapping[str, Any]],
-                targets: Mapping[str, TargetState], window: str, now: float) -> Frame:
+def build_frame(
+    info: DeploymentInfo,
+    units: Sequence[Mapping[str, Any]],
+    targets: Mapping[str, TargetState],
+    window: str,
+    now: float,
+) -> Frame:
     """The frame for `window`; `units` are the controller's status rows (proxy included),
     `targets` the scraped state by unit name (a unit missing there counts as down)."""
     proxy_unit = next((u for u in units if u.get("role") == "proxy"), None)
@@ -63,31 +78,34 @@ def build_frame(info: DeploymentInfo, units: Sequence[Mapping[str, Any]],
     states = [(u, targets.get(u["name"], DOWN)) for u in instances]
     engine = [t.delta(window) for u, t in states if u.get("role") in ENGINE_ROLES and t.up]
     frame: Frame = {
-        "type": "frame", "deployment": info.name, "ts": now, "window": window,
-        "simulated": info.simulated, "slo": info.slo,
-        "ttft": histogram(cumulative_buckets(proxy.delta(window).counts,
-                                             "pdctl_proxy_ttft_seconds")),
-        "itl": histogram(cumulative_buckets(proxy.delta(window).counts,
-                                            "pdctl_proxy_itl_seconds")),
+        "type": "frame",
+        "deployment": info.name,
+        "ts": now,
+        "window": window,
+        "simulated": info.simulated,
+        "slo": info.slo,
+        "ttft": histogram(
+            cumulative_buckets(proxy.delta(window).counts, "pdctl_proxy_ttft_seconds")
+        ),
+        "itl": histogram(cumulative_buckets(proxy.delta(window).counts, "pdctl_proxy_itl_seconds")),
         "engine_ttft": _engine_histogram(engine, "vllm:time_to_first_token_seconds"),
         "engine_itl": _engine_histogram(engine, "vllm:inter_token_latency_seconds"),
         **requests(proxy.delta(window)),
-        "kv": kv_transfer([t.delta(window) for _, t in states if t.up],
-                          info.kv_bytes_per_token),
-        "running": int(sum(_gauge(t.gauges, "vllm:num_requests_running") or 0
-                           for _, t in states)),
-        "waiting": int(sum(_gauge(t.gauges, "vllm:num_requests_waiting") or 0
-                           for _, t in states)),
+        "kv": kv_transfer([t.delta(window) for _, t in states if t.up], info.kv_bytes_per_token),
+        "running": int(sum(_gauge(t.gauges, "vllm:num_requests_running") or 0 for _, t in states)),
+        "waiting": int(sum(_gauge(t.gauges, "vllm:num_requests_waiting") or 0 for _, t in states)),
         "kv_cache_usage": _max(_gauge(t.gauges, "vllm:kv_cache_usage_perc") for _, t in states),
         "engines": engine_work([(u.get("role"), t.delta(window)) for u, t in states if t.up]),
         "interference": interference(proxy.delta(window)),
         "multi_turn_share": multi_turn_share(proxy.delta(window)),
         "arrivals": arrivals(proxy.delta(window)),
         "instances": [_instance(u, t) for u, t in states],
-        "proxy": {"up": proxy.up,
-                  "in_flight": int(_gauge(proxy.gauges, "pdctl_proxy_in_flight_requests") or 0),
-                  "held": int(_gauge(proxy.gauges, "pdctl_proxy_held_requests") or 0),
-                  "loop_lag_s": _gauge(proxy.gauges, "pdctl_proxy_loop_lag_seconds")},
+        "proxy": {
+            "up": proxy.up,
+            "in_flight": int(_gauge(proxy.gauges, "pdctl_proxy_in_flight_requests") or 0),
+            "held": int(_gauge(proxy.gauges, "pdctl_proxy_held_requests") or 0),
+            "loop_lag_s": _gauge(proxy.gauges, "pdctl_proxy_loop_lag_seconds"),
+        },
     }
     return frame
 
@@ -108,8 +126,10 @@ def requests(delta: Delta) -> dict[str, Any]:
         "slo_attainment": (met or 0.0) / finished if present and finished > 0 else None,
         "request_goodput": delta.rate(met) if present else None,
         "request_rate": delta.rate(finished) if present else None,
-        "outcomes": {k: delta.rate(v) or 0.0
-                     for k, v in (("ok", ok), ("failed", failed), ("rejected", rejected))},
+        "outcomes": {
+            k: delta.rate(v) or 0.0
+            for k, v in (("ok", ok), ("failed", failed), ("rejected", rejected))
+        },
     }
 
 
@@ -117,21 +137,27 @@ def kv_transfer(deltas: Sequence[Delta], kv_bytes_per_token: int | None) -> dict
     """KV bytes/s between instances: NIXL's own figures when an instance exports them, else
     external prompt tokens x KV bytes per token ("derived"), else nothing."""
     if any(family_present(d.counts, "vllm:nixl_bytes_transferred") for d in deltas):
-        rate = sum(d.rate(total(d.counts, "vllm:nixl_bytes_transferred_sum")) or 0.0
-                   for d in deltas)
-        times = _sum_buckets(cumulative_buckets(d.counts, "vllm:nixl_xfer_time_seconds")
-                             for d in deltas)
+        rate = sum(
+            d.rate(total(d.counts, "vllm:nixl_bytes_transferred_sum")) or 0.0 for d in deltas
+        )
+        times = _sum_buckets(
+            cumulative_buckets(d.counts, "vllm:nixl_xfer_time_seconds") for d in deltas
+        )
         p50, p99 = quantile(0.5, times), quantile(0.99, times)
-        return {"bytes_per_s": rate, "source": "nixl",
-                "xfer_p50_ms": None if p50 is None else p50 * 1000,
-                "xfer_p99_ms": None if p99 is None else p99 * 1000}
-    tokens = [(d, total(d.counts, "vllm:prompt_tokens_by_source_total",
-                        source="external_kv_transfer")) for d in deltas]
+        return {
+            "bytes_per_s": rate,
+            "source": "nixl",
+            "xfer_p50_ms": None if p50 is None else p50 * 1000,
+            "xfer_p99_ms": None if p99 is None else p99 * 1000,
+        }
+    tokens = [
+        (d, total(d.counts, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer"))
+        for d in deltas
+    ]
     tokens = [(d, n) for d, n in tokens if n is not None]
     if tokens and kv_bytes_per_token is not None:
         rate = sum(d.rate(n) or 0.0 for d, n in tokens) * kv_bytes_per_token
-        return {"bytes_per_s": rate, "source": "derived", "xfer_p50_ms": None,
-                "xfer_p99_ms": None}
+        return {"bytes_per_s": rate, "source": "derived", "xfer_p50_ms": None, "xfer_p99_ms": None}
     return {"bytes_per_s": None, "source": None, "xfer_p50_ms": None, "xfer_p99_ms": None}
 
 
@@ -150,10 +176,16 @@ def arrivals(delta: Delta) -> dict[str, Any]:
     gaps = total(counts, "pdctl_proxy_arrival_gaps_total")
     seconds = total(counts, "pdctl_proxy_arrival_gap_seconds_total")
     squares = total(counts, "pdctl_proxy_arrival_gap_seconds_squared_total")
-    shape = (None if gaps is None or seconds is None or squares is None
-             else gamma_shape(gaps, seconds, squares))
-    return {"per_s": delta.rate(gaps), "gaps": None if gaps is None else round(gaps),
-            "burstiness": shape}
+    shape = (
+        None
+        if gaps is None or seconds is None or squares is None
+        else gamma_shape(gaps, seconds, squares)
+    )
+    return {
+        "per_s": delta.rate(gaps),
+        "gaps": None if gaps is None else round(gaps),
+        "burstiness": shape,
+    }
 
 
 def gamma_shape(n: float, seconds: float, squares: float) -> float | None:
@@ -175,9 +207,12 @@ def interference(delta: Delta) -> dict[str, Any]:
     ended as another request's prefill finished on the same instance."""
     spikes = total(delta.counts, "pdctl_proxy_itl_spikes_total")
     at_prefill = total(delta.counts, "pdctl_proxy_itl_spikes_at_prefill_total")
-    return {"spikes_per_s": delta.rate(spikes),
-            "at_prefill_share": at_prefill / spikes if spikes and at_prefill is not None
-            else (0.0 if spikes == 0 else None)}
+    return {
+        "spikes_per_s": delta.rate(spikes),
+        "at_prefill_share": at_prefill / spikes
+        if spikes and at_prefill is not None
+        else (0.0 if spikes == 0 else None),
+    }
 
 
 def engine_work(parts: Sequence[tuple[str | None, Delta]]) -> dict[str, Any]:
@@ -196,7 +231,8 @@ def engine_work(parts: Sequence[tuple[str | None, Delta]]) -> dict[str, Any]:
     cores = [d.rate(total(d.counts, "process_cpu_seconds_total")) for _, d in parts]
     cores = [c for c in cores if c is not None]
     return {
-        "prompt_tokens_per_request": prompts / finished if prompts is not None and finished
+        "prompt_tokens_per_request": prompts / finished
+        if prompts is not None and finished
         else None,
         "prefix_hit_rate": hits / queries if hits is not None and queries else None,
         "cpu_cores_max": max(cores) if cores else None,
@@ -219,8 +255,13 @@ def headline(frame: Frame) -> dict[str, Any]:
 
 def point(frame: Frame) -> dict[str, Any]:
     """One history point: the headline plus the engines' load at that moment."""
-    return {"ts": frame["ts"], **headline(frame), "running": frame["running"],
-            "waiting": frame["waiting"], "kv_cache_usage": frame["kv_cache_usage"]}
+    return {
+        "ts": frame["ts"],
+        **headline(frame),
+        "running": frame["running"],
+        "waiting": frame["waiting"],
+        "kv_cache_usage": frame["kv_cache_usage"],
+    }
 
 
 def with_windows(frame: Frame, frames: Mapping[str, Frame]) -> Frame:
@@ -253,13 +294,35 @@ def _max(values) -> float | None:
 def _instance(unit: Mapping[str, Any], t: TargetState) -> dict[str, Any]:
     running = _gauge(t.gauges, "vllm:num_requests_running") if t.up else None
     waiting = _gauge(t.gauges, "vllm:num_requests_waiting") if t.up else None
-    return {"name": unit["name"], "role": unit.get("role"), "state": unit.get("state"),
-            "url": unit.get("url"), "mode": unit.get("mode"), "up": t.up,
-            "running": int(running or 0), "waiting": int(waiting or 0),
-            "kv_cache_usage": _gauge(t.gauges, "vllm:kv_cache_usage_perc") if t.up else None,
-            "loop_lag_s": _gauge(t.gauges, "pdctl_sim_loop_lag_seconds") if t.up else None}
+    return {
+        "name": unit["name"],
+        "role": unit.get("role"),
+        "state": unit.get("state"),
+        "url": unit.get("url"),
+        "mode": unit.get("mode"),
+        "up": t.up,
+        "running": int(running or 0),
+        "waiting": int(waiting or 0),
+        "kv_cache_usage": _gauge(t.gauges, "vllm:kv_cache_usage_perc") if t.up else None,
+        "loop_lag_s": _gauge(t.gauges, "pdctl_sim_loop_lag_seconds") if t.up else None,
+    }
 
 
-__all__ = ["MIN_ARRIVAL_GAPS", "WINDOW_SECONDS", "DeploymentInfo", "TargetState", "arrivals",
-           "build_frame", "engine_work", "gamma_shape", "headline", "interference",
-           "kv_transfer", "multi_turn_share", "point", "requests", "tracked", "with_windows"]
+__all__ = [
+    "MIN_ARRIVAL_GAPS",
+    "WINDOW_SECONDS",
+    "DeploymentInfo",
+    "TargetState",
+    "arrivals",
+    "build_frame",
+    "engine_work",
+    "gamma_shape",
+    "headline",
+    "interference",
+    "kv_transfer",
+    "multi_turn_share",
+    "point",
+    "requests",
+    "tracked",
+    "with_windows",
+]

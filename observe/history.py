@@ -24,9 +24,12 @@ class History:
 
     def read(self, deployment: str, since: float, limit: int = 20_000) -> list[dict[str, Any]]:
         """Points of `deployment` from `since` (epoch seconds) on, oldest first."""
-        query = (select(HistoryPoint.data).where(HistoryPoint.deployment == deployment,
-                                                 HistoryPoint.ts >= since)
-                 .order_by(col(HistoryPoint.ts).desc()).limit(limit))
+        query = (
+            select(HistoryPoint.data)
+            .where(HistoryPoint.deployment == deployment, HistoryPoint.ts >= since)
+            .order_by(col(HistoryPoint.ts).desc())
+            .limit(limit)
+        )
         with Session(self.engine) as s:
             return list(reversed(s.exec(query).all()))
 

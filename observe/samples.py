@@ -59,8 +59,9 @@ def total(samples: Samples, name: str, **labels: str) -> float | None:
     return acc if found else None
 
 
-def cumulative_buckets(samples: Samples, histogram: str,
-                       **labels: str) -> list[tuple[float, float]] | None:
+def cumulative_buckets(
+    samples: Samples, histogram: str, **labels: str
+) -> list[tuple[float, float]] | None:
     """`histogram`'s buckets as (upper bound, cumulative count), summed over every other label
     (instances, engines), sorted with +Inf last; None when the histogram is absent."""
     name = histogram + "_bucket"

@@ -69,8 +69,11 @@ class _Target:
     missed: int = 0  # scrapes failed in a row
 
     def state(self) -> TargetState:
-        return TargetState(self.up, self.gauges if self.up else {},
-                           {w: self.snapshots.delta(s) for w, s in WINDOW_SECONDS.items()})
+        return TargetState(
+            self.up,
+            self.gauges if self.up else {},
+            {w: self.snapshots.delta(s) for w, s in WINDOW_SECONDS.items()},
+        )
 
 
 @cache
@@ -86,9 +89,14 @@ def kv_bytes_per_token(model: str) -> int | None:
 
 
 class Observer:
-    def __init__(self, controller: Any, store: Any, hub: Hub,
-                 settings: ObserveSettings | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        controller: Any,
+        store: Any,
+        hub: Hub,
+        settings: ObserveSettings | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.controller, self.hub = controller, hub
         self.settings = settings or ObserveSettings()
         self.history = History(store.engine)
@@ -108,7 +116,8 @@ class Observer:
     async def start(self) -> None:
         timeout = aiohttp.ClientTimeout(total=self.settings.timeout)
         self._session = aiohttp.ClientSession(
-            timeout=timeout, connector=aiohttp.TCPConnector(limit=64, force_close=False))
+            timeout=timeout, connector=aiohttp.TCPConnector(limit=64, force_close=False)
+        )
         self._last_event = await asyncio.to_thread(self._max_event_id)
         self._task = asyncio.create_task(self._loop(), name="pdctl-observer")
 
@@ -145,20 +154,26 @@ class Observer:
         for gone in set(self.latest) - set(names):
             del self.latest[gone]
         self._targets = {k: v for k, v in self._targets.items() if k[0] in names}
-        points = [(n, now, point(f[WINDOWS[0]])) for n, f in self.latest.items()
-                  if now - self._last_point.get(n, 0.0) >= self.settings.history_step_s]
+        points = [
+            (n, now, point(f[WINDOWS[0]]))
+            for n, f in self.latest.items()
+            if now - self._last_point.get(n, 0.0) >= self.settings.history_step_s
+        ]
         for name, _, _ in points:
             self._last_point[name] = now
         prune = now - self._last_prune >= PRUNE_EVERY_S
         if prune:
             self._last_prune = now
-        events = await asyncio.to_thread(self._housekeeping, points,
-                                         now - self.settings.retention_s if prune else None)
+        events = await asyncio.to_thread(
+            self._housekeeping, points, now - self.settings.retention_s if prune else None
+        )
         for event in events:
             if event.deployment:
-                self.hub.publish(event_topic(event.deployment),
-                                 {"type": "event", **EventOut.of(event).model_dump(mode="json")},
-                                 droppable=False)
+                self.hub.publish(
+                    event_topic(event.deployment),
+                    {"type": "event", **EventOut.of(event).model_dump(mode="json")},
+                    droppable=False,
+                )
         self.ticks += 1
 
     async def _observe(self, name: str, now: float) -> None:
@@ -170,10 +185,15 @@ class Observer:
         targets = {u["name"]: s for u, s in zip(units, states, strict=True)}
         spec = dep.spec
         info = DeploymentInfo(
-            name=name, simulated=str(spec.engine) == "sim",
-            slo={"ttft_ms": spec.slo.ttft_ms, "itl_ms": spec.slo.itl_ms,
-                 "itl_stat": spec.slo.itl_stat},
-            kv_bytes_per_token=kv_bytes_per_token(spec.model))
+            name=name,
+            simulated=str(spec.engine) == "sim",
+            slo={
+                "ttft_ms": spec.slo.ttft_ms,
+                "itl_ms": spec.slo.itl_ms,
+                "itl_stat": spec.slo.itl_stat,
+            },
+            kv_bytes_per_token=kv_bytes_per_token(spec.model),
+        )
         frames = {w: build_frame(info, units, targets, w, now) for w in WINDOWS}
         self.latest[name] = frames
         for window, frame in frames.items():
@@ -218,8 +238,9 @@ class Observer:
         if prune_before is not None:
             self.history.prune(prune_before)
         with Session(self._engine) as s:
-            events = list(s.exec(select(Event).where(Event.id > self._last_event)
-                                 .order_by(col(Event.id))))
+            events = list(
+                s.exec(select(Event).where(Event.id > self._last_event).order_by(col(Event.id)))
+            )
         if events:
             self._last_event = events[-1].id or self._last_event
         return events
@@ -235,16 +256,24 @@ class Observer:
         return with_windows(frames[window], frames) if frames else None
 
 
-async def start_observer(settings: Any, controller: Any, store: Any, hub: Hub,
-                         registry: Any) -> Observer:
+async def start_observer(
+    settings: Any, controller: Any, store: Any, hub: Hub, registry: Any
+) -> Observer:
     """The observer of a control plane whose controller runs here, its aggregates and the
     controller's state on the app's /metrics. `settings` is web.settings.Settings."""
     from web.metrics import LiveCollector
 
-    observer = Observer(controller, store, hub, ObserveSettings(
-        interval=settings.scrape_interval, timeout=settings.scrape_timeout,
-        history_step_s=settings.history_step_s,
-        retention_s=settings.history_retention_hours * 3600.0))
+    observer = Observer(
+        controller,
+        store,
+        hub,
+        ObserveSettings(
+            interval=settings.scrape_interval,
+            timeout=settings.scrape_timeout,
+            history_step_s=settings.history_step_s,
+            retention_s=settings.history_retention_hours * 3600.0,
+        ),
+    )
     registry.register(LiveCollector(controller, observer))
     await observer.start()
     return observer

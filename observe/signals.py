@@ -86,20 +86,29 @@ def advice(derived: Derived) -> dict[str, Any]:
     verdicts = []
     for verdict in advise(derived.values):
         item = verdict.to_json()
-        item["sources"] = {name: derived.sources.get(name) or
-                           f"absent: {derived.absent.get(name, 'not measured')}"
-                           for name in verdict.signals}
+        item["sources"] = {
+            name: derived.sources.get(name) or f"absent: {derived.absent.get(name, 'not measured')}"
+            for name in verdict.signals
+        }
         verdicts.append(item)
-    return {"signals": derived.values, "sources": derived.sources, "absent": derived.absent,
-            "verdicts": verdicts}
+    return {
+        "signals": derived.values,
+        "sources": derived.sources,
+        "absent": derived.absent,
+        "verdicts": verdicts,
+    }
 
 
 # -- live ------------------------------------------------------------------------------------
 
 
-def from_frame(frame: Mapping[str, Any] | None, points: Sequence[Mapping[str, Any]] = (),
-               topology: str | None = None, slo: Mapping[str, Any] | None = None,
-               kv_bytes_per_token: int | None = None) -> Derived:
+def from_frame(
+    frame: Mapping[str, Any] | None,
+    points: Sequence[Mapping[str, Any]] = (),
+    topology: str | None = None,
+    slo: Mapping[str, Any] | None = None,
+    kv_bytes_per_token: int | None = None,
+) -> Derived:
     """Signals of one deployment from its live frame (None: not running or not scraped)."""
     d = Derived()
     d.put("topology", topology, "deployment spec")
@@ -107,9 +116,17 @@ def from_frame(frame: Mapping[str, Any] | None, points: Sequence[Mapping[str, An
     d.put("slo_ttft_ms", slo.get("ttft_ms"), "deployment spec SLO", "no TTFT target set")
     d.put("slo_itl_ms", slo.get("itl_ms"), "deployment spec SLO", "no ITL target set")
     if frame is None:
-        for name in ("ttft_p99_ms", "itl_p99_ms", "itl_p50_ms", "request_rate",
-                     "slo_attainment", "concurrency_mean", "prompt_tokens_mean",
-                     "kv_transfer_gbps", "transfer_share_of_ttft"):
+        for name in (
+            "ttft_p99_ms",
+            "itl_p99_ms",
+            "itl_p50_ms",
+            "request_rate",
+            "slo_attainment",
+            "concurrency_mean",
+            "prompt_tokens_mean",
+            "kv_transfer_gbps",
+            "transfer_share_of_ttft",
+        ):
             d.miss(name, _NO_FRAME)
     else:
         _latencies(d, frame)
@@ -122,10 +139,13 @@ def from_frame(frame: Mapping[str, Any] | None, points: Sequence[Mapping[str, An
         d.miss("multi_turn_share", _NO_FRAME)
     else:
         window = frame.get("window", "")
-        d.put("multi_turn_share", frame.get("multi_turn_share"),
-              f"proxy: chat requests carrying an earlier assistant answer, of all chat "
-              f"requests, {window} window",
-              f"no chat request in the {window} window (a completion's prompt cannot say)")
+        d.put(
+            "multi_turn_share",
+            frame.get("multi_turn_share"),
+            f"proxy: chat requests carrying an earlier assistant answer, of all chat "
+            f"requests, {window} window",
+            f"no chat request in the {window} window (a completion's prompt cannot say)",
+        )
     if frame is None:
         d.miss("burstiness", _NO_FRAME)
     else:
@@ -139,36 +159,60 @@ def from_frame(frame: Mapping[str, Any] | None, points: Sequence[Mapping[str, An
 def _arrivals(d: Derived, frame: Mapping[str, Any]) -> None:
     window, arrived = frame.get("window", ""), frame.get("arrivals") or {}
     gaps = arrived.get("gaps")
-    why = ("the proxy reports no arrival gaps" if gaps is None else
-           f"fewer than {MIN_ARRIVAL_GAPS} arrivals at the proxy in the {window} window "
-           f"({gaps} gaps)" if gaps < MIN_ARRIVAL_GAPS else
-           f"the {window} window's arrivals are evenly spaced: no spread to measure")
-    d.put("burstiness", arrived.get("burstiness"),
-          f"proxy: gamma shape of arrival gaps (mean^2/variance), {window} window", why)
+    why = (
+        "the proxy reports no arrival gaps"
+        if gaps is None
+        else f"fewer than {MIN_ARRIVAL_GAPS} arrivals at the proxy in the {window} window "
+        f"({gaps} gaps)"
+        if gaps < MIN_ARRIVAL_GAPS
+        else f"the {window} window's arrivals are evenly spaced: no spread to measure"
+    )
+    d.put(
+        "burstiness",
+        arrived.get("burstiness"),
+        f"proxy: gamma shape of arrival gaps (mean^2/variance), {window} window",
+        why,
+    )
 
 
 def _engine_work(d: Derived, frame: Mapping[str, Any]) -> None:
     window, work = frame.get("window", ""), frame.get("engines") or {}
     spikes = frame.get("interference") or {}
-    d.put("spike_prefill_overlap", spikes.get("at_prefill_share"),
-          f"proxy: share of ITL spikes (> 2x the request's median gap) that ended as another "
-          f"request's prefill finished on the same instance, {window} window",
-          f"the proxy reports no ITL spike counts in the {window} window")
-    d.put("prefix_hit_rate", work.get("prefix_hit_rate"),
-          f"vllm:prefix_cache_hits / vllm:prefix_cache_queries on the prefill and colocated "
-          f"instances, {window} window",
-          f"no prefix-cache queries in the {window} window (prefix caching off, or idle)")
-    d.put("prompt_tokens_mean", work.get("prompt_tokens_per_request"),
-          f"vllm:prompt_tokens / vllm:request_success on the prefill and colocated instances, "
-          f"{window} window", f"no request finished on a prefilling engine in the {window} "
-          "window")
+    d.put(
+        "spike_prefill_overlap",
+        spikes.get("at_prefill_share"),
+        f"proxy: share of ITL spikes (> 2x the request's median gap) that ended as another "
+        f"request's prefill finished on the same instance, {window} window",
+        f"the proxy reports no ITL spike counts in the {window} window",
+    )
+    d.put(
+        "prefix_hit_rate",
+        work.get("prefix_hit_rate"),
+        f"vllm:prefix_cache_hits / vllm:prefix_cache_queries on the prefill and colocated "
+        f"instances, {window} window",
+        f"no prefix-cache queries in the {window} window (prefix caching off, or idle)",
+    )
+    d.put(
+        "prompt_tokens_mean",
+        work.get("prompt_tokens_per_request"),
+        f"vllm:prompt_tokens / vllm:request_success on the prefill and colocated instances, "
+        f"{window} window",
+        f"no request finished on a prefilling engine in the {window} window",
+    )
     if frame.get("simulated"):
-        d.miss("frontend_cpu_share", "the stand-in's one process also runs its simulated "
-               "engine, so its CPU is not the frontend's")
+        d.miss(
+            "frontend_cpu_share",
+            "the stand-in's one process also runs its simulated "
+            "engine, so its CPU is not the frontend's",
+        )
         return
-    d.put("frontend_cpu_share", work.get("cpu_cores_max"),
-          f"process_cpu_seconds_total rate of the busiest instance's API server process, "
-          f"{window} window", "no instance exports process_cpu_seconds_total")
+    d.put(
+        "frontend_cpu_share",
+        work.get("cpu_cores_max"),
+        f"process_cpu_seconds_total rate of the busiest instance's API server process, "
+        f"{window} window",
+        "no instance exports process_cpu_seconds_total",
+    )
 
 
 def _ms(histogram: Mapping[str, Any] | None, q: str) -> float | None:
@@ -181,29 +225,50 @@ def _ms(histogram: Mapping[str, Any] | None, q: str) -> float | None:
 def _latencies(d: Derived, frame: Mapping[str, Any]) -> None:
     window = frame.get("window", "")
     idle = f"no requests finished in the {window} window"
-    d.put("ttft_p99_ms", _ms(frame.get("ttft"), "p99"),
-          f"proxy TTFT histogram p99, {window} window", idle)
-    d.put("itl_p99_ms", _ms(frame.get("itl"), "p99"),
-          f"proxy ITL histogram p99 (all gaps pooled), {window} window", idle)
-    d.put("itl_p50_ms", _ms(frame.get("itl"), "p50"),
-          f"proxy ITL histogram p50, {window} window", idle)
-    d.put("request_rate", frame.get("request_rate"),
-          f"finished req/s at the proxy, {window} window", "the proxy reports no requests")
-    d.put("slo_attainment", frame.get("slo_attainment"),
-          f"proxy SLO counters, {window} window", idle)
+    d.put(
+        "ttft_p99_ms",
+        _ms(frame.get("ttft"), "p99"),
+        f"proxy TTFT histogram p99, {window} window",
+        idle,
+    )
+    d.put(
+        "itl_p99_ms",
+        _ms(frame.get("itl"), "p99"),
+        f"proxy ITL histogram p99 (all gaps pooled), {window} window",
+        idle,
+    )
+    d.put(
+        "itl_p50_ms",
+        _ms(frame.get("itl"), "p50"),
+        f"proxy ITL histogram p50, {window} window",
+        idle,
+    )
+    d.put(
+        "request_rate",
+        frame.get("request_rate"),
+        f"finished req/s at the proxy, {window} window",
+        "the proxy reports no requests",
+    )
+    d.put(
+        "slo_attainment", frame.get("slo_attainment"), f"proxy SLO counters, {window} window", idle
+    )
 
 
 def _load(d: Derived, frame: Mapping[str, Any], points: Sequence[Mapping[str, Any]]) -> None:
     running = [p["running"] for p in points if p.get("running") is not None]
     if running:
-        d.put("concurrency_mean", sum(running) / len(running),
-              f"mean running requests over {len(running)} history points")
+        d.put(
+            "concurrency_mean",
+            sum(running) / len(running),
+            f"mean running requests over {len(running)} history points",
+        )
     else:
         d.put("concurrency_mean", frame.get("running"), "running requests now (no history yet)")
 
 
-def _transfer(d: Derived, frame: Mapping[str, Any], topology: str | None,
-              kv_bytes_per_token: int | None) -> None:
+def _transfer(
+    d: Derived, frame: Mapping[str, Any], topology: str | None, kv_bytes_per_token: int | None
+) -> None:
     kv = frame.get("kv") or {}
     rate, bytes_per_s = frame.get("request_rate"), kv.get("bytes_per_s")
     if topology != "disaggregated":
@@ -211,22 +276,36 @@ def _transfer(d: Derived, frame: Mapping[str, Any], topology: str | None,
             d.miss(name, "colocated: no KV transfer")
         return
     if not (rate and bytes_per_s and kv_bytes_per_token):
-        why = ("no model profile for KV bytes per token" if not kv_bytes_per_token
-               else "no KV moved or no request finished in the window")
+        why = (
+            "no model profile for KV bytes per token"
+            if not kv_bytes_per_token
+            else "no KV moved or no request finished in the window"
+        )
         for name in ("prompt_tokens_mean", "kv_transfer_gbps", "transfer_share_of_ttft"):
             if name not in d.values:
                 d.miss(name, why)
         return
     per_request = bytes_per_s / rate
     if "prompt_tokens_mean" not in d.values:  # the engines' own count is more direct
-        d.put("prompt_tokens_mean", per_request / kv_bytes_per_token,
-              f"KV bytes/s ({kv.get('source')}) / KV bytes per token / request rate")
+        d.put(
+            "prompt_tokens_mean",
+            per_request / kv_bytes_per_token,
+            f"KV bytes/s ({kv.get('source')}) / KV bytes per token / request rate",
+        )
     xfer_ms, ttft_ms = kv.get("xfer_p50_ms"), _ms(frame.get("ttft"), "p50")
     no_times = "the connector reports no transfer times (NIXL does; MoRIIO does not)"
-    d.put("kv_transfer_gbps", per_request / (xfer_ms / 1000) / 1e9 if xfer_ms else None,
-          "KV bytes per request / median NIXL transfer time", no_times)
-    d.put("transfer_share_of_ttft", xfer_ms / ttft_ms if xfer_ms and ttft_ms else None,
-          "median NIXL transfer time / median TTFT", no_times)
+    d.put(
+        "kv_transfer_gbps",
+        per_request / (xfer_ms / 1000) / 1e9 if xfer_ms else None,
+        "KV bytes per request / median NIXL transfer time",
+        no_times,
+    )
+    d.put(
+        "transfer_share_of_ttft",
+        xfer_ms / ttft_ms if xfer_ms and ttft_ms else None,
+        "median NIXL transfer time / median TTFT",
+        no_times,
+    )
 
 
 # -- a bench result --------------------------------------------------------------------------
@@ -240,23 +319,37 @@ def from_bench(run: Mapping[str, Any], topology: str | None = None) -> Derived:
     d.put("slo_itl_ms", _number(run.get("slo_itl_ms")), "bench SLO", "no ITL target set")
     done = _number(run.get("completed")) or 0
     none_ok = "no request completed"
-    for name, key in (("ttft_p99_ms", "p99_ttft_ms"), ("itl_p99_ms", "p99_itl_ms"),
-                      ("itl_p50_ms", "median_itl_ms")):
+    for name, key in (
+        ("ttft_p99_ms", "p99_ttft_ms"),
+        ("itl_p99_ms", "p99_itl_ms"),
+        ("itl_p50_ms", "median_itl_ms"),
+    ):
         d.put(name, _number(run.get(key)) if done else None, f"bench {key}", none_ok)
     rate = _number(run.get("request_rate"))
     if rate is not None and math.isinf(rate):
-        d.put("request_rate", _number(run.get("request_throughput")),
-              "bench request_throughput (the run offered everything at once)")
+        d.put(
+            "request_rate",
+            _number(run.get("request_throughput")),
+            "bench request_throughput (the run offered everything at once)",
+        )
     else:
         d.put("request_rate", rate, "bench request_rate (offered)")
     d.put("burstiness", _number(run.get("burstiness")), "bench burstiness")
     d.put("slo_attainment", _number(run.get("slo_attainment")), "bench slo_attainment")
     tokens = _number(run.get("total_input_tokens"))
-    d.put("prompt_tokens_mean", tokens / done if tokens is not None and done else None,
-          "bench total_input_tokens / completed", none_ok)
+    d.put(
+        "prompt_tokens_mean",
+        tokens / done if tokens is not None and done else None,
+        "bench total_input_tokens / completed",
+        none_ok,
+    )
     throughput, e2el = _number(run.get("request_throughput")), _number(run.get("mean_e2el_ms"))
-    d.put("concurrency_mean", throughput * e2el / 1000 if done and throughput and e2el else None,
-          "Little's law: request_throughput x mean_e2el_ms", none_ok)
+    d.put(
+        "concurrency_mean",
+        throughput * e2el / 1000 if done and throughput and e2el else None,
+        "Little's law: request_throughput x mean_e2el_ms",
+        none_ok,
+    )
     dataset, turns = run.get("dataset"), _number(run.get("turns"))
     if dataset in ("random", "shared-prefix"):
         d.put("multi_turn_share", 0.0, f"bench dataset {dataset}: independent requests")
@@ -264,8 +357,13 @@ def from_bench(run: Mapping[str, Any], topology: str | None = None) -> Derived:
         d.put("multi_turn_share", (turns - 1) / turns, "bench multi-turn dataset, turns")
     else:
         d.miss("multi_turn_share", "the document does not say how its requests relate")
-    for name in ("spike_prefill_overlap", "kv_transfer_gbps", "transfer_share_of_ttft",
-                 "prefix_hit_rate", "frontend_cpu_share"):
+    for name in (
+        "spike_prefill_overlap",
+        "kv_transfer_gbps",
+        "transfer_share_of_ttft",
+        "prefix_hit_rate",
+        "frontend_cpu_share",
+    ):
         d.miss(name, "a client-side bench result does not see the engines")
     return d
 
@@ -281,33 +379,52 @@ def from_plan(result: Mapping[str, Any], row: Mapping[str, Any]) -> Derived:
     if topology in ("colocated", "disaggregated"):
         d.put("topology", topology, "plan result topologies")
     else:
-        topology = ("disaggregated" if _DISAGG_LABEL.match(label) else
-                    "colocated" if _COLOCATED_LABEL.match(label) else None)
-        d.put("topology", topology, "plan config label",
-              f"the config name {label!r} does not say its layout")
+        topology = (
+            "disaggregated"
+            if _DISAGG_LABEL.match(label)
+            else "colocated"
+            if _COLOCATED_LABEL.match(label)
+            else None
+        )
+        d.put(
+            "topology",
+            topology,
+            "plan config label",
+            f"the config name {label!r} does not say its layout",
+        )
     disaggregated = topology == "disaggregated"
     slo = _mapping(result.get("slo"))
     d.put("slo_ttft_ms", _number(slo.get("ttft_ms")), "plan SLO")
     d.put("slo_itl_ms", _number(slo.get("itl_ms")), "plan SLO")
-    for name, key in (("ttft_p99_ms", "p99_ttft_ms"), ("itl_p99_ms", "p99_itl_ms"),
-                      ("itl_p50_ms", "p50_itl_ms")):
+    for name, key in (
+        ("ttft_p99_ms", "p99_ttft_ms"),
+        ("itl_p99_ms", "p99_itl_ms"),
+        ("itl_p50_ms", "p50_itl_ms"),
+    ):
         d.put(name, _number(row.get(key)), f"plan row {key}")
     d.put("request_rate", _number(row.get("rate")), "plan row rate (offered)")
     d.put("slo_attainment", _number(row.get("slo_attainment")), "plan row slo_attainment")
     itl, tokens_per_s = _number(row.get("p50_itl_ms")), _number(row.get("output_throughput"))
-    d.put("concurrency_mean", tokens_per_s * itl / 1000 if itl and tokens_per_s else None,
-          "output tokens/s x median ITL (requests decoding at once)")
+    d.put(
+        "concurrency_mean",
+        tokens_per_s * itl / 1000 if itl and tokens_per_s else None,
+        "output tokens/s x median ITL (requests decoding at once)",
+    )
     workload = _mapping(result.get("workload"))
     no_workload = "the result carries no workload"
     prompt = _number(workload.get("input_len"))
     if prompt is not None:  # a shared prefix comes on top of input_len (bench.datasets)
         prompt += _number(workload.get("shared_prefix_len")) or 0
-    d.put("prompt_tokens_mean", prompt, "plan workload input_len + shared_prefix_len",
-          no_workload)
-    d.put("burstiness", _number(workload.get("burstiness")), "plan workload burstiness",
-          no_workload)
-    d.put("multi_turn_share", 0.0 if workload else None,
-          "plan workload: independent single-turn requests", no_workload)
+    d.put("prompt_tokens_mean", prompt, "plan workload input_len + shared_prefix_len", no_workload)
+    d.put(
+        "burstiness", _number(workload.get("burstiness")), "plan workload burstiness", no_workload
+    )
+    d.put(
+        "multi_turn_share",
+        0.0 if workload else None,
+        "plan workload: independent single-turn requests",
+        no_workload,
+    )
     if not workload:
         d.miss("prefix_hit_rate", no_workload)
     elif not workload.get("shared_prefix_len"):
@@ -315,27 +432,44 @@ def from_plan(result: Mapping[str, Any], row: Mapping[str, Any]) -> Derived:
     else:
         d.miss("prefix_hit_rate", "the planner's rows do not count prefix-cache hits")
     _plan_transfer(d, result, row, label, disaggregated, prompt)
-    d.miss("spike_prefill_overlap", "the planner's rows do not record which steps carried "
-           "prefill work")
+    d.miss(
+        "spike_prefill_overlap", "the planner's rows do not record which steps carried prefill work"
+    )
     d.miss("frontend_cpu_share", "the planner does not model the serving frontend")
     return d
 
 
-def _plan_transfer(d: Derived, result: Mapping[str, Any], row: Mapping[str, Any], label: str,
-                   disaggregated: bool, prompt: float | None) -> None:
+def _plan_transfer(
+    d: Derived,
+    result: Mapping[str, Any],
+    row: Mapping[str, Any],
+    label: str,
+    disaggregated: bool,
+    prompt: float | None,
+) -> None:
     if not disaggregated:
         for name in ("kv_transfer_gbps", "transfer_share_of_ttft"):
-            d.miss(name, "colocated: no KV transfer" if d.values.get("topology") else
-                   "the layout is unknown")
+            d.miss(
+                name,
+                "colocated: no KV transfer"
+                if d.values.get("topology")
+                else "the layout is unknown",
+            )
         return
     link = _number(_mapping(result.get("links_gbps")).get(label))
     d.put("kv_transfer_gbps", link, "plan: modelled P-D link", "the result names no link")
     per_token, ttft = _number(result.get("kv_bytes_per_token")), _number(row.get("p50_ttft_ms"))
-    share = (prompt * per_token / (link * 1e9) * 1000 / ttft
-             if link and per_token and prompt and ttft else None)
-    d.put("transfer_share_of_ttft", share,
-          "plan: mean prompt's KV over the link / median TTFT",
-          "the result lacks the link, KV bytes per token or the prompt length")
+    share = (
+        prompt * per_token / (link * 1e9) * 1000 / ttft
+        if link and per_token and prompt and ttft
+        else None
+    )
+    d.put(
+        "transfer_share_of_ttft",
+        share,
+        "plan: mean prompt's KV over the link / median TTFT",
+        "the result lacks the link, KV bytes per token or the prompt length",
+    )
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

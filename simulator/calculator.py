@@ -6,8 +6,13 @@ from simulator.profiles import HardwareProfile, ModelProfile
 from simulator.timing import kv_transfer_seconds
 
 
-def kv_report(model: ModelProfile, hardware: HardwareProfile, tokens: int, tp: int = 1,
-              link_gbps: float | None = None) -> dict[str, object]:
+def kv_report(
+    model: ModelProfile,
+    hardware: HardwareProfile,
+    tokens: int,
+    tp: int = 1,
+    link_gbps: float | None = None,
+) -> dict[str, object]:
     """Bytes of a prompt's KV cache and how long it takes to move over each path."""
     total = tokens * model.kv_bytes_per_token
     nic = hardware.nic_bytes_per_s * tp
@@ -26,5 +31,6 @@ def kv_report(model: ModelProfile, hardware: HardwareProfile, tokens: int, tp: i
     }
     if link_gbps is not None:
         report["given_link_transfer_ms"] = round(
-            kv_transfer_seconds(tokens, model, link_gbps * 1e9, 0) * 1000, 2)
+            kv_transfer_seconds(tokens, model, link_gbps * 1e9, 0) * 1000, 2
+        )
     return report

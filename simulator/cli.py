@@ -49,8 +49,9 @@ def _model_profile(model: str | None, model_profile: str | None) -> str:
         if model in (name, profiles.model(name).hf_id):
             return name
     known = ", ".join(profiles.available("models"))
-    raise EngineConfigError(f"--model {model!r} has no stand-in profile; pass --model-profile "
-                            f"(known: {known})")
+    raise EngineConfigError(
+        f"--model {model!r} has no stand-in profile; pass --model-profile (known: {known})"
+    )
 
 
 def _check_extra(args: list[str]) -> None:
@@ -65,56 +66,85 @@ def _check_extra(args: list[str]) -> None:
 
 def sim(
     ctx: typer.Context,
-    model_arg: str | None = typer.Argument(None, metavar="[MODEL]",
-                                           help="Model (as for vllm serve)."),
+    model_arg: str | None = typer.Argument(
+        None, metavar="[MODEL]", help="Model (as for vllm serve)."
+    ),
     model: str | None = typer.Option(None, "--model", help="Model name or HF id."),
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8100, "--port"),
     served_model_name: str | None = typer.Option(None, "--served-model-name"),
-    model_profile: str | None = typer.Option(None, "--model-profile",
-                                             help="Stand-in model profile."),
-    hardware: str | None = typer.Option(None, "--hardware",
-                                        help="Stand-in hardware profile (default: cpu for "
-                                        "the tiny model, else h100)."),
+    model_profile: str | None = typer.Option(
+        None, "--model-profile", help="Stand-in model profile."
+    ),
+    hardware: str | None = typer.Option(
+        None,
+        "--hardware",
+        help="Stand-in hardware profile (default: cpu for the tiny model, else h100).",
+    ),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp"),
     max_num_seqs: int = typer.Option(256, "--max-num-seqs"),
     max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens"),
     max_model_len: int | None = typer.Option(None, "--max-model-len"),
-    enable_prefix_caching: bool = typer.Option(True, "--enable-prefix-caching/"
-                                               "--no-enable-prefix-caching"),
+    enable_prefix_caching: bool = typer.Option(
+        True, "--enable-prefix-caching/--no-enable-prefix-caching"
+    ),
     gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
     num_gpu_blocks_override: int | None = typer.Option(None, "--num-gpu-blocks-override"),
     kv_transfer_config: str | None = typer.Option(None, "--kv-transfer-config"),
-    time_scale: float = typer.Option(1.0, "--time-scale",
-                                     help="Run K times slower than modelled; report modelled."),
-    kv_link_gbps: float | None = typer.Option(None, "--kv-link-gbps",
-                                              help="Modelled KV link, GB/s."),
-    kv_wire_scale: float = typer.Option(1 / 1024, "--kv-wire-scale",
-                                        help="Bytes on the wire per modelled KV byte."),
-    heartbeat_s: float = typer.Option(3.0, "--registration-interval", hidden=True,
-                                      help="Seconds between ZMQ registrations (tests only)."),
+    time_scale: float = typer.Option(
+        1.0, "--time-scale", help="Run K times slower than modelled; report modelled."
+    ),
+    kv_link_gbps: float | None = typer.Option(
+        None, "--kv-link-gbps", help="Modelled KV link, GB/s."
+    ),
+    kv_wire_scale: float = typer.Option(
+        1 / 1024, "--kv-wire-scale", help="Bytes on the wire per modelled KV byte."
+    ),
+    heartbeat_s: float = typer.Option(
+        3.0,
+        "--registration-interval",
+        hidden=True,
+        help="Seconds between ZMQ registrations (tests only).",
+    ),
     log_level: str = typer.Option("warning", "--log-level"),
-    disable_log_stats: bool = typer.Option(False, "--disable-log-stats",
-                                           help="No periodic stats line (as vLLM's flag)."),
+    disable_log_stats: bool = typer.Option(
+        False, "--disable-log-stats", help="No periodic stats line (as vLLM's flag)."
+    ),
     fault_injection: bool = typer.Option(
-        False, "--enable-fault-injection", envvar="PDCTL_SIM_FAULT_INJECTION", hidden=True,
-        help="Serve POST /_fault to make this instance misbehave (make chaos only)."),
+        False,
+        "--enable-fault-injection",
+        envvar="PDCTL_SIM_FAULT_INJECTION",
+        hidden=True,
+        help="Serve POST /_fault to make this instance misbehave (make chaos only).",
+    ),
 ) -> None:
     try:
         _check_extra(list(ctx.args))
         settings = _settings(
-            model=model or model_arg, host=host, port=port, served=served_model_name,
-            model_profile=model_profile, hardware=hardware, tp=tensor_parallel_size,
-            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-            max_model_len=max_model_len, prefix=enable_prefix_caching,
-            gpu_util=gpu_memory_utilization, blocks=num_gpu_blocks_override,
-            kv_transfer_config=kv_transfer_config, time_scale=time_scale,
-            kv_link_gbps=kv_link_gbps, kv_wire_scale=kv_wire_scale, heartbeat_s=heartbeat_s,
+            model=model or model_arg,
+            host=host,
+            port=port,
+            served=served_model_name,
+            model_profile=model_profile,
+            hardware=hardware,
+            tp=tensor_parallel_size,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_model_len=max_model_len,
+            prefix=enable_prefix_caching,
+            gpu_util=gpu_memory_utilization,
+            blocks=num_gpu_blocks_override,
+            kv_transfer_config=kv_transfer_config,
+            time_scale=time_scale,
+            kv_link_gbps=kv_link_gbps,
+            kv_wire_scale=kv_wire_scale,
+            heartbeat_s=heartbeat_s,
         )
         settings = replace(
-            settings, fault_injection=fault_injection,
-            log_stats_interval_s=None if disable_log_stats else stats_log.interval_from(
-                os.environ))
+            settings,
+            fault_injection=fault_injection,
+            log_stats_interval_s=None if disable_log_stats else stats_log.interval_from(os.environ),
+        )
     except (EngineConfigError, profiles.UnknownProfile) as exc:
         typer.echo(f"pdctl sim: error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -122,8 +152,11 @@ def sim(
     try:
         run(settings)
     except OSError as exc:  # a port taken: say which setting chose it, not a traceback
-        typer.echo(f"pdctl sim: error: cannot listen ({exc.strerror or exc}); the ports come "
-                   f"from {listen_sources(settings)}", err=True)
+        typer.echo(
+            f"pdctl sim: error: cannot listen ({exc.strerror or exc}); the ports come "
+            f"from {listen_sources(settings)}",
+            err=True,
+        )
         raise typer.Exit(1) from None
 
 
@@ -140,10 +173,27 @@ def listen_sources(settings: EngineSettings) -> str:
     return ", ".join(sources)
 
 
-def _settings(*, model, host, port, served, model_profile, hardware, tp, max_num_seqs,
-              max_num_batched_tokens, max_model_len, prefix, gpu_util, blocks,
-              kv_transfer_config, time_scale, kv_link_gbps, kv_wire_scale,
-              heartbeat_s) -> EngineSettings:
+def _settings(
+    *,
+    model,
+    host,
+    port,
+    served,
+    model_profile,
+    hardware,
+    tp,
+    max_num_seqs,
+    max_num_batched_tokens,
+    max_model_len,
+    prefix,
+    gpu_util,
+    blocks,
+    kv_transfer_config,
+    time_scale,
+    kv_link_gbps,
+    kv_wire_scale,
+    heartbeat_s,
+) -> EngineSettings:
     profile = _model_profile(model, model_profile)
     spec = profiles.model(profile)
     hardware = hardware or ("cpu" if profile == "tiny" else "h100")
@@ -152,8 +202,10 @@ def _settings(*, model, host, port, served, model_profile, hardware, tp, max_num
         (tp >= 1, "--tensor-parallel-size must be >= 1"),
         (max_num_seqs >= 1, "--max-num-seqs must be >= 1"),
         (max_num_batched_tokens >= 1, "--max-num-batched-tokens must be >= 1"),
-        (max_model_len is None or 1 <= max_model_len <= spec.max_model_len,
-         f"--max-model-len must be between 1 and {spec.max_model_len} for {profile}"),
+        (
+            max_model_len is None or 1 <= max_model_len <= spec.max_model_len,
+            f"--max-model-len must be between 1 and {spec.max_model_len} for {profile}",
+        ),
         (0 < gpu_util <= 1, "--gpu-memory-utilization must be in (0, 1]"),
         (blocks is None or blocks >= 1, "--num-gpu-blocks-override must be >= 1"),
         (time_scale > 0, "--time-scale must be > 0"),
@@ -167,12 +219,22 @@ def _settings(*, model, host, port, served, model_profile, hardware, tp, max_num
             raise EngineConfigError(message)
     kv = parse_kv_transfer_config(kv_transfer_config, port, os.environ)
     settings = EngineSettings(
-        host=host, port=port, served_model_name=served or model or profile,
-        model_profile=profile, hardware=hardware, tensor_parallel_size=tp,
-        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-        max_model_len=max_model_len, enable_prefix_caching=prefix,
-        num_gpu_blocks_override=blocks, gpu_memory_utilization=gpu_util,
-        time_scale=time_scale, kv=kv, kv_link_gbps=kv_link_gbps, kv_wire_scale=kv_wire_scale,
+        host=host,
+        port=port,
+        served_model_name=served or model or profile,
+        model_profile=profile,
+        hardware=hardware,
+        tensor_parallel_size=tp,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len,
+        enable_prefix_caching=prefix,
+        num_gpu_blocks_override=blocks,
+        gpu_memory_utilization=gpu_util,
+        time_scale=time_scale,
+        kv=kv,
+        kv_link_gbps=kv_link_gbps,
+        kv_wire_scale=kv_wire_scale,
         registration_interval_s=heartbeat_s,
         kv_hold_timeout_s=_hold_timeout(kv, os.environ),
     )
@@ -181,7 +243,8 @@ def _settings(*, model, host, port, served, model_profile, hardware, tp, max_num
     if build_scheduler(settings).pool.num_blocks * 16 < settings.model_len and blocks is None:
         raise EngineConfigError(
             f"{profile} does not fit on {tp} x {hardware}: not enough memory for the KV cache "
-            "of one max-model-len request (raise -tp or lower --max-model-len)")
+            "of one max-model-len request (raise -tp or lower --max-model-len)"
+        )
     return settings
 
 
@@ -194,7 +257,8 @@ def _hold_timeout(kv, env) -> float:
         value = float(raw)
     except ValueError:
         raise EngineConfigError(
-            f"VLLM_NIXL_ABORT_REQUEST_TIMEOUT must be seconds, got {raw!r}") from None
+            f"VLLM_NIXL_ABORT_REQUEST_TIMEOUT must be seconds, got {raw!r}"
+        ) from None
     if value <= 0:
         raise EngineConfigError("VLLM_NIXL_ABORT_REQUEST_TIMEOUT must be > 0")
     return value
@@ -206,15 +270,23 @@ def run(settings: EngineSettings) -> None:
     from simulator.server import create_app
 
     use_uvloop()
-    print(f"pdctl sim: {settings.model_profile} on {settings.tensor_parallel_size} x "
-          f"{settings.hardware} (time scale {settings.time_scale}) serving "
-          f"{settings.served_model_name!r} at http://{settings.host}:{settings.port}/v1",
-          flush=True)
-    web.run_app(create_app(settings), host=settings.host, port=settings.port,
-                print=None, access_log=None, handle_signals=True,
-                # vLLM aborts a request whose client went away even while it waits (its
-                # with_cancellation); without this only a streaming write would notice.
-                handler_cancellation=True)
+    print(
+        f"pdctl sim: {settings.model_profile} on {settings.tensor_parallel_size} x "
+        f"{settings.hardware} (time scale {settings.time_scale}) serving "
+        f"{settings.served_model_name!r} at http://{settings.host}:{settings.port}/v1",
+        flush=True,
+    )
+    web.run_app(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        print=None,
+        access_log=None,
+        handle_signals=True,
+        # vLLM aborts a request whose client went away even while it waits (its
+        # with_cancellation); without this only a streaming write would notice.
+        handler_cancellation=True,
+    )
 
 
 def use_uvloop() -> None:

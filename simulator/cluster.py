@@ -97,8 +97,14 @@ class _Run:
         """Work reached engine k at `now`: an idle engine cannot step before that."""
         self.clock[k] = max(self.clock[k], now)
 
-    def _loop(self, engines: list[Scheduler], on_event, on_step, until: float,
-              upstream: dict[int, list[int]] | None = None) -> None:
+    def _loop(
+        self,
+        engines: list[Scheduler],
+        on_event,
+        on_step,
+        until: float,
+        upstream: dict[int, list[int]] | None = None,
+    ) -> None:
         """Step engines in time order. `upstream[k]`: engines whose steps can send engine k
         work (a decode's prefills); k may jump only up to their next step."""
         self.clock = clock = [0.0] * len(engines)  # when each engine may start its next step
@@ -129,8 +135,11 @@ class _Run:
             on_step(k, out)
             if out.steps == 0:
                 # Nothing computable (decode legs waiting for KV): wait for the next event.
-                clock[k] = min(next_arrival, next_event if self.events else math.inf,
-                               self.events[0][0] if self.events else math.inf)
+                clock[k] = min(
+                    next_arrival,
+                    next_event if self.events else math.inf,
+                    self.events[0][0] if self.events else math.inf,
+                )
                 if clock[k] == math.inf:
                     return
                 continue
@@ -146,8 +155,9 @@ class _Run:
         def on_event(now: float, kind: str, arrival: Arrival) -> None:
             k = turn[0] % len(engines)
             turn[0] += 1
-            req = EngineRequest(arrival.request_id, arrival.prompt_token_ids,
-                                arrival.max_tokens, now)
+            req = EngineRequest(
+                arrival.request_id, arrival.prompt_token_ids, arrival.max_tokens, now
+            )
             engines[k].add_request(req)
             placed.append(req)
             self._touch(k, now)
@@ -176,10 +186,16 @@ class _Run:
                 d = turn["d"] % len(c.decodes)
                 turn["p"] += 1
                 turn["d"] += 1
-                prefill = EngineRequest(a.request_id, a.prompt_token_ids, 1, now,
-                                        kv_role=KVRole.REMOTE_DECODE)
-                decode = EngineRequest(a.request_id, a.prompt_token_ids, a.max_tokens, now,
-                                       kv_role=KVRole.REMOTE_PREFILL)
+                prefill = EngineRequest(
+                    a.request_id, a.prompt_token_ids, 1, now, kv_role=KVRole.REMOTE_DECODE
+                )
+                decode = EngineRequest(
+                    a.request_id,
+                    a.prompt_token_ids,
+                    a.max_tokens,
+                    now,
+                    kv_role=KVRole.REMOTE_PREFILL,
+                )
                 pair = _Pair(a, prefill, decode, d)
                 pairs[a.request_id] = pair
                 c.prefills[p].add_request(prefill)
@@ -198,11 +214,14 @@ class _Run:
                 return
             tokens = pair.arrival.prompt_token_ids
             model = c.decodes[pair.decode_engine].timing.model
-            pair.transfer_s = kv_transfer_seconds(len(tokens) - 1, model, c.link_bytes_per_s,
-                                                  c.link_latency_s)
+            pair.transfer_s = kv_transfer_seconds(
+                len(tokens) - 1, model, c.link_bytes_per_s, c.link_latency_s
+            )
             if c.mode == "write":
-                ready = max(pair.blocks_at + pair.transfer_s,
-                            pair.prefill_done + pair.transfer_s / model.layers)
+                ready = max(
+                    pair.blocks_at + pair.transfer_s,
+                    pair.prefill_done + pair.transfer_s / model.layers,
+                )
             else:
                 ready = max(pair.blocks_at, pair.prefill_done) + pair.transfer_s
             pair.scheduled = True
@@ -240,5 +259,6 @@ def _result(req: EngineRequest, arrival: float | None = None) -> RequestResult:
     start = req.arrival_time if arrival is None else arrival
     ttft = None if req.first_token_time is None else req.first_token_time - start
     e2e = None if req.finish_time is None else req.finish_time - start
-    return RequestResult(req.request_id, start, ttft, req.timeline.gaps(), e2e,
-                         req.num_output_tokens)
+    return RequestResult(
+        req.request_id, start, ttft, req.timeline.gaps(), e2e, req.num_output_tokens
+    )

@@ -127,17 +127,23 @@ def parse_kv_transfer_config(
         raise EngineConfigError("--kv-transfer-config: kv_load_failure_policy: fail | recompute")
     if connector == "MoRIIOConnector":
         return _moriio(extra, role, policy, http_port, env)
-    side_channel = _port(env.get("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600"),
-                         "VLLM_NIXL_SIDE_CHANNEL_PORT")
+    side_channel = _port(
+        env.get("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600"), "VLLM_NIXL_SIDE_CHANNEL_PORT"
+    )
     return KVTransferSettings(
-        connector=connector, role=role, read_mode=True, kv_port=side_channel,
-        load_failure_policy=policy, extra=extra,
+        connector=connector,
+        role=role,
+        read_mode=True,
+        kv_port=side_channel,
+        load_failure_policy=policy,
+        extra=extra,
         transfer_timeout_s=float(extra.get("transfer_timeout", 30.0)),
     )
 
 
-def _moriio(extra: dict, role: str, policy: str, http_port: int,
-            env: Mapping[str, str]) -> KVTransferSettings:
+def _moriio(
+    extra: dict, role: str, policy: str, http_port: int, env: Mapping[str, str]
+) -> KVTransferSettings:
     if "http_port" in extra and _port(extra["http_port"], "http_port") != http_port:
         raise EngineConfigError(
             "--kv-transfer-config: kv_connector_extra_config.http_port must equal --port"

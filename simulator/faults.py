@@ -109,8 +109,9 @@ async def _set(request: web.Request) -> web.Response:
         faults.current = parse_fault(json.loads(await request.read() or b"null"))
     except (ValueError, RecursionError) as exc:
         message = str(exc) if isinstance(exc, FaultError) else "body is not valid JSON"
-        return web.json_response({"error": {"message": message, "type": "BadRequestError",
-                                             "code": 400}}, status=400)
+        return web.json_response(
+            {"error": {"message": message, "type": "BadRequestError", "code": 400}}, status=400
+        )
     return _describe(faults)
 
 
@@ -120,16 +121,16 @@ async def _clear(request: web.Request) -> web.Response:
     return _describe(faults)
 
 
-async def answer(request: web.Request, fault: Fault, stream: bool,
-                 writer: ResponseWriter) -> web.StreamResponse:
+async def answer(
+    request: web.Request, fault: Fault, stream: bool, writer: ResponseWriter
+) -> web.StreamResponse:
     """A generation request under a fault: 200, then garbage or silence. A stream first sends
     `after_tokens` well-formed token events, so the fault lands mid-stream."""
     if not stream:
         if fault.kind == "stall":
             await asyncio.sleep(STALL_S)
         return web.Response(body=GARBAGE, status=200, content_type="application/json")
-    response = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream; charset=utf-8"})
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
     await response.prepare(request)
     for _ in range(fault.after_tokens):
         await response.write(writer.token_chunk(" tok"))

@@ -56,8 +56,13 @@ class _Held:
 
 
 class KVTransferAgent:
-    def __init__(self, settings: EngineSettings, kv: KVTransferSettings, engine: EngineLoop,
-                 metrics: EngineMetrics) -> None:
+    def __init__(
+        self,
+        settings: EngineSettings,
+        kv: KVTransferSettings,
+        engine: EngineLoop,
+        metrics: EngineMetrics,
+    ) -> None:
         self.settings, self.kv, self.engine, self.metrics = settings, kv, engine, metrics
         self.model = profiles.model(settings.model_profile)
         self._held: dict[str, _Held] = {}  # prefill side: key -> held request
@@ -163,15 +168,17 @@ class KVTransferAgent:
         allocated_at = engine.now()
         tokens = req.prompt_len - 1
         modelled_bytes = tokens * self.model.kv_bytes_per_token
-        modelled_s = kv_transfer_seconds(tokens, self.model, self.settings.link_bytes_per_s(),
-                                         self.settings.kv_link_latency_s)
+        modelled_s = kv_transfer_seconds(
+            tokens, self.model, self.settings.link_bytes_per_s(), self.settings.kv_link_latency_s
+        )
         timeout = self.kv.transfer_timeout_s * engine.time_scale
         try:
             async with asyncio.timeout(timeout):
                 if remote.write:
                     pushed_at = await self._announce_and_wait(req, remote)
-                    ready_at = max(allocated_at + modelled_s,
-                                   pushed_at + modelled_s / self.model.layers)
+                    ready_at = max(
+                        allocated_at + modelled_s, pushed_at + modelled_s / self.model.layers
+                    )
                 else:
                     await self._pull(remote)
                     ready_at = allocated_at + modelled_s
@@ -192,9 +199,15 @@ class KVTransferAgent:
     async def _pull(self, remote: RemoteKV) -> None:
         reader, writer = await asyncio.open_connection(remote.host, remote.port)
         try:
-            await send_frame(writer, {"op": "read", "key": remote.key,
-                                      "engine_id": remote.engine_id,
-                                      "block_ids": remote.block_ids})
+            await send_frame(
+                writer,
+                {
+                    "op": "read",
+                    "key": remote.key,
+                    "engine_id": remote.engine_id,
+                    "block_ids": remote.block_ids,
+                },
+            )
             header = await read_frame(reader)
             if not header.get("ok"):
                 raise WireError(str(header.get("error", "prefill refused the read")))
@@ -210,9 +223,16 @@ class KVTransferAgent:
             self._pushes[remote.key] = fut
         reader, writer = await asyncio.open_connection(remote.host, remote.port)
         try:
-            await send_frame(writer, {"op": "notify", "key": remote.key,
-                                      "block_ids": req.block_ids,
-                                      "host": self.advertised_host, "port": self.kv.kv_port})
+            await send_frame(
+                writer,
+                {
+                    "op": "notify",
+                    "key": remote.key,
+                    "block_ids": req.block_ids,
+                    "host": self.advertised_host,
+                    "port": self.kv.kv_port,
+                },
+            )
             ack = await read_frame(reader)
             if not ack.get("ok"):
                 raise WireError(str(ack.get("error", "prefill refused the notification")))
@@ -224,13 +244,21 @@ class KVTransferAgent:
             self._pushes.pop(remote.key, None)
 
     def _transfer_failed(self, req: EngineRequest, remote: RemoteKV, why: str) -> None:
-        log.warning("KV transfer for %s from %s:%s failed: %s", req.request_id, remote.host,
-                    remote.port, why)
+        log.warning(
+            "KV transfer for %s from %s:%s failed: %s",
+            req.request_id,
+            remote.host,
+            remote.port,
+            why,
+        )
         self.metrics.nixl_failed_transfers += 1
         self.metrics.transfers["failed"] += 1
         self.failures[req.request_id] = why
-        self.engine.kv_arrived(req.request_id, ok=False,
-                               recompute_on_failure=self.kv.load_failure_policy == "recompute")
+        self.engine.kv_arrived(
+            req.request_id,
+            ok=False,
+            recompute_on_failure=self.kv.load_failure_policy == "recompute",
+        )
 
     # ---- the socket server (both sides) -------------------------------------------------
 
@@ -256,17 +284,33 @@ class KVTransferAgent:
         held = self._held.get(key)
         if held is not None and held.request_id not in self.engine.scheduler.held:
             del self._held[key]  # the abort timeout freed it
-            await send_frame(writer, {"ok": False, "error": f"KV for {key} expired after the "
-                                      "abort timeout and was freed"})
+            await send_frame(
+                writer,
+                {
+                    "ok": False,
+                    "error": f"KV for {key} expired after the abort timeout and was freed",
+                },
+            )
             return
         if held is None:
-            await send_frame(writer, {"ok": False, "error": f"no KV held for {key} "
-                                      "(expired, already taken, or never existed)"})
+            await send_frame(
+                writer,
+                {
+                    "ok": False,
+                    "error": f"no KV held for {key} (expired, already taken, or never existed)",
+                },
+            )
             return
         engine_id = frame.get("engine_id")
         if engine_id not in (None, self.settings.engine_id):
-            await send_frame(writer, {"ok": False, "error": f"engine id {engine_id} is not "
-                                      f"this engine ({self.settings.engine_id})"})
+            await send_frame(
+                writer,
+                {
+                    "ok": False,
+                    "error": f"engine id {engine_id} is not "
+                    f"this engine ({self.settings.engine_id})",
+                },
+            )
             return
         size = self.wire_bytes(held.modelled_bytes)
         await send_frame(writer, {"ok": True, "bytes": size})

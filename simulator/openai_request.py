@@ -24,19 +24,31 @@ class RequestError(Exception):
     "BadRequestError" or "NotFoundError", message ending "(parameter=..., value=...)").
     """
 
-    def __init__(self, message: str, status: int = 400, param: str | None = None,
-                 err_type: str = "BadRequestError") -> None:
+    def __init__(
+        self,
+        message: str,
+        status: int = 400,
+        param: str | None = None,
+        err_type: str = "BadRequestError",
+    ) -> None:
         super().__init__(message)
         self.message, self.status, self.param, self.err_type = message, status, param, err_type
 
 
 def error_body(err: RequestError) -> dict[str, Any]:
-    return {"error": {"message": err.message, "type": err.err_type, "param": err.param,
-                      "code": err.status}}
+    return {
+        "error": {
+            "message": err.message,
+            "type": err.err_type,
+            "param": err.param,
+            "code": err.status,
+        }
+    }
 
 
-def validation_error(loc: str, kind: str, msg: str, value: Any,
-                     ctx: dict[str, Any] | None = None) -> RequestError:
+def validation_error(
+    loc: str, kind: str, msg: str, value: Any, ctx: dict[str, Any] | None = None
+) -> RequestError:
     """FastAPI's RequestValidationError as vLLM words it: "1 validation error:\\n  {...}"."""
     detail: dict[str, Any] = {"type": kind, "loc": loc, "msg": msg, "input": _summary(value)}
     if ctx is not None:
@@ -69,12 +81,15 @@ class GenerationRequest:
     echo: bool = False
 
 
-def parse(kind: str, raw: bytes, content_type: str, served_model: str,
-          max_model_len: int) -> GenerationRequest:
+def parse(
+    kind: str, raw: bytes, content_type: str, served_model: str, max_model_len: int
+) -> GenerationRequest:
     """Validate in vLLM's order: media type, JSON, body fields, model, prompt, max_tokens."""
     if content_type.split(";", 1)[0].strip().lower() != "application/json":
-        raise RequestError("1 validation error:\n  Unsupported Media Type: Only "
-                           "'application/json' is allowed", err_type="Bad Request")
+        raise RequestError(
+            "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed",
+            err_type="Bad Request",
+        )
     body = _json_body(raw)
     if kind == "chat" and "messages" not in body:
         raise validation_error("body.messages", "missing", "Field required", body)
@@ -83,9 +98,12 @@ def parse(kind: str, raw: bytes, content_type: str, served_model: str,
     limit = limit if limit is not None else _int(body, "max_tokens")
     model = body.get("model")
     if model is not None and model != served_model:
-        raise RequestError(f"The model `{model}` does not exist. Valid aliases: "
-                           f"{served_model}.", status=404, param="model",
-                           err_type="NotFoundError")
+        raise RequestError(
+            f"The model `{model}` does not exist. Valid aliases: {served_model}.",
+            status=404,
+            param="model",
+            err_type="NotFoundError",
+        )
     if kind == "chat":
         prompt_ids = _chat_prompt(body["messages"])
     else:
@@ -97,21 +115,29 @@ def parse(kind: str, raw: bytes, content_type: str, served_model: str,
             f"This model's maximum context length is {max_model_len} tokens. However, your "
             f"prompt contains at least {seen} input tokens, which exceeds this limit even "
             "without any output tokens. Please reduce the length of the input prompt.",
-            "input_tokens", seen)
+            "input_tokens",
+            seen,
+        )
     max_tokens = _max_tokens(limit, len(prompt_ids), max_model_len)
     if body.get("n", 1) != 1:
         raise RequestError("The stand-in engine serves n=1 only", param="n")
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
-        raise validation_error("body.stream_options", "model_type", "Input should be a valid "
-                               "dictionary or instance of StreamOptions", options)
+        raise validation_error(
+            "body.stream_options",
+            "model_type",
+            "Input should be a valid dictionary or instance of StreamOptions",
+            options,
+        )
     if options and not stream:
-        raise RequestError("Stream options can only be defined when `stream=True`.",
-                           param="stream_options")
+        raise RequestError(
+            "Stream options can only be defined when `stream=True`.", param="stream_options"
+        )
     params = body.get("kv_transfer_params")
     if params is not None and not isinstance(params, dict):
-        raise validation_error("body.kv_transfer_params", "dict_type",
-                               "Input should be a valid dictionary", params)
+        raise validation_error(
+            "body.kv_transfer_params", "dict_type", "Input should be a valid dictionary", params
+        )
     return GenerationRequest(
         kind=kind,
         model=served_model,
@@ -129,14 +155,20 @@ def _json_body(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise validation_error(f"body.{exc.pos}", "json_invalid", "JSON decode error", {},
-                               {"error": exc.msg}) from None
+        raise validation_error(
+            f"body.{exc.pos}", "json_invalid", "JSON decode error", {}, {"error": exc.msg}
+        ) from None
     except UnicodeDecodeError:
-        raise validation_error("body.0", "json_invalid", "JSON decode error", {},
-                               {"error": "Invalid UTF-8"}) from None
+        raise validation_error(
+            "body.0", "json_invalid", "JSON decode error", {}, {"error": "Invalid UTF-8"}
+        ) from None
     if not isinstance(body, dict):
-        raise validation_error("body", "model_attributes_type", "Input should be a valid "
-                               "dictionary or object to extract fields from", body)
+        raise validation_error(
+            "body",
+            "model_attributes_type",
+            "Input should be a valid dictionary or object to extract fields from",
+            body,
+        )
     return body
 
 
@@ -151,9 +183,12 @@ def _int(body: dict[str, Any], field: str) -> int | None:
         try:
             return int(value.strip())
         except ValueError:
-            raise validation_error(f"body.{field}", "int_parsing", "Input should be a valid "
-                                   "integer, unable to parse string as an integer",
-                                   value) from None
+            raise validation_error(
+                f"body.{field}",
+                "int_parsing",
+                "Input should be a valid integer, unable to parse string as an integer",
+                value,
+            ) from None
     raise validation_error(f"body.{field}", "int_type", "Input should be a valid integer", value)
 
 
@@ -169,8 +204,9 @@ def _completion_prompt(prompt: Any) -> list[int]:
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
         ids = tokenizer.encode(prompt)
-    elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool)
-                                          for t in prompt):
+    elif isinstance(prompt, list) and all(
+        isinstance(t, int) and not isinstance(t, bool) for t in prompt
+    ):
         if any(t < 0 for t in prompt):
             raise RequestError("prompt token ids must be non-negative", param="prompt")
         if prompt and max(prompt) >= MAX_TOKEN_ID:
@@ -179,31 +215,34 @@ def _completion_prompt(prompt: Any) -> list[int]:
     elif prompt is None:
         ids = []
     else:
-        raise RequestError("prompt must be a string or a list of token ids (one prompt)",
-                           param="prompt")
+        raise RequestError(
+            "prompt must be a string or a list of token ids (one prompt)", param="prompt"
+        )
     if not ids:
-        raise _checked("Either prompt or prompt_embeds must be provided and non-empty.",
-                       "prompt")
+        raise _checked("Either prompt or prompt_embeds must be provided and non-empty.", "prompt")
     return ids
 
 
 def _chat_prompt(messages: Any) -> list[int]:
     if not isinstance(messages, list):
-        raise validation_error("body.messages", "list_type", "Input should be a valid list",
-                               messages)
+        raise validation_error(
+            "body.messages", "list_type", "Input should be a valid list", messages
+        )
     if not messages:
         raise RequestError("messages must be a non-empty list", param="messages")
     ids: list[int] = []
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or "role" not in message:
-            raise RequestError(f"messages[{i}] must be an object with a role",
-                               param=f"messages[{i}]")
+            raise RequestError(
+                f"messages[{i}] must be an object with a role", param=f"messages[{i}]"
+            )
         content = message.get("content") or ""
         if isinstance(content, list):  # content parts: keep the text ones
             content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
         if not isinstance(content, str):
-            raise RequestError(f"messages[{i}].content must be a string",
-                               param=f"messages[{i}].content")
+            raise RequestError(
+                f"messages[{i}].content must be a string", param=f"messages[{i}].content"
+            )
         # A tiny chat template: one token for the role, then the content's tokens.
         ids.extend(tokenizer.encode(str(message["role"])))
         ids.extend(tokenizer.encode(content))
@@ -215,12 +254,16 @@ def _max_tokens(limit: int | None, prompt_len: int, max_model_len: int) -> int:
     """vLLM 0.32 refuses only max_tokens > max_model_len and otherwise clamps to the room left
     after the prompt (get_max_tokens); max_completion_tokens is checked under the same name."""
     if limit is not None and limit > max_model_len:
-        raise _checked(f"max_tokens={limit} cannot be greater than max_model_len="
-                       f"{max_model_len}. Please request fewer output tokens.",
-                       "max_tokens", limit)
+        raise _checked(
+            f"max_tokens={limit} cannot be greater than max_model_len="
+            f"{max_model_len}. Please request fewer output tokens.",
+            "max_tokens",
+            limit,
+        )
     room = max_model_len - prompt_len
     max_tokens = room if limit is None else min(limit, room)
     if max_tokens < 1:
-        raise _checked(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens",
-                       max_tokens)
+        raise _checked(
+            f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens", max_tokens
+        )
     return max_tokens

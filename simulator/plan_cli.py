@@ -47,15 +47,20 @@ def parse_rates(text: str) -> list[float]:
 
 
 def plan(
-    scenario: str | None = typer.Option(None, "--scenario",
-                                        help=f"Built-in: {', '.join(SCENARIOS)}."),
+    scenario: str | None = typer.Option(
+        None, "--scenario", help=f"Built-in: {', '.join(SCENARIOS)}."
+    ),
     model: str = typer.Option("qwen3-235b-a22b-fp8", "--model"),
     hardware: str = typer.Option("mi300x", "--hardware"),
     gpus: int = typer.Option(8, "--gpus"),
-    config: Annotated[list[str] | None, typer.Option(
-        "--config", help="2xtp4 or 1p-tp4+1d-tp4:write; repeat.")] = None,
-    rate: str | None = typer.Option(None, "--rate", help="R, R1,R2 or start:stop:step "
-                                    "(default 8; a scenario's own rates unless given)."),
+    config: Annotated[
+        list[str] | None, typer.Option("--config", help="2xtp4 or 1p-tp4+1d-tp4:write; repeat.")
+    ] = None,
+    rate: str | None = typer.Option(
+        None,
+        "--rate",
+        help="R, R1,R2 or start:stop:step (default 8; a scenario's own rates unless given).",
+    ),
     num_prompts: int = typer.Option(100, "--num-prompts"),
     input_len: int = typer.Option(2000, "--input-len"),
     output_len: int = typer.Option(1000, "--output-len"),
@@ -67,16 +72,18 @@ def plan(
     slo_itl_ms: float = typer.Option(50.0, "--slo-itl-ms"),
     itl_slo_stat: str = typer.Option("p99", "--itl-slo-stat"),
     goodput_share: float = typer.Option(0.9, "--goodput-share"),
-    link_gbps: float | None = typer.Option(None, "--link-gbps",
-                                           help="GB/s between P and D (default NICs x TP)."),
+    link_gbps: float | None = typer.Option(
+        None, "--link-gbps", help="GB/s between P and D (default NICs x TP)."
+    ),
     max_num_seqs: int = typer.Option(256, "--max-num-seqs"),
     max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens"),
     pd_max_num_seqs: int = typer.Option(256, "--pd-max-num-seqs"),
     pd_max_num_batched_tokens: int = typer.Option(4096, "--pd-max-num-batched-tokens"),
     prefix_caching: bool = typer.Option(False, "--prefix-caching/--no-prefix-caching"),
     do_search: bool = typer.Option(False, "--search", help="Rank every one-node layout."),
-    seeds: int = typer.Option(DEFAULT_SEEDS, "--seeds",
-                              help="Arrival sequences at the published rate (scenarios)."),
+    seeds: int = typer.Option(
+        DEFAULT_SEEDS, "--seeds", help="Arrival sequences at the published rate (scenarios)."
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     console = Console()
@@ -88,20 +95,42 @@ def plan(
                 raise PlanError(f"--scenario {scenario!r}: known: {', '.join(SCENARIOS)}")
             if not 1 <= seeds <= 200:
                 raise PlanError("--seeds must be between 1 and 200")
-            result = (SCENARIOS[scenario]() if scenario == "saturation" else
-                      SCENARIOS[scenario](rates=parse_rates(rate) if rate else None, seeds=seeds))
+            result = (
+                SCENARIOS[scenario]()
+                if scenario == "saturation"
+                else SCENARIOS[scenario](rates=parse_rates(rate) if rate else None, seeds=seeds)
+            )
             _emit(result, as_json, console)
             return
-        _checks(model, hardware, gpus, num_prompts, input_len, output_len, range_ratio,
-                burstiness, goodput_share, itl_slo_stat)
+        _checks(
+            model,
+            hardware,
+            gpus,
+            num_prompts,
+            input_len,
+            output_len,
+            range_ratio,
+            burstiness,
+            goodput_share,
+            itl_slo_stat,
+        )
         rates = parse_rates(rate or "8")
         flags = EngineFlags(max_num_seqs, max_num_batched_tokens, prefix_caching)
         pd_flags = EngineFlags(pd_max_num_seqs, pd_max_num_batched_tokens, prefix_caching)
-        setup = PlanSetup(model, hardware, gpus, flags, pd_flags, pd_flags, link_gbps,
-                          slo=Slo(slo_ttft_ms, slo_itl_ms, itl_slo_stat),
-                          goodput_share=goodput_share)
-        workload = Workload(num_prompts, input_len, output_len, range_ratio, burstiness, seed,
-                            shared_prefix_len)
+        setup = PlanSetup(
+            model,
+            hardware,
+            gpus,
+            flags,
+            pd_flags,
+            pd_flags,
+            link_gbps,
+            slo=Slo(slo_ttft_ms, slo_itl_ms, itl_slo_stat),
+            goodput_share=goodput_share,
+        )
+        workload = Workload(
+            num_prompts, input_len, output_len, range_ratio, burstiness, seed, shared_prefix_len
+        )
         started = time.perf_counter()
         if do_search:
             result = search(setup, workload, rates)
@@ -115,8 +144,18 @@ def plan(
     _emit(result, as_json, console)
 
 
-def _checks(model, hardware, gpus, num_prompts, input_len, output_len, range_ratio,
-            burstiness, goodput_share, itl_slo_stat) -> None:
+def _checks(
+    model,
+    hardware,
+    gpus,
+    num_prompts,
+    input_len,
+    output_len,
+    range_ratio,
+    burstiness,
+    goodput_share,
+    itl_slo_stat,
+) -> None:
     profiles.model(model)
     profiles.hardware(hardware)
     for ok, message in (
@@ -139,66 +178,107 @@ def _emit(result: dict, as_json: bool, console: Console) -> None:
     if "ranked" in result:
         table = Table("config", "max_goodput_rate", "attainment at top rate", "fails on")
         for r in result["ranked"]:
-            table.add_row(r["config"], str(r["max_goodput_rate"]),
-                          f"{r['attainment_at_top_rate']:.0%}", r["failed_target_at_top_rate"])
+            table.add_row(
+                r["config"],
+                str(r["max_goodput_rate"]),
+                f"{r['attainment_at_top_rate']:.0%}",
+                r["failed_target_at_top_rate"],
+            )
         console.print(table)
         console.print(result["reason"])
         return
     if "saturation" in result:
         table = Table("config", "GPUs", "duration s", "total tok/s", "output tok/s")
         for r in result["saturation"]:
-            table.add_row(r["config"], str(r["gpus"]), str(r["duration_s"]),
-                          str(r["total_tokens_per_s"]), str(r["output_tokens_per_s"]))
+            table.add_row(
+                r["config"],
+                str(r["gpus"]),
+                str(r["duration_s"]),
+                str(r["total_tokens_per_s"]),
+                str(r["output_tokens_per_s"]),
+            )
         console.print(table)
         console.print(result.get("verdict", ""))
         return
-    table = Table("config", "rate", "met TTFT", "met ITL", "met both", "TTFT p50/p99 ms",
-                  "ITL p50/p99 ms", "fails on", *(["published"] if "published" in
-                                                    result["rows"][0] else []))
+    table = Table(
+        "config",
+        "rate",
+        "met TTFT",
+        "met ITL",
+        "met both",
+        "TTFT p50/p99 ms",
+        "ITL p50/p99 ms",
+        "fails on",
+        *(["published"] if "published" in result["rows"][0] else []),
+    )
     for r in result["rows"]:
-        cells = [r["config"], f"{r['rate']:g}", f"{r['met_ttft']}/{r['requests']}",
-                 f"{r['met_itl']}/{r['requests']}", f"{r['met_both']}/{r['requests']}",
-                 f"{r['p50_ttft_ms']:.0f} / {r['p99_ttft_ms']:.0f}",
-                 f"{r['p50_itl_ms']:.1f} / {r['p99_itl_ms']:.1f}", r["failed_target"]]
+        cells = [
+            r["config"],
+            f"{r['rate']:g}",
+            f"{r['met_ttft']}/{r['requests']}",
+            f"{r['met_itl']}/{r['requests']}",
+            f"{r['met_both']}/{r['requests']}",
+            f"{r['p50_ttft_ms']:.0f} / {r['p99_ttft_ms']:.0f}",
+            f"{r['p50_itl_ms']:.1f} / {r['p99_itl_ms']:.1f}",
+            r["failed_target"],
+        ]
         if "published" in r:
             cells.append(str(r["published"]))
         table.add_row(*cells)
     console.print(table)
     for name, best in result["max_goodput_rate"].items():
-        console.print(f"max_goodput_rate {name}: {best} req/s "
-                      f"(>= {result['goodput_share']:.0%} meet both)")
+        console.print(
+            f"max_goodput_rate {name}: {best} req/s (>= {result['goodput_share']:.0%} meet both)"
+        )
     if "published_rate" in result:
         _emit_published(result, console)
     if "wall_s" in result:
         console.print(f"(simulated in {result['wall_s']} s)")
     if "sweep_wall_s" in result:
-        console.print(f"(sweep: {len(result['rows'])} runs in {result['sweep_wall_s']} s; "
-                      f"published rate x {result['published_rate']['seeds']} seeds in "
-                      f"{result['published_rate_wall_s']} s)")
+        console.print(
+            f"(sweep: {len(result['rows'])} runs in {result['sweep_wall_s']} s; "
+            f"published rate x {result['published_rate']['seeds']} seeds in "
+            f"{result['published_rate_wall_s']} s)"
+        )
 
 
 def _emit_published(result: dict, console: Console) -> None:
     report = result["published_rate"]
     seeds = report["seeds"]
-    table = Table("config", f"met both: mean (min-max) of {seeds} seeds", "published",
-                  "fail TTFT only / ITL only (mean)", "published ",
-                  "TTFT p50/p90/p99/max s (median of seeds)", "published  ",
-                  f"per-request ITL {report['itl_stat']} (seed 0)", "published   ",
-                  title=f"At {report['rate']:g} req/s, beside the MORI-IO post")
+    table = Table(
+        "config",
+        f"met both: mean (min-max) of {seeds} seeds",
+        "published",
+        "fail TTFT only / ITL only (mean)",
+        "published ",
+        "TTFT p50/p90/p99/max s (median of seeds)",
+        "published  ",
+        f"per-request ITL {report['itl_stat']} (seed 0)",
+        "published   ",
+        title=f"At {report['rate']:g} req/s, beside the MORI-IO post",
+    )
     for name, c in report["configs"].items():
         pub = c["published"] or {}
         ttft = c["ttft_s"]
         table.add_row(
-            name, _spread(c["met_both"]), str(pub.get("met_both", "-")),
+            name,
+            _spread(c["met_both"]),
+            str(pub.get("met_both", "-")),
             f"{c['fail_ttft_only']['mean']:g} / {c['fail_itl_only']['mean']:g}",
             f"{pub.get('fail_ttft_only', '-')} / {pub.get('fail_itl_only', '-')}",
             " / ".join(f"{ttft[k]:.3f}" for k in ("p50", "p90", "p99", "max")),
             " / ".join(f"{pub['ttft_s'][k]:.3f}" for k in ("p50", "p90", "p99", "max"))
-            if pub else "-",
-            c["seed0"]["itl_clusters"], pub.get("itl_clusters", "-"))
+            if pub
+            else "-",
+            c["seed0"]["itl_clusters"],
+            pub.get("itl_clusters", "-"),
+        )
     console.print(table)
-    stats = Table("config", *(f"met both, per-request ITL {s}" for s in ("p99", "mean", "max")),
-                  title="The same runs judged under each per-request ITL statistic")
+    stats = Table(
+        "config",
+        *(f"met both, per-request ITL {s}" for s in ("p99", "mean", "max")),
+        title="The same runs judged under each per-request ITL statistic",
+    )
     for name, c in report["configs"].items():
         by = c["met_both_by_itl_stat"]
         stats.add_row(name, *(_spread(by[s]) for s in ("p99", "mean", "max")))

@@ -25,8 +25,10 @@ from simulator.scheduler import Scheduler, SchedulerConfig
 from simulator.timing import TimingModel, calibrated_factors, tp_overrides
 
 _COLOCATED = re.compile(r"^(?P<count>\d+)x-?tp(?P<tp>\d+)$")
-_DISAGG = re.compile(r"^(?P<p>\d+)p-?tp(?P<ptp>\d+)\+(?P<d>\d+)d-?tp(?P<dtp>\d+)"
-                     r"(?::(?P<mode>read|write))?$")
+_DISAGG = re.compile(
+    r"^(?P<p>\d+)p-?tp(?P<ptp>\d+)\+(?P<d>\d+)d-?tp(?P<dtp>\d+)"
+    r"(?::(?P<mode>read|write))?$"
+)
 
 
 class PlanError(ValueError):
@@ -59,8 +61,9 @@ class PlanConfig:
             return self.name
         if self.kind == "colocated":
             return f"{self.count}xTP{self.tp}"
-        return (f"{self.prefills}P-TP{self.prefill_tp}+{self.decodes}D-TP{self.decode_tp} "
-                f"{self.mode}")
+        return (
+            f"{self.prefills}P-TP{self.prefill_tp}+{self.decodes}D-TP{self.decode_tp} {self.mode}"
+        )
 
 
 def parse_config(text: str) -> PlanConfig:
@@ -69,14 +72,24 @@ def parse_config(text: str) -> PlanConfig:
     if m := _COLOCATED.match(spec):
         config = PlanConfig("colocated", count=int(m["count"]), tp=int(m["tp"]))
     elif m := _DISAGG.match(spec):
-        config = PlanConfig("disaggregated", prefills=int(m["p"]), prefill_tp=int(m["ptp"]),
-                            decodes=int(m["d"]), decode_tp=int(m["dtp"]),
-                            mode=m["mode"] or "write")
+        config = PlanConfig(
+            "disaggregated",
+            prefills=int(m["p"]),
+            prefill_tp=int(m["ptp"]),
+            decodes=int(m["d"]),
+            decode_tp=int(m["dtp"]),
+            mode=m["mode"] or "write",
+        )
     else:
-        raise PlanError(f"--config {text!r}: expected NxtpM (colocated, e.g. 2xtp4) or "
-                        "XPp-tpA+YDd-tpB[:read|write] (e.g. 1p-tp4+1d-tp4:write)")
-    sizes = ((config.count, config.tp) if config.kind == "colocated" else
-             (config.prefills, config.prefill_tp, config.decodes, config.decode_tp))
+        raise PlanError(
+            f"--config {text!r}: expected NxtpM (colocated, e.g. 2xtp4) or "
+            "XPp-tpA+YDd-tpB[:read|write] (e.g. 1p-tp4+1d-tp4:write)"
+        )
+    sizes = (
+        (config.count, config.tp)
+        if config.kind == "colocated"
+        else (config.prefills, config.prefill_tp, config.decodes, config.decode_tp)
+    )
     if min(sizes) < 1:
         raise PlanError(f"--config {text!r}: every count and TP must be at least 1")
     return config
@@ -125,23 +138,31 @@ class PlanSetup:
 
     def check(self, config: PlanConfig) -> None:
         if config.gpus > self.gpus:
-            raise PlanError(f"--config {config.label}: needs {config.gpus} GPUs, the node has "
-                            f"{self.gpus} (--gpus)")
-        tps = [config.tp] if config.kind == "colocated" else [config.prefill_tp,
-                                                              config.decode_tp]
+            raise PlanError(
+                f"--config {config.label}: needs {config.gpus} GPUs, the node has "
+                f"{self.gpus} (--gpus)"
+            )
+        tps = [config.tp] if config.kind == "colocated" else [config.prefill_tp, config.decode_tp]
         for tp in tps:
             timing = self._timing(tp)
             if timing.kv_pool_tokens() < 16:
-                raise PlanError(f"--config {config.label}: {self.model} does not fit on "
-                                f"TP{tp} x {self.hardware}")
+                raise PlanError(
+                    f"--config {config.label}: {self.model} does not fit on "
+                    f"TP{tp} x {self.hardware}"
+                )
 
     def _timing(self, tp: int) -> TimingModel:
         return TimingModel(profiles.model(self.model), profiles.hardware(self.hardware), tp)
 
     def engine(self, tp: int, flags: EngineFlags) -> Scheduler:
-        return Scheduler(self._timing(tp), SchedulerConfig(
-            max_num_seqs=flags.max_num_seqs, max_num_batched_tokens=flags.max_num_batched_tokens,
-            enable_prefix_caching=flags.prefix_caching))
+        return Scheduler(
+            self._timing(tp),
+            SchedulerConfig(
+                max_num_seqs=flags.max_num_seqs,
+                max_num_batched_tokens=flags.max_num_batched_tokens,
+                enable_prefix_caching=flags.prefix_caching,
+            ),
+        )
 
     def link_bytes_per_s(self, config: PlanConfig) -> float:
         if self.link_gbps is not None:
@@ -152,24 +173,34 @@ class PlanSetup:
 
     def cluster(self, config: PlanConfig) -> Cluster:
         if config.kind == "colocated":
-            return Cluster(colocated=[self.engine(config.tp, self.colocated_flags)
-                                      for _ in range(config.count)])
+            return Cluster(
+                colocated=[
+                    self.engine(config.tp, self.colocated_flags) for _ in range(config.count)
+                ]
+            )
         return Cluster(
-            prefills=[self.engine(config.prefill_tp, self.prefill_flags)
-                      for _ in range(config.prefills)],
-            decodes=[self.engine(config.decode_tp, self.decode_flags)
-                     for _ in range(config.decodes)],
-            mode=config.mode, link_bytes_per_s=self.link_bytes_per_s(config),
-            link_latency_s=self.link_latency_s)
+            prefills=[
+                self.engine(config.prefill_tp, self.prefill_flags) for _ in range(config.prefills)
+            ],
+            decodes=[
+                self.engine(config.decode_tp, self.decode_flags) for _ in range(config.decodes)
+            ],
+            mode=config.mode,
+            link_bytes_per_s=self.link_bytes_per_s(config),
+            link_latency_s=self.link_latency_s,
+        )
 
 
 def make_arrivals(workload: Workload, rate: float) -> list[Arrival]:
     """The same requests for every configuration at one rate (seeded)."""
     requests = _requests(workload)
-    times = arrival_times(len(requests), rate, workload.burstiness,
-                          random.Random(f"{workload.seed}:arrivals"))  # as pdctl bench
-    return [Arrival(f"r{i}", t, r.prompt_ids, r.output_len)
-            for i, (t, r) in enumerate(zip(times, requests, strict=True))]
+    times = arrival_times(
+        len(requests), rate, workload.burstiness, random.Random(f"{workload.seed}:arrivals")
+    )  # as pdctl bench
+    return [
+        Arrival(f"r{i}", t, r.prompt_ids, r.output_len)
+        for i, (t, r) in enumerate(zip(times, requests, strict=True))
+    ]
 
 
 @functools.lru_cache(maxsize=32)
@@ -178,12 +209,22 @@ def _requests(workload: Workload) -> tuple:
     of a sweep serves the same ones, and drawing 200k token ids is a quarter of a sweep."""
     rng = random.Random(workload.seed)
     if workload.shared_prefix_len > 0:
-        return tuple(shared_prefix_requests(workload.num_prompts, workload.input_len,
-                                            workload.output_len, workload.range_ratio,
-                                            workload.shared_prefix_len, workload.num_prefixes,
-                                            rng))
-    return tuple(random_requests(workload.num_prompts, workload.input_len,
-                                 workload.output_len, workload.range_ratio, rng))
+        return tuple(
+            shared_prefix_requests(
+                workload.num_prompts,
+                workload.input_len,
+                workload.output_len,
+                workload.range_ratio,
+                workload.shared_prefix_len,
+                workload.num_prefixes,
+                rng,
+            )
+        )
+    return tuple(
+        random_requests(
+            workload.num_prompts, workload.input_len, workload.output_len, workload.range_ratio, rng
+        )
+    )
 
 
 def judge(results: list[RequestResult], slo: Slo) -> tuple[int, int, int]:
@@ -199,24 +240,33 @@ def judge(results: list[RequestResult], slo: Slo) -> tuple[int, int, int]:
     return met_ttft, met_itl, met_both
 
 
-def row(config: PlanConfig, rate: float, results: list[RequestResult], slo: Slo,
-        duration: float) -> dict:
+def row(
+    config: PlanConfig, rate: float, results: list[RequestResult], slo: Slo, duration: float
+) -> dict:
     met_ttft, met_itl, met_both = judge(results, slo)
     n = len(results)
     ttfts = [r.ttft * 1000 for r in results if r.ttft is not None]
     gaps = [(g * 1000, c) for r in results for g, c in r.itl_gaps]
     failed = "none"
     if met_both < n:
-        failed = ("both" if met_ttft < n and met_itl < n else
-                  "ttft" if met_ttft < n else "itl")
+        failed = "both" if met_ttft < n and met_itl < n else "ttft" if met_ttft < n else "itl"
     out_tokens = sum(r.output_tokens for r in results)
     return {
-        "config": config.label, "rate": rate, "requests": n, "met_ttft": met_ttft,
-        "met_itl": met_itl, "met_both": met_both, "slo_attainment": met_both / n if n else 0.0,
-        "p50_ttft_ms": _pct(ttfts, 50), "p99_ttft_ms": _pct(ttfts, 99),
-        "p50_itl_ms": _weighted_pct(gaps, 50), "p99_itl_ms": _weighted_pct(gaps, 99),
-        "failed_target": failed, "output_throughput": out_tokens / duration if duration else 0,
-        "duration_s": duration, "gpus": config.gpus,
+        "config": config.label,
+        "rate": rate,
+        "requests": n,
+        "met_ttft": met_ttft,
+        "met_itl": met_itl,
+        "met_both": met_both,
+        "slo_attainment": met_both / n if n else 0.0,
+        "p50_ttft_ms": _pct(ttfts, 50),
+        "p99_ttft_ms": _pct(ttfts, 99),
+        "p50_itl_ms": _weighted_pct(gaps, 50),
+        "p99_itl_ms": _weighted_pct(gaps, 99),
+        "failed_target": failed,
+        "output_throughput": out_tokens / duration if duration else 0,
+        "duration_s": duration,
+        "gpus": config.gpus,
     }
 
 
@@ -241,8 +291,9 @@ def run(setup: PlanSetup, config: PlanConfig, workload: Workload, rate: float) -
     return run_with_results(setup, config, workload, rate)[0]
 
 
-def run_with_results(setup: PlanSetup, config: PlanConfig, workload: Workload,
-                     rate: float) -> tuple[dict, list[RequestResult]]:
+def run_with_results(
+    setup: PlanSetup, config: PlanConfig, workload: Workload, rate: float
+) -> tuple[dict, list[RequestResult]]:
     """The row, and the per-request results behind it (for distributions and re-judging)."""
     setup.check(config)
     arrivals = make_arrivals(workload, rate)
@@ -252,8 +303,13 @@ def run_with_results(setup: PlanSetup, config: PlanConfig, workload: Workload,
     return row(config, rate, results, setup.slo, end - start), results
 
 
-def sweep(setup: PlanSetup, configs: list[PlanConfig], workload: Workload,
-          rates: list[float], should_stop: Callable[[], bool] | None = None) -> dict:
+def sweep(
+    setup: PlanSetup,
+    configs: list[PlanConfig],
+    workload: Workload,
+    rates: list[float],
+    should_stop: Callable[[], bool] | None = None,
+) -> dict:
     """Every configuration at every rate. `should_stop` (asked before each run) lets a caller
     bound the wall time: runs not started are counted in `truncated`."""
     rows, best, skipped = [], {}, 0
@@ -265,13 +321,24 @@ def sweep(setup: PlanSetup, configs: list[PlanConfig], workload: Workload,
                 continue
             config_rows.append(run(setup, config, workload, rate))
         rows.extend(config_rows)
-        best[config.label] = max_goodput_rate(
-            [(r["rate"], r["slo_attainment"]) for r in config_rows],
-            setup.goodput_share) if config_rows else None
-    result = {"rows": rows, "max_goodput_rate": best, "goodput_share": setup.goodput_share,
-              "slo": {"ttft_ms": setup.slo.ttft_ms, "itl_ms": setup.slo.itl_ms,
-                      "itl_stat": setup.slo.itl_stat},
-              "calibration": calibration(setup)}
+        best[config.label] = (
+            max_goodput_rate(
+                [(r["rate"], r["slo_attainment"]) for r in config_rows], setup.goodput_share
+            )
+            if config_rows
+            else None
+        )
+    result = {
+        "rows": rows,
+        "max_goodput_rate": best,
+        "goodput_share": setup.goodput_share,
+        "slo": {
+            "ttft_ms": setup.slo.ttft_ms,
+            "itl_ms": setup.slo.itl_ms,
+            "itl_stat": setup.slo.itl_stat,
+        },
+        "calibration": calibration(setup),
+    }
     if skipped:
         result["truncated"] = f"{skipped} of {len(configs) * len(rates)} runs not started"
     return result
@@ -281,15 +348,26 @@ def calibration(setup: PlanSetup) -> list[dict]:
     """The timing factors in use and the published points they were fitted to: the pair's
     entry, then one per TP degree that has a factor of its own."""
     base = calibrated_factors(setup.hardware, setup.model)
-    entries = [{"hardware": setup.hardware, "model": setup.model, "tp": "any",
-                "factors": _factor_values(base),
-                "fitted_to": list(base.fitted_to) or ["defaults (not fitted)"]}]
+    entries = [
+        {
+            "hardware": setup.hardware,
+            "model": setup.model,
+            "tp": "any",
+            "factors": _factor_values(base),
+            "fitted_to": list(base.fitted_to) or ["defaults (not fitted)"],
+        }
+    ]
     for tp in tp_overrides(setup.hardware, setup.model):
         own = calibrated_factors(setup.hardware, setup.model, tp)
-        entries.append({"hardware": setup.hardware, "model": setup.model, "tp": tp,
-                        "factors": {k: v for k, v in _factor_values(own).items()
-                                    if v != getattr(base, k)},
-                        "fitted_to": [f for f in own.fitted_to if f not in base.fitted_to]})
+        entries.append(
+            {
+                "hardware": setup.hardware,
+                "model": setup.model,
+                "tp": tp,
+                "factors": {k: v for k, v in _factor_values(own).items() if v != getattr(base, k)},
+                "fitted_to": [f for f in own.fitted_to if f not in base.fitted_to],
+            }
+        )
     return entries
 
 
@@ -306,8 +384,17 @@ def candidate_configs(gpus: int, modes: tuple[str, ...] = ("read", "write")) -> 
             for p in range(1, gpus // ptp + 1):
                 d = (gpus - p * ptp) // dtp
                 if d >= 1 and p * ptp + d * dtp == gpus:
-                    out += [PlanConfig("disaggregated", prefills=p, prefill_tp=ptp,
-                                       decodes=d, decode_tp=dtp, mode=m) for m in modes]
+                    out += [
+                        PlanConfig(
+                            "disaggregated",
+                            prefills=p,
+                            prefill_tp=ptp,
+                            decodes=d,
+                            decode_tp=dtp,
+                            mode=m,
+                        )
+                        for m in modes
+                    ]
     return out
 
 
@@ -323,9 +410,13 @@ def fitting_configs(setup: PlanSetup, modes: tuple[str, ...] = ("write",)) -> li
     return out
 
 
-def search(setup: PlanSetup, workload: Workload, rates: list[float],
-           modes: tuple[str, ...] = ("write",),
-           should_stop: Callable[[], bool] | None = None) -> dict:
+def search(
+    setup: PlanSetup,
+    workload: Workload,
+    rates: list[float],
+    modes: tuple[str, ...] = ("write",),
+    should_stop: Callable[[], bool] | None = None,
+) -> dict:
     """Rank one-node layouts by max_goodput_rate, and say why the winner wins."""
     result = sweep(setup, fitting_configs(setup, modes), workload, rates, should_stop)
     return {**result, **rank(result, setup)}
@@ -337,12 +428,19 @@ def rank(result: dict, setup: PlanSetup) -> dict:
     by_config: dict[str, list[dict]] = {}
     for row in result["rows"]:
         by_config.setdefault(row["config"], []).append(row)
-    ranked = [{"config": name, "max_goodput_rate": result["max_goodput_rate"][name],
-               "attainment_at_top_rate": rows[-1]["slo_attainment"],
-               "failed_target_at_top_rate": rows[-1]["failed_target"], "rows": rows}
-              for name, rows in by_config.items()]
-    ranked.sort(key=lambda r: (r["max_goodput_rate"] or 0, r["attainment_at_top_rate"]),
-                reverse=True)
+    ranked = [
+        {
+            "config": name,
+            "max_goodput_rate": result["max_goodput_rate"][name],
+            "attainment_at_top_rate": rows[-1]["slo_attainment"],
+            "failed_target_at_top_rate": rows[-1]["failed_target"],
+            "rows": rows,
+        }
+        for name, rows in by_config.items()
+    ]
+    ranked.sort(
+        key=lambda r: (r["max_goodput_rate"] or 0, r["attainment_at_top_rate"]), reverse=True
+    )
     return {"ranked": ranked, "reason": _why(ranked, setup)}
 
 
@@ -351,18 +449,23 @@ def _why(ranked: list[dict], setup: PlanSetup) -> str:
         return "no layout fits the model on this node"
     win = ranked[0]
     if not win["max_goodput_rate"]:
-        return (f"no layout keeps {setup.goodput_share:.0%} of requests within the SLO at any "
-                f"tested rate; {win['config']} comes closest "
-                f"(fails on {win['failed_target_at_top_rate']})")
-    runner = next((r for r in ranked[1:] if r["max_goodput_rate"] != win["max_goodput_rate"]),
-                  None)
-    text = (f"{win['config']} sustains {win['max_goodput_rate']} req/s with "
-            f"{setup.goodput_share:.0%} of requests within TTFT {setup.slo.ttft_ms:g} ms and "
-            f"ITL ({setup.slo.itl_stat}) {setup.slo.itl_ms:g} ms")
+        return (
+            f"no layout keeps {setup.goodput_share:.0%} of requests within the SLO at any "
+            f"tested rate; {win['config']} comes closest "
+            f"(fails on {win['failed_target_at_top_rate']})"
+        )
+    runner = next((r for r in ranked[1:] if r["max_goodput_rate"] != win["max_goodput_rate"]), None)
+    text = (
+        f"{win['config']} sustains {win['max_goodput_rate']} req/s with "
+        f"{setup.goodput_share:.0%} of requests within TTFT {setup.slo.ttft_ms:g} ms and "
+        f"ITL ({setup.slo.itl_stat}) {setup.slo.itl_ms:g} ms"
+    )
     if runner is not None:
-        text += (f"; the next best, {runner['config']}, reaches "
-                 f"{runner['max_goodput_rate'] or 0} req/s and past it fails on "
-                 f"{runner['failed_target_at_top_rate']}")
+        text += (
+            f"; the next best, {runner['config']}, reaches "
+            f"{runner['max_goodput_rate'] or 0} req/s and past it fails on "
+            f"{runner['failed_target_at_top_rate']}"
+        )
     return text
 
 
@@ -372,8 +475,13 @@ def saturation(setup: PlanSetup, configs: list[PlanConfig], workload: Workload) 
     for config in configs:
         r = run(setup, config, replace(workload), math.inf)
         tokens = workload.num_prompts * (workload.input_len + workload.output_len)
-        rows.append({"config": config.label, "gpus": config.gpus,
-                     "duration_s": round(r["duration_s"], 3),
-                     "total_tokens_per_s": round(tokens / r["duration_s"], 1),
-                     "output_tokens_per_s": round(r["output_throughput"], 1)})
+        rows.append(
+            {
+                "config": config.label,
+                "gpus": config.gpus,
+                "duration_s": round(r["duration_s"], 3),
+                "total_tokens_per_s": round(tokens / r["duration_s"], 1),
+                "output_tokens_per_s": round(r["output_throughput"], 1),
+            }
+        )
     return rows

@@ -33,9 +33,13 @@ def registration_message(settings: EngineSettings, kv: KVTransferSettings, host:
     }
 
 
-async def heartbeat(message: dict, proxy_ip: str, ping_port: int,
-                    interval_s: float = HEARTBEAT_S,
-                    adjust: Callable[[dict], dict | None] | None = None) -> None:
+async def heartbeat(
+    message: dict,
+    proxy_ip: str,
+    ping_port: int,
+    interval_s: float = HEARTBEAT_S,
+    adjust: Callable[[dict], dict | None] | None = None,
+) -> None:
     """Send `message` to the registry forever (until cancelled). `adjust` (fault injection)
     may change a beat's message, or skip the beat by returning None."""
     ctx = zmq.asyncio.Context.instance()
@@ -49,8 +53,9 @@ async def heartbeat(message: dict, proxy_ip: str, ping_port: int,
             beat = message if adjust is None else adjust(message)
             if beat is not None:
                 with contextlib.suppress(zmq.Again):
-                    await sock.send(payload if beat is message else msgpack.packb(beat),
-                                    flags=zmq.NOBLOCK)
+                    await sock.send(
+                        payload if beat is message else msgpack.packb(beat), flags=zmq.NOBLOCK
+                    )
             await asyncio.sleep(interval_s)
     finally:
         sock.close(linger=0)

@@ -144,8 +144,11 @@ class Scheduler:
         return True
 
     def expire_held(self, now: float) -> list[EngineRequest]:
-        expired = [r for r in self.held.values() if r.kv_hold_deadline is not None
-                   and r.kv_hold_deadline <= now]
+        expired = [
+            r
+            for r in self.held.values()
+            if r.kv_hold_deadline is not None and r.kv_hold_deadline <= now
+        ]
         for req in expired:
             self.release_kv(req.request_id)
             self.counters.kv_expired_requests += 1
@@ -184,8 +187,9 @@ class Scheduler:
         batch = self._batch(scheduled)
         duration = self.timing.step_seconds(batch) if scheduled else 0.0
         end = now + duration
-        out = StepOutput(now, end, 1 if scheduled else 0, batch, [], [], [], preempted,
-                         self._new_awaiting)
+        out = StepOutput(
+            now, end, 1 if scheduled else 0, batch, [], [], [], preempted, self._new_awaiting
+        )
         if not scheduled:
             return out
         counters = self.counters

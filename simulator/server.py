@@ -64,8 +64,11 @@ def natural_length(prompt_ids: list[int]) -> int:
 
 
 def build_scheduler(settings: EngineSettings) -> Scheduler:
-    timing = TimingModel(profiles.model(settings.model_profile),
-                         profiles.hardware(settings.hardware), settings.tensor_parallel_size)
+    timing = TimingModel(
+        profiles.model(settings.model_profile),
+        profiles.hardware(settings.hardware),
+        settings.tensor_parallel_size,
+    )
     config = SchedulerConfig(
         max_num_seqs=settings.max_num_seqs,
         max_num_batched_tokens=settings.max_num_batched_tokens,
@@ -95,11 +98,15 @@ def _lifespan(settings: EngineSettings):
     async def lifespan(app: web.Application):
         scheduler = build_scheduler(settings)
         kv = settings.kv
-        metrics = EngineMetrics(scheduler, settings.served_model_name, settings.model_len,
-                                settings.time_scale,
-                                # Real vLLM exposes vllm:nixl_* for NixlConnector only.
-                                with_nixl=kv is not None and kv.connector == "NixlConnector",
-                                kv_role=kv.role if kv is not None else None)
+        metrics = EngineMetrics(
+            scheduler,
+            settings.served_model_name,
+            settings.model_len,
+            settings.time_scale,
+            # Real vLLM exposes vllm:nixl_* for NixlConnector only.
+            with_nixl=kv is not None and kv.connector == "NixlConnector",
+            kv_role=kv.role if kv is not None else None,
+        )
         engine = EngineLoop(scheduler, settings.time_scale)
         agent = KVTransferAgent(settings, kv, engine, metrics) if kv is not None else None
 
@@ -116,15 +123,29 @@ def _lifespan(settings: EngineSettings):
         tasks = []
         if kv is not None and kv.registers and agent is not None:
             message = registration_message(settings, kv, agent.advertised_host)
-            tasks.append(asyncio.create_task(heartbeat(
-                message, kv.proxy_ip, kv.proxy_ping_port, settings.registration_interval_s,
-                injected.heartbeat if injected is not None else None)))
+            tasks.append(
+                asyncio.create_task(
+                    heartbeat(
+                        message,
+                        kv.proxy_ip,
+                        kv.proxy_ping_port,
+                        settings.registration_interval_s,
+                        injected.heartbeat if injected is not None else None,
+                    )
+                )
+            )
         if settings.log_stats_interval_s is not None:
-            tasks.append(asyncio.create_task(log_stats(scheduler,
-                                                       settings.log_stats_interval_s)))
-        app[STATE] = SimState(settings, engine, metrics, registry_for(metrics), agent,
-                              int(time.time()), system_fingerprint(_config_key(settings)),
-                              injected)
+            tasks.append(asyncio.create_task(log_stats(scheduler, settings.log_stats_interval_s)))
+        app[STATE] = SimState(
+            settings,
+            engine,
+            metrics,
+            registry_for(metrics),
+            agent,
+            int(time.time()),
+            system_fingerprint(_config_key(settings)),
+            injected,
+        )
         yield
         for task in tasks:
             task.cancel()
@@ -141,8 +162,10 @@ def _lifespan(settings: EngineSettings):
 def _config_key(settings: EngineSettings) -> str:
     """What the fingerprint hashes: the engine's config, not its per-start engine id."""
     s = settings
-    return (f"{s.model_profile}|{s.served_model_name}|{s.hardware}|{s.model_len}|"
-            f"{s.tensor_parallel_size}|{s.max_num_seqs}|{s.max_num_batched_tokens}|{s.kv!r}")
+    return (
+        f"{s.model_profile}|{s.served_model_name}|{s.hardware}|{s.model_len}|"
+        f"{s.tensor_parallel_size}|{s.max_num_seqs}|{s.max_num_batched_tokens}|{s.kv!r}"
+    )
 
 
 def _json(obj: object, status: int = 200) -> web.Response:
@@ -160,14 +183,16 @@ async def _version(request: web.Request) -> web.Response:
 async def _models(request: web.Request) -> web.Response:
     state = request.app[STATE]
     s = state.settings
-    return _json(openai_format.models_body(s.served_model_name, s.model_profile, s.model_len,
-                                           state.created))
+    return _json(
+        openai_format.models_body(s.served_model_name, s.model_profile, s.model_len, state.created)
+    )
 
 
 async def _metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    return web.Response(body=generate_latest(state.registry),
-                        headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return web.Response(
+        body=generate_latest(state.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
 
 
 async def _completions(request: web.Request) -> web.StreamResponse:
@@ -186,9 +211,13 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
     state = request.app[STATE]
     settings = state.settings
     try:
-        gen = openai_request.parse(kind, await request.read(),
-                                  request.headers.get("Content-Type", ""),
-                                  settings.served_model_name, settings.model_len)
+        gen = openai_request.parse(
+            kind,
+            await request.read(),
+            request.headers.get("Content-Type", ""),
+            settings.served_model_name,
+            settings.model_len,
+        )
         writer = ResponseWriter(gen, state.fingerprint)
         request_id = internal_request_id(kind, writer.id)
         handoff = plan_handoff(gen.kv_transfer_params, settings.kv, request_id, request.headers)
@@ -199,8 +228,14 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         return await faults.answer(request, fault, gen.stream, writer)
     engine = state.engine
     stop_after = None if gen.ignore_eos else natural_length(gen.prompt_token_ids)
-    ereq = EngineRequest(request_id, gen.prompt_token_ids, gen.max_tokens, engine.now(),
-                         kv_role=handoff.role, stop_after=stop_after)
+    ereq = EngineRequest(
+        request_id,
+        gen.prompt_token_ids,
+        gen.max_tokens,
+        engine.now(),
+        kv_role=handoff.role,
+        stop_after=stop_after,
+    )
     if handoff.remote is not None and state.agent is not None:
         state.agent.expect(request_id, handoff.remote)
     try:
@@ -228,15 +263,26 @@ def _kv_params(state: SimState, ereq: EngineRequest, handoff: Handoff) -> dict |
         return None
     agent.prefill_done(handoff.key, ereq)
     s = state.settings
-    return prefill_response_params(s.kv, s.engine_id, agent.advertised_host, ereq.request_id,
-                                   handoff.key, list(ereq.block_ids), ereq.prompt_len,
-                                   s.tensor_parallel_size, ereq.num_cached_tokens)
+    return prefill_response_params(
+        s.kv,
+        s.engine_id,
+        agent.advertised_host,
+        ereq.request_id,
+        handoff.key,
+        list(ereq.block_ids),
+        ereq.prompt_len,
+        s.tensor_parallel_size,
+        ereq.num_cached_tokens,
+    )
 
 
 def _failure(state: SimState, ereq: EngineRequest) -> str:
     why = state.agent.failures.pop(ereq.request_id, None) if state.agent else None
-    return (f"KV transfer for request {ereq.request_id} failed"
-            + (f": {why}" if why else "") + " (kv_load_failure_policy=fail)")
+    return (
+        f"KV transfer for request {ereq.request_id} failed"
+        + (f": {why}" if why else "")
+        + " (kv_load_failure_policy=fail)"
+    )
 
 
 def _texts(ereq: EngineRequest, start: int, end: int, seed: int | None = None) -> list[str]:
@@ -255,17 +301,31 @@ async def _whole(state, gen, writer: ResponseWriter, ereq, handoff, queue) -> we
         # vLLM answers a failed KV load with a bare 500 "Internal server error" (fixture
         # decode_bogus_engine_id.json); the reason goes to the log, as vLLM's does.
         log.warning("%s", _failure(state, ereq))
-        return _json({"error": {"message": "Internal server error",
-                                "type": "InternalServerError", "param": None, "code": 500}},
-                     status=500)
+        return _json(
+            {
+                "error": {
+                    "message": "Internal server error",
+                    "type": "InternalServerError",
+                    "param": None,
+                    "code": 500,
+                }
+            },
+            status=500,
+        )
     text = "".join(_texts(ereq, 0, ereq.num_output_tokens))
-    body = writer.body(text, ereq.finish_reason or "length", ereq.prompt_len,
-                       ereq.num_output_tokens, _kv_params(state, ereq, handoff))
+    body = writer.body(
+        text,
+        ereq.finish_reason or "length",
+        ereq.prompt_len,
+        ereq.num_output_tokens,
+        _kv_params(state, ereq, handoff),
+    )
     return _json(body)
 
 
-async def _stream(request, state, gen, writer: ResponseWriter, ereq, handoff,
-                  queue) -> web.StreamResponse:
+async def _stream(
+    request, state, gen, writer: ResponseWriter, ereq, handoff, queue
+) -> web.StreamResponse:
     response = web.StreamResponse(headers=SSE_HEADERS)
     await response.prepare(request)
     if gen.kind == "chat":
@@ -287,15 +347,21 @@ async def _stream(request, state, gen, writer: ResponseWriter, ereq, handoff,
         last = texts.pop() if ended else None
         chunks = [writer.token_chunk(text) for text in texts]
         if last is not None:
-            chunks.append(writer.last_chunk(last, ereq.finish_reason or "length",
-                                            _kv_params(state, ereq, handoff)))
+            chunks.append(
+                writer.last_chunk(
+                    last, ereq.finish_reason or "length", _kv_params(state, ereq, handoff)
+                )
+            )
         await response.write(b"".join(chunks))
     if not ended and _failed(ereq):
         await response.write(writer.error_chunk(_failure(state, ereq)))
     else:
         if not ended:  # finished without a token of its own: an empty closing chunk
-            await response.write(writer.last_chunk("", ereq.finish_reason or "length",
-                                                   _kv_params(state, ereq, handoff)))
+            await response.write(
+                writer.last_chunk(
+                    "", ereq.finish_reason or "length", _kv_params(state, ereq, handoff)
+                )
+            )
         if gen.include_usage:
             await response.write(writer.usage_chunk(ereq.prompt_len, ereq.num_output_tokens))
     await response.write(DONE)

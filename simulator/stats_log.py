@@ -44,23 +44,27 @@ class StatsLine:
         prompt_tps = (c.prompt_tokens - self.prompt_tokens) / seconds
         generation_tps = (c.generation_tokens - self.generation_tokens) / seconds
         queries, hits = c.prefix_cache_queries - self.queries, c.prefix_cache_hits - self.hits
-        idle = not any((prompt_tps, generation_tps, self.last_prompt_tps,
-                        self.last_generation_tps))
+        idle = not any((prompt_tps, generation_tps, self.last_prompt_tps, self.last_generation_tps))
         self.prompt_tokens, self.generation_tokens = c.prompt_tokens, c.generation_tokens
         self.queries, self.hits = c.prefix_cache_queries, c.prefix_cache_hits
         self.last_prompt_tps, self.last_generation_tps = prompt_tps, generation_tps
         if idle:
             return None
-        return (f"INFO {now_text} [loggers.py] Engine 000: "
-                f"Avg prompt throughput: {prompt_tps:.1f} tokens/s, "
-                f"Avg generation throughput: {generation_tps:.1f} tokens/s, "
-                f"Running: {s.num_running} reqs, Waiting: {s.num_waiting} reqs, "
-                f"GPU KV cache usage: {s.kv_cache_usage * 100:.1f}%, "
-                f"Prefix cache hit rate: {100 * hits / queries if queries else 0.0:.1f}%")
+        return (
+            f"INFO {now_text} [loggers.py] Engine 000: "
+            f"Avg prompt throughput: {prompt_tps:.1f} tokens/s, "
+            f"Avg generation throughput: {generation_tps:.1f} tokens/s, "
+            f"Running: {s.num_running} reqs, Waiting: {s.num_waiting} reqs, "
+            f"GPU KV cache usage: {s.kv_cache_usage * 100:.1f}%, "
+            f"Prefix cache hit rate: {100 * hits / queries if queries else 0.0:.1f}%"
+        )
 
 
-async def log_stats(scheduler: Scheduler, interval_s: float,
-                    out: Callable[[str], None] = lambda text: print(text, flush=True)) -> None:
+async def log_stats(
+    scheduler: Scheduler,
+    interval_s: float,
+    out: Callable[[str], None] = lambda text: print(text, flush=True),
+) -> None:
     """Print the stats line every `interval_s` until cancelled."""
     stats = StatsLine()
     while True:

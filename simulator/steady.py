@@ -36,6 +36,7 @@ def steady_steps(sched: Scheduler, now: float, horizon: float) -> int:
         k = min(k, _steps_starting_before(t0, slope, span))
     return k if k >= 2 else 0
 
+
 def _steps_blocks_allow(sched: Scheduler, k: int) -> int:
     bs, free = sched.config.block_size, sched.pool.num_free
 
@@ -56,6 +57,7 @@ def _steps_blocks_allow(sched: Scheduler, k: int) -> int:
             hi = mid
     return lo
 
+
 def _steady_step_times(sched: Scheduler) -> tuple[float, float]:
     seqs = len(sched.running)
     ctx = sum(r.num_computed_tokens for r in sched.running)
@@ -63,14 +65,16 @@ def _steady_step_times(sched: Scheduler) -> tuple[float, float]:
     t1 = sched.timing.decode_step_seconds(seqs, ctx + seqs)
     return t0, t1 - t0
 
+
 def advance_steady(sched: Scheduler, now: float, steps: int) -> StepOutput:
     """Run `steps` decode-only steps at once (see steady_steps); the batch stays fixed."""
     t0, slope = _steady_step_times(sched)
     duration = steps * t0 + slope * steps * (steps - 1) / 2
     end = now + duration
     seqs = len(sched.running)
-    batch = StepBatch(decode_seqs=seqs,
-                      decode_ctx_tokens=sum(r.num_computed_tokens for r in sched.running))
+    batch = StepBatch(
+        decode_seqs=seqs, decode_ctx_tokens=sum(r.num_computed_tokens for r in sched.running)
+    )
     out = StepOutput(now, end, steps, batch, list(sched.running), [], [], [], [])
     bs = sched.config.block_size
     first_token_at = now + t0

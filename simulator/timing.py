@@ -129,9 +129,7 @@ class TimingModel:
             rows = tokens * k + touched * f.moe_tile_rows
             expert_flops = 2 * m.layers * m.expert_params * rows / tp
             expert_bytes = m.layers * touched * m.expert_params * self._wbytes / tp
-            experts_s = max(
-                expert_flops / (self._linear_rate * f.moe_eff), expert_bytes / self._bw
-            )
+            experts_s = max(expert_flops / (self._linear_rate * f.moe_eff), expert_bytes / self._bw)
         pairs = batch.decode_ctx_tokens + batch.decode_seqs + batch.prefill_attn_pairs
         attn_flops = self._attn_flops_per_pair * pairs / tp
         kv_tokens = batch.decode_ctx_tokens + batch.prefill_ctx_tokens + tokens

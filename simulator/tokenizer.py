@@ -38,8 +38,9 @@ def token_text(token_id: int, first: bool) -> str:
     return word if first else " " + word
 
 
-def output_token_ids(prompt_ids: Sequence[int], start: int, count: int,
-                     seed: int | None = None) -> list[int]:
+def output_token_ids(
+    prompt_ids: Sequence[int], start: int, count: int, seed: int | None = None
+) -> list[int]:
     """Deterministic output tokens `start..start+count` for a prompt (same prompt, same text).
 
     `seed` is prompt_seed(prompt_ids), for callers that ask many times for one prompt."""

@@ -15,15 +15,20 @@ class ControlPlane:
         self.tmp, self.port = tmp, free_port()
         self.db = tmp / "pdctl.db"
         # A port range of its own, so that concurrent runs do not collide.
-        self.env = {"PDCTL_RUNTIME_DIR": str(tmp / "runs"),
-                    "PDCTL_PORT_RANGE": port_range(),
-                    "PDCTL_SIM_REGISTRATION_INTERVAL": "0.3"}
+        self.env = {
+            "PDCTL_RUNTIME_DIR": str(tmp / "runs"),
+            "PDCTL_PORT_RANGE": port_range(),
+            "PDCTL_SIM_REGISTRATION_INTERVAL": "0.3",
+        }
         self.proc: Process | None = None
 
     def start(self, timeout: float = 60) -> ControlPlane:
-        self.proc = Process(["serve", "--port", str(self.port), "--db", str(self.db)],
-                            self.port, env=self.env,
-                            log_path=self.tmp / f"serve-{time.monotonic_ns()}.log")
+        self.proc = Process(
+            ["serve", "--port", str(self.port), "--db", str(self.db)],
+            self.port,
+            env=self.env,
+            log_path=self.tmp / f"serve-{time.monotonic_ns()}.log",
+        )
         self.proc.wait_healthy(timeout)
         return self
 
@@ -58,12 +63,16 @@ class ControlPlane:
         raise TimeoutError(f"{name}: {self.status(name)}")
 
     def running(self, name: str, timeout: float = 60.0) -> dict[str, dict]:
-        return self.wait(name, lambda us: all(u["state"] == "RUNNING" for u in us.values()),
-                         timeout)
+        return self.wait(
+            name, lambda us: all(u["state"] == "RUNNING" for u in us.values()), timeout
+        )
 
     def switch(self, name: str, mode: str, strategy: str, timeout: float = 120) -> dict:
-        status, record = self.api("POST", f"/deployments/{name}/switch",
-                                  {"mode": mode, "strategy": strategy, "reason": "test"})
+        status, record = self.api(
+            "POST",
+            f"/deployments/{name}/switch",
+            {"mode": mode, "strategy": strategy, "reason": "test"},
+        )
         assert status == 202, record
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

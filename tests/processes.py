@@ -57,11 +57,16 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         return err.code, err.read()
 
 
-def http_post(url: str, body: dict | bytes, timeout: float = 30.0,
-              headers: dict | None = None) -> tuple[int, dict]:
+def http_post(
+    url: str, body: dict | bytes, timeout: float = 30.0, headers: dict | None = None
+) -> tuple[int, dict]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method="POST",
-                                 headers={"Content-Type": "application/json", **(headers or {})})
+    req = urllib.request.Request(
+        url,
+        data=data,
+        method="POST",
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, json.loads(resp.read())
@@ -70,8 +75,9 @@ def http_post(url: str, body: dict | bytes, timeout: float = 30.0,
 
 
 class Process:
-    def __init__(self, args: list[str], port: int, env: dict | None = None,
-                 log_path: Path | None = None) -> None:
+    def __init__(
+        self, args: list[str], port: int, env: dict | None = None, log_path: Path | None = None
+    ) -> None:
         self.args, self.port = args, port
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
@@ -79,8 +85,11 @@ class Process:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, str(ROOT / "pdctl.py"), *args],
-                cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=ROOT,
+                env={**os.environ, **(env or {})},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         finally:
             if log_path:
@@ -90,8 +99,9 @@ class Process:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.args[0]} exited with {self.proc.returncode}: "
-                                   f"{self.log()}")
+                raise RuntimeError(
+                    f"{self.args[0]} exited with {self.proc.returncode}: {self.log()}"
+                )
             try:
                 if http_get(self.url + "/health", timeout=1.0)[0] == 200:
                     return self
@@ -154,11 +164,13 @@ def running(*procs: Process):
             p.stop()
 
 
-def sim(tmp_path: Path, name: str, *flags: str, env: dict | None = None,
-        port: int | None = None) -> Process:
+def sim(
+    tmp_path: Path, name: str, *flags: str, env: dict | None = None, port: int | None = None
+) -> Process:
     port = port or free_port()
-    return Process(["sim", "--port", str(port), *flags], port, env=env,
-                   log_path=tmp_path / f"{name}.log")
+    return Process(
+        ["sim", "--port", str(port), *flags], port, env=env, log_path=tmp_path / f"{name}.log"
+    )
 
 
 def metric_value(text: str, name: str, **labels: str) -> float:

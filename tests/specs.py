@@ -10,22 +10,43 @@ from controller.deployment import DeploymentSpec
 
 
 def nixl_1p1d(name: str = "pd", **over: Any) -> dict:
-    return {"name": name, "engine": "sim", "model": "tiny", "topology": "disaggregated",
-            "connector": "NixlConnector",
-            "groups": [{"name": "prefill", "role": "prefill"},
-                       {"name": "decode", "role": "decode"}], **over}
+    return {
+        "name": name,
+        "engine": "sim",
+        "model": "tiny",
+        "topology": "disaggregated",
+        "connector": "NixlConnector",
+        "groups": [{"name": "prefill", "role": "prefill"}, {"name": "decode", "role": "decode"}],
+        **over,
+    }
 
 
 def moriio_1p1d(name: str = "mori", tp: int = 2, mode: str = "write", **over: Any) -> dict:
-    return {"name": name, "engine": "sim", "model": "qwen3-235b-a22b-fp8", "hardware": "mi300x",
-            "topology": "disaggregated", "connector": "MoRIIOConnector", "prefix_caching": False,
-            "groups": [{"name": "prefill", "role": "prefill", "tp": tp, "mode": mode},
-                       {"name": "decode", "role": "decode", "tp": tp, "mode": mode}], **over}
+    return {
+        "name": name,
+        "engine": "sim",
+        "model": "qwen3-235b-a22b-fp8",
+        "hardware": "mi300x",
+        "topology": "disaggregated",
+        "connector": "MoRIIOConnector",
+        "prefix_caching": False,
+        "groups": [
+            {"name": "prefill", "role": "prefill", "tp": tp, "mode": mode},
+            {"name": "decode", "role": "decode", "tp": tp, "mode": mode},
+        ],
+        **over,
+    }
 
 
 def colocated(name: str = "solo", count: int = 1, **over: Any) -> dict:
-    return {"name": name, "engine": "sim", "model": "tiny", "topology": "colocated",
-            "groups": [{"name": "main", "role": "colocated", "count": count}], **over}
+    return {
+        "name": name,
+        "engine": "sim",
+        "model": "tiny",
+        "topology": "colocated",
+        "groups": [{"name": "main", "role": "colocated", "count": count}],
+        **over,
+    }
 
 
 def edited(body: dict, path: tuple, value: Any) -> dict:

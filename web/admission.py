@@ -23,23 +23,32 @@ class Admission:
     reserved: frozenset[int] = frozenset()  # e.g. the control plane's own port
 
 
-def admit(admission: Admission, spec: DeploymentSpec, others: Mapping[int, str],
-          previous: tuple[DeploymentSpec, AllocatedPorts] | None) -> AllocatedPorts:
+def admit(
+    admission: Admission,
+    spec: DeploymentSpec,
+    others: Mapping[int, str],
+    previous: tuple[DeploymentSpec, AllocatedPorts] | None,
+) -> AllocatedPorts:
     """The ports `spec` gets, or SpecInvalid listing every problem. `others` maps each port
     other deployments claim to its owner; `previous` is this deployment's current revision."""
     own = previous[1].claimed(previous[0]) if previous else set()
-    problems = validate(spec, claimed_by_others=others, is_busy=admission.is_busy,
-                        allow_code_env=admission.allow_code_env, own_ports=own)
+    problems = validate(
+        spec,
+        claimed_by_others=others,
+        is_busy=admission.is_busy,
+        allow_code_env=admission.allow_code_env,
+        own_ports=own,
+    )
     if problems:
         raise SpecInvalid(problems)
     sticky = _sticky(spec, *previous) if previous else spec
     return _allocate(admission, sticky, spec, set(others) | admission.reserved)
 
 
-def _allocate(admission: Admission, sticky: DeploymentSpec, spec: DeploymentSpec,
-              taken: set[int]) -> AllocatedPorts:
-    given = {p for _, base, width, _ in given_ports(sticky)
-             for p in range(base, base + width)}
+def _allocate(
+    admission: Admission, sticky: DeploymentSpec, spec: DeploymentSpec, taken: set[int]
+) -> AllocatedPorts:
+    given = {p for _, base, width, _ in given_ports(sticky) for p in range(base, base + width)}
     for _ in range(100):
         try:
             ports = allocate(sticky, taken, admission.port_range)
@@ -49,8 +58,10 @@ def _allocate(admission: Admission, sticky: DeploymentSpec, spec: DeploymentSpec
         if not busy:
             return ports
         taken |= busy  # allocation skips ports busy on the host
-    raise Conflict(f"cannot allocate ports for {spec.name!r}: too many ports busy on the "
-                   "host in the port range")
+    raise Conflict(
+        f"cannot allocate ports for {spec.name!r}: too many ports busy on the "
+        "host in the port range"
+    )
 
 
 def without_given_ports(spec: DeploymentSpec) -> DeploymentSpec:
@@ -60,8 +71,7 @@ def without_given_ports(spec: DeploymentSpec) -> DeploymentSpec:
     return spec.model_copy(update={"groups": groups, "proxy": proxy})
 
 
-def _sticky(spec: DeploymentSpec, old_spec: DeploymentSpec,
-            old: AllocatedPorts) -> DeploymentSpec:
+def _sticky(spec: DeploymentSpec, old_spec: DeploymentSpec, old: AllocatedPorts) -> DeploymentSpec:
     """`spec` with the ports it leaves out filled from the previous allocation, so an update
     does not move running instances. Only for groups whose TP (and so port width) is kept."""
     moriio, nixl = spec.connector == "MoRIIOConnector", spec.connector == "NixlConnector"
@@ -81,13 +91,20 @@ def _sticky(spec: DeploymentSpec, old_spec: DeploymentSpec,
         for i in range(group.count):
             mine = group.ports[i] if group.ports else InstancePorts()
             prev = old.instances.get(f"{group.name}-{i}", InstancePorts())
-            ports.append(InstancePorts(
-                http=mine.http or keep(prev.http),
-                handshake=mine.handshake or (keep(prev.handshake, group.tp) if moriio else None),
-                notify=mine.notify or (keep(prev.notify, group.tp) if moriio else None),
-                side_channel=mine.side_channel or (keep(prev.side_channel) if nixl else None)))
+            ports.append(
+                InstancePorts(
+                    http=mine.http or keep(prev.http),
+                    handshake=mine.handshake
+                    or (keep(prev.handshake, group.tp) if moriio else None),
+                    notify=mine.notify or (keep(prev.notify, group.tp) if moriio else None),
+                    side_channel=mine.side_channel or (keep(prev.side_channel) if nixl else None),
+                )
+            )
         groups.append(group.model_copy(update={"ports": ports}))
-    proxy = spec.proxy.model_copy(update={
-        "port": spec.proxy.port or keep(old.proxy),
-        "registry_port": spec.proxy.registry_port or keep(old.registry)})
+    proxy = spec.proxy.model_copy(
+        update={
+            "port": spec.proxy.port or keep(old.proxy),
+            "registry_port": spec.proxy.registry_port or keep(old.registry),
+        }
+    )
     return spec.model_copy(update={"groups": groups, "proxy": proxy})

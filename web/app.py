@@ -57,15 +57,19 @@ API_ROUTES = (deployments, revisions, events, lifecycle, live, bench, plan, kv, 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    app = FastAPI(title="pdctl", summary="Control plane for PD-disaggregated vLLM serving",
-                  lifespan=_lifespan)
+    app = FastAPI(
+        title="pdctl", summary="Control plane for PD-disaggregated vLLM serving", lifespan=_lifespan
+    )
     app.state.settings = settings
     app.state.tokens = TokenBook(settings)
     app.state.templates = Jinja2Templates(directory=TEMPLATES)
     app.state.controller = None  # set by the controller when it runs in this process
     errors.install(app)
-    api = APIRouter(prefix="/api", dependencies=[Depends(current_actor), Depends(json_body)],
-                    responses=errors.API_RESPONSES)
+    api = APIRouter(
+        prefix="/api",
+        dependencies=[Depends(current_actor), Depends(json_body)],
+        responses=errors.API_RESPONSES,
+    )
     for module in API_ROUTES:
         api.include_router(module.router)
     app.include_router(api)
@@ -92,9 +96,12 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         migrate.upgrade(settings.db)
     engine = create_engine(settings.db)
     hosts = ("127.0.0.1", settings.host)
-    admission = Admission(settings.port_range, settings.allow_code_env,
-                          partial(host_port_busy, hosts=hosts),
-                          reserved=frozenset({settings.port}))
+    admission = Admission(
+        settings.port_range,
+        settings.allow_code_env,
+        partial(host_port_busy, hosts=hosts),
+        reserved=frozenset({settings.port}),
+    )
     app.state.store = store = Store(engine, admission)
     app.state.registry = build_registry(store)
     if settings.demo:
@@ -104,8 +111,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     if settings.controller:
         app.state.controller = build_controller(settings, store)
         await app.state.controller.supervisor.open()
-        app.state.observer = await start_observer(settings, app.state.controller, store,
-                                                  app.state.hub, app.state.registry)
+        app.state.observer = await start_observer(
+            settings, app.state.controller, store, app.state.hub, app.state.registry
+        )
     try:
         yield
     finally:
@@ -123,10 +131,15 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 def build_controller(settings: Settings, store: Store) -> ControlService:
     """The supervisor over `runtime_dir` (adopting what still runs there), its events in the
     store."""
-    launch = LaunchSettings(vllm_command=tuple(shlex.split(settings.vllm_launcher)),
-                            pdctl_command=(sys.executable, str(ROOT / "pdctl.py")),
-                            sim_registration_interval=settings.sim_registration_interval)
-    supervisor = Supervisor(SupervisorSettings(run_dir=settings.runtime_dir, launch=launch),
-                            on_event=lambda actor, kind, message, deployment:
-                            store.record(actor, kind, message, deployment))
+    launch = LaunchSettings(
+        vllm_command=tuple(shlex.split(settings.vllm_launcher)),
+        pdctl_command=(sys.executable, str(ROOT / "pdctl.py")),
+        sim_registration_interval=settings.sim_registration_interval,
+    )
+    supervisor = Supervisor(
+        SupervisorSettings(run_dir=settings.runtime_dir, launch=launch),
+        on_event=lambda actor, kind, message, deployment: store.record(
+            actor, kind, message, deployment
+        ),
+    )
     return ControlService(supervisor, store.record)

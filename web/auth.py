@@ -52,21 +52,23 @@ class TooManyAttempts(PdctlError):
 
     def __init__(self, retry_after: float) -> None:
         self.retry_after = max(1, math.ceil(retry_after))
-        super().__init__(f"too many failed sign-ins from this address; try again in "
-                         f"{self.retry_after} s")
+        super().__init__(
+            f"too many failed sign-ins from this address; try again in {self.retry_after} s"
+        )
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after)}
 
 
 class TokenBook:
-    def __init__(self, settings: Settings,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.failures = FailureWindow(settings.login_attempts_per_minute, 60.0)
         self._tokens: list[tuple[bytes, Actor]] = []
-        for role, tokens in ((Role.VIEWER, settings.viewer_tokens),
-                             (Role.OPERATOR, settings.operator_tokens)):
+        for role, tokens in (
+            (Role.VIEWER, settings.viewer_tokens),
+            (Role.OPERATOR, settings.operator_tokens),
+        ):
             for i, token in enumerate(tokens, 1):
                 name, _, secret = token.rpartition(":")
                 self._tokens.append((secret.encode(), Actor(role, name or f"token{i}")))

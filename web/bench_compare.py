@@ -8,8 +8,14 @@ from typing import Any
 
 from web.models import BenchRun
 
-POINT_FIELDS = ("slo_attainment", "p99_ttft_ms", "p99_itl_ms", "request_goodput",
-                "completed", "failed")
+POINT_FIELDS = (
+    "slo_attainment",
+    "p99_ttft_ms",
+    "p99_itl_ms",
+    "request_goodput",
+    "completed",
+    "failed",
+)
 
 
 def rate_runs(result: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -62,9 +68,16 @@ def curve(run: BenchRun) -> dict[str, Any]:
     name = label(run)
     if cut:
         name += f" (partial: {rates_measured(run)} of {rates_offered(run)} rates)"
-    return {"id": run.id, "deployment": run.deployment, "revision": run.revision,
-            "label": name, "status": run.status, "topology": run.topology,
-            "partial": cut, "rates_offered": rates_offered(run),
-            "max_goodput_rate": max_goodput_rate(run),
-            "goodput_share": (run.result or {}).get("goodput_share"),
-            "points": points(run.result)}
+    return {
+        "id": run.id,
+        "deployment": run.deployment,
+        "revision": run.revision,
+        "label": name,
+        "status": run.status,
+        "topology": run.topology,
+        "partial": cut,
+        "rates_offered": rates_offered(run),
+        "max_goodput_rate": max_goodput_rate(run),
+        "goodput_share": (run.result or {}).get("goodput_share"),
+        "points": points(run.result),
+    }

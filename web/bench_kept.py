@@ -30,5 +30,7 @@ def kept_result(text: str | None) -> dict[str, Any] | None:
 def kept_note(result: dict[str, Any] | None, offered: int) -> str:
     """`after 3 of 5 rates; kept 3`, or `after 0 of 1 rate; kept none`."""
     measured = len(rate_runs(result))
-    return (f"after {measured} of {offered} rate{'' if offered == 1 else 's'}; "
-            f"kept {measured or 'none'}")
+    return (
+        f"after {measured} of {offered} rate{'' if offered == 1 else 's'}; "
+        f"kept {measured or 'none'}"
+    )

@@ -27,16 +27,19 @@ class BenchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     rates: list[Annotated[float, Field(gt=0, le=MAX_RATE)]] = Field(
-        min_length=1, max_length=MAX_RATES,
+        min_length=1,
+        max_length=MAX_RATES,
         description=f"Offered request rates (req/s, each in (0, {MAX_RATE:g}]), run in order; "
-        "one number is a single run, several a sweep.")
+        "one number is a single run, several a sweep.",
+    )
     num_prompts: int = Field(20, ge=1, le=MAX_PROMPTS, description="Requests per rate.")
     input_len: int = Field(128, ge=1, le=16384, description="Prompt tokens.")
     output_len: int = Field(32, ge=1, le=4096, description="Output tokens (ignore_eos).")
     slo_ttft_ms: float | None = Field(None, gt=0, le=600_000)
     slo_itl_ms: float | None = Field(None, gt=0, le=60_000)
-    burstiness: float = Field(1.0, gt=0, le=100,
-                              description="Gamma shape of arrival gaps; 1 is Poisson.")
+    burstiness: float = Field(
+        1.0, gt=0, le=100, description="Gamma shape of arrival gaps; 1 is Poisson."
+    )
     seed: int = Field(0, ge=0, le=2**31 - 1)
 
     @field_validator("rates", mode="before")
@@ -54,13 +57,17 @@ class BenchRequest(BaseModel):
         if not rates:
             return value
         if value * len(rates) > MAX_REQUESTS:
-            raise ValueError(f"{value} requests at each of {len(rates)} rates is over the "
-                             f"{MAX_REQUESTS} a run may send")
+            raise ValueError(
+                f"{value} requests at each of {len(rates)} rates is over the "
+                f"{MAX_REQUESTS} a run may send"
+            )
         seconds = sum(value / rate for rate in rates)
         if seconds > MAX_ARRIVALS_S:
-            raise ValueError(f"at these rates the arrivals alone take {seconds:.0f} s, over "
-                             f"the {MAX_ARRIVALS_S:.0f} s a run may take: fewer prompts or "
-                             "higher rates")
+            raise ValueError(
+                f"at these rates the arrivals alone take {seconds:.0f} s, over "
+                f"the {MAX_ARRIVALS_S:.0f} s a run may take: fewer prompts or "
+                "higher rates"
+            )
         return value
 
     @property
@@ -74,25 +81,35 @@ class BenchRequest(BaseModel):
     def settings(self, current: Current) -> dict[str, Any]:
         """Everything the run used, the deployment's SLOs filled in: stored with the run."""
         slo = current.spec.slo
-        return {**self.model_dump(), "slo_ttft_ms": self.slo_ttft_ms or slo.ttft_ms,
-                "slo_itl_ms": self.slo_itl_ms or slo.itl_ms, "itl_slo_stat": slo.itl_stat}
+        return {
+            **self.model_dump(),
+            "slo_ttft_ms": self.slo_ttft_ms or slo.ttft_ms,
+            "slo_itl_ms": self.slo_itl_ms or slo.itl_ms,
+            "itl_slo_stat": slo.itl_stat,
+        }
 
 
 def bench_argv(settings: dict[str, Any], base_url: str, folder: Path) -> list[str]:
     """The `pdctl bench` command: a list, never a shell line; `--flag=value` so no value can
     pass for a flag. No `--model`: the bench asks the proxy's /v1/models first, so a proxy
     that does not answer fails the run at once, saying so."""
-    argv = [sys.executable, str(ROOT / "pdctl.py"), "bench", f"--base-url={base_url}",
-            "--request-rate=" + ",".join(repr(float(r)) for r in settings["rates"]),
-            f"--num-prompts={int(settings['num_prompts'])}",
-            f"--input-len={int(settings['input_len'])}",
-            f"--output-len={int(settings['output_len'])}",
-            f"--burstiness={float(settings['burstiness'])!r}",
-            f"--seed={int(settings['seed'])}",
-            f"--itl-slo-stat={settings['itl_slo_stat']}",
-            f"--result-json={folder / 'result.json'}",
-            f"--progress-file={folder / 'progress.json'}",
-            f"--timeout={REQUEST_TIMEOUT_S:g}", "--quiet"]
+    argv = [
+        sys.executable,
+        str(ROOT / "pdctl.py"),
+        "bench",
+        f"--base-url={base_url}",
+        "--request-rate=" + ",".join(repr(float(r)) for r in settings["rates"]),
+        f"--num-prompts={int(settings['num_prompts'])}",
+        f"--input-len={int(settings['input_len'])}",
+        f"--output-len={int(settings['output_len'])}",
+        f"--burstiness={float(settings['burstiness'])!r}",
+        f"--seed={int(settings['seed'])}",
+        f"--itl-slo-stat={settings['itl_slo_stat']}",
+        f"--result-json={folder / 'result.json'}",
+        f"--progress-file={folder / 'progress.json'}",
+        f"--timeout={REQUEST_TIMEOUT_S:g}",
+        "--quiet",
+    ]
     for key in ("slo_ttft_ms", "slo_itl_ms"):
         if settings.get(key):
             argv.append(f"--{key.replace('_', '-')}={float(settings[key])!r}")

@@ -55,8 +55,9 @@ class _Active:
 class BenchRuns:
     """The runs this process watches; at most one per deployment."""
 
-    def __init__(self, store: BenchStore, record: Recorder,
-                 revision_of: Callable[[str], int] | None = None) -> None:
+    def __init__(
+        self, store: BenchStore, record: Recorder, revision_of: Callable[[str], int] | None = None
+    ) -> None:
         self.store, self.record = store, record
         # A switch may land mid-run (operators switch during incidents; a bench run must not
         # stop them): the run then says its figures span two revisions.
@@ -77,25 +78,41 @@ class BenchRuns:
     async def start(self, current: Current, body: BenchRequest, actor: str) -> BenchRun:
         name = current.name
         if self.busy(name):
-            raise Conflict(f"a bench run of {name!r} is going (run {self.current(name)}): "
-                           "stop it or wait for it")
+            raise Conflict(
+                f"a bench run of {name!r} is going (run {self.current(name)}): "
+                "stop it or wait for it"
+            )
         if len(self._active) + len(self._starting) >= MAX_CONCURRENT:
             raise Conflict(f"{MAX_CONCURRENT} bench runs are going already; wait for one")
         settings = body.settings(current)
         self._starting.add(name)
         try:
-            run = self.store.create(name, current.revision, snapshot(current.spec), settings,
-                                    body.total, actor)
+            run = self.store.create(
+                name, current.revision, snapshot(current.spec), settings, body.total, actor
+            )
             folder = Path(tempfile.mkdtemp(prefix=f"pdctl-bench-{run.id}-"))
             proc = await self._spawn(run, settings, current, folder)
-            self._active[name] = _Active(run.id, name, actor, proc, folder,
-                                         time.monotonic() + body.deadline_s(), body.total,
-                                         len(body.rates))
+            self._active[name] = _Active(
+                run.id,
+                name,
+                actor,
+                proc,
+                folder,
+                time.monotonic() + body.deadline_s(),
+                body.total,
+                len(body.rates),
+            )
         finally:
             self._starting.discard(name)
-        self.record(actor, "bench.started", f"bench run {run.id} of {name} started: "
-                    f"{_rates(settings['rates'])} req/s x {body.num_prompts} requests "
-                    f"(revision {current.revision})", name, {"run": run.id})
+        self.record(
+            actor,
+            "bench.started",
+            f"bench run {run.id} of {name} started: "
+            f"{_rates(settings['rates'])} req/s x {body.num_prompts} requests "
+            f"(revision {current.revision})",
+            name,
+            {"run": run.id},
+        )
         task = asyncio.get_running_loop().create_task(self._watch(self._active[name]))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -129,14 +146,19 @@ class BenchRuns:
         for task in list(self._tasks):
             task.cancel()
 
-    async def _spawn(self, run: BenchRun, settings: dict[str, Any], current: Current,
-                     folder: Path) -> asyncio.subprocess.Process:
+    async def _spawn(
+        self, run: BenchRun, settings: dict[str, Any], current: Current, folder: Path
+    ) -> asyncio.subprocess.Process:
         argv = bench_argv(settings, f"http://127.0.0.1:{current.ports.proxy}", folder)
         try:
             with (folder / "stderr.log").open("wb") as err:
                 return await asyncio.create_subprocess_exec(
-                    *argv, cwd=ROOT, stdin=asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.DEVNULL, stderr=err)
+                    *argv,
+                    cwd=ROOT,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=err,
+                )
         except OSError as exc:
             shutil.rmtree(folder, ignore_errors=True)
             message = f"could not start pdctl bench: {exc.strerror or exc}"
@@ -181,15 +203,23 @@ class BenchRuns:
         result = kept_result(_read(active.folder / "result.json"))
         if proc.returncode == 0 and result is not None:
             if not any(r.get("completed") for r in rate_runs(result)):
-                self._end(active, "failed", result=result,
-                          error="no request succeeded: see the proxy's log")
+                self._end(
+                    active,
+                    "failed",
+                    result=result,
+                    error="no request succeeded: see the proxy's log",
+                )
             else:
                 self._end(active, "done", result=result)
             return
         tail = _tail(active.folder / "stderr.log")
         kept = kept_note(result, active.rates) if result is not None else None
-        self._end(active, "failed", result=result,
-                  error=_join(tail or f"pdctl bench exited with {proc.returncode}", kept))
+        self._end(
+            active,
+            "failed",
+            result=result,
+            error=_join(tail or f"pdctl bench exited with {proc.returncode}", kept),
+        )
 
     def _end_early(self, active: _Active, status: str, why: str) -> None:
         """Ended from outside (stopped, deadline, shutdown): the rates a sweep had measured
@@ -197,8 +227,9 @@ class BenchRuns:
         result = kept_result(_read(active.folder / "result.json"))
         self._end(active, status, result=result, error=f"{why} {kept_note(result, active.rates)}")
 
-    def _end(self, active: _Active, status: str, *, result: dict | None = None,
-             error: str | None = None) -> None:
+    def _end(
+        self, active: _Active, status: str, *, result: dict | None = None, error: str | None = None
+    ) -> None:
         if self._active.get(active.deployment) is not active:
             return  # ended already
         del self._active[active.deployment]
@@ -213,9 +244,13 @@ class BenchRuns:
         message = f"bench run {run.id} of {run.deployment} {status}"
         if said:
             message += f": {said}"
-        self.record(active.stopped_by or active.actor, f"bench.{status}", message[:1000],
-                    run.deployment, {"run": run.id})
-
+        self.record(
+            active.stopped_by or active.actor,
+            f"bench.{status}",
+            message[:1000],
+            run.deployment,
+            {"run": run.id},
+        )
 
     def _revision_note(self, active: _Active) -> str | None:
         if self.revision_of is None:
@@ -227,8 +262,10 @@ class BenchRuns:
             return None  # deleted meanwhile
         if now == started:
             return None
-        return (f"the deployment changed during the run (revision {started} -> {now}): "
-                "its figures mix both")
+        return (
+            f"the deployment changed during the run (revision {started} -> {now}): "
+            "its figures mix both"
+        )
 
 
 def _join(*parts: str | None) -> str | None:

@@ -24,22 +24,45 @@ def snapshot(spec: DeploymentSpec) -> dict[str, Any]:
     if spec.topology.value == "colocated":
         shape = f"colocated x{count[Role.COLOCATED]}"
     else:
-        shape = f"{'/'.join(modes) or spec.connector or 'disaggregated'} " \
-                f"{count[Role.PREFILL]}P{count[Role.DECODE]}D"
-    return {"topology": spec.topology.value, "connector": spec.connector,
-            "engine": spec.engine.value, "model": spec.model, "modes": modes,
-            "prefill": count[Role.PREFILL], "decode": count[Role.DECODE],
-            "colocated": count[Role.COLOCATED], "shape": shape}
+        shape = (
+            f"{'/'.join(modes) or spec.connector or 'disaggregated'} "
+            f"{count[Role.PREFILL]}P{count[Role.DECODE]}D"
+        )
+    return {
+        "topology": spec.topology.value,
+        "connector": spec.connector,
+        "engine": spec.engine.value,
+        "model": spec.model,
+        "modes": modes,
+        "prefill": count[Role.PREFILL],
+        "decode": count[Role.DECODE],
+        "colocated": count[Role.COLOCATED],
+        "shape": shape,
+    }
 
 
 class BenchStore:
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
 
-    def create(self, deployment: str, revision: int, topology: dict[str, Any],
-               config: dict[str, Any], total: int, actor: str) -> BenchRun:
-        run = BenchRun(deployment=deployment, revision=revision, topology=topology,
-                       config=config, status=RUNNING, actor=actor, total=total)
+    def create(
+        self,
+        deployment: str,
+        revision: int,
+        topology: dict[str, Any],
+        config: dict[str, Any],
+        total: int,
+        actor: str,
+    ) -> BenchRun:
+        run = BenchRun(
+            deployment=deployment,
+            revision=revision,
+            topology=topology,
+            config=config,
+            status=RUNNING,
+            actor=actor,
+            total=total,
+        )
         with Session(self.engine) as s:
             s.add(run)
             s.commit()
@@ -48,13 +71,22 @@ class BenchStore:
 
     def advance(self, run_id: int, done: int) -> None:
         with Session(self.engine) as s:
-            s.execute(sa.update(BenchRun).where(col(BenchRun.id) == run_id,
-                                                col(BenchRun.status) == RUNNING)
-                      .values(done=done))
+            s.execute(
+                sa.update(BenchRun)
+                .where(col(BenchRun.id) == run_id, col(BenchRun.status) == RUNNING)
+                .values(done=done)
+            )
             s.commit()
 
-    def finish(self, run_id: int, status: str, *, done: int | None = None,
-               result: dict[str, Any] | None = None, error: str | None = None) -> BenchRun:
+    def finish(
+        self,
+        run_id: int,
+        status: str,
+        *,
+        done: int | None = None,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> BenchRun:
         if status not in FINISHED:
             raise ValueError(f"a run finishes as one of {FINISHED}, not {status!r}")
         with Session(self.engine) as s:
@@ -72,8 +104,11 @@ class BenchStore:
         """Mark every run still `running` as failed: nothing of this process watches them
         (the control plane restarted under them). Returns how many."""
         with Session(self.engine) as s:
-            result = s.execute(sa.update(BenchRun).where(col(BenchRun.status) == RUNNING)
-                               .values(status="failed", error=message, finished_at=utcnow()))
+            result = s.execute(
+                sa.update(BenchRun)
+                .where(col(BenchRun.status) == RUNNING)
+                .values(status="failed", error=message, finished_at=utcnow())
+            )
             s.commit()
             return result.rowcount
 
@@ -84,8 +119,7 @@ class BenchStore:
     def many(self, run_ids: list[int]) -> list[BenchRun]:
         """The runs in the order asked; NotFound names the first id that is not there."""
         with Session(self.engine) as s:
-            rows = {r.id: r for r in s.exec(select(BenchRun)
-                                            .where(col(BenchRun.id).in_(run_ids)))}
+            rows = {r.id: r for r in s.exec(select(BenchRun).where(col(BenchRun.id).in_(run_ids)))}
         for run_id in run_ids:
             if run_id not in rows:
                 raise NotFound(f"no bench run {run_id}")
@@ -94,8 +128,14 @@ class BenchStore:
     def of(self, deployment: str, limit: int = 50) -> list[BenchRun]:
         """A deployment's runs, newest first."""
         with Session(self.engine) as s:
-            return list(s.exec(select(BenchRun).where(BenchRun.deployment == deployment)
-                               .order_by(col(BenchRun.id).desc()).limit(limit)))
+            return list(
+                s.exec(
+                    select(BenchRun)
+                    .where(BenchRun.deployment == deployment)
+                    .order_by(col(BenchRun.id).desc())
+                    .limit(limit)
+                )
+            )
 
 
 def _get(s: Session, run_id: int) -> BenchRun:

@@ -37,10 +37,18 @@ def serve(
         raise typer.BadParameter(
             f"refusing to bind {settings.host} without tokens: anyone who can reach it could "
             "change deployments. Set PDCTL_OPERATOR_TOKENS (and PDCTL_VIEWER_TOKENS), or "
-            "bind loopback (--host 127.0.0.1).", param_hint="--host")
+            "bind loopback (--host 127.0.0.1).",
+            param_hint="--host",
+        )
     _check_port_free(settings.host, settings.port)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
-                log_level="info", log_config=serve_logs.config(), timeout_graceful_shutdown=5)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        log_config=serve_logs.config(),
+        timeout_graceful_shutdown=5,
+    )
 
 
 def _check_port_free(host: str, port: int) -> None:
@@ -53,8 +61,9 @@ def _check_port_free(host: str, port: int) -> None:
         try:
             probe.bind((host, port))
         except OSError as exc:
-            raise typer.BadParameter(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
-                                     param_hint="--port") from None
+            raise typer.BadParameter(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc}", param_hint="--port"
+            ) from None
 
 
 def register(app: typer.Typer) -> None:

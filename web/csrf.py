@@ -29,8 +29,13 @@ class CrossOriginRefused(Forbidden):
     title = "Cross-origin request refused"
 
 
-def refusal(method: str, host: str | None, origin: str | None, fetch_site: str | None,
-            trusted: frozenset[str] = frozenset()) -> str | None:
+def refusal(
+    method: str,
+    host: str | None,
+    origin: str | None,
+    fetch_site: str | None,
+    trusted: frozenset[str] = frozenset(),
+) -> str | None:
     """Why this request is refused, or None when it may go on."""
     if method.upper() in SAFE_METHODS:
         return None
@@ -39,8 +44,10 @@ def refusal(method: str, host: str | None, origin: str | None, fetch_site: str |
     if fetch_site is not None:
         if fetch_site.lower() in FETCH_SITES_ALLOWED:
             return None
-        return (f"cross-origin request refused: origin {origin or '(not sent)'} is not this "
-                f"server (Sec-Fetch-Site: {fetch_site})")
+        return (
+            f"cross-origin request refused: origin {origin or '(not sent)'} is not this "
+            f"server (Sec-Fetch-Site: {fetch_site})"
+        )
     if origin is None:
         return None  # not a browser, or a browser that says nothing: nothing to go by
     if _host_of(origin) == (host or "").lower():
@@ -73,8 +80,13 @@ class CrossOriginProtection:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         # A websocket handshake is checked as if unsafe: it carries the cookie cross-origin.
         method = "WEBSOCKET" if scope["type"] == "websocket" else scope["method"]
-        why = refusal(method, headers.get("host"), headers.get("origin"),
-                      headers.get("sec-fetch-site"), self.trusted)
+        why = refusal(
+            method,
+            headers.get("host"),
+            headers.get("origin"),
+            headers.get("sec-fetch-site"),
+            self.trusted,
+        )
         if why is None:
             await self.app(scope, receive, send)
         elif scope["type"] == "websocket":
@@ -86,11 +98,15 @@ class CrossOriginProtection:
 def _answer(why: str, path: str, headers: dict[str, str]) -> Response:
     """JSON under /api and for clients that ask for it; an HTML fragment for the pages."""
     wants_html = headers.get("hx-request") == "true" or (
-        not path.startswith("/api") and "text/html" in headers.get("accept", ""))
+        not path.startswith("/api") and "text/html" in headers.get("accept", "")
+    )
     if not wants_html:
         return response(CrossOriginRefused(why))
-    return HTMLResponse(f'<p role="alert" class="error">{html.escape(why)}</p>', status_code=403,
-                        headers={"Vary": "HX-Request"})
+    return HTMLResponse(
+        f'<p role="alert" class="error">{html.escape(why)}</p>',
+        status_code=403,
+        headers={"Vary": "HX-Request"},
+    )
 
 
 async def _close_websocket(why: str, receive: Receive, send: Send) -> None:

@@ -8,8 +8,9 @@ import sqlalchemy as sa
 
 
 def create_engine(path: Path) -> sa.Engine:
-    engine = sa.create_engine(f"sqlite:///{path}",
-                              connect_args={"check_same_thread": False, "timeout": 10})
+    engine = sa.create_engine(
+        f"sqlite:///{path}", connect_args={"check_same_thread": False, "timeout": 10}
+    )
 
     @sa.event.listens_for(engine, "connect")
     def _pragmas(dbapi_connection: object, _record: object) -> None:

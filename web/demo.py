@@ -12,14 +12,22 @@ ACTOR = "pdctl:demo"
 
 
 def demo_spec() -> DeploymentSpec:
-    return DeploymentSpec.model_validate({
-        "name": DEMO_NAME, "engine": "sim", "model": "tiny", "topology": "disaggregated",
-        "connector": "MoRIIOConnector", "prefix_caching": False,
-        "groups": [{"name": "prefill", "role": "prefill", "mode": "read"},
-                   {"name": "decode", "role": "decode", "mode": "read"}],
-        "slo": {"ttft_ms": 200, "itl_ms": 20, "itl_stat": "p99"},
-        "proxy": {"hold_queue": 256, "hold_deadline_s": 60},
-    })
+    return DeploymentSpec.model_validate(
+        {
+            "name": DEMO_NAME,
+            "engine": "sim",
+            "model": "tiny",
+            "topology": "disaggregated",
+            "connector": "MoRIIOConnector",
+            "prefix_caching": False,
+            "groups": [
+                {"name": "prefill", "role": "prefill", "mode": "read"},
+                {"name": "decode", "role": "decode", "mode": "read"},
+            ],
+            "slo": {"ttft_ms": 200, "itl_ms": 20, "itl_stat": "p99"},
+            "proxy": {"hold_queue": 256, "hold_deadline_s": 60},
+        }
+    )
 
 
 def ensure_demo(store: Store) -> bool:

@@ -25,9 +25,19 @@ ITL_STATS = ("p99", "mean", "max")
 CONNECTOR_CHOICES = ("", *CONNECTORS)
 
 GROUP_FIELDS = ("name", "role", "count", "tp", "gpus", "mode")
-_TEXT = ("name", "engine", "model", "hardware", "topology", "connector",
-         "prefix_caching_override_reason", "proxy.policy", "slo.ttft_ms", "slo.itl_ms",
-         "slo.itl_stat")
+_TEXT = (
+    "name",
+    "engine",
+    "model",
+    "hardware",
+    "topology",
+    "connector",
+    "prefix_caching_override_reason",
+    "proxy.policy",
+    "slo.ttft_ms",
+    "slo.itl_ms",
+    "slo.itl_stat",
+)
 _BLANK_IS_NONE = ("hardware", "connector", "prefix_caching_override_reason")
 _NUMBERS = ("slo.ttft_ms", "slo.itl_ms")
 _GROUP_SHOWN = frozenset(GROUP_FIELDS)
@@ -50,19 +60,38 @@ class FormValues:
 
 
 def blank_group(index: int, role: str = "prefill") -> dict[str, str]:
-    return {"name": f"group-{index}", "role": role, "count": "1", "tp": "1", "gpus": "",
-            "mode": "", "_rest": "{}"}
+    return {
+        "name": f"group-{index}",
+        "role": role,
+        "count": "1",
+        "tp": "1",
+        "gpus": "",
+        "mode": "",
+        "_rest": "{}",
+    }
 
 
 def new_values() -> FormValues:
     """A fresh form: a stand-in MoRIIO 1P1D on the tiny model, the usual starting point."""
     return FormValues(
-        fields={"name": "", "engine": "sim", "model": "tiny", "hardware": "",
-                "topology": "disaggregated", "connector": "MoRIIOConnector",
-                "prefix_caching_override_reason": "", "proxy.policy": "round-robin",
-                "slo.ttft_ms": "1000", "slo.itl_ms": "50", "slo.itl_stat": "p99"},
-        groups=[{**blank_group(0), "name": "prefill", "role": "prefill", "mode": "read"},
-                {**blank_group(1), "name": "decode", "role": "decode", "mode": "read"}])
+        fields={
+            "name": "",
+            "engine": "sim",
+            "model": "tiny",
+            "hardware": "",
+            "topology": "disaggregated",
+            "connector": "MoRIIOConnector",
+            "prefix_caching_override_reason": "",
+            "proxy.policy": "round-robin",
+            "slo.ttft_ms": "1000",
+            "slo.itl_ms": "50",
+            "slo.itl_stat": "p99",
+        },
+        groups=[
+            {**blank_group(0), "name": "prefill", "role": "prefill", "mode": "read"},
+            {**blank_group(1), "name": "decode", "role": "decode", "mode": "read"},
+        ],
+    )
 
 
 def values_from_spec(spec: Mapping[str, Any]) -> FormValues:
@@ -74,20 +103,34 @@ def values_from_spec(spec: Mapping[str, Any]) -> FormValues:
         row["gpus"] = ", ".join(str(x) for x in g.get("gpus", []))
         row["_rest"] = json.dumps({k: v for k, v in g.items() if k not in _GROUP_SHOWN})
         groups.append(row)
-    return FormValues(fields=fields, groups=groups,
-                      prefix_caching=bool(spec.get("prefix_caching", True)),
-                      extra_args="\n".join(spec.get("extra_args", [])))
+    return FormValues(
+        fields=fields,
+        groups=groups,
+        prefix_caching=bool(spec.get("prefix_caching", True)),
+        extra_args="\n".join(spec.get("extra_args", [])),
+    )
 
 
 def values_from_form(form: Mapping[str, str]) -> FormValues:
     """The form as posted (strings only; the browser leaves unchecked boxes out)."""
     fields = {key: str(form.get(key, "")).strip() for key in _TEXT}
-    indexes = sorted({int(k.split(".")[1]) for k in form
-                      if k.startswith("groups.") and k.split(".")[1].isdigit()})
-    groups = [{f: str(form.get(f"groups.{i}.{f}", "")).strip()
-               for f in (*GROUP_FIELDS, "_rest")} for i in indexes]
-    return FormValues(fields=fields, groups=groups, prefix_caching="prefix_caching" in form,
-                      extra_args=str(form.get("extra_args", "")))
+    indexes = sorted(
+        {
+            int(k.split(".")[1])
+            for k in form
+            if k.startswith("groups.") and k.split(".")[1].isdigit()
+        }
+    )
+    groups = [
+        {f: str(form.get(f"groups.{i}.{f}", "")).strip() for f in (*GROUP_FIELDS, "_rest")}
+        for i in indexes
+    ]
+    return FormValues(
+        fields=fields,
+        groups=groups,
+        prefix_caching="prefix_caching" in form,
+        extra_args=str(form.get("extra_args", "")),
+    )
 
 
 def spec_from_values(values: FormValues, base: Mapping[str, Any] | None = None) -> dict:
@@ -105,8 +148,7 @@ def spec_from_values(values: FormValues, base: Mapping[str, Any] | None = None) 
             value = raw
         _put(spec, key, value)
     spec["prefix_caching"] = values.prefix_caching
-    spec["extra_args"] = [line.strip() for line in values.extra_args.splitlines()
-                          if line.strip()]
+    spec["extra_args"] = [line.strip() for line in values.extra_args.splitlines() if line.strip()]
     spec["groups"] = [_group(row) for row in values.groups]
     return spec
 
@@ -117,8 +159,7 @@ def _group(row: Mapping[str, str]) -> dict[str, Any]:
     except ValueError:
         rest = {}
     group = dict(rest) if isinstance(rest, dict) else {}
-    group.update(name=row.get("name", ""), role=row.get("role", ""),
-                 mode=row.get("mode") or None)
+    group.update(name=row.get("name", ""), role=row.get("role", ""), mode=row.get("mode") or None)
     for key in ("count", "tp"):
         if row.get(key, "") != "":
             group[key] = _number(row[key], int)
@@ -127,8 +168,9 @@ def _group(row: Mapping[str, str]) -> dict[str, Any]:
     return group
 
 
-def errors_at_fields(detail: object, names: Iterable[str]) -> tuple[dict[str, list[str]],
-                                                                     list[str]]:
+def errors_at_fields(
+    detail: object, names: Iterable[str]
+) -> tuple[dict[str, list[str]], list[str]]:
     """The 422 `detail` items by the input they belong to: each `loc` (after "body") walked up
     to the nearest input name; what names no input is returned as general messages."""
     names = set(names)
@@ -152,8 +194,10 @@ def errors_at_fields(detail: object, names: Iterable[str]) -> tuple[dict[str, li
 
 def pydantic_detail(errors: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """pydantic's `ValidationError.errors()` in FastAPI's 422 shape."""
-    return [{"loc": ["body", *e.get("loc", ())], "msg": e.get("msg", ""),
-             "type": e.get("type", "")} for e in errors]
+    return [
+        {"loc": ["body", *e.get("loc", ())], "msg": e.get("msg", ""), "type": e.get("type", "")}
+        for e in errors
+    ]
 
 
 def _number(raw: str, kind: type) -> Any:

@@ -39,8 +39,9 @@ def current_actor(request: Request) -> Actor:
         return ANONYMOUS
     secret = bearer(request.headers.get("authorization")) or request.cookies.get(COOKIE)
     if not secret:
-        raise Unauthorized("a token is required: send 'Authorization: Bearer <token>' or "
-                           "sign in at /login")
+        raise Unauthorized(
+            "a token is required: send 'Authorization: Bearer <token>' or sign in at /login"
+        )
     actor = book.check(secret, request.client.host if request.client else "unknown")
     if actor is None:
         raise Unauthorized("unknown token")
@@ -52,12 +53,15 @@ def json_body(request: Request) -> None:
     about the body's shape."""
     headers = request.headers
     if request.method not in ("POST", "PUT", "PATCH") or (
-            headers.get("content-length", "0") == "0" and "transfer-encoding" not in headers):
+        headers.get("content-length", "0") == "0" and "transfer-encoding" not in headers
+    ):
         return
     media = headers.get("content-type", "").partition(";")[0].strip().lower()
     if media != "application/json" and not media.endswith("+json"):
-        raise NotJson(f"the request body must be JSON (Content-Type: application/json), not "
-                      f"{media or 'untyped'}")
+        raise NotJson(
+            f"the request body must be JSON (Content-Type: application/json), not "
+            f"{media or 'untyped'}"
+        )
 
 
 def current_operator(actor: Annotated[Actor, Depends(current_actor)]) -> Actor:
@@ -71,5 +75,6 @@ ControllerDep = Annotated[ControllerHook | None, Depends(get_controller)]
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 Viewer = Annotated[Actor, Depends(current_actor)]
 Operator = Annotated[Actor, Depends(current_operator)]
-Reason = Annotated[str | None, Query(max_length=500, description="Why: kept with the "
-                                     "revision and the event.")]
+Reason = Annotated[
+    str | None, Query(max_length=500, description="Why: kept with the revision and the event.")
+]

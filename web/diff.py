@@ -26,8 +26,9 @@ def diff(old: Any, new: Any, path: tuple[str | int, ...] = ()) -> list[Change]:
     if isinstance(old, list) and isinstance(new, list):
         out = []
         for i in range(max(len(old), len(new))):
-            out += diff(old[i] if i < len(old) else _ABSENT,
-                        new[i] if i < len(new) else _ABSENT, (*path, i))
+            out += diff(
+                old[i] if i < len(old) else _ABSENT, new[i] if i < len(new) else _ABSENT, (*path, i)
+            )
         return out
     if old is _ABSENT:
         return [Change(path, None, new, "added")]

@@ -82,8 +82,7 @@ class SpecInvalid(PdctlError):
 
     def detail(self) -> object:
         # The same items FastAPI puts in its own 422s: loc starts at "body".
-        return [{"loc": ["body", *p.loc], "msg": p.msg, "type": p.type}
-                for p in self.problems]
+        return [{"loc": ["body", *p.loc], "msg": p.msg, "type": p.type} for p in self.problems]
 
 
 class ErrorOut(BaseModel):
@@ -99,15 +98,19 @@ API_RESPONSES: dict[int | str, dict] = {
     409: {"model": ErrorOut, "description": "Conflicts with the current state; says why."},
     413: {"model": ErrorOut, "description": "Request body over the configured limit."},
     415: {"model": ErrorOut, "description": "A request body that is not JSON."},
-    429: {"model": ErrorOut, "description": "Too many unknown tokens from this address; "
-          "Retry-After says when to try again."},
+    429: {
+        "model": ErrorOut,
+        "description": "Too many unknown tokens from this address; "
+        "Retry-After says when to try again.",
+    },
     503: {"model": ErrorOut, "description": "No controller runs in this control plane."},
 }
 
 
 def response(error: PdctlError) -> JSONResponse:
-    return JSONResponse({"detail": error.detail()}, status_code=error.status,
-                        headers=error.headers())
+    return JSONResponse(
+        {"detail": error.detail()}, status_code=error.status, headers=error.headers()
+    )
 
 
 async def _handle(request: Request, exc: Exception) -> JSONResponse:

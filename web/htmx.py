@@ -23,25 +23,32 @@ UPLOT_VERSION = "1.6.9"
 
 def is_htmx(request: Request) -> bool:
     """True when htmx made the request (and not a history restore, which wants a page)."""
-    return (request.headers.get("hx-request") == "true"
-            and request.headers.get("hx-history-restore-request") != "true")
+    return (
+        request.headers.get("hx-request") == "true"
+        and request.headers.get("hx-history-restore-request") != "true"
+    )
 
 
-def render_blocks(templates: Jinja2Templates, name: str, blocks: Iterable[str],
-                  context: Mapping[str, Any]) -> str:
+def render_blocks(
+    templates: Jinja2Templates, name: str, blocks: Iterable[str], context: Mapping[str, Any]
+) -> str:
     """The named blocks of template `name`, rendered with `context`, one after the other."""
     template = templates.env.get_template(name)
     ctx = template.new_context(dict(context))
     return "".join("".join(template.blocks[block](ctx)) for block in blocks)
 
 
-def fragment(request: Request, name: str, blocks: str | Iterable[str],
-             context: Mapping[str, Any], status_code: int = 200,
-             trigger: str | Mapping[str, Any] | None = None) -> HTMLResponse:
+def fragment(
+    request: Request,
+    name: str,
+    blocks: str | Iterable[str],
+    context: Mapping[str, Any],
+    status_code: int = 200,
+    trigger: str | Mapping[str, Any] | None = None,
+) -> HTMLResponse:
     """One or more blocks of a page template as an htmx response."""
     blocks = (blocks,) if isinstance(blocks, str) else tuple(blocks)
-    html = render_blocks(request.app.state.templates, name, blocks,
-                         {"request": request, **context})
+    html = render_blocks(request.app.state.templates, name, blocks, {"request": request, **context})
     response = HTMLResponse(html, status_code=status_code)
     vary(response)
     if trigger is not None:
@@ -49,11 +56,13 @@ def fragment(request: Request, name: str, blocks: str | Iterable[str],
     return response
 
 
-def page(request: Request, name: str, context: Mapping[str, Any],
-         status_code: int = 200) -> HTMLResponse:
+def page(
+    request: Request, name: str, context: Mapping[str, Any], status_code: int = 200
+) -> HTMLResponse:
     """The whole page (a first load, a reload, a link followed without htmx)."""
     response = request.app.state.templates.TemplateResponse(
-        request, name, dict(context), status_code=status_code)
+        request, name, dict(context), status_code=status_code
+    )
     vary(response)
     return response
 

@@ -61,24 +61,47 @@ class LoadRuns:
         run = self.runs.get(name)
         return run is not None and run.state == "running"
 
-    async def start(self, name: str, base_url: str, rate: float, duration_s: float,
-                    slo_ttft_ms: float | None, slo_itl_ms: float | None,
-                    input_len: int = 256, output_len: int = 64) -> LoadRun:
+    async def start(
+        self,
+        name: str,
+        base_url: str,
+        rate: float,
+        duration_s: float,
+        slo_ttft_ms: float | None,
+        slo_itl_ms: float | None,
+        input_len: int = 256,
+        output_len: int = 64,
+    ) -> LoadRun:
         rate, prompts = bounded(rate, duration_s)
         out = Path(tempfile.mkdtemp(prefix="pdctl-load-")) / "result.json"
-        argv = [sys.executable, str(ROOT / "pdctl.py"), "bench", "--base-url", base_url,
-                "--request-rate", f"{rate:g}", "--num-prompts", str(prompts),
-                "--input-len", str(input_len), "--output-len", str(output_len),
-                "--result-json", str(out), "--quiet", "--timeout", str(GRACE_S)]
+        argv = [
+            sys.executable,
+            str(ROOT / "pdctl.py"),
+            "bench",
+            "--base-url",
+            base_url,
+            "--request-rate",
+            f"{rate:g}",
+            "--num-prompts",
+            str(prompts),
+            "--input-len",
+            str(input_len),
+            "--output-len",
+            str(output_len),
+            "--result-json",
+            str(out),
+            "--quiet",
+            "--timeout",
+            str(GRACE_S),
+        ]
         if slo_ttft_ms:
             argv += ["--slo-ttft-ms", f"{slo_ttft_ms:g}"]
         if slo_itl_ms:
             argv += ["--slo-itl-ms", f"{slo_itl_ms:g}"]
-        run = LoadRun(name, rate, prompts, deadline_s=prompts / rate + GRACE_S,
-                      result_path=out)
+        run = LoadRun(name, rate, prompts, deadline_s=prompts / rate + GRACE_S, result_path=out)
         run.proc = await asyncio.create_subprocess_exec(
-            *argv, cwd=ROOT, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE)
+            *argv, cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+        )
         self.runs[name] = run
         task = asyncio.get_running_loop().create_task(self._watch(run))
         self._tasks.add(task)
@@ -123,4 +146,5 @@ class LoadRuns:
         else:
             run.state = "failed"
             run.error = (err or b"").decode(errors="replace").strip()[-400:] or (
-                f"pdctl bench exited with {proc.returncode}")
+                f"pdctl bench exited with {proc.returncode}"
+            )

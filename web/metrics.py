@@ -19,10 +19,10 @@ class StateCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         deployments, revisions, kinds = self.store.counts()
         yield GaugeMetricFamily("pdctl_deployments", "Deployments stored.", value=deployments)
-        yield GaugeMetricFamily("pdctl_revisions", "Revisions stored, over all deployments.",
-                                value=revisions)
-        events = CounterMetricFamily("pdctl_events", "Events recorded, by kind.",
-                                     labels=["kind"])
+        yield GaugeMetricFamily(
+            "pdctl_revisions", "Revisions stored, over all deployments.", value=revisions
+        )
+        events = CounterMetricFamily("pdctl_events", "Events recorded, by kind.", labels=["kind"])
         for kind, count in sorted(kinds.items()):
             events.add_metric([kind], count)
         yield events
@@ -43,13 +43,21 @@ class LiveCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         supervised = self.controller.supervisor.deployments
-        yield GaugeMetricFamily("pdctl_deployments_supervised",
-                                "Deployments the controller supervises.", value=len(supervised))
-        units = GaugeMetricFamily("pdctl_instances", "Supervised processes by state.",
-                                  labels=["deployment", "role", "state"])
-        restarts = CounterMetricFamily("pdctl_instance_restarts",
-                                       "Restarts of supervised processes.",
-                                       labels=["deployment", "instance"])
+        yield GaugeMetricFamily(
+            "pdctl_deployments_supervised",
+            "Deployments the controller supervises.",
+            value=len(supervised),
+        )
+        units = GaugeMetricFamily(
+            "pdctl_instances",
+            "Supervised processes by state.",
+            labels=["deployment", "role", "state"],
+        )
+        restarts = CounterMetricFamily(
+            "pdctl_instance_restarts",
+            "Restarts of supervised processes.",
+            labels=["deployment", "instance"],
+        )
         for name in sorted(supervised):
             counts: dict[tuple[str, str], int] = {}
             for unit in self.controller.status(name):
@@ -65,8 +73,9 @@ class LiveCollector(Collector):
             yield from self._aggregates()
 
     def _switches(self) -> Iterator[Metric]:
-        switches = CounterMetricFamily("pdctl_switches", "Mode switches begun, by outcome.",
-                                       labels=["deployment", "state"])
+        switches = CounterMetricFamily(
+            "pdctl_switches", "Mode switches begun, by outcome.", labels=["deployment", "state"]
+        )
         counts: dict[tuple[str, str], int] = {}
         for record in self.controller.switches.records.values():
             key = (record.deployment, record.state)
@@ -78,20 +87,31 @@ class LiveCollector(Collector):
     def _aggregates(self) -> Iterator[Metric]:
         families = {
             "slo_attainment": GaugeMetricFamily(
-                "pdctl_slo_attainment", "Share of finished requests meeting every SLO target "
-                "(last minute, at the proxy).", labels=["deployment"]),
+                "pdctl_slo_attainment",
+                "Share of finished requests meeting every SLO target (last minute, at the proxy).",
+                labels=["deployment"],
+            ),
             "request_goodput": GaugeMetricFamily(
-                "pdctl_request_goodput", "Requests meeting every target per second "
-                "(last minute).", labels=["deployment"]),
+                "pdctl_request_goodput",
+                "Requests meeting every target per second (last minute).",
+                labels=["deployment"],
+            ),
             "request_rate": GaugeMetricFamily(
-                "pdctl_request_rate", "Finished requests per second at the proxy (last minute).",
-                labels=["deployment"]),
+                "pdctl_request_rate",
+                "Finished requests per second at the proxy (last minute).",
+                labels=["deployment"],
+            ),
         }
-        kv = GaugeMetricFamily("pdctl_kv_transfer_bytes_per_second",
-                               "KV bytes moved between instances per second (last minute); "
-                               "source nixl or derived.", labels=["deployment", "source"])
-        up = GaugeMetricFamily("pdctl_target_up", "1 when the last scrape of a process "
-                               "answered.", labels=["deployment", "instance"])
+        kv = GaugeMetricFamily(
+            "pdctl_kv_transfer_bytes_per_second",
+            "KV bytes moved between instances per second (last minute); source nixl or derived.",
+            labels=["deployment", "source"],
+        )
+        up = GaugeMetricFamily(
+            "pdctl_target_up",
+            "1 when the last scrape of a process answered.",
+            labels=["deployment", "instance"],
+        )
         for name, frames in sorted(self.observer.latest.items()):
             frame = frames.get("1m")
             if frame is None:

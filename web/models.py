@@ -1,10 +1,10 @@
 """The SQLite tables (SQLModel). Alembic migrations in migrations/ are the only way they change.
 
-    deployments  one row per live deployment; `revision` is the number of its current revision
-    revisions    every change to a deployment: the whole spec and its allocated ports, who, why
-    events       everything an operator (or the controller) does; outlives deleted deployments
-    history      observe/'s downsampled live frames
-    bench_runs   `pdctl bench` runs started from the dashboard, with the revision they measured
+deployments  one row per live deployment; `revision` is the number of its current revision
+revisions    every change to a deployment: the whole spec and its allocated ports, who, why
+events       everything an operator (or the controller) does; outlives deleted deployments
+history      observe/'s downsampled live frames
+bench_runs   `pdctl bench` runs started from the dashboard, with the revision they measured
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ class UTCDateTime(sa.types.TypeDecorator):
             value = value.astimezone(UTC).replace(tzinfo=None)
         return value
 
-    def process_result_value(self, value: datetime | None,
-                             dialect: sa.Dialect) -> datetime | None:
+    def process_result_value(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
         return value.replace(tzinfo=UTC) if value is not None else None
 
 
@@ -57,9 +56,13 @@ class Revision(SQLModel, table=True):
     )
 
     id: int | None = Field(default=None, primary_key=True)
-    deployment_id: int = Field(sa_column=sa.Column(
-        sa.Integer, sa.ForeignKey("deployments.id", ondelete="CASCADE",
-                                  name="fk_revisions_deployment_id"), nullable=False))
+    deployment_id: int = Field(
+        sa_column=sa.Column(
+            sa.Integer,
+            sa.ForeignKey("deployments.id", ondelete="CASCADE", name="fk_revisions_deployment_id"),
+            nullable=False,
+        )
+    )
     number: int = Field(nullable=False)
     spec: dict = Field(sa_type=sa.JSON, nullable=False)
     ports: dict = Field(sa_type=sa.JSON, nullable=False)
@@ -89,8 +92,10 @@ class HistoryPoint(SQLModel, table=True):
     headline numbers as JSON (observe/build.py `point`), so charts survive a restart."""
 
     __tablename__ = "history"
-    __table_args__ = (sa.Index("ix_history_deployment_ts", "deployment", "ts"),
-                      sa.Index("ix_history_ts", "ts"))
+    __table_args__ = (
+        sa.Index("ix_history_deployment_ts", "deployment", "ts"),
+        sa.Index("ix_history_ts", "ts"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     deployment: str = Field(max_length=40, nullable=False)

@@ -26,11 +26,19 @@ def _invalid(loc: tuple[str | int, ...], msg: str) -> RequestValidationError:
 def setup_of(req: PlanRequest) -> planner.PlanSetup:
     def flags(f: FlagsIn) -> planner.EngineFlags:
         return planner.EngineFlags(f.max_num_seqs, f.max_num_batched_tokens, f.prefix_caching)
+
     s = req.slo
-    return planner.PlanSetup(req.model, req.hardware, req.gpus, flags(req.colocated_flags),
-                             flags(req.prefill_flags), flags(req.decode_flags), req.link_gbps,
-                             slo=planner.Slo(s.ttft_ms, s.itl_ms, s.itl_stat),
-                             goodput_share=req.goodput_share)
+    return planner.PlanSetup(
+        req.model,
+        req.hardware,
+        req.gpus,
+        flags(req.colocated_flags),
+        flags(req.prefill_flags),
+        flags(req.decode_flags),
+        req.link_gbps,
+        slo=planner.Slo(s.ttft_ms, s.itl_ms, s.itl_stat),
+        goodput_share=req.goodput_share,
+    )
 
 
 def _configs(req: PlanRequest, setup: planner.PlanSetup) -> list[planner.PlanConfig]:
@@ -48,8 +56,11 @@ def _configs(req: PlanRequest, setup: planner.PlanSetup) -> list[planner.PlanCon
     rows = len(configs) * len(req.rates)
     if rows > MAX_ROWS:
         fewer = "GPUs or search modes" if req.search else "configurations"
-        raise _invalid(("rates",), f"{len(configs)} configurations x {len(req.rates)} rates is "
-                       f"{rows} runs; at most {MAX_ROWS}: fewer rates, or fewer {fewer}")
+        raise _invalid(
+            ("rates",),
+            f"{len(configs)} configurations x {len(req.rates)} rates is "
+            f"{rows} runs; at most {MAX_ROWS}: fewer rates, or fewer {fewer}",
+        )
     return configs
 
 
@@ -71,14 +82,22 @@ def execute(req: PlanRequest) -> dict[str, Any]:
     return result
 
 
-def _sweep(setup: planner.PlanSetup, configs: list[planner.PlanConfig],
-           workload: planner.Workload, rates: list[float]) -> dict[str, Any]:
+def _sweep(
+    setup: planner.PlanSetup,
+    configs: list[planner.PlanConfig],
+    workload: planner.Workload,
+    rates: list[float],
+) -> dict[str, Any]:
     result = planner.sweep(setup, configs, workload, rates, _deadline())
     return {"mode": "sweep", **_stopped(result)}
 
 
-def _search(setup: planner.PlanSetup, configs: list[planner.PlanConfig],
-            workload: planner.Workload, rates: list[float]) -> dict[str, Any]:
+def _search(
+    setup: planner.PlanSetup,
+    configs: list[planner.PlanConfig],
+    workload: planner.Workload,
+    rates: list[float],
+) -> dict[str, Any]:
     result = planner.sweep(setup, configs, workload, rates, _deadline())
     return {"mode": "search", **_stopped(result), **planner.rank(result, setup)}
 
@@ -94,14 +113,20 @@ def _stopped(result: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _context_of(setup: planner.PlanSetup, configs: list[planner.PlanConfig],
-                workload: planner.Workload) -> dict[str, Any]:
+def _context_of(
+    setup: planner.PlanSetup, configs: list[planner.PlanConfig], workload: planner.Workload
+) -> dict[str, Any]:
     """What the advisor needs beside the rows (observe/signals.py `from_plan`)."""
-    return {"model": setup.model, "hardware": setup.hardware, "gpus": setup.gpus,
-            "kv_bytes_per_token": profiles.model(setup.model).kv_bytes_per_token,
-            "workload": {k: getattr(workload, k) for k in workload.__dataclass_fields__},
-            "topologies": {c.label: c.kind for c in configs},
-            "links_gbps": {c.label: round(setup.link_bytes_per_s(c) / 1e9, 3)
-                           for c in configs if c.kind == "disaggregated"}}
-
-
+    return {
+        "model": setup.model,
+        "hardware": setup.hardware,
+        "gpus": setup.gpus,
+        "kv_bytes_per_token": profiles.model(setup.model).kv_bytes_per_token,
+        "workload": {k: getattr(workload, k) for k in workload.__dataclass_fields__},
+        "topologies": {c.label: c.kind for c in configs},
+        "links_gbps": {
+            c.label: round(setup.link_bytes_per_s(c) / 1e9, 3)
+            for c in configs
+            if c.kind == "disaggregated"
+        },
+    }

@@ -30,8 +30,9 @@ def _config(text: str) -> str:
     try:
         parse_config(text)
     except planner.PlanError as exc:
-        raise ValueError(str(exc).removeprefix("--config ") + "; or one of "
-                         + ", ".join(NAMED)) from None
+        raise ValueError(
+            str(exc).removeprefix("--config ") + "; or one of " + ", ".join(NAMED)
+        ) from None
     return text
 
 
@@ -41,6 +42,7 @@ def _profile(kind: str):
         if name not in known:
             raise ValueError(f"unknown {kind} profile {name!r}; known: {', '.join(known)}")
         return name
+
     return AfterValidator(check)
 
 
@@ -74,8 +76,11 @@ class SloIn(_Strict):
 
 
 def _flags(f: planner.EngineFlags) -> FlagsIn:
-    return FlagsIn(max_num_seqs=f.max_num_seqs, max_num_batched_tokens=f.max_num_batched_tokens,
-                   prefix_caching=f.prefix_caching)
+    return FlagsIn(
+        max_num_seqs=f.max_num_seqs,
+        max_num_batched_tokens=f.max_num_batched_tokens,
+        prefix_caching=f.prefix_caching,
+    )
 
 
 class PlanRequest(_Strict):
@@ -87,16 +92,21 @@ class PlanRequest(_Strict):
     search: bool = False
     search_modes: list[Literal["read", "write"]] = Field(["write"], min_length=1)
     configs: list[Annotated[str, AfterValidator(_config)]] = Field(
-        default_factory=lambda: list(NAMED), min_length=1, max_length=8,
+        default_factory=lambda: list(NAMED),
+        min_length=1,
+        max_length=8,
         description="2xtp4 (colocated), 1p-tp4+1d-tp4:write (disaggregated), or a name of "
-                    f"the MORI-IO scenario's: {', '.join(NAMED)}")
+        f"the MORI-IO scenario's: {', '.join(NAMED)}",
+    )
     rates: list[float] | str = Field(
-        [8.0], description="req/s: a list, or start:stop:step (inclusive)")
+        [8.0], description="req/s: a list, or start:stop:step (inclusive)"
+    )
     model: Annotated[str, _profile("models")] = MORI.model
     hardware: Annotated[str, _profile("hardware")] = MORI.hardware
     gpus: int = Field(MORI.gpus, ge=1, le=64)
-    link_gbps: float | None = Field(None, gt=0, le=100_000,
-                                    description="GB/s between P and D; default NICs x TP")
+    link_gbps: float | None = Field(
+        None, gt=0, le=100_000, description="GB/s between P and D; default NICs x TP"
+    )
     workload: WorkloadIn = Field(default_factory=WorkloadIn)
     slo: SloIn = Field(default_factory=SloIn)
     goodput_share: float = Field(MORI.goodput_share, gt=0, le=1)
@@ -132,12 +142,14 @@ def _parse_rates(text: str) -> list[float]:
             start, stop, step = (float(x) for x in parts)
         except ValueError:
             raise ValueError(bad) from None
-        if step > 0 and math.isfinite(start) and math.isfinite(stop) and (
-                (stop - start) / step >= MAX_RATES):
+        if (
+            step > 0
+            and math.isfinite(start)
+            and math.isfinite(stop)
+            and ((stop - start) / step >= MAX_RATES)
+        ):
             raise ValueError(f"{text!r} gives more than {MAX_RATES} rates")
     try:
         return parse_rates(text)
     except (planner.PlanError, OverflowError):
         raise ValueError(bad) from None
-
-

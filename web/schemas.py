@@ -33,12 +33,23 @@ class DeploymentOut(BaseModel):
     @classmethod
     def of(cls, d: Current, secrets: bool = True) -> DeploymentOut:
         """`secrets=False` (a viewer) masks secret-looking env values and args."""
-        spec = d.spec if secrets else DeploymentSpec.model_validate(
-            redact_spec(d.spec.model_dump(mode="json")))
-        return cls(name=d.name, revision=d.revision, created_at=d.created_at,
-                   updated_at=d.updated_at, actor=d.actor, reason=d.reason, spec=spec,
-                   ports=PortsOut(proxy=d.ports.proxy, registry=d.ports.registry,
-                                  instances=d.ports.instances))
+        spec = (
+            d.spec
+            if secrets
+            else DeploymentSpec.model_validate(redact_spec(d.spec.model_dump(mode="json")))
+        )
+        return cls(
+            name=d.name,
+            revision=d.revision,
+            created_at=d.created_at,
+            updated_at=d.updated_at,
+            actor=d.actor,
+            reason=d.reason,
+            spec=spec,
+            ports=PortsOut(
+                proxy=d.ports.proxy, registry=d.ports.registry, instances=d.ports.instances
+            ),
+        )
 
 
 class RevisionSummary(BaseModel):
@@ -58,8 +69,14 @@ class RevisionOut(RevisionSummary):
 
     @classmethod
     def of(cls, r: Revision, secrets: bool = True) -> RevisionOut:
-        return cls(number=r.number, created_at=r.created_at, actor=r.actor, reason=r.reason,
-                   spec=r.spec if secrets else redact_spec(r.spec), ports=r.ports)
+        return cls(
+            number=r.number,
+            created_at=r.created_at,
+            actor=r.actor,
+            reason=r.reason,
+            spec=r.spec if secrets else redact_spec(r.spec),
+            ports=r.ports,
+        )
 
 
 class ChangeOut(BaseModel):

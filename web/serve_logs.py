@@ -13,8 +13,10 @@ import re
 from typing import Any
 
 MASK = "***"
-SECRET_QUERY = re.compile(r"(?i)([?&](?:token|access_token|api_key|key|secret|password)=)"
-                          r"[^&#\s\"]*")
+SECRET_QUERY = re.compile(
+    r"(?i)([?&](?:token|access_token|api_key|key|secret|password)=)"
+    r"[^&#\s\"]*"
+)
 
 
 def mask_query(text: str) -> str:
@@ -26,8 +28,7 @@ class MaskSecrets(logging.Filter):
         if isinstance(record.msg, str):
             record.msg = mask_query(record.msg)
         if isinstance(record.args, tuple):
-            record.args = tuple(mask_query(a) if isinstance(a, str) else a
-                                for a in record.args)
+            record.args = tuple(mask_query(a) if isinstance(a, str) else a for a in record.args)
         return True
 
 

@@ -38,13 +38,19 @@ class Current:
 
 
 def ports_to_json(ports: AllocatedPorts) -> dict:
-    return {"proxy": ports.proxy, "registry": ports.registry,
-            "instances": {k: v.model_dump() for k, v in ports.instances.items()}}
+    return {
+        "proxy": ports.proxy,
+        "registry": ports.registry,
+        "instances": {k: v.model_dump() for k, v in ports.instances.items()},
+    }
 
 
 def ports_from_json(data: dict) -> AllocatedPorts:
-    return AllocatedPorts(data["proxy"], data["registry"],
-                          {k: InstancePorts(**v) for k, v in data["instances"].items()})
+    return AllocatedPorts(
+        data["proxy"],
+        data["registry"],
+        {k: InstancePorts(**v) for k, v in data["instances"].items()},
+    )
 
 
 class Store:
@@ -60,10 +66,17 @@ class Store:
 
     def deployments(self) -> list[Current]:
         with Session(self.engine) as s:
-            rows = s.exec(select(Deployment, Revision).join(
-                Revision, sa.and_(Revision.deployment_id == Deployment.id,
-                                  Revision.number == Deployment.revision))
-                .order_by(Deployment.name))
+            rows = s.exec(
+                select(Deployment, Revision)
+                .join(
+                    Revision,
+                    sa.and_(
+                        Revision.deployment_id == Deployment.id,
+                        Revision.number == Deployment.revision,
+                    ),
+                )
+                .order_by(Deployment.name)
+            )
             return [_current(d, r) for d, r in rows]
 
     def get(self, name: str) -> Current:
@@ -71,8 +84,15 @@ class Store:
             deployment = _deployment(s, name)
             return _current(deployment, _revision(s, deployment, deployment.revision))
 
-    def create(self, spec: DeploymentSpec, actor: str, reason: str | None = None, *,
-               kind: str = "deployment.created", detail: dict | None = None) -> Current:
+    def create(
+        self,
+        spec: DeploymentSpec,
+        actor: str,
+        reason: str | None = None,
+        *,
+        kind: str = "deployment.created",
+        detail: dict | None = None,
+    ) -> Current:
         with self._write, Session(self.engine) as s:
             if s.exec(select(Deployment.id).where(Deployment.name == spec.name)).first():
                 raise Conflict(f"deployment {spec.name!r} already exists")
@@ -83,17 +103,31 @@ class Store:
             s.flush()
             s.add(_new_revision(deployment, spec, ports, actor, reason))
             verb = "cloned" if kind == "deployment.cloned" else "created"
-            s.add(Event(actor=actor, kind=kind, deployment=spec.name,
-                        message=f"{spec.name} {verb} (revision 1)" + _why(reason),
-                        detail={"revision": 1, **(detail or {})}))
+            s.add(
+                Event(
+                    actor=actor,
+                    kind=kind,
+                    deployment=spec.name,
+                    message=f"{spec.name} {verb} (revision 1)" + _why(reason),
+                    detail={"revision": 1, **(detail or {})},
+                )
+            )
             _commit(s, spec.name)
         return self.get(spec.name)
 
-    def update(self, name: str, spec: DeploymentSpec, actor: str,
-               reason: str | None = None) -> Current:
+    def update(
+        self, name: str, spec: DeploymentSpec, actor: str, reason: str | None = None
+    ) -> Current:
         if spec.name != name:
-            raise SpecInvalid([Problem(("name",), f"the body names {spec.name!r} but the URL "
-                                       f"{name!r}; a deployment cannot be renamed: clone it")])
+            raise SpecInvalid(
+                [
+                    Problem(
+                        ("name",),
+                        f"the body names {spec.name!r} but the URL "
+                        f"{name!r}; a deployment cannot be renamed: clone it",
+                    )
+                ]
+            )
         with self._write, Session(self.engine) as s:
             deployment = _deployment(s, name)
             previous = _revision(s, deployment, deployment.revision)
@@ -104,11 +138,15 @@ class Store:
             deployment.updated_at = utcnow()
             s.add(deployment)
             s.add(_new_revision(deployment, spec, ports, actor, reason))
-            s.add(Event(actor=actor, kind="deployment.updated", deployment=name,
-                        message=f"{name} updated to revision {deployment.revision}"
-                        + _why(reason),
-                        detail={"revision": deployment.revision,
-                                "previous": previous.number}))
+            s.add(
+                Event(
+                    actor=actor,
+                    kind="deployment.updated",
+                    deployment=name,
+                    message=f"{name} updated to revision {deployment.revision}" + _why(reason),
+                    detail={"revision": deployment.revision, "previous": previous.number},
+                )
+            )
             _commit(s, name)
         return self.get(name)
 
@@ -117,27 +155,45 @@ class Store:
             deployment = _deployment(s, name)
             last = _revision(s, deployment, deployment.revision)
             # Revisions go with the row (ON DELETE CASCADE); the event keeps the last one.
-            s.add(Event(actor=actor, kind="deployment.deleted", deployment=name,
-                        message=f"{name} deleted at revision {last.number}" + _why(reason),
-                        detail={"revision": last.number, "spec": redact_spec(last.spec),
-                                "ports": last.ports}))
+            s.add(
+                Event(
+                    actor=actor,
+                    kind="deployment.deleted",
+                    deployment=name,
+                    message=f"{name} deleted at revision {last.number}" + _why(reason),
+                    detail={
+                        "revision": last.number,
+                        "spec": redact_spec(last.spec),
+                        "ports": last.ports,
+                    },
+                )
+            )
             s.delete(deployment)
             s.commit()
 
     def clone(self, name: str, new_name: str, actor: str, reason: str | None = None) -> Current:
         source = self.get(name)
         spec = without_given_ports(source.spec).model_copy(update={"name": new_name})
-        return self.create(DeploymentSpec.model_validate(spec.model_dump()), actor, reason,
-                           kind="deployment.cloned",
-                           detail={"source": name, "source_revision": source.revision})
+        return self.create(
+            DeploymentSpec.model_validate(spec.model_dump()),
+            actor,
+            reason,
+            kind="deployment.cloned",
+            detail={"source": name, "source_revision": source.revision},
+        )
 
     # -- revisions ----------------------------------------------------------------------
 
     def revisions(self, name: str) -> list[Revision]:
         with Session(self.engine) as s:
             deployment = _deployment(s, name)
-            return list(s.exec(select(Revision).where(Revision.deployment_id == deployment.id)
-                               .order_by(col(Revision.number).desc())))
+            return list(
+                s.exec(
+                    select(Revision)
+                    .where(Revision.deployment_id == deployment.id)
+                    .order_by(col(Revision.number).desc())
+                )
+            )
 
     def revision(self, name: str, number: int) -> Revision:
         with Session(self.engine) as s:
@@ -145,18 +201,26 @@ class Store:
 
     # -- events -------------------------------------------------------------------------
 
-    def record(self, actor: str, kind: str, message: str, deployment: str | None = None,
-               detail: dict | None = None) -> Event:
+    def record(
+        self,
+        actor: str,
+        kind: str,
+        message: str,
+        deployment: str | None = None,
+        detail: dict | None = None,
+    ) -> Event:
         with Session(self.engine) as s:
-            event = Event(actor=actor, kind=kind, deployment=deployment, message=message,
-                          detail=detail or {})
+            event = Event(
+                actor=actor, kind=kind, deployment=deployment, message=message, detail=detail or {}
+            )
             s.add(event)
             s.commit()
             s.refresh(event)
             return event
 
-    def events(self, deployment: str | None = None, kind: str | None = None,
-               limit: int = 100) -> list[Event]:
+    def events(
+        self, deployment: str | None = None, kind: str | None = None, limit: int = 100
+    ) -> list[Event]:
         query = select(Event).order_by(col(Event.id).desc()).limit(limit)
         if deployment is not None:
             query = query.where(Event.deployment == deployment)
@@ -175,8 +239,7 @@ class Store:
 
     # -- admission: validation and ports --------------------------------------------------
 
-    def _admit(self, s: Session, spec: DeploymentSpec,
-               previous: Revision | None) -> AllocatedPorts:
+    def _admit(self, s: Session, spec: DeploymentSpec, previous: Revision | None) -> AllocatedPorts:
         old = None
         if previous is not None:
             old = (DeploymentSpec.model_validate(previous.spec), ports_from_json(previous.ports))
@@ -184,10 +247,16 @@ class Store:
 
     def _claims(self, s: Session, exclude: str) -> dict[int, str]:
         """Each port another deployment's current revision claims, to that deployment."""
-        rows = s.exec(select(Deployment.name, Revision.spec, Revision.ports).join(
-            Revision, sa.and_(Revision.deployment_id == Deployment.id,
-                              Revision.number == Deployment.revision))
-            .where(Deployment.name != exclude))
+        rows = s.exec(
+            select(Deployment.name, Revision.spec, Revision.ports)
+            .join(
+                Revision,
+                sa.and_(
+                    Revision.deployment_id == Deployment.id, Revision.number == Deployment.revision
+                ),
+            )
+            .where(Deployment.name != exclude)
+        )
         claims: dict[int, str] = {}
         for name, spec, ports in rows:
             for port in ports_from_json(ports).claimed(DeploymentSpec.model_validate(spec)):
@@ -203,25 +272,45 @@ def _deployment(s: Session, name: str) -> Deployment:
 
 
 def _revision(s: Session, deployment: Deployment, number: int) -> Revision:
-    revision = s.exec(select(Revision).where(Revision.deployment_id == deployment.id,
-                                             Revision.number == number)).first()
+    revision = s.exec(
+        select(Revision).where(Revision.deployment_id == deployment.id, Revision.number == number)
+    ).first()
     if revision is None:
-        raise NotFound(f"deployment {deployment.name!r} has no revision {number} (current: "
-                       f"{deployment.revision})")
+        raise NotFound(
+            f"deployment {deployment.name!r} has no revision {number} (current: "
+            f"{deployment.revision})"
+        )
     return revision
 
 
 def _current(deployment: Deployment, revision: Revision) -> Current:
-    return Current(deployment.name, deployment.revision, deployment.created_at,
-                   deployment.updated_at, DeploymentSpec.model_validate(revision.spec),
-                   ports_from_json(revision.ports), revision.actor, revision.reason)
+    return Current(
+        deployment.name,
+        deployment.revision,
+        deployment.created_at,
+        deployment.updated_at,
+        DeploymentSpec.model_validate(revision.spec),
+        ports_from_json(revision.ports),
+        revision.actor,
+        revision.reason,
+    )
 
 
-def _new_revision(deployment: Deployment, spec: DeploymentSpec, ports: AllocatedPorts,
-                  actor: str, reason: str | None) -> Revision:
-    return Revision(deployment_id=deployment.id, number=deployment.revision,
-                    spec=spec.model_dump(mode="json"), ports=ports_to_json(ports),
-                    actor=actor, reason=reason)
+def _new_revision(
+    deployment: Deployment,
+    spec: DeploymentSpec,
+    ports: AllocatedPorts,
+    actor: str,
+    reason: str | None,
+) -> Revision:
+    return Revision(
+        deployment_id=deployment.id,
+        number=deployment.revision,
+        spec=spec.model_dump(mode="json"),
+        ports=ports_to_json(ports),
+        actor=actor,
+        reason=reason,
+    )
 
 
 def _commit(s: Session, name: str) -> None:

@@ -40,8 +40,12 @@ def upgrade() -> None:
         sa.Column("reason", sa.String(length=500), nullable=True),
         sa.Column("created_at", UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("id"),
-        sa.ForeignKeyConstraint(["deployment_id"], ["deployments.id"], ondelete="CASCADE",
-                                name="fk_revisions_deployment_id"),
+        sa.ForeignKeyConstraint(
+            ["deployment_id"],
+            ["deployments.id"],
+            ondelete="CASCADE",
+            name="fk_revisions_deployment_id",
+        ),
         sa.UniqueConstraint("deployment_id", "number", name="uq_revisions_deployment_number"),
     )
     op.create_table(

@@ -144,11 +144,23 @@ def test_a_sweep_killed_part_way_leaves_the_rates_it_measured(tmp_path: Path, si
     its four arrivals take ~18 s): --result-json holds the first rate whole, marked partial;
     interrupted, it says where they are."""
     out = tmp_path / "result.json"
-    argv = [sys.executable, str(ROOT / "pdctl.py"), "bench", *SMALL, "--quiet",
-            "--request-rate", "200,0.5", "--slo-ttft-ms", "2000", "--result-json", str(out)]
+    argv = [
+        sys.executable,
+        str(ROOT / "pdctl.py"),
+        "bench",
+        *SMALL,
+        "--quiet",
+        "--request-rate",
+        "200,0.5",
+        "--slo-ttft-ms",
+        "2000",
+        "--result-json",
+        str(out),
+    ]
     with serving_in_thread(FakeEngine()) as url:
-        proc = subprocess.Popen([*argv, "--base-url", url], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [*argv, "--base-url", url], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
         try:
             deadline = time.monotonic() + 30
             while not out.exists() and proc.poll() is None and time.monotonic() < deadline:

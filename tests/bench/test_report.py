@@ -74,8 +74,9 @@ def test_a_partial_document_is_a_sweep_of_the_rates_measured_and_says_so() -> No
     assert [run["request_rate"] for run in one["runs"]] == [1.0]  # a sweep's shape, even for one
     assert one["partial"] == {"rates_done": 1, "rates": 3}
     assert one["max_goodput_rate"] == 1.0  # over the rates measured
-    two = partial_document([_summary(1.0), _summary(math.inf, ok=False)], [[], []], 0.9,
-                           save_requests=False, rates=3)
+    two = partial_document(
+        [_summary(1.0), _summary(math.inf, ok=False)], [[], []], 0.9, save_requests=False, rates=3
+    )
     assert two["runs"][1]["request_rate"] == "inf"
     json.loads(json.dumps(two, allow_nan=False))
     assert "partial" not in result_document([_summary(1.0)] * 3, [[]] * 3, 0.9, False)

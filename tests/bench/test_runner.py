@@ -124,10 +124,15 @@ def test_each_rate_is_reported_as_it_ends_before_the_next_starts() -> None:
 
     async def go() -> None:
         async with serving(engine) as url:
-            config = BenchConfig(base_url=url, request_rates=(300.0, 400.0), num_prompts=3,
-                                 input_len=4, output_len=2)
-            await run_bench(config, on_rate=lambda outcomes: heard.append(
-                ([o.rate for o in outcomes], len(engine.payloads))))
+            config = BenchConfig(
+                base_url=url, request_rates=(300.0, 400.0), num_prompts=3, input_len=4, output_len=2
+            )
+            await run_bench(
+                config,
+                on_rate=lambda outcomes: heard.append(
+                    ([o.rate for o in outcomes], len(engine.payloads))
+                ),
+            )
 
     asyncio.run(go())
     assert heard == [([300.0], 3), ([300.0, 400.0], 6)]

@@ -277,8 +277,12 @@ def settings_for(
     decodes: list[FakeEngine] = (),  # type: ignore[assignment]
     **kwargs: Any,
 ) -> ProxySettings:
-    defaults: dict[str, Any] = {"port": 0, "registry_port": None, "health_interval": None,
-                                "startup_grace": 0.0}
+    defaults: dict[str, Any] = {
+        "port": 0,
+        "registry_port": None,
+        "health_interval": None,
+        "startup_grace": 0.0,
+    }
     defaults.update(kwargs)
     return ProxySettings(
         prefill=tuple(FlagInstance(p.url) for p in prefills),

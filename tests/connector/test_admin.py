@@ -121,16 +121,18 @@ def test_whole_sends_whole_requests_to_a_decode_while_its_prefill_drains():
             engines(FakeEngine("p"), FakeEngine("d")) as (p, d),
             running(settings_for([p], [d])) as (base, _),
         ):
-            status, inst = await call(base, "POST", "/instances/whole",
-                                      body={"url": d.url, "whole": True})
+            status, inst = await call(
+                base, "POST", "/instances/whole", body={"url": d.url, "whole": True}
+            )
             assert status == 200 and inst["whole"] is True
             await call(base, "POST", "/instances/drain", body={"url": p.url})
             for _ in range(2):
                 await aiohttp_post(base)
             assert len(p.seen) == 0 and len(d.seen) == 2
             assert [seen.kind for seen in d.seen] == ["whole", "whole"]
-            status, answer = await call(base, "POST", "/instances/whole",
-                                        body={"url": d.url, "whole": "yes"})
+            status, answer = await call(
+                base, "POST", "/instances/whole", body={"url": d.url, "whole": "yes"}
+            )
             assert status == 400 and answer["error"]["param"] == "whole"
             status, _ = await call(base, "POST", "/instances/whole", body={"url": "http://x"})
             assert status == 404

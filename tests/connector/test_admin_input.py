@@ -10,20 +10,27 @@ from tests.connector.fakes import run, running, settings_for
 
 
 async def admin(base: str, method: str, path: str, body: dict | None = None):
-    async with aiohttp.ClientSession() as s, s.request(method, base + "/admin" + path,
-                                                       json=body) as r:
+    async with (
+        aiohttp.ClientSession() as s,
+        s.request(method, base + "/admin" + path, json=body) as r,
+    ):
         return r.status, await r.json()
 
 
 @pytest.mark.parametrize("field", ["dp_size", "tp_size"])
-@pytest.mark.parametrize(("value", "status"), [(None, 201), (1, 201), (4, 201), (0, 400),
-                                               (-541157, 400), ("2", 400), (True, 400)])
+@pytest.mark.parametrize(
+    ("value", "status"),
+    [(None, 201), (1, 201), (4, 201), (0, 400), (-541157, 400), ("2", 400), (True, 400)],
+)
 def test_sizes_are_positive_integers_or_null(field: str, value, status: int):
     async def body():
         async with running(settings_for()) as (base, proxy):
-            code, answer = await admin(base, "POST", "/instances",
-                                       {"url": "http://127.0.0.1:9", "role": "decode",
-                                        field: value})
+            code, answer = await admin(
+                base,
+                "POST",
+                "/instances",
+                {"url": "http://127.0.0.1:9", "role": "decode", field: value},
+            )
             assert code == status, answer
             if status == 400:
                 assert answer["error"]["param"] == field

@@ -26,8 +26,10 @@ def test_the_proxy_exports_the_gaps_between_arrivals_whatever_their_outcome():
     sleeps = (0.02, 0.08, 0.01, 0.15, 0.05)
 
     async def body():
-        async with (engines(FakeEngine("p"), FakeEngine("d")) as (p, d),
-                    running(settings_for([p], [d])) as (base, _)):
+        async with (
+            engines(FakeEngine("p"), FakeEngine("d")) as (p, d),
+            running(settings_for([p], [d])) as (base, _),
+        ):
             payload = {"model": "tiny", "prompt": "x", "max_tokens": 2}
             start = time.perf_counter()
             for i, pause in enumerate((0.0, *sleeps)):

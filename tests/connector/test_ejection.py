@@ -66,10 +66,14 @@ def test_the_last_instance_of_its_role_is_never_ejected_and_zero_disables():
 def test_a_stalling_decode_is_ejected_and_the_healthy_one_serves_the_rest():
     async def body():
         async with (
-            engines(FakeEngine("p"), FakeEngine("d1", hang_after=1),
-                    FakeEngine("d2")) as (p, d1, d2),
-            running(settings_for([p], [d1, d2], decode_timeout=0.2, eject_after=2,
-                                 eject_seconds=60)) as (base, proxy),
+            engines(FakeEngine("p"), FakeEngine("d1", hang_after=1), FakeEngine("d2")) as (
+                p,
+                d1,
+                d2,
+            ),
+            running(
+                settings_for([p], [d1, d2], decode_timeout=0.2, eject_after=2, eject_seconds=60)
+            ) as (base, proxy),
         ):
             stalled_answers = []
             for _ in range(8):

@@ -17,8 +17,10 @@ def error_of(raw: bytes) -> dict:
 @pytest.mark.parametrize("stream", [True, False])
 def test_garbage_from_the_prefill_is_502_naming_it(stream):
     async def body():
-        async with (engines(FakeEngine("p", prefill_garbage=True), FakeEngine("d")) as (p, d),
-                    running(settings_for([p], [d])) as (base, _)):
+        async with (
+            engines(FakeEngine("p", prefill_garbage=True), FakeEngine("d")) as (p, d),
+            running(settings_for([p], [d])) as (base, _),
+        ):
             status, _, raw = await post(base, completion(4, stream=stream))
         error = error_of(raw)
         assert status == 502 and (error["leg"], error["instance"]) == ("prefill", p.url)
@@ -29,8 +31,10 @@ def test_garbage_from_the_prefill_is_502_naming_it(stream):
 
 def test_a_garbage_stream_from_the_start_is_502_not_200():
     async def body():
-        async with (engines(FakeEngine("p"), FakeEngine("d", garbage_after=0)) as (p, d),
-                    running(settings_for([p], [d])) as (base, proxy)):
+        async with (
+            engines(FakeEngine("p"), FakeEngine("d", garbage_after=0)) as (p, d),
+            running(settings_for([p], [d])) as (base, proxy),
+        ):
             status, _, raw = await post(base, completion(4))
             assert proxy.requests[-1]["outcome"] == "failed"
         error = error_of(raw)
@@ -42,9 +46,10 @@ def test_a_garbage_stream_from_the_start_is_502_not_200():
 
 def test_garbage_mid_stream_becomes_an_error_event_and_is_not_passed_on():
     async def body():
-        async with (engines(FakeEngine("p"),
-                            FakeEngine("d", garbage_after=2, token_delay=0.05)) as (p, d),
-                    running(settings_for([p], [d])) as (base, _)):
+        async with (
+            engines(FakeEngine("p"), FakeEngine("d", garbage_after=2, token_delay=0.05)) as (p, d),
+            running(settings_for([p], [d])) as (base, _),
+        ):
             status, _, raw = await post(base, completion(6))
         assert status == 200 and b"\x8f" not in raw
         events = sse_events(raw)
@@ -56,8 +61,10 @@ def test_garbage_mid_stream_becomes_an_error_event_and_is_not_passed_on():
 
 def test_a_whole_answer_that_is_not_json_is_502_naming_the_decode():
     async def body():
-        async with (engines(FakeEngine("p"), FakeEngine("d", garbage_after=0)) as (p, d),
-                    running(settings_for([p], [d])) as (base, _)):
+        async with (
+            engines(FakeEngine("p"), FakeEngine("d", garbage_after=0)) as (p, d),
+            running(settings_for([p], [d])) as (base, _),
+        ):
             status, _, raw = await post(base, completion(4, stream=False))
         assert status == 502 and error_of(raw)["leg"] == "decode"
 
@@ -66,8 +73,10 @@ def test_a_whole_answer_that_is_not_json_is_502_naming_the_decode():
 
 def test_a_stream_answered_as_html_is_502_naming_the_content_type():
     async def body():
-        async with (engines(FakeEngine("p"), FakeEngine("d", stream_type="text/html")) as (p, d),
-                    running(settings_for([p], [d])) as (base, _)):
+        async with (
+            engines(FakeEngine("p"), FakeEngine("d", stream_type="text/html")) as (p, d),
+            running(settings_for([p], [d])) as (base, _),
+        ):
             status, _, raw = await post(base, completion(4))
         error = error_of(raw)
         assert status == 502 and error["leg"] == "decode" and "text/html" in error["message"]
@@ -92,8 +101,9 @@ def test_write_mode_decode_starved_by_a_stalled_prefill_names_the_prefill():
         prefill = FakeEngine("p", prefill_delay=5.0)
         decode = FakeEngine("d", decode_first_delay=5.0)
         async with engines(prefill, decode) as (p, d):
-            settings = settings_for([p], [d], connector="moriio", mode="write",
-                                    decode_timeout=0.3, prefill_timeout=10)
+            settings = settings_for(
+                [p], [d], connector="moriio", mode="write", decode_timeout=0.3, prefill_timeout=10
+            )
             async with running(settings) as (base, _):
                 status, _, raw = await post(base, completion())
         error = error_of(raw)

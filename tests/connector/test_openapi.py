@@ -30,8 +30,9 @@ def served_routes() -> set[str]:
 
 
 def documented() -> set[str]:
-    return {f"{method.upper()} {path}" for path, ops in document()["paths"].items()
-            for method in ops}
+    return {
+        f"{method.upper()} {path}" for path, ops in document()["paths"].items() for method in ops
+    }
 
 
 def test_the_document_lists_exactly_the_routes_the_proxy_serves():
@@ -40,8 +41,10 @@ def test_the_document_lists_exactly_the_routes_the_proxy_serves():
 
 def test_admin_operations_need_the_bearer_token_and_say_401():
     doc = document()
-    assert doc["components"]["securitySchemes"]["adminBearer"] == {"type": "http",
-                                                                   "scheme": "bearer"}
+    assert doc["components"]["securitySchemes"]["adminBearer"] == {
+        "type": "http",
+        "scheme": "bearer",
+    }
     for path, ops in doc["paths"].items():
         for op in ops.values():
             secured = op.get("security") == [{"adminBearer": []}]
@@ -68,8 +71,11 @@ def test_generation_routes_document_the_statuses_the_proxy_answers():
 
 def test_it_is_served_at_openapi_json_without_the_admin_token():
     async def body():
-        async with (running(settings_for(admin_token="t0k")) as (base, _),
-                    aiohttp.ClientSession() as s, s.get(base + "/openapi.json") as r):
+        async with (
+            running(settings_for(admin_token="t0k")) as (base, _),
+            aiohttp.ClientSession() as s,
+            s.get(base + "/openapi.json") as r,
+        ):
             assert r.status == 200 and r.content_type == "application/json"
             assert await r.json() == document()
 

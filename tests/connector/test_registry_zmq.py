@@ -81,8 +81,10 @@ def test_registration_expiry_and_mode_move():
 def test_a_registration_is_routed_to_only_once_its_health_answers():
     async def body():
         settings = settings_for(registry_port=0, connector="moriio")
-        async with (engines(FakeEngine("p"), FakeEngine("d")) as (p, d),
-                    running(settings) as (base, proxy)):
+        async with (
+            engines(FakeEngine("p"), FakeEngine("d")) as (p, d),
+            running(settings) as (base, proxy),
+        ):
             with registry_dealer(proxy.registry_port) as dealer:
                 ghost = {**OLD, "request_address": "http://127.0.0.1:9/v1/completions"}
                 dealer.send(msgpack.packb(ghost))  # a decode that does not answer
@@ -107,13 +109,16 @@ def test_a_registration_is_routed_to_only_once_its_health_answers():
 def test_a_just_started_proxy_holds_requests_until_the_first_registration_is_healthy():
     async def body():
         settings = settings_for(registry_port=0, connector="moriio", startup_grace=10.0)
-        async with (engines(FakeEngine("p"), FakeEngine("d")) as (p, d),
-                    running(settings) as (base, proxy)):
+        async with (
+            engines(FakeEngine("p"), FakeEngine("d")) as (p, d),
+            running(settings) as (base, proxy),
+        ):
             with registry_dealer(proxy.registry_port) as dealer:
                 async with aiohttp.ClientSession() as s:
                     # sent before any instance is known, as after a proxy restart
-                    early = asyncio.create_task(s.post(base + "/v1/completions",
-                                                       json=completion(2)))
+                    early = asyncio.create_task(
+                        s.post(base + "/v1/completions", json=completion(2))
+                    )
                     assert await until(lambda: proxy.metrics.held == 1)
                     dealer.send(msgpack.packb({**NEW, "http_address": p.url[7:]}))
                     dealer.send(msgpack.packb({**OLD, "request_address": d.url}))

@@ -44,8 +44,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
         started.append(decode)
         prefill.wait_healthy(30)
         decode.wait_healthy(30)
-        front = proxy(tmp, "proxy", "--prefill", prefill.url, "--decode", decode.url,
-                      "--admin-token", ADMIN_TOKEN, "--hold-deadline", "2")
+        front = proxy(
+            tmp,
+            "proxy",
+            "--prefill",
+            prefill.url,
+            "--decode",
+            decode.url,
+            "--admin-token",
+            ADMIN_TOKEN,
+            "--hold-deadline",
+            "2",
+        )
         started.append(front)
         front.wait_healthy(30)
         yield front
@@ -89,12 +99,18 @@ def run_operations(api_schema, labels: list[str], auth: dict[str, str]) -> dict[
                 strategy = strategy.filter(sent_as_generated)
 
             @given(case=strategy)
-            @settings(max_examples=EXAMPLES, database=None, deadline=None, derandomize=True,
-                      phases=[Phase.explicit, Phase.generate],
-                      suppress_health_check=list(HealthCheck))
+            @settings(
+                max_examples=EXAMPLES,
+                database=None,
+                deadline=None,
+                derandomize=True,
+                phases=[Phase.explicit, Phase.generate],
+                suppress_health_check=list(HealthCheck),
+            )
             def run(case) -> None:
-                case.call_and_validate(timeout=20, headers=auth,
-                                       excluded_checks=[positive_data_acceptance])
+                case.call_and_validate(
+                    timeout=20, headers=auth, excluded_checks=[positive_data_acceptance]
+                )
 
             try:
                 run()
@@ -107,25 +123,44 @@ def run_operations(api_schema, labels: list[str], auth: dict[str, str]) -> dict[
     return failures
 
 
-INFERENCE = ["POST /v1/completions", "POST /v1/chat/completions", "GET /v1/models",
-             "GET /health", "GET /metrics"]  # schemathesis leaves out /openapi.json itself
-ADMIN = ["GET /admin/instances", "GET /admin/groups", "GET /admin/requests",
-         "POST /admin/instances/drain", "POST /admin/instances/undrain",
-         "POST /admin/instances/whole", "POST /admin/groups/{group}/pause",
-         "POST /admin/groups/{group}/resume", "POST /admin/instances",
-         "POST /admin/instances/remove"]
+INFERENCE = [
+    "POST /v1/completions",
+    "POST /v1/chat/completions",
+    "GET /v1/models",
+    "GET /health",
+    "GET /metrics",
+]  # schemathesis leaves out /openapi.json itself
+ADMIN = [
+    "GET /admin/instances",
+    "GET /admin/groups",
+    "GET /admin/requests",
+    "POST /admin/instances/drain",
+    "POST /admin/instances/undrain",
+    "POST /admin/instances/whole",
+    "POST /admin/groups/{group}/pause",
+    "POST /admin/groups/{group}/resume",
+    "POST /admin/instances",
+    "POST /admin/instances/remove",
+]
 
 
-@pytest.mark.parametrize(("body", "status", "param", "says"), [
-    ({"model": "nope", "prompt": "hi"}, 404, "model", "The model `nope` does not exist"),
-    ({"model": "tiny", "prompt": "hi", "max_tokens": 10**9}, 400, "max_tokens",
-     "cannot be greater than max_model_len"),
-    ({"model": "tiny", "prompt": [15107012522553]}, 400, "prompt", "out of vocabulary"),
-    ({"model": "tiny", "prompt": {"a": 1}}, 400, "prompt", "prompt must be a string"),
-])
-def test_what_the_engine_refuses_is_the_client_4xx_not_a_502(stack: Process, body: dict,
-                                                              status: int, param: str,
-                                                              says: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "status", "param", "says"),
+    [
+        ({"model": "nope", "prompt": "hi"}, 404, "model", "The model `nope` does not exist"),
+        (
+            {"model": "tiny", "prompt": "hi", "max_tokens": 10**9},
+            400,
+            "max_tokens",
+            "cannot be greater than max_model_len",
+        ),
+        ({"model": "tiny", "prompt": [15107012522553]}, 400, "prompt", "out of vocabulary"),
+        ({"model": "tiny", "prompt": {"a": 1}}, 400, "prompt", "prompt must be a string"),
+    ],
+)
+def test_what_the_engine_refuses_is_the_client_4xx_not_a_502(
+    stack: Process, body: dict, status: int, param: str, says: str
+) -> None:
     # Found by the run below: each of these was a 502 (the last but one a stand-in crash).
     code, answer = http_post(stack.url + "/v1/completions", body, timeout=20)
     assert code == status, answer

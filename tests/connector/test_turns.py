@@ -12,28 +12,53 @@ from tests.processes import metric_value
 CHAT = "/v1/chat/completions"
 
 
-@pytest.mark.parametrize(("body", "endpoint", "kind"), [
-    ({"messages": [{"role": "user", "content": "hi"}]}, CHAT, "first"),
-    ({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}]},
-     CHAT, "first"),
-    ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
-                   {"role": "user", "content": "more"}]}, CHAT, "follow_up"),
-    ({"messages": ["not a dict", {"role": "user", "content": "hi"}]}, CHAT, "first"),
-    ({"prompt": "hi"}, "/v1/completions", "unknown"),
-])
+@pytest.mark.parametrize(
+    ("body", "endpoint", "kind"),
+    [
+        ({"messages": [{"role": "user", "content": "hi"}]}, CHAT, "first"),
+        (
+            {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}]},
+            CHAT,
+            "first",
+        ),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "yo"},
+                    {"role": "user", "content": "more"},
+                ]
+            },
+            CHAT,
+            "follow_up",
+        ),
+        ({"messages": ["not a dict", {"role": "user", "content": "hi"}]}, CHAT, "first"),
+        ({"prompt": "hi"}, "/v1/completions", "unknown"),
+    ],
+)
 def test_turn_kind(body, endpoint, kind):
     assert turn_kind(body, endpoint) == kind
 
 
 def test_the_proxy_counts_turns_by_kind():
     async def body():
-        async with (engines(FakeEngine("p"), FakeEngine("d")) as (p, d),
-                    running(settings_for([p], [d])) as (base, _)):
-            first = {"model": "tiny", "max_tokens": 2,
-                     "messages": [{"role": "user", "content": "hi"}]}
-            follow = {**first, "messages": [*first["messages"],
-                                            {"role": "assistant", "content": "hello"},
-                                            {"role": "user", "content": "and?"}]}
+        async with (
+            engines(FakeEngine("p"), FakeEngine("d")) as (p, d),
+            running(settings_for([p], [d])) as (base, _),
+        ):
+            first = {
+                "model": "tiny",
+                "max_tokens": 2,
+                "messages": [{"role": "user", "content": "hi"}],
+            }
+            follow = {
+                **first,
+                "messages": [
+                    *first["messages"],
+                    {"role": "assistant", "content": "hello"},
+                    {"role": "user", "content": "and?"},
+                ],
+            }
             for payload in (first, follow, follow):
                 status, _, _ = await post(base, payload, path=CHAT)
                 assert status == 200

@@ -22,8 +22,10 @@ async def post(base: str, body: dict) -> tuple[int, dict]:
 @pytest.mark.parametrize("status", [400, 404, 413, 422])
 def test_a_refusal_by_the_prefill_is_passed_on_and_the_decode_never_called(status: int):
     async def body():
-        async with (engines(FakeEngine("p", prefill_status=status), FakeEngine("d")) as (p, d),
-                    running(settings_for([p], [d])) as (base, proxy)):
+        async with (
+            engines(FakeEngine("p", prefill_status=status), FakeEngine("d")) as (p, d),
+            running(settings_for([p], [d])) as (base, proxy),
+        ):
             code, answer = await post(base, completion(3))
             assert code == status
             error = answer["error"]
@@ -40,12 +42,16 @@ def test_a_refusal_by_the_prefill_is_passed_on_and_the_decode_never_called(statu
 @pytest.mark.parametrize("stream", [True, False])
 def test_a_refusal_by_the_decode_is_passed_on(stream: bool):
     async def body():
-        async with (engines(FakeEngine("p"), FakeEngine("d", decode_status=400)) as (p, d),
-                    running(settings_for([p], [d])) as (base, _)):
+        async with (
+            engines(FakeEngine("p"), FakeEngine("d", decode_status=400)) as (p, d),
+            running(settings_for([p], [d])) as (base, _),
+        ):
             code, answer = await post(base, completion(3, stream=stream))
             assert code == 400
-            assert answer["error"]["leg"] == "decode" and "decode exploded" in \
-                answer["error"]["message"]
+            assert (
+                answer["error"]["leg"] == "decode"
+                and "decode exploded" in answer["error"]["message"]
+            )
 
     run(body())
 
@@ -53,19 +59,30 @@ def test_a_refusal_by_the_decode_is_passed_on(stream: bool):
 @pytest.mark.parametrize("status", [401, 403, 429, 500, 503])
 def test_other_statuses_from_a_leg_stay_502(status: int):
     async def body():
-        async with (engines(FakeEngine("p", prefill_status=status), FakeEngine("d")) as (p, d),
-                    running(settings_for([p], [d])) as (base, _)):
+        async with (
+            engines(FakeEngine("p", prefill_status=status), FakeEngine("d")) as (p, d),
+            running(settings_for([p], [d])) as (base, _),
+        ):
             code, answer = await post(base, completion(3))
             assert code == 502
-            assert answer["error"]["message"].startswith(f"prefill leg to {p.url} failed: "
-                                                         f"HTTP {status}: ")
+            assert answer["error"]["message"].startswith(
+                f"prefill leg to {p.url} failed: HTTP {status}: "
+            )
 
     run(body())
 
 
 def test_the_engine_param_is_kept_and_odd_bodies_do_not_break_it():
-    vllm = json.dumps({"error": {"message": "max_tokens too big", "type": "BadRequestError",
-                                 "param": "max_tokens", "code": 400}}).encode()
+    vllm = json.dumps(
+        {
+            "error": {
+                "message": "max_tokens too big",
+                "type": "BadRequestError",
+                "param": "max_tokens",
+                "code": 400,
+            }
+        }
+    ).encode()
     refused = upstream_failure("decode", "http://d", 400, vllm)
     assert isinstance(refused, UpstreamRefused) and refused.body()["error"]["param"] == "max_tokens"
     for raw in (b"", b"not json", b"[1]", b'{"error": {"param": 7}}', b"[" * 10_000):

@@ -26,11 +26,13 @@ class FakeBackend:
     def _key(run_dir: Path, name: str) -> tuple[str, str]:
         return (str(run_dir), name)
 
-    async def spawn(self, run_dir: Path, name: str, argv: list[str],
-                    env: dict[str, str]) -> ProcessRecord:
+    async def spawn(
+        self, run_dir: Path, name: str, argv: list[str], env: dict[str, str]
+    ) -> ProcessRecord:
         self.next_pid += 1
-        record = ProcessRecord(name, self.next_pid, child_start_time=self.next_pid,
-                               started_at=0.0, argv=tuple(argv))
+        record = ProcessRecord(
+            name, self.next_pid, child_start_time=self.next_pid, started_at=0.0, argv=tuple(argv)
+        )
         self.procs[self._key(run_dir, name)] = {"record": record, "alive": True, "code": None}
         self.spawned.append((name, argv, env))
         return record
@@ -89,8 +91,10 @@ class FakeProbe:
         if not self.proxy_up:
             return None
         ports = self.registered | set(self.outstanding)
-        return [{"url": f"http://127.0.0.1:{p}", "outstanding_requests":
-                 self.outstanding.get(p, 0)} for p in sorted(ports)]
+        return [
+            {"url": f"http://127.0.0.1:{p}", "outstanding_requests": self.outstanding.get(p, 0)}
+            for p in sorted(ports)
+        ]
 
     async def set_draining(self, proxy_url: str, instance_url: str, draining: bool) -> bool:
         self.drains.append((urlsplit(instance_url).port, draining))

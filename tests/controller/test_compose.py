@@ -29,8 +29,11 @@ def validate(document):
     jsonschema.validate(document, SCHEMA, cls=jsonschema.Draft7Validator)
 
 
-@pytest.mark.parametrize("spec", [mori_blog(), mori_blog("read"), nixl_1p1d(), tiny_pair()],
-                         ids=["moriio-write", "moriio-read", "nixl", "stand-in"])
+@pytest.mark.parametrize(
+    "spec",
+    [mori_blog(), mori_blog("read"), nixl_1p1d(), tiny_pair()],
+    ids=["moriio-write", "moriio-read", "nixl", "stand-in"],
+)
 def test_renders_are_valid_compose(spec):
     validate(rendered(spec))
 
@@ -41,7 +44,12 @@ def test_blog_render_runs_vllm_rocm_with_the_rendered_commands():
     prefill = services["prefill-0"]
     assert prefill["image"] == "vllm/vllm-openai-rocm:latest"
     assert prefill["entrypoint"] + prefill["command"][:3] == [
-        "vllm", "serve", "Qwen/Qwen3-235B-A22B-FP8", "--port", "20005"]
+        "vllm",
+        "serve",
+        "Qwen/Qwen3-235B-A22B-FP8",
+        "--port",
+        "20005",
+    ]
     assert {"/dev/kfd", "/dev/dri"} <= set(prefill["devices"])
     assert prefill["ipc"] == "host" and prefill["network_mode"] == "host"
     assert prefill["environment"]["HIP_VISIBLE_DEVICES"] == "0,1,2,3"
@@ -85,37 +93,66 @@ def test_the_repo_files_are_the_blog_render():
 
 
 def test_the_cli_renders_a_spec_file(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "pdctl.py"), "deploy", "compose",
-                           "--spec", str(BLOG_SPEC), "--output-dir", str(tmp_path)],
-                          capture_output=True, timeout=30, check=False, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "pdctl.py"),
+            "deploy",
+            "compose",
+            "--spec",
+            str(BLOG_SPEC),
+            "--output-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        timeout=30,
+        check=False,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr.decode()
     assert (tmp_path / "docker-compose.yml").read_text() == (
-        ROOT / "docker-compose.yml").read_text()
+        ROOT / "docker-compose.yml"
+    ).read_text()
     bad = tmp_path / "bad.json"
     bad.write_text('{"name": "x"}')
-    done = subprocess.run([sys.executable, str(ROOT / "pdctl.py"), "deploy", "compose",
-                           "--spec", str(bad)], capture_output=True, timeout=30, check=False,
-                          cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "pdctl.py"), "deploy", "compose", "--spec", str(bad)],
+        capture_output=True,
+        timeout=30,
+        check=False,
+        cwd=ROOT,
+    )
     assert done.returncode == 2 and b"error" in done.stderr
 
 
 def _compose_cli():
     if shutil.which("docker-compose"):
         return ["docker-compose"]
-    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"],
-                                                 capture_output=True, check=False).returncode == 0:
+    if (
+        shutil.which("docker")
+        and subprocess.run(
+            ["docker", "compose", "version"], capture_output=True, check=False
+        ).returncode
+        == 0
+    ):
         return ["docker", "compose"]
     return None
 
 
 @pytest.mark.skipif(_compose_cli() is None, reason="no docker-compose / docker compose here")
-@pytest.mark.parametrize("spec", [mori_blog(), nixl_1p1d(), tiny_pair()],
-                         ids=["moriio", "nixl", "stand-in"])
+@pytest.mark.parametrize(
+    "spec", [mori_blog(), nixl_1p1d(), tiny_pair()], ids=["moriio", "nixl", "stand-in"]
+)
 def test_docker_compose_parses_the_yaml(tmp_path, spec):
     (tmp_path / "docker-compose.yml").write_text(compose_yaml(rendered(spec)))
-    done = subprocess.run([*_compose_cli(), "-f", str(tmp_path / "docker-compose.yml"),
-                           "config"], capture_output=True, timeout=60, check=False,
-                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin:/usr/local/bin"})
+    done = subprocess.run(
+        [*_compose_cli(), "-f", str(tmp_path / "docker-compose.yml"), "config"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin:/usr/local/bin"},
+    )
     assert done.returncode == 0, done.stderr.decode()
     out = done.stdout.decode()
     assert "prefill-0:" in out and "decode-0:" in out
@@ -130,9 +167,14 @@ def test_grafana_dashboard_is_provisioned_from_the_repo():
     datasource = (ROOT / "deploy/grafana/provisioning/datasources/prometheus.yml").read_text()
     assert uids == {"pdctl-prometheus"} and "uid: pdctl-prometheus" in datasource
     exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
-    for metric in ("pdctl_proxy_ttft_seconds_bucket", "pdctl_proxy_itl_seconds_bucket",
-                   "pdctl_proxy_slo_met_total", "vllm:kv_cache_usage_perc",
-                   "vllm:num_requests_running", "vllm:generation_tokens_total"):
+    for metric in (
+        "pdctl_proxy_ttft_seconds_bucket",
+        "pdctl_proxy_itl_seconds_bucket",
+        "pdctl_proxy_slo_met_total",
+        "vllm:kv_cache_usage_perc",
+        "vllm:num_requests_running",
+        "vllm:generation_tokens_total",
+    ):
         assert metric in exprs
     provider = (ROOT / "deploy/grafana/provisioning/dashboards/pdctl.yml").read_text()
     assert "/var/lib/grafana/dashboards" in provider
@@ -153,13 +195,15 @@ def test_the_cli_renders_a_stored_deployment(tmp_path):
     store.create(DeploymentSpec.model_validate_json(BLOG_SPEC.read_text()), "test")
     engine.dispose()
     run = [sys.executable, str(ROOT / "pdctl.py"), "deploy", "compose"]
-    done = subprocess.run([*run, "mori-blog", "--db", str(db)], capture_output=True,
-                          timeout=30, check=False, cwd=ROOT)
+    done = subprocess.run(
+        [*run, "mori-blog", "--db", str(db)], capture_output=True, timeout=30, check=False, cwd=ROOT
+    )
     assert done.returncode == 0, done.stderr.decode()
     assert b"vllm serve" in done.stdout or b"vllm" in done.stdout
-    for args, needle in ((["nope", "--db", str(db)], b"nope"),
-                         (["x", "--db", str(tmp_path / "none.db")], b"no such file"),
-                         ([], b"NAME or --spec")):
-        done = subprocess.run([*run, *args], capture_output=True, timeout=30, check=False,
-                              cwd=ROOT)
+    for args, needle in (
+        (["nope", "--db", str(db)], b"nope"),
+        (["x", "--db", str(tmp_path / "none.db")], b"no such file"),
+        ([], b"NAME or --spec"),
+    ):
+        done = subprocess.run([*run, *args], capture_output=True, timeout=30, check=False, cwd=ROOT)
         assert done.returncode == 2 and needle in done.stderr, done.stderr

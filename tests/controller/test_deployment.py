@@ -10,98 +10,176 @@ from tests.specs import colocated, edited, moriio_1p1d, nixl_1p1d, spec
 
 # (body, loc of the error, a phrase of its message): one case per rule of check().
 BROKEN = {
-    "disaggregated without connector": (nixl_1p1d(connector=None), ("connector",),
-                                        "needs a KV connector"),
-    "unknown connector": (nixl_1p1d(connector="FooConnector"), ("connector",),
-                          "unknown connector 'FooConnector'"),
-    "colocated with connector": (colocated(connector="NixlConnector"), ("connector",),
-                                 "leave connector unset"),
-    "moriio with prefix caching": (moriio_1p1d(prefix_caching=True), ("prefix_caching",),
-                                   "prefix_caching_override_reason"),
-    "group name twice": (edited(nixl_1p1d(), ("groups", 1, "name"), "prefill"),
-                         ("groups", 0, "name"), "used twice"),
-    "prefill in colocated": (edited(colocated(), ("groups", 0, "role"), "prefill"),
-                             ("groups", 0, "role"), "only colocated groups"),
-    "colocated in disaggregated": (edited(nixl_1p1d(), ("groups", 0, "role"), "colocated"),
-                                   ("groups", 0, "role"), "prefill and decode groups"),
-    "mode without modes": (edited(nixl_1p1d(), ("groups", 0, "mode"), "read"),
-                           ("groups", 0, "mode"), "NixlConnector has no read/write modes"),
-    "moriio without mode": (edited(moriio_1p1d(), ("groups", 0, "mode"), None),
-                            ("groups", 0, "mode"), "need a mode"),
-    "ports for some instances": (edited(colocated(count=2), ("groups", 0, "ports"),
-                                        [{"http": 21000}]),
-                                 ("groups", 0, "ports"), "give ports for all 2"),
-    "no decode group": (edited(nixl_1p1d(), ("groups", 1, "role"), "prefill"), ("groups",),
-                        "at least one prefill group and one decode group"),
-    "mode without pair": (edited(edited(moriio_1p1d(), ("groups", 0, "mode"), "read"),
-                                 ("groups",), moriio_1p1d()["groups"] + [
-                                     {"name": "p2", "role": "prefill", "tp": 2,
-                                      "mode": "read"}]),
-                          ("groups",), "has no prefill/decode pair"),
-    "gpus not tp x count": (edited(moriio_1p1d(), ("groups", 0, "gpus"), [0, 1, 2]),
-                            ("groups", 0, "gpus"), "need 2 GPU ids, got 3"),
-    "gpu shared": (edited(edited(moriio_1p1d(), ("groups", 0, "gpus"), [0, 1]),
-                          ("groups", 1, "gpus"), [1, 2]),
-                   ("groups", 1, "gpus"), "GPU 1 is given to both prefill-0 and decode-0"),
-    "port twice": (edited(edited(nixl_1p1d(), ("groups", 0, "ports"), [{"http": 21000}]),
-                          ("groups", 1, "ports"), [{"http": 21000}]),
-                   ("groups", 1, "ports", 0, "http"), "port 21000 (decode-0 HTTP) is also"),
-    "rank offset overlap": (edited(edited(moriio_1p1d(), ("groups", 0, "ports"),
-                                          [{"handshake": 21000}]),
-                                   ("groups", 1, "ports"), [{"notify": 21001}]),
-                            ("groups", 1, "ports", 0, "notify"),
-                            "port 21001 (decode-0 notify) is also prefill-0 handshake"),
-    "owned flag": (nixl_1p1d(extra_args=["--port=9"]), ("extra_args", 0),
-                   "--port is set by pdctl"),
-    "owned flag in group": (edited(nixl_1p1d(), ("groups", 1, "extra_args"),
-                                   ["--enforce-eager", "-tp"]),
-                            ("groups", 1, "extra_args", 1), "-tp is set by pdctl"),
-    "module path": (nixl_1p1d(extra_args=['--kv-x={"kv_connector_module_path":"m"}']),
-                    ("extra_args", 0), "kv_connector_module_path loads arbitrary code"),
+    "disaggregated without connector": (
+        nixl_1p1d(connector=None),
+        ("connector",),
+        "needs a KV connector",
+    ),
+    "unknown connector": (
+        nixl_1p1d(connector="FooConnector"),
+        ("connector",),
+        "unknown connector 'FooConnector'",
+    ),
+    "colocated with connector": (
+        colocated(connector="NixlConnector"),
+        ("connector",),
+        "leave connector unset",
+    ),
+    "moriio with prefix caching": (
+        moriio_1p1d(prefix_caching=True),
+        ("prefix_caching",),
+        "prefix_caching_override_reason",
+    ),
+    "group name twice": (
+        edited(nixl_1p1d(), ("groups", 1, "name"), "prefill"),
+        ("groups", 0, "name"),
+        "used twice",
+    ),
+    "prefill in colocated": (
+        edited(colocated(), ("groups", 0, "role"), "prefill"),
+        ("groups", 0, "role"),
+        "only colocated groups",
+    ),
+    "colocated in disaggregated": (
+        edited(nixl_1p1d(), ("groups", 0, "role"), "colocated"),
+        ("groups", 0, "role"),
+        "prefill and decode groups",
+    ),
+    "mode without modes": (
+        edited(nixl_1p1d(), ("groups", 0, "mode"), "read"),
+        ("groups", 0, "mode"),
+        "NixlConnector has no read/write modes",
+    ),
+    "moriio without mode": (
+        edited(moriio_1p1d(), ("groups", 0, "mode"), None),
+        ("groups", 0, "mode"),
+        "need a mode",
+    ),
+    "ports for some instances": (
+        edited(colocated(count=2), ("groups", 0, "ports"), [{"http": 21000}]),
+        ("groups", 0, "ports"),
+        "give ports for all 2",
+    ),
+    "no decode group": (
+        edited(nixl_1p1d(), ("groups", 1, "role"), "prefill"),
+        ("groups",),
+        "at least one prefill group and one decode group",
+    ),
+    "mode without pair": (
+        edited(
+            edited(moriio_1p1d(), ("groups", 0, "mode"), "read"),
+            ("groups",),
+            moriio_1p1d()["groups"] + [{"name": "p2", "role": "prefill", "tp": 2, "mode": "read"}],
+        ),
+        ("groups",),
+        "has no prefill/decode pair",
+    ),
+    "gpus not tp x count": (
+        edited(moriio_1p1d(), ("groups", 0, "gpus"), [0, 1, 2]),
+        ("groups", 0, "gpus"),
+        "need 2 GPU ids, got 3",
+    ),
+    "gpu shared": (
+        edited(edited(moriio_1p1d(), ("groups", 0, "gpus"), [0, 1]), ("groups", 1, "gpus"), [1, 2]),
+        ("groups", 1, "gpus"),
+        "GPU 1 is given to both prefill-0 and decode-0",
+    ),
+    "port twice": (
+        edited(
+            edited(nixl_1p1d(), ("groups", 0, "ports"), [{"http": 21000}]),
+            ("groups", 1, "ports"),
+            [{"http": 21000}],
+        ),
+        ("groups", 1, "ports", 0, "http"),
+        "port 21000 (decode-0 HTTP) is also",
+    ),
+    "rank offset overlap": (
+        edited(
+            edited(moriio_1p1d(), ("groups", 0, "ports"), [{"handshake": 21000}]),
+            ("groups", 1, "ports"),
+            [{"notify": 21001}],
+        ),
+        ("groups", 1, "ports", 0, "notify"),
+        "port 21001 (decode-0 notify) is also prefill-0 handshake",
+    ),
+    "owned flag": (nixl_1p1d(extra_args=["--port=9"]), ("extra_args", 0), "--port is set by pdctl"),
+    "owned flag in group": (
+        edited(nixl_1p1d(), ("groups", 1, "extra_args"), ["--enforce-eager", "-tp"]),
+        ("groups", 1, "extra_args", 1),
+        "-tp is set by pdctl",
+    ),
+    "module path": (
+        nixl_1p1d(extra_args=['--kv-x={"kv_connector_module_path":"m"}']),
+        ("extra_args", 0),
+        "kv_connector_module_path loads arbitrary code",
+    ),
     "newline in arg": (nixl_1p1d(extra_args=["--x\n--y"]), ("extra_args", 0), "newlines"),
-    "kv extra config without connector": (colocated(kv_connector_extra_config={"a": "1"}),
-                                          ("kv_connector_extra_config",), "no KV connector"),
-    "kv extra config owned by pdctl": (moriio_1p1d(kv_connector_extra_config={
-        "notify_port": "1"}), ("kv_connector_extra_config", "notify_port"), "set by pdctl"),
-    "kv extra config module path": (nixl_1p1d(kv_connector_extra_config={
-        "kv_connector_module_path": "m"}), ("kv_connector_extra_config",
-                                            "kv_connector_module_path"), "arbitrary code"),
+    "kv extra config without connector": (
+        colocated(kv_connector_extra_config={"a": "1"}),
+        ("kv_connector_extra_config",),
+        "no KV connector",
+    ),
+    "kv extra config owned by pdctl": (
+        moriio_1p1d(kv_connector_extra_config={"notify_port": "1"}),
+        ("kv_connector_extra_config", "notify_port"),
+        "set by pdctl",
+    ),
+    "kv extra config module path": (
+        nixl_1p1d(kv_connector_extra_config={"kv_connector_module_path": "m"}),
+        ("kv_connector_extra_config", "kv_connector_module_path"),
+        "arbitrary code",
+    ),
 }
 
 
 @pytest.mark.parametrize(("body", "loc", "phrase"), BROKEN.values(), ids=BROKEN.keys())
-def test_check_names_the_field_of_each_broken_rule(body: dict, loc: tuple,
-                                                   phrase: str) -> None:
+def test_check_names_the_field_of_each_broken_rule(body: dict, loc: tuple, phrase: str) -> None:
     with pytest.raises(FieldError) as err:
         check(spec(body))
     assert err.value.loc == loc
     assert phrase in err.value.message
 
 
-@pytest.mark.parametrize("body", [nixl_1p1d(), moriio_1p1d(), colocated(count=3),
-                                  moriio_1p1d(prefix_caching=True,
-                                              prefix_caching_override_reason="measured")])
+@pytest.mark.parametrize(
+    "body",
+    [
+        nixl_1p1d(),
+        moriio_1p1d(),
+        colocated(count=3),
+        moriio_1p1d(prefix_caching=True, prefix_caching_override_reason="measured"),
+    ],
+)
 def test_check_passes_sound_specs(body: dict) -> None:
     check(spec(body))
 
 
 def test_code_env_names_are_found_with_their_place() -> None:
-    body = edited(nixl_1p1d(env={"LD_PRELOAD": "x", "HF_HOME": "/h"}), ("groups", 1, "env"),
-                  {"pythonpath": "/p"})
-    assert code_env_names(spec(body)) == [(("env", "LD_PRELOAD"), "LD_PRELOAD"),
-                                          (("groups", 1, "env", "pythonpath"), "pythonpath")]
+    body = edited(
+        nixl_1p1d(env={"LD_PRELOAD": "x", "HF_HOME": "/h"}),
+        ("groups", 1, "env"),
+        {"pythonpath": "/p"},
+    )
+    assert code_env_names(spec(body)) == [
+        (("env", "LD_PRELOAD"), "LD_PRELOAD"),
+        (("groups", 1, "env", "pythonpath"), "pythonpath"),
+    ]
 
 
-@pytest.mark.parametrize(("body", "loc"), [
-    (nixl_1p1d(name="Bad_Name"), ("name",)),
-    (nixl_1p1d(name="a" * 41), ("name",)),
-    (nixl_1p1d(engine="tgi"), ("engine",)),
-    (nixl_1p1d(groups=[]), ("groups",)),
-    (nixl_1p1d(surprise=1), ("surprise",)),
-    (edited(nixl_1p1d(), ("groups", 0, "tp"), 0), ("groups", 0, "tp")),
-    (edited(nixl_1p1d(), ("groups", 0, "ports"), [{"http": 70000}]),
-     ("groups", 0, "ports", 0, "http")),
-])
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        (nixl_1p1d(name="Bad_Name"), ("name",)),
+        (nixl_1p1d(name="a" * 41), ("name",)),
+        (nixl_1p1d(engine="tgi"), ("engine",)),
+        (nixl_1p1d(groups=[]), ("groups",)),
+        (nixl_1p1d(surprise=1), ("surprise",)),
+        (edited(nixl_1p1d(), ("groups", 0, "tp"), 0), ("groups", 0, "tp")),
+        (
+            edited(nixl_1p1d(), ("groups", 0, "ports"), [{"http": 70000}]),
+            ("groups", 0, "ports", 0, "http"),
+        ),
+    ],
+)
 def test_field_shapes_are_pydantic_errors_at_the_field(body: dict, loc: tuple) -> None:
     with pytest.raises(ValidationError) as err:
         spec(body)

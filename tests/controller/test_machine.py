@@ -30,8 +30,15 @@ from controller.machine import (
     uptime,
 )
 
-POLICY = Policy(backoff_base=1.0, backoff_cap=8.0, max_failed_starts=5, start_timeout=60.0,
-                drain_timeout=10.0, term_timeout=5.0, kill_timeout=3.0)
+POLICY = Policy(
+    backoff_base=1.0,
+    backoff_cap=8.0,
+    max_failed_starts=5,
+    start_timeout=60.0,
+    drain_timeout=10.0,
+    term_timeout=5.0,
+    kill_timeout=3.0,
+)
 
 
 def replay(history, machine=None):
@@ -45,8 +52,11 @@ def replay(history, machine=None):
 
 
 def kinds(done, kind=None):
-    return [a for _, a in done if not isinstance(a, Emit | Schedule)
-            and (kind is None or isinstance(a, kind))]
+    return [
+        a
+        for _, a in done
+        if not isinstance(a, Emit | Schedule) and (kind is None or isinstance(a, kind))
+    ]
 
 
 def emitted(done):
@@ -73,7 +83,7 @@ def test_backoff_doubles_then_gives_up_fatal_after_five_failed_starts():
     for i in range(5):
         history += [(t, Spawned(10 + i)), (t + 0.5, Exited(1))]
         t += 0.5
-        delay = min(8.0, 2.0 ** i)
+        delay = min(8.0, 2.0**i)
         history += [(t + delay - 0.01, Tick()), (t + delay, Tick())]  # early tick: nothing
         t += delay
     mach, done = replay(history[:-2])  # stop before the (never scheduled) sixth try
@@ -98,13 +108,16 @@ def test_not_ready_before_the_start_timeout_counts_as_a_failed_start():
 
 def test_stop_drains_then_sigterm_then_sigkill_of_the_group():
     mach = running()
-    mach, done = replay([
-        (10.0, Stop()),  # drain first
-        (20.0, Tick()),  # drain timeout (10 s): SIGTERM
-        (24.9, Tick()),  # not yet
-        (25.0, Tick()),  # term timeout (5 s): SIGKILL
-        (25.1, Exited(-9)),
-    ], mach)
+    mach, done = replay(
+        [
+            (10.0, Stop()),  # drain first
+            (20.0, Tick()),  # drain timeout (10 s): SIGTERM
+            (24.9, Tick()),  # not yet
+            (25.0, Tick()),  # term timeout (5 s): SIGKILL
+            (25.1, Exited(-9)),
+        ],
+        mach,
+    )
     assert kinds(done) == [Drain(), Kill(signal.SIGTERM), Kill(signal.SIGKILL)]
     times = [now for now, a in done if isinstance(a, Kill)]
     assert times == [20.0, 25.0]
@@ -113,15 +126,15 @@ def test_stop_drains_then_sigterm_then_sigkill_of_the_group():
 
 
 def test_stop_goes_straight_to_sigterm_once_drained_and_stops_on_exit():
-    mach, done = replay([(10.0, Stop()), (10.5, Drained()), (11.0, Exited(0)),
-                         (30.0, Tick())], running())
+    mach, done = replay(
+        [(10.0, Stop()), (10.5, Drained()), (11.0, Exited(0)), (30.0, Tick())], running()
+    )
     assert kinds(done) == [Drain(), Kill(signal.SIGTERM)]
     assert mach.state is State.STOPPED and mach.deadline is None
 
 
 def test_a_process_that_survives_sigkill_is_fatal():
-    mach, _ = replay([(10.0, Stop()), (20.0, Tick()), (25.0, Tick()), (28.0, Tick())],
-                     running())
+    mach, _ = replay([(10.0, Stop()), (20.0, Tick()), (25.0, Tick()), (28.0, Tick())], running())
     assert mach.state is State.FATAL
 
 
@@ -137,9 +150,19 @@ def test_crash_of_a_running_instance_restarts_with_backoff():
 def test_a_successful_run_resets_the_failure_count():
     # Three failed starts, then one that becomes ready: the count starts over, so a later
     # crash waits the base delay again and FATAL is five *consecutive* failures away.
-    mach, _ = replay([(0, Start()), (0, Spawned(1)), (0.1, Exited(1)),
-                      (1.1, Tick()), (1.1, Spawned(2)), (1.2, Exited(1)),
-                      (3.2, Tick()), (3.2, Spawned(3)), (3.3, Exited(1))])
+    mach, _ = replay(
+        [
+            (0, Start()),
+            (0, Spawned(1)),
+            (0.1, Exited(1)),
+            (1.1, Tick()),
+            (1.1, Spawned(2)),
+            (1.2, Exited(1)),
+            (3.2, Tick()),
+            (3.2, Spawned(3)),
+            (3.3, Exited(1)),
+        ]
+    )
     assert mach.failures == 3 and mach.deadline == pytest.approx(7.3)
     mach, _ = replay([(7.3, Tick()), (7.3, Spawned(4)), (8.0, Healthy())], mach)
     assert mach.state is State.RUNNING and mach.failures == 0 and mach.restarts == 3
@@ -148,8 +171,7 @@ def test_a_successful_run_resets_the_failure_count():
 
 
 def test_health_failure_of_a_running_instance_replaces_it():
-    mach, done = replay([(10.0, HealthFailed("3 probes failed")), (11.0, Exited(-15))],
-                        running())
+    mach, done = replay([(10.0, HealthFailed("3 probes failed")), (11.0, Exited(-15))], running())
     assert kinds(done) == [Drain(), Kill(signal.SIGTERM), Drain()]
     assert mach.state is State.BACKOFF and mach.failures == 1
     # While starting, failed probes are expected and change nothing.
@@ -169,8 +191,7 @@ def test_adoption_of_a_live_pid_waits_for_health_without_spawning():
     assert kinds(done, Spawn) == []
     assert emitted(done) == ["adopted", "ready"]
     # Adopted, then stopped: the same escalation as for a process we spawned.
-    mach, done = replay([(5.0, Stop()), (15.0, Tick()), (20.0, Tick()), (20.1, Exited(None))],
-                        mach)
+    mach, done = replay([(5.0, Stop()), (15.0, Tick()), (20.0, Tick()), (20.1, Exited(None))], mach)
     assert kinds(done) == [Drain(), Kill(signal.SIGTERM), Kill(signal.SIGKILL)]
     assert mach.state is State.STOPPED
 
@@ -196,15 +217,17 @@ def test_stop_while_the_spawn_is_in_flight_signals_once_the_pid_is_known():
 
 
 def test_start_while_stopping_comes_back_after_the_exit():
-    mach, done = replay([(10.0, Stop()), (10.2, Start()), (10.3, Drained()), (11.0, Exited(0))],
-                        running())
+    mach, done = replay(
+        [(10.0, Stop()), (10.2, Start()), (10.3, Drained()), (11.0, Exited(0))], running()
+    )
     assert mach.state is State.STARTING and kinds(done)[-1] == Spawn()
 
 
 def test_exit_with_autorestart_off_stays_exited():
     mach = running()
-    mach = Machine(**{**{f: getattr(mach, f) for f in mach.__slots__},
-                      "policy": Policy(autorestart=False)})
+    mach = Machine(
+        **{**{f: getattr(mach, f) for f in mach.__slots__}, "policy": Policy(autorestart=False)}
+    )
     mach, done = replay([(9.0, Exited(3)), (99.0, Tick())], mach)
     assert mach.state is State.EXITED and mach.last_exit == 3 and kinds(done) == [Drain()]
 

@@ -12,7 +12,11 @@ def test_nixl_gets_http_and_side_channel_per_instance_from_the_range() -> None:
     ports = allocate(spec(nixl_1p1d()), port_range=(30000, 30099))
     assert (ports.proxy, ports.registry) == (30000, 30001)
     assert ports.instances["prefill-0"].model_dump() == {
-        "http": 30002, "handshake": None, "notify": None, "side_channel": 30003}
+        "http": 30002,
+        "handshake": None,
+        "notify": None,
+        "side_channel": 30003,
+    }
     assert ports.instances["decode-0"].side_channel == 30005
 
 

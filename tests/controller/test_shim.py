@@ -15,19 +15,35 @@ from controller import procfs, shim
 from controller.process_backend import log_tail
 from tests.processes import ROOT
 
-CHATTY = ("import signal, sys, time\n"
-          "signal.signal(signal.SIGTERM, lambda *a: (print('got TERM', flush=True), "
-          "sys.exit(3)))\n"
-          "for i in range(100000):\n"
-          "    print(f'line {i}', flush=True)\n"
-          "    time.sleep(0.01)\n")
+CHATTY = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *a: (print('got TERM', flush=True), "
+    "sys.exit(3)))\n"
+    "for i in range(100000):\n"
+    "    print(f'line {i}', flush=True)\n"
+    "    time.sleep(0.01)\n"
+)
 
 
 def run_instance(tmp_path, name, *argv, extra=()):
     return subprocess.run(
-        [sys.executable, str(ROOT / "pdctl.py"), "run-instance", "--run-dir", str(tmp_path),
-         "--name", name, *extra, "--", *argv],
-        capture_output=True, timeout=20, check=False, cwd=ROOT)
+        [
+            sys.executable,
+            str(ROOT / "pdctl.py"),
+            "run-instance",
+            "--run-dir",
+            str(tmp_path),
+            "--name",
+            name,
+            *extra,
+            "--",
+            *argv,
+        ],
+        capture_output=True,
+        timeout=20,
+        check=False,
+        cwd=ROOT,
+    )
 
 
 def wait_for(predicate, timeout=10.0):

@@ -13,8 +13,15 @@ from controller.supervisor import Supervisor, SupervisorError, SupervisorSetting
 from tests.controller.factories import mori_blog, tiny_pair
 from tests.controller.fakes import FakeBackend, FakeClock, FakeProbe
 
-POLICY = Policy(backoff_base=1.0, backoff_cap=8.0, max_failed_starts=3, start_timeout=30.0,
-                drain_timeout=5.0, term_timeout=2.0, kill_timeout=2.0)
+POLICY = Policy(
+    backoff_base=1.0,
+    backoff_cap=8.0,
+    max_failed_starts=3,
+    start_timeout=30.0,
+    drain_timeout=5.0,
+    term_timeout=2.0,
+    kill_timeout=2.0,
+)
 
 
 class Harness:
@@ -23,14 +30,23 @@ class Harness:
         self.probe = probe or FakeProbe()
         self.clock = clock or FakeClock()
         self.events = []
-        self.settings = SupervisorSettings(run_dir=tmp_path / "run", policy=POLICY,
-                                           launch=LaunchSettings(pdctl_command=("pdctl",)),
-                                           poll_interval=0.1, health_interval=0.5)
+        self.settings = SupervisorSettings(
+            run_dir=tmp_path / "run",
+            policy=POLICY,
+            launch=LaunchSettings(pdctl_command=("pdctl",)),
+            poll_interval=0.1,
+            health_interval=0.5,
+        )
         self.sup = self.new()
 
     def new(self):
-        return Supervisor(self.settings, self.backend, self.probe, self.clock,
-                          on_event=lambda *e: self.events.append(e))
+        return Supervisor(
+            self.settings,
+            self.backend,
+            self.probe,
+            self.clock,
+            on_event=lambda *e: self.events.append(e),
+        )
 
     async def polls(self, n=1, every=0.5):
         for _ in range(n):
@@ -60,6 +76,7 @@ def test_proxy_first_then_instances_then_running(tmp_path):
         await h.polls(2)
         assert len(h.backend.spawned) == 3
         assert ("supervisor", "ready", "tiny-pd/decode-0: ready after 0.5 s", "tiny-pd") in h.events
+
     run(scenario())
 
 
@@ -78,6 +95,7 @@ def test_moriio_instances_are_ready_only_once_registered(tmp_path):
         status = {u["name"]: u for u in h.sup.status("mori")}
         assert status["decode-0"]["state"] == "RUNNING" and status["decode-0"]["registration"]
         assert status["decode-0"]["mode"] == "read"
+
     run(scenario())
 
 
@@ -100,6 +118,7 @@ def test_a_crashed_instance_comes_back_after_backoff(tmp_path):
         assert decode["state"] == "RUNNING" and decode["restarts"] == 1
         assert decode["pid"] != first and decode["failures"] == 0
         assert h.probe.drains[-1] == (ports.instances["decode-0"].http, False)  # undrained
+
     run(scenario())
 
 
@@ -129,6 +148,7 @@ def test_an_instance_that_keeps_failing_goes_fatal(tmp_path):
         assert "decode-0 line 7" in str(err.value) and "proxy line" not in str(err.value)
         await h.polls(3, every=10.0)
         assert sum(1 for s in h.backend.spawned if s[0] == "decode-0") == 3
+
     run(scenario())
 
 
@@ -155,6 +175,7 @@ def test_stop_drains_terms_then_kills_instances_before_the_proxy(tmp_path):
         assert names.index("proxy") > max(names.index("prefill-0"), names.index("decode-0"))
         assert ("decode-0", signal.SIGKILL) in h.backend.signals  # ignored SIGTERM
         assert (decode_port, True) in h.probe.drains
+
     run(scenario())
 
 
@@ -184,6 +205,7 @@ def test_a_new_supervisor_adopts_live_processes_and_replaces_dead_ones(tmp_path)
         assert status["prefill-0"]["pid"] == pids["prefill-0"]
         kinds = [k for _, k, _, _ in h.events]
         assert kinds.count("adopted") == 2 and "exited" in kinds
+
     run(scenario())
 
 
@@ -199,6 +221,7 @@ def test_a_stopped_deployment_stays_stopped_across_supervisors(tmp_path):
         h.sup = h.new()
         await h.polls(3)
         assert set(h.states("tiny-pd").values()) == {"STOPPED"}
+
     run(scenario())
 
 
@@ -217,6 +240,7 @@ def test_facade_errors_preview_and_log_tail(tmp_path):
             h.sup.log_tail("mori-blog", "x", 2)
         proxy = h.sup.status("mori-blog")[0]
         assert proxy["role"] == "proxy" and proxy["ports"] == {"http": 10001, "registry": 36367}
+
     run(scenario())
 
 
@@ -227,12 +251,19 @@ def test_a_changed_spec_restarts_only_the_changed_processes(tmp_path):
         ports = allocate(spec)
         await h.sup.start("tiny-pd", spec, ports)
         await h.polls(2)
-        changed = spec.model_copy(update={"groups": [
-            spec.groups[0], spec.groups[1].model_copy(update={"extra_args": ["--seed", "7"]})]})
+        changed = spec.model_copy(
+            update={
+                "groups": [
+                    spec.groups[0],
+                    spec.groups[1].model_copy(update={"extra_args": ["--seed", "7"]}),
+                ]
+            }
+        )
         await h.sup.start("tiny-pd", changed, ports)
         await h.polls(3)
         assert [s[0] for s in h.backend.spawned[3:]] == ["decode-0"]
         assert "--seed" in h.backend.spawned[-1][1]
+
     run(scenario())
 
 
@@ -266,6 +297,7 @@ def test_a_proxy_that_is_down_does_not_get_running_instances_replaced(tmp_path):
         h.probe.registered.discard(ports.instances["decode-0"].http)  # it never came back
         await h.polls(4)
         assert h.states("mori")["decode-0"] != "RUNNING"
+
     run(scenario())
 
 
@@ -273,7 +305,10 @@ def test_log_tails_and_failure_events_are_shown_with_secrets_masked(tmp_path):
     async def scenario():
         h = Harness(tmp_path)
         h.backend.log_tail = lambda run_dir, name, lines: [
-            "loading", f"{name}: bad --hf-token hf_live_secret for HF_TOKEN=hf_live_secret", ""]
+            "loading",
+            f"{name}: bad --hf-token hf_live_secret for HF_TOKEN=hf_live_secret",
+            "",
+        ]
         spec = tiny_pair()
         await h.sup.start("tiny-pd", spec, allocate(spec))
         await h.polls(2)
@@ -281,8 +316,12 @@ def test_log_tails_and_failure_events_are_shown_with_secrets_masked(tmp_path):
         await h.polls(1, every=0.1)
         shown = h.sup.log_tail("tiny-pd", "decode-0", 3)
         assert shown[1] == "decode-0: bad --hf-token *** for HF_TOKEN=***"
-        [exited] = [msg for _, kind, msg, _ in h.events if kind in ("exited", "backoff")
-                    and "decode-0" in msg][:1]
+        [exited] = [
+            msg
+            for _, kind, msg, _ in h.events
+            if kind in ("exited", "backoff") and "decode-0" in msg
+        ][:1]
         assert 'its last log line: "decode-0: bad --hf-token *** for HF_TOKEN=***"' in exited
         assert all("hf_live_secret" not in msg for _, _, msg, _ in h.events)
+
     run(scenario())

@@ -25,31 +25,59 @@ from tests.processes import ROOT, free_port, http_post
 
 pytestmark = pytest.mark.e2e
 
-POLICY = Policy(backoff_base=0.2, backoff_cap=2.0, max_failed_starts=5, start_timeout=30.0,
-                drain_timeout=2.0, term_timeout=5.0, kill_timeout=5.0)
+POLICY = Policy(
+    backoff_base=0.2,
+    backoff_cap=2.0,
+    max_failed_starts=5,
+    start_timeout=30.0,
+    drain_timeout=2.0,
+    term_timeout=5.0,
+    kill_timeout=5.0,
+)
 
 
 def settings(run_dir):
-    launch = LaunchSettings(pdctl_command=(sys.executable, str(ROOT / "pdctl.py")),
-                            sim_registration_interval=0.2,
-                            proxy_extra_args=("--health-interval", "0.2",
-                                              "--heartbeat-scale", "0.1"))
-    return SupervisorSettings(run_dir=run_dir, launch=launch, policy=POLICY,
-                              poll_interval=0.1, health_interval=0.2,
-                              health_failures=25)  # a loaded CI box must not cause restarts
+    launch = LaunchSettings(
+        pdctl_command=(sys.executable, str(ROOT / "pdctl.py")),
+        sim_registration_interval=0.2,
+        proxy_extra_args=("--health-interval", "0.2", "--heartbeat-scale", "0.1"),
+    )
+    return SupervisorSettings(
+        run_dir=run_dir,
+        launch=launch,
+        policy=POLICY,
+        poll_interval=0.1,
+        health_interval=0.2,
+        health_failures=25,
+    )  # a loaded CI box must not cause restarts
 
 
 def spec_with_free_ports():
-    return tiny_pair("e2e-pd", proxy={"port": free_port(), "registry_port": free_port()},
-                     groups=[{"name": "prefill", "role": "prefill",
-                              "ports": [{"http": free_port(), "side_channel": free_port()}]},
-                             {"name": "decode", "role": "decode",
-                              "ports": [{"http": free_port(), "side_channel": free_port()}]}])
+    return tiny_pair(
+        "e2e-pd",
+        proxy={"port": free_port(), "registry_port": free_port()},
+        groups=[
+            {
+                "name": "prefill",
+                "role": "prefill",
+                "ports": [{"http": free_port(), "side_channel": free_port()}],
+            },
+            {
+                "name": "decode",
+                "role": "decode",
+                "ports": [{"http": free_port(), "side_channel": free_port()}],
+            },
+        ],
+    )
 
 
 def completion(url, tokens=5):
-    body = {"model": "tiny", "prompt": "the quick brown fox " * 8, "max_tokens": tokens,
-            "ignore_eos": True}
+    body = {
+        "model": "tiny",
+        "prompt": "the quick brown fox " * 8,
+        "max_tokens": tokens,
+        "ignore_eos": True,
+    }
     return http_post(url + "/v1/completions", body, timeout=10)
 
 
@@ -71,8 +99,10 @@ def all_pids(run_dir):
     pids = []
     for state_file in run_dir.glob("*/*/state.json"):
         state = shim.read_state(state_file.parent.parent, state_file.parent.name) or {}
-        pids += [(state.get("child_pid"), state.get("child_start_time")),
-                 (state.get("shim_pid"), state.get("shim_start_time"))]
+        pids += [
+            (state.get("child_pid"), state.get("child_start_time")),
+            (state.get("shim_pid"), state.get("shim_start_time")),
+        ]
     return [(pid, start) for pid, start in pids if pid]
 
 
@@ -108,8 +138,15 @@ def test_start_crash_adopt_stop_with_real_processes(tmp_path):
             # kill -9 the decode: it comes back, with one restart.
             decode = by_name(sup.status(spec.name))["decode-0"]
             os.kill(decode["pid"], signal.SIGKILL)
-            await sup.wait_for(spec.name, lambda us: by_name(us)["decode-0"]["restarts"] == 1
-                               and all(u["state"] == "RUNNING" for u in us), 30, "restarted")
+            await sup.wait_for(
+                spec.name,
+                lambda us: (
+                    by_name(us)["decode-0"]["restarts"] == 1
+                    and all(u["state"] == "RUNNING" for u in us)
+                ),
+                30,
+                "restarted",
+            )
             after = by_name(sup.status(spec.name))["decode-0"]
             assert after["pid"] != decode["pid"] and after["last_exit_code"] == -9
             assert any(k == "backoff" and "decode-0" in msg for _, k, msg, _ in events)
@@ -133,16 +170,19 @@ def test_start_crash_adopt_stop_with_real_processes(tmp_path):
             assert {u["pid"] for u in sup2.status(spec.name)} == set(pids.values())
             # The shim still owns the decode's output: a request it logs about grows its log.
             decode_url = f"http://127.0.0.1:{ports.instances['decode-0'].http}"
-            bad = {"model": "tiny", "prompt": "hi", "max_tokens": 2,
-                   "kv_transfer_params": {"do_remote_prefill": True}}
+            bad = {
+                "model": "tiny",
+                "prompt": "hi",
+                "max_tokens": 2,
+                "kv_transfer_params": {"do_remote_prefill": True},
+            }
             status, _ = await asyncio.to_thread(http_post, decode_url + "/v1/completions", bad)
             assert status == 200
             deadline = time.monotonic() + 10
             while decode_log.stat().st_size == size and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             assert decode_log.stat().st_size > size
-            assert "invalid KVTransferParams" in "\n".join(
-                sup2.log_tail(spec.name, "decode-0", 5))
+            assert "invalid KVTransferParams" in "\n".join(sup2.log_tail(spec.name, "decode-0", 5))
             status, body = await tokens_through(proxy_url)
             assert status == 200, body
 
@@ -155,8 +195,7 @@ def test_start_crash_adopt_stop_with_real_processes(tmp_path):
         asyncio.run(scenario())
         # No process left behind: every child and shim we ever saw is gone.
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and any(
-                procfs.is_same_process(p, s) for p, s in seen):
+        while time.monotonic() < deadline and any(procfs.is_same_process(p, s) for p, s in seen):
             time.sleep(0.05)
         assert [p for p, s in seen if procfs.is_same_process(p, s)] == []
     finally:
@@ -165,13 +204,21 @@ def test_start_crash_adopt_stop_with_real_processes(tmp_path):
 
 def test_moriio_instances_are_running_once_registered_with_the_proxy(tmp_path):
     run_dir = tmp_path / "run"
-    def group(role):
-        return {"name": role, "role": role, "mode": "read", "ports": [
-            {"http": free_port(), "handshake": free_port(), "notify": free_port()}]}
 
-    spec = tiny_pair("e2e-mori", "MoRIIOConnector",
-                     proxy={"port": free_port(), "registry_port": free_port()},
-                     groups=[group("prefill"), group("decode")])
+    def group(role):
+        return {
+            "name": role,
+            "role": role,
+            "mode": "read",
+            "ports": [{"http": free_port(), "handshake": free_port(), "notify": free_port()}],
+        }
+
+    spec = tiny_pair(
+        "e2e-mori",
+        "MoRIIOConnector",
+        proxy={"port": free_port(), "registry_port": free_port()},
+        groups=[group("prefill"), group("decode")],
+    )
     ports = allocate(spec)
 
     async def scenario():
@@ -209,8 +256,12 @@ def test_an_instance_whose_port_is_taken_goes_fatal_saying_so(tmp_path):
         await sup.open()
         try:
             await sup.start(spec.name, spec, ports)
-            await sup.wait_for(spec.name, lambda us: by_name(us)["decode-0"]["state"] == "FATAL",
-                               60, "decode FATAL")
+            await sup.wait_for(
+                spec.name,
+                lambda us: by_name(us)["decode-0"]["state"] == "FATAL",
+                60,
+                "decode FATAL",
+            )
             await sup.stop(spec.name, wait=20)
         finally:
             await sup.close()

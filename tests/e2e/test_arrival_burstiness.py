@@ -16,18 +16,38 @@ from tests.processes import metric_value, running, sim
 pytestmark = pytest.mark.e2e
 
 # 150 requests at 40 req/s: under 4 s a run; tiny answers so the stand-in keeps up.
-LOAD = ("--request-rate", "40", "--num-prompts", "150", "--input-len", "16",
-        "--output-len", "2", "--seed", "1")
+LOAD = (
+    "--request-rate",
+    "40",
+    "--num-prompts",
+    "150",
+    "--input-len",
+    "16",
+    "--output-len",
+    "2",
+    "--seed",
+    "1",
+)
 
 
 def live_burstiness(tmp_path, shape: float) -> float:
     engine = sim(tmp_path, f"engine-{shape:g}")
     front = proxy(tmp_path, f"proxy-{shape:g}", "--mode", "colocated", "--instance", engine.url)
     with running(engine, front):
-        bench(tmp_path, front.url, *LOAD, "--burstiness", str(shape), name=f"bench-{shape:g}",
-              timeout=60)
-        wait_until(lambda: metric_value(front.metrics(), "pdctl_proxy_requests_total") >= 150,
-                   10, "the proxy recorded 150 requests")
+        bench(
+            tmp_path,
+            front.url,
+            *LOAD,
+            "--burstiness",
+            str(shape),
+            name=f"bench-{shape:g}",
+            timeout=60,
+        )
+        wait_until(
+            lambda: metric_value(front.metrics(), "pdctl_proxy_requests_total") >= 150,
+            10,
+            "the proxy recorded 150 requests",
+        )
         counters = parse(front.metrics(), tracked).counters
     # A fresh proxy's counters are the window's increase: its first request has no gap.
     frame = {"window": "run", "arrivals": arrivals(Delta(0.0, counters))}

@@ -52,8 +52,11 @@ def plane(tmp_path_factory):
         status, _ = plane.api("POST", "/deployments/mori/stop")
         if status == 202:
             with contextlib.suppress(TimeoutError):
-                plane.wait("mori", lambda us: all(u["state"] in ("STOPPED", "EXITED")
-                                                  for u in us.values()), 30)
+                plane.wait(
+                    "mori",
+                    lambda us: all(u["state"] in ("STOPPED", "EXITED") for u in us.values()),
+                    30,
+                )
         plane.close()
 
 
@@ -85,8 +88,7 @@ def test_sweeps_are_stored_with_their_revision_and_compare_as_curves(plane, two_
     assert [c["label"] for c in curves] == ["mori r1 · read 1P1D", "mori r2 · write 1P1D"]
     for curve in curves:
         assert [p["rate"] for p in curve["points"]] == [2.0, 4.0]
-        assert all(0 <= p["slo_attainment"] <= 1 and p["p99_ttft_ms"] > 0
-                   for p in curve["points"])
+        assert all(0 <= p["slo_attainment"] <= 1 and p["p99_ttft_ms"] > 0 for p in curve["points"])
 
 
 def test_the_browser_starts_a_run_and_overlays_two(plane, two_sweeps):
@@ -101,8 +103,7 @@ def test_the_browser_starts_a_run_and_overlays_two(plane, two_sweeps):
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         try:
             page.goto(plane.proc.url + "/deployments/mori")
-            page.wait_for_selector(f"#bench-runs tr[data-run-id='{write['id']}']",
-                                   timeout=15_000)
+            page.wait_for_selector(f"#bench-runs tr[data-run-id='{write['id']}']", timeout=15_000)
 
             # a short run from the form: its progress bar, then its row in the list
             page.fill("#bench-rates", "8")
@@ -112,8 +113,7 @@ def test_the_browser_starts_a_run_and_overlays_two(plane, two_sweeps):
             page.click("button[data-action=bench-start]")
             page.wait_for_selector("#bench-progress", timeout=10_000)
             page.wait_for_selector("#bench-form", timeout=30_000)  # ended: the form is back
-            page.wait_for_selector("#bench-runs tr[data-status=done] >> nth=2",
-                                   timeout=10_000)
+            page.wait_for_selector("#bench-runs tr[data-status=done] >> nth=2", timeout=10_000)
 
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             page.locator("#bench-section").screenshot(path=str(ARTIFACTS / "bench-panel.png"))
@@ -123,8 +123,7 @@ def test_the_browser_starts_a_run_and_overlays_two(plane, two_sweeps):
             page.check(f"#bench-runs input[name=id][value='{write['id']}']")
             page.click("button[data-action=bench-compare]")
             page.wait_for_url("**/bench/compare?*", timeout=10_000)
-            page.wait_for_selector("#chart-attainment[data-curves='2'] canvas",
-                                   timeout=10_000)
+            page.wait_for_selector("#chart-attainment[data-curves='2'] canvas", timeout=10_000)
             legend = page.inner_text("#chart-attainment .u-legend")
             assert "mori r1 · read 1P1D" in legend and "mori r2 · write 1P1D" in legend
             assert page.locator("figure[data-chart=bench] canvas").count() == 3

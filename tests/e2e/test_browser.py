@@ -20,24 +20,42 @@ pytestmark = pytest.mark.e2e
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "artifacts" / "browser"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 TOKEN = "op-secret"
 
 
 def _playwright():
     if not CHROMIUM.exists():
-        pytest.skip("Debian's Chromium is not installed at /usr/bin/chromium "
-                    "(`make system-deps` installs it)")
+        pytest.skip(
+            "Debian's Chromium is not installed at /usr/bin/chromium "
+            "(`make system-deps` installs it)"
+        )
     return pytest.importorskip("playwright.sync_api")
 
 
 def serve(tmp_path: Path, port: int | None = None) -> Process:
     port = port or free_port()
-    env = {"PDCTL_RUNTIME_DIR": str(tmp_path / "runs"), "PDCTL_PORT_RANGE": port_range(),
-           "PDCTL_SIM_REGISTRATION_INTERVAL": "0.3", "PDCTL_OPERATOR_TOKENS": f"alice:{TOKEN}"}
-    proc = Process(["serve", "--port", str(port), "--db", str(tmp_path / "pdctl.db")], port,
-                   env=env, log_path=tmp_path / f"serve-{time.monotonic_ns()}.log")
+    env = {
+        "PDCTL_RUNTIME_DIR": str(tmp_path / "runs"),
+        "PDCTL_PORT_RANGE": port_range(),
+        "PDCTL_SIM_REGISTRATION_INTERVAL": "0.3",
+        "PDCTL_OPERATOR_TOKENS": f"alice:{TOKEN}",
+    }
+    proc = Process(
+        ["serve", "--port", str(port), "--db", str(tmp_path / "pdctl.db")],
+        port,
+        env=env,
+        log_path=tmp_path / f"serve-{time.monotonic_ns()}.log",
+    )
     return proc.wait_healthy(30)
 
 
@@ -48,8 +66,11 @@ def plane(tmp_path):
         yield proc
     finally:
         with contextlib.suppress(OSError):
-            http_post(f"{proc.url}/api/deployments/web/stop", {},
-                      headers={"Authorization": f"Bearer {TOKEN}"})
+            http_post(
+                f"{proc.url}/api/deployments/web/stop",
+                {},
+                headers={"Authorization": f"Bearer {TOKEN}"},
+            )
             time.sleep(1.0)
         proc.stop()
         reap_instances(tmp_path / "runs")
@@ -139,14 +160,19 @@ def test_operator_creates_starts_loads_switches_and_stops_in_the_browser(plane, 
     assert 0 < p50 <= p99
     wait_attr(page, "#chart-itl", "data-itl-count", lambda v: float(v) >= 20)
     buckets = json.loads(attr(page, "#chart-ttft", "data-ttft-buckets"))
-    assert sum(c for _, c in buckets) == pytest.approx(float(attr(page, "#chart-ttft",
-                                                                   "data-ttft-count")))
+    assert sum(c for _, c in buckets) == pytest.approx(
+        float(attr(page, "#chart-ttft", "data-ttft-count"))
+    )
     seen = {(count, p50, p99)}
     deadline = time.monotonic() + 45
     while time.monotonic() < deadline and len(seen) < 3:
         page.wait_for_timeout(1000)
-        seen.add(tuple(float(attr(page, "#chart-ttft", f"data-ttft-{k}") or 0)
-                       for k in ("count", "p50", "p99")))
+        seen.add(
+            tuple(
+                float(attr(page, "#chart-ttft", f"data-ttft-{k}") or 0)
+                for k in ("count", "p50", "p99")
+            )
+        )
     assert len(seen) >= 3, f"the TTFT window did not move: {seen}"
     wait_attr(page, "#chart-slo", "data-points", lambda v: int(v) >= 3)
     assert attr(page, "#live", "data-simulated") == "1"
@@ -180,12 +206,22 @@ def test_operator_creates_starts_loads_switches_and_stops_in_the_browser(plane, 
 def test_live_socket_reconnects_after_the_control_plane_restarts(tmp_path, browser_page):
     page, first = browser_page, serve(tmp_path)
     try:
-        status, _ = http_post(f"{first.url}/api/deployments", {
-            "name": "web", "engine": "sim", "model": "tiny", "topology": "disaggregated",
-            "connector": "MoRIIOConnector", "prefix_caching": False,
-            "groups": [{"name": "prefill", "role": "prefill", "mode": "read"},
-                       {"name": "decode", "role": "decode", "mode": "read"}]},
-            headers={"Authorization": f"Bearer {TOKEN}"})
+        status, _ = http_post(
+            f"{first.url}/api/deployments",
+            {
+                "name": "web",
+                "engine": "sim",
+                "model": "tiny",
+                "topology": "disaggregated",
+                "connector": "MoRIIOConnector",
+                "prefix_caching": False,
+                "groups": [
+                    {"name": "prefill", "role": "prefill", "mode": "read"},
+                    {"name": "decode", "role": "decode", "mode": "read"},
+                ],
+            },
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
         assert status == 201
         sign_in(page, first.url)
         page.goto(first.url + "/deployments/web")

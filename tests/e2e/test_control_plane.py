@@ -25,11 +25,20 @@ def moriio(name: str, pairs: int = 1) -> dict:
     groups = []
     for i in range(pairs):
         suffix = "" if pairs == 1 else f"-{i}"
-        groups += [{"name": f"prefill{suffix}", "role": "prefill", "mode": "read"},
-                   {"name": f"decode{suffix}", "role": "decode", "mode": "read"}]
-    return {"name": name, "engine": "sim", "model": "tiny", "topology": "disaggregated",
-            "connector": "MoRIIOConnector", "prefix_caching": False, "groups": groups,
-            "proxy": {"hold_queue": 256, "hold_deadline_s": 60}}
+        groups += [
+            {"name": f"prefill{suffix}", "role": "prefill", "mode": "read"},
+            {"name": f"decode{suffix}", "role": "decode", "mode": "read"},
+        ]
+    return {
+        "name": name,
+        "engine": "sim",
+        "model": "tiny",
+        "topology": "disaggregated",
+        "connector": "MoRIIOConnector",
+        "prefix_caching": False,
+        "groups": groups,
+        "proxy": {"hold_queue": 256, "hold_deadline_s": 60},
+    }
 
 
 @pytest.fixture
@@ -42,24 +51,46 @@ def plane(tmp_path):
             status, _ = plane.api("POST", f"/deployments/{name}/stop")
             if status == 202:
                 with contextlib.suppress(TimeoutError):
-                    plane.wait(name, lambda us: all(u["state"] in ("STOPPED", "EXITED")
-                                                    for u in us.values()), 30)
+                    plane.wait(
+                        name,
+                        lambda us: all(u["state"] in ("STOPPED", "EXITED") for u in us.values()),
+                        30,
+                    )
         plane.close()
 
 
 def complete(proxy_port: int, n: int = 8) -> dict:
-    status, body = http_post(f"http://127.0.0.1:{proxy_port}/v1/completions",
-                             {"model": "tiny", "prompt": "one two three", "max_tokens": n,
-                              "ignore_eos": True})
+    status, body = http_post(
+        f"http://127.0.0.1:{proxy_port}/v1/completions",
+        {"model": "tiny", "prompt": "one two three", "max_tokens": n, "ignore_eos": True},
+    )
     assert status == 200, body
     return body
 
 
 def bench(proxy_port: int, tmp: Path, name: str, rate: float, prompts: int) -> subprocess.Popen:
-    argv = [sys.executable, str(ROOT / "pdctl.py"), "bench", "--base-url",
-            f"http://127.0.0.1:{proxy_port}", "--request-rate", str(rate), "--num-prompts",
-            str(prompts), "--input-len", "128", "--output-len", "32", "--result-json",
-            str(tmp / f"{name}.json"), "--model", "tiny", "--quiet", "--timeout", "90"]
+    argv = [
+        sys.executable,
+        str(ROOT / "pdctl.py"),
+        "bench",
+        "--base-url",
+        f"http://127.0.0.1:{proxy_port}",
+        "--request-rate",
+        str(rate),
+        "--num-prompts",
+        str(prompts),
+        "--input-len",
+        "128",
+        "--output-len",
+        "32",
+        "--result-json",
+        str(tmp / f"{name}.json"),
+        "--model",
+        "tiny",
+        "--quiet",
+        "--timeout",
+        "90",
+    ]
     with (tmp / f"{name}.err").open("wb") as err:
         return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
 
@@ -80,8 +111,9 @@ def test_start_kill_restart_switch_and_adopt(plane, tmp_path):
 
     # kill -9 the decode: the supervisor brings it back
     os.kill(units["decode-0"]["pid"], signal.SIGKILL)
-    units = plane.wait("mori", lambda us: us["decode-0"]["restarts"] >= 1
-                       and us["decode-0"]["state"] == "RUNNING")
+    units = plane.wait(
+        "mori", lambda us: us["decode-0"]["restarts"] >= 1 and us["decode-0"]["state"] == "RUNNING"
+    )
     assert complete(proxy_port)["usage"]["completion_tokens"] == 8
 
     # read -> write by hold, under load: nothing lost, nothing rejected
@@ -133,17 +165,21 @@ def test_two_pairs_roll_with_nothing_held(plane, tmp_path):
 
 def test_switch_refusals_are_409_with_the_reason(plane):
     plane.api("POST", "/deployments", moriio("mori"))
-    status, body = plane.api("POST", "/deployments/mori/switch",
-                             {"mode": "write", "strategy": "hold", "reason": "x"})
+    status, body = plane.api(
+        "POST", "/deployments/mori/switch", {"mode": "write", "strategy": "hold", "reason": "x"}
+    )
     assert status == 409 and "not running" in body["detail"]
     plane.api("POST", "/deployments/mori/start")
     plane.running("mori")
-    status, body = plane.api("POST", "/deployments/mori/switch",
-                             {"mode": "read", "strategy": "hold", "reason": "x"})
+    status, body = plane.api(
+        "POST", "/deployments/mori/switch", {"mode": "read", "strategy": "hold", "reason": "x"}
+    )
     assert status == 409 and "already runs in read" in body["detail"]
-    status, body = plane.api("POST", "/deployments/mori/switch",
-                             {"mode": "write", "strategy": "roll", "reason": "x"})
+    status, body = plane.api(
+        "POST", "/deployments/mori/switch", {"mode": "write", "strategy": "roll", "reason": "x"}
+    )
     assert status == 409 and "two prefill groups" in body["detail"]
-    status, body = plane.api("POST", "/deployments/mori/switch",
-                             {"mode": "write", "strategy": "sideways", "reason": "x"})
+    status, body = plane.api(
+        "POST", "/deployments/mori/switch", {"mode": "write", "strategy": "sideways", "reason": "x"}
+    )
     assert status == 422

@@ -12,16 +12,33 @@ from tests.processes import metric_value, running, sim
 pytestmark = pytest.mark.e2e
 
 # Long prompts among running decodes: each prefill stalls the decodes it shares a step with.
-LOAD = ("--request-rate", "6", "--num-prompts", "30", "--input-len", "1500",
-        "--output-len", "48", "--seed", "0", "--model", "llama-3.1-8b")
+LOAD = (
+    "--request-rate",
+    "6",
+    "--num-prompts",
+    "30",
+    "--input-len",
+    "1500",
+    "--output-len",
+    "48",
+    "--seed",
+    "0",
+    "--model",
+    "llama-3.1-8b",
+)
 
 
 def spikes(front) -> tuple[float, float]:
-    wait_until(lambda: metric_value(front.metrics(), "pdctl_proxy_requests_total",
-                                    outcome="ok") >= 30, 10, "the proxy recorded 30 requests")
+    wait_until(
+        lambda: metric_value(front.metrics(), "pdctl_proxy_requests_total", outcome="ok") >= 30,
+        10,
+        "the proxy recorded 30 requests",
+    )
     text = front.metrics()
-    return (metric_value(text, "pdctl_proxy_itl_spikes_total"),
-            metric_value(text, "pdctl_proxy_itl_spikes_at_prefill_total"))
+    return (
+        metric_value(text, "pdctl_proxy_itl_spikes_total"),
+        metric_value(text, "pdctl_proxy_itl_spikes_at_prefill_total"),
+    )
 
 
 def test_colocated_spikes_line_up_with_prefills(tmp_path):

@@ -60,8 +60,10 @@ def test_the_prefilled_plan_draws_its_chart_and_a_row_per_config_and_rate(plane,
     assert page.locator("[data-goodput-config]").count() == 4
     assert page.locator("[data-calibration]").count() >= 1
     assert "run=1" in page.url  # the result has an address of its own
-    print(f"plan page: the published sweep (4 x 20 x 100 requests) in {took:.1f} s, "
-          f"server {page.get_attribute('[data-wall-s]', 'data-wall-s')} s")
+    print(
+        f"plan page: the published sweep (4 x 20 x 100 requests) in {took:.1f} s, "
+        f"server {page.get_attribute('[data-wall-s]', 'data-wall-s')} s"
+    )
 
 
 def test_the_kv_calculator_reads_about_3_3_gb_for_llama_70b_at_10k_tokens(plane, page):

@@ -66,8 +66,9 @@ def test_orm_metadata_matches_the_migrated_schema(tmp_path: Path) -> None:
     engine = sa.create_engine(f"sqlite:///{db}")
     try:
         with engine.connect() as conn:
-            context = MigrationContext.configure(conn, opts={"compare_type": True,
-                                                             "compare_server_default": True})
+            context = MigrationContext.configure(
+                conn, opts={"compare_type": True, "compare_server_default": True}
+            )
             assert compare_metadata(context, SQLModel.metadata) == []
     finally:
         engine.dispose()
@@ -81,18 +82,24 @@ def test_the_app_engine_runs_wal_with_foreign_keys(tmp_path: Path) -> None:
         with engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
             assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
-            conn.exec_driver_sql("INSERT INTO deployments (name, revision, created_at, "
-                                 "updated_at) VALUES ('a', 1, '2026-01-01', '2026-01-01')")
+            conn.exec_driver_sql(
+                "INSERT INTO deployments (name, revision, created_at, "
+                "updated_at) VALUES ('a', 1, '2026-01-01', '2026-01-01')"
+            )
             id_ = conn.exec_driver_sql("SELECT id FROM deployments").scalar()
-            conn.exec_driver_sql("INSERT INTO revisions (deployment_id, number, spec, ports, "
-                                 f"actor, created_at) VALUES ({id_}, 1, '{{}}', '{{}}', 'x', "
-                                 "'2026-01-01')")
+            conn.exec_driver_sql(
+                "INSERT INTO revisions (deployment_id, number, spec, ports, "
+                f"actor, created_at) VALUES ({id_}, 1, '{{}}', '{{}}', 'x', "
+                "'2026-01-01')"
+            )
             conn.exec_driver_sql("DELETE FROM deployments")
             assert conn.exec_driver_sql("SELECT count(*) FROM revisions").scalar() == 0
             with pytest.raises(sa.exc.IntegrityError, match="FOREIGN KEY"):
-                conn.exec_driver_sql("INSERT INTO revisions (deployment_id, number, spec, "
-                                     "ports, actor, created_at) VALUES (999, 1, '{}', '{}', "
-                                     "'x', '2026-01-01')")
+                conn.exec_driver_sql(
+                    "INSERT INTO revisions (deployment_id, number, spec, "
+                    "ports, actor, created_at) VALUES (999, 1, '{}', '{}', "
+                    "'x', '2026-01-01')"
+                )
     finally:
         engine.dispose()
 
@@ -103,10 +110,13 @@ def test_0003_adds_bench_runs_to_a_file_with_data(tmp_path: Path) -> None:
     engine = sa.create_engine(f"sqlite:///{db}")
     try:
         with engine.begin() as conn:
-            conn.exec_driver_sql("INSERT INTO deployments (name, revision, created_at, "
-                                 "updated_at) VALUES ('a', 1, '2026-01-01', '2026-01-01')")
-            conn.exec_driver_sql("INSERT INTO history (deployment, ts, data) VALUES "
-                                 "('a', 1.0, '{}')")
+            conn.exec_driver_sql(
+                "INSERT INTO deployments (name, revision, created_at, "
+                "updated_at) VALUES ('a', 1, '2026-01-01', '2026-01-01')"
+            )
+            conn.exec_driver_sql(
+                "INSERT INTO history (deployment, ts, data) VALUES ('a', 1.0, '{}')"
+            )
         migrate.upgrade(db)
         assert current(db) == head() and "bench_runs" in tables(db)
         with engine.begin() as conn:
@@ -115,7 +125,8 @@ def test_0003_adds_bench_runs_to_a_file_with_data(tmp_path: Path) -> None:
             conn.exec_driver_sql(
                 "INSERT INTO bench_runs (deployment, revision, topology, config, status, "
                 "actor, started_at, done, total) VALUES ('a', 1, '{}', '{}', 'running', 'x', "
-                "'2026-01-01', 0, 20)")
+                "'2026-01-01', 0, 20)"
+            )
         migrate.downgrade(db, "0002")
         assert "bench_runs" not in tables(db)
         with engine.connect() as conn:

@@ -5,11 +5,23 @@ import pytest
 
 from observe.advisor import RULES, advise
 
-BASE = {"slo_ttft_ms": 1000, "slo_itl_ms": 50, "ttft_p99_ms": 400, "itl_p99_ms": 35,
-        "spike_prefill_overlap": 0.1, "prompt_tokens_mean": 1000, "concurrency_mean": 8,
-        "kv_transfer_gbps": 40, "transfer_share_of_ttft": 0.05, "multi_turn_share": 0.0,
-        "frontend_cpu_share": 0.2, "request_rate": 4.0, "burstiness": 1.0,
-        "prefix_hit_rate": 0.05, "topology": "colocated"}
+BASE = {
+    "slo_ttft_ms": 1000,
+    "slo_itl_ms": 50,
+    "ttft_p99_ms": 400,
+    "itl_p99_ms": 35,
+    "spike_prefill_overlap": 0.1,
+    "prompt_tokens_mean": 1000,
+    "concurrency_mean": 8,
+    "kv_transfer_gbps": 40,
+    "transfer_share_of_ttft": 0.05,
+    "multi_turn_share": 0.0,
+    "frontend_cpu_share": 0.2,
+    "request_rate": 4.0,
+    "burstiness": 1.0,
+    "prefix_hit_rate": 0.05,
+    "topology": "colocated",
+}
 
 CASES = {
     "itl_interference": {"itl_p99_ms": 150, "spike_prefill_overlap": 0.9},
@@ -43,8 +55,10 @@ def test_spikes_not_caused_by_prefill_do_not_trigger_disaggregation():
 
 
 def test_long_prompts_over_a_slow_link_advise_fixing_the_link():
-    v = verdict({**BASE, "prompt_tokens_mean": 4000, "concurrency_mean": 64,
-                 "kv_transfer_gbps": 1}, "long_prompts_high_concurrency")
+    v = verdict(
+        {**BASE, "prompt_tokens_mean": 4000, "concurrency_mean": 64, "kv_transfer_gbps": 1},
+        "long_prompts_high_concurrency",
+    )
     assert v.triggered is False and "fix the link" in v.advice
 
 

@@ -28,13 +28,17 @@ from observe.samples import parse
 from observe.windows import Delta, Snapshots, advance
 from tests.observe.series import engine_text, proxy_text
 
-INFO = DeploymentInfo("pd", simulated=True, slo={"ttft_ms": 1000.0, "itl_ms": 50.0,
-                                                 "itl_stat": "p99"}, kv_bytes_per_token=1000)
-UNITS = [{"name": "proxy", "role": "proxy", "state": "RUNNING", "url": "http://p", "mode": None},
-         {"name": "prefill-0", "role": "prefill", "state": "RUNNING", "url": "http://a",
-          "mode": "read"},
-         {"name": "decode-0", "role": "decode", "state": "RUNNING", "url": "http://b",
-          "mode": "read"}]
+INFO = DeploymentInfo(
+    "pd",
+    simulated=True,
+    slo={"ttft_ms": 1000.0, "itl_ms": 50.0, "itl_stat": "p99"},
+    kv_bytes_per_token=1000,
+)
+UNITS = [
+    {"name": "proxy", "role": "proxy", "state": "RUNNING", "url": "http://p", "mode": None},
+    {"name": "prefill-0", "role": "prefill", "state": "RUNNING", "url": "http://a", "mode": "read"},
+    {"name": "decode-0", "role": "decode", "state": "RUNNING", "url": "http://b", "mode": "read"},
+]
 
 
 def target(texts: list[tuple[float, str]]) -> TargetState:
@@ -43,14 +47,19 @@ def target(texts: list[tuple[float, str]]) -> TargetState:
         scrape = parse(text)
         track = advance(track, scrape.counters)
         snaps.add(ts, track.totals)
-    return TargetState(True, scrape.gauges, {"10s": snaps.delta(10), "1m": snaps.delta(60),
-                                              "5m": snaps.delta(300)})
+    return TargetState(
+        True, scrape.gauges, {"10s": snaps.delta(10), "1m": snaps.delta(60), "5m": snaps.delta(300)}
+    )
 
 
 def test_slo_attainment_goodput_and_rates_from_the_proxy() -> None:
     # 10 s: 40 ok + 10 failed finished, 30 met every target, 5 rejected.
-    proxy = target([(0.0, proxy_text()),
-                    (10.0, proxy_text({0.1: 50}, ok=40, failed=10, rejected=5, met_all=30))])
+    proxy = target(
+        [
+            (0.0, proxy_text()),
+            (10.0, proxy_text({0.1: 50}, ok=40, failed=10, rejected=5, met_all=30)),
+        ]
+    )
     frame = build_frame(INFO, UNITS, {"proxy": proxy}, "10s", 10.0)
     assert frame["slo_attainment"] == pytest.approx(0.6)
     assert frame["request_goodput"] == pytest.approx(3.0)
@@ -67,12 +76,20 @@ def test_no_finished_requests_means_no_attainment() -> None:
 
 
 def test_kv_throughput_is_derived_from_external_prompt_tokens() -> None:
-    decode = target([(0.0, engine_text(external_tokens=0)),
-                     (10.0, engine_text(external_tokens=5000, running=3, waiting=1, usage=0.4))])
+    decode = target(
+        [
+            (0.0, engine_text(external_tokens=0)),
+            (10.0, engine_text(external_tokens=5000, running=3, waiting=1, usage=0.4)),
+        ]
+    )
     prefill = target([(0.0, engine_text()), (10.0, engine_text(running=2, usage=0.7))])
     frame = build_frame(INFO, UNITS, {"decode-0": decode, "prefill-0": prefill}, "10s", 10.0)
-    assert frame["kv"] == {"bytes_per_s": pytest.approx(500 * 1000), "source": "derived",
-                           "xfer_p50_ms": None, "xfer_p99_ms": None}
+    assert frame["kv"] == {
+        "bytes_per_s": pytest.approx(500 * 1000),
+        "source": "derived",
+        "xfer_p50_ms": None,
+        "xfer_p99_ms": None,
+    }
     assert frame["running"] == 5 and frame["waiting"] == 1
     assert frame["kv_cache_usage"] == pytest.approx(0.7)
 
@@ -84,8 +101,12 @@ def test_kv_throughput_for_an_unknown_model_is_none() -> None:
 
 
 def test_kv_throughput_and_times_from_nixl_where_present() -> None:
-    decode = target([(0.0, engine_text(nixl_bytes=0.0)),
-                     (10.0, engine_text(nixl_bytes=2e9, nixl_times={0.01: 10}))])
+    decode = target(
+        [
+            (0.0, engine_text(nixl_bytes=0.0)),
+            (10.0, engine_text(nixl_bytes=2e9, nixl_times={0.01: 10})),
+        ]
+    )
     kv = build_frame(INFO, UNITS, {"decode-0": decode}, "10s", 10.0)["kv"]
     assert kv["source"] == "nixl" and kv["bytes_per_s"] == pytest.approx(2e8)
     assert kv["xfer_p50_ms"] == pytest.approx(7.5)
@@ -110,26 +131,50 @@ def test_frames_and_points_serialize_as_json() -> None:
 def test_engine_work_counts_prompts_and_prefix_hits_on_prefilling_roles_only() -> None:
     def counts(**values: float) -> Delta:
         return Delta(10.0, {(name, ()): v for name, v in values.items()})
-    prefill = counts(**{"vllm:prompt_tokens_total": 20_000, "vllm:request_success_total": 10,
-                        "vllm:prefix_cache_queries_total": 20_000,
-                        "vllm:prefix_cache_hits_total": 5_000,
-                        "process_cpu_seconds_total": 3.0})
-    decode = counts(**{"vllm:prompt_tokens_total": 99_999, "vllm:request_success_total": 1,
-                       "vllm:prefix_cache_queries_total": 1, "process_cpu_seconds_total": 6.0})
+
+    prefill = counts(
+        **{
+            "vllm:prompt_tokens_total": 20_000,
+            "vllm:request_success_total": 10,
+            "vllm:prefix_cache_queries_total": 20_000,
+            "vllm:prefix_cache_hits_total": 5_000,
+            "process_cpu_seconds_total": 3.0,
+        }
+    )
+    decode = counts(
+        **{
+            "vllm:prompt_tokens_total": 99_999,
+            "vllm:request_success_total": 1,
+            "vllm:prefix_cache_queries_total": 1,
+            "process_cpu_seconds_total": 6.0,
+        }
+    )
     work = engine_work([("prefill", prefill), ("decode", decode)])
-    assert work == {"prompt_tokens_per_request": 2000.0, "prefix_hit_rate": 0.25,
-                    "cpu_cores_max": 0.6}
+    assert work == {
+        "prompt_tokens_per_request": 2000.0,
+        "prefix_hit_rate": 0.25,
+        "cpu_cores_max": 0.6,
+    }
     assert engine_work([("decode", decode)])["prompt_tokens_per_request"] is None
-    assert engine_work([]) == {"prompt_tokens_per_request": None, "prefix_hit_rate": None,
-                               "cpu_cores_max": None}
+    assert engine_work([]) == {
+        "prompt_tokens_per_request": None,
+        "prefix_hit_rate": None,
+        "cpu_cores_max": None,
+    }
 
 
 def test_interference_is_the_share_of_spikes_at_a_prefill_and_zero_without_spikes() -> None:
     from observe.build import interference
 
     def counts(spikes: float, at: float) -> Delta:
-        return Delta(10.0, {("pdctl_proxy_itl_spikes_total", ()): spikes,
-                            ("pdctl_proxy_itl_spikes_at_prefill_total", ()): at})
+        return Delta(
+            10.0,
+            {
+                ("pdctl_proxy_itl_spikes_total", ()): spikes,
+                ("pdctl_proxy_itl_spikes_at_prefill_total", ()): at,
+            },
+        )
+
     assert interference(counts(20, 15)) == {"spikes_per_s": 2.0, "at_prefill_share": 0.75}
     assert interference(counts(0, 0)) == {"spikes_per_s": 0.0, "at_prefill_share": 0.0}
     assert interference(Delta(10.0, {})) == {"spikes_per_s": None, "at_prefill_share": None}
@@ -139,8 +184,10 @@ def test_multi_turn_share_counts_chat_turns_only() -> None:
     from observe.build import multi_turn_share
 
     def turns(**kinds: float) -> Delta:
-        return Delta(10.0, {("pdctl_proxy_turns_total", (("kind", k),)): v
-                            for k, v in kinds.items()})
+        return Delta(
+            10.0, {("pdctl_proxy_turns_total", (("kind", k),)): v for k, v in kinds.items()}
+        )
+
     assert multi_turn_share(turns(first=2, follow_up=6, unknown=50)) == 0.75
     assert multi_turn_share(turns(unknown=50)) is None
 

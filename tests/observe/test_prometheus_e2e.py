@@ -19,7 +19,7 @@ from tests.processes import Process, free_port, http_get, http_post, running
 pytestmark = pytest.mark.e2e
 
 PROMETHEUS = shutil.which("prometheus")
-TTFT_P50 = ("histogram_quantile(0.5, sum(rate(pdctl_proxy_ttft_seconds_bucket[1m])) by (le))")
+TTFT_P50 = "histogram_quantile(0.5, sum(rate(pdctl_proxy_ttft_seconds_bucket[1m])) by (le))"
 
 
 def query(base: str, expr: str) -> list[dict]:
@@ -38,45 +38,76 @@ def wait_for(what: str, check, timeout: float = 25.0):
     raise TimeoutError(what)
 
 
-@pytest.mark.skipif(PROMETHEUS is None, reason="the prometheus binary is not installed "
-                    "(Debian package 'prometheus'; `make system-deps` installs it)")
+@pytest.mark.skipif(
+    PROMETHEUS is None,
+    reason="the prometheus binary is not installed "
+    "(Debian package 'prometheus'; `make system-deps` installs it)",
+)
 def test_prometheus_scrapes_the_control_plane_and_the_proxy(tmp_path: Path) -> None:
     plane_port = free_port()
-    plane = Process(["serve", "--port", str(plane_port), "--db", str(tmp_path / "pdctl.db")],
-                    plane_port, env={"PDCTL_RUNTIME_DIR": str(tmp_path / "runs")},
-                    log_path=tmp_path / "serve.log")
+    plane = Process(
+        ["serve", "--port", str(plane_port), "--db", str(tmp_path / "pdctl.db")],
+        plane_port,
+        env={"PDCTL_RUNTIME_DIR": str(tmp_path / "runs")},
+        log_path=tmp_path / "serve.log",
+    )
     prefill = nixl_sim(tmp_path, "prefill", "kv_producer")
     decode = nixl_sim(tmp_path, "decode", "kv_consumer")
     with running(plane, prefill, decode):
-        front = proxy(tmp_path, "proxy", "--connector", "nixl", "--mode", "read",
-                      "--prefill", prefill.url, "--decode", decode.url)
+        front = proxy(
+            tmp_path,
+            "proxy",
+            "--connector",
+            "nixl",
+            "--mode",
+            "read",
+            "--prefill",
+            prefill.url,
+            "--decode",
+            decode.url,
+        )
         with running(front):
             prom_port = free_port()
             config = tmp_path / "prometheus.yml"
             config.write_text(
                 "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
                 "scrape_configs:\n"
-                + "".join(f"  - job_name: {job}\n    static_configs: "
-                          f"[{{targets: ['127.0.0.1:{p}']}}]\n"
-                          for job, p in (("pdctl", plane_port), ("proxy", front.port))))
+                + "".join(
+                    f"  - job_name: {job}\n    static_configs: [{{targets: ['127.0.0.1:{p}']}}]\n"
+                    for job, p in (("pdctl", plane_port), ("proxy", front.port))
+                )
+            )
             log = (tmp_path / "prometheus.log").open("wb")
-            prom = subprocess.Popen([PROMETHEUS, f"--config.file={config}",
-                                     f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                                     f"--web.listen-address=127.0.0.1:{prom_port}"],
-                                    stdout=log, stderr=subprocess.STDOUT)
+            prom = subprocess.Popen(
+                [
+                    PROMETHEUS,
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{prom_port}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
             base = f"http://127.0.0.1:{prom_port}"
             try:
-                wait_for("both targets up", lambda: len([
-                    r for r in _safe(query, base, "up == 1")]) == 2)
+                wait_for(
+                    "both targets up", lambda: len([r for r in _safe(query, base, "up == 1")]) == 2
+                )
                 for _ in range(8):
-                    status, body = http_post(front.url + "/v1/completions",
-                                             {"model": "tiny", "prompt": "one two three",
-                                              "max_tokens": 4})
+                    status, body = http_post(
+                        front.url + "/v1/completions",
+                        {"model": "tiny", "prompt": "one two three", "max_tokens": 4},
+                    )
                     assert status == 200, body
                     time.sleep(0.25)
-                result = wait_for("a TTFT median", lambda: [
-                    r for r in _safe(query, base, TTFT_P50)
-                    if not math.isnan(float(r["value"][1]))])
+                result = wait_for(
+                    "a TTFT median",
+                    lambda: [
+                        r
+                        for r in _safe(query, base, TTFT_P50)
+                        if not math.isnan(float(r["value"][1]))
+                    ],
+                )
                 p50 = float(result[0]["value"][1])
                 assert 0 < p50 < 10
                 assert _safe(query, base, "pdctl_deployments")  # the control plane's state

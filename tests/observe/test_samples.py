@@ -32,8 +32,12 @@ def test_real_vllm_metrics_parse_with_the_series_the_frame_needs() -> None:
         scrape = parse((FIXTURES / f"{role}_metrics.txt").read_text(), keep=tracked)
         assert total(scrape.gauges, "vllm:num_requests_running") is not None
         assert cumulative_buckets(scrape.counters, "vllm:time_to_first_token_seconds")
-        assert total(scrape.counters, "vllm:prompt_tokens_by_source_total",
-                     source="external_kv_transfer") is not None
+        assert (
+            total(
+                scrape.counters, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer"
+            )
+            is not None
+        )
         assert not any(name.endswith("_created") for name, _ in scrape.counters)
     decode = parse((FIXTURES / "decode_metrics.txt").read_text(), keep=tracked)
     assert cumulative_buckets(decode.counters, "vllm:nixl_xfer_time_seconds")
@@ -41,6 +45,8 @@ def test_real_vllm_metrics_parse_with_the_series_the_frame_needs() -> None:
 
 def test_engine_series_helper_matches_labels() -> None:
     scrape = parse(engine_text(external_tokens=7, running=2))
-    assert total(scrape.counters, "vllm:prompt_tokens_by_source_total",
-                 source="external_kv_transfer") == 7
+    assert (
+        total(scrape.counters, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer")
+        == 7
+    )
     assert total(scrape.counters, "vllm:prompt_tokens_by_source_total") == 12

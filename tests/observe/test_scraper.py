@@ -39,7 +39,13 @@ def test_one_failed_scrape_keeps_a_target_up_two_bring_it_down():
         finally:
             await observer.close()
             await runner.cleanup()
-        assert ups == [(True, True), (True, True), (True, True), (True, True),
-                       (False, False), (True, True)]
+        assert ups == [
+            (True, True),
+            (True, True),
+            (True, True),
+            (True, True),
+            (False, False),
+            (True, True),
+        ]
 
     asyncio.run(body())

@@ -17,15 +17,30 @@ def hist(count: float, p50: float | None, p99: float | None) -> dict:
 def frame(**changes) -> dict:
     """A disaggregated deployment's 1m frame: 4 req/s, 2,000-token prompts moved over NIXL."""
     base = {
-        "type": "frame", "deployment": "pd", "ts": 1000.0, "window": "1m", "simulated": True,
+        "type": "frame",
+        "deployment": "pd",
+        "ts": 1000.0,
+        "window": "1m",
+        "simulated": True,
         "slo": {"ttft_ms": 1000.0, "itl_ms": 50.0, "itl_stat": "p99"},
-        "ttft": hist(240, 0.300, 1.2), "itl": hist(50_000, 0.030, 0.045),
-        "engine_ttft": None, "engine_itl": None,
-        "slo_attainment": 0.8, "request_goodput": 3.2, "request_rate": 4.0,
+        "ttft": hist(240, 0.300, 1.2),
+        "itl": hist(50_000, 0.030, 0.045),
+        "engine_ttft": None,
+        "engine_itl": None,
+        "slo_attainment": 0.8,
+        "request_goodput": 3.2,
+        "request_rate": 4.0,
         "outcomes": {"ok": 4.0, "failed": 0.0, "rejected": 0.0},
-        "kv": {"bytes_per_s": 4.0 * 2000 * KV_PER_TOKEN, "source": "nixl",
-               "xfer_p50_ms": 60.0, "xfer_p99_ms": 90.0},
-        "running": 30, "waiting": 0, "kv_cache_usage": 0.4, "instances": [],
+        "kv": {
+            "bytes_per_s": 4.0 * 2000 * KV_PER_TOKEN,
+            "source": "nixl",
+            "xfer_p50_ms": 60.0,
+            "xfer_p99_ms": 90.0,
+        },
+        "running": 30,
+        "waiting": 0,
+        "kv_cache_usage": 0.4,
+        "instances": [],
         "proxy": {"up": True, "in_flight": 30, "held": 0, "loop_lag_s": 0.001},
     }
     base.update(changes)
@@ -51,8 +66,9 @@ def test_live_prompt_length_and_transfer_come_from_kv_throughput_and_nixl_times(
     d = from_frame(frame(), topology="disaggregated", kv_bytes_per_token=KV_PER_TOKEN)
     assert d.values["prompt_tokens_mean"] == pytest.approx(2000)
     # 2,000 tokens x 327,680 B in 60 ms
-    assert d.values["kv_transfer_gbps"] == pytest.approx(2000 * KV_PER_TOKEN / 0.060 / 1e9,
-                                                         rel=1e-3)
+    assert d.values["kv_transfer_gbps"] == pytest.approx(
+        2000 * KV_PER_TOKEN / 0.060 / 1e9, rel=1e-3
+    )
     assert d.values["transfer_share_of_ttft"] == pytest.approx(60 / 300)
 
 
@@ -66,8 +82,12 @@ def test_concurrency_is_the_mean_running_over_the_windows_history():
 
 
 def test_moriio_reports_no_transfer_times_so_those_signals_stay_absent():
-    kv = {"bytes_per_s": 4.0 * 2000 * KV_PER_TOKEN, "source": "derived", "xfer_p50_ms": None,
-          "xfer_p99_ms": None}
+    kv = {
+        "bytes_per_s": 4.0 * 2000 * KV_PER_TOKEN,
+        "source": "derived",
+        "xfer_p50_ms": None,
+        "xfer_p99_ms": None,
+    }
     d = from_frame(frame(kv=kv), topology="disaggregated", kv_bytes_per_token=KV_PER_TOKEN)
     assert d.values["prompt_tokens_mean"] == pytest.approx(2000)
     assert "kv_transfer_gbps" not in d.values and "transfer_share_of_ttft" not in d.values
@@ -75,12 +95,15 @@ def test_moriio_reports_no_transfer_times_so_those_signals_stay_absent():
     result = advice(d)
     assert verdict(result, "slow_kv_transfer")["triggered"] is None
     assert verdict(result, "slow_kv_transfer")["sources"]["transfer_share_of_ttft"].startswith(
-        "absent: ")
+        "absent: "
+    )
 
 
 def test_colocated_frames_have_no_transfer_and_no_prompt_length_without_engine_counts():
-    d = from_frame(frame(kv={"bytes_per_s": None, "source": None, "xfer_p50_ms": None,
-                             "xfer_p99_ms": None}), topology="colocated")
+    d = from_frame(
+        frame(kv={"bytes_per_s": None, "source": None, "xfer_p50_ms": None, "xfer_p99_ms": None}),
+        topology="colocated",
+    )
     for name in ("kv_transfer_gbps", "transfer_share_of_ttft"):
         assert name not in d.values and "colocated" in d.absent[name]
     assert "no request finished on a prefilling engine" in d.absent["prompt_tokens_mean"]
@@ -97,16 +120,18 @@ def test_engine_counters_give_prompt_length_prefix_hits_and_frontend_cpu():
     result = advice(d)
     assert verdict(result, "prefix_cache_heavy")["triggered"] is True
     assert verdict(result, "frontend_cpu")["triggered"] is True
-    quiet = from_frame(frame(engines={**ENGINES, "prefix_hit_rate": 0.05,
-                                      "cpu_cores_max": 0.2}, simulated=False),
-                       topology="colocated")
+    quiet = from_frame(
+        frame(engines={**ENGINES, "prefix_hit_rate": 0.05, "cpu_cores_max": 0.2}, simulated=False),
+        topology="colocated",
+    )
     assert verdict(advice(quiet), "prefix_cache_heavy")["triggered"] is False
     assert verdict(advice(quiet), "frontend_cpu")["triggered"] is False
 
 
 def test_engine_counts_beat_the_kv_derived_prompt_length_when_disaggregated():
-    d = from_frame(frame(engines=ENGINES), topology="disaggregated",
-                   kv_bytes_per_token=KV_PER_TOKEN)
+    d = from_frame(
+        frame(engines=ENGINES), topology="disaggregated", kv_bytes_per_token=KV_PER_TOKEN
+    )
     assert d.values["prompt_tokens_mean"] == 3000.0
 
 
@@ -117,8 +142,15 @@ def test_the_stand_ins_cpu_is_not_frontend_cpu_and_no_queries_is_no_hit_rate():
 
 
 def test_an_idle_window_gives_no_latencies_rather_than_zeros():
-    d = from_frame(frame(ttft=hist(0, None, None), itl=hist(0, None, None),
-                         request_rate=None, slo_attainment=None), topology="colocated")
+    d = from_frame(
+        frame(
+            ttft=hist(0, None, None),
+            itl=hist(0, None, None),
+            request_rate=None,
+            slo_attainment=None,
+        ),
+        topology="colocated",
+    )
     for name in ("ttft_p99_ms", "itl_p99_ms", "itl_p50_ms", "slo_attainment", "request_rate"):
         assert name not in d.values, name
     assert "no requests finished in the 1m window" in d.absent["ttft_p99_ms"]
@@ -133,44 +165,58 @@ def test_without_a_frame_only_the_spec_speaks_and_every_measured_rule_says_no_si
 
 def test_signals_no_frame_carries_are_absent_with_a_reason():
     d = from_frame(frame(), topology="colocated")
-    for name in ("spike_prefill_overlap", "multi_turn_share", "frontend_cpu_share",
-                 "burstiness", "prefix_hit_rate"):
+    for name in (
+        "spike_prefill_overlap",
+        "multi_turn_share",
+        "frontend_cpu_share",
+        "burstiness",
+        "prefix_hit_rate",
+    ):
         assert name not in d.values and d.absent[name]
     assert d.absent["burstiness"] == "the proxy reports no arrival gaps"
 
 
 def test_burstiness_is_the_proxys_measured_gamma_shape_of_arrival_gaps():
-    bursty = from_frame(frame(arrivals={"per_s": 4.2, "gaps": 250, "burstiness": 0.3}),
-                        topology="disaggregated", kv_bytes_per_token=KV_PER_TOKEN)
+    bursty = from_frame(
+        frame(arrivals={"per_s": 4.2, "gaps": 250, "burstiness": 0.3}),
+        topology="disaggregated",
+        kv_bytes_per_token=KV_PER_TOKEN,
+    )
     assert bursty.values["burstiness"] == 0.3
-    assert bursty.sources["burstiness"] == ("proxy: gamma shape of arrival gaps "
-                                            "(mean^2/variance), 1m window")
+    assert bursty.sources["burstiness"] == (
+        "proxy: gamma shape of arrival gaps (mean^2/variance), 1m window"
+    )
     light = verdict(advice(bursty), "light_traffic")  # 4 req/s of 2,000-token prompts
     assert light["triggered"] is True and light["advice"].startswith("bursty arrivals")
     assert light["evidence"]["burstiness"] == 0.3
     assert light["sources"]["burstiness"].startswith("proxy: gamma shape")
-    steady = from_frame(frame(arrivals={"per_s": 4.2, "gaps": 250, "burstiness": 1.1}),
-                        topology="disaggregated", kv_bytes_per_token=KV_PER_TOKEN)
+    steady = from_frame(
+        frame(arrivals={"per_s": 4.2, "gaps": 250, "burstiness": 1.1}),
+        topology="disaggregated",
+        kv_bytes_per_token=KV_PER_TOKEN,
+    )
     assert verdict(advice(steady), "light_traffic")["triggered"] is False
 
 
 def test_too_few_arrivals_leave_burstiness_absent_and_say_so():
-    few = from_frame(frame(arrivals={"per_s": 0.1, "gaps": 6, "burstiness": None}),
-                     topology="colocated")
+    few = from_frame(
+        frame(arrivals={"per_s": 0.1, "gaps": 6, "burstiness": None}), topology="colocated"
+    )
     assert "burstiness" not in few.values
-    assert few.absent["burstiness"] == ("fewer than 20 arrivals at the proxy in the 1m window "
-                                        "(6 gaps)")
+    assert few.absent["burstiness"] == (
+        "fewer than 20 arrivals at the proxy in the 1m window (6 gaps)"
+    )
     light = verdict(advice(few), "light_traffic")
     assert light["sources"]["burstiness"].startswith("absent: fewer than 20 arrivals")
-    even = from_frame(frame(arrivals={"per_s": 1.0, "gaps": 60, "burstiness": None}),
-                      topology="colocated")
+    even = from_frame(
+        frame(arrivals={"per_s": 1.0, "gaps": 60, "burstiness": None}), topology="colocated"
+    )
     assert "evenly spaced" in even.absent["burstiness"]
     assert "not running" in from_frame(None, topology="colocated").absent["burstiness"]
 
 
 def test_ttft_bound_live_deployment_triggers_ttft_binding_with_its_numbers():
-    result = advice(from_frame(frame(), topology="disaggregated",
-                               kv_bytes_per_token=KV_PER_TOKEN))
+    result = advice(from_frame(frame(), topology="disaggregated", kv_bytes_per_token=KV_PER_TOKEN))
     v = verdict(result, "ttft_binding")
     assert v["triggered"] is True
     assert v["evidence"] == {"ttft_p99_ms": 1200.0, "slo_ttft_ms": 1000.0, "itl_p99_ms": 45.0}
@@ -180,10 +226,21 @@ def test_ttft_bound_live_deployment_triggers_ttft_binding_with_its_numbers():
 
 # -- bench ----------------------------------------------------------------------------------
 
-BENCH = {"request_rate": 8.0, "burstiness": 1.0, "dataset": "random", "completed": 100,
-         "total_input_tokens": 200_000, "request_throughput": 2.5, "mean_e2el_ms": 40_000.0,
-         "p99_ttft_ms": 600.0, "p99_itl_ms": 180.0, "median_itl_ms": 32.0,
-         "slo_ttft_ms": 1000.0, "slo_itl_ms": 50.0, "slo_attainment": 0.26}
+BENCH = {
+    "request_rate": 8.0,
+    "burstiness": 1.0,
+    "dataset": "random",
+    "completed": 100,
+    "total_input_tokens": 200_000,
+    "request_throughput": 2.5,
+    "mean_e2el_ms": 40_000.0,
+    "p99_ttft_ms": 600.0,
+    "p99_itl_ms": 180.0,
+    "median_itl_ms": 32.0,
+    "slo_ttft_ms": 1000.0,
+    "slo_itl_ms": 50.0,
+    "slo_attainment": 0.26,
+}
 
 
 def test_bench_signals_come_from_vllm_field_names_and_littles_law():
@@ -208,14 +265,30 @@ def test_a_failed_bench_run_gives_no_latencies():
 
 # -- plan -----------------------------------------------------------------------------------
 
-PLAN = {"slo": {"ttft_ms": 1000.0, "itl_ms": 50.0, "itl_stat": "p99"},
-        "workload": {"num_prompts": 100, "input_len": 2000, "output_len": 1000,
-                     "burstiness": 1.0, "shared_prefix_len": 0},
-        "kv_bytes_per_token": 94_208, "links_gbps": {"disagg-write": 200.0},
-        "topologies": {"disagg-write": "disaggregated", "colocated-tp8": "colocated"}}
-ROW = {"config": "disagg-write", "rate": 8.0, "requests": 100, "slo_attainment": 0.42,
-       "p50_ttft_ms": 900.0, "p99_ttft_ms": 2280.0, "p50_itl_ms": 35.0, "p99_itl_ms": 35.1,
-       "output_throughput": 2000.0}
+PLAN = {
+    "slo": {"ttft_ms": 1000.0, "itl_ms": 50.0, "itl_stat": "p99"},
+    "workload": {
+        "num_prompts": 100,
+        "input_len": 2000,
+        "output_len": 1000,
+        "burstiness": 1.0,
+        "shared_prefix_len": 0,
+    },
+    "kv_bytes_per_token": 94_208,
+    "links_gbps": {"disagg-write": 200.0},
+    "topologies": {"disagg-write": "disaggregated", "colocated-tp8": "colocated"},
+}
+ROW = {
+    "config": "disagg-write",
+    "rate": 8.0,
+    "requests": 100,
+    "slo_attainment": 0.42,
+    "p50_ttft_ms": 900.0,
+    "p99_ttft_ms": 2280.0,
+    "p50_itl_ms": 35.0,
+    "p99_itl_ms": 35.1,
+    "output_throughput": 2000.0,
+}
 
 
 def test_plan_rows_take_topology_link_and_workload_from_the_result():
@@ -231,8 +304,10 @@ def test_plan_rows_take_topology_link_and_workload_from_the_result():
 
 def test_plan_labels_without_topologies_fall_back_to_the_planners_label_shape():
     bare = {"slo": PLAN["slo"]}
-    assert from_plan(bare, {**ROW, "config": "1P-TP4+1D-TP4 read"}).values["topology"] == \
-        "disaggregated"
+    assert (
+        from_plan(bare, {**ROW, "config": "1P-TP4+1D-TP4 read"}).values["topology"]
+        == "disaggregated"
+    )
     assert from_plan(bare, {**ROW, "config": "2xTP4"}).values["topology"] == "colocated"
     unknown = from_plan(bare, ROW)
     assert "topology" not in unknown.values and "does not say" in unknown.absent["topology"]
@@ -241,15 +316,17 @@ def test_plan_labels_without_topologies_fall_back_to_the_planners_label_shape():
 
 def test_itl_spikes_that_line_up_with_prefills_trigger_disaggregation_and_others_do_not():
     slow = {"itl": hist(50_000, 0.030, 0.150)}  # p99 150 ms over a 50 ms target
-    lined_up = from_frame(frame(**slow, interference={"spikes_per_s": 3.0,
-                                                      "at_prefill_share": 0.95}),
-                          topology="colocated")
+    lined_up = from_frame(
+        frame(**slow, interference={"spikes_per_s": 3.0, "at_prefill_share": 0.95}),
+        topology="colocated",
+    )
     assert lined_up.values["spike_prefill_overlap"] == 0.95
     assert "prefill finished on the same instance" in lined_up.sources["spike_prefill_overlap"]
     assert verdict(advice(lined_up), "itl_interference")["triggered"] is True
-    elsewhere = from_frame(frame(**slow, interference={"spikes_per_s": 3.0,
-                                                       "at_prefill_share": 0.0}),
-                           topology="colocated")
+    elsewhere = from_frame(
+        frame(**slow, interference={"spikes_per_s": 3.0, "at_prefill_share": 0.0}),
+        topology="colocated",
+    )
     assert verdict(advice(elsewhere), "itl_interference")["triggered"] is False
     unknown = from_frame(frame(**slow), topology="colocated")
     assert "no ITL spike counts" in unknown.absent["spike_prefill_overlap"]

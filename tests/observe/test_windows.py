@@ -32,8 +32,7 @@ def test_increase_over_each_window() -> None:
 def test_a_reset_mid_window_counts_the_new_value_as_the_increase_since() -> None:
     # 5 ok a second for 30 s, the proxy restarts at t=30 (counts from 0 again), then 5 a s.
     series = [(float(t), proxy_text(ok=5 * t, met_all=4 * t)) for t in range(0, 30)]
-    series += [(float(t), proxy_text(ok=5 * (t - 29), met_all=4 * (t - 29)))
-               for t in range(30, 41)]
+    series += [(float(t), proxy_text(ok=5 * (t - 29), met_all=4 * (t - 29))) for t in range(30, 41)]
     snaps = replay(series)
     window = snaps.delta(20)  # t=20..40: 9 s before the reset and 11 after, all 5/s
     assert window.counts[OK] == pytest.approx(100)

@@ -14,8 +14,9 @@ def timing(model: str = "qwen3-235b-a22b-fp8", hardware: str = "mi300x", tp: int
     return TimingModel(profiles.model(model), profiles.hardware(hardware), tp)
 
 
-def scheduler(model: str = "qwen3-235b-a22b-fp8", hardware: str = "mi300x", tp: int = 4,
-              **config) -> Scheduler:
+def scheduler(
+    model: str = "qwen3-235b-a22b-fp8", hardware: str = "mi300x", tp: int = 4, **config
+) -> Scheduler:
     return Scheduler(timing(model, hardware, tp), SchedulerConfig(**config))
 
 
@@ -24,15 +25,29 @@ def prompt(length: int, seed: int) -> list[int]:
     return [rng.randrange(4096) for _ in range(length)]
 
 
-def request(rid: str, prompt_len: int, max_tokens: int, at: float = 0.0, seed: int | None = None,
-            role: KVRole = KVRole.LOCAL, kv_ready: bool = False,
-            ids: list[int] | None = None) -> EngineRequest:
+def request(
+    rid: str,
+    prompt_len: int,
+    max_tokens: int,
+    at: float = 0.0,
+    seed: int | None = None,
+    role: KVRole = KVRole.LOCAL,
+    kv_ready: bool = False,
+    ids: list[int] | None = None,
+) -> EngineRequest:
     tokens = ids if ids is not None else prompt(prompt_len, hash(rid) if seed is None else seed)
     return EngineRequest(rid, tokens, max_tokens, at, kv_role=role, kv_ready=kv_ready)
 
 
-def poisson(n: int, rate: float, prompt_len: int, max_tokens: int, seed: int = 0,
-            role: KVRole = KVRole.LOCAL, kv_ready: bool = False) -> list[EngineRequest]:
+def poisson(
+    n: int,
+    rate: float,
+    prompt_len: int,
+    max_tokens: int,
+    seed: int = 0,
+    role: KVRole = KVRole.LOCAL,
+    kv_ready: bool = False,
+) -> list[EngineRequest]:
     rng = random.Random(seed)
     t, out = 0.0, []
     for i in range(n):

@@ -22,9 +22,12 @@ def engine(**config):
 
 
 def pd(mode: str, link: float = 200e9) -> Cluster:
-    return Cluster(prefills=[engine(max_num_batched_tokens=4096)],
-                   decodes=[engine(max_num_batched_tokens=4096)], mode=mode,
-                   link_bytes_per_s=link)
+    return Cluster(
+        prefills=[engine(max_num_batched_tokens=4096)],
+        decodes=[engine(max_num_batched_tokens=4096)],
+        mode=mode,
+        link_bytes_per_s=link,
+    )
 
 
 def test_every_request_completes_with_its_tokens_in_each_configuration():

@@ -51,7 +51,7 @@ def events(raw: str) -> list[str]:
     assert raw.endswith("\n\n")
     out = raw[:-2].split("\n\n")
     assert all(e.startswith("data: ") and "\n" not in e for e in out), "one data line per event"
-    return [e[len("data: "):] for e in out]
+    return [e[len("data: ") :] for e in out]
 
 
 def outline(raw: str) -> list[object]:
@@ -70,8 +70,12 @@ def outline(raw: str) -> list[object]:
 
 
 def post_raw(url: str, body: dict) -> tuple[dict[str, str], str]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=30) as resp:
         return {k.lower(): v for k, v in resp.getheaders()}, resp.read().decode()
 
@@ -83,8 +87,9 @@ def families(text: str) -> dict[str, tuple]:
         if not fam.name.startswith("vllm:"):
             continue
         names = sorted({k for s in fam.samples for k in s.labels if k != "le"})
-        enums = sorted({(k, v) for s in fam.samples for k, v in s.labels.items()
-                        if k in ENUM_LABELS})
+        enums = sorted(
+            {(k, v) for s in fam.samples for k, v in s.labels.items() if k in ENUM_LABELS}
+        )
         bounds = [s.labels["le"] for s in fam.samples if s.name.endswith("_bucket")]
         out[fam.name] = (fam.type, names, enums, bounds)
     return out
@@ -107,11 +112,20 @@ def engine(tmp_path_factory):
 
 
 def nixl(tmp, name: str, role: str):
-    config = json.dumps({"kv_connector": "NixlConnector", "kv_role": role,
-                         "kv_buffer_device": "cpu"})
-    return sim(tmp, name, *MODEL, "--kv-transfer-config", config,
-               env={"VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port()),
-                    "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1"})
+    config = json.dumps(
+        {"kv_connector": "NixlConnector", "kv_role": role, "kv_buffer_device": "cpu"}
+    )
+    return sim(
+        tmp,
+        name,
+        *MODEL,
+        "--kv-transfer-config",
+        config,
+        env={
+            "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port()),
+            "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -157,10 +171,15 @@ def stream_body(path: str, usage: bool) -> dict:
     return {"path": path, "body": body, "sse": sse}
 
 
-@pytest.mark.parametrize(("name", "usage"), [
-    ("completion_stream.sse", False), ("completion_stream_usage.sse", True),
-    ("chat_stream.sse", False), ("chat_stream_usage.sse", True),
-])
+@pytest.mark.parametrize(
+    ("name", "usage"),
+    [
+        ("completion_stream.sse", False),
+        ("completion_stream_usage.sse", True),
+        ("chat_stream.sse", False),
+        ("chat_stream_usage.sse", True),
+    ],
+)
 def test_streams_have_vllms_chunks_in_vllms_order(engine, name, usage):
     case = stream_body(name, usage)
     headers, raw = post_raw(engine.url + case["path"], case["body"])
@@ -189,8 +208,9 @@ def test_errors_have_vllms_status_type_param_and_message(engine, name):
     if name == "error_prompt_too_long.json":
         body = {**body, "prompt": " ".join(["word"] * PROMPTS["too_long_tokens"])}
     data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-    status, got = http_post(engine.url + request["path"], data,
-                            headers={"Content-Type": request["content_type"]})
+    status, got = http_post(
+        engine.url + request["path"], data, headers={"Content-Type": request["content_type"]}
+    )
     want = real["body"]["error"]
     assert status == real["status"] == want["code"] == got["error"]["code"]
     assert (got["error"]["type"], got["error"]["param"]) == (want["type"], want["param"])
@@ -201,8 +221,9 @@ def test_errors_have_vllms_status_type_param_and_message(engine, name):
 def test_max_tokens_beyond_the_room_left_is_clamped_not_refused(engine):
     # vLLM 0.32 refuses only max_tokens > max_model_len; otherwise it stops at the context end.
     prompt = " ".join(["word"] * 2040)
-    status, body = http_post(engine.url + "/v1/completions",
-                             {"prompt": prompt, "max_tokens": 100, "ignore_eos": True})
+    status, body = http_post(
+        engine.url + "/v1/completions", {"prompt": prompt, "max_tokens": 100, "ignore_eos": True}
+    )
     assert status == 200 and body["usage"]["completion_tokens"] == 8
     assert body["choices"][0]["finish_reason"] == "length"
 
@@ -225,32 +246,53 @@ def hand_off(pair, real_prefill: str, stream: bool = False) -> tuple[dict, objec
     return first, out
 
 
-@pytest.mark.parametrize(("prefill_name", "decode_name"), [
-    ("prefill_response.json", "decode_response.json"),
-    ("chat_prefill_response.json", "chat_decode_response.json"),
-])
+@pytest.mark.parametrize(
+    ("prefill_name", "decode_name"),
+    [
+        ("prefill_response.json", "decode_response.json"),
+        ("chat_prefill_response.json", "chat_decode_response.json"),
+    ],
+)
 def test_prefill_params_and_decode_answers_have_vllms_shape(pair, prefill_name, decode_name):
     first, out = hand_off(pair, prefill_name)
     real_first, real_out = fixture(prefill_name)["body"], fixture(decode_name)["body"]
     assert shape(first) == shape(real_first)  # kv_transfer_params: same keys, order, types
     params, real_params = first["kv_transfer_params"], real_first["kv_transfer_params"]
     assert params["remote_request_id"].startswith(first["id"] + "-")
-    assert (re.sub(r"[0-9a-f]{8}$", "X", params["remote_request_id"][len(first["id"]):])
-            == re.sub(r"[0-9a-f]{8}$", "X",
-                      real_params["remote_request_id"][len(real_first["id"]):]))
-    assert {k: params[k] for k in ("do_remote_prefill", "do_remote_decode", "remote_host",
-                                   "tp_size", "transfer_mode")} == \
-        {k: real_params[k] for k in ("do_remote_prefill", "do_remote_decode", "remote_host",
-                                     "tp_size", "transfer_mode")}
+    assert re.sub(r"[0-9a-f]{8}$", "X", params["remote_request_id"][len(first["id"]) :]) == re.sub(
+        r"[0-9a-f]{8}$", "X", real_params["remote_request_id"][len(real_first["id"]) :]
+    )
+    assert {
+        k: params[k]
+        for k in (
+            "do_remote_prefill",
+            "do_remote_decode",
+            "remote_host",
+            "tp_size",
+            "transfer_mode",
+        )
+    } == {
+        k: real_params[k]
+        for k in (
+            "do_remote_prefill",
+            "do_remote_decode",
+            "remote_host",
+            "tp_size",
+            "transfer_mode",
+        )
+    }
     assert params["remote_num_tokens"] == first["usage"]["prompt_tokens"]
     assert shape(out) == shape(real_out)  # the decode: a normal body, kv_transfer_params null
     assert out["usage"]["completion_tokens"] == real_out["usage"]["completion_tokens"] == 16
 
 
-@pytest.mark.parametrize(("prefill_name", "sse_name"), [
-    ("prefill_response.json", "decode_stream_usage.sse"),
-    ("chat_prefill_response.json", "chat_decode_stream_usage.sse"),
-])
+@pytest.mark.parametrize(
+    ("prefill_name", "sse_name"),
+    [
+        ("prefill_response.json", "decode_stream_usage.sse"),
+        ("chat_prefill_response.json", "chat_decode_stream_usage.sse"),
+    ],
+)
 def test_decode_streams_have_vllms_chunks(pair, prefill_name, sse_name):
     _, raw = hand_off(pair, prefill_name, stream=True)
     assert outline(raw) == outline((FIXTURES / sse_name).read_text())
@@ -260,13 +302,18 @@ def test_failed_kv_load_is_vllms_bare_500(pair):
     prefill, decode = pair
     real = fixture("decode_bogus_engine_id.json")
     leg = fixture("prefill_response.json")["request"]["body"]["kv_transfer_params"]
-    _, first = http_post(prefill.url + "/v1/completions",
-                         {"prompt": PROMPTS["bogus"], "max_tokens": 1, "kv_transfer_params": leg})
-    bogus = dict(first["kv_transfer_params"],
-                 remote_engine_id=real["request"]["body"]["kv_transfer_params"]["remote_engine_id"])
-    status, got = http_post(decode.url + "/v1/completions",
-                            {"prompt": PROMPTS["bogus"], "max_tokens": 4,
-                             "kv_transfer_params": bogus})
+    _, first = http_post(
+        prefill.url + "/v1/completions",
+        {"prompt": PROMPTS["bogus"], "max_tokens": 1, "kv_transfer_params": leg},
+    )
+    bogus = dict(
+        first["kv_transfer_params"],
+        remote_engine_id=real["request"]["body"]["kv_transfer_params"]["remote_engine_id"],
+    )
+    status, got = http_post(
+        decode.url + "/v1/completions",
+        {"prompt": PROMPTS["bogus"], "max_tokens": 4, "kv_transfer_params": bogus},
+    )
     assert status == real["status"] == 500
     assert got == real["body"]
 
@@ -281,8 +328,11 @@ def test_colocated_metric_families_are_vllms(engine):
 
 def test_the_process_families_vllm_serves_are_there_too(engine):
     def process_families(text: str) -> dict[str, str]:
-        return {f.name: f.type for f in text_string_to_metric_families(text)
-                if f.name.startswith(("process_", "python_"))}
+        return {
+            f.name: f.type
+            for f in text_string_to_metric_families(text)
+            if f.name.startswith(("process_", "python_"))
+        }
 
     real = process_families((FIXTURES / "colocated_metrics.txt").read_text())
     assert real["process_cpu_seconds"] == "counter"
@@ -304,8 +354,9 @@ def test_headers_are_vllms(engine):
     real = dict(fixture("headers_completion.json")["headers"])
     assert headers["content-type"] == real["content-type"] == "application/json"
     assert headers["vary"] == real["vary"] and "content-length" in headers
-    headers, _ = post_raw(engine.url + "/v1/completions",
-                          {"prompt": "hi", "max_tokens": 2, "stream": True})
+    headers, _ = post_raw(
+        engine.url + "/v1/completions", {"prompt": "hi", "max_tokens": 2, "stream": True}
+    )
     real = dict(fixture("headers_completion_stream.json")["headers"])
     assert headers["content-type"] == real["content-type"]
     assert headers["transfer-encoding"] == real["transfer-encoding"] == "chunked"

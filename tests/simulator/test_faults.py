@@ -19,10 +19,13 @@ BODY = {"model": "tiny", "prompt": "a b c", "max_tokens": 4, "ignore_eos": True}
 def test_parse_fault_names_the_field():
     assert parse_fault({"fault": "stall", "after_tokens": 2}) == Fault("stall", 2)
     assert parse_fault({"fault": "mode", "mode": "write"}) == Fault("mode", 0, "write")
-    for body, field in (([], "object"), ({"fault": "boom"}, "'fault'"),
-                        ({"fault": "stall", "after_tokens": -1}, "'after_tokens'"),
-                        ({"fault": "garbage", "after_tokens": True}, "'after_tokens'"),
-                        ({"fault": "mode", "mode": "sideways"}, "'mode'")):
+    for body, field in (
+        ([], "object"),
+        ({"fault": "boom"}, "'fault'"),
+        ({"fault": "stall", "after_tokens": -1}, "'after_tokens'"),
+        ({"fault": "garbage", "after_tokens": True}, "'after_tokens'"),
+        ({"fault": "mode", "mode": "sideways"}, "'mode'"),
+    ):
         with pytest.raises(FaultError, match=field):
             parse_fault(body)
 
@@ -44,9 +47,11 @@ def test_stats_line_reports_throughput_and_stays_quiet_when_idle():
     assert stats.line(s, 1.0, "04-07 10:00:00") is None  # idle
     s.counters.prompt_tokens, s.counters.generation_tokens = 640, 32
     line = stats.line(s, 2.0, "04-07 10:00:02")
-    assert line == ("INFO 04-07 10:00:02 [loggers.py] Engine 000: Avg prompt throughput: "
-                    "320.0 tokens/s, Avg generation throughput: 16.0 tokens/s, Running: 0 reqs, "
-                    "Waiting: 0 reqs, GPU KV cache usage: 0.0%, Prefix cache hit rate: 0.0%")
+    assert line == (
+        "INFO 04-07 10:00:02 [loggers.py] Engine 000: Avg prompt throughput: "
+        "320.0 tokens/s, Avg generation throughput: 16.0 tokens/s, Running: 0 reqs, "
+        "Waiting: 0 reqs, GPU KV cache usage: 0.0%, Prefix cache hit rate: 0.0%"
+    )
     assert stats.line(s, 2.0, "t") is not None  # the interval after activity, as vLLM does
     assert stats.line(s, 2.0, "t") is None
     assert interval_from({"VLLM_LOG_STATS_INTERVAL": "0.5"}) == 0.5
@@ -54,8 +59,11 @@ def test_stats_line_reports_throughput_and_stays_quiet_when_idle():
 
 
 def stream_raw(url: str, body: dict, timeout: float) -> tuple[int, bytes]:
-    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + "/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         out = b""
         try:
@@ -68,14 +76,24 @@ def stream_raw(url: str, body: dict, timeout: float) -> tuple[int, bytes]:
 
 @pytest.mark.e2e
 def test_faults_make_a_live_instance_answer_garbage_or_stall(tmp_path):
-    proc = sim(tmp_path, "faulty", "tiny", "--enable-fault-injection",
-               env={"VLLM_LOG_STATS_INTERVAL": "0.2"})
+    proc = sim(
+        tmp_path,
+        "faulty",
+        "tiny",
+        "--enable-fault-injection",
+        env={"VLLM_LOG_STATS_INTERVAL": "0.2"},
+    )
     with running(proc):
         assert http_post(proc.url + "/_fault", {"fault": "nope"})[0] == 400
         assert http_post(proc.url + "/_fault", {"fault": "garbage"})[0] == 200
-        with urllib.request.urlopen(urllib.request.Request(
-                proc.url + "/v1/completions", data=json.dumps(BODY).encode(),
-                headers={"Content-Type": "application/json"}), timeout=5) as resp:
+        with urllib.request.urlopen(
+            urllib.request.Request(
+                proc.url + "/v1/completions",
+                data=json.dumps(BODY).encode(),
+                headers={"Content-Type": "application/json"},
+            ),
+            timeout=5,
+        ) as resp:
             assert resp.status == 200
             with pytest.raises(ValueError):
                 json.loads(resp.read())
@@ -117,13 +135,29 @@ def test_silent_and_mode_faults_change_the_heartbeat(tmp_path):
     router = zmq.Context.instance().socket(zmq.ROUTER)
     router.bind(f"tcp://127.0.0.1:{ping}")
     port = free_port()
-    config = {"kv_connector": "MoRIIOConnector", "kv_role": "kv_consumer",
-              "kv_connector_extra_config": {
-                  "http_port": str(port), "handshake_port": str(free_port()),
-                  "notify_port": str(free_port()), "read_mode": "true",
-                  "proxy_ip": "127.0.0.1", "proxy_ping_port": str(ping)}}
-    proc = sim(tmp_path, "d", "tiny", "--registration-interval", "0.1",
-               "--enable-fault-injection", "--kv-transfer-config", json.dumps(config), port=port)
+    config = {
+        "kv_connector": "MoRIIOConnector",
+        "kv_role": "kv_consumer",
+        "kv_connector_extra_config": {
+            "http_port": str(port),
+            "handshake_port": str(free_port()),
+            "notify_port": str(free_port()),
+            "read_mode": "true",
+            "proxy_ip": "127.0.0.1",
+            "proxy_ping_port": str(ping),
+        },
+    }
+    proc = sim(
+        tmp_path,
+        "d",
+        "tiny",
+        "--registration-interval",
+        "0.1",
+        "--enable-fault-injection",
+        "--kv-transfer-config",
+        json.dumps(config),
+        port=port,
+    )
 
     def beats(seconds: float) -> list[dict]:
         out, deadline = [], time.monotonic() + seconds

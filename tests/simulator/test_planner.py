@@ -22,8 +22,7 @@ from simulator.scenarios import checks, itl_clusters, mori_io_qwen3_235b, satura
 def test_config_grammar():
     assert parse_config("2xtp4") == PlanConfig("colocated", count=2, tp=4)
     pd = parse_config("1p-tp4+1d-tp4:read")
-    assert (pd.prefills, pd.prefill_tp, pd.decodes, pd.decode_tp, pd.mode) == (1, 4, 1, 4,
-                                                                                "read")
+    assert (pd.prefills, pd.prefill_tp, pd.decodes, pd.decode_tp, pd.mode) == (1, 4, 1, 4, "read")
     assert parse_config("2ptp2+1dtp4").mode == "write"
     assert pd.gpus == 8 and pd.label == "1P-TP4+1D-TP4 read"
 
@@ -51,8 +50,18 @@ def test_candidates_cover_every_one_node_split():
 def test_rows_carry_the_promised_fields():
     setup = PlanSetup("llama-3.1-8b", "h100", gpus=2)
     r = run(setup, parse_config("1p-tp1+1d-tp1:write"), Workload(20, 500, 50), 4.0)
-    for key in ("config", "rate", "requests", "met_ttft", "met_itl", "met_both",
-                "p50_ttft_ms", "p99_ttft_ms", "p50_itl_ms", "p99_itl_ms"):
+    for key in (
+        "config",
+        "rate",
+        "requests",
+        "met_ttft",
+        "met_itl",
+        "met_both",
+        "p50_ttft_ms",
+        "p99_ttft_ms",
+        "p50_itl_ms",
+        "p99_itl_ms",
+    ):
         assert key in r
     assert r["requests"] == 20
 
@@ -77,10 +86,21 @@ def test_mori_io_scenario_holds_every_published_claim():
 
 
 def test_checks_say_when_a_claim_fails():
-    report = {"configs": {name: {"met_both": {"mean": mean}, "fail_itl_only": {"max": 0},
-                                 "published": {"met_both": 50}}
-                          for name, mean in (("colocated-tp8", 10), ("colocated-2xtp4", 20),
-                                             ("disagg-read", 45), ("disagg-write", 44))}}
+    report = {
+        "configs": {
+            name: {
+                "met_both": {"mean": mean},
+                "fail_itl_only": {"max": 0},
+                "published": {"met_both": 50},
+            }
+            for name, mean in (
+                ("colocated-tp8", 10),
+                ("colocated-2xtp4", 20),
+                ("disagg-read", 45),
+                ("disagg-write", 44),
+            )
+        }
+    }
     holds = {c["claim"].split(":")[0]: c["holds"] for c in checks(report)}
     assert holds["write >= read > 2 x TP4 >= 1 x TP8 at 8 req/s (mean met both)"] is False
     assert holds["colocated-tp8"] is False and holds["disagg-read"] is True
@@ -89,6 +109,7 @@ def test_checks_say_when_a_claim_fails():
 def test_itl_clusters_group_neighbouring_values():
     def result(ms):
         return RequestResult("r", 0.0, 0.1, [(ms / 1000, 10)], 1.0, 11)
+
     text = itl_clusters([result(v) for v in (31, 33, 36, 150, 151, 153)], "p99")
     assert text == "3 at 31-36 ms; 3 at 150-153 ms"
 
@@ -117,33 +138,56 @@ def app():
 
 
 def test_cli_json_rows(app):
-    out = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--hardware", "h100",
-                                   "--gpus", "2", "--config", "2xtp1", "--rate", "1,4",
-                                   "--num-prompts", "10", "--input-len", "300",
-                                   "--output-len", "20", "--json"])
+    out = CliRunner().invoke(
+        app,
+        [
+            "plan",
+            "--model",
+            "llama-3.1-8b",
+            "--hardware",
+            "h100",
+            "--gpus",
+            "2",
+            "--config",
+            "2xtp1",
+            "--rate",
+            "1,4",
+            "--num-prompts",
+            "10",
+            "--input-len",
+            "300",
+            "--output-len",
+            "20",
+            "--json",
+        ],
+    )
     assert out.exit_code == 0, out.output
     doc = json.loads(out.output)
     assert [r["rate"] for r in doc["rows"]] == [1.0, 4.0]
     assert "calibration" in doc and "2xTP1" in doc["max_goodput_rate"]
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["--rate", "fast"], "--rate"),
-    (["--rate", "-1"], "--rate"),
-    (["--config", "tp8"], "--config"),
-    (["--model", "gpt-5"], "unknown models profile"),
-    (["--range-ratio", "1.5"], "--range-ratio"),
-    (["--scenario", "nope"], "--scenario"),
-    (["--itl-slo-stat", "p50"], "--itl-slo-stat"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--rate", "fast"], "--rate"),
+        (["--rate", "-1"], "--rate"),
+        (["--config", "tp8"], "--config"),
+        (["--model", "gpt-5"], "unknown models profile"),
+        (["--range-ratio", "1.5"], "--range-ratio"),
+        (["--scenario", "nope"], "--scenario"),
+        (["--itl-slo-stat", "p50"], "--itl-slo-stat"),
+    ],
+)
 def test_cli_errors_name_the_option(app, args, needle):
     out = CliRunner().invoke(app, ["plan", *args])
     assert out.exit_code == 2 and needle in out.output
 
 
 def test_kv_calculator_llama70b_10k_tokens(app):
-    out = CliRunner().invoke(app, ["kv", "--model", "llama-3.1-70b", "--tokens", "10000",
-                                   "--hardware", "l40s", "--json"])
+    out = CliRunner().invoke(
+        app, ["kv", "--model", "llama-3.1-70b", "--tokens", "10000", "--hardware", "l40s", "--json"]
+    )
     doc = json.loads(out.output)
     assert doc["kv_gb"] == 3.277
     assert doc["in_node_path"].startswith("through host")
@@ -151,12 +195,17 @@ def test_kv_calculator_llama70b_10k_tokens(app):
 
 
 def test_cli_scenario_json_names_the_configs_and_the_published_counts(app):
-    out = CliRunner().invoke(app, ["plan", "--scenario", "mori-io-qwen3-235b", "--rate", "8",
-                                   "--seeds", "2", "--json"])
+    out = CliRunner().invoke(
+        app, ["plan", "--scenario", "mori-io-qwen3-235b", "--rate", "8", "--seeds", "2", "--json"]
+    )
     assert out.exit_code == 0, out.output
     doc = json.loads(out.output)
-    assert [r["config"] for r in doc["rows"]] == ["colocated-tp8", "colocated-2xtp4",
-                                                  "disagg-read", "disagg-write"]
+    assert [r["config"] for r in doc["rows"]] == [
+        "colocated-tp8",
+        "colocated-2xtp4",
+        "disagg-read",
+        "disagg-write",
+    ]
     assert [r["published"] for r in doc["rows"]] == [26, 29, 70, 73]
     assert doc["published_rate"]["seeds"] == 2 and doc["checks"]
 

@@ -9,10 +9,13 @@ from tests.simulator.factories import poisson, request, scheduler
 
 def _background_and_long_prompts(role: KVRole, kv_ready: bool):
     # 24 streams decoding 600 tokens; an 8k-token prompt arrives every 2 s among them.
-    background = [request(f"bg{i}", 500, 600, at=0.01 * i, role=role, kv_ready=kv_ready)
-                  for i in range(24)]
-    long = [request(f"long{i}", 8000, 20, at=1.0 + 2.0 * i, role=role, kv_ready=kv_ready)
-            for i in range(6)]
+    background = [
+        request(f"bg{i}", 500, 600, at=0.01 * i, role=role, kv_ready=kv_ready) for i in range(24)
+    ]
+    long = [
+        request(f"long{i}", 8000, 20, at=1.0 + 2.0 * i, role=role, kv_ready=kv_ready)
+        for i in range(6)
+    ]
     return background, long
 
 
@@ -43,16 +46,19 @@ def test_low_load_ttft_grows_linearly_with_prompt_length():
         r = request("one", n, 4)
         run_engine(s, [r])
         ttfts.append(r.ttft())
-    per_token = [(b - a) / (n2 - n1) for a, b, n1, n2 in
-                 zip(ttfts, ttfts[1:], lengths, lengths[1:], strict=False)]
+    per_token = [
+        (b - a) / (n2 - n1)
+        for a, b, n1, n2 in zip(ttfts, ttfts[1:], lengths, lengths[1:], strict=False)
+    ]
     assert all(t > 0 for t in per_token)
     assert max(per_token) / min(per_token) < 1.3  # about linear (attention adds a little)
 
 
 def test_full_kv_pool_makes_requests_wait_and_preempts():
     # 40 blocks of 16 tokens: three 200-token prompts fit, their decodes outgrow the pool.
-    s = scheduler(model="llama-3.1-8b", hardware="h100", tp=1, num_gpu_blocks=40,
-                  enable_prefix_caching=False)
+    s = scheduler(
+        model="llama-3.1-8b", hardware="h100", tp=1, num_gpu_blocks=40, enable_prefix_caching=False
+    )
     reqs = [request(f"r{i}", 200, 300, at=0.0) for i in range(5)]
     for r in reqs:
         s.add_request(r)

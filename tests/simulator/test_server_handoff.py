@@ -15,33 +15,49 @@ pytestmark = pytest.mark.e2e
 
 MODEL = ("--model-profile", "llama-3.1-8b", "--hardware", "l40s", "--kv-link-gbps", "50")
 PROMPT = list(range(100, 2100))  # 2,000 tokens: ~130 ms of prefill on an L40S
-NIXL_PREFILL = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
-                "remote_block_ids": None, "remote_host": None, "remote_port": None}
+NIXL_PREFILL = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
 
 
 def nixl(tmp_path, name, role, policy="fail"):
-    config = {"kv_connector": "NixlConnector", "kv_role": role,
-              "kv_load_failure_policy": policy}
-    return sim(tmp_path, name, *MODEL, "--kv-transfer-config", json.dumps(config),
-               env={"VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())})
+    config = {"kv_connector": "NixlConnector", "kv_role": role, "kv_load_failure_policy": policy}
+    return sim(
+        tmp_path,
+        name,
+        *MODEL,
+        "--kv-transfer-config",
+        json.dumps(config),
+        env={"VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())},
+    )
 
 
 def moriio(tmp_path, name, role, read_mode, extra=None, flags=()):
     port = free_port()
-    config = {"kv_connector": "MoRIIOConnector", "kv_role": role,
-              "kv_connector_extra_config": {"http_port": str(port),
-                                            "handshake_port": str(free_port()),
-                                            "notify_port": str(free_port()),
-                                            "read_mode": "true" if read_mode else "false",
-                                            **(extra or {})}}
-    proc = sim(tmp_path, name, *MODEL, *flags, "--kv-transfer-config", json.dumps(config),
-               port=port)
+    config = {
+        "kv_connector": "MoRIIOConnector",
+        "kv_role": role,
+        "kv_connector_extra_config": {
+            "http_port": str(port),
+            "handshake_port": str(free_port()),
+            "notify_port": str(free_port()),
+            "read_mode": "true" if read_mode else "false",
+            **(extra or {}),
+        },
+    }
+    proc = sim(
+        tmp_path, name, *MODEL, *flags, "--kv-transfer-config", json.dumps(config), port=port
+    )
     return proc, config["kv_connector_extra_config"]
 
 
 def complete(proc, **body):
-    return http_post(proc.url + "/v1/completions",
-                     {"prompt": PROMPT, "ignore_eos": True, **body})
+    return http_post(proc.url + "/v1/completions", {"prompt": PROMPT, "ignore_eos": True, **body})
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +93,10 @@ def test_nixl_read_mode_moves_the_kv_and_decode_skips_the_prompt(nixl_pair):
     assert sent == received > 0
     assert metric_value(d_metrics, "vllm:nixl_xfer_time_seconds_count") == 1
     assert metric_value(d_metrics, "vllm:nixl_bytes_transferred_sum") == 1999 * 131072
-    assert metric_value(d_metrics, "vllm:prompt_tokens_by_source_total",
-                        source="external_kv_transfer") == 1999
+    assert (
+        metric_value(d_metrics, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer")
+        == 1999
+    )
     # The decode's TTFT is the transfer and one step, not the 2,000-token prefill.
     decode_ttft = metric_value(d_metrics, "vllm:time_to_first_token_seconds_sum")
     assert decode_ttft < prefill_ttft / 2
@@ -114,66 +132,122 @@ def test_recompute_policy_computes_the_prompt_locally(tmp_path):
         status, out = complete(decode, max_tokens=4, kv_transfer_params=bogus)
         assert status == 200 and out["usage"]["completion_tokens"] == 4
         text = decode.metrics()
-        assert metric_value(text, "vllm:prompt_tokens_by_source_total",
-                            source="local_compute") == 2000
+        assert (
+            metric_value(text, "vllm:prompt_tokens_by_source_total", source="local_compute") == 2000
+        )
 
 
 def test_invalid_nixl_params_compute_locally_like_vllm(nixl_pair):
     _, decode = nixl_pair
-    status, out = complete(decode, max_tokens=2,
-                           kv_transfer_params={"do_remote_prefill": True})
+    status, out = complete(decode, max_tokens=2, kv_transfer_params={"do_remote_prefill": True})
     assert status == 200 and out["usage"]["completion_tokens"] == 2
 
 
 def test_moriio_read_mode_by_hand(tmp_path):
-    (prefill, _), (decode, _) = (moriio(tmp_path, "p", "kv_producer", True),
-                                 moriio(tmp_path, "d", "kv_consumer", True))
+    (prefill, _), (decode, _) = (
+        moriio(tmp_path, "p", "kv_producer", True),
+        moriio(tmp_path, "d", "kv_consumer", True),
+    )
     with running(prefill, decode):
         tx = "tx-" + uuid.uuid4().hex
-        _, first = complete(prefill, max_tokens=1, kv_transfer_params={
-            "do_remote_decode": True, "do_remote_prefill": False, "transfer_id": tx,
-            "remote_dp_size": 1, "remote_tp_size": 1})
+        _, first = complete(
+            prefill,
+            max_tokens=1,
+            kv_transfer_params={
+                "do_remote_decode": True,
+                "do_remote_prefill": False,
+                "transfer_id": tx,
+                "remote_dp_size": 1,
+                "remote_tp_size": 1,
+            },
+        )
         params = first["kv_transfer_params"]
         assert params["transfer_id"] == tx and params["remote_handshake_port"] > 0
-        status, out = complete(decode, max_tokens=5, kv_transfer_params={
-            "do_remote_decode": False, "do_remote_prefill": True, "transfer_id": tx,
-            "remote_engine_id": params["remote_engine_id"],
-            "remote_block_ids": params["remote_block_ids"],
-            "remote_host": params["remote_host"],
-            "remote_handshake_port": params["remote_handshake_port"],
-            "remote_dp_size": 1, "remote_tp_size": 1})
+        status, out = complete(
+            decode,
+            max_tokens=5,
+            kv_transfer_params={
+                "do_remote_decode": False,
+                "do_remote_prefill": True,
+                "transfer_id": tx,
+                "remote_engine_id": params["remote_engine_id"],
+                "remote_block_ids": params["remote_block_ids"],
+                "remote_host": params["remote_host"],
+                "remote_handshake_port": params["remote_handshake_port"],
+                "remote_dp_size": 1,
+                "remote_tp_size": 1,
+            },
+        )
         assert status == 200 and out["usage"]["completion_tokens"] == 5
-        assert metric_value(decode.metrics(), "pdctl_sim_wire_bytes_total",
-                            direction="received") == metric_value(
-            prefill.metrics(), "pdctl_sim_wire_bytes_total", direction="sent") > 0
+        assert (
+            metric_value(decode.metrics(), "pdctl_sim_wire_bytes_total", direction="received")
+            == metric_value(prefill.metrics(), "pdctl_sim_wire_bytes_total", direction="sent")
+            > 0
+        )
 
 
 def test_moriio_write_mode_dispatches_both_legs_at_once(tmp_path):
-    (prefill, p_extra), (decode, d_extra) = (moriio(tmp_path, "p", "kv_producer", False),
-                                             moriio(tmp_path, "d", "kv_consumer", False))
+    (prefill, p_extra), (decode, d_extra) = (
+        moriio(tmp_path, "p", "kv_producer", False),
+        moriio(tmp_path, "d", "kv_consumer", False),
+    )
     with running(prefill, decode):
         tx = "tx-" + uuid.uuid4().hex
-        p_addr = (f"host:127.0.0.1,handshake:{p_extra['handshake_port']},"
-                  f"notify:{p_extra['notify_port']}")
-        d_addr = (f"host:127.0.0.1,handshake:{d_extra['handshake_port']},"
-                  f"notify:{d_extra['notify_port']}")
-        header = {"X-Request-Id": f"___prefill_addr_{p_addr}___decode_addr_{d_addr}_"
-                                  + uuid.uuid4().hex}
+        p_addr = (
+            f"host:127.0.0.1,handshake:{p_extra['handshake_port']},notify:{p_extra['notify_port']}"
+        )
+        d_addr = (
+            f"host:127.0.0.1,handshake:{d_extra['handshake_port']},notify:{d_extra['notify_port']}"
+        )
+        header = {
+            "X-Request-Id": f"___prefill_addr_{p_addr}___decode_addr_{d_addr}_" + uuid.uuid4().hex
+        }
         results = {}
 
         def leg(name, proc, body):
-            results[name] = http_post(proc.url + "/v1/completions",
-                                      {"prompt": PROMPT, "ignore_eos": True, **body},
-                                      headers=header)
+            results[name] = http_post(
+                proc.url + "/v1/completions",
+                {"prompt": PROMPT, "ignore_eos": True, **body},
+                headers=header,
+            )
 
         # The decode goes first: it must wait for the push, not fail.
-        threads = [threading.Thread(target=leg, args=("d", decode, {
-            "max_tokens": 6, "kv_transfer_params": {
-                "do_remote_decode": False, "do_remote_prefill": True, "transfer_id": tx,
-                "remote_dp_size": 1, "remote_tp_size": 1}}))]
-        threads.append(threading.Thread(target=leg, args=("p", prefill, {
-            "max_tokens": 1, "kv_transfer_params": {
-                "do_remote_decode": True, "do_remote_prefill": False, "transfer_id": tx}})))
+        threads = [
+            threading.Thread(
+                target=leg,
+                args=(
+                    "d",
+                    decode,
+                    {
+                        "max_tokens": 6,
+                        "kv_transfer_params": {
+                            "do_remote_decode": False,
+                            "do_remote_prefill": True,
+                            "transfer_id": tx,
+                            "remote_dp_size": 1,
+                            "remote_tp_size": 1,
+                        },
+                    },
+                ),
+            )
+        ]
+        threads.append(
+            threading.Thread(
+                target=leg,
+                args=(
+                    "p",
+                    prefill,
+                    {
+                        "max_tokens": 1,
+                        "kv_transfer_params": {
+                            "do_remote_decode": True,
+                            "do_remote_prefill": False,
+                            "transfer_id": tx,
+                        },
+                    },
+                ),
+            )
+        )
         for t in threads:
             t.start()
             time.sleep(0.05)
@@ -184,8 +258,12 @@ def test_moriio_write_mode_dispatches_both_legs_at_once(tmp_path):
         d_metrics = decode.metrics()
         # Like real MoRIIO: no vllm:nixl_* families; the transfer shows as external tokens.
         assert "vllm:nixl_xfer_time_seconds" not in d_metrics
-        assert metric_value(d_metrics, "vllm:prompt_tokens_by_source_total",
-                            source="external_kv_transfer") == len(PROMPT) - 1
+        assert (
+            metric_value(
+                d_metrics, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer"
+            )
+            == len(PROMPT) - 1
+        )
         assert metric_value(d_metrics, "pdctl_sim_wire_bytes_total", direction="received") > 0
         # The push freed the prefill's blocks without a read.
         assert metric_value(prefill.metrics(), "vllm:kv_cache_usage_perc") == 0
@@ -194,8 +272,7 @@ def test_moriio_write_mode_dispatches_both_legs_at_once(tmp_path):
 def test_moriio_decode_without_transfer_id_is_refused(tmp_path):
     (prefill, _) = moriio(tmp_path, "p", "kv_producer", True)
     with running(prefill):
-        status, err = complete(prefill, max_tokens=1, kv_transfer_params={
-            "do_remote_decode": True})
+        status, err = complete(prefill, max_tokens=1, kv_transfer_params={"do_remote_decode": True})
         assert status == 400 and err["error"]["param"] == "kv_transfer_params.transfer_id"
 
 
@@ -205,9 +282,14 @@ def test_registration_heartbeats_reach_the_registry_and_stop_when_killed(tmp_pat
     router = ctx.socket(zmq.ROUTER)
     router.bind(f"tcp://127.0.0.1:{ping}")
     try:
-        proc, extra = moriio(tmp_path, "p", "kv_producer", False,
-                             {"proxy_ip": "127.0.0.1", "proxy_ping_port": str(ping)},
-                             flags=("--registration-interval", "0.2"))
+        proc, extra = moriio(
+            tmp_path,
+            "p",
+            "kv_producer",
+            False,
+            {"proxy_ip": "127.0.0.1", "proxy_ping_port": str(ping)},
+            flags=("--registration-interval", "0.2"),
+        )
         with running(proc):
             messages = []
             deadline = time.monotonic() + 10
@@ -219,8 +301,9 @@ def test_registration_heartbeats_reach_the_registry_and_stop_when_killed(tmp_pat
             msg = messages[0]
             assert msg["type"] == "P" and msg["transfer_mode"] == "WRITE"
             assert msg["http_address"] == f"127.0.0.1:{proc.port}"
-            assert msg["zmq_address"] == (f"host:127.0.0.1,handshake:{extra['handshake_port']},"
-                                          f"notify:{extra['notify_port']}")
+            assert msg["zmq_address"] == (
+                f"host:127.0.0.1,handshake:{extra['handshake_port']},notify:{extra['notify_port']}"
+            )
             assert msg["tp_size"] == 1 and msg["dp_size"] == 1
             proc.kill()
             while router.poll(100):
@@ -231,8 +314,10 @@ def test_registration_heartbeats_reach_the_registry_and_stop_when_killed(tmp_pat
 
 
 def test_unclaimed_kv_expires_after_the_abort_timeout(tmp_path):
-    env_p = {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port()),
-             "VLLM_NIXL_ABORT_REQUEST_TIMEOUT": "1"}
+    env_p = {
+        "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port()),
+        "VLLM_NIXL_ABORT_REQUEST_TIMEOUT": "1",
+    }
     config = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_producer"})
     prefill = sim(tmp_path, "p", *MODEL, "--kv-transfer-config", config, env=env_p)
     decode = nixl(tmp_path, "d", "kv_consumer")
@@ -253,8 +338,9 @@ def test_time_scale_slows_the_wall_clock_but_reports_modelled_times(tmp_path):
     from simulator import profiles
     from simulator.timing import TimingModel
 
-    modelled = TimingModel(profiles.model("llama-3.1-8b"), profiles.hardware("l40s"),
-                           1).prefill_seconds(len(PROMPT))
+    modelled = TimingModel(
+        profiles.model("llama-3.1-8b"), profiles.hardware("l40s"), 1
+    ).prefill_seconds(len(PROMPT))
     slow = sim(tmp_path, "slow", *MODEL, "--time-scale", "4", "--no-enable-prefix-caching")
     with running(slow):
         start = time.monotonic()

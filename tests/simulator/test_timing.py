@@ -27,9 +27,15 @@ def test_prefill_is_compute_bound_and_linear_in_prompt_length():
 def test_a_prefill_in_the_batch_stalls_the_decodes():
     t = timing()
     decode = t.step_seconds(StepBatch(decode_seqs=40, decode_ctx_tokens=40 * 2500))
-    mixed = t.step_seconds(StepBatch(decode_seqs=40, decode_ctx_tokens=40 * 2500,
-                                     prefill_seqs=1, prefill_tokens=2000,
-                                     prefill_attn_pairs=chunk_attention_pairs(0, 2000)))
+    mixed = t.step_seconds(
+        StepBatch(
+            decode_seqs=40,
+            decode_ctx_tokens=40 * 2500,
+            prefill_seqs=1,
+            prefill_tokens=2000,
+            prefill_attn_pairs=chunk_attention_pairs(0, 2000),
+        )
+    )
     assert mixed > 3 * decode
 
 

@@ -48,7 +48,8 @@ def vllm_setup() -> VllmSetup:
 def plane(tmp_path_factory, vllm_setup):
     plane = ControlPlane(tmp_path_factory.mktemp("plane"))
     plane.env["PDCTL_VLLM_LAUNCHER"] = shlex.join(
-        [str(vllm_setup.python), "-m", "vllm.entrypoints.openai.api_server"])
+        [str(vllm_setup.python), "-m", "vllm.entrypoints.openai.api_server"]
+    )
     plane.start()
     try:
         yield plane
@@ -71,19 +72,24 @@ def deployed(plane: ControlPlane, spec: dict, setup: VllmSetup):
 
 
 def client(live: harness.Live) -> openai.OpenAI:
-    return openai.OpenAI(base_url=live.proxy_url + "/v1", api_key="none", timeout=120,
-                         max_retries=0)
+    return openai.OpenAI(
+        base_url=live.proxy_url + "/v1", api_key="none", timeout=120, max_retries=0
+    )
 
 
 def greedy(api: openai.OpenAI, model: Path, kind: str, seed: int) -> Output:
     if kind == "completion":
-        reply = api.completions.create(model=str(model), prompt=harness.prompt(seed),
-                                       max_tokens=MAX_TOKENS, temperature=0)
+        reply = api.completions.create(
+            model=str(model), prompt=harness.prompt(seed), max_tokens=MAX_TOKENS, temperature=0
+        )
         text = reply.choices[0].text
     else:
         reply = api.chat.completions.create(
-            model=str(model), messages=[{"role": "user", "content": harness.prompt(seed)}],
-            max_tokens=MAX_TOKENS, temperature=0)
+            model=str(model),
+            messages=[{"role": "user", "content": harness.prompt(seed)}],
+            max_tokens=MAX_TOKENS,
+            temperature=0,
+        )
         text = reply.choices[0].message.content or ""
     return Output(text, reply.usage.prompt_tokens, reply.usage.completion_tokens)
 
@@ -94,8 +100,10 @@ def reference(plane, vllm_setup) -> dict[tuple[str, int], Output]:
     spec = harness.colocated_spec("colo", vllm_setup.model, vllm_setup.marker)
     with deployed(plane, spec, vllm_setup) as live:
         api = client(live)
-        return {(kind, seed): greedy(api, vllm_setup.model, kind, seed)
-                for kind, seed in REFERENCE_REQUESTS}
+        return {
+            (kind, seed): greedy(api, vllm_setup.model, kind, seed)
+            for kind, seed in REFERENCE_REQUESTS
+        }
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -64,28 +64,46 @@ def prompt(seed: int, words: int = 300) -> str:
 
 def base_env(marker: str) -> dict[str, str]:
     # 1 GiB of KV cache per instance; side channel on loopback (vLLM's default is localhost).
-    return {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
-            MARKER: marker}
+    return {
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
+        MARKER: marker,
+    }
 
 
 def colocated_spec(name: str, model: Path, marker: str) -> dict:
-    return {"name": name, "engine": "vllm", "model": str(model), "topology": "colocated",
-            "max_model_len": 2048, "extra_args": ["--dtype", "bfloat16"],
-            "env": base_env(marker),
-            "groups": [{"name": "colo", "role": "colocated",
-                        "env": {"VLLM_CPU_OMP_THREADS_BIND": "0"}}]}
+    return {
+        "name": name,
+        "engine": "vllm",
+        "model": str(model),
+        "topology": "colocated",
+        "max_model_len": 2048,
+        "extra_args": ["--dtype", "bfloat16"],
+        "env": base_env(marker),
+        "groups": [
+            {"name": "colo", "role": "colocated", "env": {"VLLM_CPU_OMP_THREADS_BIND": "0"}}
+        ],
+    }
 
 
-def pd_spec(name: str, model: Path, marker: str, connector: str,
-            kv_extra: dict | None = None) -> dict:
+def pd_spec(
+    name: str, model: Path, marker: str, connector: str, kv_extra: dict | None = None
+) -> dict:
     """1 prefill on core 0, 1 decode on core 1 (no --enforce-eager: bf16 eager crashed)."""
-    spec = {"name": name, "engine": "vllm", "model": str(model), "topology": "disaggregated",
-            "connector": connector, "max_model_len": 2048, "extra_args": ["--dtype", "bfloat16"],
-            "env": base_env(marker),
-            "groups": [{"name": "prefill", "role": "prefill",
-                        "env": {"VLLM_CPU_OMP_THREADS_BIND": "0"}},
-                       {"name": "decode", "role": "decode",
-                        "env": {"VLLM_CPU_OMP_THREADS_BIND": "1"}}]}
+    spec = {
+        "name": name,
+        "engine": "vllm",
+        "model": str(model),
+        "topology": "disaggregated",
+        "connector": connector,
+        "max_model_len": 2048,
+        "extra_args": ["--dtype", "bfloat16"],
+        "env": base_env(marker),
+        "groups": [
+            {"name": "prefill", "role": "prefill", "env": {"VLLM_CPU_OMP_THREADS_BIND": "0"}},
+            {"name": "decode", "role": "decode", "env": {"VLLM_CPU_OMP_THREADS_BIND": "1"}},
+        ],
+    }
     if kv_extra:
         spec["kv_connector_extra_config"] = kv_extra
     return spec
@@ -127,8 +145,12 @@ def start(plane: ControlPlane, spec: dict, model: Path) -> Live:
     status, body = plane.api("POST", f"/deployments/{name}/start")
     assert status == 202, body
     units = wait_running(plane, name)
-    live = Live(plane, name, created["ports"]["proxy"],
-                {n: u["url"] for n, u in units.items() if u["role"] != "proxy"})
+    live = Live(
+        plane,
+        name,
+        created["ports"]["proxy"],
+        {n: u["url"] for n, u in units.items() if u["role"] != "proxy"},
+    )
     for unit in units.values():
         with contextlib.suppress(ProcessLookupError):
             live.groups.add(os.getpgid(unit["pid"]))
@@ -142,11 +164,16 @@ def wait_running(plane: ControlPlane, name: str) -> dict[str, dict]:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         units = plane.status(name)
-        failed = [n for n, u in units.items() if u["state"] in ("FATAL", "BACKOFF", "EXITED")
-                  or u["restarts"]]
+        failed = [
+            n
+            for n, u in units.items()
+            if u["state"] in ("FATAL", "BACKOFF", "EXITED") or u["restarts"]
+        ]
         if failed:
-            raise AssertionError(f"{name}: {failed} failed to start: {units}\n"
-                                 + "\n".join(log_tail(plane, name, n) for n in failed))
+            raise AssertionError(
+                f"{name}: {failed} failed to start: {units}\n"
+                + "\n".join(log_tail(plane, name, n) for n in failed)
+            )
         if units and all(u["state"] == "RUNNING" for u in units.values()):
             return units
         time.sleep(1.0)
@@ -204,8 +231,7 @@ def processes(proc: Path = Path("/proc")) -> list[ProcInfo]:
             continue
         try:
             stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
-                errors="replace")
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue
         # Fields after the parenthesised command: state ppid pgrp session ...
@@ -270,8 +296,11 @@ def families(text: str) -> dict[str, tuple[str, frozenset[str], dict[str, frozen
                     continue
                 names.add(key)
                 values.setdefault(key, set()).add(value)
-        out[family.name] = (family.type, frozenset(names),
-                            {k: frozenset(v) for k, v in values.items()})
+        out[family.name] = (
+            family.type,
+            frozenset(names),
+            {k: frozenset(v) for k, v in values.items()},
+        )
     return out
 
 

@@ -20,16 +20,24 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 EXTERNAL = {"source": "external_kv_transfer"}
 # Every vLLM family the proxy and observe/ read (counters without their _total suffix).
 DASHBOARD_FAMILIES = (
-    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-    "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
-    "vllm:prompt_tokens_by_source", "vllm:nixl_xfer_time_seconds",
-    "vllm:nixl_bytes_transferred", "vllm:nixl_num_failed_transfers",
-    "vllm:request_success", "vllm:prompt_tokens", "vllm:generation_tokens",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:prompt_tokens_by_source",
+    "vllm:nixl_xfer_time_seconds",
+    "vllm:nixl_bytes_transferred",
+    "vllm:nixl_num_failed_transfers",
+    "vllm:request_success",
+    "vllm:prompt_tokens",
+    "vllm:generation_tokens",
 )
 
 
-@pytest.fixture(scope="module", params=["NixlConnector", "ExampleConnector"],
-                ids=["nixl", "example"])
+@pytest.fixture(
+    scope="module", params=["NixlConnector", "ExampleConnector"], ids=["nixl", "example"]
+)
 def pd(request, plane, vllm_setup, reference, tmp_path_factory):
     """The running pair (after the colocated reference has run and stopped)."""
     connector = request.param
@@ -54,14 +62,16 @@ def test_greedy_output_through_the_pair_equals_colocated(pd, reference, vllm_set
     assert all(o.prompt_tokens > 256 for o in outputs.values())  # several 128-token blocks
 
     after = pd.metrics("decode-0")
-    moved = (metric_value(after, "vllm:prompt_tokens_by_source_total", **EXTERNAL)
-             - metric_value(before, "vllm:prompt_tokens_by_source_total", **EXTERNAL))
+    moved = metric_value(after, "vllm:prompt_tokens_by_source_total", **EXTERNAL) - metric_value(
+        before, "vllm:prompt_tokens_by_source_total", **EXTERNAL
+    )
     prompt_tokens = sum(o.prompt_tokens for o in outputs.values())
     if nixl(pd):
         # Each prompt is new to the decode: all of it arrives by transfer (partial blocks too).
         assert moved == prompt_tokens
-        transfers = (metric_value(after, "vllm:nixl_xfer_time_seconds_count")
-                     - metric_value(before, "vllm:nixl_xfer_time_seconds_count"))
+        transfers = metric_value(after, "vllm:nixl_xfer_time_seconds_count") - metric_value(
+            before, "vllm:nixl_xfer_time_seconds_count"
+        )
         assert transfers >= len(REFERENCE_REQUESTS)
         assert metric_value(after, "vllm:nixl_bytes_transferred_sum") > 0
         assert metric_value(after, "vllm:nixl_num_failed_transfers_total") == 0
@@ -74,18 +84,28 @@ def test_streams_give_exactly_the_tokens_asked_for(pd, vllm_setup):
     api = client(pd)
     for seed in (10, 11):
         stream = api.completions.create(
-            model=str(vllm_setup.model), prompt=harness.prompt(seed), max_tokens=MAX_TOKENS,
-            temperature=0, stream=True, stream_options={"include_usage": True},
-            extra_body={"ignore_eos": True})
+            model=str(vllm_setup.model),
+            prompt=harness.prompt(seed),
+            max_tokens=MAX_TOKENS,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
         chunks = list(stream)
         # One event per token, except that a lagging API server merges the tokens that piled
         # up into one event (seen here under load: 5 events for 12 tokens).
         assert 1 <= len([c for c in chunks if c.choices]) <= MAX_TOKENS
         assert chunks[-1].usage.completion_tokens == MAX_TOKENS
         chat = api.chat.completions.create(
-            model=str(vllm_setup.model), max_tokens=MAX_TOKENS, temperature=0, stream=True,
+            model=str(vllm_setup.model),
+            max_tokens=MAX_TOKENS,
+            temperature=0,
+            stream=True,
             messages=[{"role": "user", "content": harness.prompt(seed + 100)}],
-            stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
         assert list(chat)[-1].usage.completion_tokens == MAX_TOKENS
 
 
@@ -94,15 +114,26 @@ def test_live_frames_carry_latency_histograms_and_kv_throughput(pd, plane, vllm_
 
     api = client(pd)
     for seed in (20, 21, 22):
-        list(api.completions.create(model=str(vllm_setup.model), prompt=harness.prompt(seed),
-                                    max_tokens=MAX_TOKENS, temperature=0, stream=True,
-                                    extra_body={"ignore_eos": True}))
+        list(
+            api.completions.create(
+                model=str(vllm_setup.model),
+                prompt=harness.prompt(seed),
+                max_tokens=MAX_TOKENS,
+                temperature=0,
+                stream=True,
+                extra_body={"ignore_eos": True},
+            )
+        )
 
     def complete(frame: dict) -> bool:
         engine = frame.get("engine_ttft") or {}
         kv_ok = not nixl(pd) or (frame["kv"]["bytes_per_s"] or 0) > 0
-        return (frame["ttft"]["count"] > 0 and frame["itl"]["count"] > 0
-                and engine.get("count", 0) > 0 and kv_ok)
+        return (
+            frame["ttft"]["count"] > 0
+            and frame["itl"]["count"] > 0
+            and engine.get("count", 0) > 0
+            and kv_ok
+        )
 
     url = f"ws://127.0.0.1:{plane.port}/ws/deployments/{pd.name}?window=1m"
     frame, deadline = None, time.monotonic() + 30
@@ -121,8 +152,7 @@ def test_live_frames_carry_latency_histograms_and_kv_throughput(pd, plane, vllm_
     if nixl(pd):
         assert frame["kv"]["source"] == "nixl", frame["kv"]
         assert frame["kv"]["xfer_p50_ms"] is not None
-    assert {i["name"]: i["up"] for i in frame["instances"]} == {"prefill-0": True,
-                                                                "decode-0": True}
+    assert {i["name"]: i["up"] for i in frame["instances"]} == {"prefill-0": True, "decode-0": True}
 
 
 def test_standin_metric_families_match_the_real_ones(pd, plane, tmp_path):
@@ -130,12 +160,20 @@ def test_standin_metric_families_match_the_real_ones(pd, plane, tmp_path):
     _, commands = plane.api("GET", f"/deployments/{pd.name}/commands")
     argv = commands["decode-0"]["argv"]
     config = argv[argv.index("--kv-transfer-config") + 1]
-    standin = sim(tmp_path, "standin", "--served-model-name", "tiny", "--kv-transfer-config",
-                  config, env={"VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())})
+    standin = sim(
+        tmp_path,
+        "standin",
+        "--served-model-name",
+        "tiny",
+        "--kv-transfer-config",
+        config,
+        env={"VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())},
+    )
     with running(standin):
-        status, body = http_post(standin.url + "/v1/completions",
-                                 {"model": "tiny", "prompt": harness.prompt(30),
-                                  "max_tokens": 4})
+        status, body = http_post(
+            standin.url + "/v1/completions",
+            {"model": "tiny", "prompt": harness.prompt(30), "max_tokens": 4},
+        )
         assert status == 200, body
         fake = harness.families(standin.metrics())
     for instance in ("prefill-0", "decode-0"):
@@ -145,15 +183,18 @@ def test_standin_metric_families_match_the_real_ones(pd, plane, tmp_path):
             if family not in real:
                 continue
             kind, labels, values = real[family]
-            assert fake[family][:2] == (kind, labels), (instance, family, real[family],
-                                                          fake[family])
+            assert fake[family][:2] == (kind, labels), (
+                instance,
+                family,
+                real[family],
+                fake[family],
+            )
             for label in ("source", "finished_reason"):
                 if label in values:
                     assert fake[family][2][label] == values[label], (family, label)
         assert ("vllm:nixl_xfer_time_seconds" in real) == nixl(pd)
         if nixl(pd):
-            assert metric_value(pd.metrics(instance),
-                                "vllm:nixl_num_failed_transfers_total") == 0
+            assert metric_value(pd.metrics(instance), "vllm:nixl_num_failed_transfers_total") == 0
 
 
 def test_stop_through_the_api_leaves_no_process(pd, plane, vllm_setup):

@@ -21,8 +21,13 @@ from tests.processes import Process, free_port, http_post, running
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
 
-MODULES = ("moriio_common", "moriio_connector", "moriio_engine", "moriio_heartbeat",
-           "moriio_layout")
+MODULES = (
+    "moriio_common",
+    "moriio_connector",
+    "moriio_engine",
+    "moriio_heartbeat",
+    "moriio_layout",
+)
 PACKAGE = "vllm.distributed.kv_transfer.kv_connector.v1.moriio"
 
 IMPORTS = textwrap.dedent(f"""
@@ -69,24 +74,33 @@ HEARTBEATS = textwrap.dedent(f"""
 
 
 def vllm_run(python, code: str, *args: str, timeout: float = 120) -> str:
-    done = subprocess.run([str(python), "-c", code, *args], capture_output=True, timeout=timeout,
-                          check=False)
+    done = subprocess.run(
+        [str(python), "-c", code, *args], capture_output=True, timeout=timeout, check=False
+    )
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     return done.stdout.decode()
 
 
 def test_moriio_modules_import_without_mori(vllm_setup):
     found = json.loads(vllm_run(vllm_setup.python, IMPORTS).strip().splitlines()[-1])
-    assert found == {"has_mori": False, "imported": list(MODULES), "available": False,
-                     "ping_interval": 3}
+    assert found == {
+        "has_mori": False,
+        "imported": list(MODULES),
+        "available": False,
+        "ping_interval": 3,
+    }
 
 
 @contextlib.contextmanager
 def heartbeats(python, registrations: list[dict]):
     """vLLM's real heartbeat senders, one per registration, in a process group of their own."""
-    proc = subprocess.Popen([str(python), "-c", HEARTBEATS, json.dumps(registrations)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(python), "-c", HEARTBEATS, json.dumps(registrations)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         assert proc.stdout.readline() == b"beating\n"
         yield proc
@@ -105,11 +119,19 @@ def stand_in_config(proc: Process, registry: int) -> dict:
     """The config pdctl renders for this stand-in's ports (controller/render.py's path)."""
     config = json.loads(proc.args[proc.args.index("--kv-transfer-config") + 1])
     extra, role = config["kv_connector_extra_config"], config["kv_role"]
-    ports = kv_config.MoriioPorts(int(extra["http_port"]), int(extra["handshake_port"]),
-                                  int(extra["notify_port"]), "127.0.0.1", registry)
+    ports = kv_config.MoriioPorts(
+        int(extra["http_port"]),
+        int(extra["handshake_port"]),
+        int(extra["notify_port"]),
+        "127.0.0.1",
+        registry,
+    )
     return kv_config.kv_transfer_config(
-        "moriio", "prefill" if role == "kv_producer" else "decode",
-        mode="read" if extra["read_mode"] == "true" else "write", moriio=ports)
+        "moriio",
+        "prefill" if role == "kv_producer" else "decode",
+        mode="read" if extra["read_mode"] == "true" else "write",
+        moriio=ports,
+    )
 
 
 def wait_for(predicate, timeout: float, what: str):
@@ -123,28 +145,35 @@ def wait_for(predicate, timeout: float, what: str):
 
 def test_real_heartbeats_register_with_the_proxy(vllm_setup, tmp_path):
     registry, port = free_port(), free_port()
-    front = Process(["proxy", "--port", str(port), "--connector", "moriio", "--registry-port",
-                     str(registry)], port, log_path=tmp_path / "proxy.log")
+    front = Process(
+        ["proxy", "--port", str(port), "--connector", "moriio", "--registry-port", str(registry)],
+        port,
+        log_path=tmp_path / "proxy.log",
+    )
     # Stand-ins that do not register themselves: vLLM's sender registers them.
     prefill = moriio_sim(tmp_path, "prefill", "kv_producer", True)
     decode = moriio_sim(tmp_path, "decode", "kv_consumer", True)
     with running(front, prefill, decode):
-        beats = [{"config": stand_in_config(p, registry), "ip": "127.0.0.1"}
-                 for p in (prefill, decode)]
+        beats = [
+            {"config": stand_in_config(p, registry), "ip": "127.0.0.1"} for p in (prefill, decode)
+        ]
         with heartbeats(vllm_setup.python, beats):
-            listed = wait_for(lambda: len(instances(front)) == 2 and instances(front), 15,
-                              "two registrations")
+            listed = wait_for(
+                lambda: len(instances(front)) == 2 and instances(front), 15, "two registrations"
+            )
             seen = {i["role"]: i for i in listed}
             assert {r: (i["url"], i["group"], i["source"]) for r, i in seen.items()} == {
                 "prefill": (prefill.url, "read", "registry"),
-                "decode": (decode.url, "read", "registry")}
+                "decode": (decode.url, "read", "registry"),
+            }
             extra = beats[0]["config"]["kv_connector_extra_config"]
             assert seen["prefill"]["zmq_address"] == (
-                f"host:127.0.0.1,handshake:{extra['handshake_port']},"
-                f"notify:{extra['notify_port']}")
-            status, body = http_post(front.url + "/v1/completions",
-                                     {"model": "tiny", "prompt": "one two three",
-                                      "max_tokens": 5, "ignore_eos": True})
+                f"host:127.0.0.1,handshake:{extra['handshake_port']},notify:{extra['notify_port']}"
+            )
+            status, body = http_post(
+                front.url + "/v1/completions",
+                {"model": "tiny", "prompt": "one two three", "max_tokens": 5, "ignore_eos": True},
+            )
             assert status == 200, body
             assert body["usage"]["completion_tokens"] == 5
         # Silence: the proxy drops both after three missed 3 s beats.

@@ -34,9 +34,15 @@ def _clients(folder: Path, template: Path) -> Iterator[MakeClient]:
     def make(**overrides: Any) -> TestClient:
         db = folder / f"pdctl-{len(clients)}.db"
         shutil.copy(template, db)
-        settings = Settings(**{"db": db, "port_range": (41000, 41999),
-                               "runtime_dir": folder / f"runs-{len(clients)}",
-                               "migrate_on_start": False, **overrides})
+        settings = Settings(
+            **{
+                "db": db,
+                "port_range": (41000, 41999),
+                "runtime_dir": folder / f"runs-{len(clients)}",
+                "migrate_on_start": False,
+                **overrides,
+            }
+        )
         client = TestClient(create_app(settings))
         client.__enter__()
         clients.append(client)
@@ -53,8 +59,9 @@ def make_client(tmp_path: Path, migrated: Path) -> Iterator[MakeClient]:
 
 
 @pytest.fixture(scope="module")
-def make_module_client(tmp_path_factory: pytest.TempPathFactory,
-                       migrated: Path) -> Iterator[MakeClient]:
+def make_module_client(
+    tmp_path_factory: pytest.TempPathFactory, migrated: Path
+) -> Iterator[MakeClient]:
     """For modules whose tests only read: one app for all of them."""
     yield from _clients(tmp_path_factory.mktemp("module"), migrated)
 

@@ -34,14 +34,25 @@ class FakeObserver:
 def live_frame(name: str) -> dict:
     """4 req/s of 2,000-token prompts whose KV moves over NIXL in 50 ms; TTFT over target."""
     per_token = kv_bytes_per_token("tiny")
-    return {"type": "frame", "deployment": name, "ts": time.time(), "window": "1m",
-            "slo": {"ttft_ms": 1000.0, "itl_ms": 50.0, "itl_stat": "p99"},
-            "ttft": {"buckets": [], "count": 240, "p50": 0.5, "p90": 1.1, "p99": 1.5},
-            "itl": {"buckets": [], "count": 9000, "p50": 0.02, "p90": 0.03, "p99": 0.04},
-            "slo_attainment": 0.7, "request_rate": 4.0,
-            "kv": {"bytes_per_s": 4.0 * 2000 * per_token, "source": "nixl",
-                   "xfer_p50_ms": 50.0, "xfer_p99_ms": 80.0},
-            "running": 12, "waiting": 0}
+    return {
+        "type": "frame",
+        "deployment": name,
+        "ts": time.time(),
+        "window": "1m",
+        "slo": {"ttft_ms": 1000.0, "itl_ms": 50.0, "itl_stat": "p99"},
+        "ttft": {"buckets": [], "count": 240, "p50": 0.5, "p90": 1.1, "p99": 1.5},
+        "itl": {"buckets": [], "count": 9000, "p50": 0.02, "p90": 0.03, "p99": 0.04},
+        "slo_attainment": 0.7,
+        "request_rate": 4.0,
+        "kv": {
+            "bytes_per_s": 4.0 * 2000 * per_token,
+            "source": "nixl",
+            "xfer_p50_ms": 50.0,
+            "xfer_p99_ms": 80.0,
+        },
+        "running": 12,
+        "waiting": 0,
+    }
 
 
 @pytest.fixture
@@ -64,10 +75,14 @@ def test_unknown_deployment_is_404(plane):
 def test_without_a_live_frame_every_measured_rule_says_no_signal(plane):
     result = plane.get("/api/deployments/pd/advice").json()
     assert result["live"] is False and result["deployment"] == "pd"
-    assert result["signals"] == {"topology": "disaggregated", "slo_ttft_ms": 1000.0,
-                                 "slo_itl_ms": 50.0}
-    assert all(v["triggered"] is None and v["advice"].startswith("no signal")
-               for v in result["verdicts"])
+    assert result["signals"] == {
+        "topology": "disaggregated",
+        "slo_ttft_ms": 1000.0,
+        "slo_itl_ms": 50.0,
+    }
+    assert all(
+        v["triggered"] is None and v["advice"].startswith("no signal") for v in result["verdicts"]
+    )
     assert "not running" in rule(result, "ttft_binding")["sources"]["ttft_p99_ms"]
 
 
@@ -75,7 +90,8 @@ def test_live_advice_reads_the_frame_and_the_windows_history(plane):
     plane.app.state.observer = FakeObserver({"pd": live_frame("pd")})
     now = time.time()
     History(plane.app.state.store.engine).write(
-        [("pd", now - 20, {"running": 10}), ("pd", now - 10, {"running": 30})])
+        [("pd", now - 20, {"running": 10}), ("pd", now - 10, {"running": 30})]
+    )
     result = plane.get("/api/deployments/pd/advice", params={"window": "1m"}).json()
     assert result["live"] is True and result["window"] == "1m"
     assert result["signals"]["concurrency_mean"] == 20
@@ -111,18 +127,35 @@ def test_the_deployment_page_polls_its_advisor_panel(plane):
 
 
 def test_advice_on_given_signals(plane):
-    body = {"signals": {"itl_p99_ms": 150, "slo_itl_ms": 50, "spike_prefill_overlap": 0.9,
-                        "topology": "colocated"}}
+    body = {
+        "signals": {
+            "itl_p99_ms": 150,
+            "slo_itl_ms": 50,
+            "spike_prefill_overlap": 0.9,
+            "topology": "colocated",
+        }
+    }
     result = plane.post("/api/advice", json=body).json()
     assert result["source"] == "signals" and len(result["results"]) == 1
     verdict = rule(result["results"][0], "itl_interference")
     assert verdict["triggered"] is True and verdict["sources"]["itl_p99_ms"] == "given"
 
 
-BENCH_RUN = {"request_rate": 8.0, "burstiness": 1.0, "dataset": "random", "completed": 100,
-             "total_input_tokens": 200_000, "request_throughput": 2.5, "mean_e2el_ms": 40_000,
-             "p99_ttft_ms": 600.0, "p99_itl_ms": 180.0, "median_itl_ms": 32.0,
-             "slo_ttft_ms": 1000.0, "slo_itl_ms": 50.0, "slo_attainment": 0.26}
+BENCH_RUN = {
+    "request_rate": 8.0,
+    "burstiness": 1.0,
+    "dataset": "random",
+    "completed": 100,
+    "total_input_tokens": 200_000,
+    "request_throughput": 2.5,
+    "mean_e2el_ms": 40_000,
+    "p99_ttft_ms": 600.0,
+    "p99_itl_ms": 180.0,
+    "median_itl_ms": 32.0,
+    "slo_ttft_ms": 1000.0,
+    "slo_itl_ms": 50.0,
+    "slo_attainment": 0.26,
+}
 
 
 def test_advice_on_each_run_of_a_bench_sweep_or_the_one_asked_for(plane):
@@ -138,11 +171,15 @@ def test_advice_on_each_run_of_a_bench_sweep_or_the_one_asked_for(plane):
 
 
 def test_advice_on_a_plan_result_per_row(plane):
-    result = plane.post("/api/plan", json={"workload": {"num_prompts": 20},
-                                           "configs": ["colocated-tp8", "disagg-write"]}).json()
+    result = plane.post(
+        "/api/plan",
+        json={"workload": {"num_prompts": 20}, "configs": ["colocated-tp8", "disagg-write"]},
+    ).json()
     advice = plane.post("/api/advice", json={"plan": result}).json()
-    assert [r["label"] for r in advice["results"]] == ["colocated-tp8 @ 8 req/s",
-                                                       "disagg-write @ 8 req/s"]
+    assert [r["label"] for r in advice["results"]] == [
+        "colocated-tp8 @ 8 req/s",
+        "disagg-write @ 8 req/s",
+    ]
     disagg = advice["results"][1]
     assert disagg["signals"]["topology"] == "disaggregated"
     assert disagg["signals"]["kv_transfer_gbps"] == result["links_gbps"]["disagg-write"]
@@ -150,34 +187,57 @@ def test_advice_on_a_plan_result_per_row(plane):
     assert [r["label"] for r in only["results"]] == ["colocated-tp8 @ 8 req/s"]
 
 
-@pytest.mark.parametrize(("body", "loc"), [
-    ({}, ["body"]),
-    ({"signals": {}, "bench": BENCH_RUN}, ["body"]),
-    ({"signals": {"vibes": 1}}, ["body", "signals", "vibes"]),
-    ({"signals": {"prefix_hit_rate": 2}}, ["body", "signals", "prefix_hit_rate"]),
-    ({"signals": {"topology": "mesh"}}, ["body", "signals", "topology"]),
-    ({"plan": {"rows": "many"}}, ["body", "plan", "rows"]),
-    ({"bench": {"runs": [1, 2]}}, ["body", "bench", "runs"]),
-    ({"bench": BENCH_RUN, "rate": 3}, ["body", "rate"]),
-    ({"bench": BENCH_RUN, "rate": -1}, ["body", "rate"]),
-])
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({}, ["body"]),
+        ({"signals": {}, "bench": BENCH_RUN}, ["body"]),
+        ({"signals": {"vibes": 1}}, ["body", "signals", "vibes"]),
+        ({"signals": {"prefix_hit_rate": 2}}, ["body", "signals", "prefix_hit_rate"]),
+        ({"signals": {"topology": "mesh"}}, ["body", "signals", "topology"]),
+        ({"plan": {"rows": "many"}}, ["body", "plan", "rows"]),
+        ({"bench": {"runs": [1, 2]}}, ["body", "bench", "runs"]),
+        ({"bench": BENCH_RUN, "rate": 3}, ["body", "rate"]),
+        ({"bench": BENCH_RUN, "rate": -1}, ["body", "rate"]),
+    ],
+)
 def test_bad_advice_requests_are_422s_naming_the_field(plane, body, loc):
     response = plane.post("/api/advice", json=body)
     assert response.status_code == 422
     assert loc in [item["loc"] for item in response.json()["detail"]], response.json()
 
 
-@pytest.mark.parametrize("body", [
-    {"plan": {"rows": [{"config": ["x"], "rate": "8"}], "slo": [], "workload": 3,
-              "topologies": "all", "links_gbps": None}},
-    {"bench": {"request_rate": {"r": 1}, "completed": "lots", "dataset": ["random"],
-               "p99_ttft_ms": 1e308, "mean_e2el_ms": -1}},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {
+            "plan": {
+                "rows": [{"config": ["x"], "rate": "8"}],
+                "slo": [],
+                "workload": 3,
+                "topologies": "all",
+                "links_gbps": None,
+            }
+        },
+        {
+            "bench": {
+                "request_rate": {"r": 1},
+                "completed": "lots",
+                "dataset": ["random"],
+                "p99_ttft_ms": 1e308,
+                "mean_e2el_ms": -1,
+            }
+        },
+    ],
+)
 def test_junk_documents_give_absent_signals_not_errors(plane, body):
     response = plane.post("/api/advice", json=body)
     assert response.status_code == 200
-    assert all(v["triggered"] is None for v in response.json()["results"][0]["verdicts"]
-               if v["rule"] != "multi_turn")
+    assert all(
+        v["triggered"] is None
+        for v in response.json()["results"][0]["verdicts"]
+        if v["rule"] != "multi_turn"
+    )
 
 
 # -- who may ask --------------------------------------------------------------------------------
@@ -185,21 +245,28 @@ def test_junk_documents_give_absent_signals_not_errors(plane, body):
 
 @pytest.fixture(scope="module")
 def secured_plane(make_module_client: MakeClient) -> TestClient:
-    client = make_module_client(controller=False, operator_tokens=[OPERATOR],
-                                viewer_tokens=[VIEWER])
-    assert client.post("/api/deployments", json=nixl_1p1d(),
-                       headers=AS_OPERATOR).status_code == 201
+    client = make_module_client(
+        controller=False, operator_tokens=[OPERATOR], viewer_tokens=[VIEWER]
+    )
+    assert client.post("/api/deployments", json=nixl_1p1d(), headers=AS_OPERATOR).status_code == 201
     return client
 
 
-@pytest.mark.parametrize(("method", "path", "body"), [
-    ("GET", "/api/deployments/pd/advice", None),
-    ("POST", "/api/advice", {"signals": {"request_rate": 0.2, "prompt_tokens_mean": 100}}),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/api/deployments/pd/advice", None),
+        ("POST", "/api/advice", {"signals": {"request_rate": 0.2, "prompt_tokens_mean": 100}}),
+    ],
+)
 def test_advice_needs_a_token_and_a_viewer_may_read_it(secured_plane, method, path, body):
     assert secured_plane.request(method, path, json=body).status_code == 401
-    assert secured_plane.request(method, path, json=body,
-                                 headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert (
+        secured_plane.request(
+            method, path, json=body, headers={"Authorization": "Bearer wrong"}
+        ).status_code
+        == 401
+    )
     assert secured_plane.request(method, path, json=body, headers=AS_VIEWER).status_code == 200
 
 

@@ -11,29 +11,36 @@ from tests.web.conftest import AS_OPERATOR, AS_VIEWER, OPERATOR, VIEWER, MakeCli
 from web.auth import COOKIE, Role, TokenBook, bearer, is_loopback
 from web.settings import Settings
 
-CHANGES = [("POST", "/api/deployments", nixl_1p1d("other")),
-           ("PUT", "/api/deployments/pd", nixl_1p1d()),
-           ("DELETE", "/api/deployments/pd", None),
-           ("POST", "/api/deployments/pd/clone", {"name": "pd2"})]
-READS = ["/api/deployments", "/api/deployments/pd", "/api/deployments/pd/revisions",
-         "/api/deployments/pd/revisions/1", "/api/deployments/pd/diff?from=1&to=1",
-         "/api/events", "/metrics"]
+CHANGES = [
+    ("POST", "/api/deployments", nixl_1p1d("other")),
+    ("PUT", "/api/deployments/pd", nixl_1p1d()),
+    ("DELETE", "/api/deployments/pd", None),
+    ("POST", "/api/deployments/pd/clone", {"name": "pd2"}),
+]
+READS = [
+    "/api/deployments",
+    "/api/deployments/pd",
+    "/api/deployments/pd/revisions",
+    "/api/deployments/pd/revisions/1",
+    "/api/deployments/pd/diff?from=1&to=1",
+    "/api/events",
+    "/metrics",
+]
 
 
 @pytest.fixture(scope="module")
 def with_pd(make_module_client: MakeClient) -> TestClient:
     """Shared by the tests that change nothing (every change they try is refused)."""
     client = make_module_client(operator_tokens=[OPERATOR], viewer_tokens=[VIEWER])
-    assert client.post("/api/deployments", json=nixl_1p1d(),
-                       headers=AS_OPERATOR).status_code == 201
+    assert client.post("/api/deployments", json=nixl_1p1d(), headers=AS_OPERATOR).status_code == 201
     return client
 
 
 @pytest.mark.parametrize("path", READS)
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"},
-                                     {"Authorization": "Basic b3A6b3A="}])
-def test_every_read_needs_a_known_token(with_pd: TestClient, path: str,
-                                        headers: dict) -> None:
+@pytest.mark.parametrize(
+    "headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic b3A6b3A="}]
+)
+def test_every_read_needs_a_known_token(with_pd: TestClient, path: str, headers: dict) -> None:
     response = with_pd.get(path, headers=headers)
     assert response.status_code == 401
     assert response.headers["www-authenticate"] == "Bearer"
@@ -46,17 +53,18 @@ def test_a_viewer_reads_everything(with_pd: TestClient, path: str) -> None:
 
 
 @pytest.mark.parametrize(("method", "path", "body"), CHANGES)
-def test_a_viewer_changing_anything_is_403(with_pd: TestClient, method: str, path: str,
-                                           body: dict | None) -> None:
+def test_a_viewer_changing_anything_is_403(
+    with_pd: TestClient, method: str, path: str, body: dict | None
+) -> None:
     response = with_pd.request(method, path, json=body, headers=AS_VIEWER)
     assert response.status_code == 403
-    assert response.json() == {"detail": "viewer:bob may only read; changes need an "
-                                         "operator token"}
+    assert response.json() == {"detail": "viewer:bob may only read; changes need an operator token"}
 
 
 @pytest.mark.parametrize(("method", "path", "body"), CHANGES)
-def test_changes_without_a_token_are_401(with_pd: TestClient, method: str, path: str,
-                                         body: dict | None) -> None:
+def test_changes_without_a_token_are_401(
+    with_pd: TestClient, method: str, path: str, body: dict | None
+) -> None:
     assert with_pd.request(method, path, json=body).status_code == 401
 
 
@@ -117,31 +125,54 @@ def test_token_book_names_and_roles() -> None:
     assert book.identify("") is None and book.identify("alice:a") is None
 
 
-@pytest.mark.parametrize(("header", "secret"), [("Bearer abc", "abc"), ("bearer  abc ", "abc"),
-                                                ("Bearer", None), ("Basic abc", None),
-                                                (None, None)])
+@pytest.mark.parametrize(
+    ("header", "secret"),
+    [
+        ("Bearer abc", "abc"),
+        ("bearer  abc ", "abc"),
+        ("Bearer", None),
+        ("Basic abc", None),
+        (None, None),
+    ],
+)
 def test_bearer(header: str | None, secret: str | None) -> None:
     assert bearer(header) == secret
 
 
-@pytest.mark.parametrize(("host", "loopback"), [("127.0.0.1", True), ("127.0.0.2", True),
-                                                ("::1", True), ("localhost", True),
-                                                ("0.0.0.0", False), ("10.0.0.1", False),
-                                                ("::", False), ("example.com", False)])
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("::1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("10.0.0.1", False),
+        ("::", False),
+        ("example.com", False),
+    ],
+)
 def test_is_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
 
 
 def test_viewers_see_secret_env_and_args_masked_and_operators_see_them(
-        make_client: MakeClient) -> None:
+    make_client: MakeClient,
+) -> None:
     client = make_client(operator_tokens=[OPERATOR], viewer_tokens=[VIEWER])
-    spec = nixl_1p1d(env={"HF_TOKEN": "hf-very-secret", "VLLM_LOGGING_LEVEL": "INFO"},
-                     extra_args=["--api-key", "key-very-secret"])
+    spec = nixl_1p1d(
+        env={"HF_TOKEN": "hf-very-secret", "VLLM_LOGGING_LEVEL": "INFO"},
+        extra_args=["--api-key", "key-very-secret"],
+    )
     assert client.post("/api/deployments", json=spec, headers=AS_OPERATOR).status_code == 201
     changed = {**spec, "env": {**spec["env"], "HF_TOKEN": "hf-other-secret"}}
     assert client.put("/api/deployments/pd", json=changed, headers=AS_OPERATOR).status_code == 200
-    for path in ("/api/deployments", "/api/deployments/pd", "/api/deployments/pd/revisions/1",
-                 "/api/deployments/pd/diff?from=1&to=2"):
+    for path in (
+        "/api/deployments",
+        "/api/deployments/pd",
+        "/api/deployments/pd/revisions/1",
+        "/api/deployments/pd/diff?from=1&to=2",
+    ):
         shown = client.get(path, headers=AS_VIEWER)
         assert shown.status_code == 200
         assert "very-secret" not in shown.text and "other-secret" not in shown.text, path

@@ -91,23 +91,26 @@ def wait_for(client: TestClient, run_id: int, predicate, timeout: float = 30) ->
     raise TimeoutError(run)
 
 
-@pytest.mark.parametrize(("body", "loc"), [
-    ({}, ["body", "rates"]),
-    ({"rates": []}, ["body", "rates"]),
-    ({"rates": [0]}, ["body", "rates", 0]),
-    ({"rates": [2, 51]}, ["body", "rates", 1]),
-    ({"rates": list(range(1, 14))}, ["body", "rates"]),
-    ({"rates": [1], "num_prompts": 0}, ["body", "num_prompts"]),
-    ({"rates": [1], "num_prompts": 2001}, ["body", "num_prompts"]),
-    ({"rates": [0.1], "num_prompts": 100}, ["body", "num_prompts"]),  # 1,000 s of arrivals
-    ({"rates": [1], "input_len": 100_000}, ["body", "input_len"]),
-    ({"rates": [1], "output_len": 0}, ["body", "output_len"]),
-    ({"rates": [1], "slo_ttft_ms": -1}, ["body", "slo_ttft_ms"]),
-    ({"rates": [1], "slo_itl_ms": 0}, ["body", "slo_itl_ms"]),
-    ({"rates": [1], "burstiness": 0}, ["body", "burstiness"]),
-    ({"rates": [1], "seed": -1}, ["body", "seed"]),
-    ({"rates": [1], "shell": "; rm -rf /"}, ["body", "shell"]),
-])
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({}, ["body", "rates"]),
+        ({"rates": []}, ["body", "rates"]),
+        ({"rates": [0]}, ["body", "rates", 0]),
+        ({"rates": [2, 51]}, ["body", "rates", 1]),
+        ({"rates": list(range(1, 14))}, ["body", "rates"]),
+        ({"rates": [1], "num_prompts": 0}, ["body", "num_prompts"]),
+        ({"rates": [1], "num_prompts": 2001}, ["body", "num_prompts"]),
+        ({"rates": [0.1], "num_prompts": 100}, ["body", "num_prompts"]),  # 1,000 s of arrivals
+        ({"rates": [1], "input_len": 100_000}, ["body", "input_len"]),
+        ({"rates": [1], "output_len": 0}, ["body", "output_len"]),
+        ({"rates": [1], "slo_ttft_ms": -1}, ["body", "slo_ttft_ms"]),
+        ({"rates": [1], "slo_itl_ms": 0}, ["body", "slo_itl_ms"]),
+        ({"rates": [1], "burstiness": 0}, ["body", "burstiness"]),
+        ({"rates": [1], "seed": -1}, ["body", "seed"]),
+        ({"rates": [1], "shell": "; rm -rf /"}, ["body", "shell"]),
+    ],
+)
 def test_a_bad_body_is_a_422_naming_the_field(app: TestClient, body: dict, loc: list) -> None:
     response = app.post("/api/deployments/solo/bench", json=body)
     assert response.status_code == 422, response.text
@@ -115,8 +118,7 @@ def test_a_bad_body_is_a_422_naming_the_field(app: TestClient, body: dict, loc: 
 
 
 def test_the_arrival_limit_says_how_long_they_would_take(app: TestClient) -> None:
-    response = app.post("/api/deployments/solo/bench",
-                        json={"rates": [0.1], "num_prompts": 100})
+    response = app.post("/api/deployments/solo/bench", json={"rates": [0.1], "num_prompts": 100})
     assert "1000 s, over the 900 s" in response.json()["detail"][0]["msg"]
 
 
@@ -130,8 +132,10 @@ def test_a_deployment_not_running_is_a_409_saying_so(app: TestClient) -> None:
     app.app.state.controller.state = "STARTING"
     response = app.post("/api/deployments/solo/bench", json=SMALL)
     assert response.status_code == 409
-    assert response.json()["detail"] == ("deployment 'solo' is not running (proxy STARTING): "
-                                         "start it, and bench once every process runs")
+    assert response.json()["detail"] == (
+        "deployment 'solo' is not running (proxy STARTING): "
+        "start it, and bench once every process runs"
+    )
     assert app.get("/api/deployments/solo/bench").json() == []
 
 
@@ -156,8 +160,9 @@ def test_bad_compare_ids_are_a_422_naming_ids(app: TestClient, ids: str) -> None
 
 
 def test_a_viewer_may_list_but_not_start_or_stop(make_client: MakeClient) -> None:
-    client = make_client(controller=False, operator_tokens=["alice:op-secret"],
-                         viewer_tokens=["bob:view-secret"])
+    client = make_client(
+        controller=False, operator_tokens=["alice:op-secret"], viewer_tokens=["bob:view-secret"]
+    )
     client.app.state.controller = FakeController()
     client.post("/api/deployments", json=colocated("solo"), headers=AS_OPERATOR)
     response = client.post("/api/deployments/solo/bench", json=SMALL, headers=AS_VIEWER)
@@ -168,17 +173,20 @@ def test_a_viewer_may_list_but_not_start_or_stop(make_client: MakeClient) -> Non
 
 def test_a_sweep_runs_stores_its_result_and_refuses_a_second(app: TestClient) -> None:
     with engine_on(proxy_port(app), FakeEngine(token_delay=0.01)):
-        response = app.post("/api/deployments/solo/bench",
-                            json={**SMALL, "slo_ttft_ms": 500, "slo_itl_ms": 200})
+        response = app.post(
+            "/api/deployments/solo/bench", json={**SMALL, "slo_ttft_ms": 500, "slo_itl_ms": 200}
+        )
         assert response.status_code == 202, response.text
         run = response.json()
         assert (run["status"], run["revision"], run["total"]) == ("running", 1, 12)
         assert run["topology"]["shape"] == "colocated x1" and run["label"] == (
-            "solo r1 · colocated x1")
+            "solo r1 · colocated x1"
+        )
         again = app.post("/api/deployments/solo/bench", json=SMALL)
         assert again.status_code == 409
-        assert again.json()["detail"].startswith(f"a bench run of 'solo' is going (run "
-                                                 f"{run['id']})")
+        assert again.json()["detail"].startswith(
+            f"a bench run of 'solo' is going (run {run['id']})"
+        )
         done = wait_for(app, run["id"], lambda r: r["status"] != "running")
     assert done["status"] == "done", done
     assert done["done"] == 12 and done["finished_at"] is not None
@@ -212,8 +220,14 @@ def test_a_run_stops_when_asked_and_progress_moves(app: TestClient) -> None:
 # A sweep whose first rate (40 req/s x 6) ends in well under a second and whose second (1 req/s:
 # arrivals at 0.5 s .. 9.3 s) goes on for seconds: a request of the second rate done means the
 # first rate's result is in the bench's file (written before the second rate starts).
-TWO_PACES = {"rates": [40, 1], "num_prompts": 6, "input_len": 8, "output_len": 3,
-             "slo_ttft_ms": 500, "slo_itl_ms": 200}
+TWO_PACES = {
+    "rates": [40, 1],
+    "num_prompts": 6,
+    "input_len": 8,
+    "output_len": 3,
+    "slo_ttft_ms": 500,
+    "slo_itl_ms": 200,
+}
 
 
 def second_rate_going(run: dict) -> bool:
@@ -240,8 +254,9 @@ def test_a_sweep_stopped_part_way_keeps_the_rates_it_measured(app: TestClient) -
         stopped = app.post(f"/api/bench/{run['id']}/stop")
     assert stopped.status_code == 202
     assert stopped.json()["partial"] is True and stopped.json()["result"] is None  # as listed
-    assert_kept_first_rate(app.get(f"/api/bench/{run['id']}").json(), "stopped",
-                           "stopped by anonymous")
+    assert_kept_first_rate(
+        app.get(f"/api/bench/{run['id']}").json(), "stopped", "stopped by anonymous"
+    )
     [listed] = app.get("/api/deployments/solo/bench").json()
     assert listed["partial"] is True and listed["result"] is None
     [curve] = app.get("/api/bench/compare", params={"ids": str(run["id"])}).json()["runs"]
@@ -249,15 +264,19 @@ def test_a_sweep_stopped_part_way_keeps_the_rates_it_measured(app: TestClient) -
     assert [(p["rate"], p["completed"]) for p in curve["points"]] == [(40.0, 6)]
     events = app.get("/api/events", params={"deployment": "solo"}).json()
     assert events[0]["kind"] == "bench.stopped"
-    assert events[0]["message"] == (f"bench run {run['id']} of solo stopped: stopped by "
-                                    "anonymous after 1 of 2 rates; kept 1; max_goodput_rate "
-                                    "40.0 req/s")
+    assert events[0]["message"] == (
+        f"bench run {run['id']} of solo stopped: stopped by "
+        "anonymous after 1 of 2 rates; kept 1; max_goodput_rate "
+        "40.0 req/s"
+    )
     assert app.post(f"/api/bench/{run['id']}/stop").json() == {
-        "detail": f"bench run {run['id']} is stopped already"}
+        "detail": f"bench run {run['id']} is stopped already"
+    }
 
 
 def test_a_sweep_killed_at_its_deadline_keeps_the_rates_it_measured(
-        app: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    app: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(BenchRequest, "deadline_s", lambda self: 4.0)  # mid second rate
     with engine_on(proxy_port(app), FakeEngine(token_delay=0.01)):
         run = app.post("/api/deployments/solo/bench", json=TWO_PACES).json()
@@ -275,8 +294,7 @@ def test_a_sweep_cut_by_shutdown_keeps_the_rates_it_measured(app: TestClient) ->
     assert_kept_first_rate(ended, "stopped", "stopped by pdctl (shutting down)")
 
 
-def test_a_run_that_cannot_reach_the_proxy_fails_with_the_bench_message(
-        app: TestClient) -> None:
+def test_a_run_that_cannot_reach_the_proxy_fails_with_the_bench_message(app: TestClient) -> None:
     run = app.post("/api/deployments/solo/bench", json=SMALL).json()  # nothing listens
     failed = wait_for(app, run["id"], lambda r: r["status"] != "running")
     assert failed["status"] == "failed"
@@ -298,8 +316,9 @@ def test_a_bench_run_and_the_load_button_exclude_each_other(app: TestClient) -> 
         app.post("/deployments/solo/load", headers=hx, data={"rate": "5", "duration": "20"})
         refused = app.post("/api/deployments/solo/bench", json=SMALL)
         assert refused.status_code == 409
-        assert refused.json()["detail"] == ("the dashboard's load run is going against "
-                                            "'solo': stop it first")
+        assert refused.json()["detail"] == (
+            "the dashboard's load run is going against 'solo': stop it first"
+        )
         app.post("/deployments/solo/load", headers=hx, data={"action": "stop"})
         run = app.post("/api/deployments/solo/bench", json={**SMALL, "rates": [1]}).json()
         page = app.post("/deployments/solo/load", headers=hx, data={"rate": "5"})
@@ -307,8 +326,7 @@ def test_a_bench_run_and_the_load_button_exclude_each_other(app: TestClient) -> 
         assert app.post(f"/api/bench/{run['id']}/stop").json()["status"] == "stopped"
 
 
-def test_a_run_left_running_by_an_earlier_process_reads_as_failed(
-        make_client: MakeClient) -> None:
+def test_a_run_left_running_by_an_earlier_process_reads_as_failed(make_client: MakeClient) -> None:
     first = make_client(controller=False)
     store = BenchStore(first.app.state.store.engine)
     run = store.create("solo", 1, {"shape": "colocated x1"}, {"rates": [1.0]}, 10, "alice")

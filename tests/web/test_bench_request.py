@@ -28,8 +28,7 @@ def test_the_argv_carries_every_setting_as_flag_equals_value() -> None:
 
 
 def test_no_slo_flag_where_the_deployment_has_none() -> None:
-    settings = BenchRequest(rates=[1]).settings(current(slo={"ttft_ms": None,
-                                                             "itl_ms": None}))
+    settings = BenchRequest(rates=[1]).settings(current(slo={"ttft_ms": None, "itl_ms": None}))
     argv = bench_argv(settings, "http://127.0.0.1:41000", Path("/tmp/run"))
     assert not [a for a in argv if a.startswith("--slo-")]
 

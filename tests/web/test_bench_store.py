@@ -23,15 +23,33 @@ def store(tmp_path: Path, migrated: Path) -> BenchStore:
 
 
 def _run(store: BenchStore, deployment: str = "mori", revision: int = 1):
-    return store.create(deployment, revision, snapshot(spec(moriio_1p1d(deployment))),
-                        {"rates": [2.0, 4.0], "num_prompts": 10}, 20, "alice")
+    return store.create(
+        deployment,
+        revision,
+        snapshot(spec(moriio_1p1d(deployment))),
+        {"rates": [2.0, 4.0], "num_prompts": 10},
+        20,
+        "alice",
+    )
 
 
 def sweep(*points: tuple[float, float]) -> dict:
-    return {"goodput_share": 0.9, "max_goodput_rate": 2.0,
-            "runs": [{"request_rate": r, "slo_attainment": a, "p99_ttft_ms": 10.0 * r,
-                      "p99_itl_ms": 5.0, "request_goodput": r * a, "completed": 10,
-                      "failed": 0} for r, a in points]}
+    return {
+        "goodput_share": 0.9,
+        "max_goodput_rate": 2.0,
+        "runs": [
+            {
+                "request_rate": r,
+                "slo_attainment": a,
+                "p99_ttft_ms": 10.0 * r,
+                "p99_itl_ms": 5.0,
+                "request_goodput": r * a,
+                "completed": 10,
+                "failed": 0,
+            }
+            for r, a in points
+        ],
+    }
 
 
 def test_a_run_is_created_running_advanced_and_finished(store: BenchStore) -> None:
@@ -70,11 +88,14 @@ def test_lists_newest_first_and_many_keeps_the_order_asked(store: BenchStore) ->
         store.get(999)
 
 
-@pytest.mark.parametrize(("body", "shape", "counts"), [
-    (moriio_1p1d("m", mode="read"), "read 1P1D", (1, 1, 0)),
-    (nixl_1p1d(), "NixlConnector 1P1D", (1, 1, 0)),
-    (colocated(count=2), "colocated x2", (0, 0, 2)),
-])
+@pytest.mark.parametrize(
+    ("body", "shape", "counts"),
+    [
+        (moriio_1p1d("m", mode="read"), "read 1P1D", (1, 1, 0)),
+        (nixl_1p1d(), "NixlConnector 1P1D", (1, 1, 0)),
+        (colocated(count=2), "colocated x2", (0, 0, 2)),
+    ],
+)
 def test_snapshot_names_the_shape(body: dict, shape: str, counts: tuple) -> None:
     shot = snapshot(spec(body))
     assert shot["shape"] == shape
@@ -82,12 +103,10 @@ def test_snapshot_names_the_shape(body: dict, shape: str, counts: tuple) -> None
 
 
 def test_curves_from_a_sweep_and_from_a_single_rate(store: BenchStore) -> None:
-    run = store.finish(_run(store, revision=3).id, "done",
-                       result=sweep((4.0, 0.5), (2.0, 1.0)))
+    run = store.finish(_run(store, revision=3).id, "done", result=sweep((4.0, 0.5), (2.0, 1.0)))
     curve = bench_compare.curve(run)
     assert curve["label"] == "mori r3 · write 1P1D"
-    assert [(p["rate"], p["slo_attainment"]) for p in curve["points"]] == [(2.0, 1.0),
-                                                                            (4.0, 0.5)]
+    assert [(p["rate"], p["slo_attainment"]) for p in curve["points"]] == [(2.0, 1.0), (4.0, 0.5)]
     flat = {**sweep((8.0, 0.25))["runs"][0], "max_goodput_rate": None}
     assert [p["rate"] for p in bench_compare.points(flat)] == [8.0]
     assert bench_compare.points({"runs": [{"request_rate": "inf"}]}) == []
@@ -95,24 +114,32 @@ def test_curves_from_a_sweep_and_from_a_single_rate(store: BenchStore) -> None:
 
 
 def test_a_run_stopped_part_way_is_a_partial_curve_of_the_rates_it_measured(
-        store: BenchStore) -> None:
+    store: BenchStore,
+) -> None:
     kept = {**sweep((2.0, 1.0)), "partial": {"rates_done": 1, "rates": 2}}
-    run = store.finish(_run(store).id, "stopped", done=13, result=kept,
-                       error="stopped by alice after 1 of 2 rates; kept 1")
+    run = store.finish(
+        _run(store).id,
+        "stopped",
+        done=13,
+        result=kept,
+        error="stopped by alice after 1 of 2 rates; kept 1",
+    )
     assert bench_compare.partial(run)
     curve = bench_compare.curve(run)
     assert curve["partial"] and curve["rates_offered"] == 2
     assert curve["label"] == "mori r1 · write 1P1D (partial: 1 of 2 rates)"
     assert [p["rate"] for p in curve["points"]] == [2.0]
-    nothing = store.finish(_run(store).id, "stopped", error="stopped by alice after 0 of 2 "
-                           "rates; kept none")
+    nothing = store.finish(
+        _run(store).id, "stopped", error="stopped by alice after 0 of 2 rates; kept none"
+    )
     whole = store.finish(_run(store).id, "done", result=sweep((2.0, 1.0), (4.0, 0.5)))
     assert not bench_compare.partial(nothing) and not bench_compare.partial(whole)
     assert bench_compare.curve(whole)["label"] == "mori r1 · write 1P1D"
 
 
-def test_a_run_that_spans_a_switch_says_its_figures_mix_two_revisions(store: BenchStore,
-                                                                       tmp_path: Path) -> None:
+def test_a_run_that_spans_a_switch_says_its_figures_mix_two_revisions(
+    store: BenchStore, tmp_path: Path
+) -> None:
     from web.bench_runs import BenchRuns, _Active
 
     revision = {"mori": 1}
@@ -120,8 +147,16 @@ def test_a_run_that_spans_a_switch_says_its_figures_mix_two_revisions(store: Ben
     for now, expected in ((1, None), (2, "revision 1 -> 2")):
         run = _run(store)
         revision["mori"] = now
-        active = _Active(run.id, "mori", "alice", None, tmp_path / "gone",  # type: ignore[arg-type]
-                         0.0, 20, 2)
+        active = _Active(
+            run.id,
+            "mori",
+            "alice",
+            None,
+            tmp_path / "gone",  # type: ignore[arg-type]
+            0.0,
+            20,
+            2,
+        )
         runs._active["mori"] = active
         runs._end(active, "done", result=sweep((2.0, 1.0)))
         error = store.get(run.id).error

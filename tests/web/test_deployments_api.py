@@ -12,11 +12,16 @@ def test_create_allocates_every_port_and_reads_back(client: TestClient) -> None:
     assert response.status_code == 201
     body = response.json()
     assert (body["name"], body["revision"], body["actor"], body["reason"]) == (
-        "pd", 1, "anonymous", "first")
+        "pd",
+        1,
+        "anonymous",
+        "first",
+    )
     ports = body["ports"]
     assert set(ports["instances"]) == {"prefill-0", "decode-0"}
-    assert all(41000 <= p["http"] <= 41999 and p["side_channel"]
-               for p in ports["instances"].values())
+    assert all(
+        41000 <= p["http"] <= 41999 and p["side_channel"] for p in ports["instances"].values()
+    )
     assert client.get("/api/deployments/pd").json() == body
     assert [d["name"] for d in client.get("/api/deployments").json()] == ["pd"]
 
@@ -28,8 +33,11 @@ def test_a_second_deployment_gets_other_ports(client: TestClient) -> None:
     def claimed(ports: dict) -> set[int]:
         out = {ports["proxy"], ports["registry"]}
         for p in ports["instances"].values():
-            out |= {p["http"], *range(p["handshake"], p["handshake"] + 4),
-                    *range(p["notify"], p["notify"] + 4)}
+            out |= {
+                p["http"],
+                *range(p["handshake"], p["handshake"] + 4),
+                *range(p["notify"], p["notify"] + 4),
+            }
         return out
 
     assert claimed(a).isdisjoint(claimed(b))
@@ -43,8 +51,11 @@ def test_a_duplicate_name_is_409(client: TestClient) -> None:
 
 
 def test_unknown_names_are_404(client: TestClient) -> None:
-    for method, path in [("GET", "/api/deployments/nope"), ("DELETE", "/api/deployments/nope"),
-                         ("GET", "/api/deployments/nope/revisions")]:
+    for method, path in [
+        ("GET", "/api/deployments/nope"),
+        ("DELETE", "/api/deployments/nope"),
+        ("GET", "/api/deployments/nope/revisions"),
+    ]:
         response = client.request(method, path)
         assert response.status_code == 404, path
         assert response.json() == {"detail": "no deployment named 'nope'"}
@@ -54,7 +65,7 @@ def test_unknown_names_are_404(client: TestClient) -> None:
 
 def test_put_writes_a_new_revision_and_keeps_the_ports(client: TestClient) -> None:
     first = client.post("/api/deployments", json=nixl_1p1d()).json()
-    changed = edited(nixl_1p1d(), ("slo", ), {"ttft_ms": 500})
+    changed = edited(nixl_1p1d(), ("slo",), {"ttft_ms": 500})
     response = client.put("/api/deployments/pd", json=changed, params={"reason": "tighter"})
     assert response.status_code == 200
     second = response.json()
@@ -73,10 +84,14 @@ def test_put_cannot_rename(client: TestClient) -> None:
     client.post("/api/deployments", json=nixl_1p1d())
     response = client.put("/api/deployments/pd", json=nixl_1p1d("other"))
     assert response.status_code == 422
-    assert response.json()["detail"] == [{
-        "loc": ["body", "name"], "type": "value_error",
-        "msg": "the body names 'other' but the URL 'pd'; a deployment cannot be renamed: "
-               "clone it"}]
+    assert response.json()["detail"] == [
+        {
+            "loc": ["body", "name"],
+            "type": "value_error",
+            "msg": "the body names 'other' but the URL 'pd'; a deployment cannot be renamed: "
+            "clone it",
+        }
+    ]
 
 
 def test_put_may_give_a_port_the_deployment_already_holds(client: TestClient) -> None:
@@ -109,15 +124,15 @@ def test_delete_is_refused_while_the_controller_runs_it(client: TestClient) -> N
     finally:
         client.app.state.controller = real
     assert response.status_code == 409
-    assert response.json() == {"detail": "deployment 'pd' has running instances: stop it "
-                                         "first"}
+    assert response.json() == {"detail": "deployment 'pd' has running instances: stop it first"}
 
 
 def test_clone_copies_the_spec_with_fresh_ports(client: TestClient) -> None:
     body = edited(nixl_1p1d(proxy={"port": 41500}), ("groups", 0, "ports"), [{"http": 41501}])
     source = client.post("/api/deployments", json=body).json()
-    response = client.post("/api/deployments/pd/clone", json={"name": "pd-copy"},
-                           params={"reason": "try"})
+    response = client.post(
+        "/api/deployments/pd/clone", json={"name": "pd-copy"}, params={"reason": "try"}
+    )
     assert response.status_code == 201
     copy = response.json()
     assert copy["spec"]["model"] == "tiny" and copy["spec"]["groups"][0]["ports"] == []

@@ -15,8 +15,11 @@ def test_events_record_each_change_newest_first(client: TestClient) -> None:
     client.delete("/api/deployments/solo")
     events = client.get("/api/events").json()
     assert [(e["kind"], e["deployment"]) for e in events] == [
-        ("deployment.deleted", "solo"), ("deployment.updated", "pd"),
-        ("deployment.created", "solo"), ("deployment.created", "pd")]
+        ("deployment.deleted", "solo"),
+        ("deployment.updated", "pd"),
+        ("deployment.created", "solo"),
+        ("deployment.created", "pd"),
+    ]
     assert events[1]["message"] == "pd updated to revision 2: slow"
     assert events[1]["detail"] == {"revision": 2, "previous": 1}
     assert all(e["actor"] == "anonymous" and e["ts"].endswith("Z") for e in events)
@@ -25,10 +28,13 @@ def test_events_record_each_change_newest_first(client: TestClient) -> None:
 def test_events_filter_and_limit(client: TestClient) -> None:
     for name in ("a", "b", "c"):
         client.post("/api/deployments", json=colocated(name))
-    assert [e["deployment"] for e in client.get("/api/events",
-                                                params={"deployment": "b"}).json()] == ["b"]
-    assert [e["deployment"] for e in client.get("/api/events",
-                                                params={"limit": 2}).json()] == ["c", "b"]
+    assert [
+        e["deployment"] for e in client.get("/api/events", params={"deployment": "b"}).json()
+    ] == ["b"]
+    assert [e["deployment"] for e in client.get("/api/events", params={"limit": 2}).json()] == [
+        "c",
+        "b",
+    ]
     assert client.get("/api/events", params={"kind": "auth.login"}).json() == []
 
 

@@ -20,8 +20,12 @@ def close_code(client: TestClient, url: str) -> int:
 
 
 def test_tokens_are_required_when_configured(secured: TestClient) -> None:
-    assert secured.post("/api/deployments", json=nixl_1p1d(),
-                        headers={"Authorization": "Bearer op-secret"}).status_code == 201
+    assert (
+        secured.post(
+            "/api/deployments", json=nixl_1p1d(), headers={"Authorization": "Bearer op-secret"}
+        ).status_code
+        == 201
+    )
     assert close_code(secured, "/ws/deployments/pd") == 4401
     assert close_code(secured, "/ws/deployments/pd?token=wrong") == 4401
     with secured.websocket_connect("/ws/deployments/pd?token=view-secret") as ws:
@@ -51,8 +55,12 @@ def test_history_first_then_events_as_they_are_recorded(make_client: MakeClient)
     client = make_client(scrape_interval=0.1)
     client.post("/api/deployments", json=nixl_1p1d())
     store = client.app.state.store
-    History(store.engine).write([("pd", time.time() - 60, {"ts": 1.0, "ttft_p99": 0.2}),
-                                 ("pd", time.time() - 7200, {"ts": 0.5})])
+    History(store.engine).write(
+        [
+            ("pd", time.time() - 60, {"ts": 1.0, "ttft_p99": 0.2}),
+            ("pd", time.time() - 7200, {"ts": 0.5}),
+        ]
+    )
     with client.websocket_connect("/ws/deployments/pd?window=10s") as ws:
         hello = ws.receive_json()
         assert hello["type"] == "history" and hello["points"] == [{"ts": 1.0, "ttft_p99": 0.2}]
@@ -69,15 +77,22 @@ def test_history_first_then_events_as_they_are_recorded(make_client: MakeClient)
 
 
 def test_history_api_reads_a_window_of_points(secured: TestClient) -> None:
-    secured.post("/api/deployments", json=nixl_1p1d(),
-                 headers={"Authorization": "Bearer op-secret"})
+    secured.post(
+        "/api/deployments", json=nixl_1p1d(), headers={"Authorization": "Bearer op-secret"}
+    )
     History(secured.app.state.store.engine).write(
-        [("pd", time.time() - 30, {"ts": 2.0}), ("pd", time.time() - 600, {"ts": 1.0})])
+        [("pd", time.time() - 30, {"ts": 2.0}), ("pd", time.time() - 600, {"ts": 1.0})]
+    )
     body = secured.get("/api/deployments/pd/history?window=5m", headers=AS_VIEWER).json()
     assert body["points"] == [{"ts": 2.0}]
-    assert len(secured.get("/api/deployments/pd/history?window=1h",
-                           headers=AS_VIEWER).json()["points"]) == 2
-    assert secured.get("/api/deployments/pd/history?window=soon",
-                       headers=AS_VIEWER).status_code == 422
+    assert (
+        len(
+            secured.get("/api/deployments/pd/history?window=1h", headers=AS_VIEWER).json()["points"]
+        )
+        == 2
+    )
+    assert (
+        secured.get("/api/deployments/pd/history?window=soon", headers=AS_VIEWER).status_code == 422
+    )
     assert secured.get("/api/deployments/pd/history").status_code == 401
     assert secured.get("/api/deployments/zz/history", headers=AS_VIEWER).status_code == 404

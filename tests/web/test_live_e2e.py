@@ -39,8 +39,11 @@ def test_frames_fill_while_requests_flow_and_events_arrive(tmp_path) -> None:
 
         def load() -> None:
             while not stop.is_set():
-                http_post(proxy + "/v1/completions", {"model": "tiny", "prompt": "a b c",
-                                                      "max_tokens": 4}, timeout=10)
+                http_post(
+                    proxy + "/v1/completions",
+                    {"model": "tiny", "prompt": "a b c", "max_tokens": 4},
+                    timeout=10,
+                )
                 time.sleep(0.05)
 
         ws_url = plane.proc.url.replace("http", "ws") + "/ws/deployments/pd?window=1m"
@@ -48,8 +51,9 @@ def test_frames_fill_while_requests_flow_and_events_arrive(tmp_path) -> None:
             assert json.loads(ws.recv(timeout=10))["type"] == "history"
             first = receive(ws, "frame", where=lambda f: f["proxy"]["up"])
             threading.Thread(target=load, daemon=True).start()
-            later = receive(ws, "frame", where=lambda f: f["ttft"]["count"]
-                            >= first["ttft"]["count"] + 5)
+            later = receive(
+                ws, "frame", where=lambda f: f["ttft"]["count"] >= first["ttft"]["count"] + 5
+            )
             assert later["ttft"]["p50"] is not None and later["request_rate"] > 0
             assert later["kv"]["source"] == "nixl" and later["simulated"] is True
             assert {i["name"] for i in later["instances"]} == {"prefill-0", "decode-0"}
@@ -62,6 +66,7 @@ def test_frames_fill_while_requests_flow_and_events_arrive(tmp_path) -> None:
         stop.set()
         with contextlib.suppress(OSError, TimeoutError):
             plane.api("POST", "/deployments/pd/stop")
-            plane.wait("pd", lambda us: all(u["state"] in ("STOPPED", "EXITED")
-                                            for u in us.values()), 30)
+            plane.wait(
+                "pd", lambda us: all(u["state"] in ("STOPPED", "EXITED") for u in us.values()), 30
+            )
         plane.close()

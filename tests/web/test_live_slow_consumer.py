@@ -46,16 +46,21 @@ class Server:
 def server(tmp_path: Path, migrated: Path) -> Iterator[Server]:
     db = tmp_path / "pdctl.db"
     shutil.copy(migrated, db)
-    settings = Settings(db=db, migrate_on_start=False, controller=False,
-                        runtime_dir=tmp_path / "runs", live_queue_size=QUEUE)
+    settings = Settings(
+        db=db,
+        migrate_on_start=False,
+        controller=False,
+        runtime_dir=tmp_path / "runs",
+        live_queue_size=QUEUE,
+    )
     app = create_app(settings)
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                            ws_ping_interval=None)
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", ws_ping_interval=None
+    )
     userver = uvicorn.Server(config)
     loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(userver.serve(),),
-                              daemon=True)
+    thread = threading.Thread(target=loop.run_until_complete, args=(userver.serve(),), daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
     while not userver.started:
@@ -78,9 +83,13 @@ def never_reading_socket(url: str, path: str) -> socket.socket:
     sock.settimeout(10)
     sock.connect((host, int(port)))
     key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall((f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
-                  f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-                  "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+    sock.sendall(
+        (
+            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+    )
     head = b""
     while b"\r\n\r\n" not in head:
         head += sock.recv(1)  # byte by byte: nothing past the handshake is read
@@ -103,14 +112,16 @@ def test_a_consumer_that_never_reads_is_capped_and_stalls_no_one(server: Server)
 
     def publish(seq: int) -> None:  # on the server's loop, as the observer publishes
         t0 = time.perf_counter()
-        server.hub.publish(topic, json.dumps({"type": "frame", "seq": seq,
-                                              "pad": "x" * FRAME_BYTES}))
+        server.hub.publish(
+            topic, json.dumps({"type": "frame", "seq": seq, "pad": "x" * FRAME_BYTES})
+        )
         publish_times.append(time.perf_counter() - t0)
         worst_pending.append(max(s.pending() for s in server.hub._topics[topic]))
 
     try:
-        with connect(server.url.replace("http", "ws") + ws_path, open_timeout=10,
-                     max_size=None) as fast:
+        with connect(
+            server.url.replace("http", "ws") + ws_path, open_timeout=10, max_size=None
+        ) as fast:
             assert json.loads(fast.recv(timeout=10))["type"] == "history"
             deadline = time.monotonic() + 10
             while server.hub.subscribers(topic) < 2:

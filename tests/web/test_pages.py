@@ -14,30 +14,58 @@ HX = {"HX-Request": "true"}
 
 
 def moriio(name: str = "mori") -> dict:
-    return {"name": name, "engine": "sim", "model": "tiny", "topology": "disaggregated",
-            "connector": "MoRIIOConnector", "prefix_caching": False,
-            "groups": [{"name": "prefill", "role": "prefill", "mode": "read"},
-                       {"name": "decode", "role": "decode", "mode": "read"}]}
+    return {
+        "name": name,
+        "engine": "sim",
+        "model": "tiny",
+        "topology": "disaggregated",
+        "connector": "MoRIIOConnector",
+        "prefix_caching": False,
+        "groups": [
+            {"name": "prefill", "role": "prefill", "mode": "read"},
+            {"name": "decode", "role": "decode", "mode": "read"},
+        ],
+    }
 
 
 def form(**changes: str) -> dict[str, str]:
-    data = {"name": "mori", "engine": "sim", "model": "tiny", "hardware": "",
-            "topology": "disaggregated", "connector": "MoRIIOConnector",
-            "proxy.policy": "round-robin", "slo.ttft_ms": "1000", "slo.itl_ms": "50",
-            "slo.itl_stat": "p99", "extra_args": "", "action": "save",
-            "groups.0.name": "prefill", "groups.0.role": "prefill", "groups.0.count": "1",
-            "groups.0.tp": "1", "groups.0.gpus": "", "groups.0.mode": "read",
-            "groups.0._rest": "{}",
-            "groups.1.name": "decode", "groups.1.role": "decode", "groups.1.count": "1",
-            "groups.1.tp": "1", "groups.1.gpus": "", "groups.1.mode": "read",
-            "groups.1._rest": "{}"}
+    data = {
+        "name": "mori",
+        "engine": "sim",
+        "model": "tiny",
+        "hardware": "",
+        "topology": "disaggregated",
+        "connector": "MoRIIOConnector",
+        "proxy.policy": "round-robin",
+        "slo.ttft_ms": "1000",
+        "slo.itl_ms": "50",
+        "slo.itl_stat": "p99",
+        "extra_args": "",
+        "action": "save",
+        "groups.0.name": "prefill",
+        "groups.0.role": "prefill",
+        "groups.0.count": "1",
+        "groups.0.tp": "1",
+        "groups.0.gpus": "",
+        "groups.0.mode": "read",
+        "groups.0._rest": "{}",
+        "groups.1.name": "decode",
+        "groups.1.role": "decode",
+        "groups.1.count": "1",
+        "groups.1.tp": "1",
+        "groups.1.gpus": "",
+        "groups.1.mode": "read",
+        "groups.1._rest": "{}",
+    }
     data.update(changes)
     return data
 
 
 def field_errors(html: str) -> dict[str, str]:
-    return {k: html_lib.unescape(v)
-            for k, v in re.findall(r'data-error-for="([^"]*)"[^>]*>([^<]*)<', html)}
+    return {
+        k: html_lib.unescape(v)
+        for k, v in re.findall(r'data-error-for="([^"]*)"[^>]*>([^<]*)<', html)
+    }
 
 
 def test_a_browser_without_a_token_is_sent_to_login(secured):
@@ -65,20 +93,20 @@ def test_list_shows_each_deployment_with_a_live_state_badge(client):
 
 
 def test_form_shows_a_rule_broken_at_its_field(client):
-    response = client.post("/deployments/new", data=form(**{"groups.0.gpus": "0,1"}),
-                           headers=HX)
+    response = client.post("/deployments/new", data=form(**{"groups.0.gpus": "0,1"}), headers=HX)
     assert response.status_code == 422
     assert field_errors(response.text) == {
-        "groups.0.gpus": "1 instance(s) x TP 1 need 1 GPU ids, got 2"}
+        "groups.0.gpus": "1 instance(s) x TP 1 need 1 GPU ids, got 2"
+    }
     assert 'id="f-groups.0.gpus" name="groups.0.gpus" value="0,1"' in response.text
     assert 'aria-invalid="true" aria-describedby="err-groups-0-gpus"' in response.text
     assert client.get("/api/deployments").json() == []
 
 
 def test_form_shows_type_errors_at_the_field_and_keeps_what_was_typed(client):
-    response = client.post("/deployments/new",
-                           data=form(**{"slo.itl_ms": "fast", "groups.1.count": "two"}),
-                           headers=HX)
+    response = client.post(
+        "/deployments/new", data=form(**{"slo.itl_ms": "fast", "groups.1.count": "two"}), headers=HX
+    )
     errors = field_errors(response.text)
     assert response.status_code == 422
     assert "valid number" in errors["slo.itl_ms"]
@@ -119,8 +147,9 @@ def test_edit_keeps_what_the_form_does_not_show(client):
     page = client.get("/deployments/mori/edit")
     assert page.status_code == 200 and "readonly" in page.text
     rest = re.search(r'name="groups.0._rest" value="([^"]*)"', page.text)[1]
-    data = form(**{"groups.0._rest": html_lib.unescape(rest), "slo.ttft_ms": "250",
-                   "reason": "tighter"})
+    data = form(
+        **{"groups.0._rest": html_lib.unescape(rest), "slo.ttft_ms": "250", "reason": "tighter"}
+    )
     response = client.post("/deployments/mori/edit", data=data, headers=HX)
     assert response.headers["hx-redirect"] == "/deployments/mori"
     stored = client.get("/api/deployments/mori").json()
@@ -141,8 +170,15 @@ def test_deployment_page_wires_the_live_socket_and_the_charts(client):
     page = client.get("/deployments/mori")
     assert page.status_code == 200
     assert 'hx-ext="ws" ws-connect="/ws/deployments/mori"' in page.text
-    for chart in ("chart-ttft", "chart-itl", "chart-slo", "chart-rate", "chart-kv",
-                  "chart-load", "chart-kvcache"):
+    for chart in (
+        "chart-ttft",
+        "chart-itl",
+        "chart-slo",
+        "chart-rate",
+        "chart-kv",
+        "chart-load",
+        "chart-kvcache",
+    ):
         assert f'id="{chart}"' in page.text
     assert 'class="tag sim"' in page.text and ">derived<" in page.text
     assert 'data-slo-ttft-ms="1000.0"' in page.text
@@ -153,9 +189,15 @@ def test_deployment_page_wires_the_live_socket_and_the_charts(client):
 
 
 def test_vendored_browser_files_are_served_with_versions(client):
-    for path in (f"htmx-{HTMX_VERSION}.min.js", f"htmx-ext-ws-{HTMX_WS_VERSION}.min.js",
-                 f"uPlot-{UPLOT_VERSION}.iife.min.js", f"uPlot-{UPLOT_VERSION}.min.css",
-                 "pdctl.css", "pdctl.js", "pdctl-live.js"):
+    for path in (
+        f"htmx-{HTMX_VERSION}.min.js",
+        f"htmx-ext-ws-{HTMX_WS_VERSION}.min.js",
+        f"uPlot-{UPLOT_VERSION}.iife.min.js",
+        f"uPlot-{UPLOT_VERSION}.min.css",
+        "pdctl.css",
+        "pdctl.js",
+        "pdctl-live.js",
+    ):
         assert client.get(f"/static/{path}").status_code == 200, path
     assert f'version:"{HTMX_VERSION}"' in client.get(f"/static/htmx-{HTMX_VERSION}.min.js").text
 
@@ -183,12 +225,18 @@ def test_an_action_that_fails_comes_back_as_a_message(client):
 
 def test_switch_needs_a_reason_and_says_why_it_is_refused(client):
     client.post("/api/deployments", json=moriio())
-    response = client.post("/deployments/mori/switch", headers=HX,
-                           data={"mode": "write", "strategy": "hold", "reason": ""})
+    response = client.post(
+        "/deployments/mori/switch",
+        headers=HX,
+        data={"mode": "write", "strategy": "hold", "reason": ""},
+    )
     assert response.status_code == 422
     assert "reason" in field_errors(response.text)
-    response = client.post("/deployments/mori/switch", headers=HX,
-                           data={"mode": "write", "strategy": "hold", "reason": "test"})
+    response = client.post(
+        "/deployments/mori/switch",
+        headers=HX,
+        data={"mode": "write", "strategy": "hold", "reason": "test"},
+    )
     assert response.status_code == 409 and "not running" in response.text
 
 
@@ -220,8 +268,11 @@ def test_unknown_log_and_deployment_are_messages_not_blank(client):
 def test_viewer_sees_controls_disabled(secured):
     secured.post("/api/deployments", json=moriio(), headers=AS_OPERATOR)
     page = secured.get("/deployments/mori", headers=AS_VIEWER)
-    assert re.search(r'<button class="primary" disabled hx-post="/deployments/mori/actions/'
-                     r'start"', page.text)
+    assert re.search(
+        r'<button class="primary" disabled hx-post="/deployments/mori/actions/'
+        r'start"',
+        page.text,
+    )
     response = secured.post("/deployments/mori/actions/start", headers={**HX, **AS_VIEWER})
     assert "may only read" in response.text
 

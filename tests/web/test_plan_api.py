@@ -10,8 +10,20 @@ from tests.web.conftest import AS_OPERATOR, AS_VIEWER, OPERATOR, VIEWER, MakeCli
 from web import plan_runner, plan_schema
 
 SMALL = {"workload": {"num_prompts": 20}}  # fast: 4 configurations x 1 rate x 20 requests
-ROW_KEYS = {"config", "rate", "requests", "met_ttft", "met_itl", "met_both", "p50_ttft_ms",
-            "p99_ttft_ms", "p50_itl_ms", "p99_itl_ms", "failed_target", "slo_attainment"}
+ROW_KEYS = {
+    "config",
+    "rate",
+    "requests",
+    "met_ttft",
+    "met_itl",
+    "met_both",
+    "p50_ttft_ms",
+    "p99_ttft_ms",
+    "p50_itl_ms",
+    "p99_itl_ms",
+    "failed_target",
+    "slo_attainment",
+}
 
 
 @pytest.fixture(scope="module")
@@ -21,10 +33,15 @@ def api(make_module_client: MakeClient) -> TestClient:
 
 def test_defaults_are_the_mori_io_setup_at_its_published_rate(api):
     result = api.post("/api/plan", json=SMALL).json()
-    assert [r["config"] for r in result["rows"]] == ["colocated-tp8", "colocated-2xtp4",
-                                                     "disagg-read", "disagg-write"]
-    assert all(set(r) >= ROW_KEYS and r["rate"] == 8.0 and r["requests"] == 20
-               for r in result["rows"])
+    assert [r["config"] for r in result["rows"]] == [
+        "colocated-tp8",
+        "colocated-2xtp4",
+        "disagg-read",
+        "disagg-write",
+    ]
+    assert all(
+        set(r) >= ROW_KEYS and r["rate"] == 8.0 and r["requests"] == 20 for r in result["rows"]
+    )
     assert set(result["max_goodput_rate"]) == {r["config"] for r in result["rows"]}
     assert result["calibration"] and result["calibration"][0]["fitted_to"]
     assert result["workload"]["input_len"] == 2000 and result["model"] == "qwen3-235b-a22b-fp8"
@@ -40,28 +57,33 @@ def test_a_rate_range_is_spelled_out_and_sorted(api):
     assert api.post("/api/plan", json={**body, "rates": [6, 2, 2]}).json()["rows"][0]["rate"] == 2
 
 
-@pytest.mark.parametrize(("body", "loc"), [
-    ({"configs": ["zz"]}, ["body", "configs", 0]),
-    ({"configs": ["2xtp4", "4xtp4"]}, ["body", "configs", 1]),  # 16 GPUs on an 8-GPU node
-    ({"configs": ["8xtp1"]}, ["body", "configs", 0]),  # the model does not fit on TP1
-    ({"configs": []}, ["body", "configs"]),
-    ({"rates": "0.1:100:0.001"}, ["body", "rates"]),
-    ({"rates": "abc"}, ["body", "rates"]),
-    ({"rates": [0]}, ["body", "rates"]),
-    ({"rates": list(range(1, 22))}, ["body", "rates"]),
-    ({"configs": ["1xtp8"] * 5, "rates": "1:20:1"}, ["body", "rates"]),  # 100 runs > 80
-    ({"workload": {"num_prompts": plan_schema.MAX_PROMPTS + 1}},
-     ["body", "workload", "num_prompts"]),
-    ({"workload": {"input_len": 0}}, ["body", "workload", "input_len"]),
-    ({"workload": {"burstiness": 0}}, ["body", "workload", "burstiness"]),
-    ({"slo": {"itl_stat": "p50"}}, ["body", "slo", "itl_stat"]),
-    ({"model": "gpt-5"}, ["body", "model"]),
-    ({"hardware": "tpu"}, ["body", "hardware"]),
-    ({"scenario": "nope"}, ["body", "scenario"]),
-    ({"goodput_share": 1.5}, ["body", "goodput_share"]),
-    ({"prefill_flags": {"max_num_seqs": 0}}, ["body", "prefill_flags", "max_num_seqs"]),
-    ({"surprise": 1}, ["body", "surprise"]),
-])
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({"configs": ["zz"]}, ["body", "configs", 0]),
+        ({"configs": ["2xtp4", "4xtp4"]}, ["body", "configs", 1]),  # 16 GPUs on an 8-GPU node
+        ({"configs": ["8xtp1"]}, ["body", "configs", 0]),  # the model does not fit on TP1
+        ({"configs": []}, ["body", "configs"]),
+        ({"rates": "0.1:100:0.001"}, ["body", "rates"]),
+        ({"rates": "abc"}, ["body", "rates"]),
+        ({"rates": [0]}, ["body", "rates"]),
+        ({"rates": list(range(1, 22))}, ["body", "rates"]),
+        ({"configs": ["1xtp8"] * 5, "rates": "1:20:1"}, ["body", "rates"]),  # 100 runs > 80
+        (
+            {"workload": {"num_prompts": plan_schema.MAX_PROMPTS + 1}},
+            ["body", "workload", "num_prompts"],
+        ),
+        ({"workload": {"input_len": 0}}, ["body", "workload", "input_len"]),
+        ({"workload": {"burstiness": 0}}, ["body", "workload", "burstiness"]),
+        ({"slo": {"itl_stat": "p50"}}, ["body", "slo", "itl_stat"]),
+        ({"model": "gpt-5"}, ["body", "model"]),
+        ({"hardware": "tpu"}, ["body", "hardware"]),
+        ({"scenario": "nope"}, ["body", "scenario"]),
+        ({"goodput_share": 1.5}, ["body", "goodput_share"]),
+        ({"prefill_flags": {"max_num_seqs": 0}}, ["body", "prefill_flags", "max_num_seqs"]),
+        ({"surprise": 1}, ["body", "surprise"]),
+    ],
+)
 def test_bad_input_is_a_422_naming_the_field(api, body, loc):
     response = api.post("/api/plan", json=body)
     assert response.status_code == 422
@@ -123,10 +145,17 @@ def test_kv_without_peer_to_peer_goes_through_host_memory_and_is_slower(api):
     assert host["given_link_transfer_ms"] == pytest.approx(3.2768e9 / 50e9 * 1000, rel=1e-3)
 
 
-@pytest.mark.parametrize(("params", "field"), [
-    ({"model": "gpt-5"}, "model"), ({"hardware": "tpu"}, "hardware"), ({"tokens": 0}, "tokens"),
-    ({"tp": 0}, "tp"), ({"link_gbps": -1}, "link_gbps"), ({"p2p": "maybe"}, "p2p"),
-])
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"model": "gpt-5"}, "model"),
+        ({"hardware": "tpu"}, "hardware"),
+        ({"tokens": 0}, "tokens"),
+        ({"tp": 0}, "tp"),
+        ({"link_gbps": -1}, "link_gbps"),
+        ({"p2p": "maybe"}, "p2p"),
+    ],
+)
 def test_kv_bad_query_is_a_422_naming_the_field(api, params, field):
     response = api.get("/api/kv", params=params)
     assert response.status_code == 422
@@ -138,8 +167,7 @@ def test_kv_bad_query_is_a_422_naming_the_field(api, params, field):
 
 @pytest.fixture(scope="module")
 def secured_api(make_module_client: MakeClient) -> TestClient:
-    return make_module_client(controller=False, operator_tokens=[OPERATOR],
-                              viewer_tokens=[VIEWER])
+    return make_module_client(controller=False, operator_tokens=[OPERATOR], viewer_tokens=[VIEWER])
 
 
 @pytest.mark.parametrize("call", [("POST", "/api/plan"), ("GET", "/api/kv")])

@@ -23,8 +23,9 @@ def pages(make_module_client: MakeClient) -> TestClient:
 
 
 def field_errors(text: str) -> dict[str, str]:
-    return {k: html.unescape(v)
-            for k, v in re.findall(r'data-error-for="([^"]*)"[^>]*>([^<]*)<', text)}
+    return {
+        k: html.unescape(v) for k, v in re.findall(r'data-error-for="([^"]*)"[^>]*>([^<]*)<', text)
+    }
 
 
 def test_nav_links_to_plan_and_kv(pages):
@@ -47,8 +48,12 @@ def test_an_htmx_submit_gets_the_chart_data_and_a_row_per_config_and_rate(pages)
     text = response.text
     chart = json.loads(re.search(r'id="plan-chart-data">(.*?)</script>', text, re.S)[1])
     assert chart["rates"] == [4.0, 8.0] and chart["share"] == 0.9
-    assert [s["label"] for s in chart["series"]] == ["colocated-tp8", "colocated-2xtp4",
-                                                     "disagg-read", "disagg-write"]
+    assert [s["label"] for s in chart["series"]] == [
+        "colocated-tp8",
+        "colocated-2xtp4",
+        "disagg-read",
+        "disagg-write",
+    ]
     assert all(len(s["values"]) == 2 for s in chart["series"])
     assert len(re.findall(r"<tr data-config=\"[^\"]+\" data-rate=", text)) == 8
     assert 'data-goodput-config="disagg-write"' in text and "data-calibration" in text
@@ -60,8 +65,11 @@ def test_a_search_from_the_page_ranks_layouts(pages):
 
 
 def test_bad_fields_come_back_at_the_fields_with_a_422(pages):
-    response = pages.get("/plan", params={**SMALL, "rates": "fast", "configs": "1xtp8\nx",
-                                          "workload.num_prompts": "0"}, headers=HX)
+    response = pages.get(
+        "/plan",
+        params={**SMALL, "rates": "fast", "configs": "1xtp8\nx", "workload.num_prompts": "0"},
+        headers=HX,
+    )
     assert response.status_code == 422
     errors = field_errors(response.text)
     assert "start:stop:step" in errors["rates"]
@@ -89,8 +97,11 @@ def test_the_kv_page_shows_llama_70b_10k_tokens_at_about_3_3_gb(pages):
 
 
 def test_the_kv_page_answers_an_htmx_query_and_says_what_is_wrong(pages):
-    ok = pages.get("/tools/kv", params={"model": "llama-3.1-8b", "tokens": "1000", "p2p": "false",
-                                        "link_gbps": "25"}, headers=HX)
+    ok = pages.get(
+        "/tools/kv",
+        params={"model": "llama-3.1-8b", "tokens": "1000", "p2p": "false", "link_gbps": "25"},
+        headers=HX,
+    )
     assert ok.status_code == 200 and "<html" not in ok.text
     assert "through host memory" in ok.text and 'id="kv-link-ms"' in ok.text
     bad = pages.get("/tools/kv", params={"tokens": "many"}, headers=HX)

@@ -61,8 +61,7 @@ def test_silly_limits_are_refused() -> None:
 
 def test_the_book_counts_unknown_tokens_and_refuses_even_a_right_one_past_the_limit() -> None:
     clock = FakeClock()
-    book = TokenBook(Settings(operator_tokens=[OPERATOR], login_attempts_per_minute=2),
-                     clock=clock)
+    book = TokenBook(Settings(operator_tokens=[OPERATOR], login_attempts_per_minute=2), clock=clock)
     assert book.check("op-secret", "a").label == "operator:alice"  # successes are free
     assert book.check("nope", "a") is None
     assert book.check("op-secret", "a") is not None  # under the limit a right one works
@@ -77,12 +76,12 @@ def test_the_book_counts_unknown_tokens_and_refuses_even_a_right_one_past_the_li
 
 @pytest.fixture
 def limited(make_client: MakeClient) -> TestClient:
-    return make_client(operator_tokens=[OPERATOR], viewer_tokens=[VIEWER],
-                       login_attempts_per_minute=3)
+    return make_client(
+        operator_tokens=[OPERATOR], viewer_tokens=[VIEWER], login_attempts_per_minute=3
+    )
 
 
-def test_login_is_429_with_retry_after_once_the_attempts_are_used_up(
-        limited: TestClient) -> None:
+def test_login_is_429_with_retry_after_once_the_attempts_are_used_up(limited: TestClient) -> None:
     ok = limited.post("/login", data={"token": "op-secret"}, follow_redirects=False)
     assert ok.status_code == 303
     for i in range(3):
@@ -97,24 +96,30 @@ def test_login_is_429_with_retry_after_once_the_attempts_are_used_up(
 
 def test_unknown_bearer_tokens_on_the_api_count_too(limited: TestClient) -> None:
     for _ in range(3):
-        assert limited.get("/api/events",
-                           headers={"Authorization": "Bearer guess"}).status_code == 401
+        assert (
+            limited.get("/api/events", headers={"Authorization": "Bearer guess"}).status_code == 401
+        )
     refused = limited.get("/api/events", headers={"Authorization": "Bearer op-secret"})
     assert refused.status_code == 429 and "retry-after" in refused.headers
     assert refused.json()["detail"].startswith("too many failed sign-ins from this address")
     # a request without any token is not a guess: still the plain 401
     assert limited.get("/api/events").status_code == 401
-    assert limited.post("/login", data={"token": "op-secret"},
-                        follow_redirects=False).status_code == 429
+    assert (
+        limited.post("/login", data={"token": "op-secret"}, follow_redirects=False).status_code
+        == 429
+    )
 
 
 def test_unknown_tokens_on_the_websocket_count_and_close_4429(limited: TestClient) -> None:
-    limited.post("/api/deployments", json=nixl_1p1d(),
-                 headers={"Authorization": "Bearer op-secret"})
+    limited.post(
+        "/api/deployments", json=nixl_1p1d(), headers={"Authorization": "Bearer op-secret"}
+    )
     codes = []
     for _ in range(4):
-        with (pytest.raises(WebSocketDisconnect) as err,
-              limited.websocket_connect("/ws/deployments/pd?token=guess") as ws):
+        with (
+            pytest.raises(WebSocketDisconnect) as err,
+            limited.websocket_connect("/ws/deployments/pd?token=guess") as ws,
+        ):
             ws.receive_text()
         codes.append(err.value.code)
     assert codes == [4401, 4401, 4401, 4429]

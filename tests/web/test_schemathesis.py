@@ -28,10 +28,12 @@ EXAMPLES = 20
 def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
     tmp = tmp_path_factory.mktemp("schemathesis")
     port = free_port()
-    proc = Process(["serve", "--port", str(port), "--db", str(tmp / "pdctl.db")], port,
-                   env={"PDCTL_RUNTIME_DIR": str(tmp / "runs"),
-                        "PDCTL_PORT_RANGE": port_range()},
-                   log_path=tmp / "serve.log")
+    proc = Process(
+        ["serve", "--port", str(port), "--db", str(tmp / "pdctl.db")],
+        port,
+        env={"PDCTL_RUNTIME_DIR": str(tmp / "runs"), "PDCTL_PORT_RANGE": port_range()},
+        log_path=tmp / "serve.log",
+    )
     try:
         proc.wait_healthy(30)
         yield proc
@@ -61,8 +63,14 @@ def test_no_5xx_and_answers_match_the_schema(api_schema) -> None:
         operation = result.ok()
 
         @given(case=operation.as_strategy())
-        @settings(max_examples=EXAMPLES, database=None, deadline=None, derandomize=True,
-                  phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=EXAMPLES,
+            database=None,
+            deadline=None,
+            derandomize=True,
+            phases=[Phase.explicit, Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        )
         def run(case) -> None:
             case.call_and_validate(timeout=30, excluded_checks=[positive_data_acceptance])
 

@@ -22,10 +22,16 @@ TOKENS = {"PDCTL_OPERATOR_TOKENS": "alice:op-secret", "PDCTL_VIEWER_TOKENS": "bo
 
 def serve(tmp_path: Path, db: Path, env: dict | None = None) -> Process:
     port = free_port()
-    return Process(["serve", "--port", str(port), "--db", str(db)], port,
-                   env={"PDCTL_PORT_RANGE": port_range(),
-                        "PDCTL_RUNTIME_DIR": str(tmp_path / "runs"), **(env or {})},
-                   log_path=tmp_path / f"serve-{port}.log").wait_healthy()
+    return Process(
+        ["serve", "--port", str(port), "--db", str(db)],
+        port,
+        env={
+            "PDCTL_PORT_RANGE": port_range(),
+            "PDCTL_RUNTIME_DIR": str(tmp_path / "runs"),
+            **(env or {}),
+        },
+        log_path=tmp_path / f"serve-{port}.log",
+    ).wait_healthy()
 
 
 def get(url: str) -> tuple[int, bytes]:
@@ -33,9 +39,12 @@ def get(url: str) -> tuple[int, bytes]:
 
 
 def put(url: str, body: dict, headers: dict | None = None) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="PUT",
-                                     headers={"Content-Type": "application/json",
-                                              **(headers or {})})
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="PUT",
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.loads(response.read())
@@ -75,8 +84,11 @@ def post_unsent(url: str, length: int, headers: dict) -> int:
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
     try:
         conn.putrequest("POST", parts.path)
-        for name, value in {**headers, "Content-Type": "application/json",
-                            "Content-Length": str(length)}.items():
+        for name, value in {
+            **headers,
+            "Content-Type": "application/json",
+            "Content-Length": str(length),
+        }.items():
             conn.putheader(name, value)
         conn.endheaders()
         return conn.getresponse().status
@@ -91,11 +103,15 @@ def test_serve_with_tokens_and_every_error_over_real_http(tmp_path: Path) -> Non
     try:
         assert get(server.url + "/health")[0] == 200
         assert http_post(deployments, nixl_1p1d())[0] == 401
-        assert http_post(deployments, nixl_1p1d(),
-                         headers={"Authorization": "Bearer view-secret"})[0] == 403
+        assert (
+            http_post(deployments, nixl_1p1d(), headers={"Authorization": "Bearer view-secret"})[0]
+            == 403
+        )
         assert http_post(deployments, nixl_1p1d(), headers=operator)[0] == 201
         assert http_post(deployments, nixl_1p1d(), headers=operator) == (
-            409, {"detail": "deployment 'pd' already exists"})
+            409,
+            {"detail": "deployment 'pd' already exists"},
+        )
         status, body = http_post(deployments, nixl_1p1d("x", connector=None), headers=operator)
         assert (status, body["detail"][0]["loc"]) == (422, ["body", "connector"])
         assert post_unsent(deployments, 2 << 20, operator) == 413
@@ -117,10 +133,22 @@ def test_serve_with_tokens_and_every_error_over_real_http(tmp_path: Path) -> Non
 
 
 def test_serve_refuses_to_bind_beyond_loopback_without_tokens(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(ROOT / "pdctl.py"), "serve", "--host",
-                           "0.0.0.0", "--db", str(tmp_path / "pdctl.db")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "pdctl.py"),
+            "serve",
+            "--host",
+            "0.0.0.0",
+            "--db",
+            str(tmp_path / "pdctl.db"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"},
+    )
     assert done.returncode == 2
     assert "refusing to bind 0.0.0.0 without tokens" in done.stderr
     assert "--host" in done.stderr

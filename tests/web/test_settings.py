@@ -11,7 +11,12 @@ from web.settings import Settings, get_settings
 def test_defaults() -> None:
     s = Settings()
     assert (s.host, s.port, str(s.db), s.allow_code_env, s.vllm_launcher) == (
-        "127.0.0.1", 8000, "pdctl.db", False, "vllm serve")
+        "127.0.0.1",
+        8000,
+        "pdctl.db",
+        False,
+        "vllm serve",
+    )
     assert not s.auth_enabled
 
 
@@ -25,10 +30,15 @@ def test_tokens_and_range_from_plain_env(monkeypatch: pytest.MonkeyPatch) -> Non
     assert s.port_range == (30000, 30100) and s.allow_code_env and s.auth_enabled
 
 
-@pytest.mark.parametrize(("env", "value"), [("PDCTL_PORT_RANGE", "30000"),
-                                            ("PDCTL_PORT_RANGE", "300-200"),
-                                            ("PDCTL_PORT_RANGE", "1-70000"),
-                                            ("PDCTL_OPERATOR_TOKENS", "alice:")])
+@pytest.mark.parametrize(
+    ("env", "value"),
+    [
+        ("PDCTL_PORT_RANGE", "30000"),
+        ("PDCTL_PORT_RANGE", "300-200"),
+        ("PDCTL_PORT_RANGE", "1-70000"),
+        ("PDCTL_OPERATOR_TOKENS", "alice:"),
+    ],
+)
 def test_bad_values_are_refused(monkeypatch: pytest.MonkeyPatch, env: str, value: str) -> None:
     monkeypatch.setenv(env, value)
     with pytest.raises(ValidationError):

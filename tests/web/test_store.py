@@ -83,8 +83,7 @@ def test_allocation_gives_up_when_the_host_is_full(tmp_path: Path) -> None:
 
 def test_recorded_events_are_counted_by_kind(store: Store) -> None:
     store.create(spec(nixl_1p1d()), "operator:alice")
-    event = store.record("controller", "instance.started", "prefill-0 started", "pd",
-                         {"pid": 42})
+    event = store.record("controller", "instance.started", "prefill-0 started", "pd", {"pid": 42})
     assert event.id is not None and event.ts.tzinfo is not None
     assert store.events("pd", "instance.started")[0].detail == {"pid": 42}
     assert store.counts() == (1, 1, {"deployment.created": 1, "instance.started": 1})
@@ -99,6 +98,9 @@ def test_allocation_skips_busy_host_ports(tmp_path: Path) -> None:
         store = Store(engine, Admission((43000, 43999), False, busy.__contains__))
         ports = store.create(spec(nixl_1p1d()), "test").ports
         assert (ports.proxy, ports.registry, ports.instances["prefill-0"].http) == (
-            43001, 43004, 43005)
+            43001,
+            43004,
+            43005,
+        )
     finally:
         engine.dispose()

@@ -37,19 +37,31 @@ def live(request: Request, store: Store, name: str, window: str) -> dict[str, An
     spec = store.get(name).spec  # NotFound: 404
     observer = getattr(request.app.state, "observer", None)
     frame = observer.frame(name, window) if observer is not None else None
-    points = (History(store.engine).read(name, time.time() - WINDOW_SECONDS[window])
-              if frame is not None else [])
+    points = (
+        History(store.engine).read(name, time.time() - WINDOW_SECONDS[window])
+        if frame is not None
+        else []
+    )
     derived = signals.from_frame(
-        frame, points, topology=spec.topology.value,
+        frame,
+        points,
+        topology=spec.topology.value,
         slo={"ttft_ms": spec.slo.ttft_ms, "itl_ms": spec.slo.itl_ms},
-        kv_bytes_per_token=kv_bytes_per_token(spec.model))
-    return {"deployment": name, "window": window, "live": frame is not None,
-            "ts": frame["ts"] if frame else None, **signals.advice(derived)}
+        kv_bytes_per_token=kv_bytes_per_token(spec.model),
+    )
+    return {
+        "deployment": name,
+        "window": window,
+        "live": frame is not None,
+        "ts": frame["ts"] if frame else None,
+        **signals.advice(derived),
+    }
 
 
 @router.get("/deployments/{name}/advice")
-def deployment_advice(name: str, request: Request, store: StoreDep,
-                      window: Window = DEFAULT_WINDOW) -> dict[str, Any]:
+def deployment_advice(
+    name: str, request: Request, store: StoreDep, window: Window = DEFAULT_WINDOW
+) -> dict[str, Any]:
     """Each advisor rule's verdict on the deployment's live measurements: triggered (true,
     false, or null when a signal it needs is absent), the advice, the numbers behind it, and
     each signal's source."""
@@ -110,27 +122,46 @@ def advise(body: AdviceRequest) -> dict[str, Any]:
         derived = signals.Derived()
         for key, value in body.signals.model_dump(exclude_none=True).items():
             derived.put(key, value, "given")
-        return {"source": "signals", "results": [{"label": "given",
-                                                  **signals.advice(derived)}]}
+        return {"source": "signals", "results": [{"label": "given", **signals.advice(derived)}]}
     if body.bench is not None:
         runs = body.bench.get("runs", [body.bench])
-        items = [(f"{_rate(r)} req/s", signals.from_bench(r, body.topology))
-                 for r in _listed(runs, "bench", "runs") if _picked(r.get("request_rate"), body)]
+        items = [
+            (f"{_rate(r)} req/s", signals.from_bench(r, body.topology))
+            for r in _listed(runs, "bench", "runs")
+            if _picked(r.get("request_rate"), body)
+        ]
         return {"source": "bench", "results": _results(items, "bench")}
     plan = body.plan or {}
-    rows = [r for r in _listed(plan.get("rows"), "plan", "rows")
-            if _picked(r.get("rate"), body) and body.config in (None, r.get("config"))]
+    rows = [
+        r
+        for r in _listed(plan.get("rows"), "plan", "rows")
+        if _picked(r.get("rate"), body) and body.config in (None, r.get("config"))
+    ]
     items = [(f"{r.get('config')} @ {_rate(r)} req/s", signals.from_plan(plan, r)) for r in rows]
     return {"source": "plan", "results": _results(items, "plan")}
 
 
 def _listed(value: Any, field: str, key: str) -> list[dict[str, Any]]:
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise RequestValidationError([{"loc": ("body", field, key), "type": "value_error",
-                                       "msg": f"expected a list of {key} objects"}])
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("body", field, key),
+                    "type": "value_error",
+                    "msg": f"expected a list of {key} objects",
+                }
+            ]
+        )
     if len(value) > MAX_RESULTS:
-        raise RequestValidationError([{"loc": ("body", field, key), "type": "value_error",
-                                       "msg": f"at most {MAX_RESULTS} {key}"}])
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("body", field, key),
+                    "type": "value_error",
+                    "msg": f"at most {MAX_RESULTS} {key}",
+                }
+            ]
+        )
     return value
 
 
@@ -145,8 +176,15 @@ def _picked(rate: Any, body: AdviceRequest) -> bool:
 
 def _results(items: list[tuple[str, signals.Derived]], field: str) -> list[dict[str, Any]]:
     if not items:
-        raise RequestValidationError([{"loc": ("body", "rate"), "type": "value_error",
-                                       "msg": f"no {field} run or row matches rate/config"}])
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("body", "rate"),
+                    "type": "value_error",
+                    "msg": f"no {field} run or row matches rate/config",
+                }
+            ]
+        )
     return [{"label": label, **signals.advice(d)} for label, d in items]
 
 
@@ -154,13 +192,22 @@ def _results(items: list[tuple[str, signals.Derived]], field: str) -> list[dict[
 
 
 @page_router.get("/deployments/{name}/advice", response_class=HTMLResponse)
-def advice_fragment(name: str, request: Request, store: StoreDep, actor: PageActor,
-                    window: Annotated[str, Query()] = DEFAULT_WINDOW) -> HTMLResponse:
+def advice_fragment(
+    name: str,
+    request: Request,
+    store: StoreDep,
+    actor: PageActor,
+    window: Annotated[str, Query()] = DEFAULT_WINDOW,
+) -> HTMLResponse:
     """The advisor panel's content; the whole of _advice.html is the fragment."""
     window = window if window in WINDOWS else DEFAULT_WINDOW
     try:
         ctx = page_context(request, actor, advice=live(request, store, name, window), error=None)
     except NotFound as exc:
-        return htmx.page(request, "_advice.html",
-                         page_context(request, actor, advice=None, error=exc.message), 404)
+        return htmx.page(
+            request,
+            "_advice.html",
+            page_context(request, actor, advice=None, error=exc.message),
+            404,
+        )
     return htmx.page(request, "_advice.html", ctx)

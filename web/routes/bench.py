@@ -40,16 +40,20 @@ class BenchRunOut(BaseModel):
     total: int
     max_goodput_rate: float | str | None
     error: str | None
-    partial: bool = Field(description="Stopped part-way: `result` holds only the rates "
-                          "measured before it stopped")
+    partial: bool = Field(
+        description="Stopped part-way: `result` holds only the rates measured before it stopped"
+    )
     result: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, run: BenchRun, with_result: bool = False) -> BenchRunOut:
-        return cls(**run.model_dump(exclude={"result"}), label=bench_compare.label(run),
-                   max_goodput_rate=bench_compare.max_goodput_rate(run),
-                   partial=bench_compare.partial(run),
-                   result=run.result if with_result else None)
+        return cls(
+            **run.model_dump(exclude={"result"}),
+            label=bench_compare.label(run),
+            max_goodput_rate=bench_compare.max_goodput_rate(run),
+            partial=bench_compare.partial(run),
+            result=run.result if with_result else None,
+        )
 
 
 class PointOut(BaseModel):
@@ -85,8 +89,9 @@ def bench_runs(app: FastAPI) -> BenchRuns:
     runs = getattr(app.state, "bench_runs", None)
     if runs is None:
         store = app.state.store
-        runs = app.state.bench_runs = BenchRuns(BenchStore(store.engine), store.record,
-                                                lambda name: store.get(name).revision)
+        runs = app.state.bench_runs = BenchRuns(
+            BenchStore(store.engine), store.record, lambda name: store.get(name).revision
+        )
     return runs
 
 
@@ -99,8 +104,9 @@ def check_serving(request: Request, current: Current) -> None:
     down = [f"{u['name']} {u['state']}" for u in units if u["state"] != "RUNNING"]
     if not units or down:
         why = f" ({', '.join(down)})" if down else ""
-        raise Conflict(f"deployment {name!r} is not running{why}: start it, and bench once "
-                       "every process runs")
+        raise Conflict(
+            f"deployment {name!r} is not running{why}: start it, and bench once every process runs"
+        )
     switches = controller.switches.history(name)
     if switches and switches[-1].state == "running":
         raise Conflict(f"a mode switch of {name!r} is under way: bench after it ends")
@@ -109,39 +115,51 @@ def check_serving(request: Request, current: Current) -> None:
         raise Conflict(f"the dashboard's load run is going against {name!r}: stop it first")
 
 
-async def start_run(request: Request, current: Current, body: BenchRequest,
-                    actor: str) -> BenchRun:
+async def start_run(request: Request, current: Current, body: BenchRequest, actor: str) -> BenchRun:
     runs = bench_runs(request.app)
     if runs.busy(current.name):  # the more useful message first
-        raise Conflict(f"a bench run of {current.name!r} is going (run "
-                       f"{runs.current(current.name)}): stop it or wait for it")
+        raise Conflict(
+            f"a bench run of {current.name!r} is going (run "
+            f"{runs.current(current.name)}): stop it or wait for it"
+        )
     check_serving(request, current)
     return await runs.start(current, body, actor)
 
 
 @router.post("/deployments/{name}/bench", status_code=status.HTTP_202_ACCEPTED)
-async def start(name: str, body: BenchRequest, request: Request, store: StoreDep,
-                actor: Operator) -> BenchRunOut:
+async def start(
+    name: str, body: BenchRequest, request: Request, store: StoreDep, actor: Operator
+) -> BenchRunOut:
     """Start a run (one rate) or a sweep (several) against the deployment's proxy; follow it
     at /bench/{id}. SLOs left out are the deployment's."""
     return BenchRunOut.of(await start_run(request, store.get(name), body, actor.label))
 
 
 @router.get("/deployments/{name}/bench")
-def list_runs(name: str, request: Request, store: StoreDep,
-              limit: Annotated[int, Query(ge=1, le=500)] = 50) -> list[BenchRunOut]:
+def list_runs(
+    name: str, request: Request, store: StoreDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
+) -> list[BenchRunOut]:
     """The deployment's runs, newest first (results at /bench/{id})."""
     store.get(name)
     return [BenchRunOut.of(r) for r in bench_runs(request.app).store.of(name, limit)]
 
 
 @router.get("/bench/compare")
-def compare(request: Request, ids: Annotated[str, Query(
-        pattern=r"^\d{1,9}(,\d{1,9})*$", max_length=200,
-        description=f"Run ids, comma-separated (at most {MAX_COMPARE})")]) -> CompareOut:
+def compare(
+    request: Request,
+    ids: Annotated[
+        str,
+        Query(
+            pattern=r"^\d{1,9}(,\d{1,9})*$",
+            max_length=200,
+            description=f"Run ids, comma-separated (at most {MAX_COMPARE})",
+        ),
+    ],
+) -> CompareOut:
     """Each run as a curve: slo_attainment, p99 TTFT and p99 ITL per offered rate."""
-    return CompareOut(runs=[CurveOut(**bench_compare.curve(r))
-                            for r in compare_runs(request, parse_ids(ids))])
+    return CompareOut(
+        runs=[CurveOut(**bench_compare.curve(r)) for r in compare_runs(request, parse_ids(ids))]
+    )
 
 
 @router.get("/bench/{run_id}")

@@ -24,25 +24,52 @@ from web.store import Current
 
 router = APIRouter(tags=["pages"], include_in_schema=False)
 PANEL = "bench_panel.html"
-FORM_FIELDS = ("rates", "num_prompts", "input_len", "output_len", "slo_ttft_ms", "slo_itl_ms",
-               "burstiness", "seed")
-DEFAULTS = {"rates": "1,2,4,8", "num_prompts": "20", "input_len": "128", "output_len": "32",
-            "burstiness": "1", "seed": "0"}
+FORM_FIELDS = (
+    "rates",
+    "num_prompts",
+    "input_len",
+    "output_len",
+    "slo_ttft_ms",
+    "slo_itl_ms",
+    "burstiness",
+    "seed",
+)
+DEFAULTS = {
+    "rates": "1,2,4,8",
+    "num_prompts": "20",
+    "input_len": "128",
+    "output_len": "32",
+    "burstiness": "1",
+    "seed": "0",
+}
 
 
-def _panel_context(request: Request, actor: Actor, current: Current,
-                   **extra: Any) -> dict[str, Any]:
+def _panel_context(
+    request: Request, actor: Actor, current: Current, **extra: Any
+) -> dict[str, Any]:
     runs = bench_runs(request.app)
     past = runs.store.of(current.name, 20)
     active_id = runs.current(current.name)
     active = next((r for r in past if r.id == active_id), None)
-    return page_context(request, actor, d=current, spec=current.spec, runs=past, active=active,
-                    label=bench_compare.label, mgr=bench_compare.max_goodput_rate,
-                    partial=bench_compare.partial, measured=bench_compare.rates_measured,
-                    fmt_rates=lambda rates: ", ".join(f"{r:g}" for r in rates),
-                    form=extra.pop("form", DEFAULTS), errors=extra.pop("errors", {}),
-                    max_rate=MAX_RATE, max_prompts=MAX_PROMPTS, max_arrivals=MAX_ARRIVALS_S,
-                    **extra)
+    return page_context(
+        request,
+        actor,
+        d=current,
+        spec=current.spec,
+        runs=past,
+        active=active,
+        label=bench_compare.label,
+        mgr=bench_compare.max_goodput_rate,
+        partial=bench_compare.partial,
+        measured=bench_compare.rates_measured,
+        fmt_rates=lambda rates: ", ".join(f"{r:g}" for r in rates),
+        form=extra.pop("form", DEFAULTS),
+        errors=extra.pop("errors", {}),
+        max_rate=MAX_RATE,
+        max_prompts=MAX_PROMPTS,
+        max_arrivals=MAX_ARRIVALS_S,
+        **extra,
+    )
 
 
 def _current(store: StoreDep, name: str) -> Current:
@@ -58,8 +85,7 @@ def panel(name: str, request: Request, store: StoreDep, actor: PageActor) -> HTM
 
 
 @router.get("/deployments/{name}/bench/current", response_class=HTMLResponse)
-def current_run(name: str, request: Request, store: StoreDep,
-                actor: PageActor) -> HTMLResponse:
+def current_run(name: str, request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
     """What the panel polls while a run goes; once it has ended, the list of runs too."""
     ctx = _panel_context(request, actor, _current(store, name))
     blocks = ("current",) if ctx["active"] else ("current", "runs_oob")
@@ -67,8 +93,9 @@ def current_run(name: str, request: Request, store: StoreDep,
 
 
 @router.post("/deployments/{name}/bench", response_class=HTMLResponse)
-async def start_from_form(name: str, request: Request, store: StoreDep,
-                          actor: PageActor) -> HTMLResponse:
+async def start_from_form(
+    name: str, request: Request, store: StoreDep, actor: PageActor
+) -> HTMLResponse:
     current = _current(store, name)
     form = {k: str((await request.form()).get(k, "")).strip() for k in FORM_FIELDS}
     errors: dict[str, list[str]] = {}
@@ -84,15 +111,15 @@ async def start_from_form(name: str, request: Request, store: StoreDep,
             errors.setdefault(field, []).append(error["msg"])
     except PdctlError as exc:
         message = exc.message
-    ctx = _panel_context(request, actor, current, form=form, errors=errors,
-                         bench_error=message)
+    ctx = _panel_context(request, actor, current, form=form, errors=errors, bench_error=message)
     code = status.HTTP_422_UNPROCESSABLE_CONTENT if errors else status.HTTP_200_OK
     return htmx.fragment(request, PANEL, ("current", "runs_oob"), ctx, code)
 
 
 @router.post("/deployments/{name}/bench/stop", response_class=HTMLResponse)
-async def stop_from_form(name: str, request: Request, store: StoreDep,
-                         actor: PageActor) -> HTMLResponse:
+async def stop_from_form(
+    name: str, request: Request, store: StoreDep, actor: PageActor
+) -> HTMLResponse:
     current = _current(store, name)
     runs = bench_runs(request.app)
     message = None
@@ -110,19 +137,27 @@ async def stop_from_form(name: str, request: Request, store: StoreDep,
 
 
 @router.get("/bench/compare", response_class=HTMLResponse)
-def compare_page(request: Request, actor: PageActor,
-                 ids: Annotated[str | None, Query(max_length=200)] = None,
-                 picked: Annotated[list[int] | None,
-                                   Query(alias="id", max_length=50)] = None) -> HTMLResponse:
+def compare_page(
+    request: Request,
+    actor: PageActor,
+    ids: Annotated[str | None, Query(max_length=200)] = None,
+    picked: Annotated[list[int] | None, Query(alias="id", max_length=50)] = None,
+) -> HTMLResponse:
     """`?ids=1,2,3` (links) or `?id=1&id=2` (the panel's checkboxes)."""
     ticked = [str(i) for i in sorted(picked or [])]  # the panel's boxes: oldest run first
     wanted = ticked + [p for p in (ids or "").split(",") if p.strip()]
     try:
         if not wanted or not all(p.strip().isdigit() for p in wanted):
             raise NotFound("pick runs to compare: /bench/compare?ids=1,2 (run ids)")
-        curves = [bench_compare.curve(r)
-                  for r in compare_runs(request, parse_ids(",".join(p.strip() for p in wanted)))]
+        curves = [
+            bench_compare.curve(r)
+            for r in compare_runs(request, parse_ids(",".join(p.strip() for p in wanted)))
+        ]
     except PdctlError as exc:
-        return htmx.page(request, "error.html", page_context(request, actor, title=exc.title,
-                                                         message=exc.message), exc.status)
+        return htmx.page(
+            request,
+            "error.html",
+            page_context(request, actor, title=exc.title, message=exc.message),
+            exc.status,
+        )
     return htmx.page(request, "bench_compare.html", page_context(request, actor, curves=curves))

@@ -38,15 +38,35 @@ from web.routes.page_common import (
 )
 
 router = APIRouter(tags=["pages"], include_in_schema=False)
-FORM_CHOICES = {"engines": ENGINES, "topologies": TOPOLOGIES, "roles": ROLES, "modes": MODES,
-                "policies": POLICIES, "itl_stats": ITL_STATS, "connectors": CONNECTOR_CHOICES}
+FORM_CHOICES = {
+    "engines": ENGINES,
+    "topologies": TOPOLOGIES,
+    "roles": ROLES,
+    "modes": MODES,
+    "policies": POLICIES,
+    "itl_stats": ITL_STATS,
+    "connectors": CONNECTOR_CHOICES,
+}
 
 
-def _form(request: Request, actor: Actor, values: FormValues, editing: str | None,
-          errors: dict[str, list[str]] | None = None, general: list[str] | None = None,
-          status_code: int = 200) -> HTMLResponse:
-    ctx = page_context(request, actor, v=values, editing=editing, errors=errors or {},
-                       general=general or [], **FORM_CHOICES)
+def _form(
+    request: Request,
+    actor: Actor,
+    values: FormValues,
+    editing: str | None,
+    errors: dict[str, list[str]] | None = None,
+    general: list[str] | None = None,
+    status_code: int = 200,
+) -> HTMLResponse:
+    ctx = page_context(
+        request,
+        actor,
+        v=values,
+        editing=editing,
+        errors=errors or {},
+        general=general or [],
+        **FORM_CHOICES,
+    )
     if htmx.is_htmx(request):
         return htmx.fragment(request, "deployment_form.html", "form", ctx, status_code)
     return htmx.page(request, "deployment_form.html", ctx, status_code)
@@ -58,8 +78,9 @@ def new_form(request: Request, actor: PageActor) -> HTMLResponse:
 
 
 @router.post("/deployments/new", response_class=HTMLResponse, response_model=None)
-async def create_from_form(request: Request, store: StoreDep,
-                           actor: PageActor) -> HTMLResponse | RedirectResponse:
+async def create_from_form(
+    request: Request, store: StoreDep, actor: PageActor
+) -> HTMLResponse | RedirectResponse:
     return await _submit(request, store, actor, None)
 
 
@@ -73,22 +94,25 @@ def edit_form(name: str, request: Request, store: StoreDep, actor: PageActor) ->
 
 
 @router.post("/deployments/{name}/edit", response_class=HTMLResponse, response_model=None)
-async def update_from_form(name: str, request: Request, store: StoreDep,
-                           actor: PageActor) -> HTMLResponse | RedirectResponse:
+async def update_from_form(
+    name: str, request: Request, store: StoreDep, actor: PageActor
+) -> HTMLResponse | RedirectResponse:
     deployment_or_404(store, name)
     return await _submit(request, store, actor, name)
 
 
-async def _submit(request: Request, store: StoreDep, actor: Actor,
-                  editing: str | None) -> HTMLResponse | RedirectResponse:
+async def _submit(
+    request: Request, store: StoreDep, actor: Actor, editing: str | None
+) -> HTMLResponse | RedirectResponse:
     form = {k: str(v) for k, v in (await request.form()).items()}
     values = values_from_form(form)
     if editing:
         values.fields["name"] = editing  # a rename is a clone, not an edit
     action = form.get("action", "save")
     if action == "add-group":
-        values.groups.append(blank_group(len(values.groups),
-                                         "decode" if len(values.groups) % 2 else "prefill"))
+        values.groups.append(
+            blank_group(len(values.groups), "decode" if len(values.groups) % 2 else "prefill")
+        )
         return _form(request, actor, values, editing)
     if action.startswith("remove-group-"):
         index = int(action.rpartition("-")[2]) if action.rpartition("-")[2].isdigit() else -1
@@ -100,8 +124,11 @@ async def _submit(request: Request, store: StoreDep, actor: Actor,
         require_operator(actor)
         spec = DeploymentSpec.model_validate(spec_from_values(values, base))
         reason = form.get("reason", "").strip() or None
-        saved = (store.update(editing, spec, actor.label, reason) if editing
-                 else store.create(spec, actor.label, reason))
+        saved = (
+            store.update(editing, spec, actor.label, reason)
+            if editing
+            else store.create(spec, actor.label, reason)
+        )
     except ValidationError as exc:
         detail: object = pydantic_detail(exc.errors(include_url=False))
     except SpecInvalid as exc:
@@ -115,5 +142,6 @@ async def _submit(request: Request, store: StoreDep, actor: Actor,
             return HTMLResponse("", headers=htmx.redirect(url))
         return RedirectResponse(url, status_code=status.HTTP_303_SEE_OTHER)
     errors, general = errors_at_fields(detail, values.input_names())
-    return _form(request, actor, values, editing, errors, general,
-                 status.HTTP_422_UNPROCESSABLE_CONTENT)
+    return _form(
+        request, actor, values, editing, errors, general, status.HTTP_422_UNPROCESSABLE_CONTENT
+    )

@@ -19,8 +19,9 @@ def list_deployments(store: StoreDep, actor: Viewer) -> list[DeploymentOut]:
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
-def create_deployment(spec: DeploymentSpec, store: StoreDep, actor: Operator,
-                      reason: Reason = None) -> DeploymentOut:
+def create_deployment(
+    spec: DeploymentSpec, store: StoreDep, actor: Operator, reason: Reason = None
+) -> DeploymentOut:
     return DeploymentOut.of(store.create(spec, actor.label, reason))
 
 
@@ -31,23 +32,26 @@ def get_deployment(name: str, store: StoreDep, actor: Viewer) -> DeploymentOut:
 
 
 @router.put("/{name}")
-def replace_deployment(name: str, spec: DeploymentSpec, store: StoreDep, actor: Operator,
-                       reason: Reason = None) -> DeploymentOut:
+def replace_deployment(
+    name: str, spec: DeploymentSpec, store: StoreDep, actor: Operator, reason: Reason = None
+) -> DeploymentOut:
     """Store `spec` as the deployment's next revision (no new revision if nothing changed)."""
     return DeploymentOut.of(store.update(name, spec, actor.label, reason))
 
 
 @router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT)
-def delete_deployment(name: str, store: StoreDep, controller: ControllerDep, actor: Operator,
-                      reason: Reason = None) -> None:
+def delete_deployment(
+    name: str, store: StoreDep, controller: ControllerDep, actor: Operator, reason: Reason = None
+) -> None:
     if controller is not None and controller.is_active(name):
         raise Conflict(f"deployment {name!r} has running instances: stop it first")
     store.delete(name, actor.label, reason)
 
 
 @router.post("/{name}/clone", status_code=status.HTTP_201_CREATED)
-def clone_deployment(name: str, body: CloneRequest, store: StoreDep, actor: Operator,
-                     reason: Reason = None) -> DeploymentOut:
+def clone_deployment(
+    name: str, body: CloneRequest, store: StoreDep, actor: Operator, reason: Reason = None
+) -> DeploymentOut:
     """A new deployment from this one's current revision; its explicit ports are dropped and
     fresh ones allocated, since two deployments cannot share ports."""
     return DeploymentOut.of(store.clone(name, body.name, actor.label, reason))

@@ -13,6 +13,10 @@ router = APIRouter(prefix="/events", tags=["events"])
 
 
 @router.get("")
-def list_events(store: StoreDep, deployment: str | None = None, kind: str | None = None,
-                limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[EventOut]:
+def list_events(
+    store: StoreDep,
+    deployment: str | None = None,
+    kind: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[EventOut]:
     return [EventOut.of(e) for e in store.events(deployment, kind, limit)]

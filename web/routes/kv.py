@@ -30,10 +30,11 @@ class KvQuery(BaseModel):
     tokens: int = Field(10_000, ge=1, le=10_000_000, description="prompt tokens")
     hardware: str = Field("h100", description="a hardware profile name")
     tp: int = Field(1, ge=1, le=64, description="TP ranks: one RDMA NIC each")
-    link_gbps: float | None = Field(None, gt=0, le=100_000,
-                                    description="a link of your own, GB/s")
-    p2p: bool | None = Field(None, description="GPU peer-to-peer inside the node; "
-                             "default: what the hardware profile says")
+    link_gbps: float | None = Field(None, gt=0, le=100_000, description="a link of your own, GB/s")
+    p2p: bool | None = Field(
+        None,
+        description="GPU peer-to-peer inside the node; default: what the hardware profile says",
+    )
 
     @field_validator("model")
     @classmethod
@@ -62,8 +63,12 @@ def report(q: KvQuery) -> dict[str, Any]:
     hw = profiles.hardware(q.hardware)
     if q.p2p is not None:
         hw = replace(hw, p2p=q.p2p)
-    return {**kv_report(profiles.model(q.model), hw, q.tokens, q.tp, q.link_gbps),
-            "hardware": q.hardware, "tp": q.tp, "p2p": hw.p2p}
+    return {
+        **kv_report(profiles.model(q.model), hw, q.tokens, q.tp, q.link_gbps),
+        "hardware": q.hardware,
+        "tp": q.tp,
+        "p2p": hw.p2p,
+    }
 
 
 @router.get("/kv")
@@ -82,8 +87,15 @@ def kv_page(request: Request, actor: PageActor) -> HTMLResponse:
     except ValidationError as exc:
         errors, _ = errors_at_fields(pydantic_detail(exc.errors(include_url=False)), FIELDS)
     values = {**KvQuery.model_construct().model_dump(), **raw}
-    ctx = page_context(request, actor, v=values, result=result, errors=errors,
-                   models=profiles.available("models"), hardware=profiles.available("hardware"))
+    ctx = page_context(
+        request,
+        actor,
+        v=values,
+        result=result,
+        errors=errors,
+        models=profiles.available("models"),
+        hardware=profiles.available("hardware"),
+    )
     status = 422 if errors else 200
     if htmx.is_htmx(request):
         return htmx.fragment(request, "kv.html", "kv_result", ctx, status)

@@ -27,9 +27,11 @@ class SwitchRequest(BaseModel):
     strategy: Literal["roll", "hold", "keep-serving"] = Field(
         description="roll: one pair at a time while others serve (two or more pairs); hold: "
         "pause dispatch, restart both sides, release; keep-serving: whole requests on the "
-        "side that is not restarting.")
-    reason: str = Field(min_length=1, max_length=500,
-                        description="Why: recorded with the switch and its events.")
+        "side that is not restarting."
+    )
+    reason: str = Field(
+        min_length=1, max_length=500, description="Why: recorded with the switch and its events."
+    )
 
 
 def _controller(request: Request) -> ControlService:
@@ -45,21 +47,24 @@ def _known(controller: ControlService, name: str) -> None:
 
 
 @router.post("/start", status_code=status.HTTP_202_ACCEPTED)
-async def start(name: str, request: Request, store: StoreDep, actor: Operator,
-                reason: Reason = None) -> list[dict[str, Any]]:
+async def start(
+    name: str, request: Request, store: StoreDep, actor: Operator, reason: Reason = None
+) -> list[dict[str, Any]]:
     controller = _controller(request)
     current = store.get(name)
     try:
-        await controller.start(name, current.spec, current.ports, actor.label, reason,
-                               current.revision)
+        await controller.start(
+            name, current.spec, current.ports, actor.label, reason, current.revision
+        )
     except SwitchBusy as exc:
         raise Conflict(str(exc)) from None
     return controller.status(name)
 
 
 @router.post("/stop", status_code=status.HTTP_202_ACCEPTED)
-async def stop(name: str, request: Request, store: StoreDep, actor: Operator,
-               reason: Reason = None) -> list[dict[str, Any]]:
+async def stop(
+    name: str, request: Request, store: StoreDep, actor: Operator, reason: Reason = None
+) -> list[dict[str, Any]]:
     controller = _controller(request)
     store.get(name)
     _known(controller, name)
@@ -71,9 +76,14 @@ async def stop(name: str, request: Request, store: StoreDep, actor: Operator,
 
 
 @router.post("/restart", status_code=status.HTTP_202_ACCEPTED)
-async def restart(name: str, request: Request, store: StoreDep, actor: Operator,
-                  instance: Annotated[str | None, Query(max_length=80)] = None,
-                  reason: Reason = None) -> list[dict[str, Any]]:
+async def restart(
+    name: str,
+    request: Request,
+    store: StoreDep,
+    actor: Operator,
+    instance: Annotated[str | None, Query(max_length=80)] = None,
+    reason: Reason = None,
+) -> list[dict[str, Any]]:
     controller = _controller(request)
     store.get(name)
     _known(controller, name)
@@ -93,8 +103,13 @@ def instance_status(name: str, request: Request, store: StoreDep) -> list[dict[s
 
 
 @router.get("/logs/{instance}")
-def log_tail(name: str, instance: str, request: Request, store: StoreDep,
-             lines: Annotated[int, Query(ge=1, le=5000)] = 200) -> dict[str, Any]:
+def log_tail(
+    name: str,
+    instance: str,
+    request: Request,
+    store: StoreDep,
+    lines: Annotated[int, Query(ge=1, le=5000)] = 200,
+) -> dict[str, Any]:
     store.get(name)
     controller = _controller(request)
     _known(controller, name)
@@ -112,20 +127,29 @@ def commands(name: str, request: Request, store: StoreDep) -> dict[str, dict[str
 
 
 @router.post("/switch", status_code=status.HTTP_202_ACCEPTED)
-async def switch(name: str, body: SwitchRequest, request: Request, store: StoreDep,
-           actor: Operator) -> dict[str, Any]:
+async def switch(
+    name: str, body: SwitchRequest, request: Request, store: StoreDep, actor: Operator
+) -> dict[str, Any]:
     """Begin a zero-loss read/write switch; poll /switches/{id} for its progress."""
     controller = _controller(request)
     current = store.get(name)
 
     def commit(spec) -> int:
-        return store.update(name, spec, actor.label,
-                            f"mode switch to {body.mode} ({body.strategy}): {body.reason}"
-                            ).revision
+        return store.update(
+            name, spec, actor.label, f"mode switch to {body.mode} ({body.strategy}): {body.reason}"
+        ).revision
 
     try:
-        record = controller.switch(name, current.spec, current.ports, body.mode,
-                                   body.strategy, actor.label, body.reason, commit)
+        record = controller.switch(
+            name,
+            current.spec,
+            current.ports,
+            body.mode,
+            body.strategy,
+            actor.label,
+            body.reason,
+            commit,
+        )
     except SwitchBusy as exc:
         raise Conflict(str(exc)) from None
     except SwitchRejected as exc:
@@ -140,8 +164,7 @@ def switches(name: str, request: Request, store: StoreDep) -> list[dict[str, Any
 
 
 @router.get("/switches/{switch_id}")
-def switch_status(name: str, switch_id: str, request: Request,
-                  store: StoreDep) -> dict[str, Any]:
+def switch_status(name: str, switch_id: str, request: Request, store: StoreDep) -> dict[str, Any]:
     store.get(name)
     record = _controller(request).switches.records.get(switch_id)
     if record is None or record.deployment != name:

@@ -42,10 +42,13 @@ def seconds(window: str) -> float | None:
 
 
 @router.get("/deployments/{name}/history")
-def history(name: str, store: StoreDep,
-            window: Annotated[str, Query(pattern=_DURATION.pattern,
-                                         description="how far back: 90s, 15m, 2h, 1d")] = "1h",
-            ) -> dict[str, Any]:
+def history(
+    name: str,
+    store: StoreDep,
+    window: Annotated[
+        str, Query(pattern=_DURATION.pattern, description="how far back: 90s, 15m, 2h, 1d")
+    ] = "1h",
+) -> dict[str, Any]:
     """The stored points (observe/build.py `point`), oldest first, one per few seconds."""
     if name not in store.names():
         raise NotFound(f"no deployment named {name!r}")
@@ -54,8 +57,9 @@ def history(name: str, store: StoreDep,
 
 
 @ws_router.websocket("/ws/deployments/{name}")
-async def live(ws: WebSocket, name: str, window: str = DEFAULT_WINDOW,
-               token: str | None = None) -> None:
+async def live(
+    ws: WebSocket, name: str, window: str = DEFAULT_WINDOW, token: str | None = None
+) -> None:
     app = ws.app
     await ws.accept()
     if not await _authenticated(ws, app.state.tokens, token):
@@ -73,10 +77,12 @@ async def live(ws: WebSocket, name: str, window: str = DEFAULT_WINDOW,
         await ws.close(1013, f"too many live connections (limit {limit}); try again later")
         return
     with hub.subscribe([frame_topic(name, window), event_topic(name)]) as sub:
-        points = await asyncio.to_thread(History(store.engine).read, name,
-                                         time.time() - HELLO_HISTORY_S)
-        await ws.send_text(encode({"type": "history", "deployment": name, "window": window,
-                                   "points": points}))
+        points = await asyncio.to_thread(
+            History(store.engine).read, name, time.time() - HELLO_HISTORY_S
+        )
+        await ws.send_text(
+            encode({"type": "history", "deployment": name, "window": window, "points": points})
+        )
         observer = getattr(app.state, "observer", None)
         frame = observer.frame(name, window) if observer is not None else None
         if frame is not None:
@@ -101,6 +107,7 @@ async def _authenticated(ws: WebSocket, book: TokenBook, token: str | None) -> b
 
 async def _pump(ws: WebSocket, sub) -> None:
     """Send what the hub queues until the client goes; a reader notices the close."""
+
     async def drain_incoming() -> None:
         with contextlib.suppress(WebSocketDisconnect):
             while True:

@@ -18,10 +18,15 @@ from web.deps import StoreDep
 router = APIRouter(tags=["login"], include_in_schema=False)
 
 
-def _page(request: Request, error: str | None = None, code: int = 200,
-          headers: dict[str, str] | None = None) -> HTMLResponse:
+def _page(
+    request: Request,
+    error: str | None = None,
+    code: int = 200,
+    headers: dict[str, str] | None = None,
+) -> HTMLResponse:
     return request.app.state.templates.TemplateResponse(
-        request, "login.html", {"error": error}, status_code=code, headers=headers)
+        request, "login.html", {"error": error}, status_code=code, headers=headers
+    )
 
 
 def client_address(request: Request) -> str:
@@ -34,20 +39,31 @@ def login_page(request: Request) -> HTMLResponse:
 
 
 @router.post("/login", response_model=None)
-def login(request: Request, token: Annotated[str, Form(max_length=4096)],
-          store: StoreDep) -> HTMLResponse | RedirectResponse:
+def login(
+    request: Request, token: Annotated[str, Form(max_length=4096)], store: StoreDep
+) -> HTMLResponse | RedirectResponse:
     book: TokenBook = request.app.state.tokens
     try:
         actor = book.check(token, client_address(request)) if book.enabled else None
     except TooManyAttempts as exc:
-        return _page(request, exc.message[:1].upper() + exc.message[1:] + ".",
-                     status.HTTP_429_TOO_MANY_REQUESTS, exc.headers())
+        return _page(
+            request,
+            exc.message[:1].upper() + exc.message[1:] + ".",
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            exc.headers(),
+        )
     if book.enabled and actor is None:
         return _page(request, "Unknown token.", status.HTTP_401_UNAUTHORIZED)
     redirect = RedirectResponse("/", status_code=status.HTTP_303_SEE_OTHER)
     if actor is not None:
-        redirect.set_cookie(COOKIE, token, httponly=True, samesite="strict",
-                            secure=request.url.scheme == "https", path="/")
+        redirect.set_cookie(
+            COOKIE,
+            token,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path="/",
+        )
         store.record(actor.label, "auth.login", f"{actor.label} signed in")
     return redirect
 

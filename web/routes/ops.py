@@ -17,5 +17,4 @@ def health() -> dict[str, str]:
 
 @router.get("/metrics", response_class=Response)
 def metrics(request: Request, _: Viewer) -> Response:
-    return Response(generate_latest(request.app.state.registry),
-                    media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)

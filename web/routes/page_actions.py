@@ -22,8 +22,9 @@ ACTIONS = ("start", "stop", "restart")
 
 
 @router.post("/deployments/{name}/actions/{action}", response_class=HTMLResponse)
-async def lifecycle_action(name: str, action: str, request: Request, store: StoreDep,
-                           actor: PageActor) -> HTMLResponse:
+async def lifecycle_action(
+    name: str, action: str, request: Request, store: StoreDep, actor: PageActor
+) -> HTMLResponse:
     current = deployment_or_404(store, name)
     form = await request.form()
     reason = str(form.get("reason", "")).strip()[:500] or None
@@ -36,48 +37,76 @@ async def lifecycle_action(name: str, action: str, request: Request, store: Stor
     except (PdctlError, SupervisorError, SwitchRejected) as exc:
         message, ok = _message(exc), False
     ctx = deployment_context(request, actor, current, flash=message, flash_ok=ok)
-    return htmx.fragment(request, "deployment.html", ("flash", "topology_oob", "state_oob"),
-                         ctx, trigger="pd-refresh")
+    return htmx.fragment(
+        request,
+        "deployment.html",
+        ("flash", "topology_oob", "state_oob"),
+        ctx,
+        trigger="pd-refresh",
+    )
 
 
 @router.post("/deployments/{name}/switch", response_class=HTMLResponse)
-async def switch_action(name: str, request: Request, store: StoreDep,
-                        actor: PageActor) -> HTMLResponse:
+async def switch_action(
+    name: str, request: Request, store: StoreDep, actor: PageActor
+) -> HTMLResponse:
     current = deployment_or_404(store, name)
     form = {k: str(v) for k, v in (await request.form()).items()}
     try:
         require_operator(actor)
         body = lifecycle.SwitchRequest.model_validate(
-            {"mode": form.get("mode"), "strategy": form.get("strategy"),
-             "reason": form.get("reason", "").strip()})
+            {
+                "mode": form.get("mode"),
+                "strategy": form.get("strategy"),
+                "reason": form.get("reason", "").strip(),
+            }
+        )
         record = await lifecycle.switch(name, body, request, store, actor)
     except ValidationError as exc:
-        errors, _ = errors_at_fields(pydantic_detail(exc.errors(include_url=False)),
-                                     {"mode", "strategy", "reason"})
-        return htmx.fragment(request, "deployment.html", "switch_form",
-                             deployment_context(request, actor, current, switch_errors=errors,
-                                                switch_form=form),
-                             status.HTTP_422_UNPROCESSABLE_CONTENT)
+        errors, _ = errors_at_fields(
+            pydantic_detail(exc.errors(include_url=False)), {"mode", "strategy", "reason"}
+        )
+        return htmx.fragment(
+            request,
+            "deployment.html",
+            "switch_form",
+            deployment_context(request, actor, current, switch_errors=errors, switch_form=form),
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+        )
     except (PdctlError, SupervisorError) as exc:
-        return htmx.fragment(request, "deployment.html", "switch_form",
-                             deployment_context(request, actor, current,
-                                                switch_errors={"": [_message(exc)]},
-                                                switch_form=form),
-                             status.HTTP_409_CONFLICT)
+        return htmx.fragment(
+            request,
+            "deployment.html",
+            "switch_form",
+            deployment_context(
+                request, actor, current, switch_errors={"": [_message(exc)]}, switch_form=form
+            ),
+            status.HTTP_409_CONFLICT,
+        )
     ctx = deployment_context(request, actor, current, switch=record, switch_started=True)
-    return htmx.fragment(request, "deployment.html", ("switch_form", "switch_progress_oob"),
-                         ctx, trigger="pd-refresh")
+    return htmx.fragment(
+        request,
+        "deployment.html",
+        ("switch_form", "switch_progress_oob"),
+        ctx,
+        trigger="pd-refresh",
+    )
 
 
 @router.get("/deployments/{name}/switches/{switch_id}", response_class=HTMLResponse)
-def switch_progress(name: str, switch_id: str, request: Request, store: StoreDep,
-                    actor: PageActor) -> HTMLResponse:
+def switch_progress(
+    name: str, switch_id: str, request: Request, store: StoreDep, actor: PageActor
+) -> HTMLResponse:
     current = deployment_or_404(store, name)
     try:
         record = lifecycle.switch_status(name, switch_id, request, store)
     except PdctlError as exc:
-        return htmx.fragment(request, "deployment.html", "flash",
-                             page_context(request, actor, flash=exc.message, flash_ok=False))
+        return htmx.fragment(
+            request,
+            "deployment.html",
+            "flash",
+            page_context(request, actor, flash=exc.message, flash_ok=False),
+        )
     ctx = deployment_context(request, actor, current, switch=record)
     trigger = None if record["state"] == "running" else "pd-refresh"
     return htmx.fragment(request, "deployment.html", "switch_progress", ctx, trigger=trigger)
@@ -87,8 +116,9 @@ def switch_progress(name: str, switch_id: str, request: Request, store: StoreDep
 
 
 @router.post("/deployments/{name}/load", response_class=HTMLResponse)
-async def load_start(name: str, request: Request, store: StoreDep,
-                     actor: PageActor) -> HTMLResponse:
+async def load_start(
+    name: str, request: Request, store: StoreDep, actor: PageActor
+) -> HTMLResponse:
     current = deployment_or_404(store, name)
     form = await request.form()
     runs = load_runs(request)
@@ -104,8 +134,14 @@ async def load_start(name: str, request: Request, store: StoreDep,
         else:
             rate = _float(form.get("rate"), 8.0)
             duration = _float(form.get("duration"), 30.0)
-            await runs.start(name, f"http://127.0.0.1:{current.ports.proxy}", rate, duration,
-                             current.spec.slo.ttft_ms, current.spec.slo.itl_ms)
+            await runs.start(
+                name,
+                f"http://127.0.0.1:{current.ports.proxy}",
+                rate,
+                duration,
+                current.spec.slo.ttft_ms,
+                current.spec.slo.itl_ms,
+            )
     except PdctlError as exc:
         error = exc.message
     except OSError as exc:
@@ -115,8 +151,7 @@ async def load_start(name: str, request: Request, store: StoreDep,
 
 
 @router.get("/deployments/{name}/load", response_class=HTMLResponse)
-def load_status(name: str, request: Request, store: StoreDep,
-                actor: PageActor) -> HTMLResponse:
+def load_status(name: str, request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
     ctx = deployment_context(request, actor, deployment_or_404(store, name))
     return htmx.fragment(request, "deployment.html", "load", ctx)
 

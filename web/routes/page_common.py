@@ -14,10 +14,12 @@ from web.deps import StoreDep, current_actor
 from web.errors import Forbidden, NotFound, PdctlError, Unauthorized
 from web.store import Current
 
-STATIC_FILES = {"htmx": f"htmx-{htmx.HTMX_VERSION}.min.js",
-                "htmx_ws": f"htmx-ext-ws-{htmx.HTMX_WS_VERSION}.min.js",
-                "uplot": f"uPlot-{htmx.UPLOT_VERSION}.iife.min.js",
-                "uplot_css": f"uPlot-{htmx.UPLOT_VERSION}.min.css"}
+STATIC_FILES = {
+    "htmx": f"htmx-{htmx.HTMX_VERSION}.min.js",
+    "htmx_ws": f"htmx-ext-ws-{htmx.HTMX_WS_VERSION}.min.js",
+    "uplot": f"uPlot-{htmx.UPLOT_VERSION}.iife.min.js",
+    "uplot_css": f"uPlot-{htmx.UPLOT_VERSION}.min.css",
+}
 
 
 def page_actor(request: Request) -> Actor:
@@ -26,8 +28,9 @@ def page_actor(request: Request) -> Actor:
         return current_actor(request)
     except Unauthorized:
         if htmx.is_htmx(request):
-            raise HTTPException(status.HTTP_401_UNAUTHORIZED,
-                                headers=htmx.redirect("/login")) from None
+            raise HTTPException(
+                status.HTTP_401_UNAUTHORIZED, headers=htmx.redirect("/login")
+            ) from None
         raise HTTPException(status.HTTP_303_SEE_OTHER, headers={"Location": "/login"}) from None
 
 
@@ -35,8 +38,12 @@ PageActor = Annotated[Actor, Depends(page_actor)]
 
 
 def page_context(request: Request, actor: Actor, **extra: Any) -> dict[str, Any]:
-    return {"static": STATIC_FILES, "actor": actor,
-            "auth": request.app.state.tokens.enabled, **extra}
+    return {
+        "static": STATIC_FILES,
+        "actor": actor,
+        "auth": request.app.state.tokens.enabled,
+        **extra,
+    }
 
 
 def require_operator(actor: Actor) -> None:
@@ -59,5 +66,9 @@ def deployment_or_404(store: StoreDep, name: str) -> Current:
 
 
 def error_page(request: Request, actor: Actor, error: PdctlError) -> HTMLResponse:
-    return htmx.page(request, "error.html", page_context(request, actor, title=error.title,
-                                                         message=error.message), error.status)
+    return htmx.page(
+        request,
+        "error.html",
+        page_context(request, actor, title=error.title, message=error.message),
+        error.status,
+    )

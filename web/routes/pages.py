@@ -43,10 +43,17 @@ def deployments_page(request: Request, store: StoreDep, actor: PageActor) -> HTM
 
 def _summary(request: Request, d: Current) -> dict[str, Any]:
     units = _units(request, d.name)
-    return {"name": d.name, "revision": d.revision, "spec": d.spec, "ports": d.ports,
-            "state": overall_state(units, _switching(request, d.name)),
-            "modes": _modes(d.spec), "updated_at": d.updated_at,
-            "running": sum(u["state"] == "RUNNING" for u in units), "units": len(units)}
+    return {
+        "name": d.name,
+        "revision": d.revision,
+        "spec": d.spec,
+        "ports": d.ports,
+        "state": overall_state(units, _switching(request, d.name)),
+        "modes": _modes(d.spec),
+        "updated_at": d.updated_at,
+        "running": sum(u["state"] == "RUNNING" for u in units),
+        "units": len(units),
+    }
 
 
 def overall_state(units: list[dict[str, Any]], switching: bool = False) -> str:
@@ -90,21 +97,32 @@ def load_runs(request: Request) -> LoadRuns:
     return runs
 
 
-def deployment_context(request: Request, actor: Actor, current: Current,
-                       **extra: Any) -> dict[str, Any]:
+def deployment_context(
+    request: Request, actor: Actor, current: Current, **extra: Any
+) -> dict[str, Any]:
     name = current.name
     units = _units(request, name)
     controller = request.app.state.controller
     switches = controller.switches.history(name) if controller is not None else []
     ctx = page_context(
-        request, actor, d=current, spec=current.spec, ports=current.ports, units=units,
-        topology=topology(current, units), modes=_modes(current.spec),
+        request,
+        actor,
+        d=current,
+        spec=current.spec,
+        ports=current.ports,
+        units=units,
+        topology=topology(current, units),
+        modes=_modes(current.spec),
         state=overall_state(units, bool(switches) and switches[-1].state == "running"),
         switch=switches[-1].to_json() if switches else None,
         load=load_runs(request).current(name),
-        max_rate=MAX_RATE, max_duration=MAX_DURATION_S, strategies=STRATEGIES,
-        simulated=current.spec.engine.value == "sim", demo=name == DEMO_NAME,
-        has_controller=controller is not None)
+        max_rate=MAX_RATE,
+        max_duration=MAX_DURATION_S,
+        strategies=STRATEGIES,
+        simulated=current.spec.engine.value == "sim",
+        demo=name == DEMO_NAME,
+        has_controller=controller is not None,
+    )
     ctx.update(extra)
     return ctx
 
@@ -121,27 +139,47 @@ def topology(current: Current, units: list[dict[str, Any]]) -> dict[str, Any]:
             iname = f"{group.name}-{i}"
             unit = by_name.get(iname, {})
             ports = current.ports.instances.get(iname)
-            instances.append({
-                "name": iname, "gpus": group.instance_gpus(i),
-                "ports": ports.model_dump(exclude_none=True) if ports else {},
-                "state": unit.get("state", "STOPPED"), "pid": unit.get("pid"),
-                "uptime": unit.get("uptime"), "restarts": unit.get("restarts", 0),
-                "health": unit.get("health"), "registration": unit.get("registration"),
-                "url": unit.get("url"), "log_error": unit.get("log_error")})
-        groups.append({"name": group.name, "role": group.role.value, "tp": group.tp,
-                       "mode": group.mode.value if group.mode else None,
-                       "instances": instances})
-    return {"proxy": {"port": current.ports.proxy, "registry": current.ports.registry,
-                      "policy": current.spec.proxy.policy,
-                      "state": proxy.get("state", "STOPPED"), "pid": proxy.get("pid"),
-                      "restarts": proxy.get("restarts", 0), "health": proxy.get("health"),
-                      "url": proxy.get("url") or f"http://127.0.0.1:{current.ports.proxy}"},
-            "groups": groups}
+            instances.append(
+                {
+                    "name": iname,
+                    "gpus": group.instance_gpus(i),
+                    "ports": ports.model_dump(exclude_none=True) if ports else {},
+                    "state": unit.get("state", "STOPPED"),
+                    "pid": unit.get("pid"),
+                    "uptime": unit.get("uptime"),
+                    "restarts": unit.get("restarts", 0),
+                    "health": unit.get("health"),
+                    "registration": unit.get("registration"),
+                    "url": unit.get("url"),
+                    "log_error": unit.get("log_error"),
+                }
+            )
+        groups.append(
+            {
+                "name": group.name,
+                "role": group.role.value,
+                "tp": group.tp,
+                "mode": group.mode.value if group.mode else None,
+                "instances": instances,
+            }
+        )
+    return {
+        "proxy": {
+            "port": current.ports.proxy,
+            "registry": current.ports.registry,
+            "policy": current.spec.proxy.policy,
+            "state": proxy.get("state", "STOPPED"),
+            "pid": proxy.get("pid"),
+            "restarts": proxy.get("restarts", 0),
+            "health": proxy.get("health"),
+            "url": proxy.get("url") or f"http://127.0.0.1:{current.ports.proxy}",
+        },
+        "groups": groups,
+    }
 
 
 @router.get("/deployments/{name}", response_class=HTMLResponse)
-def deployment_page(name: str, request: Request, store: StoreDep,
-                    actor: PageActor) -> HTMLResponse:
+def deployment_page(name: str, request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
     try:
         current = store.get(name)
     except NotFound as exc:
@@ -151,43 +189,68 @@ def deployment_page(name: str, request: Request, store: StoreDep,
 
 
 @router.get("/deployments/{name}/topology", response_class=HTMLResponse)
-def topology_fragment(name: str, request: Request, store: StoreDep,
-                      actor: PageActor) -> HTMLResponse:
+def topology_fragment(
+    name: str, request: Request, store: StoreDep, actor: PageActor
+) -> HTMLResponse:
     ctx = deployment_context(request, actor, deployment_or_404(store, name))
     return htmx.fragment(request, "deployment.html", ("topology", "state_oob"), ctx)
 
 
 @router.get("/deployments/{name}/events", response_class=HTMLResponse)
-def events_fragment(name: str, request: Request, store: StoreDep, actor: PageActor,
-                    limit: Annotated[int, Query(ge=1, le=500)] = 50) -> HTMLResponse:
+def events_fragment(
+    name: str,
+    request: Request,
+    store: StoreDep,
+    actor: PageActor,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> HTMLResponse:
     deployment_or_404(store, name)
     events = events_api.list_events(store, name, None, limit)
-    return htmx.fragment(request, "deployment.html", "events",
-                         page_context(request, actor, events=events))
+    return htmx.fragment(
+        request, "deployment.html", "events", page_context(request, actor, events=events)
+    )
 
 
 @router.get("/deployments/{name}/commands", response_class=HTMLResponse)
-def commands_fragment(name: str, request: Request, store: StoreDep,
-                      actor: PageActor) -> HTMLResponse:
+def commands_fragment(
+    name: str, request: Request, store: StoreDep, actor: PageActor
+) -> HTMLResponse:
     current = deployment_or_404(store, name)
     try:
         commands, error = lifecycle.commands(name, request, store), None
     except PdctlError as exc:
         commands, error = {}, exc.message
-    return htmx.fragment(request, "deployment.html", "commands",
-                         page_context(request, actor, commands=commands, error=error,
-                                      simulated=current.spec.engine.value == "sim"))
+    return htmx.fragment(
+        request,
+        "deployment.html",
+        "commands",
+        page_context(
+            request,
+            actor,
+            commands=commands,
+            error=error,
+            simulated=current.spec.engine.value == "sim",
+        ),
+    )
 
 
 @router.get("/deployments/{name}/logs/{instance}", response_class=HTMLResponse)
-def log_fragment(name: str, instance: str, request: Request, store: StoreDep,
-                 actor: PageActor,
-                 lines: Annotated[int, Query(ge=1, le=2000)] = 120) -> HTMLResponse:
+def log_fragment(
+    name: str,
+    instance: str,
+    request: Request,
+    store: StoreDep,
+    actor: PageActor,
+    lines: Annotated[int, Query(ge=1, le=2000)] = 120,
+) -> HTMLResponse:
     deployment_or_404(store, name)
     try:
         tail, error = lifecycle.log_tail(name, instance, request, store, lines)["lines"], None
     except PdctlError as exc:
         tail, error = [], exc.message
-    return htmx.fragment(request, "deployment.html", "log",
-                         page_context(request, actor, name=name, instance=instance, tail=tail,
-                                      error=error))
+    return htmx.fragment(
+        request,
+        "deployment.html",
+        "log",
+        page_context(request, actor, name=name, instance=instance, tail=tail, error=error),
+    )

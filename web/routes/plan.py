@@ -44,8 +44,7 @@ async def run(request: Request, req: PlanRequest) -> dict[str, Any]:
     """One plan at a time per server, in a worker thread."""
     state = request.app.state
     if getattr(state, "plan_running", False):
-        raise PlannerBusy("a plan is already running on this server; try again in a few "
-                          "seconds")
+        raise PlannerBusy("a plan is already running on this server; try again in a few seconds")
     state.plan_running = True
     try:
         return await run_in_threadpool(execute, req)
@@ -79,6 +78,7 @@ def form_values(req: PlanRequest) -> dict[str, str]:
                 flat[prefix + key] = "on" if value else ""
             elif not isinstance(value, list):
                 flat[prefix + key] = "" if value is None else str(value)
+
     walk("", req.model_dump(exclude={"configs", "rates", "search_modes"}))
     flat["prefix_caching"] = "on" if req.colocated_flags.prefix_caching else ""
     return {**flat, **FORM_DEFAULTS}
@@ -115,16 +115,27 @@ async def plan_page(request: Request, actor: PageActor) -> HTMLResponse:
         try:
             result = await run(request, PlanRequest.model_validate(body_of(form)))
         except ValidationError as exc:
-            errors, general = errors_at_fields(pydantic_detail(exc.errors(include_url=False)),
-                                               values)
+            errors, general = errors_at_fields(
+                pydantic_detail(exc.errors(include_url=False)), values
+            )
         except RequestValidationError as exc:
             errors, general = errors_at_fields(exc.errors(), values)
         except PlannerBusy as exc:
             general = [exc.message]
-    ctx = page_context(request, actor, v=values, errors=errors, general=general, result=result,
-                   chart=chart(result) if result else None, scenarios=list(SCENARIOS),
-                   models=profiles.available("models"), hardware=profiles.available("hardware"),
-                   max_rows=MAX_ROWS, max_prompts=MAX_PROMPTS)
+    ctx = page_context(
+        request,
+        actor,
+        v=values,
+        errors=errors,
+        general=general,
+        result=result,
+        chart=chart(result) if result else None,
+        scenarios=list(SCENARIOS),
+        models=profiles.available("models"),
+        hardware=profiles.available("hardware"),
+        max_rows=MAX_ROWS,
+        max_prompts=MAX_PROMPTS,
+    )
     status = 422 if errors or general else 200
     if htmx.is_htmx(request):
         return htmx.fragment(request, "plan.html", "plan", ctx, status)
@@ -140,6 +151,11 @@ def chart(result: Mapping[str, Any]) -> dict[str, Any] | None:
     by_config: dict[str, dict[float, float]] = {}
     for r in rows:
         by_config.setdefault(r["config"], {})[r["rate"]] = r["slo_attainment"]
-    return {"rates": rates, "share": result.get("goodput_share"),
-            "series": [{"label": label, "values": [points.get(x) for x in rates]}
-                       for label, points in by_config.items()]}
+    return {
+        "rates": rates,
+        "share": result.get("goodput_share"),
+        "series": [
+            {"label": label, "values": [points.get(x) for x in rates]}
+            for label, points in by_config.items()
+        ],
+    }

@@ -27,12 +27,19 @@ def get_revision(name: str, number: int, store: StoreDep, actor: Viewer) -> Revi
 
 
 @router.get("/diff")
-def diff_revisions(name: str, store: StoreDep, actor: Viewer,
-                   from_: Annotated[int, Query(alias="from", ge=1)],
-                   to: Annotated[int, Query(ge=1)]) -> DiffOut:
+def diff_revisions(
+    name: str,
+    store: StoreDep,
+    actor: Viewer,
+    from_: Annotated[int, Query(alias="from", ge=1)],
+    to: Annotated[int, Query(ge=1)],
+) -> DiffOut:
     """What changed from revision `from` to revision `to`, field by field."""
     old, new = store.revision(name, from_), store.revision(name, to)
     shown = (lambda spec: spec) if actor.may_change else redact_spec
-    return DiffOut(from_=from_, to=to,
-                   changes=[ChangeOut.of(c) for c in diff(shown(old.spec), shown(new.spec))],
-                   port_changes=[ChangeOut.of(c) for c in diff(old.ports, new.ports)])
+    return DiffOut(
+        from_=from_,
+        to=to,
+        changes=[ChangeOut.of(c) for c in diff(shown(old.spec), shown(new.spec))],
+        port_changes=[ChangeOut.of(c) for c in diff(old.ports, new.ports)],
+    )
