@@ -19,6 +19,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q -m "not vllm"
 
 # Tests against real vLLM (CPU build, see README): its venv is cached outside the clone, keyed
