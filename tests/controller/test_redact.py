@@ -10,12 +10,15 @@ import pytest
 from controller.ports import allocate
 from controller.redact import (
     MASK,
+    UNCHANGED,
+    holds_mask,
     is_secret_name,
     redact_argv,
     redact_command,
     redact_env,
     redact_spec,
     redact_text,
+    restore_secrets,
 )
 from controller.render import preview, render
 from tests.controller.factories import nixl_1p1d
@@ -34,6 +37,8 @@ SECRET_NAMES = [
     "S3_SECRET",
     "GOOGLE_APPLICATION_CREDENTIALS",
     "ssl.keys",
+    "GITHUB_PAT",
+    "gitlab-pat",
 ]
 PLAIN_NAMES = [
     "max-num-batched-tokens",
@@ -46,6 +51,8 @@ PLAIN_NAMES = [
     "PYTHONHASHSEED",
     "keyword",
     "seed",
+    "COMPAT_MODE",
+    "PATH",
 ]
 
 
@@ -74,6 +81,7 @@ def test_flag_values_are_masked_in_both_spellings_and_nothing_else() -> None:
         "--max-num-batched-tokens",
         "4096",
         "--api-key",
+        "-starts-with-a-dash",
         "--seed",
         "7",
     ]
@@ -87,6 +95,7 @@ def test_flag_values_are_masked_in_both_spellings_and_nothing_else() -> None:
         "--max-num-batched-tokens",
         "4096",
         "--api-key",
+        MASK,
         "--seed",
         "7",
     ]
@@ -174,3 +183,93 @@ def test_log_lines_have_their_secrets_masked(line, shown):
 )
 def test_plain_log_lines_pass_unchanged(line):
     assert redact_text(line) == line
+
+
+# -- every shape the outside probe found unmasked (issue 13, finding 6) ------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "secret"),
+    [
+        (["--api-key", "-starts-with-dash"], "-starts-with-dash"),
+        (["--api-key", "--looks-like-a-flag"], "--looks-like-a-flag"),
+        (["--api-key=-dash"], "-dash"),
+        (["--hf-overrides", '{"api_key": "sk-json-1", "n": 1}'], "sk-json-1"),
+        (['--hf-overrides={"auth": {"hf_token": "hf-nested"}}'], "hf-nested"),
+        (["--kv-transfer-config", '{"kv_connector_extra_config": {"secret": "s3"}}'], "s3"),
+        (["--db=postgres://u:pw-in-url@host/db"], "pw-in-url"),
+        (["https://ghp_tokenonly@github.com/org/repo"], "ghp_tokenonly"),
+    ],
+)
+def test_argv_shapes_are_masked(argv: list[str], secret: str) -> None:
+    shown = redact_argv(argv)
+    assert secret not in repr(shown), shown
+    assert redact_command(shlex.join(argv)).count(secret) == 0
+
+
+def test_a_spec_masks_connector_config_urls_and_pats_and_leaves_the_rest() -> None:
+    spec = {
+        "name": "pd",
+        "model": "tiny",
+        "env": {
+            "DATABASE_URL": "postgres://app:db-pw-1@db.internal:5432/pd",
+            "GITHUB_PAT": "ghp_abc",
+            "MY_FLAG": "1",
+        },
+        "kv_connector_extra_config": {
+            "backends": ["UCX"],
+            "access_key": "ak-1",
+            "password": 42,
+            "api_keys": ["k1", "k2"],
+        },
+        "groups": [{"name": "p", "extra_args": ["--hf-overrides", '{"hf_token": "hf-2"}']}],
+    }
+    shown = redact_spec(spec)
+    text = repr(shown)
+    for secret in ("db-pw-1", "ghp_abc", "ak-1", "42", "k1", "k2", "hf-2"):
+        assert secret not in text, secret
+    assert shown["env"]["DATABASE_URL"] == f"postgres://app:{MASK}@db.internal:5432/pd"
+    assert shown["env"]["MY_FLAG"] == "1"
+    assert shown["kv_connector_extra_config"]["backends"] == ["UCX"]
+    assert shown["model"] == "tiny"
+
+
+def test_log_lines_mask_url_passwords_and_pats() -> None:
+    line = "connecting to postgres://u:hunter2@db/x with GITHUB_PAT=ghp_1"
+    assert redact_text(line) == f"connecting to postgres://u:{MASK}@db/x with GITHUB_PAT={MASK}"
+
+
+SPEC_WITH_SECRETS = {
+    "name": "pd",
+    "env": {"HF_TOKEN": "hf_top", "DATABASE_URL": "postgres://u:pw@h/d"},
+    "extra_args": ["--api-key", "-sk-1", "--seed", "3", '--hf-overrides={"api_key":"j"}'],
+    "groups": [
+        {"name": "p", "env": {"S3_SECRET": "s3"}, "extra_args": ["--api-key=sk-2"]},
+        {"name": "d", "env": {"OTHER_SECRET": "o"}, "extra_args": []},
+    ],
+}
+
+
+def test_a_form_saved_as_shown_keeps_every_stored_secret() -> None:
+    shown = redact_spec(SPEC_WITH_SECRETS, UNCHANGED)
+    assert "hf_top" not in repr(shown) and UNCHANGED in repr(shown)
+    assert restore_secrets(shown, SPEC_WITH_SECRETS) == SPEC_WITH_SECRETS
+
+
+def test_a_secret_typed_anew_is_taken_and_moved_lines_keep_theirs() -> None:
+    shown = redact_spec(SPEC_WITH_SECRETS, UNCHANGED)
+    shown["env"]["HF_TOKEN"] = "hf_new"
+    shown["extra_args"] = ["--max-model-len", "4096", *shown["extra_args"]]
+    shown["groups"] = list(reversed(shown["groups"]))  # groups matched by name
+    saved = restore_secrets(shown, SPEC_WITH_SECRETS)
+    assert saved["env"] == {"HF_TOKEN": "hf_new", "DATABASE_URL": "postgres://u:pw@h/d"}
+    assert saved["extra_args"][:4] == ["--max-model-len", "4096", "--api-key", "-sk-1"]
+    assert saved["groups"][1]["extra_args"] == ["--api-key=sk-2"]
+    assert saved["groups"][0]["env"] == {"OTHER_SECRET": "o"}
+    assert not holds_mask(saved)
+
+
+def test_a_marker_with_nothing_stored_behind_it_is_left_for_the_caller_to_refuse() -> None:
+    shown = redact_spec(SPEC_WITH_SECRETS, UNCHANGED)
+    shown["groups"][0]["env"]["NEW_TOKEN"] = UNCHANGED
+    assert holds_mask(restore_secrets(shown, SPEC_WITH_SECRETS))
