@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from controller.deployment import DeploymentSpec, InstancePorts, Slug
-from controller.redact import redact_spec
+from controller.redact import redact_spec, redact_text
 from web.diff import Change
 from web.models import Event, Revision
 from web.store import Current
@@ -116,4 +116,13 @@ class EventOut(BaseModel):
 
     @classmethod
     def of(cls, e: Event) -> EventOut:
-        return cls.model_validate(e, from_attributes=True)
+        """Secrets masked for everyone: events are shown to viewers, on pages and sockets."""
+        return cls(
+            id=e.id,
+            ts=e.ts,
+            actor=e.actor,
+            kind=e.kind,
+            deployment=e.deployment,
+            message=redact_text(e.message),
+            detail=redact_spec(e.detail or {}),
+        )

@@ -1,5 +1,9 @@
 """The create/edit deployment form: the same store calls as the API, with each problem shown at
-its field; web/app.py includes this router before the pages' so /deployments/new is not a name."""
+its field; web/app.py includes this router before the pages' so /deployments/new is not a name.
+
+The edit form is an operator's: a viewer gets 403. Even an operator's shows secrets as the
+UNCHANGED marker (controller/redact.py), and saving puts the stored values back where the
+marker was left, so a form never stores the mask, nor shows a secret in the page source."""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import ValidationError
 
 from controller.deployment import DeploymentSpec
+from controller.redact import UNCHANGED, holds_mask, redact_spec, restore_secrets
+from controller.validation import Problem
 from web import htmx
 from web.auth import Actor
 from web.deployment_form import (
@@ -28,7 +34,7 @@ from web.deployment_form import (
     values_from_spec,
 )
 from web.deps import StoreDep
-from web.errors import NotFound, PdctlError, SpecInvalid
+from web.errors import Forbidden, PdctlError, SpecInvalid
 from web.routes.page_common import (
     PageActor,
     deployment_or_404,
@@ -87,16 +93,22 @@ async def create_from_form(
 @router.get("/deployments/{name}/edit", response_class=HTMLResponse)
 def edit_form(name: str, request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
     try:
+        require_operator(actor)
         current = store.get(name)
-    except NotFound as exc:
+    except PdctlError as exc:
         return error_page(request, actor, exc)
-    return _form(request, actor, values_from_spec(current.spec.model_dump(mode="json")), name)
+    shown = redact_spec(current.spec.model_dump(mode="json"), UNCHANGED)
+    return _form(request, actor, values_from_spec(shown), name)
 
 
 @router.post("/deployments/{name}/edit", response_class=HTMLResponse, response_model=None)
 async def update_from_form(
     name: str, request: Request, store: StoreDep, actor: PageActor
 ) -> HTMLResponse | RedirectResponse:
+    try:
+        require_operator(actor)
+    except Forbidden as exc:
+        return error_page(request, actor, exc)
     deployment_or_404(store, name)
     return await _submit(request, store, actor, name)
 
@@ -122,7 +134,7 @@ async def _submit(
     base = store.get(editing).spec.model_dump(mode="json") if editing else None
     try:
         require_operator(actor)
-        spec = DeploymentSpec.model_validate(spec_from_values(values, base))
+        spec = DeploymentSpec.model_validate(_unmasked(spec_from_values(values, base), base))
         reason = form.get("reason", "").strip() or None
         saved = (
             store.update(editing, spec, actor.label, reason)
@@ -145,3 +157,20 @@ async def _submit(
     return _form(
         request, actor, values, editing, errors, general, status.HTTP_422_UNPROCESSABLE_CONTENT
     )
+
+
+def _unmasked(submitted: dict, stored: dict | None) -> dict:
+    """The stored secrets back where the form still shows the marker; a marker left where
+    nothing was stored (a line copied elsewhere) is refused rather than stored."""
+    spec = restore_secrets(submitted, stored) if stored is not None else submitted
+    if holds_mask(spec):
+        raise SpecInvalid(
+            [
+                Problem(
+                    (),
+                    f"{UNCHANGED} stands for a stored secret, but this one matches none "
+                    "(was it moved or edited?): type the value again",
+                )
+            ]
+        )
+    return spec

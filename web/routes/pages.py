@@ -23,6 +23,7 @@ from web.routes.page_common import (
     error_page,
     page_context,
 )
+from web.schemas import EventOut
 from web.store import Current
 
 router = APIRouter(tags=["pages"], include_in_schema=False)
@@ -184,7 +185,8 @@ def deployment_page(name: str, request: Request, store: StoreDep, actor: PageAct
         current = store.get(name)
     except NotFound as exc:
         return error_page(request, actor, exc)
-    ctx = deployment_context(request, actor, current, events=store.events(name, None, 50))
+    events = [EventOut.of(e) for e in store.events(name, None, 50)]
+    ctx = deployment_context(request, actor, current, events=events)
     return htmx.page(request, "deployment.html", ctx)
 
 
