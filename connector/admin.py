@@ -7,6 +7,11 @@ POST /admin/instances/remove|drain|undrain {url}
 GET  /admin/groups                         groups with paused flag and instance counts
 POST /admin/groups/{group}/pause|resume    hold or release dispatch for one group
 GET  /admin/requests?limit=N               the most recent requests, newest last
+GET  /admin/registry                       the ZMQ registry: who may register, what is expected,
+                                           claims being probed, recent refusals (field named)
+PUT  /admin/registry/expected              {expected: [{url, role, modes, zmq_address,
+                                           tp_size, dp_size}] | null}: the registrations to
+                                           accept (the controller's; null: believe /health)
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from aiohttp import web
 
 from connector.errors import BadRequest, NotFound, ProxyError, Unauthorized
 from connector.legs import MODES, check_combination
+from connector.registry_trust import Expectations
 
 if TYPE_CHECKING:
     from connector.proxy import Proxy
@@ -52,6 +58,8 @@ def create_admin_app(proxy: Proxy) -> web.Application:
     app.router.add_post("/groups/{group}/pause", routes.pause)
     app.router.add_post("/groups/{group}/resume", routes.resume)
     app.router.add_get("/requests", routes.recent_requests)
+    app.router.add_get("/registry", routes.registry)
+    app.router.add_put("/registry/expected", routes.set_expected)
     return app
 
 
@@ -180,3 +188,34 @@ class AdminRoutes:
             raise BadRequest("query 'limit' must be an integer", "limit") from None
         entries = list(self.proxy.requests)
         return web.json_response({"requests": entries[-limit:] if limit > 0 else []})
+
+    async def registry(self, request: web.Request) -> web.Response:
+        gate = self.proxy.membership.gate
+        now = self.proxy.membership.now()
+        return web.json_response(
+            {
+                "listening_port": self.proxy.membership.port,
+                "allow": gate.allow.describe(),
+                "expected": gate.expectations.to_json() if gate.expectations else None,
+                "registered": len(gate.table),
+                "pending": sorted(gate.pending),
+                "refusals": [
+                    {**r.to_json(), "age_s": round(now - r.last, 3)} for r in gate.refusals.values()
+                ],
+            }
+        )
+
+    async def set_expected(self, request: web.Request) -> web.Response:
+        body = await _json_object(request)
+        if "expected" not in body:
+            raise BadRequest("field 'expected' is required (a list, or null)", "expected")
+        try:
+            expected = (
+                None if body["expected"] is None else Expectations.from_json(body["expected"])
+            )
+        except ValueError as exc:
+            raise BadRequest(str(exc), "expected") from None
+        dropped = self.proxy.membership.set_expectations(expected)
+        return web.json_response(
+            {"expected": expected.to_json() if expected else None, "dropped": dropped}
+        )

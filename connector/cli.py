@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -38,8 +41,42 @@ def proxy(
         "round-robin"
     ),
     admin_token: Annotated[
-        str | None, typer.Option(help="Bearer token for /admin.", envvar="PDCTL_ADMIN_TOKEN")
+        str | None,
+        typer.Option(
+            help="Bearer token for /admin (better from the environment, PDCTL_ADMIN_TOKEN: "
+            "argv is readable by every local user). Without one, a token is generated and "
+            "written to --admin-token-file.",
+            envvar="PDCTL_ADMIN_TOKEN",
+            show_envvar=False,
+        ),
     ] = None,
+    admin_token_file: Annotated[
+        str | None,
+        typer.Option(
+            help="Where a generated admin token is written (0600); default: "
+            "$PDCTL_RUNTIME_DIR (or $XDG_RUNTIME_DIR/pdctl)/proxy-PORT.admin-token."
+        ),
+    ] = None,
+    registry_allow: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Address or network that may register over ZMQ, or 'any' (repeat); "
+            "default loopback only. Checked against the sender and every address it names."
+        ),
+    ] = None,
+    registry_expected: Annotated[
+        str | None,
+        typer.Option(
+            hidden=True,
+            help="JSON list of the registrations to accept, and nothing else (set by "
+            "`pdctl serve`, in the environment).",
+            envvar="PDCTL_REGISTRY_EXPECTED",
+            show_envvar=False,
+        ),
+    ] = None,
+    registry_max_pending: Annotated[
+        int, typer.Option(help="New registrations probed at once; more wait for a place.")
+    ] = 16,
     prefill_timeout: Annotated[float, typer.Option(help="Seconds for the prefill leg.")] = 120.0,
     decode_timeout: Annotated[
         float, typer.Option(help="Longest silence (s) between two decode chunks.")
@@ -80,10 +117,18 @@ def proxy(
     ] = 5.0,
 ) -> None:
     """Run the prefill/decode proxy: split, stream, measure."""
+    from connector.admin_token import runtime_dir, write_generated_token
+    from connector.registry_trust import LOOPBACK, Expectations
     from connector.server import ListenError, serve
     from connector.settings import FlagInstance, ProxySettings
 
     try:
+        expected = None
+        if registry_expected:
+            try:
+                expected = Expectations.from_json(json.loads(registry_expected))
+            except (ValueError, RecursionError) as exc:
+                raise ValueError(f"--registry-expected (PDCTL_REGISTRY_EXPECTED): {exc}") from None
         settings = ProxySettings(
             port=port,
             host=host,
@@ -106,12 +151,29 @@ def proxy(
             eject_seconds=eject_seconds,
             max_body_bytes=max_body_bytes,
             registry_max_instances=registry_max_instances,
+            registry_max_pending=registry_max_pending,
+            registry_allow=tuple(registry_allow or LOOPBACK),
+            registry_expected=expected.entries() if expected is not None else None,
             heartbeat_scale=heartbeat_scale,
             health_interval=health_interval or None,
             health_timeout=health_timeout,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    if not admin_token:
+        path = (
+            Path(admin_token_file)
+            if admin_token_file
+            else runtime_dir() / (f"proxy-{port}.admin-token")
+        )
+        try:
+            settings = dataclasses.replace(settings, admin_token=write_generated_token(path))
+        except OSError as exc:
+            raise typer.BadParameter(
+                f"cannot write the generated admin token to {path}: {exc.strerror}",
+                param_hint="--admin-token-file",
+            ) from None
+        typer.echo(f"pdctl proxy: /admin needs the token written to {path} (0600)", err=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         serve(settings)

@@ -1,7 +1,7 @@
 """Who the proxy routes to, beyond its flags: instances that register over ZMQ (a claim,
-routed to only once their /health answers) and the active /health probes that take
-instances out of routing and bring them back. The pool (connector/instances.py) holds the
-state; this is the I/O around it.
+routed to only once their /health answers; connector/registry_gate.py decides what to believe)
+and the active /health probes that take instances out of routing and bring them back. The pool
+(connector/instances.py) holds the routing state; this is the I/O around it.
 """
 
 from __future__ import annotations
@@ -13,10 +13,20 @@ import aiohttp
 
 from connector.instances import Instance, InstancePool
 from connector.metrics import ProxyMetrics
-from connector.registry import Registration, RegistryListener, RegistryTable
+from connector.registry import (
+    NEW_INTERVAL,
+    OLD_INTERVAL,
+    Registration,
+    RegistryListener,
+    RegistryTable,
+)
+from connector.registry_gate import RegistryGate
+from connector.registry_trust import Expectations, SenderAllowlist
 from connector.settings import ProxySettings
 
 log = logging.getLogger("connector.proxy")  # one log for the proxy's routing decisions
+ADMIT_TRIES = 5
+ADMIT_SPACING_S = 0.1
 
 
 class Membership:
@@ -25,12 +35,22 @@ class Membership:
         self.table = RegistryTable(
             interval_scale=settings.heartbeat_scale, max_instances=settings.registry_max_instances
         )
+        self.gate = RegistryGate(
+            self.table,
+            SenderAllowlist(settings.registry_allow),
+            Expectations(settings.registry_expected)
+            if settings.registry_expected is not None
+            else None,
+            settings.registry_max_pending,
+        )
         self.listener: RegistryListener | None = None
         self.port: int | None = None  # the registry's, once listening
         self.session: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task] = set()  # the health loop and one-off probes
         self._probing: set[str] = set()  # URLs with a probe under way
         self._probe_timeout = aiohttp.ClientTimeout(total=settings.health_timeout)
+        # A claim holds a pending place while probed: short, so made-up ones free it soon.
+        self._admit_timeout = aiohttp.ClientTimeout(total=min(settings.health_timeout, 2.0))
 
     def start(self, session: aiohttp.ClientSession) -> None:
         self.session = session
@@ -39,11 +59,11 @@ class Membership:
             self.listener = RegistryListener(
                 s.host,
                 s.registry_port,
-                self.table,
                 self.on_registration,
-                self.on_expiry,
+                self.on_reject,
+                self.sweep,
+                min(NEW_INTERVAL, OLD_INTERVAL) * s.heartbeat_scale / 2,
                 s.default_registry_mode,
-                on_reject=self.on_reject,
             )
             self.port = self.listener.start()
         if s.health_interval:
@@ -61,18 +81,45 @@ class Membership:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def on_registration(self, reg: Registration, change: str) -> None:
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def on_registration(self, reg: Registration, peer: str | None) -> None:
         """A registration is a claim, not proof: a new instance is routed to only once its
         /health answers (engines register before they listen, and anyone can send a
         registration), so made-up ones never take a request."""
         known = self.pool.get(reg.url)
-        if change == "refreshed" and known is not None:
-            if not known.healthy:
-                # A heartbeat from an instance marked down: it restarted; look now rather
-                # than at the next health round.
-                self.probe_soon(known)
+        configured = known is not None and known.source != "registry"
+        verdict = self.gate.judge(reg, peer, self.now(), configured)
+        if verdict.kind == "refuse" and verdict.refusal is not None:
+            r = verdict.refusal
+            self.on_reject(r.reason, f"{reg.url}: field {r.field!r}: {r.message}")
+        elif verdict.kind == "admit":
+            self._track(asyncio.get_running_loop().create_task(self._admit(reg)))
+        elif verdict.kind == "refresh" and known is not None and not known.healthy:
+            # A heartbeat from an instance marked down: it restarted; look now rather
+            # than at the next health round.
+            self.probe_soon(known)
+        elif verdict.kind == "change":
+            log.info("registry: changed %s %s, now in group %s", reg.role, reg.url, reg.mode)
+            self._route(reg)
+
+    async def _admit(self, reg: Registration) -> None:
+        """Probe a new claim; only an answer makes it an instance."""
+        for attempt in range(ADMIT_TRIES):  # an engine registers just before it listens
+            ok, _ = await self._health(reg.url, self._admit_timeout)
+            if ok or attempt == ADMIT_TRIES - 1:
+                break
+            await asyncio.sleep(ADMIT_SPACING_S)
+        if not ok:
+            self.gate.unconfirmed(reg.url, self.now())
             return
-        log.info("registry: %s %s %s in group %s", change, reg.role, reg.url, reg.mode)
+        confirmed = self.gate.confirmed(reg.url, self.now())
+        if confirmed is not None:
+            log.info("registry: added %s %s in group %s", reg.role, reg.url, reg.mode)
+            self._route(confirmed)
+
+    def _route(self, reg: Registration) -> None:
         inst = self.pool.upsert(
             reg.url,
             reg.role,
@@ -82,9 +129,21 @@ class Membership:
             tp_size=reg.tp_size,
             source="registry",
         )
-        if known is None:
-            self.pool.set_health(inst, False, "registered; /health not answered yet")
-            self.probe_soon(inst)
+        self.pool.probed(inst, True, None)
+
+    def set_expectations(self, expectations: Expectations | None) -> list[str]:
+        """New expected registrations (the controller's); instances they refuse leave now."""
+        dropped = self.gate.set_expectations(expectations, self.now())
+        for url in dropped:
+            inst = self.pool.get(url)
+            if inst is not None and inst.source == "registry":
+                self.pool.remove(url)
+        return dropped
+
+    def sweep(self) -> None:
+        for reg in self.table.expire(self.now()):
+            log.info("instance %s silent for several beats: dropped", reg.url)
+            self.on_expiry(reg)
 
     def probe_soon(self, inst: Instance) -> None:
         """Probe until it answers (a short while), one probe run per instance at a time."""
@@ -109,18 +168,25 @@ class Membership:
             self.pool.remove(reg.url)
 
     async def _check_health(self) -> None:
-        assert self.session is not None
         while True:
             await asyncio.sleep(self.settings.health_interval or 5.0)
             await asyncio.gather(*(self._probe(i) for i in self.pool), return_exceptions=True)
 
-    async def _probe(self, inst: Instance) -> None:
-        assert self.session is not None
+    async def _health(
+        self, url: str, timeout: aiohttp.ClientTimeout | None = None
+    ) -> tuple[bool, str | None]:
+        if self.session is None:
+            return False, "no session"
         try:
-            async with self.session.get(inst.url + "/health", timeout=self._probe_timeout) as r:
-                ok, error = r.status == 200, None if r.status == 200 else f"/health {r.status}"
+            async with self.session.get(
+                url + "/health", timeout=timeout or self._probe_timeout
+            ) as r:
+                return r.status == 200, None if r.status == 200 else f"/health {r.status}"
         except (aiohttp.ClientError, TimeoutError) as exc:
-            ok, error = False, f"/health: {type(exc).__name__}"
+            return False, f"/health: {type(exc).__name__}"
+
+    async def _probe(self, inst: Instance) -> None:
+        ok, error = await self._health(inst.url)
         self.pool.probed(inst, ok, error)
 
     async def _probe_until_up(self, inst: Instance, tries: int = 20, spacing: float = 0.1) -> None:

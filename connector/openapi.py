@@ -36,6 +36,20 @@ def _body(schema: dict[str, Any]) -> dict[str, Any]:
     return {"required": True, "content": {_JSON: {"schema": schema}}}
 
 
+# One registration the controller expects (PUT /admin/registry/expected).
+_EXPECTED = {
+    "type": "object",
+    "required": ["url", "role", "modes"],
+    "properties": {
+        "url": {"type": "string"},
+        "role": {"enum": ["prefill", "decode"]},
+        "modes": {"type": "array", "items": {"enum": ["read", "write"]}},
+        "zmq_address": {"type": ["string", "null"]},
+        "tp_size": {"type": "integer", "minimum": 1},
+        "dp_size": {"type": "integer", "minimum": 1},
+    },
+}
+
 # One server-sent event: the engine's chunk (JSON) or [DONE] in `data`.
 _SSE_EVENT = {
     "type": "object",
@@ -418,6 +432,47 @@ def document() -> dict[str, Any]:
             parameters=[
                 {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer"}}
             ],
+        ),
+        "/admin/registry": _admin(
+            "get",
+            "The ZMQ registry: allowed senders, expected registrations, claims being probed "
+            "and recent refusals, each naming the field at fault.",
+            _json(
+                "The registry.",
+                {
+                    "type": "object",
+                    "required": ["allow", "expected", "registered", "pending", "refusals"],
+                    "properties": {
+                        "allow": {"type": "array", "items": {"type": "string"}},
+                        "expected": {"type": ["array", "null"], "items": _EXPECTED},
+                        "registered": {"type": "integer", "minimum": 0},
+                        "pending": {"type": "array", "items": {"type": "string"}},
+                        "refusals": {"type": "array", "items": {"type": "object"}},
+                    },
+                },
+            ),
+        ),
+        "/admin/registry/expected": _admin(
+            "put",
+            "Replace the registrations to accept (null: believe any that /health confirms); "
+            "registered instances they refuse are dropped.",
+            _json(
+                "The new expectations and the URLs dropped.",
+                {
+                    "type": "object",
+                    "required": ["expected", "dropped"],
+                    "properties": {
+                        "expected": {"type": ["array", "null"], "items": _EXPECTED},
+                        "dropped": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
+            ),
+            body={
+                "type": "object",
+                "required": ["expected"],
+                "properties": {"expected": {"type": ["array", "null"], "items": _EXPECTED}},
+            },
+            errors=("400",),
         ),
     }
     return {

@@ -1,12 +1,10 @@
-"""MoRIIO instance registration (PROTOCOL.md section 2): pure message parsing, a heartbeat table
-that takes `now` as a parameter, and a thin ZMQ ROUTER listener that feeds both into the pool.
+"""The proxy's MoRIIO registry (PROTOCOL.md section 2): a heartbeat table that takes `now` as
+a parameter, and a thin ZMQ ROUTER listener that parses each message and hands it on.
 
-Two message shapes, both msgpack dicts sent by a DEALER every few seconds:
-- newer: {"type": "P"|"D", "http_address": "ip:port", "zmq_address": "host:IP,handshake:P,notify:P",
-  "dp_size", "tp_size", "transfer_mode": "READ"|"WRITE"}, every 3 s;
-- older: {"type": "register", "role": "P"|"D", "index", "request_address":
-  "http://ip:port/v1/completions", "handshake_port", "notify_port", "dp_size", "tp_size",
-  "transfer_mode"}, every 5 s. {"type": "HELLO"} is ignored.
+The listener is hardened against whoever reaches its port: the socket drops messages over
+`MAX_MESSAGE_BYTES` before they are buffered (ZMQ_MAXMSGSIZE), msgpack is unpacked with
+bounded sizes, and the receive loop survives anything a handler raises (logged, counted).
+What to believe is decided by the caller (connector/membership.py, connector/registry_trust.py).
 An instance silent for 3 of its heartbeat intervals is dropped.
 """
 
@@ -17,133 +15,61 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+
+import msgpack
+
+from connector.registry_message import (
+    MAX_FIELDS,
+    MAX_MESSAGE_BYTES,
+    MAX_TEXT,
+    NEW_INTERVAL,
+    OLD_INTERVAL,
+    Registration,
+    RegistryMessageError,
+    parse_message,
+)
+
+__all__ = [
+    "MISSED_BEATS",
+    "NEW_INTERVAL",
+    "OLD_INTERVAL",
+    "Registration",
+    "RegistryListener",
+    "RegistryMessageError",
+    "RegistryTable",
+    "parse_message",
+    "unpack",
+]
 
 log = logging.getLogger(__name__)
 
-NEW_INTERVAL = 3.0
-OLD_INTERVAL = 5.0
 MISSED_BEATS = 3
 
-_ROLES = {"P": "prefill", "D": "decode"}
-_MODES = {"READ": "read", "WRITE": "write"}
 
-
-class RegistryMessageError(ValueError):
-    """A registration we cannot use; the message says which field."""
-
-
-@dataclass(frozen=True, slots=True)
-class Registration:
-    role: str  # prefill | decode
-    url: str  # http://ip:port
-    zmq_address: str | None
-    dp_size: int
-    tp_size: int
-    mode: str  # read | write
-    interval: float  # seconds between heartbeats for this shape
-
-
-def _int_field(data: dict, key: str, default: int = 1) -> int:
-    value = data.get(key, default)
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise RegistryMessageError(f"field {key!r} is not an integer: {value!r}") from None
-
-
-def _mode(data: dict, default_mode: str) -> str:
-    raw = data.get("transfer_mode")
-    if raw is None:
-        return default_mode
-    mode = _MODES.get(str(raw).upper())
-    if mode is None:
-        raise RegistryMessageError(f"field 'transfer_mode' must be READ or WRITE, got {raw!r}")
-    return mode
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _host_port(url: str, field: str):
-    """The URL's parts; it must be http(s)://host:port with nothing odd in the host."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        port = None
-        parts = None
-    if (
-        parts is None
-        or parts.scheme not in ("http", "https")
-        or not parts.hostname
-        or not port
-        or any(c in parts.hostname for c in " /\\@")
-    ):
-        raise RegistryMessageError(f"field {field!r} has no http://host:port: {url[:80]!r}")
-    return parts
-
-
-def parse_message(data: Any, default_mode: str = "read") -> Registration | None:
-    """One registration from either shape; None for HELLO. Raises RegistryMessageError."""
-    if not isinstance(data, dict):
-        raise RegistryMessageError("registration is not a map")
-    data = {_text(k): (_text(v) if isinstance(v, bytes) else v) for k, v in data.items()}
-    kind = data.get("type")
-    if kind == "HELLO":
-        return None
-    if kind in _ROLES:
-        address = data.get("http_address")
-        if not address or not isinstance(address, str):
-            raise RegistryMessageError("field 'http_address' is missing or not a string")
-        url = address if "://" in address else f"http://{address}"
-        _host_port(url, "http_address")
-        zmq_address = data.get("zmq_address") or None
-        if zmq_address is not None and not isinstance(zmq_address, str):
-            raise RegistryMessageError("field 'zmq_address' is not a string")
-        return Registration(
-            role=_ROLES[kind],
-            url=url.rstrip("/"),
-            zmq_address=zmq_address,
-            dp_size=_int_field(data, "dp_size"),
-            tp_size=_int_field(data, "tp_size"),
-            mode=_mode(data, default_mode),
-            interval=NEW_INTERVAL,
-        )
-    if kind == "register":
-        role = _ROLES.get(data.get("role"))
-        if role is None:
-            raise RegistryMessageError(f"field 'role' must be P or D, got {data.get('role')!r}")
-        address = data.get("request_address")
-        if not address:
-            raise RegistryMessageError("field 'request_address' is missing")
-        parts = _host_port(str(address), "request_address")
-        zmq = None
-        if data.get("handshake_port") is not None and data.get("notify_port") is not None:
-            handshake = _int_field(data, "handshake_port")
-            notify = _int_field(data, "notify_port")
-            zmq = f"host:{parts.hostname},handshake:{handshake},notify:{notify}"
-        return Registration(
-            role=role,
-            url=f"{parts.scheme or 'http'}://{parts.hostname}:{parts.port}",
-            zmq_address=zmq,
-            dp_size=_int_field(data, "dp_size"),
-            tp_size=_int_field(data, "tp_size"),
-            mode=_mode(data, default_mode),
-            interval=OLD_INTERVAL,
-        )
-    raise RegistryMessageError(f"field 'type' is not P, D, register or HELLO: {kind!r}")
+def unpack(payload: bytes) -> Any:
+    """msgpack with every size bounded, so a hostile payload costs at most its own bytes."""
+    if len(payload) > MAX_MESSAGE_BYTES:  # the socket drops these; a direct caller may not
+        raise ValueError(f"message of {len(payload)} bytes, more than {MAX_MESSAGE_BYTES}")
+    return msgpack.unpackb(
+        payload,
+        raw=False,
+        max_str_len=MAX_TEXT * 4,
+        max_bin_len=MAX_TEXT * 4,
+        max_array_len=MAX_FIELDS,
+        max_map_len=MAX_FIELDS,
+        max_ext_len=0,
+    )
 
 
 @dataclass(slots=True)
 class _Entry:
     registration: Registration
     last_seen: float
+    changed_at: float
 
 
 class RegistryTable:
-    """Registered instances keyed by URL, with heartbeat expiry on a clock passed in."""
+    """Confirmed instances keyed by URL, with heartbeat expiry on a clock passed in."""
 
     def __init__(
         self,
@@ -156,6 +82,14 @@ class RegistryTable:
         self.interval_scale = interval_scale  # tests shrink the intervals
         self._entries: dict[str, _Entry] = {}
 
+    def get(self, url: str) -> Registration | None:
+        entry = self._entries.get(url)
+        return entry.registration if entry else None
+
+    def last_change(self, url: str) -> float | None:
+        entry = self._entries.get(url)
+        return entry.changed_at if entry else None
+
     def beat(self, reg: Registration, now: float) -> str:
         """Record a heartbeat; returns "added", "changed" (role/mode/ports moved), "refreshed",
         or "full" (a new instance while `max_instances` are registered: not recorded)."""
@@ -163,11 +97,12 @@ class RegistryTable:
         if entry is None:
             if len(self._entries) >= self.max_instances:
                 return "full"
-            self._entries[reg.url] = _Entry(reg, now)
+            self._entries[reg.url] = _Entry(reg, now, float("-inf"))  # no change yet
             return "added"
         changed = entry.registration != reg
-        entry.registration = reg
-        entry.last_seen = now
+        entry.registration, entry.last_seen = reg, now
+        if changed:
+            entry.changed_at = now
         return "changed" if changed else "refreshed"
 
     def expire(self, now: float) -> list[Registration]:
@@ -175,15 +110,20 @@ class RegistryTable:
         gone = [
             e.registration
             for e in self._entries.values()
-            if now - e.last_seen
-            >= self.missed_beats * e.registration.interval * self.interval_scale
+            if now - e.last_seen >= self.silence_limit(e.registration)
         ]
         for reg in gone:
             del self._entries[reg.url]
         return gone
 
+    def silence_limit(self, reg: Registration) -> float:
+        return self.missed_beats * reg.interval * self.interval_scale
+
     def forget(self, url: str) -> None:
         self._entries.pop(url, None)
+
+    def registrations(self) -> list[Registration]:
+        return [e.registration for e in self._entries.values()]
 
     def __contains__(self, url: str) -> bool:
         return url in self._entries
@@ -193,27 +133,23 @@ class RegistryTable:
 
 
 class RegistryListener:
-    """The shell: a zmq.asyncio ROUTER that parses messages and calls back on changes."""
+    """The shell: a zmq.asyncio ROUTER that parses messages and calls back with each
+    registration and the sender's address. Nothing a sender does stops its loop."""
 
     def __init__(
         self,
         host: str,
         port: int,
-        table: RegistryTable,
-        on_beat: Callable[[Registration, str], None],
-        on_expire: Callable[[Registration], None],
+        on_registration: Callable[[Registration, str | None], None],
+        on_reject: Callable[[str, str], None],
+        on_sweep: Callable[[], None],
+        sweep_period: float,
         default_mode: str = "read",
-        clock: Callable[[], float] | None = None,
-        on_reject: Callable[[str, str], None] | None = None,
     ) -> None:
         self.host, self.port = host, port
-        self.table = table
-        self.on_beat, self.on_expire = on_beat, on_expire
+        self.on_registration, self.on_reject, self.on_sweep = on_registration, on_reject, on_sweep
+        self.sweep_period = sweep_period
         self.default_mode = default_mode
-        self.clock = clock
-        self.on_reject = on_reject or (
-            lambda reason, detail: log.warning("ignored registration (%s): %s", reason, detail)
-        )
         self._ctx: Any = None
         self._sock: Any = None
         self._tasks: list[asyncio.Task] = []
@@ -223,10 +159,12 @@ class RegistryListener:
         import zmq
         import zmq.asyncio
 
-        self.clock = self.clock or asyncio.get_running_loop().time
         self._ctx = zmq.asyncio.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        # A peer sending more than this in one message is disconnected before it is buffered.
+        self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        self._sock.setsockopt(zmq.RCVHWM, 1000)
         bind_host = "*" if self.host in ("0.0.0.0", "") else self.host
         if self.port == 0:
             self.port = self._sock.bind_to_random_port(f"tcp://{bind_host}")
@@ -244,34 +182,49 @@ class RegistryListener:
         if self._ctx is not None:
             self._ctx.term()
 
-    def handle(self, payload: bytes) -> None:
-        import msgpack
-
+    def handle(self, payload: bytes, peer: str | None = None) -> None:
+        """One message: parsed, then handed on; a malformed one is refused naming its field."""
         try:
-            reg = parse_message(msgpack.unpackb(payload, raw=False), self.default_mode)
-        except (RegistryMessageError, ValueError, TypeError, msgpack.UnpackException) as exc:
-            self.on_reject("malformed", str(exc)[:200])
+            reg = parse_message(unpack(payload), self.default_mode)
+        except RegistryMessageError as exc:
+            self.on_reject("malformed", str(exc))
             return
-        if reg is None:
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+            self.on_reject("malformed", f"not a msgpack map: {type(exc).__name__}")
             return
-        change = self.table.beat(reg, self.clock())
-        if change == "full":
-            self.on_reject(
-                "full", f"{reg.url}: {self.table.max_instances} instances are registered already"
-            )
-            return
-        self.on_beat(reg, change)
+        if reg is not None:
+            self.on_registration(reg, peer)
 
     async def _receive(self) -> None:
+        import zmq
+
         while True:
-            frames = await self._sock.recv_multipart()
-            if len(frames) >= 2:
-                self.handle(frames[-1])
+            try:
+                frames = await self._sock.recv_multipart(copy=False)
+            except zmq.ZMQError as exc:
+                self.on_reject("error", f"receive failed: {exc}")
+                await asyncio.sleep(0.1)
+                continue
+            if len(frames) < 2:
+                continue
+            try:
+                self.handle(frames[-1].bytes, _peer_address(frames[-1]))
+            except Exception:  # the loop must outlive any handler bug: log it, count it
+                log.exception("registry: a registration handler failed; still listening")
+                self.on_reject("error", "a registration handler failed (see the proxy log)")
 
     async def _sweep(self) -> None:
-        period = min(NEW_INTERVAL, OLD_INTERVAL) * self.table.interval_scale / 2
         while True:
-            await asyncio.sleep(period)
-            for reg in self.table.expire(self.clock()):
-                log.info("instance %s silent for %d beats: dropped", reg.url, MISSED_BEATS)
-                self.on_expire(reg)
+            await asyncio.sleep(self.sweep_period)
+            try:
+                self.on_sweep()
+            except Exception:  # as above: expiry must keep running
+                log.exception("registry: the expiry sweep failed; it runs again")
+
+
+def _peer_address(frame: Any) -> str | None:
+    """The sender's IP as the socket saw it (ZMQ's Peer-Address property)."""
+    try:
+        return frame.get("Peer-Address")
+    except Exception:  # older libzmq, or a transport without it: no address to judge
+        return None

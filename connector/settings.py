@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from connector.legs import check_combination
 from connector.measure import SloTargets
 from connector.policy import POLICIES
+from connector.registry_trust import LOOPBACK, ExpectedInstance, SenderAllowlist
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,11 @@ class ProxySettings:
     request_log_size: int = 1000
     max_body_bytes: int = 64 << 20  # a client body over this is 413
     registry_max_instances: int = 256  # distinct instances the ZMQ registry accepts
+    registry_max_pending: int = 16  # new claims probed at once; more wait for a place
+    registry_allow: tuple[str, ...] = LOOPBACK  # networks that may register
+    # Under `pdctl serve`: the whole registration of every instance the controller launched;
+    # anything else is refused. None: a standalone proxy, which believes what /health confirms.
+    registry_expected: tuple[ExpectedInstance, ...] | None = None
 
     def __post_init__(self) -> None:
         check_combination(self.connector, self.mode)
@@ -72,6 +78,9 @@ class ProxySettings:
         urls = [f.url for f in (*self.prefill, *self.decode, *self.instance)]
         if len(urls) != len(set(urls)):
             raise ValueError("each instance URL may appear once: one instance has one role")
+        SenderAllowlist(self.registry_allow)  # raises naming --registry-allow
+        if self.registry_max_pending < 1:
+            raise ValueError("--registry-max-pending must be at least 1")
         if self.max_body_bytes < 1024 or self.registry_max_instances < 1:
             raise ValueError(
                 "--max-body-bytes must be at least 1024 and --registry-max-instances at least 1"

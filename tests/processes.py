@@ -49,9 +49,16 @@ def port_range() -> str:
     return f"{base}-{base + 499}"
 
 
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+# The admin token the tests' standalone proxies get (in their environment, as pdctl serve
+# hands it over), and the header that carries it.
+ADMIN_TOKEN = "test-admin-token"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+def http_get(url: str, timeout: float = 5.0, headers: dict | None = None) -> tuple[int, bytes]:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        req = urllib.request.Request(url, headers=headers or {})
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as err:
         return err.code, err.read()
@@ -76,7 +83,12 @@ def http_post(
 
 class Process:
     def __init__(
-        self, args: list[str], port: int, env: dict | None = None, log_path: Path | None = None
+        self,
+        args: list[str],
+        port: int,
+        env: dict | None = None,
+        log_path: Path | None = None,
+        cwd: Path = ROOT,
     ) -> None:
         self.args, self.port = args, port
         self.url = f"http://127.0.0.1:{port}"
@@ -85,7 +97,7 @@ class Process:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, str(ROOT / "pdctl.py"), *args],
-                cwd=ROOT,
+                cwd=cwd,
                 env={**os.environ, **(env or {})},
                 stdout=out,
                 stderr=subprocess.STDOUT,

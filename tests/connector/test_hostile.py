@@ -217,7 +217,8 @@ def test_a_flood_of_bogus_registrations_is_refused_counted_and_routing_is_unaffe
                         msgpack.packb({"type": kind, "http_address": fake.url[len("http://") :]})
                     )
                 assert await until(lambda: len(list(proxy.pool)) == 2)
-                # 2,000 made-up instances (valid messages) and 1,200 malformed ones
+                # 2,000 made-up instances (valid messages, addresses outside --registry-allow)
+                # and 1,200 malformed ones
                 for i in range(2000):
                     dealer.send(
                         msgpack.packb(
@@ -237,7 +238,7 @@ def test_a_flood_of_bogus_registrations_is_refused_counted_and_routing_is_unaffe
                             assert r.status == 200
                 assert await until(
                     lambda: (
-                        proxy.metrics.registry_rejected.get("full") == 2000
+                        proxy.metrics.registry_rejected.get("sender") == 2000
                         and proxy.metrics.registry_rejected.get("malformed")
                         == 100 * len(BOGUS) + 100
                     ),
@@ -247,10 +248,10 @@ def test_a_flood_of_bogus_registrations_is_refused_counted_and_routing_is_unaffe
                 assert len(p.seen) == 10 and len(d.seen) == 10
                 async with aiohttp.ClientSession() as s, s.get(base + "/metrics") as r:
                     counts = rejected(await r.text())
-                assert counts == {"full": 2000.0, "malformed": 100.0 * len(BOGUS) + 100}
+                assert counts == {"sender": 2000.0, "malformed": 100.0 * len(BOGUS) + 100}
                 # the real ones keep beating: refreshed, never refused
                 dealer.send(msgpack.packb({"type": "P", "http_address": p.url[7:]}))
                 await asyncio.sleep(0.1)
-                assert proxy.metrics.registry_rejected["full"] == 2000
+                assert proxy.metrics.registry_rejected["sender"] == 2000
 
     run(body(), timeout=60)

@@ -42,28 +42,39 @@ def test_registration_expiry_and_mode_move():
     async def body():
         # heartbeat intervals scaled down 50x: newer shape 60 ms, expiry after 180 ms
         settings = settings_for(registry_port=0, heartbeat_scale=0.02, connector="moriio")
-        async with running(settings) as (_, proxy):
+        async with (
+            engines(FakeEngine("p"), FakeEngine("d")) as (pe, de),
+            running(settings) as (_, proxy),
+        ):
+            new = {**NEW, "http_address": pe.url[7:]}
+            old = {**OLD, "request_address": de.url + "/v1/completions"}
             with registry_dealer(proxy.registry_port) as dealer:
                 dealer.send(msgpack.packb({"type": "HELLO"}))
-                dealer.send(msgpack.packb(NEW))
-                dealer.send(msgpack.packb(OLD))
+                dealer.send(msgpack.packb(new))
+                dealer.send(msgpack.packb(old))
                 assert await until(lambda: len(list(proxy.pool)) == 2)
-                p = proxy.pool.get("http://127.0.0.1:20005")
-                d = proxy.pool.get("http://127.0.0.1:40005")
-                assert (p.role, p.mode, p.source) == ("prefill", "read", "registry")
+                p, d = proxy.pool.get(pe.url), proxy.pool.get(de.url)
+                assert (p.role, p.mode, p.source, p.healthy) == (
+                    "prefill",
+                    "read",
+                    "registry",
+                    True,
+                )
                 assert d.zmq_address == "host:127.0.0.1,handshake:7301,notify:7501"
-                # nothing listens at either address: registered, never routed to
-                assert proxy.pool.route() is None and not p.healthy
 
                 # the prefill restarts in write mode: it moves group
-                dealer.send(msgpack.packb({**NEW, "transfer_mode": "WRITE"}))
+                dealer.send(msgpack.packb({**new, "transfer_mode": "WRITE"}))
                 assert await until(lambda: p.mode == "write")
                 assert p.url in proxy.pool.groups["write"].instances
                 assert p.url not in proxy.pool.groups["read"].instances
+                # and straight back, within one heartbeat interval: flapping, refused
+                dealer.send(msgpack.packb(new))
+                assert await until(lambda: proxy.metrics.registry_rejected.get("flapping"))
+                assert p.mode == "write"
 
                 # keep the prefill beating, let the decode go silent: only it is dropped
                 for _ in range(20):
-                    dealer.send(msgpack.packb({**NEW, "transfer_mode": "WRITE"}))
+                    dealer.send(msgpack.packb({**new, "transfer_mode": "WRITE"}))
                     await asyncio.sleep(0.02)
                     if proxy.pool.get(d.url) is None:
                         break
@@ -71,8 +82,8 @@ def test_registration_expiry_and_mode_move():
                 assert proxy.pool.get(p.url) is not None
                 assert await until(lambda: proxy.pool.get(p.url) is None)
 
-                dealer.send(b"\xc1 not msgpack")  # ignored, and the listener survives
-                dealer.send(msgpack.packb(NEW))
+                dealer.send(b"\xc1 not msgpack")  # refused, and the listener survives
+                dealer.send(msgpack.packb(new))
                 assert await until(lambda: proxy.pool.get(p.url) is not None)
 
     run(body())
@@ -89,8 +100,10 @@ def test_a_registration_is_routed_to_only_once_its_health_answers():
                 ghost = {**OLD, "request_address": "http://127.0.0.1:9/v1/completions"}
                 dealer.send(msgpack.packb(ghost))  # a decode that does not answer
                 dealer.send(msgpack.packb({**NEW, "http_address": p.url[7:]}))
-                assert await until(lambda: len(list(proxy.pool)) == 2)
-                await asyncio.sleep(0.3)
+                assert await until(lambda: len(list(proxy.pool)) == 1)
+                await asyncio.sleep(0.8)  # the ghost's admission probes all fail
+                assert proxy.pool.get("http://127.0.0.1:9") is None
+                assert "http://127.0.0.1:9" not in proxy.membership.gate.pending
                 assert proxy.pool.route() is None
                 async with aiohttp.ClientSession() as s:
                     async with s.post(base + "/v1/completions", json=completion(2)) as r:
@@ -99,8 +112,6 @@ def test_a_registration_is_routed_to_only_once_its_health_answers():
                     assert await until(lambda: proxy.pool.route() is not None)
                     async with s.post(base + "/v1/completions", json=completion(2)) as r:
                         assert r.status == 200
-                ghost_inst = proxy.pool.get("http://127.0.0.1:9")
-                assert not ghost_inst.healthy and "/health" in ghost_inst.last_error
                 assert d.kinds() == ["decode"]
 
     run(body())

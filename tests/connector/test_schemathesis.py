@@ -141,6 +141,8 @@ ADMIN = [
     "POST /admin/groups/{group}/resume",
     "POST /admin/instances",
     "POST /admin/instances/remove",
+    "GET /admin/registry",
+    "PUT /admin/registry/expected",
 ]
 
 

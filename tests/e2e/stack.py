@@ -13,7 +13,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.processes import ROOT, Process, free_port, http_get, metric_value, sim
+from tests.processes import (
+    ADMIN,
+    ADMIN_TOKEN,
+    ROOT,
+    Process,
+    free_port,
+    http_get,
+    metric_value,
+    sim,
+)
 
 # The default stand-in: the tiny model on the cpu profile (milliseconds per step).
 TINY: tuple[str, ...] = ()
@@ -86,6 +95,7 @@ def proxy(tmp: Path, name: str, *flags: str, registry_port: int = -1) -> Process
             *flags,
         ],
         port,
+        env={"PDCTL_ADMIN_TOKEN": ADMIN_TOKEN},
         log_path=tmp / f"{name}.log",
     )
 
@@ -126,7 +136,7 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = 
 
 
 def instances(proxy_proc: Process) -> list[dict[str, Any]]:
-    status, raw = http_get(proxy_proc.url + "/admin/instances")
+    status, raw = http_get(proxy_proc.url + "/admin/instances", headers=ADMIN)
     assert status == 200, raw
     data = json.loads(raw)
     return data["instances"] if isinstance(data, dict) else data

@@ -6,7 +6,7 @@ import signal
 import pytest
 
 from tests.e2e.stack import bench, gauge, instances, moriio_sim, proxy, wait_until, zmq_address
-from tests.processes import free_port, http_post, running
+from tests.processes import ADMIN, free_port, http_post, running
 
 pytestmark = pytest.mark.e2e
 
@@ -37,7 +37,7 @@ def served(stand_ins):
 
 def set_paused(front, group, paused):
     status, body = http_post(
-        f"{front.url}/admin/groups/{group}/{'pause' if paused else 'resume'}", {}
+        f"{front.url}/admin/groups/{group}/{'pause' if paused else 'resume'}", {}, headers=ADMIN
     )
     assert status == 200, body
 

@@ -1,0 +1,35 @@
+"""The admin token of a standalone `pdctl proxy` started without one: generated, and written
+to a file only its user can read, so /admin is never open (its routes pause groups and add or
+remove instances). Under `pdctl serve` the controller generates it and hands it over in the
+environment (PDCTL_ADMIN_TOKEN), never in argv, which every local user can read."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+
+def runtime_dir() -> Path:
+    """Where a standalone proxy keeps its token: PDCTL_RUNTIME_DIR, else the user's runtime
+    directory (XDG_RUNTIME_DIR), else ~/.cache/pdctl/run."""
+    if given := os.environ.get("PDCTL_RUNTIME_DIR"):
+        return Path(given).absolute()
+    if xdg := os.environ.get("XDG_RUNTIME_DIR"):
+        return Path(xdg) / "pdctl"
+    return Path.home() / ".cache" / "pdctl" / "run"
+
+
+def write_generated_token(path: Path) -> str:
+    """A new token in `path` (0600, its folder 0700), replacing an older one atomically."""
+    token = secrets.token_urlsafe(32)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # O_CREAT's mode is masked by umask, and an old file keeps its own
+        os.write(fd, (token + "\n").encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return token
