@@ -103,6 +103,12 @@ def proxy(
     max_body_bytes: Annotated[
         int, typer.Option(help="Largest client request body; larger ones get 413.")
     ] = 64 << 20,
+    header_timeout: Annotated[
+        float, typer.Option(help="Seconds a client has to send a request's whole head.")
+    ] = 10.0,
+    body_timeout: Annotated[
+        float, typer.Option(help="Seconds a client has to send a request's body (then 408).")
+    ] = 60.0,
     registry_max_instances: Annotated[
         int, typer.Option(help="Distinct instances the ZMQ registry accepts; more are refused.")
     ] = 256,
@@ -150,6 +156,8 @@ def proxy(
             eject_after=eject_after,
             eject_seconds=eject_seconds,
             max_body_bytes=max_body_bytes,
+            header_timeout=header_timeout,
+            body_timeout=body_timeout,
             registry_max_instances=registry_max_instances,
             registry_max_pending=registry_max_pending,
             registry_allow=tuple(registry_allow or LOOPBACK),

@@ -6,6 +6,7 @@
      |                              status and message, naming the leg and the instance
      +- Unauthorized            401  admin API without the right bearer token
      +- NotFound                404  admin API: no such instance or group
+     +- BodyTooSlow             408  a request body not received within --body-timeout
      +- TooLarge                413  a request body over --max-body-bytes
      +- Unavailable             503  nothing can serve now; carries Retry-After
      |   +- NoInstance          503  no healthy, undrained instance (or pair) for this request
@@ -85,6 +86,11 @@ class Unauthorized(ProxyError):
 class NotFound(ProxyError):
     status = 404
     type = "NotFoundError"
+
+
+class BodyTooSlow(ProxyError):
+    status = 408
+    type = "BadRequestError"
 
 
 class TooLarge(ProxyError):

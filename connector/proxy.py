@@ -19,7 +19,14 @@ import aiohttp
 from aiohttp import web
 
 from connector.client_body import estimate_tokens, parse_client_body, turn_kind
-from connector.errors import BadRequest, ProxyError, TooLarge, Unavailable, UpstreamError
+from connector.errors import (
+    BadRequest,
+    BodyTooSlow,
+    ProxyError,
+    TooLarge,
+    Unavailable,
+    UpstreamError,
+)
 from connector.flight import Flight, clock
 from connector.hold import HoldQueue
 from connector.instances import InstancePool, Route
@@ -101,7 +108,13 @@ class Proxy:
 
     async def _read_body(self, request: web.Request) -> bytes:
         try:
-            return await request.read()
+            async with asyncio.timeout(self.settings.body_timeout):
+                return await request.read()
+        except TimeoutError:
+            raise BodyTooSlow(
+                f"request body not received within {self.settings.body_timeout:g} s "
+                "(the proxy's --body-timeout)"
+            ) from None
         except web.HTTPRequestEntityTooLarge:
             raise TooLarge(
                 f"request body larger than {self.settings.max_body_bytes} bytes "

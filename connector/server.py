@@ -11,6 +11,7 @@ from aiohttp import web
 from connector import admin, openapi
 from connector.info_routes import InfoRoutes
 from connector.proxy import PROXY_KEY, RUNNER_KWARGS, Proxy
+from connector.read_deadlines import HeadDeadlineSite
 from connector.settings import ProxySettings
 
 log = logging.getLogger("connector.proxy")
@@ -45,7 +46,9 @@ async def start(settings: ProxySettings) -> tuple[web.AppRunner, web.Application
             await app[PROXY_KEY].cleanup(app)
         raise
     try:
-        await web.TCPSite(runner, settings.host, settings.port).start()
+        await HeadDeadlineSite(
+            runner, settings.host, settings.port, settings.header_timeout
+        ).start()
     except BaseException:
         await runner.cleanup()
         raise

@@ -60,6 +60,8 @@ class ProxySettings:
     loop_lag_interval: float = 0.5
     request_log_size: int = 1000
     max_body_bytes: int = 64 << 20  # a client body over this is 413
+    header_timeout: float = 10.0  # a request head not complete this long after its first byte
+    body_timeout: float = 60.0  # a request body not received in this long is 408
     registry_max_instances: int = 256  # distinct instances the ZMQ registry accepts
     registry_max_pending: int = 16  # new claims probed at once; more wait for a place
     registry_allow: tuple[str, ...] = LOOPBACK  # networks that may register
@@ -84,6 +86,10 @@ class ProxySettings:
         if self.max_body_bytes < 1024 or self.registry_max_instances < 1:
             raise ValueError(
                 "--max-body-bytes must be at least 1024 and --registry-max-instances at least 1"
+            )
+        if not (0 < self.header_timeout <= 3600 and 0 < self.body_timeout <= 3600):
+            raise ValueError(
+                "--header-timeout and --body-timeout must be above 0 and at most 3600 s"
             )
         if self.health_timeout <= 0:
             raise ValueError("--health-timeout must be positive")

@@ -1,0 +1,73 @@
+"""A deadline on reading a request's head, which aiohttp does not have: a client that sends
+its headers a line at a time (slowloris) would otherwise hold a connection, and its memory,
+for as long as it likes. The body has its own deadline where the proxy reads it.
+
+`HeadDeadlineSite` is a TCPSite whose connections run `deadline_handler(seconds)`: from the
+first byte of a request, its head must be complete within `seconds`, or the connection closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+
+def deadline_handler(seconds: float) -> type[RequestHandler]:
+    class HeadDeadlineHandler(RequestHandler):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def data_received(self, data: bytes) -> None:
+            heads_before = self._request_count
+            super().data_received(data)
+            if self._request_count > heads_before:  # a whole head arrived
+                self._stop_head_timer()
+            elif data and self._head_timer is None and self._between_requests():
+                self._head_timer = self._loop.call_later(seconds, self._head_too_slow)
+
+        def _between_requests(self) -> bool:
+            # Not while a request is handled or queued: then these bytes are its body.
+            return self._current_request is None and not self._messages
+
+        def _head_too_slow(self) -> None:
+            self._head_timer = None
+            if self.transport is not None:
+                self.transport.close()  # no answer: the client has not finished asking
+
+        def _stop_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def connection_lost(self, exc: BaseException | None) -> None:
+            self._stop_head_timer()
+            super().connection_lost(exc)
+
+    return HeadDeadlineHandler
+
+
+class HeadDeadlineSite(web.TCPSite):
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, head_seconds: float) -> None:
+        super().__init__(runner, host, port)
+        self._handler_class = deadline_handler(head_seconds)
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner
+        loop = asyncio.get_running_loop()
+        server: Any = self._runner.server
+        handler_class = self._handler_class
+
+        def protocol() -> RequestHandler:
+            # Exactly what aiohttp's Server builds, with the deadline added.
+            return handler_class(server, loop=loop, **server._kwargs)
+
+        self._server = await loop.create_server(
+            protocol,
+            self._host,
+            self._port,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+        )
