@@ -24,7 +24,7 @@ GRACE_S = 30.0  # per rate: past its last arrival, for requests in flight to fin
 class BenchRequest(BaseModel):
     """What an operator asks of a run; SLOs left out are the deployment's own."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     rates: list[Annotated[float, Field(gt=0, le=MAX_RATE)]] = Field(
         min_length=1,

@@ -98,16 +98,21 @@ def values_from_spec(spec: Mapping[str, Any]) -> FormValues:
     """The form filled in from a stored spec (JSON-mode dump)."""
     fields = {key: _text(_get(spec, key)) for key in _TEXT}
     groups = []
-    for g in spec.get("groups", []):
+    stored_groups = spec.get("groups")
+    for g in stored_groups if isinstance(stored_groups, list) else []:
+        if not isinstance(g, Mapping):
+            continue  # a stored spec today's rules refuse: shown as far as it goes
         row = {f: _text(g.get(f)) for f in GROUP_FIELDS}
-        row["gpus"] = ", ".join(str(x) for x in g.get("gpus", []))
+        gpus = g.get("gpus")
+        row["gpus"] = ", ".join(str(x) for x in gpus) if isinstance(gpus, list) else ""
         row["_rest"] = json.dumps({k: v for k, v in g.items() if k not in _GROUP_SHOWN})
         groups.append(row)
+    extra = spec.get("extra_args") or []
     return FormValues(
         fields=fields,
         groups=groups,
         prefix_caching=bool(spec.get("prefix_caching", True)),
-        extra_args="\n".join(spec.get("extra_args", [])),
+        extra_args="\n".join(str(a) for a in extra if isinstance(extra, list)),
     )
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Annotated, Protocol
 
 from fastapi import Depends, Query, Request
+from fastapi.exceptions import RequestValidationError
 
+from web import finite
 from web.auth import ANONYMOUS, COOKIE, Actor, TokenBook, bearer
 from web.errors import Forbidden, NotJson, Unauthorized
 from web.settings import Settings
@@ -48,9 +50,10 @@ def current_actor(request: Request) -> Actor:
     return actor
 
 
-def json_body(request: Request) -> None:
+async def json_body(request: Request) -> None:
     """A body sent to the API is JSON: anything else is a 415 saying so, rather than a 422
-    about the body's shape."""
+    about the body's shape. Its numbers are finite: NaN or Infinity anywhere (or 1e999,
+    which reads as Infinity) is a 422 naming each place, whatever the route's model."""
     headers = request.headers
     if request.method not in ("POST", "PUT", "PATCH") or (
         headers.get("content-length", "0") == "0" and "transfer-encoding" not in headers
@@ -62,6 +65,12 @@ def json_body(request: Request) -> None:
             f"the request body must be JSON (Content-Type: application/json), not "
             f"{media or 'untyped'}"
         )
+    try:
+        body = await request.json()  # parsed already by FastAPI: Starlette keeps it
+    except ValueError:
+        return  # FastAPI's own 422 says the JSON is invalid
+    if bad := finite.problems(body):
+        raise RequestValidationError(bad)
 
 
 def current_operator(actor: Annotated[Actor, Depends(current_actor)]) -> Actor:

@@ -5,6 +5,8 @@
      +- Forbidden           403  a viewer token asking to change something
      +- NotFound            404  no such deployment, revision
      +- Conflict            409  a name already taken, a port range with no room left
+     |   +- Unreadable      409  a stored revision today's rules cannot read (replace it)
+     |   +- StaleRevision   409  an edit based on a revision that is no longer current
      +- TooLarge            413  a request body over the configured limit
      +- NotJson             415  a request body the API reads, sent as something else than JSON
      +- SpecInvalid         422  rules broken in a deployment spec; FastAPI's 422 shape
@@ -60,6 +62,28 @@ class NotFound(PdctlError):
 class Conflict(PdctlError):
     status = 409
     title = "Conflict"
+
+
+class Unreadable(Conflict):
+    title = "Stored revision cannot be read"
+
+    def __init__(self, name: str, revision: int, field: str, why: str) -> None:
+        super().__init__(
+            f"deployment {name!r} revision {revision} as stored cannot be read ({field}: "
+            f"{why}); replace it (PUT /api/deployments/{name} or the edit form) or delete it"
+        )
+        self.name, self.revision = name, revision
+
+
+class StaleRevision(Conflict):
+    title = "Edited from an old revision"
+
+    def __init__(self, message: str, current: int) -> None:
+        super().__init__(message)
+        self.current = current
+
+    def headers(self) -> dict[str, str]:
+        return {"ETag": f'"{self.current}"'}
 
 
 class TooLarge(PdctlError):

@@ -47,7 +47,7 @@ def _profile(kind: str):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class FlagsIn(_Strict):

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from controller.deployment import DeploymentSpec, InstancePorts, Slug
 from controller.redact import redact_spec, redact_text
 from web.diff import Change
+from web.finite import json_safe
 from web.models import Event, Revision
 from web.store import Current
 
@@ -74,7 +75,7 @@ class RevisionOut(RevisionSummary):
             created_at=r.created_at,
             actor=r.actor,
             reason=r.reason,
-            spec=r.spec if secrets else redact_spec(r.spec),
+            spec=json_safe(r.spec if secrets else redact_spec(r.spec)),
             ports=r.ports,
         )
 
@@ -87,7 +88,7 @@ class ChangeOut(BaseModel):
 
     @classmethod
     def of(cls, c: Change) -> ChangeOut:
-        return cls(path=list(c.path), op=c.op, old=c.old, new=c.new)
+        return cls(path=list(c.path), op=c.op, old=json_safe(c.old), new=json_safe(c.new))
 
 
 class DiffOut(BaseModel):
@@ -100,7 +101,7 @@ class DiffOut(BaseModel):
 
 
 class CloneRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: Slug
 
@@ -124,5 +125,5 @@ class EventOut(BaseModel):
             kind=e.kind,
             deployment=e.deployment,
             message=redact_text(e.message),
-            detail=redact_spec(e.detail or {}),
+            detail=json_safe(redact_spec(e.detail or {})),
         )

@@ -20,7 +20,7 @@ TokenList = Annotated[list[str], NoDecode]
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PDCTL_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="PDCTL_", extra="ignore", allow_inf_nan=False)
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)

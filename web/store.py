@@ -3,15 +3,21 @@
 Every change to a deployment writes a new revision and an event in one transaction. Writes
 are serialized by a lock, so that checking other deployments' ports and claiming new ones
 cannot interleave between two requests of this server.
+
+A stored revision is read back through today's spec rules: one they refuse (NaN or Infinity
+written before they were refused, a field since removed) is `Unreadable`, a 409 naming the
+field that says to replace it, never a 500; it can still be replaced, deleted and listed.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
+from pydantic import ValidationError
 from sqlmodel import Session, col, func, select
 
 from controller.deployment import DeploymentSpec, InstancePorts
@@ -19,7 +25,8 @@ from controller.ports import AllocatedPorts
 from controller.redact import redact_spec
 from controller.validation import Problem
 from web.admission import Admission, admit, without_given_ports
-from web.errors import Conflict, NotFound, SpecInvalid
+from web.errors import Conflict, NotFound, SpecInvalid, Unreadable
+from web.finite import non_finite
 from web.models import Deployment, Event, Revision, utcnow
 
 
@@ -65,24 +72,45 @@ class Store:
             return list(s.exec(select(Deployment.name).order_by(Deployment.name)))
 
     def deployments(self) -> list[Current]:
+        """Every deployment whose current revision can be read (see `unreadable`)."""
+        return [d for d in self._listing() if isinstance(d, Current)]
+
+    def unreadable(self) -> list[Unreadable]:
+        """Why each deployment whose current revision cannot be read is so."""
+        return [d for d in self._listing() if isinstance(d, Unreadable)]
+
+    def _listing(self) -> Iterator[Current | Unreadable]:
         with Session(self.engine) as s:
-            rows = s.exec(
-                select(Deployment, Revision)
-                .join(
-                    Revision,
-                    sa.and_(
-                        Revision.deployment_id == Deployment.id,
-                        Revision.number == Deployment.revision,
-                    ),
+            rows = list(
+                s.exec(
+                    select(Deployment, Revision)
+                    .join(
+                        Revision,
+                        sa.and_(
+                            Revision.deployment_id == Deployment.id,
+                            Revision.number == Deployment.revision,
+                        ),
+                    )
+                    .order_by(Deployment.name)
                 )
-                .order_by(Deployment.name)
             )
-            return [_current(d, r) for d, r in rows]
+        for d, r in rows:
+            try:
+                yield _current(d, r)
+            except Unreadable as exc:
+                yield exc
 
     def get(self, name: str) -> Current:
+        """The current revision, typed; Unreadable when today's rules refuse what is stored."""
         with Session(self.engine) as s:
             deployment = _deployment(s, name)
             return _current(deployment, _revision(s, deployment, deployment.revision))
+
+    def stored_spec(self, name: str) -> dict:
+        """The current revision's spec as stored, read or not: what an edit starts from."""
+        with Session(self.engine) as s:
+            deployment = _deployment(s, name)
+            return _revision(s, deployment, deployment.revision).spec
 
     def create(
         self,
@@ -242,7 +270,10 @@ class Store:
     def _admit(self, s: Session, spec: DeploymentSpec, previous: Revision | None) -> AllocatedPorts:
         old = None
         if previous is not None:
-            old = (DeploymentSpec.model_validate(previous.spec), ports_from_json(previous.ports))
+            try:  # an unreadable previous revision keeps no ports: they are allocated anew
+                old = (_spec_of(spec.name, previous), ports_from_json(previous.ports))
+            except (Unreadable, KeyError, TypeError, ValueError):
+                old = None
         return admit(self.admission, spec, self._claims(s, exclude=spec.name), old)
 
     def _claims(self, s: Session, exclude: str) -> dict[int, str]:
@@ -259,9 +290,30 @@ class Store:
         )
         claims: dict[int, str] = {}
         for name, spec, ports in rows:
-            for port in ports_from_json(ports).claimed(DeploymentSpec.model_validate(spec)):
+            for port in _claimed(spec, ports):
                 claims[port] = name
         return claims
+
+
+def _claimed(spec: dict, ports: dict) -> set[int]:
+    """The ports a stored revision claims; of an unreadable one, every port it lists."""
+    try:
+        return ports_from_json(ports).claimed(DeploymentSpec.model_validate(spec))
+    except (ValidationError, KeyError, TypeError, ValueError):
+        return set(_ints(ports))
+
+
+def _ints(node: object) -> Iterator[int]:
+    if isinstance(node, bool):
+        return
+    if isinstance(node, int):
+        yield node
+    elif isinstance(node, dict):
+        for v in node.values():
+            yield from _ints(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _ints(v)
 
 
 def _deployment(s: Session, name: str) -> Deployment:
@@ -284,16 +336,38 @@ def _revision(s: Session, deployment: Deployment, number: int) -> Revision:
 
 
 def _current(deployment: Deployment, revision: Revision) -> Current:
+    spec = _spec_of(deployment.name, revision)
+    try:
+        ports = ports_from_json(revision.ports)
+    except (KeyError, TypeError, ValueError, ValidationError):
+        raise _unreadable(deployment.name, revision.number, ("ports",), "malformed") from None
     return Current(
         deployment.name,
         deployment.revision,
         deployment.created_at,
         deployment.updated_at,
-        DeploymentSpec.model_validate(revision.spec),
-        ports_from_json(revision.ports),
+        spec,
+        ports,
         revision.actor,
         revision.reason,
     )
+
+
+def _spec_of(name: str, revision: Revision) -> DeploymentSpec:
+    """The stored spec through today's rules, non-finite numbers refused whatever the model
+    says; Unreadable naming the first field that fails."""
+    places = non_finite(revision.spec)
+    if places:
+        raise _unreadable(name, revision.number, places[0], "not a finite number")
+    try:
+        return DeploymentSpec.model_validate(revision.spec)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        raise _unreadable(name, revision.number, first["loc"], first["msg"]) from None
+
+
+def _unreadable(name: str, number: int, loc: tuple, why: str) -> Unreadable:
+    return Unreadable(name, number, ".".join(str(p) for p in loc) or "spec", why)
 
 
 def _new_revision(

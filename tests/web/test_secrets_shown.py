@@ -17,8 +17,9 @@ from tests.web.form_fields import form_fields
 HX = {"HX-Request": "true"}
 # The shapes the outside probe found shown to viewers, each with a value found nowhere else.
 SECRETS = {
-    "api-key value starting with a dash": "-sk-dash-1",
-    "api-key value after =": "sk-eq-2",
+    "api-key value starting with a dash, after =": "-sk-dash-1",
+    "api-key value as the next word": "sk-word-2",
+    "api-key value starting with a dash, as the next word": "-sk-dash-9",
     "JSON inside --hf-overrides": "hf-json-3",
     "kv_connector_extra_config secret key": "kv-secret-4",
     "URL password in env": "db-pw-5",
@@ -37,8 +38,7 @@ def vllm_spec(name: str = "pd") -> dict:
         "topology": "disaggregated",
         "connector": "NixlConnector",
         "extra_args": [
-            "--api-key",
-            SECRETS["api-key value starting with a dash"],
+            f"--api-key={SECRETS['api-key value starting with a dash, after =']}",
             "--hf-overrides",
             json.dumps({"api_key": SECRETS["JSON inside --hf-overrides"], "n": 1}),
         ],
@@ -48,7 +48,7 @@ def vllm_spec(name: str = "pd") -> dict:
                 "name": "prefill",
                 "role": "prefill",
                 "env": {"HF_TOKEN": SECRETS["group env token"]},
-                "extra_args": [f"--api-key={SECRETS['api-key value after =']}"],
+                "extra_args": ["--api-key", SECRETS["api-key value as the next word"]],
             },
             {"name": "decode", "role": "decode"},
         ],
@@ -64,6 +64,10 @@ def stored_with_every_shape(client: TestClient, name: str = "pd") -> None:
         "backends": ["UCX"],
         "secret_key": SECRETS["kv_connector_extra_config secret key"],
     }
+    spec["groups"][1]["extra_args"] = [
+        "--api-key",
+        SECRETS["api-key value starting with a dash, as the next word"],
+    ]
     spec["env"].update(
         {
             "DATABASE_URL": f"postgres://app:{SECRETS['URL password in env']}@db:5432/pd",
@@ -86,6 +90,13 @@ def stored_with_every_shape(client: TestClient, name: str = "pd") -> None:
 @pytest.fixture
 def stored(secured: TestClient) -> TestClient:
     stored_with_every_shape(secured)
+    return secured
+
+
+@pytest.fixture
+def created(secured: TestClient) -> TestClient:
+    """A deployment with secrets in what today's rules accept, for the form to save."""
+    assert secured.post("/api/deployments", json=vllm_spec(), headers=AS_OPERATOR).is_success
     return secured
 
 
@@ -141,13 +152,13 @@ def save(client: TestClient, fields: dict[str, str]):
     )
 
 
-def test_saving_the_form_as_shown_keeps_every_stored_secret(stored: TestClient) -> None:
-    before = stored.get("/api/deployments/pd", headers=AS_OPERATOR).json()["spec"]
-    fields = edit_page(stored)
+def test_saving_the_form_as_shown_keeps_every_stored_secret(created: TestClient) -> None:
+    before = created.get("/api/deployments/pd", headers=AS_OPERATOR).json()["spec"]
+    fields = edit_page(created)
     fields["slo.ttft_ms"] = "750"  # a change, so that a revision is written
-    response = save(stored, fields)
+    response = save(created, fields)
     assert response.headers.get("hx-redirect") == "/deployments/pd", response.text
-    after = stored.get("/api/deployments/pd", headers=AS_OPERATOR).json()
+    after = created.get("/api/deployments/pd", headers=AS_OPERATOR).json()
     assert after["revision"] == 2
     assert UNCHANGED not in json.dumps(after["spec"])
     assert after["spec"]["slo"]["ttft_ms"] == 750
@@ -155,21 +166,22 @@ def test_saving_the_form_as_shown_keeps_every_stored_secret(stored: TestClient) 
         assert after["spec"][key] == before[key], key
 
 
-def test_a_secret_typed_anew_is_stored_as_typed(stored: TestClient) -> None:
-    fields = edit_page(stored)
+def test_a_secret_typed_anew_is_stored_as_typed(created: TestClient) -> None:
+    fields = edit_page(created)
     lines = fields["extra_args"].splitlines()
-    lines[lines.index("--api-key") + 1] = "sk-brand-new"
+    assert lines[0] == f"--api-key={UNCHANGED}"
+    lines[0] = "--api-key=sk-brand-new"
     fields["extra_args"] = "\n".join(lines)
-    response = save(stored, fields)
+    response = save(created, fields)
     assert response.headers.get("hx-redirect") == "/deployments/pd", response.text
-    spec = stored.get("/api/deployments/pd", headers=AS_OPERATOR).json()["spec"]
-    assert spec["extra_args"][:2] == ["--api-key", "sk-brand-new"]
-    assert spec["extra_args"][3] == vllm_spec()["extra_args"][3]  # the JSON one kept
+    spec = created.get("/api/deployments/pd", headers=AS_OPERATOR).json()["spec"]
+    assert spec["extra_args"][0] == "--api-key=sk-brand-new"
+    assert spec["extra_args"][2] == vllm_spec()["extra_args"][2]  # the JSON one kept
 
 
-def test_a_marker_that_stands_for_no_stored_secret_is_refused(stored: TestClient) -> None:
-    fields = edit_page(stored)
+def test_a_marker_that_stands_for_no_stored_secret_is_refused(created: TestClient) -> None:
+    fields = edit_page(created)
     fields["extra_args"] += f"\n--hf-token={UNCHANGED}"
-    response = save(stored, fields)
+    response = save(created, fields)
     assert response.status_code == 422 and "type the value again" in response.text
-    assert stored.get("/api/deployments/pd", headers=AS_OPERATOR).json()["revision"] == 1
+    assert created.get("/api/deployments/pd", headers=AS_OPERATOR).json()["revision"] == 1

@@ -71,7 +71,7 @@ def deployment_advice(
 class SignalsIn(BaseModel):
     """The advisor's signals (observe/advisor.py); any may be left out."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     topology: Literal["colocated", "disaggregated"] | None = None
     slo_ttft_ms: float | None = Field(None, gt=0)
@@ -97,7 +97,7 @@ class AdviceRequest(BaseModel):
     a sweep with `runs`) and `plan` (a `pdctl plan --json` or POST /api/plan result).
     `rate` and `config` pick runs or rows; `topology` completes a bench result."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     signals: SignalsIn | None = None
     bench: dict[str, Any] | None = None

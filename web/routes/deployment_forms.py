@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from controller.deployment import DeploymentSpec
 from controller.redact import UNCHANGED, holds_mask, redact_spec, restore_secrets
 from controller.validation import Problem
-from web import htmx
+from web import finite, htmx
 from web.auth import Actor
 from web.deployment_form import (
     CONNECTOR_CHOICES,
@@ -34,10 +34,10 @@ from web.deployment_form import (
     values_from_spec,
 )
 from web.deps import StoreDep
-from web.errors import Forbidden, PdctlError, SpecInvalid
+from web.errors import Forbidden, NotFound, PdctlError, SpecInvalid, Unreadable
+from web.finite import json_safe
 from web.routes.page_common import (
     PageActor,
-    deployment_or_404,
     error_page,
     page_context,
     require_operator,
@@ -94,11 +94,16 @@ async def create_from_form(
 def edit_form(name: str, request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
     try:
         require_operator(actor)
-        current = store.get(name)
+        stored = store.stored_spec(name)  # as stored: an unreadable one is fixed here
+        store.get(name)
+    except Unreadable as exc:
+        problem = [exc.message]
     except PdctlError as exc:
         return error_page(request, actor, exc)
-    shown = redact_spec(current.spec.model_dump(mode="json"), UNCHANGED)
-    return _form(request, actor, values_from_spec(shown), name)
+    else:
+        problem = []
+    shown = redact_spec(json_safe(stored), UNCHANGED)
+    return _form(request, actor, values_from_spec(shown), name, general=problem)
 
 
 @router.post("/deployments/{name}/edit", response_class=HTMLResponse, response_model=None)
@@ -109,7 +114,10 @@ async def update_from_form(
         require_operator(actor)
     except Forbidden as exc:
         return error_page(request, actor, exc)
-    deployment_or_404(store, name)
+    try:
+        store.stored_spec(name)  # there, even if unreadable: saving the form is the fix
+    except NotFound as exc:
+        return error_page(request, actor, exc)
     return await _submit(request, store, actor, name)
 
 
@@ -131,7 +139,7 @@ async def _submit(
         if 0 <= index < len(values.groups):
             del values.groups[index]
         return _form(request, actor, values, editing)
-    base = store.get(editing).spec.model_dump(mode="json") if editing else None
+    base = store.stored_spec(editing) if editing else None
     try:
         require_operator(actor)
         spec = DeploymentSpec.model_validate(_unmasked(spec_from_values(values, base), base))
@@ -161,8 +169,11 @@ async def _submit(
 
 def _unmasked(submitted: dict, stored: dict | None) -> dict:
     """The stored secrets back where the form still shows the marker; a marker left where
-    nothing was stored (a line copied elsewhere) is refused rather than stored."""
+    nothing was stored (a line copied elsewhere) is refused rather than stored, and so is a
+    number the form read as NaN or Infinity ("inf" parses as a float)."""
     spec = restore_secrets(submitted, stored) if stored is not None else submitted
+    if places := finite.non_finite(spec):
+        raise SpecInvalid([Problem(p, finite.MESSAGE, finite.TYPE) for p in places])
     if holds_mask(spec):
         raise SpecInvalid(
             [

@@ -24,7 +24,7 @@ FIELDS = ("model", "tokens", "hardware", "tp", "link_gbps", "p2p")
 
 
 class KvQuery(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     model: str = Field("llama-3.1-70b", description="a model profile name")
     tokens: int = Field(10_000, ge=1, le=10_000_000, description="prompt tokens")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, status
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from controller.service import ControlService
 from controller.supervisor import SupervisorError
@@ -23,6 +23,8 @@ class Unavailable(PdctlError):
 
 
 class SwitchRequest(BaseModel):
+    model_config = ConfigDict(allow_inf_nan=False)
+
     mode: Literal["read", "write"]
     strategy: Literal["roll", "hold", "keep-serving"] = Field(
         description="roll: one pair at a time while others serve (two or more pairs); hold: "

@@ -3,13 +3,15 @@ progress, the load run; each answers with the page's fragments it changed."""
 
 from __future__ import annotations
 
+import math
+
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 
 from controller.supervisor import SupervisorError
 from controller.switch_plan import SwitchRejected
-from web import htmx
+from web import finite, htmx
 from web.deployment_form import errors_at_fields, pydantic_detail
 from web.deps import StoreDep
 from web.errors import NotFound, PdctlError
@@ -132,8 +134,8 @@ async def load_start(
         elif (bench := getattr(request.app.state, "bench_runs", None)) and bench.busy(name):
             error = "a bench run is going against this deployment: stop it first"
         else:
-            rate = _float(form.get("rate"), 8.0)
-            duration = _float(form.get("duration"), 30.0)
+            rate = _float(form.get("rate"), 8.0, "rate")
+            duration = _float(form.get("duration"), 30.0, "duration")
             await runs.start(
                 name,
                 f"http://127.0.0.1:{current.ports.proxy}",
@@ -156,11 +158,19 @@ def load_status(name: str, request: Request, store: StoreDep, actor: PageActor) 
     return htmx.fragment(request, "deployment.html", "load", ctx)
 
 
-def _float(raw: object, default: float) -> float:
+def _float(raw: object, default: float, field: str) -> float:
     try:
-        return float(str(raw))
+        value = float(str(raw))
     except ValueError:
         return default
+    if not math.isfinite(value):  # "nan" and "inf" parse, and would break the run's sums
+        raise NotFinite(f"{field}: {finite.MESSAGE.lower()}, not {raw}")
+    return value
+
+
+class NotFinite(PdctlError):
+    status = 422
+    title = "Invalid number"
 
 
 def _message(exc: Exception) -> str:

@@ -11,7 +11,7 @@ from fastapi.responses import HTMLResponse
 from web import htmx
 from web.auth import Actor
 from web.deps import StoreDep, current_actor
-from web.errors import Forbidden, NotFound, PdctlError, Unauthorized
+from web.errors import Forbidden, NotFound, PdctlError, Unauthorized, Unreadable
 from web.store import Current
 
 STATIC_FILES = {
@@ -61,7 +61,7 @@ class PageError(HTTPException):
 def deployment_or_404(store: StoreDep, name: str) -> Current:
     try:
         return store.get(name)
-    except NotFound as exc:
+    except (NotFound, Unreadable) as exc:
         raise PageError(exc) from None
 
 

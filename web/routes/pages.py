@@ -13,7 +13,7 @@ from web import htmx
 from web.auth import Actor
 from web.demo import DEMO_NAME
 from web.deps import StoreDep
-from web.errors import NotFound, PdctlError
+from web.errors import PdctlError
 from web.load import MAX_DURATION_S, MAX_RATE, LoadRuns
 from web.routes import events as events_api
 from web.routes import lifecycle
@@ -36,7 +36,12 @@ STRATEGIES = ("hold", "keep-serving", "roll")
 
 @router.get("/", response_class=HTMLResponse)
 def deployments_page(request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
-    ctx = page_context(request, actor, rows=[_summary(request, d) for d in store.deployments()])
+    ctx = page_context(
+        request,
+        actor,
+        rows=[_summary(request, d) for d in store.deployments()],
+        unreadable=store.unreadable(),
+    )
     if htmx.is_htmx(request):
         return htmx.fragment(request, "deployments.html", "rows", ctx)
     return htmx.page(request, "deployments.html", ctx)
@@ -183,7 +188,7 @@ def topology(current: Current, units: list[dict[str, Any]]) -> dict[str, Any]:
 def deployment_page(name: str, request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
     try:
         current = store.get(name)
-    except NotFound as exc:
+    except PdctlError as exc:  # no such deployment, or one whose stored revision is unreadable
         return error_page(request, actor, exc)
     events = [EventOut.of(e) for e in store.events(name, None, 50)]
     ctx = deployment_context(request, actor, current, events=events)
