@@ -1,7 +1,7 @@
 """The supervisor's one seam to processes: spawn under the shim, read state files, signal.
 
-`ShimBackend` is the real one (`pdctl run-instance` via asyncio subprocess, argv lists only);
-tests pass a fake with the same methods.
+`ShimBackend` is the real one (`pdctl run-instance` via asyncio subprocess, argv lists only,
+the environment of controller/child_env.py); tests pass a fake with the same methods.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from controller import procfs, shim
+from controller.child_env import child_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 SPAWN_TIMEOUT_S = 20.0
@@ -103,7 +104,7 @@ class ShimBackend:
             str(self.log_keep),
             "--",
             *argv,
-            env={**os.environ, **env},
+            env=child_environment(os.environ, env),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
