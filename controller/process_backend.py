@@ -1,7 +1,9 @@
 """The supervisor's one seam to processes: spawn under the shim, read state files, signal.
 
 `ShimBackend` is the real one (`pdctl run-instance` via asyncio subprocess, argv lists only,
-the environment of controller/child_env.py); tests pass a fake with the same methods.
+the environment of controller/child_env.py); tests pass a fake with the same methods. A
+process is ours only while its pid, its start time and its command line are the ones the
+shim recorded: a recycled pid, or a pid file pointing at someone else's process, is not.
 """
 
 from __future__ import annotations
@@ -59,6 +61,20 @@ class ProcessRecord:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class PortHolder:
+    """A process listening on a port an instance is about to take."""
+
+    pid: int | None  # None: a process we may not look into (another user's)
+    start_time: int | None = None
+    cmdline: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        if self.pid is None:
+            return "a process of another user"
+        return f"pid {self.pid} ({' '.join(self.cmdline)[:120] or 'no command line'})"
+
+
 class ProcessBackend(Protocol):
     async def spawn(
         self, run_dir: Path, name: str, argv: list[str], env: dict[str, str]
@@ -73,6 +89,8 @@ class ProcessBackend(Protocol):
     def forget(self, run_dir: Path, name: str) -> None: ...
 
     def log_tail(self, run_dir: Path, name: str, lines: int) -> list[str]: ...
+
+    def port_holders(self, port: int) -> list[PortHolder]: ...
 
 
 class ShimBackend:
@@ -95,7 +113,7 @@ class ShimBackend:
             *self.shim_command,
             "run-instance",
             "--run-dir",
-            str(run_dir),
+            str(Path(run_dir).absolute()),
             "--name",
             name,
             "--log-max-bytes",
@@ -134,11 +152,14 @@ class ShimBackend:
         shim is still about to record the child's exit."""
         if record.exited or record.child_pid is None:
             return False
-        if procfs.is_same_process(record.child_pid, record.child_start_time, self.proc):
+        if self._is_ours(record):
             return True
         # The child is gone but its shim lives: it records the exit within its 1 s poll.
-        return record.shim_pid is not None and procfs.is_same_process(
-            record.shim_pid, record.shim_start_time, self.proc
+        shim_pid = record.shim_pid
+        return (
+            shim_pid is not None
+            and procfs.is_same_process(shim_pid, record.shim_start_time, self.proc)
+            and _is_shim_of(procfs.command_line(shim_pid, self.proc), record.name)
         )
 
     def signal(self, record: ProcessRecord, signum: int) -> None:
@@ -146,12 +167,22 @@ class ShimBackend:
         followed by SIGCONT (as systemd does): a stopped (SIGSTOPped, hung) process could not
         act on it until someone continued it, and would only go at the SIGKILL deadline."""
         pid = record.child_pid
-        if pid is None or not procfs.is_same_process(pid, record.child_start_time, self.proc):
+        if pid is None or not self._is_ours(record):
             return
+        # The shim makes its child a group leader; a process adopted by its port may not be.
+        kill = os.killpg if _group_leader(pid) else os.kill
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signum)
+            kill(pid, signum)
             if signum == signal.SIGTERM:
-                os.killpg(pid, signal.SIGCONT)
+                kill(pid, signal.SIGCONT)
+
+    def _is_ours(self, record: ProcessRecord) -> bool:
+        pid = record.child_pid
+        return (
+            pid is not None
+            and procfs.is_same_process(pid, record.child_start_time, self.proc)
+            and procfs.launched_as(procfs.command_line(pid, self.proc), record.argv)
+        )
 
     def forget(self, run_dir: Path, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -159,6 +190,35 @@ class ShimBackend:
 
     def log_tail(self, run_dir: Path, name: str, lines: int) -> list[str]:
         return log_tail(shim.instance_dir(run_dir, name) / shim.LOG_FILE, lines)
+
+    def port_holders(self, port: int) -> list[PortHolder]:
+        pids = procfs.listening_pids(port, self.proc)
+        if pids is None:
+            return [PortHolder(None)]
+        return [
+            PortHolder(
+                pid,
+                procfs.start_time(pid, self.proc),
+                tuple(procfs.command_line(pid, self.proc) or ()),
+            )
+            for pid in sorted(pids)
+        ]
+
+
+def _is_shim_of(cmdline: list[str] | None, name: str) -> bool:
+    """`pdctl run-instance ... --name NAME ... -- ARGV`, as ShimBackend.spawn starts it."""
+    if not cmdline or "run-instance" not in cmdline:
+        return False
+    own = cmdline[cmdline.index("run-instance") :]
+    own = own[: own.index("--")] if "--" in own else own
+    return any(own[i : i + 2] == ["--name", name] for i in range(len(own) - 1))
+
+
+def _group_leader(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
 
 
 def log_tail(path: Path, lines: int) -> list[str]:

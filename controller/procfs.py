@@ -30,3 +30,64 @@ def is_same_process(pid: int, started: int | None, proc: Path = PROC) -> bool:
     """True if `pid` is alive and is the process that started at `started` ticks."""
     now = start_time(pid, proc)
     return now is not None and started is not None and now == started
+
+
+def command_line(pid: int, proc: Path = PROC) -> list[str] | None:
+    """The process's argv as the kernel has it (/proc/PID/cmdline); None if it is gone."""
+    try:
+        raw = (proc / str(pid) / "cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return [part.decode(errors="replace") for part in raw.split(b"\0")[:-1]] if raw else None
+
+
+def launched_as(cmdline: list[str] | None, argv: list[str] | tuple[str, ...]) -> bool:
+    """True if a process with `cmdline` is what running `argv` made. The kernel rewrites the
+    head of a script's argv (`vllm serve M` runs as `/venv/bin/python /venv/bin/vllm serve M`),
+    so the arguments must match exactly and the program by its base name."""
+    if not cmdline or not argv:
+        return False
+    args = list(argv[1:])
+    if len(cmdline) < len(args) + 1 or cmdline[len(cmdline) - len(args) :] != args:
+        return False
+    program = cmdline[len(cmdline) - len(args) - 1]
+    return Path(program).name == Path(argv[0]).name
+
+
+def listening_pids(port: int, proc: Path = PROC) -> set[int] | None:
+    """The pids holding a TCP socket that listens on `port` (any address, IPv4 or IPv6): an
+    empty set if nothing listens, None if something listens but its owner is not ours to
+    see (another user's process)."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = (proc / "net" / table).read_text().splitlines()[1:]
+        except (FileNotFoundError, PermissionError):
+            continue
+        for line in lines:
+            fields = line.split()
+            # local_address is HEXADDR:HEXPORT; state 0A is LISTEN; field 9 is the inode.
+            if fields[3] == "0A" and int(fields[1].rpartition(":")[2], 16) == port:
+                inodes.add(fields[9])
+    if not inodes:
+        return set()
+    owners = {pid for pid, inode in _socket_inodes(proc) if inode in inodes}
+    return owners or None
+
+
+def _socket_inodes(proc: Path):
+    """(pid, socket inode) for every socket descriptor of every process we may look into."""
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fds = list((entry / "fd").iterdir())
+        except (FileNotFoundError, PermissionError, ProcessLookupError, NotADirectoryError):
+            continue
+        for fd in fds:
+            try:
+                target = fd.readlink().name
+            except (FileNotFoundError, PermissionError, ProcessLookupError, OSError):
+                continue
+            if target.startswith("socket:["):
+                yield int(entry.name), target[len("socket:[") : -1]

@@ -1,5 +1,6 @@
 """What the run dir remembers of a deployment across supervisors: its spec, ports and desired
-state (RUN_DIR/NAME/deployment.json) and each process's restart count, written atomically."""
+state (RUN_DIR/NAME/deployment.json) and each process's restart count, written atomically,
+0600 (the spec's env holds secrets)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from controller import private_files
 from controller.deployment import DeploymentSpec, InstancePorts
 from controller.ports import AllocatedPorts
 
@@ -55,8 +57,8 @@ def load_deployment(path: Path) -> tuple[DeploymentSpec, AllocatedPorts, bool]:
 
 
 def write_restarts(folder: Path, name: str, restarts: int) -> None:
-    (folder / name).mkdir(parents=True, exist_ok=True)
-    (folder / name / RESTARTS_FILE).write_text(str(restarts))
+    folder = private_files.private_dir(folder / name)
+    private_files.replace_text(folder / RESTARTS_FILE, str(restarts))
 
 
 def read_restarts(folder: Path, name: str) -> int:
@@ -67,6 +69,4 @@ def read_restarts(folder: Path, name: str) -> int:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
+    private_files.replace_text(path, json.dumps(data, indent=1))

@@ -6,7 +6,9 @@ state file (shim pid, child pid and /proc start time, argv, started_at) atomical
 SIGTERM/SIGINT to the child's group, records the exit code when the child exits, and exits.
 So an instance outlives a crash of `pdctl serve`, which adopts it from the state file.
 
-Files, under RUN_DIR/NAME/: state.json, output.log, output.log.1 ... output.log.KEEP.
+Files, under RUN_DIR/NAME/: state.json, output.log, output.log.1 ... output.log.KEEP, all 0600
+in 0700 directories (an instance's output may quote its secrets). RUN_DIR is made absolute
+before anything else, so the supervisor and the shim always mean the same directory.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from controller import procfs
+from controller import private_files, procfs
 
 STATE_FILE = "state.json"
 LOG_FILE = "output.log"
@@ -56,7 +58,7 @@ def write_state(run_dir: Path, name: str, state: dict[str, Any]) -> None:
     tmp = folder / f".{STATE_FILE}.{os.getpid()}.tmp"
     text = json.dumps(state, indent=1)
     try:
-        tmp.write_text(text)
+        private_files.write_text(tmp, text)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         if exc.errno != errno.ENOSPC:
@@ -79,7 +81,7 @@ class RotatingLog:
 
     def __init__(self, path: Path, max_bytes: int, keep: int) -> None:
         self.path, self.max_bytes, self.keep = path, max_bytes, keep
-        self.file = open(path, "ab", buffering=0)  # noqa: SIM115 (closed by close())
+        self.file = open(path, "ab", buffering=0, opener=private_files.opener)  # noqa: SIM115
         self.size = path.stat().st_size
         self.error: str | None = None
         self.dropped = 0
@@ -111,7 +113,7 @@ class RotatingLog:
             os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
         else:
             self.path.unlink()
-        self.file = open(self.path, "ab", buffering=0)  # noqa: SIM115
+        self.file = open(self.path, "ab", buffering=0, opener=private_files.opener)  # noqa: SIM115
         self.size = 0
 
     def close(self) -> None:
@@ -122,8 +124,8 @@ def launch(
     run_dir: Path, name: str, argv: list[str], *, max_bytes: int = 10 << 20, keep: int = 3
 ) -> dict[str, Any]:
     """Detach a shim that runs `argv`; return its state once the child runs."""
-    folder = instance_dir(run_dir, name)
-    folder.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(run_dir).absolute()
+    private_files.private_dir(instance_dir(run_dir, name))
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the shim
@@ -178,8 +180,8 @@ def serve(
     ready_fd: int | None = None,
 ) -> int:
     """Run `argv` to its end, keeping its log and state file; the shim's exit status."""
-    folder = instance_dir(run_dir, name)
-    folder.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(run_dir).absolute()
+    folder = private_files.private_dir(instance_dir(run_dir, name))
     log = RotatingLog(folder / LOG_FILE, max_bytes, keep)
     state: dict[str, Any] = {
         "name": name,

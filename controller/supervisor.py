@@ -7,6 +7,12 @@ and a clock; tests pass fakes and drive `poll()` themselves. Deployments live in
 (controller/run_state.py, plus one directory per process), so a new supervisor on the same
 run dir adopts what still runs and cleans up what died: no orphans, no duplicates.
 
+The run dir is made absolute once, here, and handed to every shim as such: a relative one would
+otherwise mean one directory to us and another to a shim started elsewhere. Files in it are
+0600 in 0700 directories (controller/private_files.py). A process is adopted only if it is the
+one launched (pid, start time and command line); an instance whose port is already held is
+never started twice: its own process found there is adopted, anything else is reported.
+
 Start order: the proxy first (MoRIIO instances register with it; the NIXL proxy takes the
 instances' URLs by flag and health-checks them), then every instance. Stop: instances (drain
 in the proxy, SIGTERM, SIGKILL after a deadline), then the proxy.
@@ -23,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from controller import machine as m
-from controller import run_state
+from controller import private_files, procfs, run_state
 from controller.clock import Clock, SystemClock
 from controller.deployment import DeploymentSpec
 from controller.health import HttpProbe, Probe, same_instance
 from controller.ports import AllocatedPorts
-from controller.process_backend import ProcessBackend, ShimBackend, SpawnError
+from controller.process_backend import ProcessBackend, ProcessRecord, ShimBackend, SpawnError
 from controller.redact import redact_text
 from controller.render import Launch, LaunchSettings, render
 from controller.units import IDLE, LIVE, Supervised, Unit, describe
@@ -53,6 +59,10 @@ class SupervisorSettings:
     health_interval: float = 1.0  # /health probes per process
     health_failures: int = 3  # failed probes in a row before a RUNNING process is replaced
 
+    def __post_init__(self) -> None:
+        # Once, at start: relative to the directory `pdctl serve` was started from.
+        object.__setattr__(self, "run_dir", Path(self.run_dir).absolute())
+
 
 class Supervisor:
     """Runs deployments' processes. Build it, `await open()`, call the facade, `await close()`
@@ -73,7 +83,7 @@ class Supervisor:
         self.on_event = on_event or (lambda actor, kind, message, deployment: None)
         self.deployments: dict[str, Supervised] = {}
         self._task: asyncio.Task | None = None
-        settings.run_dir.mkdir(parents=True, exist_ok=True)
+        private_files.private_dir(settings.run_dir)
         self._adopt_all()
 
     # Facade (the REST API calls these) ---------------------------------------------------
@@ -94,8 +104,7 @@ class Supervisor:
     async def start(self, name: str, spec: DeploymentSpec, ports: AllocatedPorts) -> None:
         """Want `name` running as `spec`; processes whose command changed are restarted."""
         launches = render(spec, ports, self.settings.launch)
-        folder = self.settings.run_dir / name
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = private_files.private_dir(self.settings.run_dir / name)
         dep = self.deployments.get(name)
         if dep is None:
             dep = Supervised(name, spec, ports, folder, {})
@@ -317,7 +326,7 @@ class Supervisor:
         elif isinstance(action, m.Emit):
             message = action.message
             if action.kind in _FAILURES:
-                message += self._last_words(dep, name)
+                message += f"; {unit.refusal}" if unit.refusal else self._last_words(dep, name)
             self._emit(action.kind, f"{dep.name}/{name}: {message}", dep.name)
         # Schedule: every pass ticks every machine, so deadlines fire within poll_interval.
 
@@ -327,6 +336,9 @@ class Supervisor:
         run_state.write_restarts(dep.folder, name, unit.machine.restarts)
         unit.healthy = unit.registered = None
         unit.failed_probes, unit.next_probe = 0, 0.0
+        unit.refusal = None
+        if await self._port_taken(dep, unit):
+            return
         try:
             record = await self.backend.spawn(dep.folder, name, unit.launch.argv, unit.launch.env)
         except (SpawnError, OSError) as exc:
@@ -338,6 +350,39 @@ class Supervisor:
             await self._feed(dep, unit, m.Exited(record.exit_code))
             return
         await self._feed(dep, unit, m.Spawned(record.child_pid))
+
+    async def _port_taken(self, dep: Supervised, unit: Unit) -> bool:
+        """Never a second copy of a process whose port is held: the holder is adopted if it is
+        this very launch (its command line), else named in an event and the start counts as
+        failed (a health probe it answers must not make a copy that cannot bind RUNNING)."""
+        launch, port = unit.launch, unit.launch.http_port
+        holders = self.backend.port_holders(port)
+        if not holders:
+            return False
+        ours = next(
+            (h for h in holders if h.pid and procfs.launched_as(list(h.cmdline), launch.argv)),
+            None,
+        )
+        where = f"{dep.name}/{launch.name}"
+        if ours is not None and ours.pid is not None:
+            unit.record = ProcessRecord(
+                launch.name, ours.pid, ours.start_time, argv=tuple(launch.argv)
+            )
+            self._emit(
+                "adopted",
+                f"{where}: already serving on port {port} as pid {ours.pid}; adopted, "
+                "not started a second time",
+                dep.name,
+            )
+            await self._feed(dep, unit, m.Spawned(ours.pid))
+            return True
+        unit.refusal = (
+            f"port {port} is held by {', '.join(h.describe() for h in holders)}; "
+            "not starting a second copy"
+        )
+        self._emit("port_held", f"{where}: {unit.refusal}", dep.name)
+        await self._feed(dep, unit, m.Exited(None))
+        return True
 
     def _last_words(self, dep: Supervised, name: str) -> str:
         """What a failed process said last, so the event log tells an operator why."""

@@ -27,6 +27,7 @@ class Unit:
     registered: bool | None = None
     failed_probes: int = 0
     next_probe: float = 0.0
+    refusal: str | None = None  # why the last start was not even tried (its port is held)
 
 
 @dataclass

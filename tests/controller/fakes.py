@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from controller.process_backend import ProcessRecord
+from controller.process_backend import PortHolder, ProcessRecord
 
 
 class FakeBackend:
@@ -21,6 +21,7 @@ class FakeBackend:
         self.spawned: list[tuple[str, list[str], dict[str, str]]] = []
         self.signals: list[tuple[str, int]] = []
         self.next_pid = 1000
+        self.held: dict[int, list[PortHolder]] = {}  # ports something else listens on
 
     @staticmethod
     def _key(run_dir: Path, name: str) -> tuple[str, str]:
@@ -65,6 +66,9 @@ class FakeBackend:
 
     def log_tail(self, run_dir: Path, name: str, lines: int) -> list[str]:
         return [f"{name} line {i}" for i in range(lines)]
+
+    def port_holders(self, port: int) -> list[PortHolder]:
+        return self.held.get(port, [])
 
     def crash(self, name: str, code: int = -9) -> None:
         proc = next(p for (_, n), p in self.procs.items() if n == name)

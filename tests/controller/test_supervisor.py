@@ -2,13 +2,16 @@
 
 import asyncio
 import signal
+import stat
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from controller.machine import Policy
 from controller.ports import allocate
-from controller.process_backend import ProcessRecord, ShimBackend
-from controller.render import LaunchSettings
+from controller.process_backend import PortHolder, ProcessRecord, ShimBackend
+from controller.render import LaunchSettings, render
 from controller.supervisor import Supervisor, SupervisorError, SupervisorSettings
 from tests.controller.factories import mori_blog, tiny_pair
 from tests.controller.fakes import FakeBackend, FakeClock, FakeProbe
@@ -267,15 +270,31 @@ def test_a_changed_spec_restarts_only_the_changed_processes(tmp_path):
     run(scenario())
 
 
-def test_shim_backend_does_not_take_a_recycled_pid_for_ours(tmp_path):
+def test_shim_backend_takes_for_ours_only_the_pid_start_time_and_command_it_recorded(tmp_path):
     fake = tmp_path / "proc"
     (fake / "4242").mkdir(parents=True)
     (fake / "4242" / "stat").write_text("4242 (vllm) S " + "1 " * 18 + "999 0\n")
+    # A script's argv as the kernel shows it: the interpreter, the script's full path, its args.
+    argv = ("vllm", "serve", "m", "-tp", "1")
+    shown = ("/venv/bin/python", "/venv/bin/vllm", *argv[1:])
+    (fake / "4242" / "cmdline").write_bytes("".join(f"{a}\0" for a in shown).encode())
     backend = ShimBackend(proc=fake)
-    ours = ProcessRecord("decode-0", 4242, child_start_time=999)
-    recycled = ProcessRecord("decode-0", 4242, child_start_time=123)
-    assert backend.running(ours) and not backend.running(recycled)
-    backend.signal(recycled, signal.SIGKILL)  # must not signal a stranger (nothing happens)
+    ours = ProcessRecord("decode-0", 4242, child_start_time=999, argv=argv)
+    recycled = replace(ours, child_start_time=123)
+    stranger = replace(ours, argv=("vllm", "serve", "m", "-tp", "2"))  # same pid and start
+    assert backend.running(ours)
+    assert not backend.running(recycled) and not backend.running(stranger)
+    for record in (recycled, stranger):
+        backend.signal(record, signal.SIGKILL)  # must not signal a stranger (nothing happens)
+
+    # The child is gone; a live shim of this instance is still about to record its exit.
+    (fake / "4343").mkdir()
+    (fake / "4343" / "stat").write_text("4343 (python) S " + "1 " * 18 + "555 0\n")
+    shim = ("python", "pdctl.py", "run-instance", "--name", "decode-0", "--", *argv)
+    (fake / "4343" / "cmdline").write_bytes("".join(f"{a}\0" for a in shim).encode())
+    gone = replace(recycled, shim_pid=4343, shim_start_time=555)
+    assert backend.running(gone)
+    assert not backend.running(replace(gone, name="prefill-0"))  # not its shim
 
 
 def test_a_proxy_that_is_down_does_not_get_running_instances_replaced(tmp_path):
@@ -323,5 +342,84 @@ def test_log_tails_and_failure_events_are_shown_with_secrets_masked(tmp_path):
         ][:1]
         assert 'its last log line: "decode-0: bad --hf-token *** for HF_TOKEN=***"' in exited
         assert all("hf_live_secret" not in msg for _, _, msg, _ in h.events)
+
+    run(scenario())
+
+
+def mode(path):
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_a_port_held_by_another_process_is_never_started_twice_nor_running(tmp_path):
+    async def scenario():
+        h = Harness(tmp_path)
+        spec = tiny_pair()
+        ports = allocate(spec)
+        taken = ports.instances["decode-0"].http
+        h.backend.held[taken] = [PortHolder(4321, 77, ("nc", "-l", str(taken)))]
+        await h.sup.start("tiny-pd", spec, ports)
+        await h.polls(40)  # the orphan answers /health on that port: the probe says healthy
+        assert "decode-0" not in [s[0] for s in h.backend.spawned]
+        status = {u["name"]: u for u in h.sup.status("tiny-pd")}
+        assert status["decode-0"]["state"] == "FATAL" and status["decode-0"]["pid"] is None
+        held = [msg for _, kind, msg, _ in h.events if kind == "port_held"]
+        assert len(held) == POLICY.max_failed_starts
+        assert f"port {taken} is held by pid 4321 (nc -l {taken})" in held[0]
+        [fatal] = [msg for _, kind, msg, _ in h.events if kind == "fatal"]
+        assert f"port {taken} is held by pid 4321" in fatal
+        assert h.backend.signals == []  # the holder is not ours to signal
+
+    run(scenario())
+
+
+def test_our_own_instance_found_on_its_port_is_adopted_not_started_twice(tmp_path):
+    """Its state file is gone (say, a crash mid-write), but the process on the port is the
+    very command this launch runs: it is adopted."""
+
+    async def scenario():
+        h = Harness(tmp_path)
+        spec = tiny_pair()
+        ports = allocate(spec)
+        [decode] = [x for x in render(spec, ports, h.settings.launch) if x.name == "decode-0"]
+        argv = ["/venv/bin/python", *decode.argv]  # as /proc shows a script's argv
+        h.backend.held[ports.instances["decode-0"].http] = [PortHolder(4321, 77, tuple(argv))]
+        h.backend.running = lambda record: (
+            record.child_pid == 4321 or FakeBackend.running(h.backend, record)
+        )
+        await h.sup.start("tiny-pd", spec, ports)
+        await h.polls(3)
+        assert "decode-0" not in [s[0] for s in h.backend.spawned]
+        status = {u["name"]: u for u in h.sup.status("tiny-pd")}
+        assert status["decode-0"]["state"] == "RUNNING" and status["decode-0"]["pid"] == 4321
+        assert any(k == "adopted" and "pid 4321" in msg for _, k, msg, _ in h.events)
+
+    run(scenario())
+
+
+def test_a_relative_run_dir_is_made_absolute_once_at_start(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    settings = SupervisorSettings(run_dir=Path("runs"))
+    monkeypatch.chdir("/")
+    assert settings.run_dir == tmp_path / "runs"
+
+
+def test_run_state_files_are_0600_in_0700_directories(tmp_path):
+    async def scenario():
+        h = Harness(tmp_path)
+        spec = tiny_pair(env={"HF_TOKEN": "hf_secret"})
+        await h.sup.start("tiny-pd", spec, allocate(spec))
+        await h.polls(2)
+        await h.sup.restart("tiny-pd", "decode-0")
+        await h.polls(6)
+        run_dir = h.settings.run_dir
+        folder = run_dir / "tiny-pd"
+        assert mode(run_dir) == mode(folder) == mode(folder / "decode-0") == 0o700
+        for path in (
+            folder / "deployment.json",
+            folder / "decode-0" / "restarts",
+        ):
+            assert mode(path) == 0o600, path
+        await h.sup.stop("tiny-pd")
+        assert mode(folder / "deployment.json") == 0o600
 
     run(scenario())

@@ -243,8 +243,9 @@ def test_moriio_instances_are_running_once_registered_with_the_proxy(tmp_path):
 
 
 def test_an_instance_whose_port_is_taken_goes_fatal_saying_so(tmp_path):
-    """The on-call case: the decode's port is held by something else. It fails every start,
-    goes FATAL, and the event log quotes the line that says which port and which flag."""
+    """The on-call case: the decode's port is held by something else. No copy is started
+    that could only fail to bind (while the holder answered its health probe); every start
+    fails, the decode goes FATAL, and the event log says which port and who holds it."""
     run_dir = tmp_path / "run"
     spec = spec_with_free_ports()
     ports = allocate(spec)
@@ -275,5 +276,6 @@ def test_an_instance_whose_port_is_taken_goes_fatal_saying_so(tmp_path):
             kill_everything(all_pids(run_dir))
     [fatal] = [msg for _, kind, msg, _ in events if kind == "fatal"]
     assert "decode-0" in fatal and "gave up after 5 failures" in fatal
-    assert 'its last log line: "pdctl sim: error: cannot listen' in fatal
-    assert f"--port {taken}" in fatal
+    assert f"port {taken} is held by pid {os.getpid()} (" in fatal
+    assert "not starting a second copy" in fatal
+    assert not (run_dir / spec.name / "decode-0" / "output.log").exists()  # never started
