@@ -118,7 +118,8 @@ class Target:
 
     def instances(self) -> list[dict]:
         """The proxy's view (GET /admin/instances): url, role, group, healthy, ..."""
-        status, raw = http_get(self.proxy_url + "/admin/instances", timeout=5)
+        headers = self.plane.admin_headers(NAME)
+        status, raw = http_get(self.proxy_url + "/admin/instances", timeout=5, headers=headers)
         return json.loads(raw)["instances"] if status == 200 else []
 
     def unit_url(self, unit: str) -> str:

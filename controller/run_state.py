@@ -1,6 +1,6 @@
 """What the run dir remembers of a deployment across supervisors: its spec, ports and desired
-state (RUN_DIR/NAME/deployment.json) and each process's restart count, written atomically,
-0600 (the spec's env holds secrets)."""
+state (RUN_DIR/NAME/deployment.json), its proxy's admin token (RUN_DIR/NAME/proxy-admin-token)
+and each process's restart count, written atomically, 0600 (the spec's env holds secrets)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from controller.ports import AllocatedPorts
 
 DEPLOYMENT_FILE = "deployment.json"
 RESTARTS_FILE = "restarts"
+ADMIN_TOKEN_FILE = "proxy-admin-token"
 
 
 def save_deployment(folder: Path, spec: DeploymentSpec, ports: AllocatedPorts) -> None:
@@ -66,6 +67,18 @@ def read_restarts(folder: Path, name: str) -> int:
         return int((folder / name / RESTARTS_FILE).read_text().strip())
     except (FileNotFoundError, ValueError):
         return 0
+
+
+def write_admin_token(folder: Path, token: str) -> None:
+    """The token the deployment's proxy was started with, for a later supervisor to use."""
+    private_files.replace_text(folder / ADMIN_TOKEN_FILE, token)
+
+
+def read_admin_token(folder: Path) -> str | None:
+    try:
+        return (folder / ADMIN_TOKEN_FILE).read_text().strip() or None
+    except FileNotFoundError:
+        return None
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -19,12 +19,11 @@ _STOPPED = ("STOPPED", "EXITED", "FATAL")
 
 
 class ControlService:
-    def __init__(
-        self, supervisor: Supervisor, record: Recorder, proxy_admin_token: str | None = None
-    ) -> None:
+    def __init__(self, supervisor: Supervisor, record: Recorder) -> None:
         self.supervisor = supervisor
         self.record = record
-        self.switches = SwitchRunner(supervisor, record, proxy_admin_token)
+        # Each proxy's admin token is the supervisor's to keep (one per proxy it started).
+        self.switches = SwitchRunner(supervisor, record)
 
     # -- queries ---------------------------------------------------------------------------
 

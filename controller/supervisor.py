@@ -13,6 +13,10 @@ otherwise mean one directory to us and another to a shim started elsewhere. File
 one launched (pid, start time and command line); an instance whose port is already held is
 never started twice: its own process found there is adopted, anything else is reported.
 
+Each proxy gets a fresh admin token when it is started, in its environment (PDCTL_ADMIN_TOKEN;
+argv is world-readable in /proc), kept in the run dir for a later supervisor, never in an
+event, a log line or a preview.
+
 Start order: the proxy first (MoRIIO instances register with it; the NIXL proxy takes the
 instances' URLs by flag and health-checks them), then every instance. Stop: instances (drain
 in the proxy, SIGTERM, SIGKILL after a deadline), then the proxy.
@@ -23,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +49,7 @@ EventSink = Callable[[str, str, str, str | None], None]  # (actor, kind, message
 ACTOR = "supervisor"
 _FAILURES = ("backoff", "fatal", "exited")  # events that quote the process's last log line
 LAST_WORDS_CHARS = 240
+ADMIN_TOKEN_ENV = "PDCTL_ADMIN_TOKEN"  # what `pdctl proxy --admin-token` reads
 
 
 class SupervisorError(RuntimeError):
@@ -141,6 +147,10 @@ class Supervisor:
         units = dep.instances() if instance is None else [self._unit(dep, instance)]
         for unit in units:
             await self._feed(dep, unit, m.Restart())
+
+    def admin_token(self, name: str) -> str | None:
+        """The bearer token of `name`'s proxy's admin API (None: it was started without)."""
+        return self._deployment(name).admin_token
 
     def status(self, name: str) -> list[dict[str, Any]]:
         dep = self._deployment(name)
@@ -240,7 +250,7 @@ class Supervisor:
         ]
         registrations = None
         if any(u.launch.registers for u in due) or self._draining(dep):
-            registrations = await self.probe.proxy_instances(dep.proxy.launch.url)
+            registrations = await self.probe.proxy_instances(dep.proxy.launch.url, dep.admin_token)
         # All at once: a hung instance holds its probe for the whole timeout, and must not
         # hold up the others' probes by that much each.
         answers = await asyncio.gather(*(self.probe.healthy(u.launch.url) for u in due))
@@ -321,7 +331,10 @@ class Supervisor:
         elif isinstance(action, m.Drain | m.Undrain):
             if not unit.launch.is_proxy and dep.proxy.machine.state is m.State.RUNNING:
                 await self.probe.set_draining(
-                    dep.proxy.launch.url, unit.launch.url, isinstance(action, m.Drain)
+                    dep.proxy.launch.url,
+                    dep.admin_token,
+                    unit.launch.url,
+                    isinstance(action, m.Drain),
                 )
         elif isinstance(action, m.Emit):
             message = action.message
@@ -339,8 +352,13 @@ class Supervisor:
         unit.refusal = None
         if await self._port_taken(dep, unit):
             return
+        env = unit.launch.env
+        if unit.launch.is_proxy:
+            dep.admin_token = secrets.token_urlsafe(32)
+            run_state.write_admin_token(dep.folder, dep.admin_token)
+            env = {**env, ADMIN_TOKEN_ENV: dep.admin_token}
         try:
-            record = await self.backend.spawn(dep.folder, name, unit.launch.argv, unit.launch.env)
+            record = await self.backend.spawn(dep.folder, name, unit.launch.argv, env)
         except (SpawnError, OSError) as exc:
             self._emit("spawn_failed", f"{dep.name}/{name}: {exc}", dep.name)
             await self._feed(dep, unit, m.Exited(None))
@@ -406,6 +424,7 @@ class Supervisor:
                 self._emit("adopt_failed", f"{path}: {exc}")
                 continue
             dep = Supervised(spec.name, spec, ports, path.parent, {}, running=running)
+            dep.admin_token = run_state.read_admin_token(path.parent)
             for launch in render(spec, ports, self.settings.launch):
                 dep.units[launch.name] = self._adopt(dep, launch)
             self.deployments[dep.name] = dep

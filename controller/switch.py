@@ -18,8 +18,9 @@ from typing import Any
 import aiohttp
 
 from controller.deployment import DeploymentSpec
+from controller.health import admin_headers
 from controller.ports import AllocatedPorts
-from controller.supervisor import Supervisor
+from controller.supervisor import Supervisor, SupervisorError
 from controller.switch_plan import Step, SwitchRejected, plan
 
 IDLE_TIMEOUT_S = 300.0  # in-flight requests finishing (long decodes)
@@ -56,12 +57,17 @@ class SwitchRecord:
 
 
 class ProxyAdmin:
-    """The few admin calls a switch makes to the deployment's proxy."""
+    """The few admin calls a switch makes to the deployment's proxy. `token` is asked for at
+    each call: it is the proxy's own, and a proxy restarted meanwhile has a new one."""
 
-    def __init__(self, base: str, token: str | None) -> None:
+    def __init__(self, base: str, token: Callable[[], str | None]) -> None:
         self.base = base.rstrip("/") + "/admin"
-        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.token = token
         self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return admin_headers(self.token())
 
     async def close(self) -> None:
         await self.session.close()
@@ -93,9 +99,8 @@ class SwitchRunner:
         self,
         supervisor: Supervisor,
         record: Callable[[str, str, str, str | None, dict | None], None],
-        admin_token: str | None,
     ) -> None:
-        self.supervisor, self.record, self.admin_token = supervisor, record, admin_token
+        self.supervisor, self.record = supervisor, record
         self.records: dict[str, SwitchRecord] = {}
         self._running: dict[str, asyncio.Task] = {}
 
@@ -167,7 +172,7 @@ class SwitchRunner:
         steps: list[Step],
         commit: Callable[[DeploymentSpec], int],
     ) -> None:
-        admin = ProxyAdmin(f"http://127.0.0.1:{ports.proxy}", self.admin_token)
+        admin = ProxyAdmin(f"http://127.0.0.1:{ports.proxy}", lambda: self._token(rec.deployment))
         run = _Execution(self.supervisor, admin, rec.deployment)
         rejected_before = await _safe(admin.rejected(), 0)
         last_spec = spec
@@ -212,6 +217,12 @@ class SwitchRunner:
             if rec.error:
                 message += f": {rec.error}"
             self.record(rec.actor, kind, message, rec.deployment, rec.to_json())
+
+    def _token(self, name: str) -> str | None:
+        try:
+            return self.supervisor.admin_token(name)
+        except SupervisorError:
+            return None
 
 
 async def _safe(coro, default):

@@ -40,6 +40,7 @@ class Supervised:
     folder: Path
     units: dict[str, Unit]  # proxy first, then instances (start order)
     running: bool = True  # desired state
+    admin_token: str | None = None  # what its proxy's /admin takes; never shown, never logged
 
     @property
     def proxy(self) -> Unit:

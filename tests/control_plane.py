@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 
+from controller import run_state
 from tests.processes import Process, free_port, http_get, http_post, port_range, reap_instances
 
 
@@ -37,6 +38,11 @@ class ControlPlane:
         if self.proc is not None:
             self.proc.stop()
         reap_instances(self.tmp / "runs")
+
+    def admin_headers(self, name: str) -> dict[str, str]:
+        """What a deployment's proxy's /admin takes: the token the controller gave it."""
+        token = (self.tmp / "runs" / name / run_state.ADMIN_TOKEN_FILE).read_text()
+        return {"Authorization": f"Bearer {token}"}
 
     def api(self, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
         url = self.proc.url + "/api" + path

@@ -86,12 +86,16 @@ class FakeProbe:
         self.registered: set[int] = set()  # ports the proxy lists (MoRIIO)
         self.outstanding: dict[int, int] = {}
         self.drains: list[tuple[int, bool]] = []
+        self.tokens: list[str | None] = []  # the admin token of every admin call, in order
         self.proxy_up = True
 
     async def healthy(self, url: str) -> bool:
         return urlsplit(url).port not in self.down
 
-    async def proxy_instances(self, proxy_url: str) -> list[dict[str, Any]] | None:
+    async def proxy_instances(
+        self, proxy_url: str, token: str | None
+    ) -> list[dict[str, Any]] | None:
+        self.tokens.append(token)
         if not self.proxy_up:
             return None
         ports = self.registered | set(self.outstanding)
@@ -100,7 +104,10 @@ class FakeProbe:
             for p in sorted(ports)
         ]
 
-    async def set_draining(self, proxy_url: str, instance_url: str, draining: bool) -> bool:
+    async def set_draining(
+        self, proxy_url: str, token: str | None, instance_url: str, draining: bool
+    ) -> bool:
+        self.tokens.append(token)
         self.drains.append((urlsplit(instance_url).port, draining))
         return True
 

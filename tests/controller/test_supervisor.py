@@ -1,6 +1,7 @@
 """The supervisor shell on fake processes, probes and clock: `poll()` is driven by the test."""
 
 import asyncio
+import json
 import signal
 import stat
 from dataclasses import replace
@@ -350,6 +351,42 @@ def mode(path):
     return stat.S_IMODE(path.stat().st_mode)
 
 
+def test_each_proxy_gets_its_own_admin_token_in_its_environment_only(tmp_path):
+    async def scenario():
+        h = Harness(tmp_path)
+        spec = tiny_pair("mori", "MoRIIOConnector")
+        ports = allocate(spec)
+        h.probe.registered |= {ports.instances["prefill-0"].http, ports.instances["decode-0"].http}
+        await h.sup.start("mori", spec, ports)
+        await h.polls(3)
+        [(_, argv, env)] = [s for s in h.backend.spawned if s[0] == "proxy"]
+        token = env["PDCTL_ADMIN_TOKEN"]
+        assert len(token) >= 32 and token not in " ".join(argv)
+        assert h.sup.admin_token("mori") == token
+        assert set(h.probe.tokens) == {token}  # the supervisor's own admin calls use it
+        folder = h.settings.run_dir / "mori"
+        assert (folder / "proxy-admin-token").read_text() == token
+        assert mode(folder / "proxy-admin-token") == 0o600
+        shown = json.dumps([h.sup.status("mori"), h.sup.preview(spec, ports), h.events])
+        assert token not in shown
+        assert all("PDCTL_ADMIN_TOKEN" not in e for n, _, e in h.backend.spawned if n != "proxy")
+
+        # A new supervisor adopts the running proxy and can still call its admin API.
+        h.sup = h.new()
+        h.probe.tokens.clear()
+        await h.polls(2)
+        assert h.sup.admin_token("mori") == token and set(h.probe.tokens) == {token}
+
+        # A restarted proxy is a new proxy: a new token.
+        await h.sup.restart("mori", "proxy")
+        await h.polls(12)
+        [*_, (_, _, env)] = [s for s in h.backend.spawned if s[0] == "proxy"]
+        assert env["PDCTL_ADMIN_TOKEN"] != token
+        assert h.sup.admin_token("mori") == env["PDCTL_ADMIN_TOKEN"]
+
+    run(scenario())
+
+
 def test_a_port_held_by_another_process_is_never_started_twice_nor_running(tmp_path):
     async def scenario():
         h = Harness(tmp_path)
@@ -416,6 +453,7 @@ def test_run_state_files_are_0600_in_0700_directories(tmp_path):
         assert mode(run_dir) == mode(folder) == mode(folder / "decode-0") == 0o700
         for path in (
             folder / "deployment.json",
+            folder / "proxy-admin-token",
             folder / "decode-0" / "restarts",
         ):
             assert mode(path) == 0o600, path
