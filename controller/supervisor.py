@@ -67,7 +67,7 @@ class SupervisorSettings:
 
     def __post_init__(self) -> None:
         # Once, at start: relative to the directory `pdctl serve` was started from.
-        object.__setattr__(self, "run_dir", Path(self.run_dir).absolute())
+        object.__setattr__(self, "run_dir", Path(self.run_dir).expanduser().absolute())
 
 
 class Supervisor:

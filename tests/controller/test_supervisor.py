@@ -438,6 +438,8 @@ def test_a_relative_run_dir_is_made_absolute_once_at_start(tmp_path, monkeypatch
     settings = SupervisorSettings(run_dir=Path("runs"))
     monkeypatch.chdir("/")
     assert settings.run_dir == tmp_path / "runs"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert SupervisorSettings(run_dir=Path("~/pdctl")).run_dir == tmp_path / "pdctl"
 
 
 def test_run_state_files_are_0600_in_0700_directories(tmp_path):
