@@ -3,7 +3,11 @@
 With no tokens configured everyone is the anonymous operator (and `pdctl serve` binds
 loopback only). The secret comes from `Authorization: Bearer` or the login cookie. Unknown
 secrets are counted per client address, at /login, the API and the websockets alike: past
-`login_attempts_per_minute` the address gets 429 for a while (web/ratelimit.py).
+`login_attempts_per_minute` the address gets 429 for a while (web/ratelimit.py), a right
+token too, except from a browser holding a device cookie (web/device.py) issued to that
+token's actor when it signed in: its owner keeps working, and a guesser learns nothing.
+The address is the socket's peer: `pdctl serve` trusts no X-Forwarded-For unless
+PDCTL_FORWARDED_ALLOW_IPS names the proxy (web/cli.py).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from web import device
 from web.errors import PdctlError
 from web.ratelimit import FailureWindow
 from web.settings import Settings
@@ -61,9 +66,18 @@ class TooManyAttempts(PdctlError):
 
 
 class TokenBook:
-    def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.clock, self.wall = clock, wall
         self.failures = FailureWindow(settings.login_attempts_per_minute, 60.0)
+        secrets = [
+            t.rpartition(":")[2] for t in (*settings.viewer_tokens, *settings.operator_tokens)
+        ]
+        self._device_key = device.device_key(secrets)
         self._tokens: list[tuple[bytes, Actor]] = []
         for role, tokens in (
             (Role.VIEWER, settings.viewer_tokens),
@@ -85,17 +99,27 @@ class TokenBook:
                 found = found or actor
         return found
 
-    def check(self, secret: str, client: str) -> Actor | None:
+    def check(self, secret: str, client: str, device_cookie: str | None = None) -> Actor | None:
         """`identify`, for a client that may be guessing: an unknown secret counts against
-        its address; TooManyAttempts once the address has used up its attempts."""
+        its address; TooManyAttempts once the address has used up its attempts, right or
+        wrong, unless `device_cookie` was issued to the very actor `secret` names."""
         now = self.clock()
         wait = self.failures.retry_after(client, now)
-        if wait is not None:
-            raise TooManyAttempts(wait)
         actor = self.identify(secret)
+        if wait is not None:
+            if actor is not None and self.device_holder(device_cookie) == actor.label:
+                return actor
+            raise TooManyAttempts(wait)
         if actor is None:
             self.failures.failed(client, now)
         return actor
+
+    def device_cookie(self, actor: Actor) -> str:
+        """The cookie a browser gets when `actor` signs in on it."""
+        return device.issue(self._device_key, actor.label, self.wall())
+
+    def device_holder(self, cookie: str | None) -> str | None:
+        return device.holder(self._device_key, cookie, self.wall())
 
 
 def bearer(authorization: str | None) -> str | None:

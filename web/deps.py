@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 
 from web import finite
 from web.auth import ANONYMOUS, COOKIE, Actor, TokenBook, bearer
+from web.device import DEVICE_COOKIE
 from web.errors import Forbidden, NotJson, Unauthorized
 from web.settings import Settings
 from web.store import Store
@@ -44,7 +45,11 @@ def current_actor(request: Request) -> Actor:
         raise Unauthorized(
             "a token is required: send 'Authorization: Bearer <token>' or sign in at /login"
         )
-    actor = book.check(secret, request.client.host if request.client else "unknown")
+    actor = book.check(
+        secret,
+        request.client.host if request.client else "unknown",
+        request.cookies.get(DEVICE_COOKIE),
+    )
     if actor is None:
         raise Unauthorized("unknown token")
     return actor

@@ -84,6 +84,7 @@ def limited(make_client: MakeClient) -> TestClient:
 def test_login_is_429_with_retry_after_once_the_attempts_are_used_up(limited: TestClient) -> None:
     ok = limited.post("/login", data={"token": "op-secret"}, follow_redirects=False)
     assert ok.status_code == 303
+    limited.cookies.clear()  # the guesses come from another browser on this address
     for i in range(3):
         wrong = limited.post("/login", data={"token": f"guess{i}"}, follow_redirects=False)
         assert wrong.status_code == 401
@@ -131,3 +132,60 @@ def test_the_default_is_ten_a_minute() -> None:
     assert Settings(login_attempts_per_minute="25").login_attempts_per_minute == 25
     with pytest.raises(ValueError):
         Settings(login_attempts_per_minute=0)
+
+
+# -- a lockout does not shut out a browser that signed in before it (issue 13, finding 9) --
+
+
+def test_a_browser_signed_in_before_a_lockout_keeps_working(limited: TestClient) -> None:
+    assert limited.post("/login", data={"token": "op-secret"}, follow_redirects=False).is_redirect
+    device = dict(limited.cookies)  # the session and the device cookie
+    assert set(device) == {"pdctl_token", "pdctl_device"}
+    limited.cookies.clear()
+    for i in range(5):  # someone else on this address guesses
+        limited.post("/login", data={"token": f"guess{i}"}, follow_redirects=False)
+    assert limited.post("/login", data={"token": "op-secret"}).status_code == 429
+    assert (
+        limited.get("/api/events", headers={"Authorization": "Bearer op-secret"}).status_code == 429
+    )
+    limited.cookies.update(device)
+    assert limited.get("/").status_code == 200
+    assert limited.get("/api/events").status_code == 200
+    again = limited.post("/login", data={"token": "op-secret"}, follow_redirects=False)
+    assert again.status_code == 303
+
+
+def test_a_device_cookie_gives_no_guesses_and_no_answer_for_other_tokens(
+    limited: TestClient,
+) -> None:
+    """Signed in as a viewer, the browser is still locked out for every other token, the
+    right operator one too: the device says who signed in on it, nothing more."""
+    assert limited.post("/login", data={"token": "view-secret"}, follow_redirects=False).is_redirect
+    for i in range(3):
+        wrong = limited.post("/login", data={"token": f"guess{i}"}, follow_redirects=False)
+        assert wrong.status_code == 401
+    for token in ("guess-again", "op-secret"):
+        assert limited.post("/login", data={"token": token}).status_code == 429
+    assert limited.post("/login", data={"token": "view-secret"}, follow_redirects=False).is_redirect
+
+
+def test_a_forged_or_old_device_cookie_is_worth_nothing() -> None:
+    from web import device
+
+    clock, wall = FakeClock(), FakeClock()
+    book = TokenBook(
+        Settings(operator_tokens=[OPERATOR], login_attempts_per_minute=1), clock=clock, wall=wall
+    )
+    actor = book.check("op-secret", "a")
+    cookie = book.device_cookie(actor)
+    assert book.device_holder(cookie) == "operator:alice"
+    forged = device.issue(device.device_key(["guess"]), "operator:alice", wall.now)
+    assert book.device_holder(forged) is None
+    assert book.device_holder(cookie.replace(".1000.", ".1001.")) is None  # tampered
+    book.check("nope", "a")
+    assert book.check("op-secret", "a", cookie) is actor
+    with pytest.raises(Exception, match="too many"):
+        book.check("op-secret", "a", forged)
+    wall.now += device.MAX_AGE_S + 1
+    with pytest.raises(Exception, match="too many"):
+        book.check("op-secret", "a", cookie)

@@ -24,6 +24,7 @@ from observe.history import History
 from observe.scraper import DEFAULT_WINDOW, event_topic, frame_topic
 from web.auth import COOKIE, TokenBook, TooManyAttempts, bearer
 from web.deps import StoreDep
+from web.device import DEVICE_COOKIE
 from web.errors import NotFound
 from web.hub import Hub, encode
 
@@ -96,7 +97,8 @@ async def _authenticated(ws: WebSocket, book: TokenBook, token: str | None) -> b
         return True
     secret = bearer(ws.headers.get("authorization")) or token or ws.cookies.get(COOKIE)
     try:
-        if secret and book.check(secret, ws.client.host if ws.client else "unknown"):
+        client = ws.client.host if ws.client else "unknown"
+        if secret and book.check(secret, client, ws.cookies.get(DEVICE_COOKIE)):
             return True
     except TooManyAttempts as exc:
         await ws.close(4429, exc.message)

@@ -1,8 +1,10 @@
 """/login and /logout: the browser keeps its token in an HttpOnly, SameSite=Strict cookie.
 
 Wrong tokens count against the client's address (TokenBook.check): past the limit the page
-answers 429 with Retry-After. Cross-origin posts never get here (web/csrf.py): a login
-form on another site cannot sign a browser in as someone else.
+answers 429 with Retry-After. A sign-in also sets a device cookie (web/device.py), so this
+browser's owner is not shut out by someone else's guessing from the same address.
+Cross-origin posts never get here (web/csrf.py): a login form on another site cannot sign a
+browser in as someone else.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from web.auth import COOKIE, TokenBook, TooManyAttempts
 from web.deps import StoreDep
+from web.device import DEVICE_COOKIE, MAX_AGE_S
 
 router = APIRouter(tags=["login"], include_in_schema=False)
 
@@ -44,7 +47,8 @@ def login(
 ) -> HTMLResponse | RedirectResponse:
     book: TokenBook = request.app.state.tokens
     try:
-        actor = book.check(token, client_address(request)) if book.enabled else None
+        device = request.cookies.get(DEVICE_COOKIE)
+        actor = book.check(token, client_address(request), device) if book.enabled else None
     except TooManyAttempts as exc:
         return _page(
             request,
@@ -64,6 +68,15 @@ def login(
             secure=request.url.scheme == "https",
             path="/",
         )
+        redirect.set_cookie(
+            DEVICE_COOKIE,
+            book.device_cookie(actor),
+            max_age=MAX_AGE_S,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path="/",
+        )
         store.record(actor.label, "auth.login", f"{actor.label} signed in")
     return redirect
 
@@ -75,5 +88,6 @@ def logout(request: Request, store: StoreDep) -> RedirectResponse:
     if actor is not None:
         store.record(actor.label, "auth.logout", f"{actor.label} signed out")
     redirect = RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
-    redirect.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+    for name in (COOKIE, DEVICE_COOKIE):
+        redirect.delete_cookie(name, path="/", httponly=True, samesite="strict")
     return redirect
