@@ -51,6 +51,7 @@ class FormValues:
     groups: list[dict[str, str]] = field(default_factory=list)
     prefix_caching: bool = False
     extra_args: str = ""
+    revision: int | None = None  # the revision an edit form was filled from
 
     def input_names(self) -> set[str]:
         names = {*_TEXT, "prefix_caching", "extra_args", "groups"}
@@ -130,11 +131,13 @@ def values_from_form(form: Mapping[str, str]) -> FormValues:
         {f: str(form.get(f"groups.{i}.{f}", "")).strip() for f in (*GROUP_FIELDS, "_rest")}
         for i in indexes
     ]
+    revision = str(form.get("revision", "")).strip()
     return FormValues(
         fields=fields,
         groups=groups,
         prefix_caching="prefix_caching" in form,
         extra_args=str(form.get("extra_args", "")),
+        revision=int(revision) if revision.isdigit() else None,
     )
 
 

@@ -1,6 +1,7 @@
 """The control plane's error tree, turned into JSON `{"detail": ...}` in one place (`install`).
 
     PdctlError              500  anything the control plane itself cannot do
+     +- BadRequest          400  a header the API reads, malformed (If-Match)
      +- Unauthorized        401  no token, or an unknown one (carries WWW-Authenticate)
      +- Forbidden           403  a viewer token asking to change something
      +- NotFound            404  no such deployment, revision
@@ -39,6 +40,11 @@ class PdctlError(Exception):
 
     def headers(self) -> dict[str, str]:
         return {}
+
+
+class BadRequest(PdctlError):
+    status = 400
+    title = "Bad request"
 
 
 class Unauthorized(PdctlError):
@@ -116,6 +122,7 @@ class ErrorOut(BaseModel):
 # What any /api operation may answer besides its own success and FastAPI's 422, documented in
 # the OpenAPI so clients (and schemathesis) know every status they can get.
 API_RESPONSES: dict[int | str, dict] = {
+    400: {"model": ErrorOut, "description": "A malformed header (If-Match)."},
     401: {"model": ErrorOut, "description": "No token, or an unknown one."},
     403: {"model": ErrorOut, "description": "A viewer token asking to change something."},
     404: {"model": ErrorOut, "description": "No such deployment, revision, instance."},

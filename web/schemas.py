@@ -15,6 +15,20 @@ from web.models import Event, Revision
 from web.store import Current
 
 
+class DeploymentEdit(DeploymentSpec):
+    """A PUT body: the spec, and optionally the revision it was made from."""
+
+    revision: int | None = Field(
+        None,
+        ge=1,
+        description="The revision this edit was made from (If-Match does the same): if "
+        "another has been stored since, 409 naming both, and nothing is stored.",
+    )
+
+    def spec(self) -> DeploymentSpec:
+        return DeploymentSpec.model_validate(self.model_dump(exclude={"revision"}))
+
+
 class PortsOut(BaseModel):
     proxy: int
     registry: int

@@ -25,7 +25,7 @@ from controller.ports import AllocatedPorts
 from controller.redact import redact_spec
 from controller.validation import Problem
 from web.admission import Admission, admit, without_given_ports
-from web.errors import Conflict, NotFound, SpecInvalid, Unreadable
+from web.errors import Conflict, NotFound, SpecInvalid, StaleRevision, Unreadable
 from web.finite import non_finite
 from web.models import Deployment, Event, Revision, utcnow
 
@@ -106,11 +106,11 @@ class Store:
             deployment = _deployment(s, name)
             return _current(deployment, _revision(s, deployment, deployment.revision))
 
-    def stored_spec(self, name: str) -> dict:
-        """The current revision's spec as stored, read or not: what an edit starts from."""
+    def stored(self, name: str) -> Revision:
+        """The current revision as stored, readable or not: what an edit starts from."""
         with Session(self.engine) as s:
             deployment = _deployment(s, name)
-            return _revision(s, deployment, deployment.revision).spec
+            return _revision(s, deployment, deployment.revision)
 
     def create(
         self,
@@ -144,8 +144,17 @@ class Store:
         return self.get(spec.name)
 
     def update(
-        self, name: str, spec: DeploymentSpec, actor: str, reason: str | None = None
+        self,
+        name: str,
+        spec: DeploymentSpec,
+        actor: str,
+        reason: str | None = None,
+        *,
+        based_on: int | None = None,
     ) -> Current:
+        """`spec` as the next revision. `based_on`: the revision the change was made from;
+        StaleRevision if another has been stored since, so that no edit silently undoes
+        another (None: whatever is current)."""
         if spec.name != name:
             raise SpecInvalid(
                 [
@@ -158,6 +167,13 @@ class Store:
             )
         with self._write, Session(self.engine) as s:
             deployment = _deployment(s, name)
+            if based_on is not None and based_on != deployment.revision:
+                raise StaleRevision(
+                    f"deployment {name!r} is at revision {deployment.revision}, but this edit "
+                    f"was made from revision {based_on}: load revision {deployment.revision} "
+                    "and make the change again",
+                    deployment.revision,
+                )
             previous = _revision(s, deployment, deployment.revision)
             if previous.spec == spec.model_dump(mode="json"):
                 return _current(deployment, previous)  # nothing changed: no new revision

@@ -34,7 +34,14 @@ from web.deployment_form import (
     values_from_spec,
 )
 from web.deps import StoreDep
-from web.errors import Forbidden, NotFound, PdctlError, SpecInvalid, Unreadable
+from web.errors import (
+    Forbidden,
+    NotFound,
+    PdctlError,
+    SpecInvalid,
+    StaleRevision,
+    Unreadable,
+)
 from web.finite import json_safe
 from web.routes.page_common import (
     PageActor,
@@ -94,7 +101,7 @@ async def create_from_form(
 def edit_form(name: str, request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
     try:
         require_operator(actor)
-        stored = store.stored_spec(name)  # as stored: an unreadable one is fixed here
+        stored = store.stored(name)  # as stored: an unreadable one is fixed here
         store.get(name)
     except Unreadable as exc:
         problem = [exc.message]
@@ -102,8 +109,10 @@ def edit_form(name: str, request: Request, store: StoreDep, actor: PageActor) ->
         return error_page(request, actor, exc)
     else:
         problem = []
-    shown = redact_spec(json_safe(stored), UNCHANGED)
-    return _form(request, actor, values_from_spec(shown), name, general=problem)
+    shown = redact_spec(json_safe(stored.spec), UNCHANGED)
+    values = values_from_spec(shown)
+    values.revision = stored.number
+    return _form(request, actor, values, name, general=problem)
 
 
 @router.post("/deployments/{name}/edit", response_class=HTMLResponse, response_model=None)
@@ -115,7 +124,7 @@ async def update_from_form(
     except Forbidden as exc:
         return error_page(request, actor, exc)
     try:
-        store.stored_spec(name)  # there, even if unreadable: saving the form is the fix
+        store.stored(name)  # there, even if unreadable: saving the form is the fix
     except NotFound as exc:
         return error_page(request, actor, exc)
     return await _submit(request, store, actor, name)
@@ -139,13 +148,13 @@ async def _submit(
         if 0 <= index < len(values.groups):
             del values.groups[index]
         return _form(request, actor, values, editing)
-    base = store.stored_spec(editing) if editing else None
+    base = store.stored(editing).spec if editing else None
     try:
         require_operator(actor)
         spec = DeploymentSpec.model_validate(_unmasked(spec_from_values(values, base), base))
         reason = form.get("reason", "").strip() or None
         saved = (
-            store.update(editing, spec, actor.label, reason)
+            store.update(editing, spec, actor.label, reason, based_on=values.revision)
             if editing
             else store.create(spec, actor.label, reason)
         )
@@ -154,8 +163,12 @@ async def _submit(
     except SpecInvalid as exc:
         detail = exc.detail()
     except PdctlError as exc:  # a taken name (409), a viewer (403): said at the top
-        loc = ["body", "name"] if exc.status == status.HTTP_409_CONFLICT else []
+        stale = isinstance(exc, StaleRevision)
+        loc = ["body", "name"] if exc.status == status.HTTP_409_CONFLICT and not stale else []
         detail = [{"loc": loc, "msg": exc.message, "type": exc.title}]
+        if stale:  # not the form's fault: a 409, as the API's
+            errors, general = errors_at_fields(detail, values.input_names())
+            return _form(request, actor, values, editing, errors, general, exc.status)
     else:
         url = f"/deployments/{saved.name}"
         if htmx.is_htmx(request):

@@ -1,13 +1,20 @@
-"""/api/deployments: create, list, read, replace (a new revision), delete, clone."""
+"""/api/deployments: create, list, read, replace (a new revision), delete, clone.
+
+A deployment's ETag is its revision (`"3"`); a PUT with `If-Match` (or `revision` in the
+body) is stored only if that is still the current revision, so two edits made from the same
+revision cannot both win: the second gets 409 naming the revision it was made from and the
+current one."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Response, status
 
 from controller.deployment import DeploymentSpec
 from web.deps import ControllerDep, Operator, Reason, StoreDep, Viewer
-from web.errors import Conflict
-from web.schemas import CloneRequest, DeploymentOut
+from web.errors import BadRequest, Conflict
+from web.schemas import CloneRequest, DeploymentEdit, DeploymentOut
 
 router = APIRouter(prefix="/deployments", tags=["deployments"])
 
@@ -26,17 +33,44 @@ def create_deployment(
 
 
 @router.get("/{name}")
-def get_deployment(name: str, store: StoreDep, actor: Viewer) -> DeploymentOut:
-    """Secret-looking env values and args are masked for viewers (operators see them)."""
-    return DeploymentOut.of(store.get(name), actor.may_change)
+def get_deployment(name: str, store: StoreDep, actor: Viewer, response: Response) -> DeploymentOut:
+    """Secret-looking env values and args are masked for viewers (operators see them).
+    The ETag is the revision, for a PUT's If-Match."""
+    current = store.get(name)
+    response.headers["ETag"] = etag(current.revision)
+    return DeploymentOut.of(current, actor.may_change)
 
 
 @router.put("/{name}")
 def replace_deployment(
-    name: str, spec: DeploymentSpec, store: StoreDep, actor: Operator, reason: Reason = None
+    name: str,
+    body: DeploymentEdit,
+    store: StoreDep,
+    actor: Operator,
+    response: Response,
+    if_match: Annotated[str | None, Header(max_length=200)] = None,
+    reason: Reason = None,
 ) -> DeploymentOut:
-    """Store `spec` as the deployment's next revision (no new revision if nothing changed)."""
-    return DeploymentOut.of(store.update(name, spec, actor.label, reason))
+    """Store the spec as the deployment's next revision (no new revision if nothing
+    changed); with If-Match or `revision`, only if that is still the current revision."""
+    based_on = body.revision if body.revision is not None else revision_of(if_match)
+    saved = store.update(name, body.spec(), actor.label, reason, based_on=based_on)
+    response.headers["ETag"] = etag(saved.revision)
+    return DeploymentOut.of(saved)
+
+
+def etag(revision: int) -> str:
+    return f'"{revision}"'
+
+
+def revision_of(if_match: str | None) -> int | None:
+    """The revision an If-Match names (`"3"`, `W/"3"`, `3`); None for none or `*`."""
+    if if_match is None or if_match.strip() == "*":
+        return None
+    tag = if_match.strip().removeprefix("W/").strip('"')
+    if not tag.isdigit():
+        raise BadRequest(f'If-Match {if_match!r} is not an ETag this API gave ("N", a revision)')
+    return int(tag)
 
 
 @router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT)
