@@ -41,7 +41,10 @@ QUICK = (
     "log disk full",
     "heartbeats stop",
     "re-registers in the other mode",
+    "malformed registration",
+    "rogue registration",
     "registration flood",
+    "registration flood at a proxy restart",
 )
 
 

@@ -205,13 +205,15 @@ class RegistryListener:
                 self.on_reject("error", f"receive failed: {exc}")
                 await asyncio.sleep(0.1)
                 continue
-            if len(frames) < 2:
-                continue
-            try:
-                self.handle(frames[-1].bytes, _peer_address(frames[-1]))
-            except Exception:  # the loop must outlive any handler bug: log it, count it
-                log.exception("registry: a registration handler failed; still listening")
-                self.on_reject("error", "a registration handler failed (see the proxy log)")
+            if len(frames) >= 2:
+                try:
+                    self.handle(frames[-1].bytes, _peer_address(frames[-1]))
+                except Exception:  # the loop must outlive any handler bug: log it, count it
+                    log.exception("registry: a registration handler failed; still listening")
+                    self.on_reject("error", "a registration handler failed (see the proxy log)")
+            # A ready socket answers without suspending: yield, or a flood of registrations
+            # would starve the proxy's requests.
+            await asyncio.sleep(0)
 
     async def _sweep(self) -> None:
         while True:

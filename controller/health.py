@@ -25,6 +25,10 @@ class Probe(Protocol):
         self, proxy_url: str, token: str | None, instance_url: str, draining: bool
     ) -> bool: ...
 
+    async def proxy_refusals(
+        self, proxy_url: str, token: str | None
+    ) -> list[dict[str, Any]] | None: ...
+
     async def aclose(self) -> None: ...
 
 
@@ -53,6 +57,22 @@ class HttpProbe:
                 return resp.status == 200
         except (TimeoutError, aiohttp.ClientError):
             return False
+
+    async def proxy_refusals(
+        self, proxy_url: str, token: str | None
+    ) -> list[dict[str, Any]] | None:
+        """The registrations the proxy's registry refused lately (GET /admin/registry)."""
+        try:
+            async with self._client().get(
+                proxy_url + "/admin/registry", headers=admin_headers(token)
+            ) as resp:
+                if resp.status != 200:
+                    return None
+                body = await resp.json()
+        except (TimeoutError, aiohttp.ClientError, ValueError):
+            return None
+        refusals = body.get("refusals") if isinstance(body, dict) else None
+        return refusals if isinstance(refusals, list) else None
 
     async def proxy_instances(
         self, proxy_url: str, token: str | None

@@ -278,12 +278,20 @@ class Supervisor:
                     await self._feed(
                         dep, unit, m.HealthFailed(f"{self.settings.health_failures} probes failed")
                     )
+        if registrations is not None:
+            await self._tell_refusals(dep)
         for unit in self._draining(dep):
             entry = next(
                 (e for e in registrations or [] if same_instance(e, unit.launch.url)), None
             )
             if registrations is None or entry is None or not entry.get("outstanding_requests"):
                 await self._feed(dep, unit, m.Drained())
+
+    async def _tell_refusals(self, dep: Supervised) -> None:
+        """Registrations the proxy refused (a rogue, a mismatch, a malformed field): events."""
+        refusals = await self.probe.proxy_refusals(dep.proxy.launch.url, dep.admin_token)
+        for message in dep.refusals.news(refusals or [], self.clock.now()):
+            self._emit("registry.refused", f"{dep.name}: {message}", dep.name)
 
     def _draining(self, dep: Supervised) -> list[Unit]:
         return [
@@ -352,7 +360,7 @@ class Supervisor:
         unit.refusal = None
         if await self._port_taken(dep, unit):
             return
-        env = unit.launch.env
+        env = {**unit.launch.env, **unit.launch.handover}
         if unit.launch.is_proxy:
             dep.admin_token = secrets.token_urlsafe(32)
             run_state.write_admin_token(dep.folder, dep.admin_token)

@@ -20,9 +20,12 @@ import aiohttp
 from controller.deployment import DeploymentSpec
 from controller.health import admin_headers
 from controller.ports import AllocatedPorts
+from controller.registry_expect import expected_registrations
+from controller.render import node_address
 from controller.supervisor import Supervisor, SupervisorError
 from controller.switch_plan import Step, SwitchRejected, plan
 
+BOTH_MODES = ("read", "write")
 IDLE_TIMEOUT_S = 300.0  # in-flight requests finishing (long decodes)
 READY_TIMEOUT_S = 180.0  # restart, health and registration
 POLL_S = 0.1
@@ -81,6 +84,13 @@ class ProxyAdmin:
         async with self.session.post(self.base + path, json=body or {}, headers=self.headers) as r:
             if r.status == 404 and path.startswith("/instances/"):
                 return  # not registered (yet): nothing to drain or flag
+            r.raise_for_status()
+
+    async def expect(self, registrations: list[dict[str, Any]]) -> None:
+        """Tell the proxy which registrations to accept (connector/registry_trust.py)."""
+        async with self.session.put(
+            self.base + "/registry/expected", json={"expected": registrations}, headers=self.headers
+        ) as r:
             r.raise_for_status()
 
     async def rejected(self) -> int:
@@ -176,7 +186,11 @@ class SwitchRunner:
         run = _Execution(self.supervisor, admin, rec.deployment)
         rejected_before = await _safe(admin.rejected(), 0)
         last_spec = spec
+        host = node_address(self.supervisor.settings.launch)
         try:
+            # Restarted instances register in the new mode: the proxy must expect that first.
+            rec.current = "expect both modes"
+            await admin.expect(expected_registrations(spec, ports, host, also_modes=BOTH_MODES))
             for step in steps:
                 rec.current = step.describe()
                 started = time.monotonic()
@@ -196,6 +210,10 @@ class SwitchRunner:
             rec.state, rec.error = "failed", f"{rec.current}: {exc}"
             await run.undo()
         finally:
+            running = self.supervisor.deployments.get(rec.deployment)
+            final = running.spec if running is not None else spec
+            # Back to exactly what runs now (done: the new mode; failed: whatever did start).
+            await _safe(admin.expect(expected_registrations(final, ports, host)), None)
             rec.ended_at = time.time()
             rec.current = None
             rec.held_s, rec.degraded_s = run.held_s, run.degraded_s

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +10,7 @@ from controller import machine as m
 from controller.deployment import DeploymentSpec
 from controller.ports import AllocatedPorts
 from controller.process_backend import ProcessRecord
+from controller.registry_watch import RefusalWatch
 from controller.render import Launch
 
 IDLE = (m.State.STOPPED, m.State.EXITED, m.State.FATAL)
@@ -41,6 +42,7 @@ class Supervised:
     units: dict[str, Unit]  # proxy first, then instances (start order)
     running: bool = True  # desired state
     admin_token: str | None = None  # what its proxy's /admin takes; never shown, never logged
+    refusals: RefusalWatch = field(default_factory=RefusalWatch)  # told as events
 
     @property
     def proxy(self) -> Unit:

@@ -88,6 +88,7 @@ class FakeProbe:
         self.drains: list[tuple[int, bool]] = []
         self.tokens: list[str | None] = []  # the admin token of every admin call, in order
         self.proxy_up = True
+        self.refusals: list[dict[str, Any]] = []  # what GET /admin/registry lists
 
     async def healthy(self, url: str) -> bool:
         return urlsplit(url).port not in self.down
@@ -103,6 +104,11 @@ class FakeProbe:
             {"url": f"http://127.0.0.1:{p}", "outstanding_requests": self.outstanding.get(p, 0)}
             for p in sorted(ports)
         ]
+
+    async def proxy_refusals(
+        self, proxy_url: str, token: str | None
+    ) -> list[dict[str, Any]] | None:
+        return list(self.refusals) if self.proxy_up else None
 
     async def set_draining(
         self, proxy_url: str, token: str | None, instance_url: str, draining: bool

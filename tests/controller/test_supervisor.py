@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from controller.deployment import Mode
 from controller.machine import Policy
 from controller.ports import allocate
 from controller.process_backend import PortHolder, ProcessRecord, ShimBackend
 from controller.render import LaunchSettings, render
 from controller.supervisor import Supervisor, SupervisorError, SupervisorSettings
+from controller.switch_plan import with_modes
 from tests.controller.factories import mori_blog, tiny_pair
 from tests.controller.fakes import FakeBackend, FakeClock, FakeProbe
 
@@ -461,5 +463,63 @@ def test_run_state_files_are_0600_in_0700_directories(tmp_path):
             assert mode(path) == 0o600, path
         await h.sup.stop("tiny-pd")
         assert mode(folder / "deployment.json") == 0o600
+
+    run(scenario())
+
+
+def test_registrations_the_proxy_refused_become_events_once_then_at_most_a_minute_apart(
+    tmp_path,
+):
+    async def scenario():
+        h = Harness(tmp_path)
+        spec = tiny_pair("mori", "MoRIIOConnector")
+        ports = allocate(spec)
+        await h.sup.start("mori", spec, ports)
+        h.probe.registered |= {ports.instances["prefill-0"].http, ports.instances["decode-0"].http}
+        await h.polls(3)
+        rogue = {
+            "url": "http://127.0.0.1:9",
+            "reason": "unexpected",
+            "field": "http_address",
+            "message": "http://127.0.0.1:9 is not an instance this deployment launched",
+            "count": 1,
+        }
+        h.probe.refusals.append(rogue)
+        await h.polls(4)
+        told = [e for e in h.events if e[1] == "registry.refused"]
+        assert len(told) == 1
+        assert "127.0.0.1:9" in told[0][2] and "'http_address'" in told[0][2]
+        rogue["count"] = 40  # it keeps trying: told again only after a minute
+        await h.polls(10)
+        assert len([e for e in h.events if e[1] == "registry.refused"]) == 1
+        await h.polls(120)
+        told = [e for e in h.events if e[1] == "registry.refused"]
+        assert len(told) == 2 and "(40 times so far)" in told[1][2]
+
+    run(scenario())
+
+
+def test_a_moriio_proxy_is_handed_the_registrations_it_launched_without_a_restart_on_change(
+    tmp_path,
+):
+    async def scenario():
+        h = Harness(tmp_path)
+        spec = tiny_pair("mori", "MoRIIOConnector")
+        ports = allocate(spec)
+        await h.sup.start("mori", spec, ports)
+        (proxy_spawn,) = [s for s in h.backend.spawned if s[0] == "proxy"]
+        expected = json.loads(proxy_spawn[2]["PDCTL_REGISTRY_EXPECTED"])
+        assert {(e["role"], tuple(e["modes"])) for e in expected} == {
+            ("prefill", ("read",)),
+            ("decode", ("read",)),
+        }
+        assert {e["url"] for e in expected} == {
+            f"http://127.0.0.1:{ports.instances[n].http}" for n in ("prefill-0", "decode-0")
+        }
+        # another mode for every group: the instances restart, the proxy does not
+        switched = with_modes(spec, {g.name for g in spec.groups}, Mode.WRITE)
+        await h.sup.start("mori", switched, ports)
+        await h.polls(2)
+        assert [s[0] for s in h.backend.spawned].count("proxy") == 1
 
     run(scenario())
