@@ -160,3 +160,27 @@ def test_past_the_startup_grace_an_empty_proxy_answers_503_at_once():
 def test_a_negative_startup_grace_is_refused():
     with pytest.raises(ValueError, match="--startup-grace"):
         settings_for(startup_grace=-1)
+
+
+def test_an_exception_in_the_handler_leaves_the_loop_serving():
+    async def body():
+        settings = settings_for(registry_port=0, connector="moriio")
+        async with engines(FakeEngine("p")) as (p,), running(settings) as (_, proxy):
+            real = proxy.membership.on_registration
+            calls = []
+
+            def flaky(reg, peer):
+                calls.append(reg.url)
+                if len(calls) == 1:
+                    raise RuntimeError("a bug in a handler")
+                real(reg, peer)
+
+            proxy.membership.listener.on_registration = flaky
+            with registry_dealer(proxy.registry_port) as dealer:
+                dealer.send(msgpack.packb({**NEW, "http_address": p.url[7:]}))
+                assert await until(lambda: proxy.metrics.registry_rejected.get("error") == 1)
+                dealer.send(msgpack.packb({**NEW, "http_address": p.url[7:]}))
+                assert await until(lambda: proxy.pool.get(p.url) is not None)
+            assert len(calls) == 2
+
+    run(body())
