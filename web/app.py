@@ -19,12 +19,13 @@ from controller.service import ControlService
 from controller.supervisor import Supervisor, SupervisorSettings
 from controller.validation import host_port_busy
 from observe.scraper import start_observer
-from web import demo, errors, migrate
+from web import db, demo, errors, migrate
 from web.admission import Admission
 from web.auth import TokenBook
 from web.csrf import CrossOriginProtection
 from web.db import create_engine
 from web.deps import current_actor, json_body
+from web.hosts import HostAllowlist, allowed_names
 from web.hub import Hub
 from web.limits import BodyLimit
 from web.metrics import build_registry
@@ -86,12 +87,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(CrossOriginProtection, trusted_origins=settings.trusted_origins)
+    if not settings.auth_enabled:  # outermost: a rebinding page's request goes no further
+        app.add_middleware(
+            HostAllowlist, allowed=allowed_names(settings.host, settings.allowed_hosts)
+        )
     return app
 
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
+    db.make_private(settings.db)  # before migrating creates it with the umask's mode
     if settings.migrate_on_start:
         migrate.upgrade(settings.db)
     engine = create_engine(settings.db)

@@ -23,7 +23,7 @@ def serve(
     import uvicorn
     from pydantic import ValidationError
 
-    from web import serve_logs
+    from web import db_lock, deadlines, serve_logs
     from web.app import create_app
     from web.auth import is_loopback
     from web.settings import Settings
@@ -41,6 +41,11 @@ def serve(
             param_hint="--host",
         )
     _check_port_free(settings.host, settings.port)
+    try:
+        lock = db_lock.hold(settings.db)  # held until this process ends
+    except (db_lock.DatabaseInUse, OSError) as exc:
+        typer.echo(f"pdctl serve: error: {exc}", err=True)
+        raise typer.Exit(2) from None
     uvicorn.run(
         create_app(settings),
         host=settings.host,
@@ -48,7 +53,14 @@ def serve(
         log_level="info",
         log_config=serve_logs.config(),
         timeout_graceful_shutdown=5,
+        # The socket's peer is the client: no X-Forwarded-For is believed unless
+        # PDCTL_FORWARDED_ALLOW_IPS names the proxy that sets it (uvicorn would trust
+        # 127.0.0.1's by default, and so anyone's on this host).
+        proxy_headers=bool(settings.forwarded_allow_ips),
+        forwarded_allow_ips=",".join(settings.forwarded_allow_ips) or "",
+        http=deadlines.protocol(settings.header_timeout_s, settings.body_timeout_s),
     )
+    lock.close()
 
 
 def _check_port_free(host: str, port: int) -> None:

@@ -52,8 +52,24 @@ class Settings(BaseSettings):
     # Origins whose unsafe requests pass the cross-origin check although their host differs
     # from Host (a reverse proxy that rewrites it): "https://pdctl.example.com".
     trusted_origins: TokenList = Field(default_factory=list)
+    # Addresses of reverse proxies whose X-Forwarded-For/-Proto are believed (uvicorn's
+    # forwarded_allow_ips, "*" for any); none by default: the socket's peer is the client.
+    forwarded_allow_ips: TokenList = Field(default_factory=list)
+    # Host names (any port) answered when no tokens are set; a DNS-rebinding page's requests
+    # carry its own name. Default: the loopback names (web/hosts.py).
+    allowed_hosts: TokenList = Field(default_factory=list)
+    # Seconds a client may take to send a request's head, and then its body (web/deadlines.py).
+    header_timeout_s: float = Field(10.0, gt=0, le=3600)
+    body_timeout_s: float = Field(30.0, gt=0, le=3600)
 
-    @field_validator("viewer_tokens", "operator_tokens", "trusted_origins", mode="before")
+    @field_validator(
+        "viewer_tokens",
+        "operator_tokens",
+        "trusted_origins",
+        "forwarded_allow_ips",
+        "allowed_hosts",
+        mode="before",
+    )
     @classmethod
     def _split_tokens(cls, value: object) -> object:
         if isinstance(value, str):

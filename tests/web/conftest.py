@@ -40,6 +40,8 @@ def _clients(folder: Path, template: Path) -> Iterator[MakeClient]:
                 "port_range": (41000, 41999),
                 "runtime_dir": folder / f"runs-{len(clients)}",
                 "migrate_on_start": False,
+                # The name TestClient sends as Host (web/hosts.py refuses it otherwise).
+                "allowed_hosts": ["testserver"],
                 **overrides,
             }
         )
