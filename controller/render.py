@@ -32,7 +32,9 @@ class LaunchSettings:
     vllm_command: tuple[str, ...] = VLLM_SERVE
     pdctl_command: tuple[str, ...] = ("pdctl",)  # runs `pdctl sim` and `pdctl proxy`
     host: str = "127.0.0.1"  # where instances and the proxy are reached (URLs, proxy_ip)
-    bind_host: str | None = None  # --host for every server; None: each one's default
+    # --host for every server; None: engines bind their node's address (node_address), the
+    # proxy its own default.
+    bind_host: str | None = None
     sim_registration_interval: float | None = None  # stand-in MoRIIO heartbeat (tests)
     proxy_extra_args: tuple[str, ...] = ()  # e.g. hidden test knobs of `pdctl proxy`
 
@@ -137,9 +139,7 @@ def engine_flags(
     settings: LaunchSettings,
 ) -> list[str]:
     """vLLM's flags, in the order an operator writes them; the stand-in takes the same."""
-    flags = ["--port", str(own.http)]
-    if settings.bind_host:
-        flags += ["--host", settings.bind_host]
+    flags = ["--port", str(own.http), "--host", node_address(settings)]
     flags += ["--served-model-name", spec.model, "-tp", str(group.tp)]
     if group.max_num_seqs is not None:
         flags += ["--max-num-seqs", str(group.max_num_seqs)]
@@ -153,6 +153,12 @@ def engine_flags(
     if config is not None:
         flags += ["--kv-transfer-config", json.dumps(config, separators=(",", ":"))]
     return [*flags, *spec.extra_args, *group.extra_args]
+
+
+def node_address(settings: LaunchSettings) -> str:
+    """The address an engine binds: its node's. One node today, so the host's (loopback unless
+    the operator says otherwise); never vLLM's default of every interface."""
+    return settings.bind_host or settings.host
 
 
 def prefix_caching(spec: DeploymentSpec) -> bool:

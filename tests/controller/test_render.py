@@ -7,7 +7,7 @@ import pytest
 
 from controller.deployment import DeploymentSpec
 from controller.ports import allocate
-from controller.render import LaunchSettings, kv_transfer_config, preview, render
+from controller.render import LaunchSettings, kv_transfer_config, node_address, preview, render
 from tests.controller.factories import BLOG_MODEL, mori_blog, nixl_1p1d
 
 BLOG_ENV = {
@@ -67,6 +67,8 @@ def test_mori_blog_write_mode_renders_the_blog_commands():
         BLOG_MODEL,
         "--port",
         "20005",
+        "--host",
+        "127.0.0.1",
         "--served-model-name",
         BLOG_MODEL,
         *BLOG_FLAGS,
@@ -80,6 +82,8 @@ def test_mori_blog_write_mode_renders_the_blog_commands():
         BLOG_MODEL,
         "--port",
         "40005",
+        "--host",
+        "127.0.0.1",
         "--served-model-name",
         BLOG_MODEL,
         *BLOG_FLAGS,
@@ -139,7 +143,7 @@ def test_the_preview_shows_the_vllm_serve_line_whatever_runs():
     spec = mori_blog()
     shown = preview(spec, allocate(spec))
     line = shown["prefill-0"]["command"]
-    assert line.startswith("vllm serve Qwen/Qwen3-235B-A22B-FP8 --port 20005 ")
+    assert line.startswith("vllm serve Qwen/Qwen3-235B-A22B-FP8 --port 20005 --host 127.0.0.1 ")
     assert shlex.split(line) == shown["prefill-0"]["argv"]
     assert shown["prefill-0"]["command_line"].startswith(
         "VLLM_ROCM_USE_AITER=1 MORI_DISABLE_AUTO_XGMI=1 MORI_IO_ENABLE_NOTIFICATION=0 "
@@ -174,6 +178,8 @@ def test_nixl_1p1d_renders_cuda_devices_and_side_channel_ports():
             model,
             "--port",
             str(port),
+            "--host",
+            "127.0.0.1",
             "--served-model-name",
             model,
             "-tp",
@@ -341,3 +347,19 @@ def test_proxy_leg_timeouts_are_passed_only_when_set():
     assert argv[argv.index("--prefill-timeout") + 1] == "5"
     assert argv[argv.index("--decode-timeout") + 1] == "2.5"
     assert "--decode-timeout" not in by_name(spec)["proxy"].argv
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sim"])
+def test_every_engine_binds_its_nodes_address_never_every_interface(engine):
+    spec = mori_blog(engine=engine)
+    for settings, host in (
+        (LaunchSettings(), "127.0.0.1"),
+        (LaunchSettings(host="10.0.0.5"), "10.0.0.5"),
+        (LaunchSettings(bind_host="0.0.0.0"), "0.0.0.0"),
+    ):
+        assert node_address(settings) == host
+        for launch in by_name(spec, settings).values():
+            if launch.is_proxy:
+                continue
+            i = launch.argv.index("--host")
+            assert launch.argv[i + 1] == host and launch.argv.count("--host") == 1
