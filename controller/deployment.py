@@ -69,7 +69,13 @@ CODE_ENV = frozenset(
 )
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 KvExtraKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")]
-KvExtraValue = str | int | float | bool | list[str]
+KvExtraValue = (
+    Annotated[str, StringConstraints(max_length=4096)]
+    | Annotated[int, Field(ge=-(1 << 63), le=(1 << 63) - 1)]
+    | float  # finite: allow_inf_nan is off for every model here
+    | bool
+    | list[Annotated[str, StringConstraints(max_length=4096)]]
+)
 # kv_connector_extra_config keys pdctl renders itself for MoRIIO (its ports, registry, mode).
 MORIIO_OWNED_KEYS = frozenset(
     {"proxy_ip", "proxy_ping_port", "http_port", "handshake_port", "notify_port", "read_mode"}
@@ -99,7 +105,9 @@ class Mode(enum.StrEnum):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_enum_values=False)
+    # No NaN or infinity anywhere: JSON bodies may carry them (Python's json reads Infinity),
+    # and a stored infinite number breaks every page and command that formats it.
+    model_config = ConfigDict(extra="forbid", use_enum_values=False, allow_inf_nan=False)
 
 
 class InstancePorts(_Strict):
@@ -131,9 +139,9 @@ class InstanceGroup(_Strict):
 
 
 class SloTargets(_Strict):
-    ttft_ms: float | None = Field(1000.0, gt=0)
-    itl_ms: float | None = Field(50.0, gt=0)
-    tpot_ms: float | None = Field(None, gt=0)
+    ttft_ms: float | None = Field(1000.0, gt=0, le=3_600_000)  # at most an hour
+    itl_ms: float | None = Field(50.0, gt=0, le=600_000)
+    tpot_ms: float | None = Field(None, gt=0, le=600_000)
     itl_stat: str = Field("p99", pattern=r"^(mean|p99|max)$")
 
 

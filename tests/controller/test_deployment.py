@@ -184,3 +184,43 @@ def test_field_shapes_are_pydantic_errors_at_the_field(body: dict, loc: tuple) -
     with pytest.raises(ValidationError) as err:
         spec(body)
     assert err.value.errors()[0]["loc"] == loc
+
+
+INF = float("inf")
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("slo", "ttft_ms"), INF),
+        (("slo", "itl_ms"), float("nan")),
+        (("slo", "tpot_ms"), -INF),
+        (("slo", "ttft_ms"), 1e12),
+        (("time_scale",), INF),
+        (("proxy", "hold_deadline_s"), INF),
+        (("proxy", "decode_timeout_s"), float("nan")),
+        (("kv_connector_extra_config", "ratio"), INF),
+    ],
+)
+def test_non_finite_and_out_of_range_numbers_are_refused_at_the_field(
+    path: tuple, value: float
+) -> None:
+    body = nixl_1p1d(slo={}, proxy={}, kv_connector_extra_config={})
+    with pytest.raises(ValidationError) as err:
+        spec(edited(body, path, value))
+    assert err.value.errors()[0]["loc"][: len(path)] == path
+
+
+def test_finite_numbers_in_range_pass() -> None:
+    body = nixl_1p1d(
+        slo={"ttft_ms": 3_600_000, "itl_ms": 0.5},
+        kv_connector_extra_config={"ratio": 0.25, "size": 1 << 40, "on": True, "n": "x"},
+    )
+    parsed = spec(body)
+    assert parsed.slo.ttft_ms == 3_600_000
+    assert parsed.kv_connector_extra_config == {
+        "ratio": 0.25,
+        "size": 1 << 40,
+        "on": True,
+        "n": "x",
+    }
