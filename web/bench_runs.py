@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from controller.child_env import child_environment
 from web.bench_compare import rate_runs
 from web.bench_kept import kept_note, kept_result
 from web.bench_request import ROOT, BenchRequest, bench_argv
@@ -155,6 +157,7 @@ class BenchRuns:
                 return await asyncio.create_subprocess_exec(
                     *argv,
                     cwd=ROOT,
+                    env=child_environment(os.environ, {}),  # never the control plane's tokens
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.DEVNULL,
                     stderr=err,

@@ -8,12 +8,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from controller.child_env import child_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_RATE = 50.0
@@ -100,7 +103,11 @@ class LoadRuns:
             argv += ["--slo-itl-ms", f"{slo_itl_ms:g}"]
         run = LoadRun(name, rate, prompts, deadline_s=prompts / rate + GRACE_S, result_path=out)
         run.proc = await asyncio.create_subprocess_exec(
-            *argv, cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+            *argv,
+            cwd=ROOT,
+            env=child_environment(os.environ, {}),  # never the control plane's tokens
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
         )
         self.runs[name] = run
         task = asyncio.get_running_loop().create_task(self._watch(run))

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -334,3 +335,16 @@ def test_a_run_left_running_by_an_earlier_process_reads_as_failed(make_client: M
     answer = first.get(f"/api/bench/{run.id}").json()
     assert answer["status"] == "failed"
     assert answer["error"] == "the control plane restarted during the run"
+
+
+def test_a_sweep_does_not_inherit_the_control_planes_tokens(app: TestClient, monkeypatch) -> None:
+    monkeypatch.setenv("PDCTL_OPERATOR_TOKENS", "ops:op-Zq81-secret")  # after the app's settings
+    slow = {"rates": [5], "num_prompts": 40, "input_len": 8, "output_len": 3}
+    with engine_on(proxy_port(app), FakeEngine(token_delay=0.01)):
+        run = app.post("/api/deployments/solo/bench", json=slow).json()
+        wait_for(app, run["id"], lambda r: r["done"] >= 1)
+        pid = app.app.state.bench_runs._active["solo"].proc.pid
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert app.post(f"/api/bench/{run['id']}/stop").status_code == 202
+    names = {entry.partition(b"=")[0] for entry in environ}
+    assert b"PATH" in names and b"PDCTL_OPERATOR_TOKENS" not in names
