@@ -1,4 +1,5 @@
-"""Reading /proc: is a pid still the process we started? (a pid alone can be recycled).
+"""Reading /proc: is a pid still the process we started (a pid alone can be recycled: its start
+time and command line say), and which processes listen on a port.
 
 The /proc root is a parameter, as in prometheus client_python's process collector, so tests can
 point it at a fake tree.
