@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 Slug = Annotated[
     str, StringConstraints(max_length=40, pattern=r"^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$")
@@ -46,25 +46,6 @@ OWNED_FLAGS = frozenset(
         "--hardware",
         "--model-profile",
         "--time-scale",
-    }
-)
-# Environment variables that change what code a process runs; refused unless allowed.
-CODE_ENV = frozenset(
-    {
-        "LD_PRELOAD",
-        "LD_LIBRARY_PATH",
-        "LD_AUDIT",
-        "PYTHONPATH",
-        "PYTHONHOME",
-        "PYTHONSTARTUP",
-        "PYTHONUSERBASE",
-        "PYTHONINSPECT",
-        "PATH",
-        "BASH_ENV",
-        "ENV",
-        "VLLM_PLUGINS",
-        "PYTHONEXECUTABLE",
-        "PYTHONBREAKPOINT",
     }
 )
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
@@ -157,10 +138,35 @@ class ProxyConfig(_Strict):
     decode_timeout_s: float | None = Field(None, gt=0, le=3600)
 
 
+def _model_name(model: str) -> str:
+    if model.startswith("-"):
+        raise ValueError("a model name may not start with '-': the engine would read it as a flag")
+    if any(c.isspace() or not c.isprintable() for c in model):
+        raise ValueError("a model name may not contain whitespace, newlines or control characters")
+    return model
+
+
+ModelName = Annotated[
+    str, StringConstraints(min_length=1, max_length=200), AfterValidator(_model_name)
+]
+FlagName = Annotated[str, StringConstraints(pattern=r"^--?[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")]
+
+
+class UnsafeAllow(_Strict):
+    """An operator's audited exception to the engine allowlists (controller/engine_flags.py,
+    controller/engine_env.py) for this deployment: the exact env names and flags, and why.
+    Honoured only on a host whose operator setting allow_code_env is on; stored with the spec,
+    so every revision and diff shows it."""
+
+    env: list[EnvName] = Field(default_factory=list, max_length=16)
+    args: list[FlagName] = Field(default_factory=list, max_length=16)
+    reason: Annotated[str, StringConstraints(min_length=10, max_length=500)]
+
+
 class DeploymentSpec(_Strict):
     name: Slug
     engine: Engine = Engine.SIM
-    model: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    model: ModelName
     hardware: str | None = Field(None, max_length=64)  # the stand-in's hardware profile
     topology: Topology
     connector: str | None = None
@@ -181,6 +187,7 @@ class DeploymentSpec(_Strict):
     kv_connector_extra_config: dict[KvExtraKey, KvExtraValue] = Field(
         default_factory=dict, max_length=32
     )
+    unsafe_allow: UnsafeAllow | None = None
 
     def instance_names(self) -> list[str]:
         return [f"{g.name}-{i}" for g in self.groups for i in range(g.count)]
@@ -364,21 +371,11 @@ def _owned_flag(flag: str) -> str | None:
     """The owned flag `flag` would set: vLLM's parser reads `_` as `-` and, like argparse,
     takes an unambiguous prefix (`--por` is `--port`); `-tp2` is `-tp 2`."""
     flag = flag.strip()
-    if flag.startswith("--"):
-        flag = "--" + flag[2:].replace("_", "-")
+    if flag.startswith("--"):  # `--json-flag.key` sets --json-flag
+        flag = "--" + flag[2:].split(".", 1)[0].replace("_", "-")
         if len(flag) > 2:
             return next((o for o in sorted(OWNED_FLAGS) if o.startswith(flag)), None)
         return None
     return next(
         (o for o in sorted(OWNED_FLAGS) if not o.startswith("--") and flag.startswith(o)), None
     )
-
-
-def code_env_names(spec: DeploymentSpec) -> list[tuple[tuple, str]]:
-    """Env names that change what code runs, with where they are; allowed only by setting."""
-    found = [(("env", name), name) for name in spec.env if name.upper() in CODE_ENV]
-    for i, group in enumerate(spec.groups):
-        found += [
-            (("groups", i, "env", name), name) for name in group.env if name.upper() in CODE_ENV
-        ]
-    return found

@@ -1,6 +1,15 @@
 """The deployment checks that need the world: other deployments' ports, busy host ports, the
 stand-in's profiles and the operator's settings. `validate` adds them to deployment.check.
 
+Engine argv and env go through allowlists (controller/engine_flags.py, engine_env.py). What
+they refuse runs only with an override a demanding reviewer can follow: the spec names each
+env name and flag in `unsafe_allow` with a reason (so it is stored in the revision, shown in
+its diff and attributed to the operator who saved it), and the host's own operator, who runs
+`pdctl serve`, has turned overrides on with the setting allow_code_env (PDCTL_ALLOW_CODE_ENV).
+Neither alone is enough: an API token cannot grant itself code on the host, and the host
+setting lets through only what a spec names. Entries a spec does not use are refused, so an
+override never outlives what it was for. Flags pdctl renders stay refused regardless.
+
 Pure apart from `host_port_busy`, the one I/O seam, which callers pass in as `is_busy`.
 """
 
@@ -10,8 +19,14 @@ import socket
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from controller.deployment import DeploymentSpec, Engine, FieldError, check, code_env_names
+from controller import engine_env, engine_flags
+from controller.deployment import DeploymentSpec, Engine, FieldError, UnsafeAllow, check
 from simulator import profiles
+
+OVERRIDE_HINT = (
+    "an operator can allow it for this deployment in unsafe_allow.{field} (with a reason) on "
+    "a host whose operator setting allow_code_env is on (PDCTL_ALLOW_CODE_ENV)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,17 +58,99 @@ def validate(
         return [Problem(err.loc, err.message)]
     problems = _ports(spec, claimed_by_others, is_busy, set(own_ports))
     problems += _profiles(spec)
-    if not allow_code_env:
-        problems += [
+    problems += engine_problems(spec, overrides_on=allow_code_env)
+    return problems
+
+
+def engine_problems(spec: DeploymentSpec, *, overrides_on: bool) -> list[Problem]:
+    """What the engine allowlists refuse in the spec's env and extra args, and any
+    unsafe_allow that is off on this host or names what the spec does not use."""
+    unsafe = spec.unsafe_allow
+    problems = []
+    if unsafe is not None and not overrides_on:
+        problems.append(
             Problem(
-                loc,
-                f"{name} changes what code the engine runs and is refused "
-                "unless the operator setting allow_code_env is true "
-                "(PDCTL_ALLOW_CODE_ENV)",
-                "code_env",
+                ("unsafe_allow",),
+                "this host takes no overrides of the engine allowlists: its operator setting "
+                "allow_code_env is off (PDCTL_ALLOW_CODE_ENV)",
+                "unsafe_allow_off",
             )
-            for loc, name in code_env_names(spec)
-        ]
+        )
+    honoured = unsafe if overrides_on else None
+    problems += _env_problems(spec, set(honoured.env) if honoured else set())
+    problems += _arg_problems(spec, _unsafe_flags(spec, honoured) if honoured else frozenset())
+    if honoured is not None:
+        problems += _unused_overrides(spec, honoured)
+    return problems
+
+
+def engine_envs(spec: DeploymentSpec) -> list[tuple[tuple, dict[str, str]]]:
+    """Each env of the spec with where it is."""
+    return [(("env",), spec.env)] + [
+        (("groups", i, "env"), g.env) for i, g in enumerate(spec.groups)
+    ]
+
+
+def engine_arg_lists(spec: DeploymentSpec) -> list[tuple[tuple, list[str]]]:
+    """Each extra-args list of the spec with where it is."""
+    return [(("extra_args",), spec.extra_args)] + [
+        (("groups", i, "extra_args"), g.extra_args) for i, g in enumerate(spec.groups)
+    ]
+
+
+def _env_problems(spec: DeploymentSpec, allowed: set[str]) -> list[Problem]:
+    problems = []
+    for loc, env in engine_envs(spec):
+        for name in env:
+            why = engine_env.refusal(name)
+            if why is not None and name not in allowed:
+                hint = OVERRIDE_HINT.format(field="env")
+                problems.append(Problem((*loc, name), f"{why}; {hint}", "env_not_allowed"))
+    return problems
+
+
+def _arg_problems(spec: DeploymentSpec, allowed: frozenset[str]) -> list[Problem]:
+    problems = []
+    for loc, args in engine_arg_lists(spec):
+        for p in engine_flags.check_args(args, spec.engine.value, unsafe=allowed):
+            msg = (
+                f"{p.message}; {OVERRIDE_HINT.format(field='args')}" if p.overridable else p.message
+            )
+            problems.append(Problem((*loc, p.index), msg, "arg_not_allowed"))
+    return problems
+
+
+def _unsafe_flags(spec: DeploymentSpec, unsafe: UnsafeAllow) -> frozenset[str]:
+    """The options unsafe_allow.args names, as the engine reads them."""
+    flags = (engine_flags.resolve(a, spec.engine.value)[0] for a in unsafe.args)
+    return frozenset(f.option for f in flags if f is not None)
+
+
+def _unused_overrides(spec: DeploymentSpec, unsafe: UnsafeAllow) -> list[Problem]:
+    problems = []
+    set_names = {name for _, env in engine_envs(spec) for name in env}
+    for k, name in enumerate(unsafe.env):
+        if name not in set_names:
+            problems.append(
+                Problem(
+                    ("unsafe_allow", "env", k),
+                    f"{name} is in no env of this spec: an override names only what it uses",
+                    "unsafe_allow_unused",
+                )
+            )
+    engine = spec.engine.value
+    used = set()
+    for _, args in engine_arg_lists(spec):
+        used |= engine_flags.used_flags(args, engine)
+    for k, flag in enumerate(unsafe.args):
+        resolved, _ = engine_flags.resolve(flag, engine)
+        if resolved is None:
+            msg = f"{flag} is not a flag of the {engine} engine"
+        elif resolved.option not in used:
+            msg = f"{flag} is in no extra args of this spec: an override names only what it uses"
+        else:
+            continue
+        problems.append(Problem(("unsafe_allow", "args", k), msg, "unsafe_allow_unused"))
     return problems
 
 

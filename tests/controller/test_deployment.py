@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from controller.deployment import FieldError, check, code_env_names
+from controller.deployment import FieldError, check
 from tests.specs import colocated, edited, moriio_1p1d, nixl_1p1d, spec
 
 # (body, loc of the error, a phrase of its message): one case per rule of check().
@@ -114,6 +114,11 @@ BROKEN = {
         "kv_connector_module_path loads arbitrary code",
     ),
     "newline in arg": (nixl_1p1d(extra_args=["--x\n--y"]), ("extra_args", 0), "newlines"),
+    "owned flag behind a dotted key": (
+        nixl_1p1d(extra_args=["--kv-transfer-config.kv_role=kv_both"]),
+        ("extra_args", 0),
+        "--kv-transfer-config.kv_role is set by pdctl",
+    ),
     "kv extra config without connector": (
         colocated(kv_connector_extra_config={"a": "1"}),
         ("kv_connector_extra_config",),
@@ -153,18 +158,6 @@ def test_check_passes_sound_specs(body: dict) -> None:
     check(spec(body))
 
 
-def test_code_env_names_are_found_with_their_place() -> None:
-    body = edited(
-        nixl_1p1d(env={"LD_PRELOAD": "x", "HF_HOME": "/h"}),
-        ("groups", 1, "env"),
-        {"pythonpath": "/p"},
-    )
-    assert code_env_names(spec(body)) == [
-        (("env", "LD_PRELOAD"), "LD_PRELOAD"),
-        (("groups", 1, "env", "pythonpath"), "pythonpath"),
-    ]
-
-
 @pytest.mark.parametrize(
     ("body", "loc"),
     [
@@ -184,6 +177,23 @@ def test_field_shapes_are_pydantic_errors_at_the_field(body: dict, loc: tuple) -
     with pytest.raises(ValidationError) as err:
         spec(body)
     assert err.value.errors()[0]["loc"] == loc
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["--host=0.0.0.0", "-x", "tiny model", "tiny\nmodel", "tiny\x00", "tiny\tx", "a\u2028b"],
+)
+def test_a_model_name_that_could_become_a_flag_or_split_is_refused(model: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        spec(nixl_1p1d(model=model))
+    [error] = err.value.errors()
+    assert error["loc"] == ("model",)
+    assert "a model name may not" in error["msg"]
+
+
+@pytest.mark.parametrize("model", ["tiny", "meta-llama/Llama-3.1-8B-Instruct", "/models/x-1.5"])
+def test_model_names_and_paths_pass(model: str) -> None:
+    assert spec(nixl_1p1d(model=model)).model == model
 
 
 INF = float("inf")

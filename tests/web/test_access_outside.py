@@ -188,6 +188,7 @@ def test_a_cross_origin_post_is_refused(serve: Process) -> None:
 def test_no_secret_in_previews_events_error_bodies_or_the_log(serve: Process) -> None:
     spec = nixl_1p1d(
         "secretive",
+        engine="vllm",  # --api-key is vLLM's: the stand-in does not take it
         env={"HF_TOKEN": HF_SECRET},
         extra_args=["--api-key", API_SECRET, "--seed", "1"],
     )

@@ -161,6 +161,7 @@ def test_viewers_see_secret_env_and_args_masked_and_operators_see_them(
 ) -> None:
     client = make_client(operator_tokens=[OPERATOR], viewer_tokens=[VIEWER])
     spec = nixl_1p1d(
+        engine="vllm",  # --api-key is vLLM's: the stand-in does not take it
         env={"HF_TOKEN": "hf-very-secret", "VLLM_LOGGING_LEVEL": "INFO"},
         extra_args=["--api-key", "key-very-secret"],
     )

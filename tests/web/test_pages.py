@@ -141,7 +141,7 @@ def test_adding_and_removing_groups_saves_nothing(client):
 
 def test_edit_keeps_what_the_form_does_not_show(client):
     spec = moriio()
-    spec["groups"][0]["env"] = {"MY_FLAG": "1"}
+    spec["groups"][0]["env"] = {"VLLM_MY_FLAG": "1"}
     spec["groups"][0]["max_num_seqs"] = 64
     client.post("/api/deployments", json=spec)
     page = client.get("/deployments/mori/edit")
@@ -155,7 +155,7 @@ def test_edit_keeps_what_the_form_does_not_show(client):
     stored = client.get("/api/deployments/mori").json()
     assert stored["revision"] == 2 and stored["reason"] == "tighter"
     assert stored["spec"]["slo"]["ttft_ms"] == 250
-    assert stored["spec"]["groups"][0]["env"] == {"MY_FLAG": "1"}
+    assert stored["spec"]["groups"][0]["env"] == {"VLLM_MY_FLAG": "1"}
     assert stored["spec"]["groups"][0]["max_num_seqs"] == 64
 
 

@@ -104,17 +104,26 @@ def test_unknown_stand_in_profiles_are_422(
     assert item["msg"].startswith(msg)
 
 
-def test_code_env_is_422_unless_the_operator_setting_allows_it(make_client) -> None:
+def test_env_and_args_off_the_engine_allowlists_are_422_unless_an_audited_override(
+    make_client,
+) -> None:
     body = edited(nixl_1p1d(), ("groups", 0, "env"), {"LD_PRELOAD": "/evil.so"})
     [item] = detail(make_client(), body)
-    assert item == {
-        "loc": ["body", "groups", 0, "env", "LD_PRELOAD"],
-        "type": "code_env",
-        "msg": "LD_PRELOAD changes what code the engine runs and is refused unless "
-        "the operator setting allow_code_env is true (PDCTL_ALLOW_CODE_ENV)",
-    }
+    assert (item["loc"], item["type"]) == (
+        ["body", "groups", 0, "env", "LD_PRELOAD"],
+        "env_not_allowed",
+    )
+    assert item["msg"].startswith("LD_PRELOAD is not an engine setting a spec may give")
+    assert "unsafe_allow.env" in item["msg"] and "PDCTL_ALLOW_CODE_ENV" in item["msg"]
     allowed = make_client(allow_code_env=True)
+    # the host setting alone is no longer enough: the spec must name it, with a reason
+    assert allowed.post("/api/deployments", json=body).status_code == 422
+    body["unsafe_allow"] = {"env": ["LD_PRELOAD"], "reason": "vendor allocator, ticket 42"}
     assert allowed.post("/api/deployments", json=body).status_code == 201
+    assert [i["type"] for i in detail(make_client(), {**body, "name": "pd2"})] == [
+        "unsafe_allow_off",
+        "env_not_allowed",
+    ]
 
 
 def test_put_is_validated_like_post(client: TestClient) -> None:
