@@ -10,15 +10,17 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 
 import pytest
 
 from controller import procfs, shim
+from controller.child_env import child_environment
 from controller.machine import Policy
 from controller.ports import allocate
-from controller.render import LaunchSettings
+from controller.render import LaunchSettings, render
 from controller.supervisor import Supervisor, SupervisorSettings
 from tests.controller.factories import tiny_pair
 from tests.processes import ROOT, free_port, http_post
@@ -279,3 +281,49 @@ def test_an_instance_whose_port_is_taken_goes_fatal_saying_so(tmp_path):
     assert f"port {taken} is held by pid {os.getpid()} (" in fatal
     assert "not starting a second copy" in fatal
     assert not (run_dir / spec.name / "decode-0" / "output.log").exists()  # never started
+
+
+def test_our_instance_already_on_its_port_is_adopted_and_stopped_not_duplicated(tmp_path):
+    """The decode runs, but the run dir has no record of it (a wiped or different run dir):
+    the supervisor finds it on its port by its command line, adopts it instead of starting a
+    second copy that could not bind, and its stop ends it."""
+    run_dir = tmp_path / "run"
+    spec = spec_with_free_ports()
+    ports = allocate(spec)
+    [decode] = [x for x in render(spec, ports, settings(run_dir).launch) if x.name == "decode-0"]
+    orphan = subprocess.Popen(
+        decode.argv,
+        env=child_environment(os.environ, decode.env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        process_group=0,
+    )
+    events = []
+
+    async def scenario():
+        deadline = time.monotonic() + 20
+        while procfs.listening_pids(decode.http_port) != {orphan.pid}:
+            assert orphan.poll() is None and time.monotonic() < deadline, "the decode did not start"
+            await asyncio.sleep(0.05)
+        sup = Supervisor(settings(run_dir), on_event=lambda *e: events.append(e))
+        await sup.open()
+        try:
+            await sup.start(spec.name, spec, ports)
+            status = by_name(await sup.wait_running(spec.name, 30))
+            assert status["decode-0"]["pid"] == orphan.pid
+            assert not (run_dir / spec.name / "decode-0" / "output.log").exists()  # not spawned
+            status, body = await tokens_through(f"http://127.0.0.1:{ports.proxy}")
+            assert status == 200, body
+            await sup.stop(spec.name, wait=20)
+        finally:
+            await sup.close()
+
+    try:
+        asyncio.run(scenario())
+        assert orphan.wait(timeout=10) is not None  # the stop ended it
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(orphan.pid, signal.SIGKILL)
+        orphan.wait()
+        kill_everything(all_pids(run_dir))
+    assert any(k == "adopted" and f"pid {orphan.pid}" in msg for _, k, msg, _ in events)
