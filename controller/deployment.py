@@ -162,6 +162,10 @@ class UnsafeAllow(_Strict):
     args: list[FlagName] = Field(default_factory=list, max_length=16)
     reason: Annotated[str, StringConstraints(min_length=10, max_length=500)]
 
+    def summary(self) -> str:
+        """One line for events: what is let through and why."""
+        return f"{', '.join([*self.env, *self.args])} ({self.reason})"
+
 
 class DeploymentSpec(_Strict):
     name: Slug

@@ -136,8 +136,8 @@ class Store:
                     actor=actor,
                     kind=kind,
                     deployment=spec.name,
-                    message=f"{spec.name} {verb} (revision 1)" + _why(reason),
-                    detail={"revision": 1, **(detail or {})},
+                    message=f"{spec.name} {verb} (revision 1)" + _why(reason) + _unsafe(spec),
+                    detail={"revision": 1, **(detail or {}), **_unsafe_detail(spec)},
                 )
             )
             _commit(s, spec.name)
@@ -187,8 +187,14 @@ class Store:
                     actor=actor,
                     kind="deployment.updated",
                     deployment=name,
-                    message=f"{name} updated to revision {deployment.revision}" + _why(reason),
-                    detail={"revision": deployment.revision, "previous": previous.number},
+                    message=f"{name} updated to revision {deployment.revision}"
+                    + _why(reason)
+                    + _unsafe(spec),
+                    detail={
+                        "revision": deployment.revision,
+                        "previous": previous.number,
+                        **_unsafe_detail(spec),
+                    },
                 )
             )
             _commit(s, name)
@@ -413,3 +419,14 @@ def _commit(s: Session, name: str) -> None:
 
 def _why(reason: str | None) -> str:
     return f": {reason}" if reason else ""
+
+
+def _unsafe(spec: DeploymentSpec) -> str:
+    # An override of the engine allowlists is said in every event of a revision carrying it.
+    unsafe = spec.unsafe_allow
+    return f"; engine allowlists overridden for {unsafe.summary()}" if unsafe else ""
+
+
+def _unsafe_detail(spec: DeploymentSpec) -> dict:
+    unsafe = spec.unsafe_allow
+    return {"unsafe_allow": unsafe.model_dump(mode="json")} if unsafe else {}

@@ -89,3 +89,22 @@ def test_an_override_needs_the_host_setting_and_names_what_it_lets_through(make_
         .count("--trust-remote-code")
         == 1
     )
+
+
+def test_every_revision_carrying_an_override_says_so_in_its_event(make_client) -> None:
+    client = make_client(allow_code_env=True)
+    unsafe = {"env": ["LD_PRELOAD"], "reason": "vendor allocator, ticket 42"}
+    body = nixl_1p1d(env={"LD_PRELOAD": "/opt/a.so"}, unsafe_allow=unsafe)
+    assert client.post("/api/deployments", json=body).status_code == 201
+    changed = {**body, "time_scale": 2.0}
+    assert client.put("/api/deployments/pd", json=changed).status_code == 200
+    updated, created = client.get("/api/events", params={"deployment": "pd"}).json()
+    for event in (updated, created):
+        assert event["message"].endswith(
+            "; engine allowlists overridden for LD_PRELOAD (vendor allocator, ticket 42)"
+        )
+        assert event["detail"]["unsafe_allow"] == {"args": [], **unsafe}
+    plain = client.put("/api/deployments/pd", json=nixl_1p1d(time_scale=2.0))
+    assert plain.status_code == 200
+    latest = client.get("/api/events", params={"deployment": "pd"}).json()[0]
+    assert "overridden" not in latest["message"] and "unsafe_allow" not in latest["detail"]
