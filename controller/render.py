@@ -17,6 +17,7 @@ from connector import kv_config
 from controller.deployment import DeploymentSpec, Engine, InstanceGroup, InstancePorts, Role
 from controller.ports import AllocatedPorts
 from controller.redact import redact_argv, redact_command, redact_env
+from controller.registry_expect import expected_env
 
 VLLM_SERVE = ("vllm", "serve")
 VLLM_CPU_MODULE = ("python", "-m", "vllm.entrypoints.openai.api_server")  # takes --model
@@ -55,6 +56,10 @@ class Launch:
     gpus: list[int] = field(default_factory=list)
     ports: InstancePorts | None = None
     registers: bool = False  # MoRIIO: ready only once the proxy lists its registration
+    # Added to the environment when the process starts, but not what identifies it: a change
+    # here restarts nothing (the proxy's expected registrations change with every switch,
+    # and a running proxy is told them through its admin API).
+    handover: dict[str, str] = field(default_factory=dict)
 
     @property
     def is_proxy(self) -> bool:
@@ -181,7 +186,7 @@ def sim_flags(spec: DeploymentSpec) -> list[str]:
 
 def sim_model_profile(model: str) -> str | None:
     """The stand-in profile for a model name or Hugging Face id; None when none matches."""
-    from simulator import profiles
+    from domain import profiles
 
     for name in profiles.available("models"):
         if model in (name, profiles.model(name).hf_id):
@@ -261,10 +266,13 @@ def gpu_env_name(spec: DeploymentSpec) -> str:
 
 def proxy_launch(spec: DeploymentSpec, ports: AllocatedPorts, settings: LaunchSettings) -> Launch:
     argv = [*settings.pdctl_command, *proxy_args(spec, ports, settings)]
+    # MoRIIO instances register themselves: the proxy accepts only the ones launched here.
+    handover = expected_env(spec, ports, node_address(settings)) if _moriio(spec) else {}
     return Launch(
         name=PROXY,
         argv=argv,
         env={},
+        handover=handover,
         command=shlex.join(["pdctl", *argv[len(settings.pdctl_command) :]]),
         url=f"http://{settings.host}:{ports.proxy}",
         http_port=ports.proxy,
