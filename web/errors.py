@@ -2,6 +2,7 @@
 
     PdctlError              500  anything the control plane itself cannot do
      +- BadRequest          400  a header the API reads, malformed (If-Match)
+     +- HostRefused         400  a Host not allowed without tokens (web/hosts.py)
      +- Unauthorized        401  no token, or an unknown one (carries WWW-Authenticate)
      +- Forbidden           403  a viewer token asking to change something
      +- NotFound            404  no such deployment, revision

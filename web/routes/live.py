@@ -5,8 +5,9 @@ Messages are JSON text: {"type": "history", "points": [...]}, {"type": "frame", 
 shape in observe/frames.py) and {"type": "event", ...} (as /api/events gives them).
 The token comes as `Authorization: Bearer`, the login cookie, or `?token=` (kept out of the
 logs by web/serve_logs.py). Close codes: 4401 no valid token, 4429 too many unknown
-tokens from this address, 4403 a cross-origin handshake (web/csrf.py), 4404 no such
-deployment, 4400 bad window, 1013 too many live connections (try again later).
+tokens from this address, 4403 a cross-origin handshake (web/csrf.py), 4421 a Host this
+server does not answer to without tokens (web/hosts.py), 4404 no such deployment, 4400 bad
+window, 1013 too many live connections (try again later).
 """
 
 from __future__ import annotations
