@@ -57,6 +57,9 @@ KvExtraValue = (
     | bool
     | list[Annotated[str, StringConstraints(max_length=4096)]]
 )
+# Connector settings whose key says they name code to import (kv_connector_module_path,
+# spec_module_path, cache_policy_module_path, *_cls, *_class, plugins): refused.
+CODE_KEY_WORDS = ("module", "plugin", "class", "cls")
 # kv_connector_extra_config keys pdctl renders itself for MoRIIO (its ports, registry, mode).
 MORIIO_OWNED_KEYS = frozenset(
     {"proxy_ip", "proxy_ping_port", "http_port", "handshake_port", "notify_port", "read_mode"}
@@ -234,9 +237,10 @@ def _check_connector(spec: DeploymentSpec) -> None:
         )
     moriio = spec.connector == "MoRIIOConnector"
     for key in spec.kv_connector_extra_config:
-        if "module_path" in key:
+        if code := next((w for w in CODE_KEY_WORDS if w in key.lower()), None):
             raise FieldError(
-                ("kv_connector_extra_config", key), f"{key} loads arbitrary code and is refused"
+                ("kv_connector_extra_config", key),
+                f"{key} names code to load ({code!r}: a module, plugin or class) and is refused",
             )
         if moriio and key in MORIIO_OWNED_KEYS:
             raise FieldError(

@@ -132,7 +132,12 @@ BROKEN = {
     "kv extra config module path": (
         nixl_1p1d(kv_connector_extra_config={"kv_connector_module_path": "m"}),
         ("kv_connector_extra_config", "kv_connector_module_path"),
-        "arbitrary code",
+        "names code to load",
+    ),
+    "kv extra config class": (
+        nixl_1p1d(kv_connector_extra_config={"Detector_Cls": "evil.D"}),
+        ("kv_connector_extra_config", "Detector_Cls"),
+        "names code to load ('cls'",
     ),
 }
 
