@@ -152,8 +152,29 @@ def test_a_dns_rebinding_request_cannot_create_a_deployment(tmp_path: Path) -> N
         assert status == 200 and json.loads(listed) == []
         for host in (f"localhost:{server.port}", f"[::1]:{server.port}"):
             assert request(server, "GET", "/api/deployments", headers={"Host": host})[0] == 200
+        assert websocket_close_code(server, rebind) == 4421
     finally:
         server.stop()
+
+
+def websocket_close_code(server: Process, host: str) -> int:
+    """The close code a websocket handshake with this Host gets (raw socket, no client)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(
+            f"GET /ws/deployments/pd HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            f"Origin: http://{host}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
+        data = b""
+        while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < 4:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    head, _, frame = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101"), head
+    assert frame[0] == 0x88, frame  # a close frame
+    return int.from_bytes(frame[2:4], "big")
 
 
 def test_allowed_hosts_are_settable(tmp_path: Path) -> None:
