@@ -15,9 +15,9 @@ from typing import Any
 import aiohttp
 
 from bench.config import BenchConfig
-from bench.datasets import BenchRequest
 from bench.records import RequestRecord
 from bench.sse import error_message, parse_line
+from domain.datasets import BenchRequest
 
 
 class ServerUnreachable(Exception):

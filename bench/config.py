@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from bench.datasets import DATASETS
-from bench.records import ITL_SLO_STATS, SloTargets
+from bench.records import ITL_STATS, SloTargets
+from domain.datasets import DATASETS
 
 ENDPOINTS = ("completions", "chat")
 
@@ -75,9 +75,9 @@ def parse_rates(text: str) -> tuple[float, ...]:
 
 
 def parse_itl_stat(text: str) -> str:
-    if text not in ITL_SLO_STATS:
+    if text not in ITL_STATS:
         raise BenchConfigError(
-            "--itl-slo-stat", f"must be one of {', '.join(ITL_SLO_STATS)}, got {text!r}"
+            "--itl-slo-stat", f"must be one of {', '.join(ITL_STATS)}, got {text!r}"
         )
     return text
 

@@ -18,17 +18,17 @@ from typing import Any, Protocol
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench.arrivals import arrival_times
 from bench.client import BenchClient, fetch_model, open_session
 from bench.config import BenchConfig
-from bench.datasets import (
+from bench.records import RequestRecord
+from bench.summary import LoopLag, loop_lag, summarize
+from domain.arrivals import arrival_times
+from domain.datasets import (
     BenchRequest,
     multi_turn_requests,
     random_requests,
     shared_prefix_requests,
 )
-from bench.records import RequestRecord
-from bench.summary import LoopLag, loop_lag, summarize
 
 LAG_TICK = 0.010
 

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.records import RequestRecord, SloTargets, judge, percentile
+from domain.slo import max_goodput_rate
+
+__all__ = ["loop_lag", "max_goodput_rate", "summarize", "sweep_result"]
 
 LAG_SHARE_OF_ITL = 0.10  # loop lag above this share of the ITL target makes ITL untrustworthy
 
@@ -34,7 +37,7 @@ def loop_lag(samples: Sequence[float]) -> LoopLag:
     values = list(samples)
     return LoopLag(
         max_ms=max(values, default=0.0) * 1000,
-        p99_ms=percentile(values, 99) * 1000,
+        p99_ms=(percentile(values, 99) or 0.0) * 1000,
         samples=len(values),
     )
 
@@ -45,7 +48,7 @@ def summarize(
     """The result fields of one run; `duration` is from the first arrival to the last answer."""
     good = [r for r in records if r.ok]
     verdicts = [judge(r, targets) for r in good]
-    attained = sum(v.attained for v in verdicts)
+    attained = sum(v.met for v in verdicts)
     total_output = sum(r.output_tokens for r in good)
     total_input = sum(r.prompt_tokens for r in good)
     per_second = 1 / duration if duration > 0 else 0.0
@@ -85,12 +88,6 @@ def summarize(
     return result
 
 
-def max_goodput_rate(points: Sequence[tuple[float, float]], share: float) -> float | None:
-    """Highest offered rate whose slo_attainment is at least `share`; None if no rate made it."""
-    passing = [rate for rate, attainment in points if attainment >= share]
-    return max(passing, default=None)
-
-
 def sweep_result(runs: Sequence[dict[str, Any]], share: float) -> dict[str, Any]:
     """All runs of a sweep with the rate the deployment can sustain under the SLO."""
     points = [(run["request_rate"], run["slo_attainment"]) for run in runs]
@@ -105,9 +102,9 @@ def _latency_fields(name: str, seconds: list[float]) -> dict[str, float]:
     ms = [s * 1000 for s in seconds]
     return {
         f"mean_{name}_ms": statistics.fmean(ms) if ms else 0.0,
-        f"median_{name}_ms": percentile(ms, 50),
+        f"median_{name}_ms": percentile(ms, 50) or 0.0,  # vLLM reports 0 for no values
         f"std_{name}_ms": statistics.pstdev(ms) if ms else 0.0,
-        f"p99_{name}_ms": percentile(ms, 99),
+        f"p99_{name}_ms": percentile(ms, 99) or 0.0,
     }
 
 

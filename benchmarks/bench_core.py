@@ -12,7 +12,7 @@ import random
 import statistics
 import time
 
-from simulator import profiles
+from domain import profiles
 from simulator.request import EngineRequest, KVRole
 from simulator.scheduler import Scheduler, SchedulerConfig
 from simulator.timing import TimingModel

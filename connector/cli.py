@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from connector.measure import SloTargets
+from domain.slo import DEFAULT_ITL_STAT, SloTargets
 
 
 def proxy(
@@ -36,7 +36,7 @@ def proxy(
     slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT target in ms.")] = None,
     itl_slo_stat: Annotated[
         str, typer.Option(help="Per-request ITL statistic judged: mean | p99 | max.")
-    ] = "mean",
+    ] = DEFAULT_ITL_STAT.value,
     policy: Annotated[str, typer.Option(help="Pair selection: round-robin | least-tokens.")] = (
         "round-robin"
     ),

@@ -1,4 +1,4 @@
-"""Pure per-request timing as the client sees it, and SLO judgement.
+"""Pure per-request timing as the client sees it, judged by the one SLO judge (domain/slo.py).
 
 Times are seconds on one monotonic clock. TTFT = first token event - arrival; every gap between
 token events is one ITL sample; TPOT = (end - first token) / (output tokens - 1); as in
@@ -9,50 +9,13 @@ as vLLM's --goodput judges. A request with no ITL sample (one token) meets the I
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-ITL_STATS = ("mean", "p99", "max")
+from domain import slo
+from domain.slo import SloTargets, itl_statistic
 
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default), q in [0, 100]."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-def itl_stat(itls: Sequence[float], stat: str) -> float | None:
-    if not itls:
-        return None
-    if stat == "mean":
-        return sum(itls) / len(itls)
-    if stat == "p99":
-        return percentile(itls, 99.0)
-    if stat == "max":
-        return max(itls)
-    raise ValueError(f"unknown ITL statistic {stat!r}; expected one of {ITL_STATS}")
-
-
-@dataclass(frozen=True, slots=True)
-class SloTargets:
-    ttft_ms: float | None = None
-    itl_ms: float | None = None
-    tpot_ms: float | None = None
-    itl_stat: str = "mean"
-
-    def __post_init__(self) -> None:
-        if self.itl_stat not in ITL_STATS:
-            raise ValueError(f"unknown ITL statistic {self.itl_stat!r}; expected {ITL_STATS}")
-
-    @property
-    def names(self) -> list[str]:
-        return [n for n in ("ttft", "itl", "tpot") if getattr(self, f"{n}_ms") is not None]
+__all__ = ["RequestTiming", "SloTargets", "itl_statistic", "judge", "summarize"]
 
 
 @dataclass(slots=True)
@@ -95,13 +58,9 @@ def summarize(
 
 def judge(timing: RequestTiming, targets: SloTargets) -> dict[str, bool]:
     """Which set targets the request met, plus "all" (every set target met)."""
-    met: dict[str, bool] = {}
-    if targets.ttft_ms is not None:
-        met["ttft"] = timing.ttft * 1000.0 <= targets.ttft_ms
-    if targets.itl_ms is not None:
-        value = itl_stat(timing.itls, targets.itl_stat)
-        met["itl"] = value is None or value * 1000.0 <= targets.itl_ms
-    if targets.tpot_ms is not None:
-        met["tpot"] = timing.tpot is None or timing.tpot * 1000.0 <= targets.tpot_ms
-    met["all"] = all(met.values())
+    verdict = slo.judge(
+        targets, timing.ttft, itl_statistic(timing.itls, targets.itl_stat), timing.tpot
+    )
+    met = {name: getattr(verdict, name) for name in targets.names}
+    met["all"] = verdict.met
     return met

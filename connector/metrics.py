@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 
 from connector.instances import InstancePool
 from connector.measure import RequestTiming
-from simulator.metric_buckets import (
+from domain.vllm_metrics import (
     ITL_BUCKETS,
     REQUEST_BUCKETS,
     TTFT_BUCKETS,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from connector.legs import check_combination
-from connector.measure import SloTargets
 from connector.policy import POLICIES
 from connector.registry_trust import LOOPBACK, ExpectedInstance, SenderAllowlist
+from domain.slo import SloTargets
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +81,9 @@ class ProxySettings:
         if len(urls) != len(set(urls)):
             raise ValueError("each instance URL may appear once: one instance has one role")
         SenderAllowlist(self.registry_allow)  # raises naming --registry-allow
+        if bad := self.slo.invalid_target():
+            flag = "--slo-" + bad.removesuffix("_ms").replace("_", "-") + "-ms"
+            raise ValueError(f"{flag} must be a positive, finite number of ms")
         if self.registry_max_pending < 1:
             raise ValueError("--registry-max-pending must be at least 1")
         if self.max_body_bytes < 1024 or self.registry_max_instances < 1:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from controller import engine_env, engine_flags
 from controller.deployment import DeploymentSpec, Engine, FieldError, UnsafeAllow, check
-from simulator import profiles
+from domain import profiles
 
 OVERRIDE_HINT = (
     "an operator can allow it for this deployment in unsafe_allow.{field} (with a reason) on "

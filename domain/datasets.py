@@ -1,6 +1,6 @@
 """Synthetic prompts for `pdctl bench`: random, shared-prefix and multi-turn chat.
 
-Prompts are token ids of the project's one tokenizer (`simulator.tokenizer`), so the prompt
+Prompts are token ids of the project's one tokenizer (`domain.tokenizer`), so the prompt
 length the bench reports is exactly what the stand-in engine counts. Pure: seeded in, prompts
 out; the same seed gives the same prompts at every request rate of a sweep.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from simulator.tokenizer import VOCAB_SIZE, decode
+from domain.tokenizer import VOCAB_SIZE, decode
 
 DATASETS = ("random", "shared-prefix", "multi-turn")
 

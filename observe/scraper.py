@@ -79,7 +79,7 @@ class _Target:
 @cache
 def kv_bytes_per_token(model: str) -> int | None:
     """KV bytes per token of a profile named `model` or whose hf_id is `model`."""
-    from simulator import profiles
+    from domain import profiles
 
     for name in profiles.available("models"):
         profile = profiles.model(name)

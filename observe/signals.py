@@ -413,7 +413,7 @@ def from_plan(result: Mapping[str, Any], row: Mapping[str, Any]) -> Derived:
     workload = _mapping(result.get("workload"))
     no_workload = "the result carries no workload"
     prompt = _number(workload.get("input_len"))
-    if prompt is not None:  # a shared prefix comes on top of input_len (bench.datasets)
+    if prompt is not None:  # a shared prefix comes on top of input_len (domain.datasets)
         prompt += _number(workload.get("shared_prefix_len")) or 0
     d.put("prompt_tokens_mean", prompt, "plan workload input_len + shared_prefix_len", no_workload)
     d.put(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from simulator.profiles import HardwareProfile, ModelProfile
+from domain.profiles import HardwareProfile, ModelProfile
 from simulator.timing import kv_transfer_seconds
 
 

@@ -9,7 +9,8 @@ from dataclasses import replace
 
 import typer
 
-from simulator import profiles, stats_log
+from domain import profiles
+from simulator import stats_log
 from simulator.engine_config import EngineConfigError, EngineSettings, parse_kv_transfer_config
 
 # vLLM flags the stand-in accepts and ignores (they change nothing it models), with whether

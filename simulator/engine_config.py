@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator import profiles
+from domain import profiles
 
 KNOWN_CONNECTORS = (
     "NixlConnector",

@@ -19,7 +19,7 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
-from simulator import profiles
+from domain import profiles
 from simulator.engine_config import EngineSettings, KVTransferSettings
 from simulator.engine_loop import EngineLoop
 from simulator.kv_wire import (

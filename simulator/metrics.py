@@ -21,7 +21,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import CollectorRegistry
 from prometheus_client.samples import Sample
 
-from simulator.metric_buckets import (
+from domain.vllm_metrics import (
     ITERATION_TOKEN_BUCKETS,
     ITL_BUCKETS,
     NIXL_BYTES_BUCKETS,

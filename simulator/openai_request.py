@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from simulator import tokenizer
+from domain import tokenizer
 
 # vLLM holds token ids as int32: a larger one is out of any vocabulary (its 400 wording).
 MAX_TOKEN_ID = 1 << 31

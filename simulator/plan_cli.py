@@ -10,12 +10,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from simulator import profiles
+from domain import profiles
+from domain.slo import SloTargets
 from simulator.planner import (
     EngineFlags,
     PlanError,
     PlanSetup,
-    Slo,
     Workload,
     parse_config,
     search,
@@ -125,7 +125,7 @@ def plan(
             pd_flags,
             pd_flags,
             link_gbps,
-            slo=Slo(slo_ttft_ms, slo_itl_ms, itl_slo_stat),
+            slo=SloTargets(slo_ttft_ms, slo_itl_ms, None, itl_slo_stat),
             goodput_share=goodput_share,
         )
         workload = Workload(

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass, field
+
+from domain.slo import ITL_STATS, itl_statistic, percentile
 
 
 class RequestStatus(enum.Enum):
@@ -100,32 +101,13 @@ class TokenTimeline:
 
 
 def gap_stat(gaps: list[tuple[float, int]], stat: str) -> float | None:
-    """A per-request ITL statistic over weighted gaps: mean, max, or pNN with linear
-    interpolation between closest ranks (numpy's default, as `vllm bench serve` and
-    `pdctl bench` compute it)."""
-    total = sum(n for _, n in gaps)
-    if total == 0:
-        return None
-    if stat == "mean":
-        return sum(g * n for g, n in gaps) / total
-    if stat == "max":
-        return max(g for g, _ in gaps)
-    if stat.startswith("p"):
-        position = float(stat[1:]) / 100.0 * (total - 1)
-        lower = math.floor(position)
-        below = above = None
-        seen = 0
-        for g, n in sorted(gaps):
-            if below is None and seen + n > lower:
-                below = g
-            if seen + n > lower + 1 or seen + n >= total:
-                above = g
-                if below is not None:
-                    break
-            seen += n
-        if below is None or above is None:
-            return None
-        return below + (above - below) * (position - lower)
+    """A per-request ITL statistic over runs of equal gaps (gap, count): mean, max, p99 as
+    the SLO judges them (domain/slo.py), or any pNN by the same percentile."""
+    values, counts = [g for g, _ in gaps], [n for _, n in gaps]
+    if stat in ITL_STATS:
+        return itl_statistic(values, stat, counts)
+    if stat.startswith("p") and stat[1:].replace(".", "", 1).isdigit():
+        return percentile(values, float(stat[1:]), counts)
     raise ValueError(f"unknown ITL statistic {stat!r}")
 
 

@@ -14,12 +14,14 @@ import statistics
 import time
 from dataclasses import replace
 
+from domain import slo
+from domain.slo import SloTargets, percentile
 from simulator.cluster import RequestResult
 from simulator.planner import (
+    PLAN_SLO,
     EngineFlags,
     PlanConfig,
     PlanSetup,
-    Slo,
     Workload,
     judge,
     parse_config,
@@ -83,7 +85,7 @@ def mori_io_setup() -> PlanSetup:
         colocated_flags=EngineFlags(256, 8192),
         prefill_flags=EngineFlags(64, 4096),
         decode_flags=EngineFlags(256, 4096),
-        slo=Slo(1000.0, 50.0, "p99"),
+        slo=PLAN_SLO,
     )
 
 
@@ -186,14 +188,16 @@ def checks(report: dict) -> list[dict]:
     return out
 
 
-def _failures(results: list[RequestResult], slo: Slo) -> tuple[int, int]:
+def _failures(results: list[RequestResult], targets: SloTargets) -> tuple[int, int]:
+    """Requests that missed only TTFT (an unanswered one among them), and only ITL."""
     ttft_only = itl_only = 0
     for r in results:
-        ttft_ok = r.ttft is not None and r.ttft * 1000 <= slo.ttft_ms
-        itl = r.itl(slo.itl_stat)
-        itl_ok = itl is None or itl * 1000 <= slo.itl_ms
-        ttft_only += (not ttft_ok) and itl_ok
-        itl_only += ttft_ok and not itl_ok
+        if r.ttft is None:
+            ttft_only += 1
+            continue
+        verdict = slo.judge(targets, r.ttft, r.itl(targets.itl_stat))
+        ttft_only += verdict.itl and not verdict.ttft
+        itl_only += verdict.ttft and not verdict.itl
     return ttft_only, itl_only
 
 
@@ -207,12 +211,10 @@ def _spread(values: list[int]) -> dict:
 
 
 def _ttft_percentiles(results: list[RequestResult]) -> dict:
-    from bench.records import percentile
-
     ttfts = [r.ttft for r in results if r.ttft is not None]
     return (
         {
-            k: round(percentile(ttfts, p), 3)
+            k: round(percentile(ttfts, p) or 0.0, 3)
             for k, p in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))
         }
         if ttfts

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from simulator import faults, openai_format, openai_request, profiles, tokenizer
+from domain import profiles, tokenizer
+from simulator import faults, openai_format, openai_request
 from simulator.engine_config import EngineSettings
 from simulator.engine_loop import FINISHED, EngineLoop
 from simulator.faults import Faults

@@ -12,7 +12,7 @@ import tomllib
 from dataclasses import dataclass, fields, replace
 from functools import cache
 
-from simulator.profiles import PROFILE_DIR, HardwareProfile, ModelProfile
+from domain.profiles import PROFILE_DIR, HardwareProfile, ModelProfile
 
 
 @dataclass(frozen=True, slots=True)

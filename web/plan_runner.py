@@ -11,7 +11,9 @@ from typing import Any
 
 from fastapi.exceptions import RequestValidationError
 
-from simulator import planner, profiles
+from domain import profiles
+from domain.slo import SloTargets
+from simulator import planner
 from simulator.scenarios import SCENARIOS, mori_io_qwen3_235b
 from web.plan_schema import MORI, MORI_WORKLOAD, NAMED, FlagsIn, PlanRequest, parse_config
 
@@ -36,7 +38,7 @@ def setup_of(req: PlanRequest) -> planner.PlanSetup:
         flags(req.prefill_flags),
         flags(req.decode_flags),
         req.link_gbps,
-        slo=planner.Slo(s.ttft_ms, s.itl_ms, s.itl_stat),
+        slo=SloTargets(s.ttft_ms, s.itl_ms, None, s.itl_stat),
         goodput_share=req.goodput_share,
     )
 

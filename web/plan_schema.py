@@ -9,7 +9,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from simulator import planner, profiles
+from domain import profiles
+from simulator import planner
 from simulator.plan_cli import parse_rates
 from simulator.scenarios import SCENARIOS, mori_io_configs, mori_io_setup
 

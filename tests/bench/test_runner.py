@@ -11,9 +11,9 @@ from dataclasses import replace
 from rich.console import Console
 
 from bench.config import BenchConfig
-from bench.datasets import BenchRequest, Message
 from bench.records import RequestRecord, SloTargets
 from bench.runner import build_requests, run_bench, run_once, watch_loop_lag
+from domain.datasets import BenchRequest, Message
 from tests.bench.sse_server import FakeEngine, serving
 
 

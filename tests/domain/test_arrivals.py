@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from bench.arrivals import arrival_times
+from domain.arrivals import arrival_times
 
 
 def _gaps(times: list[float]) -> list[float]:

@@ -6,13 +6,13 @@ import random
 
 import pytest
 
-from bench.datasets import (
+from domain.datasets import (
     length_range,
     multi_turn_requests,
     random_requests,
     shared_prefix_requests,
 )
-from simulator.tokenizer import count_tokens, encode
+from domain.tokenizer import count_tokens, encode
 
 
 def test_length_range_matches_vllm_bounds() -> None:

@@ -1,6 +1,6 @@
 import pytest
 
-from simulator import profiles
+from domain import profiles
 
 REFERENCE_KV_BYTES = {
     "llama-3.1-70b": 327_680,

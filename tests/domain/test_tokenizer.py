@@ -1,4 +1,4 @@
-from simulator import tokenizer
+from domain import tokenizer
 
 
 def test_decode_then_encode_round_trips_ids_and_counts():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from simulator import profiles
+from domain import profiles
 from simulator.request import EngineRequest, KVRole
 from simulator.scheduler import Scheduler, SchedulerConfig
 from simulator.timing import TimingModel

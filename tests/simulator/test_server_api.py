@@ -6,7 +6,7 @@ import urllib.request
 import openai
 import pytest
 
-from simulator import tokenizer
+from domain import tokenizer
 from tests.processes import http_get, http_post, metric_value, running, sim
 
 pytestmark = pytest.mark.e2e

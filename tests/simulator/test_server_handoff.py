@@ -335,7 +335,7 @@ def test_unclaimed_kv_expires_after_the_abort_timeout(tmp_path):
 
 
 def test_time_scale_slows_the_wall_clock_but_reports_modelled_times(tmp_path):
-    from simulator import profiles
+    from domain import profiles
     from simulator.timing import TimingModel
 
     modelled = TimingModel(

@@ -1,6 +1,6 @@
 import pytest
 
-from simulator import profiles
+from domain import profiles
 from simulator.timing import (
     StepBatch,
     TimingFactors,

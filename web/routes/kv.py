@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from simulator import profiles
+from domain import profiles
 from simulator.calculator import kv_report
 from web import htmx
 from web.deployment_form import errors_at_fields, pydantic_detail

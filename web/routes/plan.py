@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 
-from simulator import profiles
+from domain import profiles
 from simulator.scenarios import SCENARIOS
 from web import htmx
 from web.deployment_form import errors_at_fields, pydantic_detail

@@ -1,0 +1,6 @@
+"""The ground floor: the words and rules every path of pdctl shares, defined once.
+
+Modes, roles and connectors (modes.py); SLO targets and the one judge of "met" (slo.py);
+vLLM's metric names and buckets (vllm_metrics.py); hardware and model profiles (profiles/);
+the tokenizer, arrival schedules and datasets. Pure, and imports nothing of pdctl's.
+"""

@@ -1,0 +1,57 @@
+"""One spelling for the mode of an instance group, the role of an instance and the KV
+connector. Wire formats that exist already stay accepted as aliases (`parse_role`)."""
+
+from __future__ import annotations
+
+import enum
+
+
+class Mode(enum.StrEnum):
+    """How a group hands KV over: MoRIIO read (decode pulls) or write (prefill pushes); or a
+    colocated group, which serves whole requests."""
+
+    READ = "read"
+    WRITE = "write"
+    COLOCATED = "colocated"
+
+
+TRANSFER_MODES = (Mode.READ, Mode.WRITE)
+
+
+class Role(enum.StrEnum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+    COLOCATED = "colocated"
+
+
+# The proxy's admin API and registry have long said "both" for a colocated instance.
+ROLE_ALIASES = {"both": Role.COLOCATED}
+
+
+def parse_role(text: str) -> Role:
+    """A role from its name or an accepted alias; ValueError naming the choices."""
+    role = ROLE_ALIASES.get(text)
+    if role is not None:
+        return role
+    try:
+        return Role(text)
+    except ValueError:
+        choices = ", ".join([*(r.value for r in Role), *ROLE_ALIASES])
+        raise ValueError(f"role must be one of {choices}, got {text!r}") from None
+
+
+class Connector(enum.StrEnum):
+    """vLLM's registered KV connectors that pdctl renders (PROTOCOL.md section 1)."""
+
+    MORIIO = "MoRIIOConnector"
+    NIXL = "NixlConnector"
+    MOONCAKE = "MooncakeConnector"
+    LMCACHE = "LMCacheConnectorV1"
+    P2P_NCCL = "P2pNcclConnector"
+    EXAMPLE = "ExampleConnector"
+
+
+# Connectors whose instances run in a read or a write mode fixed at start.
+MODE_CONNECTORS = frozenset({Connector.MORIIO})
+# `pdctl proxy --connector` names the hand-off shape it speaks.
+PROXY_CONNECTORS = {"nixl": Connector.NIXL, "moriio": Connector.MORIIO}
