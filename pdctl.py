@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+
 import typer
 
 app = typer.Typer(
@@ -12,23 +15,38 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+# The modules whose `register(app)` adds verbs, in the order `pdctl --help` lists them.
+VERB_MODULES = (
+    "simulator.cli",
+    "simulator.plan_cli",
+    "connector.cli",
+    "bench.cli",
+    "controller.cli",
+    "web.cli",
+)
 
-def _register() -> None:
-    from simulator import cli as sim_cli
 
-    sim_cli.register(app)
-    for name in ("simulator.plan_cli", "connector.cli", "bench.cli", "controller.cli", "web.cli"):
+class MissingVerbs(RuntimeError):
+    """A verb module is not there: a broken install, never a reason to drop verbs quietly."""
+
+
+def _register(target: typer.Typer, modules: tuple[str, ...] | None = None) -> None:
+    for name in VERB_MODULES if modules is None else modules:
         try:
-            module = __import__(name, fromlist=["register"])
+            module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
-        module.register(app)
+            raise MissingVerbs(
+                f"pdctl: the verbs of {name} cannot be loaded ({exc}); reinstall pdctl"
+            ) from None
+        module.register(target)
 
 
 def main() -> None:
-    _register()
+    try:
+        _register(app)
+    except MissingVerbs as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(1) from None
     app()
 
 
