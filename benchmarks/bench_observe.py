@@ -16,7 +16,7 @@ from pathlib import Path
 from websockets.sync.client import connect
 
 from benchmarks.control_plane import api, stop_and_wait, wait_running
-from tests.processes import Process, free_port, http_post, port_range
+from harness.processes import Process, free_port, http_post, port_range
 
 TICKS = os.sysconf("SC_CLK_TCK")
 SPEC = {

@@ -12,9 +12,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from simulator.planner import EngineFlags, PlanSetup, Slo, Workload, parse_config, run
-from tests.e2e.stack import bench, nixl_sim, proxy
-from tests.processes import running
+from domain.slo import SloTargets
+from harness.processes import running
+from harness.stack import bench, nixl_sim, proxy
+from simulator.planner import EngineFlags, PlanSetup, Workload, parse_config, run
 
 MODEL, HARDWARE = "llama-3.1-8b", "l40s"
 TIME_SCALE = 2.0
@@ -75,7 +76,7 @@ def live(tmp: Path, rate: float) -> float:
 def planned(rate: float) -> float:
     flags = EngineFlags(256, 8192, False)
     setup = PlanSetup(
-        MODEL, HARDWARE, 2, flags, flags, flags, slo=Slo(SLO_TTFT_MS, SLO_ITL_MS, "p99")
+        MODEL, HARDWARE, 2, flags, flags, flags, slo=SloTargets(SLO_TTFT_MS, SLO_ITL_MS)
     )
     row = run(
         setup, parse_config("1p-tp1+1d-tp1:read"), Workload(PROMPTS, INPUT, OUTPUT, seed=0), rate

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.processes import free_port, http_get
+from harness.processes import free_port, http_get
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAMS, MAX_TOKENS, DURATION_S = 64, 256, 8.0

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from benchmarks.control_plane import api, stop_and_wait, wait_running
-from tests.processes import ROOT, Process, free_port
+from harness.processes import ROOT, Process, free_port
 
 SWITCHES = 10
 RATE = 10.0

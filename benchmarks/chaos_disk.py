@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from benchmarks.chaos_load import NAME, Row, Target, recovered, under_load, wait_for
-from tests.processes import http_get
+from harness.processes import http_get
 
 UNITS = ("prefill-0", "decode-0")
 FULL = "No space left on device"

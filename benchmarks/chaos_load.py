@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.control_plane import ControlPlane
-from tests.processes import ROOT, http_get, http_post
+from harness.control_plane import ControlPlane
+from harness.processes import ROOT, http_get, http_post
 
 NAME = "chaos"
 RATE = 4.0

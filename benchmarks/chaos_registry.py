@@ -21,7 +21,7 @@ import zmq
 from benchmarks.chaos_faults import PROXY_GONE
 from benchmarks.chaos_load import NAME, Row, Target, fault_on, under_load, wait_for
 from connector.registry import MISSED_BEATS, NEW_INTERVAL
-from tests.processes import Process, free_port, http_get, metric_value, sim
+from harness.processes import Process, free_port, http_get, metric_value, sim
 
 EXPIRY_S = MISSED_BEATS * NEW_INTERVAL  # the deployment's proxy runs the real intervals
 BOGUS = 2000  # made-up instances (valid messages) in the flood

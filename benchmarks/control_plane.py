@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from tests.processes import http_get, http_post
+from harness.processes import http_get, http_post
 
 STOPPED = ("STOPPED", "EXITED", "FATAL")
 

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from controller import run_state
-from tests.processes import Process, free_port, http_get, http_post, port_range, reap_instances
+from harness.processes import Process, free_port, http_get, http_post, port_range, reap_instances
 
 
 class ControlPlane:

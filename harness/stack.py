@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.processes import (
+from harness.processes import (
     ADMIN,
     ADMIN_TOKEN,
     ROOT,

@@ -8,9 +8,9 @@ import aiohttp
 import pytest
 
 from connector.metrics import ProxyMetrics
+from harness.processes import metric_value
 from tests.connector.fakes import FakeEngine, engines, run, running, settings_for
 from tests.connector.test_proxy import post
-from tests.processes import metric_value
 
 
 def test_the_first_arrival_has_no_gap_and_later_ones_add_their_moments():

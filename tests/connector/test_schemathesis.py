@@ -20,8 +20,8 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from tests.e2e.stack import nixl_sim, proxy
-from tests.processes import Process, http_post, metric_value
+from harness.processes import Process, http_post, metric_value
+from harness.stack import nixl_sim, proxy
 
 pytestmark = pytest.mark.e2e
 

@@ -5,9 +5,9 @@ import aiohttp
 import pytest
 
 from connector.client_body import turn_kind
+from harness.processes import metric_value
 from tests.connector.fakes import FakeEngine, engines, run, running, settings_for
 from tests.connector.test_proxy import post
-from tests.processes import metric_value
 
 CHAT = "/v1/chat/completions"
 

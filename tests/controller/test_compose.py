@@ -14,8 +14,8 @@ import pytest
 from controller.compose import compose_yaml, prometheus_yaml, render_compose, render_prometheus
 from controller.deployment import DeploymentSpec
 from controller.ports import allocate
+from harness.processes import ROOT
 from tests.controller.factories import mori_blog, nixl_1p1d, tiny_pair
-from tests.processes import ROOT
 
 SCHEMA = json.loads((Path(__file__).parent / "schema" / "compose-spec.json").read_text())
 BLOG_SPEC = ROOT / "deploy" / "mori-blog.json"

@@ -13,7 +13,7 @@ import pytest
 
 from controller import procfs, shim
 from controller.process_backend import log_tail
-from tests.processes import ROOT
+from harness.processes import ROOT
 
 CHATTY = (
     "import signal, sys, time\n"

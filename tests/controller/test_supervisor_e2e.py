@@ -22,8 +22,8 @@ from controller.machine import Policy
 from controller.ports import allocate
 from controller.render import LaunchSettings, render
 from controller.supervisor import Supervisor, SupervisorSettings
+from harness.processes import ROOT, free_port, http_post
 from tests.controller.factories import tiny_pair
-from tests.processes import ROOT, free_port, http_post
 
 pytestmark = pytest.mark.e2e
 

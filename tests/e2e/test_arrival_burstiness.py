@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from harness.processes import metric_value, running, sim
+from harness.stack import bench, proxy, wait_until
 from observe.build import arrivals, tracked
 from observe.samples import parse
 from observe.signals import from_frame
 from observe.windows import Delta
-from tests.e2e.stack import bench, proxy, wait_until
-from tests.processes import metric_value, running, sim
 
 pytestmark = pytest.mark.e2e
 

@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from tests.control_plane import ControlPlane
+from harness.control_plane import ControlPlane
+from harness.processes import ROOT, http_get
 from tests.e2e.test_browser import CHROMIUM, FLAGS, _playwright
 from tests.e2e.test_control_plane import moriio
-from tests.processes import ROOT, http_get
 
 pytestmark = pytest.mark.e2e
 

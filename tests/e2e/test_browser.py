@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import ROOT, Process, free_port, http_post, port_range, reap_instances
+from harness.processes import ROOT, Process, free_port, http_post, port_range, reap_instances
 
 pytestmark = pytest.mark.e2e
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.control_plane import ControlPlane
-from tests.processes import ROOT, http_post
+from harness.control_plane import ControlPlane
+from harness.processes import ROOT, http_post
 
 pytestmark = pytest.mark.e2e
 

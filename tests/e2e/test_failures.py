@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from tests.e2e.stack import (
+from harness.processes import http_post, running
+from harness.stack import (
     aborted,
     gauge,
     instances,
@@ -22,7 +23,6 @@ from tests.e2e.stack import (
     wait_until,
     zmq_address,
 )
-from tests.processes import http_post, running
 
 pytestmark = pytest.mark.e2e
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.stack import L40S_8B, bench, nixl_sim, proxy, wait_until
-from tests.processes import metric_value, running, sim
+from harness.processes import metric_value, running, sim
+from harness.stack import L40S_8B, bench, nixl_sim, proxy, wait_until
 
 pytestmark = pytest.mark.e2e
 

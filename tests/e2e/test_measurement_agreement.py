@@ -3,8 +3,8 @@ the resolution of vLLM's buckets (the median falls in the same or an adjacent bu
 
 import pytest
 
-from tests.e2e.stack import bench, bucket_index, histogram_buckets, proxy, wait_until
-from tests.processes import metric_value, running, sim
+from harness.processes import metric_value, running, sim
+from harness.stack import bench, bucket_index, histogram_buckets, proxy, wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -5,8 +5,8 @@ import signal
 
 import pytest
 
-from tests.e2e.stack import bench, gauge, instances, moriio_sim, proxy, wait_until, zmq_address
-from tests.processes import ADMIN, free_port, http_post, running
+from harness.processes import ADMIN, free_port, http_post, running
+from harness.stack import bench, gauge, instances, moriio_sim, proxy, wait_until, zmq_address
 
 pytestmark = pytest.mark.e2e
 

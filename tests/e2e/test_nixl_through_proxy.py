@@ -6,8 +6,8 @@ import json
 import openai
 import pytest
 
-from tests.e2e.stack import bench, gauge, nixl_sim, proxy, wait_until
-from tests.processes import metric_value, running
+from harness.processes import metric_value, running
+from harness.stack import bench, gauge, nixl_sim, proxy, wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness.processes import Process
 from tests.e2e.test_browser import CHROMIUM, FLAGS, _playwright, serve, sign_in
-from tests.processes import Process
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.processes import ROOT, free_port
+from harness.processes import ROOT, free_port
 
 NIXL = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
 

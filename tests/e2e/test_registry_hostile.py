@@ -12,8 +12,7 @@ import msgpack
 import pytest
 import zmq
 
-from tests.e2e.stack import instances, moriio_sim, proxy, wait_until, zmq_address
-from tests.processes import (
+from harness.processes import (
     ADMIN,
     ADMIN_TOKEN,
     Process,
@@ -23,6 +22,7 @@ from tests.processes import (
     metric_value,
     running,
 )
+from harness.stack import instances, moriio_sim, proxy, wait_until, zmq_address
 
 pytestmark = pytest.mark.e2e
 

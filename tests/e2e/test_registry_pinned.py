@@ -13,10 +13,10 @@ import pytest
 import zmq
 
 from benchmarks.chaos_load import fault_on
-from tests.control_plane import ControlPlane
-from tests.e2e.stack import wait_until
+from harness.control_plane import ControlPlane
+from harness.processes import free_port, http_get, metric_value, running, sim
+from harness.stack import wait_until
 from tests.e2e.test_control_plane import complete, moriio
-from tests.processes import free_port, http_get, metric_value, running, sim
 
 pytestmark = pytest.mark.e2e
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from controller import procfs
-from tests.control_plane import ControlPlane
-from tests.processes import ROOT, Process, http_post, reap_instances
+from harness.control_plane import ControlPlane
+from harness.processes import ROOT, Process, http_post, reap_instances
 
 pytestmark = pytest.mark.e2e
 

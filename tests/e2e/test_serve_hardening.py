@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import ROOT, Process, free_port, port_range
+from harness.processes import ROOT, Process, free_port, port_range
 from tests.specs import nixl_1p1d
 
 pytestmark = pytest.mark.e2e

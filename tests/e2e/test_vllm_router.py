@@ -3,8 +3,8 @@
 import openai
 import pytest
 
-from tests.e2e.stack import RouterProcess, bench, gauge, nixl_sim, router_binary
-from tests.processes import running
+from harness.processes import running
+from harness.stack import RouterProcess, bench, gauge, nixl_sim, router_binary
 
 pytestmark = [
     pytest.mark.e2e,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.stack import nixl_sim, proxy
-from tests.processes import Process, free_port, http_get, http_post, running
+from harness.processes import Process, free_port, http_get, http_post, running
+from harness.stack import nixl_sim, proxy
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.processes import free_port, http_get, http_post, running, sim
+from harness.processes import free_port, http_get, http_post, running, sim
 
 pytestmark = pytest.mark.e2e
 

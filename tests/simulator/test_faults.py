@@ -8,9 +8,9 @@ import msgpack
 import pytest
 import zmq
 
+from harness.processes import free_port, http_get, http_post, running, sim
 from simulator.faults import Fault, FaultError, Faults, parse_fault
 from simulator.stats_log import StatsLine, interval_from
-from tests.processes import free_port, http_get, http_post, running, sim
 from tests.simulator.factories import scheduler
 
 BODY = {"model": "tiny", "prompt": "a b c", "max_tokens": 4, "ignore_eos": True}

@@ -7,7 +7,7 @@ import openai
 import pytest
 
 from domain import tokenizer
-from tests.processes import http_get, http_post, metric_value, running, sim
+from harness.processes import http_get, http_post, metric_value, running, sim
 
 pytestmark = pytest.mark.e2e
 

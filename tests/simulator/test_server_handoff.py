@@ -9,7 +9,7 @@ import msgpack
 import pytest
 import zmq
 
-from tests.processes import free_port, http_post, metric_value, running, sim
+from harness.processes import free_port, http_post, metric_value, running, sim
 
 pytestmark = pytest.mark.e2e
 

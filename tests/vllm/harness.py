@@ -19,8 +19,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.control_plane import ControlPlane
-from tests.processes import ROOT, http_get, http_post
+from harness.control_plane import ControlPlane
+from harness.processes import ROOT, http_get, http_post
 
 FIXTURES = ROOT / "tests" / "fixtures" / "vllm"
 CACHE = Path.home() / ".cache" / "pdctl"

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.processes import free_port, http_post, metric_value, running, sim
+from harness.processes import free_port, http_post, metric_value, running, sim
 from tests.vllm import harness
 from tests.vllm.conftest import MAX_TOKENS, REFERENCE_REQUESTS, client, deployed, greedy
 

@@ -16,8 +16,8 @@ import time
 import pytest
 
 from connector import kv_config
-from tests.e2e.stack import instances, moriio_sim
-from tests.processes import Process, free_port, http_post, running
+from harness.processes import Process, free_port, http_post, running
+from harness.stack import instances, moriio_sim
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
 

@@ -17,7 +17,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from tests.processes import Process, free_port, port_range
+from harness.processes import Process, free_port, port_range
 from tests.specs import nixl_1p1d
 
 pytestmark = pytest.mark.e2e

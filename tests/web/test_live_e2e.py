@@ -11,8 +11,8 @@ import time
 import pytest
 from websockets.sync.client import connect
 
+from harness.processes import http_post
 from tests.e2e.test_control_plane import ControlPlane
-from tests.processes import http_post
 from tests.specs import nixl_1p1d
 
 pytestmark = pytest.mark.e2e

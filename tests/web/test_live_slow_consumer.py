@@ -21,8 +21,8 @@ import pytest
 import uvicorn
 from websockets.sync.client import connect
 
+from harness.processes import free_port, http_post
 from observe.scraper import DEFAULT_WINDOW, frame_topic
-from tests.processes import free_port, http_post
 from tests.specs import nixl_1p1d
 from web.app import create_app
 from web.hub import Hub

@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from tests.processes import free_port
+from harness.processes import free_port
 from web.load import LoadRuns
 
 

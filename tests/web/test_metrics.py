@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from tests.processes import metric_value
+from harness.processes import metric_value
 from tests.specs import colocated, nixl_1p1d
 from tests.web.conftest import MakeClient
 

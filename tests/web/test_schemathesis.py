@@ -14,7 +14,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from tests.processes import Process, free_port, http_get, http_post, port_range
+from harness.processes import Process, free_port, http_get, http_post, port_range
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import ROOT, Process, free_port, http_get, http_post, metric_value, port_range
+from harness.processes import (
+    ROOT,
+    Process,
+    free_port,
+    http_get,
+    http_post,
+    metric_value,
+    port_range,
+)
 from tests.specs import nixl_1p1d
 
 pytestmark = pytest.mark.e2e
