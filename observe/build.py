@@ -7,7 +7,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from observe.frames import WINDOW_SECONDS, Frame, Histogram
+from observe.frames import (
+    WINDOW_SECONDS,
+    Arrivals,
+    EngineWork,
+    Frame,
+    Headline,
+    Histogram,
+    InstanceRow,
+    Interference,
+    KvTransfer,
+    Point,
+    Requests,
+)
 from observe.quantiles import histogram, quantile
 from observe.samples import Samples, cumulative_buckets, family_present, total
 from observe.windows import EMPTY, Delta
@@ -110,7 +122,7 @@ def build_frame(
     return frame
 
 
-def requests(delta: Delta) -> dict[str, Any]:
+def requests(delta: Delta) -> Requests:
     """slo_attainment, request_goodput, request_rate and outcomes from the proxy's counters:
     met{target="all"} over finished (ok + failed) requests; rejected ones never started."""
     counts = delta.counts
@@ -133,7 +145,7 @@ def requests(delta: Delta) -> dict[str, Any]:
     }
 
 
-def kv_transfer(deltas: Sequence[Delta], kv_bytes_per_token: int | None) -> dict[str, Any]:
+def kv_transfer(deltas: Sequence[Delta], kv_bytes_per_token: int | None) -> KvTransfer:
     """KV bytes/s between instances: NIXL's own figures when an instance exports them, else
     external prompt tokens x KV bytes per token ("derived"), else nothing."""
     if any(family_present(d.counts, "vllm:nixl_bytes_transferred") for d in deltas):
@@ -169,7 +181,7 @@ def multi_turn_share(delta: Delta) -> float | None:
     return follow_up / (first + follow_up) if first + follow_up > 0 else None
 
 
-def arrivals(delta: Delta) -> dict[str, Any]:
+def arrivals(delta: Delta) -> Arrivals:
     """Client requests arriving at the proxy: their rate, and the count and gamma shape of the
     gaps between them (None when the proxy exports no arrival counters)."""
     counts = delta.counts
@@ -202,7 +214,7 @@ def gamma_shape(n: float, seconds: float, squares: float) -> float | None:
     return mean * mean / variance
 
 
-def interference(delta: Delta) -> dict[str, Any]:
+def interference(delta: Delta) -> Interference:
     """ITL spikes the proxy saw (gaps above twice their request's median) and the share that
     ended as another request's prefill finished on the same instance."""
     spikes = total(delta.counts, "pdctl_proxy_itl_spikes_total")
@@ -215,7 +227,7 @@ def interference(delta: Delta) -> dict[str, Any]:
     }
 
 
-def engine_work(parts: Sequence[tuple[str | None, Delta]]) -> dict[str, Any]:
+def engine_work(parts: Sequence[tuple[str | None, Delta]]) -> EngineWork:
     """What the engines' own counters say about prefill work over the window: prompt tokens
     per finished request and the prefix cache's hit rate (both on the roles that compute
     prompts), and the busiest instance's serving process CPU in cores."""
@@ -239,9 +251,9 @@ def engine_work(parts: Sequence[tuple[str | None, Delta]]) -> dict[str, Any]:
     }
 
 
-def headline(frame: Frame) -> dict[str, Any]:
+def headline(frame: Frame) -> Headline:
     """The few numbers a time series keeps: per window in a frame, per point in history."""
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {}  # filled key by key, then a Headline
     for name in ("ttft", "itl"):
         h: Histogram = frame[name]
         out[f"{name}_count"] = h["count"]
@@ -253,7 +265,7 @@ def headline(frame: Frame) -> dict[str, Any]:
     return out
 
 
-def point(frame: Frame) -> dict[str, Any]:
+def point(frame: Frame) -> Point:
     """One history point: the headline plus the engines' load at that moment."""
     return {
         "ts": frame["ts"],
@@ -291,7 +303,7 @@ def _max(values) -> float | None:
     return max(present) if present else None
 
 
-def _instance(unit: Mapping[str, Any], t: TargetState) -> dict[str, Any]:
+def _instance(unit: Mapping[str, Any], t: TargetState) -> InstanceRow:
     running = _gauge(t.gauges, "vllm:num_requests_running") if t.up else None
     waiting = _gauge(t.gauges, "vllm:num_requests_waiting") if t.up else None
     return {

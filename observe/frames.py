@@ -5,69 +5,8 @@ This module is the contract between observe/ (which builds frames) and the pages
 draw them). Times are seconds unless a key says `_ms`. Figures from the stand-in carry
 `simulated: true`; figures computed rather than read carry a `source` saying how.
 
-Frame = {
-  "type": "frame",
-  "deployment": str,
-  "ts": float,                       # epoch seconds of the scrape
-  "window": "10s" | "1m" | "5m",     # the window the histograms and rates cover
-                                     # (chosen by the socket's ?window=, default "1m")
-  "simulated": bool,                 # engine is the stand-in
-  "slo": {"ttft_ms": float|None, "itl_ms": float|None, "itl_stat": "mean"|"p99"|"max"},
-  "ttft": Histogram,                 # client-side, from the proxy (pdctl_proxy_ttft_seconds)
-  "itl": Histogram,                  # client-side, from the proxy (pdctl_proxy_itl_seconds)
-  "engine_ttft": Histogram | None,   # vllm:time_to_first_token_seconds summed over the decode
-                                     # and colocated instances that answered (None: none did)
-  "engine_itl": Histogram | None,    # vllm:inter_token_latency_seconds, same instances
-  "slo_attainment": float | None,    # share of finished requests meeting every target
-  "request_goodput": float | None,   # requests meeting every target per second
-  "request_rate": float | None,      # finished requests per second at the proxy
-  "outcomes": {"ok": float, "failed": float, "rejected": float},  # per second
-  "kv": {
-    "bytes_per_s": float | None,     # KV moved between instances
-    "source": "nixl" | "derived" | None,   # derived = external prompt tokens x KV bytes/token
-    "xfer_p50_ms": float | None, "xfer_p99_ms": float | None,     # nixl only
-  },
-  "running": int, "waiting": int,    # summed over engine instances
-  "kv_cache_usage": float | None,    # max over instances, 0..1
-  "multi_turn_share": float | None,  # chat requests carrying an earlier answer, of all chat
-                                     # requests admitted (None: none; completions cannot say)
-  "arrivals": {                      # client requests arriving at the proxy (all None: it
-                                     # does not export pdctl_proxy_arrival_gap*)
-    "per_s": float | None,           # arrivals per second (offered, finished or not)
-    "gaps": int | None,              # gaps between consecutive arrivals, ending in the window
-    "burstiness": float | None,      # gamma shape of those gaps, mean^2 / variance (1 = Poisson,
-                                     # < 1 burstier; None: fewer than 20 gaps, or no spread).
-                                     # The gap ending the window's first arrival counts whole,
-                                     # so load that starts after an idle spell reads bursty
-  },
-  "interference": {                  # from the proxy (connector/interference.py)
-    "spikes_per_s": float | None,    # token gaps above twice their request's median
-    "at_prefill_share": float | None,  # of those, ended as another request's prefill
-                                     # finished on the same instance (0.0: no spikes)
-  },
-  "engines": {                       # the engines' own counters over the window
-    "prompt_tokens_per_request": float | None,  # vllm:prompt_tokens / vllm:request_success
-                                     # on the prefill and colocated instances
-    "prefix_hit_rate": float | None,  # vllm:prefix_cache_hits / _queries, same instances
-    "cpu_cores_max": float | None,   # process_cpu_seconds_total rate of the busiest
-                                     # instance's serving process (vLLM's API server)
-  },
-  "instances": [ {"name": str, "role": str, "state": str, "url": str, "mode": str|None,
-                  "up": bool, "running": int, "waiting": int, "kv_cache_usage": float|None,
-                  "loop_lag_s": float|None} ],
-  "proxy": {"up": bool, "in_flight": int, "held": int, "loop_lag_s": float|None},
-  "windows": {"10s": Headline, "1m": Headline, "5m": Headline},   # every window's headline
-}
-Histogram = {
-  "buckets": [[upper_bound_seconds, count_in_window], ...],   # non-cumulative, +Inf last,
-                                     # its bound as null (JSON has no Infinity); [] when absent
-  "count": float, "p50": float|None, "p90": float|None, "p99": float|None,   # seconds
-}
-Headline = {"ttft_count", "ttft_p50", "ttft_p90", "ttft_p99", "itl_count", "itl_p50",
-            "itl_p90", "itl_p99", "slo_attainment", "request_goodput", "request_rate",
-            "kv_bytes_per_s"}    # flat, the same meanings as above (percentiles in seconds)
-Point = {"ts": float, **Headline of the 10s window, "running": int, "waiting": int,
-         "kv_cache_usage": float|None}   # one per deployment per history_step_s (5 s)
+The frame is `Frame` below, as typed structures (TypedDicts serialize as they are); each
+field's comment says where it comes from.
 
 The websocket sends, in order: {"type": "history", "deployment", "window", "points": [Point,
 ...]} (the last 30 min, oldest first), the latest frame if there is one, then a frame every
@@ -78,20 +17,162 @@ such deployment, 4400 bad window, 1013 too many live sockets. GET
 /api/deployments/{name}/history?window=1h gives {"deployment", "window", "points": [Point]}.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: TypedDict must see NotRequired at runtime.
+from typing import Any, Literal, NotRequired, TypedDict
 
-from typing import Any, TypedDict
+Window = Literal["10s", "1m", "5m"]
 
 
 class Histogram(TypedDict):
-    buckets: list[list[float]]
+    buckets: list[list[float]]  # [[upper bound s, count in window], ...], non-cumulative,
+    #                             +Inf last with its bound as null (JSON has no Infinity)
     count: float
-    p50: float | None
+    p50: float | None  # seconds
     p90: float | None
     p99: float | None
 
 
-Frame = dict[str, Any]  # the shape above; kept a plain dict so that it serializes as is
+class SloShown(TypedDict):
+    ttft_ms: float | None
+    itl_ms: float | None
+    itl_stat: str  # mean | p99 | max (domain/slo.py)
 
-WINDOWS = ("10s", "1m", "5m")
-WINDOW_SECONDS = {"10s": 10.0, "1m": 60.0, "5m": 300.0}
+
+class Outcomes(TypedDict):  # per second
+    ok: float
+    failed: float
+    rejected: float
+
+
+class Requests(TypedDict):
+    slo_attainment: float | None  # share of finished requests meeting every target
+    request_goodput: float | None  # requests meeting every target per second
+    request_rate: float | None  # finished requests per second at the proxy
+    outcomes: Outcomes
+
+
+class KvTransfer(TypedDict):
+    bytes_per_s: float | None  # KV moved between instances
+    source: Literal["nixl", "derived"] | None  # derived: external prompt tokens x KV B/token
+    xfer_p50_ms: float | None  # nixl only
+    xfer_p99_ms: float | None
+
+
+class Arrivals(TypedDict):
+    """Client requests arriving at the proxy (all None: it exports no arrival gaps)."""
+
+    per_s: float | None  # offered, finished or not
+    gaps: int | None  # gaps between consecutive arrivals ending in the window
+    # Gamma shape of those gaps, mean^2 / variance (1 = Poisson, < 1 burstier; None: fewer
+    # than 20 gaps, or no spread). The gap ending the window's first arrival counts whole,
+    # so load that starts after an idle spell reads bursty.
+    burstiness: float | None
+
+
+class Interference(TypedDict):  # from the proxy (connector/interference.py)
+    spikes_per_s: float | None  # token gaps above twice their request's median
+    at_prefill_share: float | None  # of those, ended as another request's prefill finished
+    #                                 on the same instance (0.0: no spikes)
+
+
+class EngineWork(TypedDict):  # the engines' own counters over the window
+    prompt_tokens_per_request: float | None  # prefill and colocated instances
+    prefix_hit_rate: float | None  # vllm:prefix_cache_hits / _queries, same instances
+    cpu_cores_max: float | None  # busiest instance's serving process
+
+
+class InstanceRow(TypedDict):
+    name: str
+    role: str | None
+    state: str | None
+    url: str | None
+    mode: str | None
+    up: bool
+    running: int
+    waiting: int
+    kv_cache_usage: float | None
+    loop_lag_s: float | None
+
+
+class ProxyRow(TypedDict):
+    up: bool
+    in_flight: int
+    held: int
+    loop_lag_s: float | None
+
+
+class Headline(TypedDict):
+    """The few numbers a time series keeps (percentiles in seconds)."""
+
+    ttft_count: float
+    ttft_p50: float | None
+    ttft_p90: float | None
+    ttft_p99: float | None
+    itl_count: float
+    itl_p50: float | None
+    itl_p90: float | None
+    itl_p99: float | None
+    slo_attainment: float | None
+    request_goodput: float | None
+    request_rate: float | None
+    kv_bytes_per_s: float | None
+
+
+class Point(Headline):
+    """One history point per deployment per history_step_s (5 s), the 10 s window's."""
+
+    ts: float
+    running: int
+    waiting: int
+    kv_cache_usage: float | None
+
+
+class Frame(Requests):
+    """What the dashboard receives for one deployment, once a second."""
+
+    type: Literal["frame"]
+    deployment: str
+    ts: float  # epoch seconds of the scrape
+    window: Window  # what the histograms and rates cover (the socket's ?window=, default 1m)
+    simulated: bool  # engine is the stand-in
+    slo: SloShown
+    ttft: Histogram  # client-side, from the proxy (pdctl_proxy_ttft_seconds)
+    itl: Histogram  # client-side, from the proxy (pdctl_proxy_itl_seconds)
+    # vllm:time_to_first_token_seconds / inter_token_latency_seconds summed over the decode
+    # and colocated instances that answered (None: none did)
+    engine_ttft: Histogram | None
+    engine_itl: Histogram | None
+    kv: KvTransfer
+    running: int  # summed over engine instances
+    waiting: int
+    kv_cache_usage: float | None  # max over instances, 0..1
+    # chat requests carrying an earlier answer, of all chat requests (None: none)
+    multi_turn_share: float | None
+    arrivals: Arrivals
+    interference: Interference
+    engines: EngineWork
+    instances: list[InstanceRow]
+    proxy: ProxyRow
+    windows: NotRequired[dict[str, Headline]]  # every window's headline
+
+
+class HistoryMessage(TypedDict):
+    type: Literal["history"]
+    deployment: str
+    window: Window
+    points: list[Point]  # the last 30 min, oldest first
+
+
+class EventMessage(TypedDict):
+    type: Literal["event"]
+    id: int
+    ts: float
+    actor: str
+    kind: str
+    deployment: str | None
+    message: str
+    detail: Any
+
+
+WINDOWS: tuple[Window, ...] = ("10s", "1m", "5m")
+WINDOW_SECONDS: dict[str, float] = {"10s": 10.0, "1m": 60.0, "5m": 300.0}

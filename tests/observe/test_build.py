@@ -245,3 +245,31 @@ def test_the_frame_reads_the_window_s_arrivals_from_the_proxy_s_own_export() -> 
     assert frame["arrivals"]["burstiness"] == pytest.approx(gamma_shape(*moments(later)))
     assert frame["arrivals"]["burstiness"] < 0.5
     assert arrivals(Delta(10.0, {})) == {"per_s": None, "gaps": None, "burstiness": None}
+
+
+def _keys_match(value, typed) -> list[str]:
+    """Where a built structure's keys differ from its TypedDict's (recursively)."""
+    import typing
+
+    hints = typing.get_type_hints(typed)
+    required = set(typed.__required_keys__)
+    wrong = []
+    if not required <= set(value) <= set(hints):
+        wrong.append(f"{typed.__name__}: {sorted(set(value) ^ required)}")
+    for key, hint in hints.items():
+        for arg in (hint, *typing.get_args(hint)):
+            if typing.is_typeddict(arg) and isinstance(value.get(key), dict):
+                wrong += _keys_match(value[key], arg)
+    return wrong
+
+
+def test_a_built_frame_has_exactly_the_typed_frame_s_keys() -> None:
+    from observe.frames import Frame, Point
+
+    proxy = target([(0.0, proxy_text()), (10.0, proxy_text({0.25: 20}, ok=20, met_all=15))])
+    decode = target([(0.0, engine_text()), (10.0, engine_text(external_tokens=2000))])
+    frame = build_frame(INFO, UNITS, {"proxy": proxy, "decode-0": decode}, "10s", 10.0)
+    assert _keys_match(frame, Frame) == []
+    assert _keys_match(with_windows(frame, {"10s": frame}), Frame) == []
+    assert _keys_match(point(frame), Point) == []
+    assert _keys_match({**frame, "stray": 1}, Frame) != []  # the check can fail
