@@ -248,7 +248,8 @@ def test_the_frame_reads_the_window_s_arrivals_from_the_proxy_s_own_export() -> 
 
 
 def _keys_match(value, typed) -> list[str]:
-    """Where a built structure's keys differ from its TypedDict's (recursively)."""
+    """Where a built structure's keys differ from its TypedDict's (recursively, into
+    optional parts, lists of rows and maps of headlines)."""
     import typing
 
     hints = typing.get_type_hints(typed)
@@ -257,9 +258,16 @@ def _keys_match(value, typed) -> list[str]:
     if not required <= set(value) <= set(hints):
         wrong.append(f"{typed.__name__}: {sorted(set(value) ^ required)}")
     for key, hint in hints.items():
-        for arg in (hint, *typing.get_args(hint)):
-            if typing.is_typeddict(arg) and isinstance(value.get(key), dict):
-                wrong += _keys_match(value[key], arg)
+        inner = value.get(key)
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+        if origin is list and args and typing.is_typeddict(args[0]):
+            wrong += [w for item in inner or [] for w in _keys_match(item, args[0])]
+        elif origin is dict and args and typing.is_typeddict(args[1]):
+            wrong += [w for item in (inner or {}).values() for w in _keys_match(item, args[1])]
+        else:
+            for arg in (hint, *args):
+                if typing.is_typeddict(arg) and isinstance(inner, dict):
+                    wrong += _keys_match(inner, arg)
     return wrong
 
 
