@@ -43,6 +43,7 @@ from controller.process_backend import ProcessBackend, ProcessRecord, ShimBacken
 from controller.redact import redact_text
 from controller.render import Launch, LaunchSettings, render
 from controller.units import IDLE, LIVE, Supervised, Unit, describe
+from domain.errors import NotFound
 
 log = logging.getLogger("pdctl.supervisor")
 EventSink = Callable[[str, str, str, str | None], None]  # (actor, kind, message, deployment)
@@ -52,8 +53,8 @@ LAST_WORDS_CHARS = 240
 ADMIN_TOKEN_ENV = "PDCTL_ADMIN_TOKEN"  # what `pdctl proxy --admin-token` reads
 
 
-class SupervisorError(RuntimeError):
-    """A facade call that cannot be done (unknown deployment or instance)."""
+class SupervisorError(NotFound):
+    """A facade call that cannot be done: no such supervised deployment or instance (404)."""
 
 
 @dataclass(frozen=True, slots=True)
