@@ -17,25 +17,16 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
 from controller import engine_env, engine_flags
 from controller.deployment import DeploymentSpec, Engine, FieldError, UnsafeAllow, check
 from domain import profiles
+from domain.errors import Problem
 
 OVERRIDE_HINT = (
     "an operator can allow it for this deployment in unsafe_allow.{field} (with a reason) on "
     "a host whose operator setting allow_code_env is on (PDCTL_ALLOW_CODE_ENV)"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One broken rule, shaped like an item of FastAPI's 422 detail (loc without "body")."""
-
-    loc: tuple
-    msg: str
-    type: str = "value_error"
 
 
 def validate(
