@@ -12,14 +12,15 @@ from dataclasses import dataclass, field
 
 from connector.legs import MODES
 from connector.policy import LeastTokens, RoundRobin
+from domain.modes import Mode, Role, parse_role
 
-ROLES = ("prefill", "decode", "both")
+ROLES = tuple(r.value for r in Role)
 
 
 @dataclass(slots=True, eq=False)
 class Instance:
     url: str
-    role: str  # prefill | decode | both (colocated)
+    role: Role
     mode: str  # read | write | colocated: the group it belongs to
     zmq_address: str | None = None
     dp_size: int = 1
@@ -129,7 +130,7 @@ class InstancePool:
     def upsert(
         self,
         url: str,
-        role: str,
+        role: str | Role,
         mode: str,
         *,
         zmq_address: str | None = None,
@@ -138,12 +139,11 @@ class InstancePool:
         source: str = "flag",
     ) -> Instance:
         """Add an instance, or update it in place; a new mode moves it to that mode's group."""
-        if role not in ROLES:
-            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        role = parse_role(role)  # the admin API's older "both" is a colocated one
         if mode not in self.groups:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if (mode == "colocated") != (role == "both"):
-            raise ValueError("colocated instances have role 'both', and only they do")
+        if (mode == Mode.COLOCATED) != (role == Role.COLOCATED):
+            raise ValueError("colocated instances have role 'colocated', and only they do")
         url = url.rstrip("/")
         inst = self._by_url.get(url)
         if inst is None:
@@ -180,7 +180,11 @@ class InstancePool:
 
     def _whole_candidates(self) -> list[Instance]:
         """Colocated instances, plus prefill/decode instances told to serve whole requests."""
-        return [i for i in self._by_url.values() if i.available and (i.role == "both" or i.whole)]
+        return [
+            i
+            for i in self._by_url.values()
+            if i.available and (i.role == Role.COLOCATED or i.whole)
+        ]
 
     def set_health(self, inst: Instance, healthy: bool, error: str | None = None) -> None:
         if inst.healthy != healthy:
@@ -289,7 +293,7 @@ class InstancePool:
         for g in self.groups.values():
             if not g.instances:
                 continue
-            roles = ("both",) if g.mode == "colocated" else ("prefill", "decode")
+            roles = (Role.COLOCATED,) if g.mode == Mode.COLOCATED else (Role.PREFILL, Role.DECODE)
             missing = [r for r in roles if not g.available(r)]
             state = (
                 "paused"

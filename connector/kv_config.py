@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-ROLES = ("prefill", "decode", "both")
+from domain.modes import Role, parse_role
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +35,7 @@ def kv_transfer_config(
     the proxy's registry address and the instance's ports; the mode goes in `read_mode` (vLLM
     0.32 reads only this; older versions read the env var from `kv_env`).
     """
-    if role not in ROLES:
-        raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
+    role = parse_role(role)  # raises naming the roles; "both" is an older colocated
     if connector == "nixl":
         config: dict[str, Any] = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
         if extra:
@@ -46,7 +45,7 @@ def kv_transfer_config(
         raise ValueError(f"unknown connector {connector!r}; expected nixl or moriio")
     if moriio is None:
         raise ValueError("MoRIIO needs the instance's ports (MoriioPorts)")
-    if role == "both":
+    if role == Role.COLOCATED:
         raise ValueError("MoRIIO instances are either prefill (producer) or decode (consumer)")
     extra_config: dict[str, Any] = {
         "proxy_ip": moriio.proxy_ip,

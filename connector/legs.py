@@ -34,8 +34,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-CONNECTORS = ("nixl", "moriio")
-MODES = ("read", "write", "colocated")
+from domain.modes import PROXY_CONNECTORS, Mode
+
+CONNECTORS = tuple(PROXY_CONNECTORS)  # what `pdctl proxy --connector` takes
+MODES = tuple(m.value for m in Mode)
 
 _PREFILL_DROP = ("stream_options", "min_tokens", "min_completion_tokens")
 _MORIIO_COPY_FROM_PREFILL = (
@@ -93,7 +95,7 @@ def check_combination(connector: str, mode: str) -> None:
         raise ValueError(f"unknown connector {connector!r}; expected one of {CONNECTORS}")
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
-    if connector == "nixl" and mode == "write":
+    if connector == "nixl" and mode == Mode.WRITE:
         raise ValueError("NIXL has no write mode: the decode pulls the KV (use read)")
 
 

@@ -213,7 +213,7 @@ SCHEMAS: dict[str, Any] = {
         "required": ["url", "role", "group", "healthy", "draining", "whole", "source"],
         "properties": {
             "url": {"type": "string"},
-            "role": {"enum": ["prefill", "decode", "both"]},
+            "role": {"enum": ["prefill", "decode", "colocated"]},
             "group": {"enum": ["read", "write", "colocated"]},
             "zmq_address": {"type": ["string", "null"]},
             "dp_size": {"type": "integer"},
@@ -253,7 +253,8 @@ SCHEMAS: dict[str, Any] = {
         "required": ["url", "role"],
         "properties": {
             "url": {"type": "string", "pattern": "^https?://"},
-            "role": {"enum": ["prefill", "decode", "both"]},
+            # "both" is the older name of a colocated instance, still taken
+            "role": {"enum": ["prefill", "decode", "colocated", "both"]},
             "group": {"enum": ["read", "write", "colocated"]},
             "zmq_address": {"type": ["string", "null"]},
             "dp_size": {"type": "integer", "minimum": 1},

@@ -37,6 +37,7 @@ from connector.metrics import ProxyMetrics, make_registry
 from connector.policy import make_policy
 from connector.relay import ClientGone, Relay
 from connector.settings import ProxySettings
+from domain.modes import Mode, Role
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class Proxy:
         for flag in settings.decode:
             self.pool.upsert(flag.url, "decode", settings.mode, zmq_address=flag.zmq_address)
         for flag in settings.instance:
-            self.pool.upsert(flag.url, "both", "colocated")
+            self.pool.upsert(flag.url, Role.COLOCATED, Mode.COLOCATED)
 
     @property
     def registry_port(self) -> int | None:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from domain.modes import TRANSFER_MODES, Role
+
 NEW_INTERVAL = 3.0
 OLD_INTERVAL = 5.0
 
@@ -27,8 +29,8 @@ MAX_FIELDS = 32
 MAX_TEXT = 256  # longest address or mode string
 MAX_PARALLEL = 1024  # dp_size and tp_size above this are no real deployment
 
-_ROLES = {"P": "prefill", "D": "decode"}
-_MODES = {"READ": "read", "WRITE": "write"}
+_ROLES = {"P": Role.PREFILL, "D": Role.DECODE}
+_MODES = {m.value.upper(): m for m in TRANSFER_MODES}
 # A hostname or an IPv4/IPv6 literal: no userinfo, no path, no spaces, no percent escapes.
 _HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])$")
 _ZMQ = re.compile(

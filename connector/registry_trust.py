@@ -22,9 +22,10 @@ from connector.registry_message import (
     RegistryMessageError,
     parse_message,
 )
+from domain.modes import TRANSFER_MODES
 
 LOOPBACK = ("127.0.0.0/8", "::1")
-_MODES = ("read", "write")
+_MODES = tuple(m.value for m in TRANSFER_MODES)
 
 
 @dataclass(frozen=True, slots=True)

@@ -209,7 +209,7 @@ def kv_transfer_config(
     if connector == "NixlConnector":
         # NIXL ignores kv_role (the proxy decides who prefills): kv_both for everyone.
         # On a CPU-only host vLLM's kv_buffer_device defaults to "cpu" (the platform's).
-        return kv_config.kv_transfer_config("nixl", "both", extra=extra or None)
+        return kv_config.kv_transfer_config("nixl", group.role.value, extra=extra or None)
     if connector == "MoRIIOConnector":
         if not (own.http and own.handshake and own.notify):
             raise ValueError("a MoRIIO instance needs http, handshake and notify ports")

@@ -4,6 +4,7 @@ connector. Wire formats that exist already stay accepted as aliases (`parse_role
 from __future__ import annotations
 
 import enum
+from typing import Literal
 
 
 class Mode(enum.StrEnum):
@@ -16,6 +17,8 @@ class Mode(enum.StrEnum):
 
 
 TRANSFER_MODES = (Mode.READ, Mode.WRITE)
+# The same two as a type for request schemas (pydantic, typer): a group's MoRIIO mode.
+TransferModeName = Literal["read", "write"]
 
 
 class Role(enum.StrEnum):

@@ -14,6 +14,7 @@ import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 
 class ItlStat(enum.StrEnum):
@@ -23,6 +24,7 @@ class ItlStat(enum.StrEnum):
 
 
 DEFAULT_ITL_STAT = ItlStat.P99
+ItlStatName = Literal["mean", "p99", "max"]  # the same, as a type for request schemas
 ITL_STATS = tuple(s.value for s in ItlStat)
 
 

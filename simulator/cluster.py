@@ -17,6 +17,7 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
+from domain.modes import TRANSFER_MODES
 from simulator.request import EngineRequest, KVRole, gap_stat
 from simulator.scheduler import Scheduler, StepOutput
 from simulator.timing import kv_transfer_seconds
@@ -75,7 +76,7 @@ class Cluster:
             return _Run(self, arrivals).colocated(until)
         if not self.prefills or not self.decodes:
             raise ValueError("a disaggregated cluster needs prefill and decode engines")
-        if self.mode not in ("read", "write"):
+        if self.mode not in TRANSFER_MODES:
             raise ValueError(f"unknown mode {self.mode!r}")
         return _Run(self, arrivals).disaggregated(until)
 

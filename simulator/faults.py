@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from domain.modes import TRANSFER_MODES
 from simulator.openai_format import ResponseWriter
 
 KINDS = ("garbage", "stall", "silent", "mode")
@@ -57,7 +58,7 @@ def parse_fault(body: object) -> Fault:
     if not isinstance(after, int) or isinstance(after, bool) or not 0 <= after <= 100_000:
         raise FaultError("field 'after_tokens' must be an integer from 0 to 100000")
     mode = body.get("mode")
-    if kind == "mode" and mode not in ("read", "write"):
+    if kind == "mode" and mode not in TRANSFER_MODES:
         raise FaultError(f"field 'mode' must be read or write; got {mode!r}")
     return Fault(kind, after, mode if kind == "mode" else None)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from domain import profiles, slo
 from domain.arrivals import arrival_times
 from domain.datasets import random_requests, shared_prefix_requests
+from domain.modes import TRANSFER_MODES
 from domain.slo import SloTargets, max_goodput_rate, percentile
 from simulator.cluster import Arrival, Cluster, RequestResult
 from simulator.scheduler import Scheduler, SchedulerConfig
@@ -371,7 +372,7 @@ def _factor_values(factors) -> dict:
     return {k: getattr(factors, k) for k in factors.__dataclass_fields__ if k != "fitted_to"}
 
 
-def candidate_configs(gpus: int, modes: tuple[str, ...] = ("read", "write")) -> list[PlanConfig]:
+def candidate_configs(gpus: int, modes: tuple[str, ...] = TRANSFER_MODES) -> list[PlanConfig]:
     """Every one-node layout: colocated k x TPm and disaggregated xPyD with TP per role."""
     tps = [t for t in (1, 2, 4, 8) if t <= gpus]
     out = [PlanConfig("colocated", count=gpus // t, tp=t) for t in tps]

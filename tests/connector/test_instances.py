@@ -81,7 +81,7 @@ def test_paused_group_is_skipped_but_others_serve():
 
 
 def test_colocated_balances_whole_requests():
-    pool = pool_with(("http://a", "both", "colocated"), ("http://b", "both", "colocated"))
+    pool = pool_with(("http://a", "colocated", "colocated"), ("http://b", "both", "colocated"))
     routes = [pool.route() for _ in range(4)]
     assert all(r.prefill is None for r in routes)
     assert [r.decode.url for r in routes] == ["http://a", "http://b", "http://a", "http://b"]
@@ -90,7 +90,7 @@ def test_colocated_balances_whole_requests():
 def test_role_must_fit_the_mode():
     pool = InstancePool(RoundRobin())
     with pytest.raises(ValueError):
-        pool.upsert("http://x", "both", "read")
+        pool.upsert("http://x", "colocated", "read")
     with pytest.raises(ValueError):
         pool.upsert("http://x", "prefill", "colocated")
     with pytest.raises(ValueError):

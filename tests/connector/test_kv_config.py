@@ -6,7 +6,7 @@ from connector.kv_config import MoriioPorts, kv_env, kv_transfer_config, kv_tran
 
 
 def test_nixl_is_kv_both_for_every_role():
-    for role in ("prefill", "decode", "both"):
+    for role in ("prefill", "decode", "colocated", "both"):
         assert kv_transfer_config("nixl", role) == {
             "kv_connector": "NixlConnector",
             "kv_role": "kv_both",
