@@ -1,15 +1,18 @@
 """The supervisor's one seam to HTTP: instance /health, and the proxy's admin API (who is
-registered, how much is in flight, drain and undrain). Failures read as "not healthy".
+registered, how much is in flight, drain and undrain) through controller/proxy_admin.py.
+Failures read as "not healthy" or "no answer".
 
 Each proxy has its own admin token (the supervisor generates it when it starts the proxy), so
 every admin call names the token of the proxy it goes to."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
+
+from controller.proxy_admin import InstanceEntry, ProxyAdminClient, ProxyAdminError, Refusal
 
 PROBE_TIMEOUT_S = 2.0
 
@@ -19,37 +22,34 @@ class Probe(Protocol):
 
     async def proxy_instances(
         self, proxy_url: str, token: str | None
-    ) -> list[dict[str, Any]] | None: ...
+    ) -> list[InstanceEntry] | None: ...
 
     async def set_draining(
         self, proxy_url: str, token: str | None, instance_url: str, draining: bool
     ) -> bool: ...
 
-    async def proxy_refusals(
-        self, proxy_url: str, token: str | None
-    ) -> list[dict[str, Any]] | None: ...
+    async def proxy_refusals(self, proxy_url: str, token: str | None) -> list[Refusal] | None: ...
 
     async def aclose(self) -> None: ...
 
 
-def same_instance(entry: dict[str, Any], url: str) -> bool:
+def same_instance(entry: InstanceEntry, url: str) -> bool:
     """A proxy entry is this instance: same port (registrations may name the host by IP)."""
     return urlsplit(str(entry.get("url", ""))).port == urlsplit(url).port
 
 
-def admin_headers(token: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"} if token else {}
-
-
 class HttpProbe:
     def __init__(self, timeout: float = PROBE_TIMEOUT_S) -> None:
-        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self.timeout = timeout
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self.timeout)
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
         return self._session
+
+    def _admin(self, proxy_url: str, token: str | None) -> ProxyAdminClient:
+        return ProxyAdminClient(proxy_url, lambda: token, self.timeout, session=self._client())
 
     async def healthy(self, url: str) -> bool:
         try:
@@ -58,53 +58,34 @@ class HttpProbe:
         except (TimeoutError, aiohttp.ClientError):
             return False
 
-    async def proxy_refusals(
-        self, proxy_url: str, token: str | None
-    ) -> list[dict[str, Any]] | None:
+    async def proxy_refusals(self, proxy_url: str, token: str | None) -> list[Refusal] | None:
         """The registrations the proxy's registry refused lately (GET /admin/registry)."""
         try:
-            async with self._client().get(
-                proxy_url + "/admin/registry", headers=admin_headers(token)
-            ) as resp:
-                if resp.status != 200:
-                    return None
-                body = await resp.json()
-        except (TimeoutError, aiohttp.ClientError, ValueError):
+            return await self._admin(proxy_url, token).refusals()
+        except ProxyAdminError:
             return None
-        refusals = body.get("refusals") if isinstance(body, dict) else None
-        return refusals if isinstance(refusals, list) else None
 
     async def proxy_instances(
         self, proxy_url: str, token: str | None
-    ) -> list[dict[str, Any]] | None:
+    ) -> list[InstanceEntry] | None:
         try:
-            async with self._client().get(
-                proxy_url + "/admin/instances", headers=admin_headers(token)
-            ) as resp:
-                if resp.status != 200:
-                    return None
-                body = await resp.json()
-        except (TimeoutError, aiohttp.ClientError, ValueError):
+            return await self._admin(proxy_url, token).instances()
+        except ProxyAdminError:
             return None
-        return body.get("instances", []) if isinstance(body, dict) else body
 
     async def set_draining(
         self, proxy_url: str, token: str | None, instance_url: str, draining: bool
     ) -> bool:
-        verb = "drain" if draining else "undrain"
+        admin = self._admin(proxy_url, token)
         entries = await self.proxy_instances(proxy_url, token) or []
         urls = [e["url"] for e in entries if same_instance(e, instance_url)] or [instance_url]
         ok = True
         for url in urls:
             try:
-                async with self._client().post(
-                    f"{proxy_url}/admin/instances/{verb}",
-                    json={"url": url},
-                    headers=admin_headers(token),
-                ) as resp:
-                    ok = ok and resp.status == 200
-            except (TimeoutError, aiohttp.ClientError):
-                ok = False
+                done = await (admin.drain(url) if draining else admin.undrain(url))
+            except ProxyAdminError:
+                done = False
+            ok = ok and done
         return ok
 
     async def aclose(self) -> None:
