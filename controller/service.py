@@ -10,7 +10,7 @@ from typing import Any
 from controller.deployment import DeploymentSpec
 from controller.ports import AllocatedPorts
 from controller.supervisor import Supervisor, SupervisorError
-from controller.switch import SwitchRecord, SwitchRunner
+from controller.switch import SwitchRecord, SwitchRevisions, SwitchRunner
 
 # (actor, kind, message, deployment, detail) -> None: how events reach the store.
 Recorder = Callable[[str, str, str, str | None, dict | None], None]
@@ -93,10 +93,11 @@ class ControlService:
         strategy: str,
         actor: str,
         reason: str | None,
-        commit: Callable[[DeploymentSpec], int],
+        revisions: SwitchRevisions,
     ) -> SwitchRecord:
-        """Begin a read/write switch in the background; its record shows the progress."""
-        return self.switches.begin(name, spec, ports, target, strategy, actor, reason, commit)
+        """Write the target revision (in progress), then switch in the background; the record
+        shows the progress and `revisions` how it settled."""
+        return self.switches.begin(name, spec, ports, target, strategy, actor, reason, revisions)
 
     async def close(self) -> None:
         await self.switches.close()

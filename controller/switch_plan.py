@@ -16,22 +16,43 @@ so instances in different modes can serve side by side. Strategies:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from controller.deployment import MODE_CONNECTORS, DeploymentSpec, InstanceGroup, Mode, Role
+from domain.errors import Conflict
 
 STRATEGIES = ("roll", "hold", "keep-serving")
 
 
-class SwitchRejected(ValueError):
-    """This deployment cannot be switched this way; the message says why."""
+class SwitchRejected(Conflict):
+    """This deployment cannot be switched this way; the message says why (a 409)."""
+
+    title = "Switch refused"
+
+
+class StepKind(StrEnum):
+    """What a step does; controller/switch_steps.py performs each kind."""
+
+    DRAIN = "drain"  # the proxy sends the instances nothing new
+    UNDRAIN = "undrain"
+    WHOLE_ON = "whole_on"  # the instances also serve whole requests (no hand-off)
+    WHOLE_OFF = "whole_off"
+    PAUSE = "pause"  # the old mode's group holds new requests in the proxy's queue
+    RESUME = "resume"
+    WAIT_IDLE = "wait_idle"  # until the instances have nothing in flight
+    APPLY = "apply"  # the supervisor runs `spec`: the instances restart in the new mode
+    WAIT_READY = "wait_ready"  # until they run, are healthy and listed in `mode`'s group
+    DEGRADE_BEGIN = "degrade_begin"  # keep-serving: whole requests from here...
+    DEGRADE_END = "degrade_end"  # ...to here
+    HOLD_BEGIN = "hold_begin"  # hold: new requests wait from here...
+    HOLD_END = "hold_end"  # ...to here
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
     """One thing the switch runner does. `instances` are instance names (group-index)."""
 
-    kind: str  # drain | undrain | whole_on | whole_off | pause | resume | wait_idle |
-    #            apply | wait_ready | degrade_begin | degrade_end | hold_begin | hold_end
+    kind: StepKind
     instances: tuple[str, ...] = ()
     mode: str | None = None  # pause/resume: the group; wait_ready: the mode to be in
     spec: DeploymentSpec | None = None  # apply: what the supervisor should run
@@ -49,6 +70,12 @@ def with_modes(spec: DeploymentSpec, groups: set[str], mode: Mode) -> Deployment
     """The spec with the named groups switched to `mode`."""
     switched = [g.model_copy(update={"mode": mode}) if g.name in groups else g for g in spec.groups]
     return spec.model_copy(update={"groups": switched})
+
+
+def target_spec(spec: DeploymentSpec, steps: list[Step]) -> DeploymentSpec:
+    """What runs once every step is done: the spec of the last apply step."""
+    applied = [s.spec for s in steps if s.spec is not None]
+    return applied[-1] if applied else spec
 
 
 def plan(spec: DeploymentSpec, target: str, strategy: str) -> list[Step]:
@@ -98,11 +125,11 @@ def _roll(
         names = _names(batch)
         done |= {g.name for g in batch}
         steps += [
-            Step("drain", names),
-            Step("wait_idle", names),
-            Step("apply", names, spec=with_modes(spec, done, mode)),
-            Step("wait_ready", names, mode=mode.value),
-            Step("undrain", names),
+            Step(StepKind.DRAIN, names),
+            Step(StepKind.WAIT_IDLE, names),
+            Step(StepKind.APPLY, names, spec=with_modes(spec, done, mode)),
+            Step(StepKind.WAIT_READY, names, mode=mode.value),
+            Step(StepKind.UNDRAIN, names),
         ]
     return steps
 
@@ -113,13 +140,13 @@ def _hold(
     names = _names([prefill, decode])
     old = prefill.mode.value if prefill.mode else "read"
     return [
-        Step("hold_begin"),
-        Step("pause", mode=old),
-        Step("wait_idle", names),
-        Step("apply", names, spec=with_modes(spec, {prefill.name, decode.name}, mode)),
-        Step("wait_ready", names, mode=mode.value),
-        Step("hold_end"),
-        Step("resume", mode=old),
+        Step(StepKind.HOLD_BEGIN),
+        Step(StepKind.PAUSE, mode=old),
+        Step(StepKind.WAIT_IDLE, names),
+        Step(StepKind.APPLY, names, spec=with_modes(spec, {prefill.name, decode.name}, mode)),
+        Step(StepKind.WAIT_READY, names, mode=mode.value),
+        Step(StepKind.HOLD_END),
+        Step(StepKind.RESUME, mode=old),
     ]
 
 
@@ -129,19 +156,19 @@ def _keep_serving(
     p, d = _names([prefill]), _names([decode])
     half = with_modes(spec, {prefill.name}, mode)
     return [
-        Step("degrade_begin"),
-        Step("whole_on", d),  # decodes serve whole requests...
-        Step("drain", p),  # ...while the prefills drain and restart
-        Step("wait_idle", p),
-        Step("apply", p, spec=half),
-        Step("wait_ready", p, mode=mode.value),
-        Step("undrain", p),
-        Step("whole_on", p),  # then the new prefills serve whole requests...
-        Step("drain", d),  # ...while the decodes drain and restart
-        Step("wait_idle", d),
-        Step("apply", d, spec=with_modes(half, {decode.name}, mode)),
-        Step("wait_ready", d, mode=mode.value),
-        Step("undrain", d),  # the hand-off is back: new mode on both sides
-        Step("whole_off", p + d),
-        Step("degrade_end"),
+        Step(StepKind.DEGRADE_BEGIN),
+        Step(StepKind.WHOLE_ON, d),  # decodes serve whole requests...
+        Step(StepKind.DRAIN, p),  # ...while the prefills drain and restart
+        Step(StepKind.WAIT_IDLE, p),
+        Step(StepKind.APPLY, p, spec=half),
+        Step(StepKind.WAIT_READY, p, mode=mode.value),
+        Step(StepKind.UNDRAIN, p),
+        Step(StepKind.WHOLE_ON, p),  # then the new prefills serve whole requests...
+        Step(StepKind.DRAIN, d),  # ...while the decodes drain and restart
+        Step(StepKind.WAIT_IDLE, d),
+        Step(StepKind.APPLY, d, spec=with_modes(half, {decode.name}, mode)),
+        Step(StepKind.WAIT_READY, d, mode=mode.value),
+        Step(StepKind.UNDRAIN, d),  # the hand-off is back: new mode on both sides
+        Step(StepKind.WHOLE_OFF, p + d),
+        Step(StepKind.DEGRADE_END),
     ]

@@ -107,3 +107,25 @@ def tiny_pair(
             **changes,
         }
     )
+
+
+def moriio_pairs(pairs: int = 1, mode: str = "read", name: str = "mori") -> DeploymentSpec:
+    """Stand-in MoRIIO prefill/decode pairs, every group in `mode`: what a switch moves."""
+    groups: list[dict[str, Any]] = []
+    for i in range(pairs):
+        suffix = "" if pairs == 1 else f"-{i}"
+        groups += [
+            {"name": f"prefill{suffix}", "role": "prefill", "mode": mode},
+            {"name": f"decode{suffix}", "role": "decode", "mode": mode},
+        ]
+    return DeploymentSpec.model_validate(
+        {
+            "name": name,
+            "engine": "sim",
+            "model": "tiny",
+            "topology": "disaggregated",
+            "connector": "MoRIIOConnector",
+            "prefix_caching": False,
+            "groups": groups,
+        }
+    )

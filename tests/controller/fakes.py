@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import signal as signals
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from controller.process_backend import PortHolder, ProcessRecord
+from controller.render import LaunchSettings
 
 
 class FakeBackend:
@@ -137,3 +138,154 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.t += seconds
+
+
+# -- the mode switch's seams: the supervisor as a fleet, the proxy's admin API, revisions ------
+
+
+class FakeFleet:
+    """A supervisor as a switch sees it: each instance restarts in `restart_s` of clock time
+    when an apply changes its group's mode. `log` is shared with the other switch fakes, so a
+    test reads the order of everything that happened."""
+
+    def __init__(self, spec, ports, clock: FakeClock, log: list, restart_s: float = 1.0) -> None:
+        self.clock, self.log, self.restart_s = clock, log, restart_s
+        self.deployments = {spec.name: _Running(spec, ports)}
+        self.settings = _Settings(LaunchSettings(pdctl_command=("pdctl",)))
+        self.ready_at: dict[str, float] = {}
+        self.start_fails: Exception | None = None
+        self.never_ready: set[str] = set()  # instances that restart but never come up
+
+    def mode_of(self, name: str, instance: str) -> str:
+        group = instance.rsplit("-", 1)[0]
+        spec = self.deployments[name].spec
+        return next(g.mode.value for g in spec.groups if g.name == group)
+
+    def status(self, name: str) -> list[dict[str, Any]]:
+        ports = self.deployments[name].ports
+        return [
+            {
+                "name": unit,
+                "url": f"http://127.0.0.1:{own.http}",
+                "state": self._state(unit),
+            }
+            for unit, own in ports.instances.items()
+        ]
+
+    def _state(self, unit: str) -> str:
+        if self.clock.now() < self.ready_at.get(unit, 0.0):
+            return "STARTING"
+        return "RUNNING"
+
+    async def start(self, name: str, spec, ports) -> None:
+        self.log.append(("start", tuple(g.mode.value for g in spec.groups)))
+        if self.start_fails is not None:
+            raise self.start_fails
+        before = {u["name"]: self.mode_of(name, u["name"]) for u in self.status(name)}
+        self.deployments[name] = _Running(spec, ports)
+        for unit, mode in before.items():
+            if self.mode_of(name, unit) != mode:
+                later = float("inf") if unit in self.never_ready else self.restart_s
+                self.ready_at[unit] = self.clock.now() + later
+
+    def admin_token(self, name: str) -> str:
+        return "proxy-token"
+
+
+@dataclass(slots=True)
+class _Running:
+    spec: Any
+    ports: Any
+
+
+@dataclass(slots=True)
+class _Settings:
+    launch: Any
+
+
+class FakeProxyAdmin:
+    """The proxy's admin API as a switch uses it, over a FakeFleet: an instance is listed in
+    its running mode's group, healthy once RUNNING. `fail[call]` makes that call raise."""
+
+    def __init__(self, fleet: FakeFleet, name: str, log: list) -> None:
+        self.fleet, self.name, self.log = fleet, name, log
+        self.paused: set[str] = set()
+        self.drained: set[str] = set()
+        self.whole: set[str] = set()
+        self.outstanding: dict[str, int] = {}  # url -> requests in flight
+        self.expected: list[dict[str, Any]] | None = None
+        self.rejected_count = 0
+        self.fail: dict[str, Exception] = {}
+        self.closed = False
+
+    def _call(self, *what: Any) -> None:
+        self.log.append(what)
+        if what[0] in self.fail:
+            raise self.fail[what[0]]
+
+    async def instances(self) -> list[dict[str, Any]]:
+        self._call("instances")
+        return [
+            {
+                "url": u["url"],
+                "group": self.fleet.mode_of(self.name, u["name"]),
+                "healthy": u["state"] == "RUNNING",
+                "draining": u["url"] in self.drained,
+                "whole": u["url"] in self.whole,
+                "outstanding_requests": self.outstanding.get(u["url"], 0),
+            }
+            for u in self.fleet.status(self.name)
+        ]
+
+    async def pause(self, group: str) -> None:
+        self._call("pause", group)
+        self.paused.add(group)
+
+    async def resume(self, group: str) -> None:
+        self._call("resume", group)
+        self.paused.discard(group)
+
+    async def drain(self, url: str) -> bool:
+        self._call("drain", url)
+        self.drained.add(url)
+        return True
+
+    async def undrain(self, url: str) -> bool:
+        self._call("undrain", url)
+        self.drained.discard(url)
+        return True
+
+    async def set_whole(self, url: str, whole: bool) -> bool:
+        self._call("whole", url, whole)
+        (self.whole.add if whole else self.whole.discard)(url)
+        return True
+
+    async def expect(self, registrations: list[dict[str, Any]] | None) -> None:
+        self._call("expect", tuple(tuple(r["modes"]) for r in registrations or []))
+        self.expected = registrations
+
+    async def rejected(self) -> int:
+        self._call("rejected")
+        return self.rejected_count
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class FakeRevisions:
+    """The store's begin_change/settle_change as a switch calls them."""
+
+    def __init__(self, log: list, first: int = 2) -> None:
+        self.log, self.next = log, first
+        self.settled: list[tuple[str, int, str, dict | None]] = []
+        self.begun: list[tuple[str, Any, str, str]] = []
+
+    def begin(self, name: str, spec: Any, actor: str, reason: str) -> int:
+        self.log.append(("begin", tuple(g.mode.value for g in spec.groups)))
+        self.begun.append((name, spec, actor, reason))
+        self.next += 1
+        return self.next - 1
+
+    def settle(self, name: str, revision: int, state: str, detail: dict | None) -> None:
+        self.log.append(("settle", revision, state))
+        self.settled.append((name, revision, state, detail))

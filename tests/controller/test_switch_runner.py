@@ -1,0 +1,256 @@
+"""The switch runner on fakes (controller/switch_steps.py's seams, no socket, a fake clock):
+desired state first, each strategy's run, each failure point and what undo puts back."""
+
+import asyncio
+
+import pytest
+
+from controller.ports import allocate
+from controller.proxy_admin import ProxyAdminError
+from controller.supervisor import SupervisorError
+from controller.switch import SwitchBusy, SwitchRunner
+from controller.switch_steps import Timeouts
+from tests.controller.factories import moriio_pairs
+from tests.controller.fakes import FakeClock, FakeFleet, FakeProxyAdmin, FakeRevisions
+
+TIMEOUTS = Timeouts(idle_s=5.0, ready_s=5.0, poll_s=0.5)
+
+
+class Rig:
+    def __init__(self, pairs: int = 1, mode: str = "read") -> None:
+        self.log: list = []
+        self.clock = FakeClock()
+        self.spec = moriio_pairs(pairs, mode)
+        self.ports = allocate(self.spec)
+        self.fleet = FakeFleet(self.spec, self.ports, self.clock, self.log)
+        self.admin = FakeProxyAdmin(self.fleet, self.spec.name, self.log)
+        self.revisions = FakeRevisions(self.log)
+        self.events: list = []
+        self.runner = SwitchRunner(
+            self.fleet,
+            lambda *event: self.events.append(event),
+            clock=self.clock,
+            admin_for=lambda name, ports: self.admin,
+            timeouts=TIMEOUTS,
+        )
+
+    def url(self, instance: str) -> str:
+        return f"http://127.0.0.1:{self.ports.instances[instance].http}"
+
+    def begin(self, target: str, strategy: str):
+        return self.runner.begin(
+            self.spec.name, self.spec, self.ports, target, strategy, "alice", "test", self.revisions
+        )
+
+    async def switch(self, target: str, strategy: str):
+        rec = self.begin(target, strategy)
+        return await self.runner.wait(self.spec.name, rec.id)
+
+    def index(self, what: str) -> int:
+        return next(i for i, entry in enumerate(self.log) if entry[0] == what)
+
+    def routing_restored(self) -> bool:
+        return not (self.admin.paused or self.admin.drained or self.admin.whole)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+# -- runs -----------------------------------------------------------------------------------
+
+
+def test_hold_writes_the_target_revision_before_any_restart_and_settles_it_applied():
+    rig = Rig()
+    rec = run(rig.switch("write", "hold"))
+    assert rec.state == "done" and rec.error is None
+    assert rig.log[0] == ("begin", ("write", "write"))  # desired state first
+    assert rig.index("begin") < rig.index("pause") < rig.index("start")
+    assert rig.log[-1] == ("settle", 2, "applied")
+    assert rec.revision == 2 and rec.revision_state == "applied" and rec.id == "r2"
+    assert rec.held_s is not None and rec.held_s >= 1.0  # the fleet restarts in 1 s
+    assert rig.routing_restored() and rig.admin.closed
+    assert [s["step"] for s in rec.timings] == rec.steps
+
+
+def test_the_proxy_expects_both_modes_during_the_switch_and_only_the_new_one_after():
+    rig = Rig()
+    run(rig.switch("write", "hold"))
+    expects = [entry[1] for entry in rig.log if entry[0] == "expect"]
+    assert expects == [(("read", "write"),) * 2, (("write",),) * 2]
+    assert rig.index("expect") < rig.index("pause")
+
+
+def test_keep_serving_runs_whole_requests_while_each_side_restarts():
+    rig = Rig(mode="write")
+    rec = run(rig.switch("read", "keep-serving"))
+    assert rec.state == "done" and rec.degraded_s is not None and rec.held_s is None
+    assert [e[1] for e in rig.log if e[0] == "start"] == [("read", "write"), ("read", "read")]
+    first_whole = rig.log.index(("whole", rig.url("decode-0"), True))
+    assert first_whole < rig.log.index(("drain", rig.url("prefill-0")))
+    assert "pause" not in {e[0] for e in rig.log}
+    assert rig.routing_restored()
+
+
+def test_roll_restarts_one_pair_at_a_time_and_holds_nothing():
+    rig = Rig(pairs=2)
+    rec = run(rig.switch("write", "roll"))
+    assert rec.state == "done" and rec.held_s is None
+    starts = [e[1] for e in rig.log if e[0] == "start"]
+    assert starts == [("write", "write", "read", "read"), ("write",) * 4]
+    # the second pair is still serving (not drained) while the first restarts
+    second = rig.log.index(("drain", rig.url("prefill-1-0")))
+    assert rig.log.index(("undrain", rig.url("prefill-0-0"))) < second
+    assert rig.routing_restored()
+
+
+def test_the_events_name_the_revision_and_how_it_settled():
+    rig = Rig()
+    run(rig.switch("write", "hold"))
+    kinds = [e[1] for e in rig.events]
+    assert kinds == ["switch.begin", "switch.done"]
+    assert "revision 2, in progress" in rig.events[0][2]
+    assert "revision 2 applied" in rig.events[1][2] and "requests held" in rig.events[1][2]
+
+
+# -- refusals before anything runs ------------------------------------------------------------
+
+
+def test_nothing_is_written_when_an_instance_is_not_running():
+    rig = Rig()
+    rig.fleet.ready_at["decode-0"] = float("inf")
+    with pytest.raises(SwitchBusy, match="decode-0 is STARTING"):
+        rig.begin("write", "hold")
+    assert rig.revisions.begun == [] and rig.log == []
+
+
+def test_a_second_switch_while_one_runs_is_refused_and_writes_no_revision():
+    async def scenario():
+        rig = Rig()
+        first = rig.begin("write", "hold")
+        with pytest.raises(SwitchBusy, match="in progress"):
+            rig.begin("write", "hold")
+        assert len(rig.revisions.begun) == 1
+        return await rig.runner.wait(rig.spec.name, first.id)
+
+    assert run(scenario()).state == "done"
+
+
+def test_a_store_that_refuses_the_revision_starts_nothing():
+    class Refusing(FakeRevisions):
+        def begin(self, *args):
+            raise RuntimeError("a change is in progress")
+
+    rig = Rig()
+    rig.revisions = Refusing(rig.log)
+    with pytest.raises(RuntimeError, match="in progress"):
+        rig.begin("write", "hold")
+    assert rig.log == [] and rig.runner.history(rig.spec.name) == []
+
+
+# -- failure points: the record names the step, undo puts routing back -------------------------
+
+DOWN = ProxyAdminError("POST /admin/groups/read/pause: 503", 503)
+
+
+def _pause_fails(rig):
+    rig.admin.fail["pause"] = DOWN
+
+
+def _in_flight_forever(rig):
+    rig.admin.outstanding[rig.url("prefill-0")] = 3
+
+
+def _apply_fails(rig):
+    rig.fleet.start_fails = SupervisorError("no deployment 'mori' is supervised")
+
+
+def _never_ready(rig):
+    rig.fleet.never_ready.add("decode-0")
+
+
+def _proxy_refuses_expectations(rig):
+    rig.admin.fail["expect"] = ProxyAdminError("PUT /admin/registry/expected: 401", 401)
+
+
+@pytest.mark.parametrize(
+    ("fault", "step", "says", "revision_state", "started"),
+    [
+        (_proxy_refuses_expectations, "expect both modes", "401", "rolled_back", 0),
+        (_pause_fails, "pause read", "503", "rolled_back", 0),
+        (_in_flight_forever, "wait_idle prefill-0, decode-0", "still serving", "rolled_back", 0),
+        (_apply_fails, "apply prefill-0, decode-0", "is supervised", "failed", 1),
+        (_never_ready, "wait_ready prefill-0, decode-0", "not ready in write", "failed", 1),
+    ],
+)
+def test_a_failed_hold_step_is_named_and_routing_is_put_back(
+    fault, step, says, revision_state, started
+):
+    rig = Rig()
+    fault(rig)
+    rec = run(rig.switch("write", "hold"))
+    assert rec.state == "failed" and rec.failed_step == step and says in rec.error
+    assert rec.revision_state == revision_state
+    assert rig.revisions.settled[-1][2] == revision_state
+    assert rig.revisions.settled[-1][3]["failed_step"] == step
+    assert sum(e[0] == "start" for e in rig.log) == started
+    assert rig.admin.paused == set()  # the held group is released, whatever failed
+    assert rig.events[-1][1] == "switch.failed" and step in rig.events[-1][2]
+
+
+def test_undo_after_a_failed_restart_resumes_the_held_group_and_narrows_expectations():
+    rig = Rig()
+    rig.fleet.never_ready.add("prefill-0")
+    rec = run(rig.switch("write", "hold"))
+    assert rec.failed_step.startswith("wait_ready")
+    undo = rig.log[rig.log.index(("pause", "read")) + 1 :]
+    assert ("resume", "read") in undo
+    # what runs now (the new spec, as far as it started) is what the proxy expects after
+    assert undo.index(("resume", "read")) < undo.index(("expect", (("write",),) * 2))
+    assert rig.routing_restored() and rig.log[-1] == ("settle", 2, "failed")
+
+
+def test_a_resume_that_fails_is_tried_again_by_undo_and_reported_if_it_still_fails():
+    rig = Rig()
+    rig.admin.fail["resume"] = ProxyAdminError("POST /admin/groups/read/resume: timed out")
+    rec = run(rig.switch("write", "hold"))
+    assert rec.failed_step == "resume read"
+    assert sum(e == ("resume", "read") for e in rig.log) == 2  # the step, then undo
+    assert rec.undo_left and "resume read" in rec.undo_left[0]
+    assert rec.revision_state == "failed" and "not undone" in rig.events[-1][2]
+
+
+def test_keep_serving_failing_on_the_decode_side_ends_whole_requests_and_undrains():
+    rig = Rig(mode="write")
+    rig.fleet.never_ready.add("decode-0")
+    rec = run(rig.switch("read", "keep-serving"))
+    assert rec.failed_step == "wait_ready decode-0"
+    assert rig.routing_restored()  # whole flags off on both sides, decode undrained
+    assert ("whole", rig.url("prefill-0"), False) in rig.log
+    assert ("undrain", rig.url("decode-0")) in rig.log
+
+
+def test_roll_failing_on_the_second_pair_leaves_the_first_serving_in_the_new_mode():
+    rig = Rig(pairs=2)
+    rig.fleet.never_ready.add("decode-1-0")
+    rec = run(rig.switch("write", "roll"))
+    assert rec.failed_step == "wait_ready prefill-1-0, decode-1-0"
+    assert rig.routing_restored() and rec.revision_state == "failed"
+    modes = {g.name: g.mode.value for g in rig.fleet.deployments["mori"].spec.groups}
+    assert modes == {g: "write" for g in ("prefill-0", "decode-0", "prefill-1", "decode-1")}
+
+
+def test_cancelling_a_switch_undoes_it_and_settles_the_revision():
+    async def scenario():
+        rig = Rig()
+        rig.fleet.never_ready.add("decode-0")
+        rec = rig.begin("write", "hold")
+        while rec.current is None or not rec.current.startswith("wait_ready"):
+            await asyncio.sleep(0)
+        await rig.runner.close()
+        return rig, rec
+
+    rig, rec = run(scenario())
+    assert rec.state == "failed" and "cancelled" in rec.error
+    assert rec.failed_step.startswith("wait_ready")
+    assert rig.admin.paused == set() and rig.revisions.settled[-1][2] == "failed"
