@@ -23,8 +23,7 @@ class InfoRoutes:
         )
 
     async def models(self, request: web.Request) -> web.Response:
-        session = self.proxy.session
-        assert session is not None
+        session = self.proxy.relay.client()
         candidates = [i for i in self.pool if i.available and i.role != "prefill"]
         candidates += [i for i in self.pool if i.available and i.role == "prefill"]
         if not candidates:

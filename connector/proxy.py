@@ -29,7 +29,7 @@ from connector.errors import (
 )
 from connector.flight import Flight, clock
 from connector.hold import HoldQueue
-from connector.instances import InstancePool, Route
+from connector.instances import Instance, InstancePool, Route
 from connector.interference import Interference
 from connector.legs import Handoff, Peer, decode_body, leg_headers, prefill_body
 from connector.membership import Membership
@@ -178,7 +178,7 @@ class Proxy:
                     request, "colocated", decode, json.dumps(body), headers, flight
                 )
             else:
-                response = await self._disaggregated(request, body, route, flight)
+                response = await self._disaggregated(request, body, route, prefill, flight)
             ok = flight.error is None
             return response
         finally:
@@ -188,10 +188,14 @@ class Proxy:
                 prefill.end(prompt_tokens, ok or flight.prefill_end is not None)
 
     async def _disaggregated(
-        self, request: web.Request, body: dict[str, Any], route: Route, flight: Flight
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        route: Route,
+        prefill: Instance,
+        flight: Flight,
     ) -> web.StreamResponse:
-        prefill, decode = route.prefill, route.decode
-        assert prefill is not None
+        decode = route.decode
         h = Handoff(
             self.settings.connector,
             route.group,

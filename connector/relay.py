@@ -44,6 +44,12 @@ class Relay:
             total=None, sock_connect=settings.connect_timeout
         )
 
+    def client(self) -> aiohttp.ClientSession:
+        """The proxy's session; it opens at the app's startup, and nothing is sent before."""
+        if self.session is None:
+            raise ProxyError("the proxy's client session is not open (the app has not started)")
+        return self.session
+
     async def watch_silence(self) -> None:
         """Cancel streaming legs whose upstream has been silent past --decode-timeout."""
         limit = self.settings.decode_timeout
@@ -60,10 +66,10 @@ class Relay:
         self, inst: Instance, path: str, data: str, headers: dict[str, str], flight: Flight
     ) -> dict[str, Any] | None:
         """The prefill leg; returns its kv_transfer_params. Errors name the prefill instance."""
-        assert self.session is not None
+        session = self.client()
         flight.prefill_start = clock()
         try:
-            async with self.session.post(
+            async with session.post(
                 inst.url + path, data=data, headers=headers, timeout=self._prefill_timeout
             ) as r:
                 raw = await r.read()
@@ -103,14 +109,15 @@ class Relay:
         prefill_task: asyncio.Task | None = None,
     ) -> web.StreamResponse:
         """Send the streaming leg and pass its bytes through to the client as they arrive."""
-        assert self.session is not None
+        session = self.client()
         resp: web.StreamResponse | None = None
         task = asyncio.current_task()
-        assert task is not None
+        if task is None:  # aiohttp runs each handler in a task; the watchdog cancels that task
+            raise ProxyError("a streaming leg runs only inside a task")
         flight.last_read = clock()
         self._watched[task] = flight
         try:
-            async with self.session.post(
+            async with session.post(
                 inst.url + request.path, data=data, headers=headers, timeout=self._decode_timeout
             ) as up:
                 if up.status != 200:
