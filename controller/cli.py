@@ -91,15 +91,16 @@ def compose(
 
 def _stored(name: str, db: Path):
     """A stored deployment's spec and ports, read without migrating or writing anything."""
-    from web.db import create_engine
-    from web.errors import NotFound
-    from web.store import Store
+    from controller.stored_spec import StoredSpec
+    from state.db import create_engine
+    from state.errors import NotFound
+    from state.store import Store
 
     if not db.is_file():
         raise LookupError(f"--db {db}: no such file")
     engine = create_engine(db)
     try:
-        current = Store(engine, None).get(name)  # type: ignore[arg-type]
+        current = Store(engine, StoredSpec()).get(name)
     except NotFound as exc:
         raise LookupError(str(exc)) from None
     finally:

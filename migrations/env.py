@@ -1,6 +1,6 @@
-"""Alembic environment: configured in code by web/migrate.py (no alembic.ini needed).
+"""Alembic environment: configured in code by state/migrate.py (no alembic.ini needed).
 
-Runs online only, on the connection web/migrate.py passes in, or on an engine for the
+Runs online only, on the connection state/migrate.py passes in, or on an engine for the
 configured sqlalchemy.url (the `alembic` command with -x/ini). Batch mode, so later
 migrations can alter SQLite tables.
 """
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import context
 from sqlmodel import SQLModel
 
-import web.models  # noqa: F401  (registers the tables on SQLModel.metadata)
+import state.models  # noqa: F401  (registers the tables on SQLModel.metadata)
 
 config = context.config
 target_metadata = SQLModel.metadata

@@ -1,6 +1,7 @@
 """The observe shell: every `interval` seconds, scrape the proxy and each instance of every
 deployment the controller runs, build one frame per window, publish them to the hub, store a
-point of history every `history_step_s`, and pass new events on.
+point of history every `history_step_s`. Events are not relayed here: the store publishes
+each one to the hub as it is written (state/store.py).
 
 One long-lived aiohttp session with short timeouts; a target that does not answer is
 `up: false` in the frame and never delays or breaks the others.
@@ -18,7 +19,6 @@ from functools import cache
 from typing import Any
 
 import aiohttp
-from sqlmodel import Session, col, func, select
 
 from observe.build import (
     DeploymentInfo,
@@ -29,12 +29,10 @@ from observe.build import (
     with_windows,
 )
 from observe.frames import WINDOW_SECONDS, WINDOWS, Frame
-from observe.history import History
 from observe.samples import parse
 from observe.windows import CounterTrack, Snapshots, advance
-from web.hub import Hub, encode
-from web.models import Event
-from web.schemas import EventOut
+from state.history import History
+from state.hub import Hub, encode
 
 log = logging.getLogger("pdctl.observe")
 
@@ -103,11 +101,9 @@ class Observer:
         self.clock = clock
         self.latest: dict[str, dict[str, Frame]] = {}  # deployment -> window -> frame
         self.ticks = 0
-        self._engine = store.engine
         self._targets: dict[tuple[str, str, str], _Target] = {}
         self._last_point: dict[str, float] = {}
         self._last_prune = 0.0
-        self._last_event = 0
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task | None = None
 
@@ -118,7 +114,6 @@ class Observer:
         self._session = aiohttp.ClientSession(
             timeout=timeout, connector=aiohttp.TCPConnector(limit=64, force_close=False)
         )
-        self._last_event = await asyncio.to_thread(self._max_event_id)
         self._task = asyncio.create_task(self._loop(), name="pdctl-observer")
 
     async def close(self) -> None:
@@ -164,16 +159,9 @@ class Observer:
         prune = now - self._last_prune >= PRUNE_EVERY_S
         if prune:
             self._last_prune = now
-        events = await asyncio.to_thread(
+        await asyncio.to_thread(
             self._housekeeping, points, now - self.settings.retention_s if prune else None
         )
-        for event in events:
-            if event.deployment:
-                self.hub.publish(
-                    event_topic(event.deployment),
-                    {"type": "event", **EventOut.of(event).model_dump(mode="json")},
-                    droppable=False,
-                )
         self.ticks += 1
 
     async def _observe(self, name: str, now: float) -> None:
@@ -233,21 +221,10 @@ class Observer:
 
     # -- blocking work, in a thread -------------------------------------------------------
 
-    def _housekeeping(self, points: list, prune_before: float | None) -> list[Event]:
+    def _housekeeping(self, points: list, prune_before: float | None) -> None:
         self.history.write(points)
         if prune_before is not None:
             self.history.prune(prune_before)
-        with Session(self._engine) as s:
-            events = list(
-                s.exec(select(Event).where(Event.id > self._last_event).order_by(col(Event.id)))
-            )
-        if events:
-            self._last_event = events[-1].id or self._last_event
-        return events
-
-    def _max_event_id(self) -> int:
-        with Session(self._engine) as s:
-            return s.exec(select(func.max(Event.id))).one() or 0
 
     # -- queries --------------------------------------------------------------------------
 
@@ -256,13 +233,9 @@ class Observer:
         return with_windows(frames[window], frames) if frames else None
 
 
-async def start_observer(
-    settings: Any, controller: Any, store: Any, hub: Hub, registry: Any
-) -> Observer:
-    """The observer of a control plane whose controller runs here, its aggregates and the
-    controller's state on the app's /metrics. `settings` is web.settings.Settings."""
-    from web.metrics import LiveCollector
-
+async def start_observer(settings: Any, controller: Any, store: Any, hub: Hub) -> Observer:
+    """The observer of a control plane whose controller runs here, started. `settings` is
+    web.settings.Settings."""
     observer = Observer(
         controller,
         store,
@@ -274,6 +247,5 @@ async def start_observer(
             retention_s=settings.history_retention_hours * 3600.0,
         ),
     )
-    registry.register(LiveCollector(controller, observer))
     await observer.start()
     return observer

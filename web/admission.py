@@ -9,18 +9,46 @@ from dataclasses import dataclass
 
 from controller.deployment import DeploymentSpec, InstancePorts
 from controller.ports import AllocatedPorts, PortsExhausted, allocate
+from controller.stored_spec import StoredSpec
 from controller.validation import given_ports, validate
+from domain.errors import Problem
 from web.errors import Conflict, SpecInvalid
 
 
 @dataclass(frozen=True, slots=True)
-class Admission:
-    """What the store needs from the world to admit a spec: settings and the host's ports."""
+class Admission(StoredSpec):
+    """What the store needs from the world to admit a spec: settings and the host's ports.
+    The store's rules (state/store.py `SpecRules`): StoredSpec's reading, and writing here."""
 
     port_range: tuple[int, int]
     allow_code_env: bool
     is_busy: Callable[[int], bool]
     reserved: frozenset[int] = frozenset()  # e.g. the control plane's own port
+
+    def admit(
+        self,
+        spec: DeploymentSpec,
+        others: Mapping[int, str],
+        previous: tuple[DeploymentSpec, AllocatedPorts] | None,
+    ) -> AllocatedPorts:
+        return admit(self, spec, others, previous)
+
+    def renamed(self, name: str, spec: DeploymentSpec) -> SpecInvalid | None:
+        if spec.name == name:
+            return None
+        return SpecInvalid(
+            [
+                Problem(
+                    ("name",),
+                    f"the body names {spec.name!r} but the URL "
+                    f"{name!r}; a deployment cannot be renamed: clone it",
+                )
+            ]
+        )
+
+    def fresh(self, spec: DeploymentSpec, name: str) -> DeploymentSpec:
+        copy = without_given_ports(spec).model_copy(update={"name": name})
+        return DeploymentSpec.model_validate(copy.model_dump())
 
 
 def admit(

@@ -1,8 +1,10 @@
 """The control plane's app factory: `create_app(settings)`; everything stateful is built in the
-lifespan and kept on `app.state` (engine, store, tokens, metrics registry, controller)."""
+lifespan and kept on `app.state` (engine, hub, store, tokens, metrics registry, controller,
+observer, load and bench runs); routes reach them through web/deps.py, none builds one."""
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 import sys
 from collections.abc import AsyncIterator
@@ -19,16 +21,22 @@ from controller.service import ControlService
 from controller.supervisor import Supervisor, SupervisorSettings
 from controller.validation import host_port_busy
 from observe.scraper import start_observer
-from web import db, demo, errors, migrate
+from state import db, migrate
+from state.bench_store import BenchStore
+from state.db import create_engine
+from state.hub import Hub
+from state.store import Store
+from web import demo, errors
 from web.admission import Admission
 from web.auth import TokenBook
+from web.bench_runs import BenchRuns
 from web.csrf import CrossOriginProtection
-from web.db import create_engine
 from web.deps import current_actor, json_body
+from web.event_relay import event_publisher
 from web.hosts import HostAllowlist, allowed_names
-from web.hub import Hub
 from web.limits import BodyLimit
-from web.metrics import build_registry
+from web.load import LoadRuns
+from web.metrics import LiveCollector, build_registry
 from web.routes import (
     advice,
     bench,
@@ -47,7 +55,6 @@ from web.routes import (
     revisions,
 )
 from web.settings import Settings, get_settings
-from web.store import Store
 
 TEMPLATES = Path(__file__).parent / "templates"
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,6 +108,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     if settings.migrate_on_start:
         migrate.upgrade(settings.db)
     engine = create_engine(settings.db)
+    app.state.hub = hub = Hub(settings.live_queue_size)
+    hub.bind(asyncio.get_running_loop())
     hosts = ("127.0.0.1", settings.host)
     admission = Admission(
         settings.port_range,
@@ -108,25 +117,27 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         partial(host_port_busy, hosts=hosts),
         reserved=frozenset({settings.port}),
     )
-    app.state.store = store = Store(engine, admission)
+    app.state.store = store = Store(engine, admission, publish=event_publisher(hub))
     app.state.registry = build_registry(store)
     if settings.demo:
         demo.ensure_demo(store)
-    app.state.hub = Hub(settings.live_queue_size)
+    app.state.load_runs = LoadRuns()
+    app.state.bench_runs = BenchRuns(
+        BenchStore(engine), store.record, lambda name: store.get(name).revision
+    )
     app.state.observer = None  # observe/ scrapes what the controller runs, so only with it
     if settings.controller:
         app.state.controller = build_controller(settings, store)
         await app.state.controller.supervisor.open()
-        app.state.observer = await start_observer(
-            settings, app.state.controller, store, app.state.hub, app.state.registry
-        )
+        app.state.controller.recover_switches(store)  # left in progress by a stopped plane
+        app.state.observer = await start_observer(settings, app.state.controller, store, hub)
+        # Its aggregates and the controller's state on the app's /metrics.
+        app.state.registry.register(LiveCollector(app.state.controller, app.state.observer))
     try:
         yield
     finally:
-        if getattr(app.state, "load_runs", None) is not None:
-            await app.state.load_runs.close()
-        if getattr(app.state, "bench_runs", None) is not None:
-            await app.state.bench_runs.close()
+        await app.state.load_runs.close()
+        await app.state.bench_runs.close()
         if app.state.observer is not None:
             await app.state.observer.close()
         if app.state.controller is not None:

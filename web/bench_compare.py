@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from web.models import BenchRun
+from state.models import BenchRun
 
 POINT_FIELDS = (
     "slo_attainment",

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from web.store import Current
+from state.store import Current
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_RATE = 50.0

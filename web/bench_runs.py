@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from controller.child_env import child_environment
+from state.bench_store import BenchStore, snapshot
+from state.models import BenchRun
+from state.store import Current
 from web.bench_compare import rate_runs
 from web.bench_kept import kept_note, kept_result
 from web.bench_request import ROOT, BenchRequest, bench_argv
-from web.bench_store import BenchStore, snapshot
 from web.errors import Conflict, PdctlError
-from web.models import BenchRun
-from web.store import Current
 
 MAX_CONCURRENT = 3  # bench processes of this control plane at once
 POLL_S = 0.5

@@ -5,7 +5,7 @@ itself, so the first click is the operator's."""
 from __future__ import annotations
 
 from controller.deployment import DeploymentSpec
-from web.store import Store
+from state.store import Store
 
 DEMO_NAME = "demo"
 ACTOR = "pdctl:demo"

@@ -7,12 +7,12 @@ from typing import Annotated, Protocol
 from fastapi import Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
 
-from web import finite
+from domain import finite
+from state.store import Store
 from web.auth import ANONYMOUS, COOKIE, Actor, TokenBook, bearer
 from web.device import DEVICE_COOKIE
 from web.errors import Forbidden, NotJson, Unauthorized
 from web.settings import Settings
-from web.store import Store
 
 
 class ControllerHook(Protocol):

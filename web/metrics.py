@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from web.store import Store
+from state.store import Store
 
 
 class StateCollector(Collector):

@@ -9,10 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from controller.deployment import DeploymentSpec, InstancePorts, Slug
 from controller.redact import redact_spec, redact_text
+from domain.finite import json_safe
+from state.models import Event, Revision
+from state.store import Current
 from web.diff import Change
-from web.finite import json_safe
-from web.models import Event, Revision
-from web.store import Current
 
 
 class DeploymentEdit(DeploymentSpec):
@@ -42,6 +42,11 @@ class DeploymentOut(BaseModel):
     updated_at: datetime
     actor: str = Field(description="Who wrote the current revision.")
     reason: str | None
+    state: str = Field(
+        "applied",
+        description="The current revision's state: in_progress (a change such as a mode "
+        "switch is under way: any other change is a 409), applied, failed or rolled_back.",
+    )
     spec: DeploymentSpec
     ports: PortsOut = Field(description="Every port, given or allocated.")
 
@@ -60,6 +65,7 @@ class DeploymentOut(BaseModel):
             updated_at=d.updated_at,
             actor=d.actor,
             reason=d.reason,
+            state=d.state,
             spec=spec,
             ports=PortsOut(
                 proxy=d.ports.proxy, registry=d.ports.registry, instances=d.ports.instances
@@ -72,10 +78,15 @@ class RevisionSummary(BaseModel):
     created_at: datetime
     actor: str
     reason: str | None
+    state: str = Field(
+        "applied", description="in_progress | applied | failed | rolled_back (state/changes.py)"
+    )
 
     @classmethod
     def of(cls, r: Revision) -> RevisionSummary:
-        return cls(number=r.number, created_at=r.created_at, actor=r.actor, reason=r.reason)
+        return cls(
+            number=r.number, created_at=r.created_at, actor=r.actor, reason=r.reason, state=r.state
+        )
 
 
 class RevisionOut(RevisionSummary):
@@ -89,6 +100,7 @@ class RevisionOut(RevisionSummary):
             created_at=r.created_at,
             actor=r.actor,
             reason=r.reason,
+            state=r.state,
             spec=json_safe(r.spec if secrets else redact_spec(r.spec)),
             ports=r.ports,
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from web.models import UTCDateTime
+from state.models import UTCDateTime
 
 revision = "0001"
 down_revision = None

@@ -183,10 +183,10 @@ def test_grafana_dashboard_is_provisioned_from_the_repo():
 
 
 def test_the_cli_renders_a_stored_deployment(tmp_path):
-    from web import migrate
+    from state import migrate
+    from state.db import create_engine
+    from state.store import Store
     from web.admission import Admission
-    from web.db import create_engine
-    from web.store import Store
 
     db = tmp_path / "pdctl.db"
     migrate.upgrade(db)

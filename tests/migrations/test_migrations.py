@@ -12,9 +12,9 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlmodel import SQLModel
 
-import web.models  # noqa: F401  (the tables)
-from web import migrate
-from web.db import create_engine
+import state.models  # noqa: F401  (the tables)
+from state import migrate
+from state.db import create_engine
 
 TABLES = {"alembic_version", "deployments", "revisions", "events", "history", "bench_runs"}
 

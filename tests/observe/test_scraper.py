@@ -8,7 +8,7 @@ import aiohttp
 from aiohttp import web
 
 from observe.scraper import Observer, ObserveSettings
-from web.hub import Hub
+from state.hub import Hub
 
 METRICS = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3.0\n"
 

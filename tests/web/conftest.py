@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from web import migrate
+from state import migrate
 from web.app import create_app
 from web.settings import Settings
 

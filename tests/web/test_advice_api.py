@@ -9,8 +9,8 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from observe.history import History
 from observe.scraper import kv_bytes_per_token
+from state.history import History
 from tests.specs import colocated, nixl_1p1d
 from tests.web.conftest import AS_OPERATOR, AS_VIEWER, OPERATOR, VIEWER, MakeClient
 

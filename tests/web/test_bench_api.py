@@ -17,11 +17,11 @@ import pytest
 from aiohttp import web
 from fastapi.testclient import TestClient
 
+from state.bench_store import BenchStore
 from tests.bench.sse_server import FakeEngine
 from tests.specs import colocated
 from tests.web.conftest import AS_OPERATOR, AS_VIEWER, MakeClient
 from web.bench_request import BenchRequest
-from web.bench_store import BenchStore
 from web.routes.bench import BenchRunOut
 
 SMALL = {"rates": [20, 40], "num_prompts": 6, "input_len": 8, "output_len": 3}
@@ -331,8 +331,9 @@ def test_a_run_left_running_by_an_earlier_process_reads_as_failed(make_client: M
     first = make_client(controller=False)
     store = BenchStore(first.app.state.store.engine)
     run = store.create("solo", 1, {"shape": "colocated x1"}, {"rates": [1.0]}, 10, "alice")
-    first.app.state.bench_runs = None  # as if this process had just started on the file
-    answer = first.get(f"/api/bench/{run.id}").json()
+    # A process started on the file: its lifespan marks what nothing watches any more.
+    second = make_client(controller=False, db=first.app.state.settings.db)
+    answer = second.get(f"/api/bench/{run.id}").json()
     assert answer["status"] == "failed"
     assert answer["error"] == "the control plane restarted during the run"
 

@@ -11,10 +11,10 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
+from state.bench_store import BenchStore, snapshot
 from tests.specs import colocated, moriio_1p1d, spec
 from tests.web.conftest import AS_OPERATOR, AS_VIEWER, MakeClient
 from tests.web.test_bench_api import FakeController
-from web.bench_store import BenchStore, snapshot
 
 HX = {"HX-Request": "true"}
 
@@ -86,11 +86,11 @@ def test_bad_form_fields_get_their_message(app: TestClient) -> None:
     assert 'value="1,x"' in response.text  # what was typed stays
 
 
-def test_a_refusal_is_a_message_in_the_panel(app: TestClient) -> None:
+def test_a_refusal_is_the_notice_and_the_panel_stays(app: TestClient) -> None:
     response = app.post("/deployments/solo/bench", headers=HX, data={"rates": "2"})
-    assert response.status_code == 200
+    assert response.status_code == 409 and response.headers["hx-retarget"] == "#notice"
     assert "deployment &#39;solo&#39; is not running" in response.text
-    assert 'id="bench-form"' in response.text
+    assert 'id="bench-form"' not in response.text
 
 
 def test_a_viewer_sees_the_panel_but_cannot_start(make_client: MakeClient) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from state.store import Current
 from tests.specs import colocated, spec
 from web.bench_request import GRACE_S, BenchRequest, bench_argv
-from web.store import Current
 
 
 def current(**over: object) -> Current:

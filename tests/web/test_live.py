@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from observe.history import History
+from state.history import History
 from tests.specs import nixl_1p1d
 from tests.web.conftest import AS_VIEWER, MakeClient
 

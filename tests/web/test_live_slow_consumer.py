@@ -23,9 +23,9 @@ from websockets.sync.client import connect
 
 from harness.processes import free_port, http_post
 from observe.scraper import DEFAULT_WINDOW, frame_topic
+from state.hub import Hub
 from tests.specs import nixl_1p1d
 from web.app import create_app
-from web.hub import Hub
 from web.settings import Settings
 
 pytestmark = pytest.mark.e2e

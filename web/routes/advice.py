@@ -17,13 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from observe import signals
 from observe.frames import WINDOW_SECONDS, WINDOWS
-from observe.history import History
 from observe.scraper import DEFAULT_WINDOW, kv_bytes_per_token
+from state.history import History
+from state.store import Store
 from web import htmx
 from web.deps import StoreDep
 from web.errors import NotFound
 from web.routes.page_common import PageActor, page_context
-from web.store import Store
 
 router = APIRouter(tags=["advice"])  # under /api, behind a token
 page_router = APIRouter(tags=["pages"], include_in_schema=False)
@@ -35,7 +35,7 @@ MAX_RESULTS = 200
 def live(request: Request, store: Store, name: str, window: str) -> dict[str, Any]:
     """Advice from the deployment's latest frame and the history of that window."""
     spec = store.get(name).spec  # NotFound: 404
-    observer = getattr(request.app.state, "observer", None)
+    observer = request.app.state.observer
     frame = observer.frame(name, window) if observer is not None else None
     points = (
         History(store.engine).read(name, time.time() - WINDOW_SECONDS[window])

@@ -10,15 +10,14 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, FastAPI, Path, Query, Request, status
 from pydantic import BaseModel, Field
 
+from state.models import BenchRun
+from state.store import Current
 from web import bench_compare
 from web.bench_request import BenchRequest
 from web.bench_runs import BenchRuns
-from web.bench_store import BenchStore
 from web.deps import Operator, StoreDep
 from web.errors import Conflict, PdctlError
-from web.models import BenchRun
 from web.routes.lifecycle import Unavailable
-from web.store import Current
 
 router = APIRouter(tags=["bench"])
 MAX_COMPARE = 12
@@ -85,14 +84,9 @@ class CompareOut(BaseModel):
 
 
 def bench_runs(app: FastAPI) -> BenchRuns:
-    """The app's runs, made on first use (it marks rows an earlier process left running)."""
-    runs = getattr(app.state, "bench_runs", None)
-    if runs is None:
-        store = app.state.store
-        runs = app.state.bench_runs = BenchRuns(
-            BenchStore(store.engine), store.record, lambda name: store.get(name).revision
-        )
-    return runs
+    """The app's runs (built in its lifespan, which marks rows an earlier process left
+    running)."""
+    return app.state.bench_runs
 
 
 def check_serving(request: Request, current: Current) -> None:
@@ -110,8 +104,8 @@ def check_serving(request: Request, current: Current) -> None:
     switches = controller.switches.history(name)
     if switches and switches[-1].state == "running":
         raise Conflict(f"a mode switch of {name!r} is under way: bench after it ends")
-    load = getattr(request.app.state, "load_runs", None)
-    if load is not None and load.busy(name):
+    load = request.app.state.load_runs
+    if load.busy(name):
         raise Conflict(f"the dashboard's load run is going against {name!r}: stop it first")
 
 

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Query, Request, status
 from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 
+from state.store import Current
 from web import bench_compare, htmx
 from web.auth import Actor
 from web.bench_request import MAX_ARRIVALS_S, MAX_PROMPTS, MAX_RATE, BenchRequest
@@ -20,7 +21,6 @@ from web.deps import StoreDep
 from web.errors import Forbidden, NotFound, PdctlError
 from web.routes.bench import bench_runs, compare_runs, parse_ids, start_run
 from web.routes.page_common import PageActor, page_context
-from web.store import Current
 
 router = APIRouter(tags=["pages"], include_in_schema=False)
 PANEL = "bench_panel.html"

@@ -14,7 +14,9 @@ from pydantic import ValidationError
 from controller.deployment import DeploymentSpec
 from controller.redact import UNCHANGED, holds_mask, redact_spec, restore_secrets
 from controller.validation import Problem
-from web import finite, htmx
+from domain import finite
+from domain.finite import json_safe
+from web import htmx
 from web.auth import Actor
 from web.deployment_form import (
     CONNECTOR_CHOICES,
@@ -42,7 +44,6 @@ from web.errors import (
     StaleRevision,
     Unreadable,
 )
-from web.finite import json_safe
 from web.routes.page_common import (
     PageActor,
     error_page,

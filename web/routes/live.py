@@ -21,13 +21,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, WebSocket, WebSocketDisconnect
 
 from observe.frames import WINDOWS
-from observe.history import History
 from observe.scraper import DEFAULT_WINDOW, event_topic, frame_topic
+from state.history import History
+from state.hub import Hub, encode
 from web.auth import COOKIE, TokenBook, TooManyAttempts, bearer
 from web.deps import StoreDep
 from web.device import DEVICE_COOKIE
 from web.errors import NotFound
-from web.hub import Hub, encode
 
 router = APIRouter(tags=["live"])  # under /api, behind a token
 ws_router = APIRouter(tags=["live"])
@@ -85,7 +85,7 @@ async def live(
         await ws.send_text(
             encode({"type": "history", "deployment": name, "window": window, "points": points})
         )
-        observer = getattr(app.state, "observer", None)
+        observer = app.state.observer
         frame = observer.frame(name, window) if observer is not None else None
         if frame is not None:
             await ws.send_text(encode(frame))

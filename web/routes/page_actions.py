@@ -11,7 +11,8 @@ from pydantic import ValidationError
 
 from controller.supervisor import SupervisorError
 from controller.switch_plan import SwitchRejected
-from web import finite, htmx
+from domain import finite
+from web import htmx
 from web.deployment_form import errors_at_fields, pydantic_detail
 from web.deps import StoreDep
 from web.errors import NotFound, PdctlError
@@ -131,7 +132,7 @@ async def load_start(
             await runs.stop(name)
         elif runs.busy(name):
             error = "a load run is already going: stop it first"
-        elif (bench := getattr(request.app.state, "bench_runs", None)) and bench.busy(name):
+        elif request.app.state.bench_runs.busy(name):
             error = "a bench run is going against this deployment: stop it first"
         else:
             rate = _float(form.get("rate"), 8.0, "rate")

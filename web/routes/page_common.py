@@ -8,11 +8,11 @@ from typing import Annotated, Any
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.responses import HTMLResponse
 
+from state.store import Current
 from web import htmx
 from web.auth import Actor
 from web.deps import StoreDep, current_actor
 from web.errors import Forbidden, NotFound, PdctlError, Unauthorized, Unreadable
-from web.store import Current
 
 STATIC_FILES = {
     "htmx": f"htmx-{htmx.HTMX_VERSION}.min.js",

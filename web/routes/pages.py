@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from controller.deployment import DeploymentSpec
+from state.store import Current
 from web import htmx
 from web.auth import Actor
 from web.demo import DEMO_NAME
@@ -24,7 +25,6 @@ from web.routes.page_common import (
     page_context,
 )
 from web.schemas import EventOut
-from web.store import Current
 
 router = APIRouter(tags=["pages"], include_in_schema=False)
 _STOPPED = ("STOPPED", "EXITED")
@@ -96,11 +96,8 @@ def _modes(spec: DeploymentSpec) -> list[str]:
 
 
 def load_runs(request: Request) -> LoadRuns:
-    """The app's load runs, made on first use."""
-    runs = getattr(request.app.state, "load_runs", None)
-    if runs is None:
-        runs = request.app.state.load_runs = LoadRuns()
-    return runs
+    """The app's load runs (built in its lifespan)."""
+    return request.app.state.load_runs
 
 
 def deployment_context(

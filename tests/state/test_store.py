@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from controller.ports import AllocatedPorts
+from state import migrate
+from state.db import create_engine
+from state.store import Store
 from tests.specs import colocated, edited, moriio_1p1d, nixl_1p1d, spec
-from web import migrate
 from web.admission import Admission
-from web.db import create_engine
 from web.errors import Conflict
-from web.store import Store
 
 
 @pytest.fixture

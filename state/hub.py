@@ -3,6 +3,9 @@ producer. Messages are serialized once, on publish, and shared by every subscrib
 
 A full queue drops its oldest droppable message (a chart frame: the next one supersedes it),
 and only when it holds nothing droppable (a burst of events), its oldest message.
+
+Subscriptions belong to one event loop (`bind`); `publish_threadsafe` is for producers on
+other threads (the store, written from FastAPI's thread pool).
 """
 
 from __future__ import annotations
@@ -58,6 +61,11 @@ class Hub:
     def __init__(self, queue_size: int = 16) -> None:
         self.queue_size = queue_size
         self._topics: dict[str, set[Subscription]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The loop the subscribers wait on: publishes from other threads are handed to it."""
+        self._loop = loop
 
     def subscribe(self, topics: Iterable[str]) -> Subscription:
         sub = Subscription(self, frozenset(topics), self.queue_size)
@@ -87,6 +95,25 @@ class Hub:
         for sub in list(subs):
             sub.offer(text, droppable)
         return len(subs)
+
+    def publish_threadsafe(
+        self, topic: str, message: dict[str, Any] | str, droppable: bool = True
+    ) -> None:
+        """`publish` from any thread: serialized here, queued on the bound loop's thread."""
+        loop = self._loop
+        if loop is None or _running_loop() is loop:
+            self.publish(topic, message, droppable)
+            return
+        text = message if isinstance(message, str) else encode(message)
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(self.publish, topic, text, droppable)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def encode(message: dict[str, Any]) -> str:

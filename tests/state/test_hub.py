@@ -6,7 +6,7 @@ import asyncio
 import json
 import time
 
-from web.hub import Hub
+from state.hub import Hub
 
 
 def test_a_full_queue_drops_the_oldest_frame_and_keeps_events() -> None:

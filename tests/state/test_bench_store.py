@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from state.bench_store import BenchStore, snapshot
+from state.db import create_engine
 from tests.specs import colocated, moriio_1p1d, nixl_1p1d, spec
 from web import bench_compare
-from web.bench_store import BenchStore, snapshot
-from web.db import create_engine
 from web.errors import NotFound
 
 

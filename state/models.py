@@ -1,7 +1,8 @@
 """The SQLite tables (SQLModel). Alembic migrations in migrations/ are the only way they change.
 
 deployments  one row per live deployment; `revision` is the number of its current revision
-revisions    every change to a deployment: the whole spec and its allocated ports, who, why
+revisions    every change to a deployment: the whole spec and its allocated ports, who, why,
+             and its state (state/changes.py)
 events       everything an operator (or the controller) does; outlives deleted deployments
 history      observe/'s downsampled live frames
 bench_runs   `pdctl bench` runs started from the dashboard, with the revision they measured
@@ -53,6 +54,7 @@ class Revision(SQLModel, table=True):
     __tablename__ = "revisions"
     __table_args__ = (
         sa.UniqueConstraint("deployment_id", "number", name="uq_revisions_deployment_number"),
+        sa.Index("ix_revisions_deployment_state", "deployment_id", "state"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -69,6 +71,12 @@ class Revision(SQLModel, table=True):
     actor: str = Field(max_length=200, nullable=False)
     reason: str | None = Field(default=None, max_length=500)
     created_at: datetime = _ts()
+    # state/changes.py RevisionState: in_progress | applied | failed | rolled_back
+    state: str = Field(
+        default="applied",
+        max_length=16,
+        sa_column_kwargs={"server_default": "applied", "nullable": False},
+    )
 
 
 class Event(SQLModel, table=True):
@@ -113,7 +121,7 @@ class BenchRun(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     deployment: str = Field(max_length=40, nullable=False)  # a name, not a key: outlives it
     revision: int = Field(nullable=False)
-    topology: dict = Field(sa_type=sa.JSON, nullable=False)  # web/bench_store.py `snapshot`
+    topology: dict = Field(sa_type=sa.JSON, nullable=False)  # state/bench_store.py `snapshot`
     config: dict = Field(sa_type=sa.JSON, nullable=False)  # rates, prompts, lengths, SLOs
     status: str = Field(max_length=16, nullable=False)  # running | done | failed | stopped
     actor: str = Field(max_length=200, nullable=False)

@@ -9,16 +9,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from controller.deployment import DeploymentSpec, Role
-from web.errors import NotFound
-from web.models import BenchRun, utcnow
+from domain.modes import Role
+from state.errors import NotFound
+from state.models import BenchRun, utcnow
 
 RUNNING = "running"
 FINISHED = ("done", "failed", "stopped")
 
 
-def snapshot(spec: DeploymentSpec) -> dict[str, Any]:
-    """What about the deployment decides its curve: topology, connector, modes and P:D."""
+def snapshot(spec: Any) -> dict[str, Any]:
+    """What about the deployment (a controller.deployment.DeploymentSpec) decides its curve:
+    topology, connector, modes and P:D."""
     count = {role: sum(g.count for g in spec.groups if g.role == role) for role in Role}
     modes = sorted({g.mode.value for g in spec.groups if g.mode is not None})
     if spec.topology.value == "colocated":

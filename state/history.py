@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col, delete, select
 
-from web.models import HistoryPoint
+from state.models import HistoryPoint
 
 
 class History:
