@@ -92,7 +92,7 @@ class ConfigError(PdctlError):
     where = "body"  # what FastAPI puts first in loc: body, query
 
     def __init__(self, problems: Sequence[Problem]) -> None:
-        super().__init__("; ".join(p.msg for p in problems))
+        super().__init__("; ".join(_said(p) for p in problems))
         self.problems = list(problems)
 
     @classmethod
@@ -101,6 +101,11 @@ class ConfigError(PdctlError):
 
     def detail(self) -> object:
         return [{"loc": [self.where, *p.loc], "msg": p.msg, "type": p.type} for p in self.problems]
+
+
+def _said(problem: Problem) -> str:
+    field = ".".join(str(part) for part in problem.loc)
+    return f"{field}: {problem.msg}" if field else problem.msg
 
 
 class SpecInvalid(ConfigError):

@@ -9,11 +9,15 @@
     if (text) { clearTimeout(box._t); box._t = setTimeout(function () { box.hidden = true; }, 8000); }
   }
   window.pdctlNotice = notice;
+  // An error fragment (web/errors.py): the page's notice, retargeted to it. It is swapped
+  // whatever its status (5xx too) and stays an error, so nothing clears it at once.
+  function isErrorFragment(xhr) { return xhr.getResponseHeader("HX-Retarget") === "#notice"; }
   document.addEventListener("htmx:sendError", function () {
     notice("pdctl did not answer: is `pdctl serve` running? Retrying where the page polls.");
   });
   document.addEventListener("htmx:responseError", function (e) {
     var xhr = e.detail.xhr;
+    if (isErrorFragment(xhr)) return;
     if (xhr.status >= 500 || !xhr.responseText) {
       notice("The action failed: the server answered " + xhr.status + " " + xhr.statusText +
              ". Nothing on this page changed; see the event log or the server's log.");
@@ -25,6 +29,11 @@
   // A JSON error (from /api or a framework 4xx) reaching a fragment target: show its detail.
   document.addEventListener("htmx:beforeSwap", function (e) {
     var xhr = e.detail.xhr;
+    if (isErrorFragment(xhr)) {
+      e.detail.shouldSwap = true;
+      e.detail.isError = true;
+      return;
+    }
     var type = xhr.getResponseHeader("content-type") || "";
     if (type.indexOf("application/json") === 0) {
       e.detail.shouldSwap = false;

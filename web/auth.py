@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from web import device
-from web.errors import PdctlError
+from web.errors import TooManyRequests
 from web.ratelimit import FailureWindow
 from web.settings import Settings
 
@@ -51,8 +51,7 @@ class Actor:
 ANONYMOUS = Actor(Role.OPERATOR, None)
 
 
-class TooManyAttempts(PdctlError):
-    status = 429
+class TooManyAttempts(TooManyRequests):
     title = "Too many attempts"
 
     def __init__(self, retry_after: float) -> None:

@@ -12,13 +12,12 @@ any page with the cookie attached, so they are held to the same rule.
 
 from __future__ import annotations
 
-import html
 from urllib.parse import urlsplit
 
-from starlette.responses import HTMLResponse, Response
+from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from web.errors import Forbidden, response
+from web.errors import Forbidden, render
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 FETCH_SITES_ALLOWED = frozenset({"same-origin", "none"})
@@ -92,21 +91,7 @@ class CrossOriginProtection:
         elif scope["type"] == "websocket":
             await _close_websocket(why, receive, send)
         else:
-            await _answer(why, scope["path"], headers)(scope, receive, send)
-
-
-def _answer(why: str, path: str, headers: dict[str, str]) -> Response:
-    """JSON under /api and for clients that ask for it; an HTML fragment for the pages."""
-    wants_html = headers.get("hx-request") == "true" or (
-        not path.startswith("/api") and "text/html" in headers.get("accept", "")
-    )
-    if not wants_html:
-        return response(CrossOriginRefused(why))
-    return HTMLResponse(
-        f'<p role="alert" class="error">{html.escape(why)}</p>',
-        status_code=403,
-        headers={"Vary": "HX-Request"},
-    )
+            await render(Request(scope), CrossOriginRefused(why))(scope, receive, send)
 
 
 async def _close_websocket(why: str, receive: Receive, send: Send) -> None:

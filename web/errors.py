@@ -1,51 +1,43 @@
-"""The control plane's error tree, turned into JSON `{"detail": ...}` in one place (`install`).
+"""The web's leaves of pdctl's error tree (domain/errors.py documents the whole tree) and the
+one renderer: every error, raised by a route, a dependency, FastAPI's validation or a
+middleware, is answered by `render`, in the format the client asked for:
 
-    PdctlError              500  anything the control plane itself cannot do
-     +- BadRequest          400  a header the API reads, malformed (If-Match)
-     +- HostRefused         400  a Host not allowed without tokens (web/hosts.py)
-     +- Unauthorized        401  no token, or an unknown one (carries WWW-Authenticate)
-     +- Forbidden           403  a viewer token asking to change something
-     +- NotFound            404  no such deployment, revision
-     +- Conflict            409  a name already taken, a port range with no room left
-     |   +- Unreadable      409  a stored revision today's rules cannot read (replace it)
-     |   +- StaleRevision   409  an edit based on a revision that is no longer current
-     +- TooLarge            413  a request body over the configured limit
-     +- NotJson             415  a request body the API reads, sent as something else than JSON
-     +- SpecInvalid         422  rules broken in a deployment spec; FastAPI's 422 shape
+- an htmx request (`HX-Request`): an error fragment, the page's notice, swapped in place of
+  the one the page has (`HX-Retarget: #notice`), so the region that asked stays as it was;
+- a client preferring `application/json` (`Accept`), or one stating no preference of a
+  route that is not a page (the API, /metrics): `{"detail": ...}`, a message, or FastAPI's
+  422 items naming each field;
+- a client preferring `text/html` (a browser), or one stating none of a page: the error page.
 
-Route code raises these; nothing else builds error responses.
+Forms are not errors: a form answers its own 422 with each problem at its field.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from http import HTTPStatus
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException
+from starlette.responses import HTMLResponse, JSONResponse, Response
 
-from controller.validation import Problem
-
-
-class PdctlError(Exception):
-    status = 500
-    title = "Internal error"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-    def detail(self) -> object:
-        return self.message
-
-    def headers(self) -> dict[str, str]:
-        return {}
-
-
-class BadRequest(PdctlError):
-    status = 400
-    title = "Bad request"
+from domain.errors import (  # noqa: F401  (the tree's branches, importable from the web)
+    BadRequest,
+    ConfigError,
+    Conflict,
+    InvalidTransition,
+    NotFound,
+    PdctlError,
+    Problem,
+    SpecInvalid,
+    TooManyRequests,
+    Unavailable,
+    UpstreamError,
+    UpstreamTimeout,
+)
+from state.errors import ChangeInProgress, StaleRevision, Unreadable  # noqa: F401
+from web import htmx
 
 
 class Unauthorized(PdctlError):
@@ -61,38 +53,6 @@ class Forbidden(PdctlError):
     title = "Forbidden"
 
 
-class NotFound(PdctlError):
-    status = 404
-    title = "Not found"
-
-
-class Conflict(PdctlError):
-    status = 409
-    title = "Conflict"
-
-
-class Unreadable(Conflict):
-    title = "Stored revision cannot be read"
-
-    def __init__(self, name: str, revision: int, field: str, why: str) -> None:
-        super().__init__(
-            f"deployment {name!r} revision {revision} as stored cannot be read ({field}: "
-            f"{why}); replace it (PUT /api/deployments/{name} or the edit form) or delete it"
-        )
-        self.name, self.revision = name, revision
-
-
-class StaleRevision(Conflict):
-    title = "Edited from an old revision"
-
-    def __init__(self, message: str, current: int) -> None:
-        super().__init__(message)
-        self.current = current
-
-    def headers(self) -> dict[str, str]:
-        return {"ETag": f'"{self.current}"'}
-
-
 class TooLarge(PdctlError):
     status = 413
     title = "Request body too large"
@@ -103,17 +63,38 @@ class NotJson(PdctlError):
     title = "Unsupported media type"
 
 
-class SpecInvalid(PdctlError):
-    status = 422
-    title = "Invalid deployment"
+class RequestInvalid(PdctlError):
+    """FastAPI's own 422 (a parameter or body its models refuse), as the tree's."""
 
-    def __init__(self, problems: Sequence[Problem]) -> None:
-        super().__init__("; ".join(p.msg for p in problems))
-        self.problems = list(problems)
+    status = 422
+    title = "Invalid request"
+
+    def __init__(self, items: list[dict]) -> None:
+        super().__init__("; ".join(f"{_where(i['loc'])}{i['msg']}" for i in items))
+        self.items = items
 
     def detail(self) -> object:
-        # The same items FastAPI puts in its own 422s: loc starts at "body".
-        return [{"loc": ["body", *p.loc], "msg": p.msg, "type": p.type} for p in self.problems]
+        return self.items
+
+
+class HttpError(PdctlError):
+    """A framework HTTPException (an unknown path, a method not allowed), as the tree's."""
+
+    def __init__(self, exc: HTTPException) -> None:
+        super().__init__(str(exc.detail))
+        self.status, self.title = exc.status_code, HTTPStatus(exc.status_code).phrase
+        self._detail, self._headers = exc.detail, dict(exc.headers or {})
+
+    def detail(self) -> object:
+        return self._detail
+
+    def headers(self) -> dict[str, str]:
+        return self._headers
+
+
+def _where(loc: list) -> str:
+    field = ".".join(str(p) for p in loc if p not in ("body", "query", "path"))
+    return f"{field}: " if field else ""
 
 
 class ErrorOut(BaseModel):
@@ -140,26 +121,89 @@ API_RESPONSES: dict[int | str, dict] = {
 
 
 def response(error: PdctlError) -> JSONResponse:
+    """The JSON answer: `{"detail": ...}` with the error's status and headers."""
     return JSONResponse(
         {"detail": error.detail()}, status_code=error.status, headers=error.headers()
     )
 
 
-async def _handle(request: Request, exc: Exception) -> JSONResponse:
-    if not isinstance(exc, PdctlError):  # registered for PdctlError only
-        raise exc
-    return response(exc)
+def wants(request: Request) -> str:
+    """ "fragment", "json" or "page": what this client should get for an error."""
+    if htmx.is_htmx(request):
+        return "fragment"
+    accept = _accepted(request.headers.get("accept", ""))
+    html, json = accept.get("text/html", 0.0), accept.get("application/json", 0.0)
+    if html != json:
+        return "page" if html > json else "json"
+    return "page" if _serves_html(request) else "json"
 
 
-async def _invalid(request: Request, exc: Exception) -> JSONResponse:
-    """FastAPI's 422 items without `input` and `ctx`: an input echoed back can be NaN (which
-    JSON cannot carry: FastAPI's own handler then fails with a 500), megabytes, or a secret."""
-    if not isinstance(exc, RequestValidationError):  # registered for it only
-        raise exc
-    items = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
-    return JSONResponse({"detail": items}, status_code=422)
+def _serves_html(request: Request) -> bool:
+    """True when the route that took the request answers HTML (a page, not the API)."""
+    kind = getattr(request.scope.get("route"), "response_class", None)
+    kind = getattr(kind, "value", kind)  # FastAPI's DefaultPlaceholder around JSONResponse
+    return isinstance(kind, type) and issubclass(kind, HTMLResponse)
+
+
+def _accepted(header: str) -> dict[str, float]:
+    """Each media type of an Accept header with its q (wildcards give their q to the types
+    they cover, when those are not named)."""
+    named: dict[str, float] = {}
+    wildcard = 0.0
+    for part in header.split(","):
+        media, *params = (p.strip() for p in part.split(";"))
+        q = next((_q(p[2:]) for p in params if p.startswith("q=")), 1.0)
+        if media in ("*/*", "text/*", "application/*"):
+            wildcard = max(wildcard, q)
+        elif media:
+            named[media.lower()] = q
+    return {t: named.get(t, wildcard) for t in ("text/html", "application/json")}
+
+
+def _q(raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        return 0.0
+
+
+def render(request: Request, error: PdctlError) -> Response:
+    """The one place an error becomes a response."""
+    kind = wants(request)
+    if kind == "json":
+        return response(error)
+    context = {
+        "static": htmx.STATIC_FILES,
+        "actor": getattr(request.state, "actor", None),
+        "auth": request.app.state.tokens.enabled,
+        "title": error.title,
+        "message": error.message,
+        "status": error.status,
+    }
+    if kind == "fragment":
+        answer = htmx.fragment(request, "error.html", "notice", context, error.status)
+        htmx.retarget(answer, "#notice", "outerHTML")
+    else:
+        answer = htmx.page(request, "error.html", context, error.status)
+    answer.headers.update(error.headers())
+    return answer
+
+
+async def _handle(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, PdctlError):
+        return render(request, exc)
+    if isinstance(exc, RequestValidationError):
+        # Without `input` and `ctx`: an input echoed back can be NaN (which JSON cannot carry:
+        # FastAPI's own handler then fails with a 500), megabytes, or a secret.
+        items = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+        return render(request, RequestInvalid(items))
+    if isinstance(exc, HTTPException):
+        if exc.status_code < 400:  # a redirect (to /login): no body to render
+            return Response(status_code=exc.status_code, headers=exc.headers)
+        return render(request, HttpError(exc))
+    raise exc  # registered for the three above only
 
 
 def install(app: FastAPI) -> None:
-    app.add_exception_handler(PdctlError, _handle)
-    app.add_exception_handler(RequestValidationError, _invalid)
+    for kind in (PdctlError, RequestValidationError, HTTPException):
+        app.add_exception_handler(kind, _handle)

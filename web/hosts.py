@@ -8,19 +8,16 @@ Host. Refused: HTTP 400 saying so; a websocket is accepted and closed with 4421.
 
 from __future__ import annotations
 
-import html
-
-from starlette.responses import HTMLResponse, Response
+from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from web.errors import PdctlError, response
+from web.errors import BadRequest, render
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 WS_REFUSED = 4421  # websocket close code: a Host this server does not answer to
 
 
-class HostRefused(PdctlError):
-    status = 400
+class HostRefused(BadRequest):
     title = "Host not allowed"
 
 
@@ -70,10 +67,4 @@ class HostAllowlist:
             reason = why.encode()[:120].decode(errors="ignore")
             await send({"type": "websocket.close", "code": WS_REFUSED, "reason": reason})
         else:
-            await _answer(why, scope["path"], headers)(scope, receive, send)
-
-
-def _answer(why: str, path: str, headers: dict[bytes, bytes]) -> Response:
-    if path.startswith("/api") or b"text/html" not in headers.get(b"accept", b""):
-        return response(HostRefused(why))
-    return HTMLResponse(f'<p role="alert" class="error">{html.escape(why)}</p>', 400)
+            await render(Request(scope), HostRefused(why))(scope, receive, send)

@@ -19,6 +19,12 @@ from starlette.responses import HTMLResponse
 HTMX_VERSION = "2.0.11"
 HTMX_WS_VERSION = "2.0.4"
 UPLOT_VERSION = "1.6.9"
+STATIC_FILES = {  # what base.html loads, by the pinned versions above
+    "htmx": f"htmx-{HTMX_VERSION}.min.js",
+    "htmx_ws": f"htmx-ext-ws-{HTMX_WS_VERSION}.min.js",
+    "uplot": f"uPlot-{UPLOT_VERSION}.iife.min.js",
+    "uplot_css": f"uPlot-{UPLOT_VERSION}.min.css",
+}
 
 
 def is_htmx(request: Request) -> bool:

@@ -6,9 +6,10 @@ an error raised mid-read inside FastAPI would become its generic 400.
 
 from __future__ import annotations
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from web.errors import TooLarge, response
+from web.errors import TooLarge, render
 
 
 class BodyLimit:
@@ -19,7 +20,9 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        too_large = response(TooLarge(f"request body larger than {self.max_bytes} bytes"))
+        too_large = render(
+            Request(scope), TooLarge(f"request body larger than {self.max_bytes} bytes")
+        )
         headers = dict(scope["headers"])
         length = headers.get(b"content-length")
         if length is not None:
