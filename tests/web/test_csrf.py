@@ -113,7 +113,7 @@ def test_a_cross_site_form_post_gets_an_html_message(signed_in: TestClient) -> N
     htmx = signed_in.post(
         "/deployments/pd/actions/stop", headers={**CROSS_SITE, "HX-Request": "true"}
     )
-    assert htmx.status_code == 403 and '<p role="alert" class="error">' in htmx.text
+    assert htmx.status_code == 403 and htmx.text.startswith('<div id="notice" role="alert"')
 
 
 def test_the_origin_is_escaped_in_the_html_message(signed_in: TestClient) -> None:

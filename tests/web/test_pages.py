@@ -213,14 +213,14 @@ def test_topology_fragment_shows_groups_instances_ports_and_state(client):
     assert 'hx-swap-oob="innerHTML:#state-badge"' in html
 
 
-def test_an_action_that_fails_comes_back_as_a_message(client):
+def test_an_action_that_fails_comes_back_as_the_notice_with_its_status(client):
     client.post("/api/deployments", json=moriio())
     response = client.post("/deployments/mori/actions/stop", headers=HX)
-    assert response.status_code == 200 and response.headers["hx-trigger"] == "pd-refresh"
-    assert 'class="flash error" role="alert"' in response.text
+    assert response.status_code == 409 and response.headers["hx-retarget"] == "#notice"
+    assert response.text.startswith('<div id="notice" role="alert"')
     assert "has not been started" in response.text
     response = client.post("/deployments/mori/actions/explode", headers=HX)
-    assert "no action &#39;explode&#39;" in response.text
+    assert response.status_code == 404 and "no action &#39;explode&#39;" in response.text
 
 
 def test_switch_needs_a_reason_and_says_why_it_is_refused(client):

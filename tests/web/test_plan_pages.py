@@ -81,13 +81,14 @@ def test_bad_fields_come_back_at_the_fields_with_a_422(pages):
     assert "needs 72 GPUs, the node has 8" in field_errors(too_big.text)["configs"]
 
 
-def test_a_busy_planner_is_said_at_the_top_of_the_form(pages):
+def test_a_busy_planner_is_said_in_the_notice_with_retry_after(pages):
     pages.app.state.plan_running = True
     try:
         response = pages.get("/plan", params=SMALL, headers=HX)
     finally:
         pages.app.state.plan_running = False
-    assert response.status_code == 422 and "already running" in response.text
+    assert response.status_code == 429 and "already running" in response.text
+    assert response.headers["retry-after"] == "5" and response.headers["hx-retarget"] == "#notice"
 
 
 def test_the_kv_page_shows_llama_70b_10k_tokens_at_about_3_3_gb(pages):

@@ -22,7 +22,6 @@ from state.history import History
 from state.store import Store
 from web import htmx
 from web.deps import StoreDep
-from web.errors import NotFound
 from web.routes.page_common import PageActor, page_context
 
 router = APIRouter(tags=["advice"])  # under /api, behind a token
@@ -201,13 +200,5 @@ def advice_fragment(
 ) -> HTMLResponse:
     """The advisor panel's content; the whole of _advice.html is the fragment."""
     window = window if window in WINDOWS else DEFAULT_WINDOW
-    try:
-        ctx = page_context(request, actor, advice=live(request, store, name, window), error=None)
-    except NotFound as exc:
-        return htmx.page(
-            request,
-            "_advice.html",
-            page_context(request, actor, advice=None, error=exc.message),
-            404,
-        )
-    return htmx.page(request, "_advice.html", ctx)
+    ctx = page_context(request, actor, advice=live(request, store, name, window))
+    return htmx.page(request, "_advice.html", ctx)  # NotFound: web/errors.py answers it

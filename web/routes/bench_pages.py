@@ -2,7 +2,7 @@
 runs to tick for comparison) and /bench/compare, which overlays runs as curves.
 
 They call the same code as /api/.../bench (web/routes/bench.py), so a page shows what the API
-would answer; errors come back as a message in the panel.
+would answer; a refusal is an error (web/errors.py answers the page's notice).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from web import bench_compare, htmx
 from web.auth import Actor
 from web.bench_request import MAX_ARRIVALS_S, MAX_PROMPTS, MAX_RATE, BenchRequest
 from web.deps import StoreDep
-from web.errors import Forbidden, NotFound, PdctlError
+from web.errors import Forbidden, NotFound
 from web.routes.bench import bench_runs, compare_runs, parse_ids, start_run
 from web.routes.page_common import PageActor, page_context
 
@@ -73,7 +73,7 @@ def _panel_context(
 
 
 def _current(store: StoreDep, name: str) -> Current:
-    return store.get(name)  # NotFound: a JSON 404, which pdctl.js shows as a notice
+    return store.get(name)  # NotFound: web/errors.py answers the notice (htmx) or a page
 
 
 @router.get("/deployments/{name}/bench", response_class=HTMLResponse)
@@ -99,19 +99,17 @@ async def start_from_form(
     current = _current(store, name)
     form = {k: str((await request.form()).get(k, "")).strip() for k in FORM_FIELDS}
     errors: dict[str, list[str]] = {}
-    message = None
+    if not actor.may_change:  # refusals are errors: web/errors.py answers the notice
+        raise Forbidden(f"{actor.label} may only read; a bench run needs an operator")
     try:
-        if not actor.may_change:
-            raise Forbidden(f"{actor.label} may only read; a bench run needs an operator")
         body = BenchRequest.model_validate({k: v for k, v in form.items() if v != ""})
-        await start_run(request, current, body, actor.label)
-    except ValidationError as exc:
+    except ValidationError as exc:  # the form's own 422: each problem at its field
         for error in exc.errors(include_url=False):
             field = str(error["loc"][0]) if error["loc"] else ""
             errors.setdefault(field, []).append(error["msg"])
-    except PdctlError as exc:
-        message = exc.message
-    ctx = _panel_context(request, actor, current, form=form, errors=errors, bench_error=message)
+    else:
+        await start_run(request, current, body, actor.label)
+    ctx = _panel_context(request, actor, current, form=form, errors=errors)
     code = status.HTTP_422_UNPROCESSABLE_CONTENT if errors else status.HTTP_200_OK
     return htmx.fragment(request, PANEL, ("current", "runs_oob"), ctx, code)
 
@@ -122,17 +120,13 @@ async def stop_from_form(
 ) -> HTMLResponse:
     current = _current(store, name)
     runs = bench_runs(request.app)
-    message = None
-    try:
-        if not actor.may_change:
-            raise Forbidden(f"{actor.label} may only read; stopping a run needs an operator")
-        run_id = runs.current(name)
-        if run_id is None:
-            raise NotFound(f"no bench run of {name!r} is going")
-        await runs.stop(run_id, actor.label)
-    except PdctlError as exc:
-        message = exc.message
-    ctx = _panel_context(request, actor, current, bench_error=message)
+    if not actor.may_change:
+        raise Forbidden(f"{actor.label} may only read; stopping a run needs an operator")
+    run_id = runs.current(name)
+    if run_id is None:
+        raise NotFound(f"no bench run of {name!r} is going")
+    await runs.stop(run_id, actor.label)
+    ctx = _panel_context(request, actor, current)
     return htmx.fragment(request, PANEL, ("current", "runs_oob"), ctx)
 
 
@@ -146,18 +140,10 @@ def compare_page(
     """`?ids=1,2,3` (links) or `?id=1&id=2` (the panel's checkboxes)."""
     ticked = [str(i) for i in sorted(picked or [])]  # the panel's boxes: oldest run first
     wanted = ticked + [p for p in (ids or "").split(",") if p.strip()]
-    try:
-        if not wanted or not all(p.strip().isdigit() for p in wanted):
-            raise NotFound("pick runs to compare: /bench/compare?ids=1,2 (run ids)")
-        curves = [
-            bench_compare.curve(r)
-            for r in compare_runs(request, parse_ids(",".join(p.strip() for p in wanted)))
-        ]
-    except PdctlError as exc:
-        return htmx.page(
-            request,
-            "error.html",
-            page_context(request, actor, title=exc.title, message=exc.message),
-            exc.status,
-        )
+    if not wanted or not all(p.strip().isdigit() for p in wanted):
+        raise NotFound("pick runs to compare: /bench/compare?ids=1,2 (run ids)")
+    curves = [
+        bench_compare.curve(r)
+        for r in compare_runs(request, parse_ids(",".join(p.strip() for p in wanted)))
+    ]
     return htmx.page(request, "bench_compare.html", page_context(request, actor, curves=curves))

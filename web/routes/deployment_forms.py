@@ -13,7 +13,6 @@ from pydantic import ValidationError
 
 from controller.deployment import DeploymentSpec
 from controller.redact import UNCHANGED, holds_mask, redact_spec, restore_secrets
-from controller.validation import Problem
 from domain import finite
 from domain.finite import json_safe
 from web import htmx
@@ -36,17 +35,9 @@ from web.deployment_form import (
     values_from_spec,
 )
 from web.deps import StoreDep
-from web.errors import (
-    Forbidden,
-    NotFound,
-    PdctlError,
-    SpecInvalid,
-    StaleRevision,
-    Unreadable,
-)
+from web.errors import PdctlError, Problem, SpecInvalid, StaleRevision, Unreadable
 from web.routes.page_common import (
     PageActor,
-    error_page,
     page_context,
     require_operator,
 )
@@ -100,14 +91,12 @@ async def create_from_form(
 
 @router.get("/deployments/{name}/edit", response_class=HTMLResponse)
 def edit_form(name: str, request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
+    require_operator(actor)  # Forbidden, NotFound: web/errors.py answers the page
+    stored = store.stored(name)  # as stored: an unreadable one is fixed here
     try:
-        require_operator(actor)
-        stored = store.stored(name)  # as stored: an unreadable one is fixed here
         store.get(name)
     except Unreadable as exc:
         problem = [exc.message]
-    except PdctlError as exc:
-        return error_page(request, actor, exc)
     else:
         problem = []
     shown = redact_spec(json_safe(stored.spec), UNCHANGED)
@@ -120,14 +109,8 @@ def edit_form(name: str, request: Request, store: StoreDep, actor: PageActor) ->
 async def update_from_form(
     name: str, request: Request, store: StoreDep, actor: PageActor
 ) -> HTMLResponse | RedirectResponse:
-    try:
-        require_operator(actor)
-    except Forbidden as exc:
-        return error_page(request, actor, exc)
-    try:
-        store.stored(name)  # there, even if unreadable: saving the form is the fix
-    except NotFound as exc:
-        return error_page(request, actor, exc)
+    require_operator(actor)
+    store.stored(name)  # there, even if unreadable: saving the form is the fix
     return await _submit(request, store, actor, name)
 
 

@@ -9,15 +9,14 @@ from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 
-from controller.supervisor import SupervisorError
-from controller.switch_plan import SwitchRejected
 from domain import finite
 from web import htmx
+from web.bench_runs import BenchStartFailed
 from web.deployment_form import errors_at_fields, pydantic_detail
 from web.deps import StoreDep
-from web.errors import NotFound, PdctlError
+from web.errors import ConfigError, Conflict, NotFound
 from web.routes import lifecycle
-from web.routes.page_common import PageActor, deployment_or_404, page_context, require_operator
+from web.routes.page_common import PageActor, deployment_or_404, require_operator
 from web.routes.pages import deployment_context, load_runs
 
 router = APIRouter(tags=["pages"], include_in_schema=False)
@@ -31,15 +30,11 @@ async def lifecycle_action(
     current = deployment_or_404(store, name)
     form = await request.form()
     reason = str(form.get("reason", "")).strip()[:500] or None
-    message, ok = f"{action}: requested", True
-    try:
-        require_operator(actor)
-        if action not in ACTIONS:
-            raise NotFound(f"no action {action!r}; known: {', '.join(ACTIONS)}")
-        await getattr(lifecycle, action)(name, request, store, actor, reason=reason)
-    except (PdctlError, SupervisorError, SwitchRejected) as exc:
-        message, ok = _message(exc), False
-    ctx = deployment_context(request, actor, current, flash=message, flash_ok=ok)
+    require_operator(actor)  # refusals are errors: web/errors.py answers the notice
+    if action not in ACTIONS:
+        raise NotFound(f"no action {action!r}; known: {', '.join(ACTIONS)}")
+    await getattr(lifecycle, action)(name, request, store, actor, reason=reason)
+    ctx = deployment_context(request, actor, current, flash=f"{action}: requested", flash_ok=True)
     return htmx.fragment(
         request,
         "deployment.html",
@@ -76,16 +71,6 @@ async def switch_action(
             deployment_context(request, actor, current, switch_errors=errors, switch_form=form),
             status.HTTP_422_UNPROCESSABLE_CONTENT,
         )
-    except (PdctlError, SupervisorError) as exc:
-        return htmx.fragment(
-            request,
-            "deployment.html",
-            "switch_form",
-            deployment_context(
-                request, actor, current, switch_errors={"": [_message(exc)]}, switch_form=form
-            ),
-            status.HTTP_409_CONFLICT,
-        )
     ctx = deployment_context(request, actor, current, switch=record, switch_started=True)
     return htmx.fragment(
         request,
@@ -101,15 +86,7 @@ def switch_progress(
     name: str, switch_id: str, request: Request, store: StoreDep, actor: PageActor
 ) -> HTMLResponse:
     current = deployment_or_404(store, name)
-    try:
-        record = lifecycle.switch_status(name, switch_id, request, store)
-    except PdctlError as exc:
-        return htmx.fragment(
-            request,
-            "deployment.html",
-            "flash",
-            page_context(request, actor, flash=exc.message, flash_ok=False),
-        )
+    record = lifecycle.switch_status(name, switch_id, request, store)
     ctx = deployment_context(request, actor, current, switch=record)
     trigger = None if record["state"] == "running" else "pd-refresh"
     return htmx.fragment(request, "deployment.html", "switch_progress", ctx, trigger=trigger)
@@ -125,18 +102,17 @@ async def load_start(
     current = deployment_or_404(store, name)
     form = await request.form()
     runs = load_runs(request)
-    error = None
-    try:
-        require_operator(actor)
-        if form.get("action") == "stop":
-            await runs.stop(name)
-        elif runs.busy(name):
-            error = "a load run is already going: stop it first"
-        elif request.app.state.bench_runs.busy(name):
-            error = "a bench run is going against this deployment: stop it first"
-        else:
-            rate = _float(form.get("rate"), 8.0, "rate")
-            duration = _float(form.get("duration"), 30.0, "duration")
+    require_operator(actor)
+    if form.get("action") == "stop":
+        await runs.stop(name)
+    elif runs.busy(name):
+        raise Conflict("a load run is already going: stop it first")
+    elif request.app.state.bench_runs.busy(name):
+        raise Conflict("a bench run is going against this deployment: stop it first")
+    else:
+        rate = _float(form.get("rate"), 8.0, "rate")
+        duration = _float(form.get("duration"), 30.0, "duration")
+        try:
             await runs.start(
                 name,
                 f"http://127.0.0.1:{current.ports.proxy}",
@@ -145,11 +121,9 @@ async def load_start(
                 current.spec.slo.ttft_ms,
                 current.spec.slo.itl_ms,
             )
-    except PdctlError as exc:
-        error = exc.message
-    except OSError as exc:
-        error = f"could not start pdctl bench: {exc}"
-    ctx = deployment_context(request, actor, current, load_error=error)
+        except OSError as exc:
+            raise BenchStartFailed(f"could not start pdctl bench: {exc}") from None
+    ctx = deployment_context(request, actor, current)
     return htmx.fragment(request, "deployment.html", "load", ctx)
 
 
@@ -165,14 +139,5 @@ def _float(raw: object, default: float, field: str) -> float:
     except ValueError:
         return default
     if not math.isfinite(value):  # "nan" and "inf" parse, and would break the run's sums
-        raise NotFinite(f"{field}: {finite.MESSAGE.lower()}, not {raw}")
+        raise ConfigError.at((field,), f"{finite.MESSAGE.lower()}, not {raw}", finite.TYPE)
     return value
-
-
-class NotFinite(PdctlError):
-    status = 422
-    title = "Invalid number"
-
-
-def _message(exc: Exception) -> str:
-    return exc.message if isinstance(exc, PdctlError) else str(exc)

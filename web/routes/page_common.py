@@ -1,37 +1,33 @@
 """What every HTML page route shares: the signed-in actor (or a trip to /login), the context
-each template gets, and how a page says no."""
+each template gets; a page says no by raising (web/errors.py renders it)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request, status
-from fastapi.responses import HTMLResponse
 
 from state.store import Current
 from web import htmx
 from web.auth import Actor
 from web.deps import StoreDep, current_actor
-from web.errors import Forbidden, NotFound, PdctlError, Unauthorized, Unreadable
+from web.errors import Forbidden, Unauthorized
 
-STATIC_FILES = {
-    "htmx": f"htmx-{htmx.HTMX_VERSION}.min.js",
-    "htmx_ws": f"htmx-ext-ws-{htmx.HTMX_WS_VERSION}.min.js",
-    "uplot": f"uPlot-{htmx.UPLOT_VERSION}.iife.min.js",
-    "uplot_css": f"uPlot-{htmx.UPLOT_VERSION}.min.css",
-}
+STATIC_FILES = htmx.STATIC_FILES
 
 
 def page_actor(request: Request) -> Actor:
     """The signed-in actor; a browser without a valid cookie goes to the login page."""
     try:
-        return current_actor(request)
+        actor = current_actor(request)
     except Unauthorized:
         if htmx.is_htmx(request):
             raise HTTPException(
                 status.HTTP_401_UNAUTHORIZED, headers=htmx.redirect("/login")
             ) from None
         raise HTTPException(status.HTTP_303_SEE_OTHER, headers={"Location": "/login"}) from None
+    request.state.actor = actor  # for an error page this request may end with (web/errors.py)
+    return actor
 
 
 PageActor = Annotated[Actor, Depends(page_actor)]
@@ -53,22 +49,6 @@ def require_operator(actor: Actor) -> None:
         raise Forbidden(f"{actor.label} may only read; changes need an operator token")
 
 
-class PageError(HTTPException):
-    def __init__(self, error: PdctlError) -> None:
-        super().__init__(error.status, error.message)
-
-
 def deployment_or_404(store: StoreDep, name: str) -> Current:
-    try:
-        return store.get(name)
-    except (NotFound, Unreadable) as exc:
-        raise PageError(exc) from None
-
-
-def error_page(request: Request, actor: Actor, error: PdctlError) -> HTMLResponse:
-    return htmx.page(
-        request,
-        "error.html",
-        page_context(request, actor, title=error.title, message=error.message),
-        error.status,
-    )
+    """NotFound or Unreadable otherwise: web/errors.py answers a page or a fragment."""
+    return store.get(name)

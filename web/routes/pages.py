@@ -14,14 +14,12 @@ from web import htmx
 from web.auth import Actor
 from web.demo import DEMO_NAME
 from web.deps import StoreDep
-from web.errors import PdctlError
 from web.load import MAX_DURATION_S, MAX_RATE, LoadRuns
 from web.routes import events as events_api
 from web.routes import lifecycle
 from web.routes.page_common import (
     PageActor,
     deployment_or_404,
-    error_page,
     page_context,
 )
 from web.schemas import EventOut
@@ -183,10 +181,7 @@ def topology(current: Current, units: list[dict[str, Any]]) -> dict[str, Any]:
 
 @router.get("/deployments/{name}", response_class=HTMLResponse)
 def deployment_page(name: str, request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
-    try:
-        current = store.get(name)
-    except PdctlError as exc:  # no such deployment, or one whose stored revision is unreadable
-        return error_page(request, actor, exc)
+    current = store.get(name)  # NotFound, or Unreadable: web/errors.py answers the page
     events = [EventOut.of(e) for e in store.events(name, None, 50)]
     ctx = deployment_context(request, actor, current, events=events)
     return htmx.page(request, "deployment.html", ctx)
@@ -220,10 +215,7 @@ def commands_fragment(
     name: str, request: Request, store: StoreDep, actor: PageActor
 ) -> HTMLResponse:
     current = deployment_or_404(store, name)
-    try:
-        commands, error = lifecycle.commands(name, request, store), None
-    except PdctlError as exc:
-        commands, error = {}, exc.message
+    commands = lifecycle.commands(name, request, store)
     return htmx.fragment(
         request,
         "deployment.html",
@@ -232,7 +224,6 @@ def commands_fragment(
             request,
             actor,
             commands=commands,
-            error=error,
             simulated=current.spec.engine.value == "sim",
         ),
     )
@@ -248,13 +239,10 @@ def log_fragment(
     lines: Annotated[int, Query(ge=1, le=2000)] = 120,
 ) -> HTMLResponse:
     deployment_or_404(store, name)
-    try:
-        tail, error = lifecycle.log_tail(name, instance, request, store, lines)["lines"], None
-    except PdctlError as exc:
-        tail, error = [], exc.message
+    tail = lifecycle.log_tail(name, instance, request, store, lines)["lines"]
     return htmx.fragment(
         request,
         "deployment.html",
         "log",
-        page_context(request, actor, name=name, instance=instance, tail=tail, error=error),
+        page_context(request, actor, name=name, instance=instance, tail=tail),
     )

@@ -21,7 +21,7 @@ from domain import profiles
 from simulator.scenarios import SCENARIOS
 from web import htmx
 from web.deployment_form import errors_at_fields, pydantic_detail
-from web.errors import ErrorOut, PdctlError
+from web.errors import ErrorOut, TooManyRequests
 from web.plan_runner import MAX_ROWS, execute
 from web.plan_schema import MAX_PROMPTS, NAMED, PlanRequest
 from web.routes.page_common import PageActor, page_context
@@ -32,12 +32,9 @@ page_router = APIRouter(tags=["pages"], include_in_schema=False)
 SCENARIO_RATES = "0.5:10:0.5"
 
 
-class PlannerBusy(PdctlError):
-    status = 429
-    title = "Too many requests"
-
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": "5"}
+class PlannerBusy(TooManyRequests):
+    title = "A plan is running"
+    retry_after = 5
 
 
 async def run(request: Request, req: PlanRequest) -> dict[str, Any]:
@@ -120,8 +117,6 @@ async def plan_page(request: Request, actor: PageActor) -> HTMLResponse:
             )
         except RequestValidationError as exc:
             errors, general = errors_at_fields(exc.errors(), values)
-        except PlannerBusy as exc:
-            general = [exc.message]
     ctx = page_context(
         request,
         actor,
