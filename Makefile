@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run test test-vllm lint bench-core bench-sim bench-proxy bench-switch bench-plan-live chaos clean system-deps
+.PHONY: run test test-vllm lint bench-core bench-sim bench-proxy bench-switch bench-plan-live bench-events chaos clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -54,6 +54,11 @@ bench-plan-live: $(STAMP)
 
 bench-proxy: $(STAMP)
 	$(PY) -m benchmarks.bench_proxy
+
+# Store write -> websocket event, against the last commit that polled SQLite for events.
+EVENTS_BASELINE ?= 3696758
+bench-events: $(STAMP)
+	$(PY) -m benchmarks.bench_events --baseline $(EVENTS_BASELINE)
 
 # A fault campaign on real processes under load (about 5 minutes); QUICK=1 for the short one.
 chaos: $(STAMP)
