@@ -8,17 +8,14 @@ from fastapi import APIRouter, Query, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from controller.service import ControlService
-from controller.supervisor import SupervisorError
-from controller.switch import SwitchBusy
-from controller.switch_plan import SwitchRejected
+from web import errors
 from web.deps import Operator, Reason, StoreDep
-from web.errors import Conflict, NotFound, PdctlError
+from web.errors import InvalidTransition, NotFound
 
 router = APIRouter(prefix="/deployments/{name}", tags=["lifecycle"])
 
 
-class Unavailable(PdctlError):
-    status = 503
+class Unavailable(errors.Unavailable):
     title = "Controller unavailable"
 
 
@@ -45,7 +42,7 @@ def _controller(request: Request) -> ControlService:
 
 def _known(controller: ControlService, name: str) -> None:
     if not controller.known(name):
-        raise Conflict(f"deployment {name!r} has not been started")
+        raise InvalidTransition(f"deployment {name!r} has not been started")
 
 
 @router.post("/start", status_code=status.HTTP_202_ACCEPTED)
@@ -54,12 +51,7 @@ async def start(
 ) -> list[dict[str, Any]]:
     controller = _controller(request)
     current = store.get(name)
-    try:
-        await controller.start(
-            name, current.spec, current.ports, actor.label, reason, current.revision
-        )
-    except SwitchBusy as exc:
-        raise Conflict(str(exc)) from None
+    await controller.start(name, current.spec, current.ports, actor.label, reason, current.revision)
     return controller.status(name)
 
 
@@ -70,10 +62,7 @@ async def stop(
     controller = _controller(request)
     store.get(name)
     _known(controller, name)
-    try:
-        await controller.stop(name, actor.label, reason)
-    except SwitchBusy as exc:
-        raise Conflict(str(exc)) from None
+    await controller.stop(name, actor.label, reason)
     return controller.status(name)
 
 
@@ -89,12 +78,7 @@ async def restart(
     controller = _controller(request)
     store.get(name)
     _known(controller, name)
-    try:
-        await controller.restart(name, instance, actor.label, reason)
-    except SwitchBusy as exc:
-        raise Conflict(str(exc)) from None
-    except SupervisorError as exc:
-        raise NotFound(str(exc)) from None
+    await controller.restart(name, instance, actor.label, reason)
     return controller.status(name)
 
 
@@ -115,10 +99,7 @@ def log_tail(
     store.get(name)
     controller = _controller(request)
     _known(controller, name)
-    try:
-        return {"instance": instance, "lines": controller.log_tail(name, instance, lines)}
-    except SupervisorError as exc:
-        raise NotFound(str(exc)) from None
+    return {"instance": instance, "lines": controller.log_tail(name, instance, lines)}
 
 
 @router.get("/commands")
@@ -141,21 +122,16 @@ async def switch(
             name, spec, actor.label, f"mode switch to {body.mode} ({body.strategy}): {body.reason}"
         ).revision
 
-    try:
-        record = controller.switch(
-            name,
-            current.spec,
-            current.ports,
-            body.mode,
-            body.strategy,
-            actor.label,
-            body.reason,
-            commit,
-        )
-    except SwitchBusy as exc:
-        raise Conflict(str(exc)) from None
-    except SwitchRejected as exc:
-        raise Conflict(str(exc)) from None
+    record = controller.switch(
+        name,
+        current.spec,
+        current.ports,
+        body.mode,
+        body.strategy,
+        actor.label,
+        body.reason,
+        commit,
+    )
     return record.to_json()
 
 
