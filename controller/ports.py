@@ -11,12 +11,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from controller.deployment import DeploymentSpec, InstancePorts
+from domain.errors import Conflict
 
 DEFAULT_RANGE = (20000, 29999)
 
 
-class PortsExhausted(ValueError):
-    """The range has no room left for what the deployment needs."""
+class PortsExhausted(Conflict):
+    """The range has no room left for what the deployment needs (a 409)."""
 
 
 @dataclass(frozen=True, slots=True)
