@@ -4,6 +4,7 @@ control plane turns any of them into JSON, an htmx fragment or a page in one pla
 lives with the code that raises it (in brackets).
 
     PdctlError                   500  anything pdctl itself cannot do
+     +- BenchStartFailed         500  pdctl bench could not be started      [web/bench_runs.py]
      +- BadRequest               400  a malformed header the API reads (If-Match)
      |   +- HostRefused          400  a Host not allowed without tokens     [web/hosts.py]
      +- Unauthorized             401  no token, or an unknown one           [web/errors.py]
@@ -11,10 +12,11 @@ lives with the code that raises it (in brackets).
      |   +- CrossOriginRefused   403  a write from another site             [web/csrf.py]
      +- NotFound                 404  no such deployment, revision, instance, switch, run
      |   +- SupervisorError      404  no such supervised deployment or instance [controller]
-     +- Conflict                 409  a name taken, no ports left, a run already going
+     +- Conflict                 409  a name taken, a run already going
      |   +- InvalidTransition    409  not in the state it is in: not started, still running
      |   |   +- SwitchBusy       409  a switch going, or an instance not RUNNING [controller]
      |   +- SwitchRejected       409  this deployment cannot switch that way    [controller]
+     |   +- PortsExhausted       409  no room left in the port range            [controller]
      |   +- Unreadable           409  a stored revision today's rules refuse    [state/errors.py]
      |   +- StaleRevision        409  an edit from a revision no longer current [state/errors.py]
      |   +- ChangeInProgress     409  any other change while one is in progress [state/errors.py]
@@ -22,12 +24,16 @@ lives with the code that raises it (in brackets).
      +- NotJson                  415  an API body that is not JSON          [web/errors.py]
      +- ConfigError              422  rules broken; each Problem names its field (FastAPI's shape)
      |   +- SpecInvalid          422  in a deployment spec
+     |   +- RequestInvalid       422  FastAPI's own validation of a request [web/errors.py]
+     |   +- TooMany              422  more bench runs than a chart compares [web/routes/bench.py]
      +- TooManyRequests          429  try again later; carries Retry-After
      |   +- TooManyAttempts      429  failed sign-ins from one address       [web/auth.py]
      |   +- PlannerBusy          429  a plan is running already              [web/routes/plan.py]
      +- UpstreamError            502  a process pdctl drives answered wrongly (a proxy, an engine)
+     |   +- ProxyAdminError      502  the proxy's admin API failed          [controller]
      |   +- UpstreamTimeout      504  ... or not in time
      +- Unavailable              503  nothing here can do it (no controller in this control plane)
+     +- HttpError                4xx  the framework's own (unknown path, method) [web/errors.py]
 
 A leaf adds only what it must: a title, a message built from its fields, headers (ETag,
 Retry-After). The proxy keeps its own OpenAI-shaped tree (connector/errors.py): its clients

@@ -63,14 +63,14 @@ class NotJson(PdctlError):
     title = "Unsupported media type"
 
 
-class RequestInvalid(PdctlError):
-    """FastAPI's own 422 (a parameter or body its models refuse), as the tree's."""
+class RequestInvalid(ConfigError):
+    """FastAPI's own 422 (a parameter or body its models refuse), as the tree's: each item's
+    loc starts with where it was (body, query, path)."""
 
-    status = 422
     title = "Invalid request"
 
     def __init__(self, items: list[dict]) -> None:
-        super().__init__("; ".join(f"{_where(i['loc'])}{i['msg']}" for i in items))
+        super().__init__([Problem(tuple(i["loc"][1:]), i["msg"], i["type"]) for i in items])
         self.items = items
 
     def detail(self) -> object:
@@ -90,11 +90,6 @@ class HttpError(PdctlError):
 
     def headers(self) -> dict[str, str]:
         return self._headers
-
-
-def _where(loc: list) -> str:
-    field = ".".join(str(p) for p in loc if p not in ("body", "query", "path"))
-    return f"{field}: " if field else ""
 
 
 class ErrorOut(BaseModel):
