@@ -5,9 +5,11 @@ with the error's status in each."""
 from __future__ import annotations
 
 import pytest
+from starlette.requests import Request
 
 from tests.specs import moriio_1p1d
 from tests.web.conftest import MakeClient
+from web.errors import wants
 
 HX = {"HX-Request": "true"}
 JSON = {"Accept": "application/json"}
@@ -146,3 +148,33 @@ def test_headers_an_error_carries_reach_every_rendering(plane):
             assert response.status_code == 429 and response.headers["retry-after"] == "5"
     finally:
         plane.app.state.plan_running = False
+
+
+# -- choosing the format ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("headers", "path", "kind"),
+    [
+        ({"hx-request": "true"}, "/api/deployments", "fragment"),
+        (
+            {"hx-request": "true", "hx-history-restore-request": "true", "accept": "text/html"},
+            "/deployments/x",
+            "page",
+        ),
+        ({"accept": "application/json"}, "/deployments/x", "json"),
+        ({"accept": "text/html,*/*;q=0.8"}, "/api/deployments", "page"),
+        ({"accept": "application/json;q=0.5, text/html;q=0.9"}, "/api/x", "page"),
+        ({"accept": "*/*"}, "/api/deployments", "json"),
+        ({}, "/metrics", "json"),
+    ],
+)
+def test_the_format_is_chosen_by_hx_request_then_accept(headers, path, kind):
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": path,
+        "query_string": b"",
+        "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
+    }
+    assert wants(Request(scope)) == kind
