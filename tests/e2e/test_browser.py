@@ -238,3 +238,38 @@ def test_live_socket_reconnects_after_the_control_plane_restarts(tmp_path, brows
     finally:
         second.stop()
     assert page.js_errors == [], page.js_errors
+
+
+def test_a_refused_action_shows_its_error_in_the_notice_and_the_page_stays(plane, browser_page):
+    """web/errors.py answers an htmx request with the page's notice (HX-Retarget #notice):
+    a 409 from a button and a 404 from a polled fragment both show there, in words."""
+    page = browser_page
+    status, _ = http_post(
+        f"{plane.url}/api/deployments",
+        {
+            "name": "web",
+            "engine": "sim",
+            "model": "tiny",
+            "topology": "disaggregated",
+            "connector": "MoRIIOConnector",
+            "prefix_caching": False,
+            "groups": [
+                {"name": "prefill", "role": "prefill", "mode": "read"},
+                {"name": "decode", "role": "decode", "mode": "read"},
+            ],
+        },
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    assert status == 201
+    sign_in(page, plane.url)
+    page.goto(plane.url + "/deployments/web")
+    page.click("button[data-action=stop]")  # never started: a 409
+    page.wait_for_selector("#notice[data-error-status='409']:not([hidden])", timeout=15_000)
+    assert "has not been started" in page.inner_text("#notice")
+    assert page.is_visible("button[data-action=start]")  # the region that asked stays
+    page.evaluate(
+        "htmx.ajax('GET', '/deployments/gone/topology', {target: '#flash'})"
+    )  # what a deleted deployment's poll gets: a 404 fragment, not JSON
+    page.wait_for_selector("#notice[data-error-status='404']", timeout=15_000)
+    assert "no deployment named 'gone'" in page.inner_text("#notice")
+    assert page.js_errors == [], page.js_errors
