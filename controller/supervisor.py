@@ -29,7 +29,7 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -446,6 +446,10 @@ class Supervisor:
         restarts = run_state.read_restarts(dep.folder, launch.name)
         alive = self.backend.running(record)
         unit.record = record if alive else None
+        if alive and record.argv and list(record.argv) != list(launch.argv):
+            # It runs what an earlier start wanted (a switch cut short): keep that as its
+            # launch, so the next start with today's spec restarts it.
+            unit.launch = replace(launch, argv=list(record.argv))
         if not alive:
             self.backend.forget(dep.folder, launch.name)
         event = m.Adopt(record.child_pid, alive, record.exit_code, restarts)
