@@ -10,7 +10,14 @@ from typing import Any
 from controller.deployment import DeploymentSpec
 from controller.ports import AllocatedPorts
 from controller.supervisor import Supervisor, SupervisorError
-from controller.switch import SwitchRecord, SwitchRevisions, SwitchRunner
+from controller.switch import (
+    ChangeStore,
+    StoreRevisions,
+    SwitchRecord,
+    SwitchRevisions,
+    SwitchRunner,
+)
+from controller.switch_record import IN_PROGRESS, strategy_of
 
 # (actor, kind, message, deployment, detail) -> None: how events reach the store.
 Recorder = Callable[[str, str, str, str | None, dict | None], None]
@@ -98,6 +105,20 @@ class ControlService:
         """Write the target revision (in progress), then switch in the background; the record
         shows the progress and `revisions` how it settled."""
         return self.switches.begin(name, spec, ports, target, strategy, actor, reason, revisions)
+
+    def recover_switches(self, store: ChangeStore) -> list[SwitchRecord]:
+        """After a restart: each switch the stopped control plane left in progress (its
+        revision says so) gets routing put back and is settled by what runs now."""
+        recovered = []
+        for current in store.deployments():
+            if current.state == IN_PROGRESS:
+                revisions = StoreRevisions(store)
+                strategy = strategy_of(current.reason)
+                rec = self.switches.recover(
+                    current.name, current.revision, current.spec, revisions, strategy
+                )
+                recovered += [rec] if rec is not None else []
+        return recovered
 
     async def close(self) -> None:
         await self.switches.close()

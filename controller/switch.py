@@ -12,22 +12,33 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from controller.clock import Clock, SystemClock
-from controller.deployment import DeploymentSpec
+from controller.deployment import DeploymentSpec, Mode
 from controller.ports import AllocatedPorts
 from controller.proxy_admin import ProxyAdminClient, ProxyAdminError
 from controller.registry_expect import expected_registrations
 from controller.render import node_address
 from controller.supervisor import Supervisor, SupervisorError
-from controller.switch_plan import Step, SwitchRejected, plan, target_spec
-from controller.switch_record import SwitchRecord, outcome_message, record_id
+from controller.switch_plan import (
+    Step,
+    SwitchRejected,
+    modes,
+    plan,
+    recovery,
+    target_spec,
+    with_modes,
+)
+from controller.switch_record import SwitchRecord, outcome_message, record_id, settle_detail
 from controller.switch_steps import AdminCalls, Execution, Timeouts
 from domain.errors import InvalidTransition
+from state.changes import RevisionState
 
 BOTH_MODES = ("read", "write")
-APPLIED, FAILED, ROLLED_BACK = "applied", "failed", "rolled_back"  # how a revision settles
+ACTOR = "controller"  # who recovers a switch a stopped control plane left in progress
+STOPPED_MID_SWITCH = "the control plane stopped during this switch; routing put back"
 
 Recorder = Callable[[str, str, str, str | None, dict | None], None]
 AdminFactory = Callable[[str, AllocatedPorts], AdminCalls]
@@ -42,16 +53,22 @@ class SwitchRevisions(Protocol):
 
     def begin(self, name: str, spec: DeploymentSpec, actor: str, reason: str) -> int: ...
 
-    def settle(self, name: str, revision: int, state: str, detail: dict | None) -> None: ...
+    def settle(
+        self, name: str, revision: int, state: RevisionState, detail: str | None
+    ) -> None: ...
 
 
 class ChangeStore(Protocol):
+    """The store's side of a change (state/changes.py)."""
+
+    def deployments(self) -> list[Any]: ...
+
     def begin_change(
         self, name: str, spec: DeploymentSpec, actor: str, reason: str | None, kind: str = ...
     ) -> int: ...
 
     def settle_change(
-        self, name: str, revision: int, state: str, detail: dict | None = None
+        self, name: str, revision: int, state: str, detail: str | None = None
     ) -> None: ...
 
 
@@ -64,8 +81,21 @@ class StoreRevisions:
     def begin(self, name: str, spec: DeploymentSpec, actor: str, reason: str) -> int:
         return self.store.begin_change(name, spec, actor, reason, kind="switch")
 
-    def settle(self, name: str, revision: int, state: str, detail: dict | None) -> None:
-        self.store.settle_change(name, revision, state, detail)
+    def settle(self, name: str, revision: int, state: RevisionState, detail: str | None) -> None:
+        self.store.settle_change(name, revision, state.value, detail)
+
+
+@dataclass
+class _Switch:
+    """One run: its record, the spec it starts from, the one it ends at, and where it settles."""
+
+    rec: SwitchRecord
+    spec: DeploymentSpec
+    target: DeploymentSpec
+    ports: AllocatedPorts
+    steps: list[Step]
+    revisions: SwitchRevisions
+    reached: bool = True  # False: the steps cannot reach the target (settles failed)
 
 
 class SwitchRunner:
@@ -116,19 +146,9 @@ class SwitchRunner:
         if unwell:
             raise SwitchBusy("every instance must be RUNNING before a switch: " + ", ".join(unwell))
         why = f"mode switch to {target} ({strategy})" + (f": {reason}" if reason else "")
-        revision = revisions.begin(name, target_spec(spec, steps), actor, why)
-        rec = SwitchRecord(
-            record_id(revision),
-            name,
-            target,
-            strategy,
-            actor,
-            reason,
-            [s.describe() for s in steps],
-            revision=revision,
-            started_at=self.clock.wall(),
-        )
-        self.records[(name, rec.id)] = rec
+        goal = target_spec(spec, steps)
+        revision = revisions.begin(name, goal, actor, why)
+        rec = self._new_record(name, revision, target, strategy, actor, reason, steps)
         self.record(
             actor,
             "switch.begin",
@@ -137,10 +157,61 @@ class SwitchRunner:
             name,
             {"switch": rec.id, "revision": revision},
         )
+        self._launch(_Switch(rec, spec, goal, ports, steps, revisions))
+        return rec
+
+    def recover(
+        self,
+        name: str,
+        revision: int,
+        target: DeploymentSpec,
+        revisions: SwitchRevisions,
+        strategy: str | None = None,
+    ) -> SwitchRecord | None:
+        """A switch a stopped control plane left in progress: routing put back, then (if what
+        runs is not the target yet) the switch again from what runs, by `strategy`; settled
+        by how that ends. None if `name` is not supervised here: then it is settled failed."""
+        running = self.supervisor.deployments.get(name)
+        if running is None:
+            revisions.settle(name, revision, RevisionState.FAILED, STOPPED_MID_SWITCH)
+            return None
+        goal = ",".join(sorted(set(modes(target).values())))
+        rec = self._new_record(name, revision, goal, "recover", ACTOR, STOPPED_MID_SWITCH, [])
+        self.record(ACTOR, "switch.recover", f"{name}: {STOPPED_MID_SWITCH}", name, rec.to_json())
+        switch = _Switch(rec, running.spec, target, running.ports, [], revisions)
         self._running[name] = asyncio.create_task(
-            self._run(rec, spec, ports, steps, revisions), name=f"switch-{name}"
+            self._recover(switch, strategy), name=f"switch-{name}"
         )
         return rec
+
+    async def _recover(self, switch: _Switch, strategy: str | None) -> None:
+        actual = await self._as_routed(switch)
+        try:
+            switch.steps = recovery(actual, switch.target, strategy)
+        except SwitchRejected as exc:  # put routing back all the same, then settle failed
+            switch.steps = recovery(actual, actual, None)
+            switch.reached, switch.rec.error = False, str(exc)
+        switch.rec.steps = [s.describe() for s in switch.steps]
+        await self._run(switch)
+
+    async def _as_routed(self, switch: _Switch) -> DeploymentSpec:
+        """The running spec with each group in the mode the proxy routes its instances in
+        (adopted instances may still run the mode from before the switch)."""
+        admin = self.admin_for(switch.rec.deployment, switch.ports)
+        try:
+            listing = {e["url"]: e.get("group") for e in await admin.instances()}
+        except ProxyAdminError:
+            return switch.spec
+        finally:
+            await admin.aclose()
+        by_group: dict[str, set] = {}
+        for unit in self.supervisor.status(switch.rec.deployment):
+            by_group.setdefault(unit.get("group", ""), set()).add(listing.get(unit["url"]))
+        actual = switch.spec
+        for group, seen in by_group.items():
+            if len(seen) == 1 and (mode := next(iter(seen))) in BOTH_MODES:
+                actual = with_modes(actual, {group}, Mode(mode))
+        return actual
 
     async def wait(self, name: str, switch_id: str) -> SwitchRecord | None:
         task = self._running.get(name)
@@ -153,23 +224,46 @@ class SwitchRunner:
             task.cancel()
         await asyncio.gather(*self._running.values(), return_exceptions=True)
 
-    async def _run(
+    def _new_record(
         self,
-        rec: SwitchRecord,
-        spec: DeploymentSpec,
-        ports: AllocatedPorts,
+        name: str,
+        revision: int,
+        target: str,
+        strategy: str,
+        actor: str,
+        reason: str | None,
         steps: list[Step],
-        revisions: SwitchRevisions,
-    ) -> None:
-        admin = self.admin_for(rec.deployment, ports)
+    ) -> SwitchRecord:
+        rec = SwitchRecord(
+            record_id(revision),
+            name,
+            target,
+            strategy,
+            actor,
+            reason,
+            [s.describe() for s in steps],
+            revision=revision,
+            started_at=self.clock.wall(),
+        )
+        self.records[(name, rec.id)] = rec
+        return rec
+
+    def _launch(self, switch: _Switch) -> None:
+        name = switch.rec.deployment
+        self._running[name] = asyncio.create_task(self._run(switch), name=f"switch-{name}")
+
+    async def _run(self, switch: _Switch) -> None:
+        rec = switch.rec
+        admin = self.admin_for(rec.deployment, switch.ports)
         run = Execution(self.supervisor, admin, self.clock, rec.deployment, self.timeouts)
         rejected_before = await _safe(admin.rejected(), 0)
         host = node_address(self.supervisor.settings.launch)
         try:
             # Restarted instances register in the new mode: the proxy must expect that first.
             rec.current = "expect both modes"
-            await admin.expect(expected_registrations(spec, ports, host, also_modes=BOTH_MODES))
-            for step in steps:
+            both = expected_registrations(switch.spec, switch.ports, host, also_modes=BOTH_MODES)
+            await admin.expect(both)
+            for step in switch.steps:
                 rec.current = step.describe()
                 started = self.clock.now()
                 await run.do(step)
@@ -183,8 +277,10 @@ class SwitchRunner:
         except (SwitchRejected, SupervisorError, TimeoutError, ProxyAdminError, OSError) as exc:
             await self._failed(rec, run, str(exc))
         finally:
-            self._running.pop(rec.deployment, None)
-            await self._settle(rec, run, admin, spec, ports, host, revisions, rejected_before)
+            try:
+                await self._settle(switch, run, admin, host, rejected_before)
+            finally:
+                self._running.pop(rec.deployment, None)
 
     async def _failed(self, rec: SwitchRecord, run: Execution, why: str) -> None:
         rec.state, rec.failed_step = "failed", rec.current
@@ -192,31 +288,28 @@ class SwitchRunner:
         rec.undo_left = await run.undo()
 
     async def _settle(
-        self,
-        rec: SwitchRecord,
-        run: Execution,
-        admin: AdminCalls,
-        spec: DeploymentSpec,
-        ports: AllocatedPorts,
-        host: str,
-        revisions: SwitchRevisions,
-        rejected_before: int,
+        self, switch: _Switch, run: Execution, admin: AdminCalls, host: str, rejected_before: int
     ) -> None:
+        rec = switch.rec
         running = self.supervisor.deployments.get(rec.deployment)
-        final = running.spec if running is not None else spec
+        final = running.spec if running is not None else switch.spec
         # Back to exactly what runs now (done: the new mode; failed: whatever did start).
-        await _safe(admin.expect(expected_registrations(final, ports, host)), None)
+        await _safe(admin.expect(expected_registrations(final, switch.ports, host)), None)
         rec.ended_at = self.clock.wall()
         rec.current = None
         rec.held_s, rec.degraded_s = run.held_s, run.degraded_s
         rec.rejected = max(0, await _safe(admin.rejected(), rejected_before) - rejected_before)
         await admin.aclose()
-        if rec.state == "done":
-            rec.revision_state = APPLIED
-        else:  # nothing restarted and routing restored: the previous revision is what runs
-            rec.revision_state = ROLLED_BACK if not run.applied and not rec.undo_left else FAILED
-        detail = {"switch": rec.id, "failed_step": rec.failed_step, "error": rec.error}
-        revisions.settle(rec.deployment, rec.revision, rec.revision_state, detail)
+        if rec.state == "done" and switch.reached and modes(final) == modes(switch.target):
+            state = RevisionState.APPLIED
+        elif rec.state != "done" and not run.applied and not rec.undo_left:
+            state = RevisionState.ROLLED_BACK  # nothing restarted, routing put back
+        else:
+            state = RevisionState.FAILED
+            rec.state = "failed"
+            rec.error = rec.error or f"what runs is not the target: {modes(final)}"
+        rec.revision_state = state.value
+        switch.revisions.settle(rec.deployment, rec.revision, state, settle_detail(rec))
         kind = "switch.done" if rec.state == "done" else "switch.failed"
         self.record(rec.actor, kind, outcome_message(rec), rec.deployment, rec.to_json())
 

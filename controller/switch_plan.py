@@ -72,6 +72,39 @@ def with_modes(spec: DeploymentSpec, groups: set[str], mode: Mode) -> Deployment
     return spec.model_copy(update={"groups": switched})
 
 
+def modes(spec: DeploymentSpec) -> dict[str, str]:
+    """Each prefill and decode group's mode, by group name."""
+    return {
+        g.name: g.mode.value if g.mode else "read"
+        for g in spec.groups
+        if g.role in (Role.PREFILL, Role.DECODE)
+    }
+
+
+def recovery(actual: DeploymentSpec, target: DeploymentSpec, strategy: str | None) -> list[Step]:
+    """The steps after a control plane stopped mid-switch: routing back to normal (neither
+    group held, nothing drained or whole); then, if what runs (`actual`, the modes the proxy
+    routes the instances in) is the target, wait until it is ready; else the switch again,
+    from what runs, by its strategy. SwitchRejected if that cannot be planned."""
+    groups = [g for g in actual.groups if g.role in (Role.PREFILL, Role.DECODE)]
+    names = _names(groups)
+    steps = [
+        Step(StepKind.RESUME, mode=Mode.READ.value),
+        Step(StepKind.RESUME, mode=Mode.WRITE.value),
+        Step(StepKind.WHOLE_OFF, names),
+        Step(StepKind.UNDRAIN, names),
+    ]
+    wanted = set(modes(target).values())
+    if modes(actual) != modes(target):
+        if strategy is None or len(wanted) != 1:
+            raise SwitchRejected("what runs is not the target, and no strategy to reach it")
+        return steps + plan(actual, wanted.pop(), strategy)
+    for mode in sorted(wanted):
+        in_mode = [g for g in groups if (g.mode.value if g.mode else "read") == mode]
+        steps.append(Step(StepKind.WAIT_READY, _names(in_mode), mode=mode))
+    return steps
+
+
 def target_spec(spec: DeploymentSpec, steps: list[Step]) -> DeploymentSpec:
     """What runs once every step is done: the spec of the last apply step."""
     applied = [s.spec for s in steps if s.spec is not None]

@@ -8,10 +8,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-IN_PROGRESS = "in_progress"
+from state.changes import RevisionState
+
+IN_PROGRESS = RevisionState.IN_PROGRESS.value
 _REASON = re.compile(r"^mode switch to (?P<target>\w+) \((?P<strategy>[\w-]+)\)(?:: (?P<why>.*))?$")
 # A revision's state -> the record's: running until the revision is settled.
-_RECORD_STATE = {IN_PROGRESS: "running", "applied": "done"}
+_RECORD_STATE = {IN_PROGRESS: "running", RevisionState.APPLIED.value: "done"}
 
 
 @dataclass
@@ -51,6 +53,12 @@ def revision_of(switch_id: str) -> int | None:
     return int(switch_id[1:]) if re.fullmatch(r"r[1-9][0-9]{0,9}", switch_id) else None
 
 
+def strategy_of(reason: str | None) -> str | None:
+    """The strategy a switch's revision was written with (its reason says it)."""
+    said = _REASON.match(reason or "")
+    return said["strategy"] if said else None
+
+
 def from_revision(
     name: str, revision: int, state: str, actor: str, reason: str | None, started_at: float
 ) -> SwitchRecord | None:
@@ -75,6 +83,14 @@ def from_revision(
     if state == IN_PROGRESS:
         rec.current = "unknown: the control plane that ran this switch stopped"
     return rec
+
+
+def settle_detail(rec: SwitchRecord) -> str | None:
+    """What the settled revision says of the switch: which step failed and why."""
+    if rec.error is None:
+        return f"switch {rec.id} done"
+    left = "; not undone: " + "; ".join(rec.undo_left) if rec.undo_left else ""
+    return f"switch {rec.id} failed at {rec.failed_step!r}: {rec.error}{left}"[:500]
 
 
 def outcome_message(rec: SwitchRecord) -> str:

@@ -155,8 +155,11 @@ class FakeFleet:
         self.ready_at: dict[str, float] = {}
         self.start_fails: Exception | None = None
         self.never_ready: set[str] = set()  # instances that restart but never come up
+        self.adopted: dict[str, str] = {}  # instance -> the mode it still runs (not the spec's)
 
     def mode_of(self, name: str, instance: str) -> str:
+        if instance in self.adopted:
+            return self.adopted[instance]
         group = instance.rsplit("-", 1)[0]
         spec = self.deployments[name].spec
         return next(g.mode.value for g in spec.groups if g.name == group)
@@ -166,6 +169,7 @@ class FakeFleet:
         return [
             {
                 "name": unit,
+                "group": unit.rsplit("-", 1)[0],
                 "url": f"http://127.0.0.1:{own.http}",
                 "state": self._state(unit),
             }
@@ -183,6 +187,7 @@ class FakeFleet:
             raise self.start_fails
         before = {u["name"]: self.mode_of(name, u["name"]) for u in self.status(name)}
         self.deployments[name] = _Running(spec, ports)
+        self.adopted.clear()  # a start runs what the spec says
         for unit, mode in before.items():
             if self.mode_of(name, unit) != mode:
                 later = float("inf") if unit in self.never_ready else self.restart_s
@@ -277,7 +282,7 @@ class FakeRevisions:
 
     def __init__(self, log: list, first: int = 2) -> None:
         self.log, self.next = log, first
-        self.settled: list[tuple[str, int, str, dict | None]] = []
+        self.settled: list[tuple[str, int, str, str | None]] = []
         self.begun: list[tuple[str, Any, str, str]] = []
 
     def begin(self, name: str, spec: Any, actor: str, reason: str) -> int:
@@ -286,6 +291,6 @@ class FakeRevisions:
         self.next += 1
         return self.next - 1
 
-    def settle(self, name: str, revision: int, state: str, detail: dict | None) -> None:
-        self.log.append(("settle", revision, state))
-        self.settled.append((name, revision, state, detail))
+    def settle(self, name: str, revision: int, state: Any, detail: str | None) -> None:
+        self.log.append(("settle", revision, state.value))
+        self.settled.append((name, revision, state.value, detail))

@@ -2,7 +2,16 @@
 
 import pytest
 
-from controller.switch_plan import StepKind, SwitchRejected, plan, target_spec
+from controller.deployment import Mode
+from controller.switch_plan import (
+    StepKind,
+    SwitchRejected,
+    modes,
+    plan,
+    recovery,
+    target_spec,
+    with_modes,
+)
 from controller.switch_steps import HANDLERS
 from tests.controller.factories import moriio_pairs, tiny_pair
 
@@ -100,3 +109,26 @@ def test_every_step_kind_has_one_handler():
 def test_step_kinds_keep_their_wire_words():
     assert [k.value for k in StepKind][:3] == ["drain", "undrain", "whole_on"]
     assert plan(moriio_pairs(1), "write", "hold")[1].describe() == "pause read"
+
+
+def test_recovery_puts_routing_back_then_waits_for_the_target_when_it_runs():
+    target = moriio_pairs(1, "write")
+    steps = recovery(target, target, None)
+    assert [s.describe() for s in steps] == [
+        "resume read",
+        "resume write",
+        "whole_off prefill-0, decode-0",
+        "undrain prefill-0, decode-0",
+        "wait_ready prefill-0, decode-0",
+    ]
+    assert steps[-1].mode == "write"
+
+
+def test_recovery_of_a_half_done_switch_needs_its_strategy_to_restart_anything():
+    half = with_modes(moriio_pairs(1, "read"), {"prefill"}, Mode.WRITE)
+    assert modes(half) == {"prefill": "write", "decode": "read"}
+    with pytest.raises(SwitchRejected, match="no strategy"):
+        recovery(half, moriio_pairs(1, "write"), None)
+    steps = recovery(half, moriio_pairs(1, "write"), "keep-serving")
+    assert kinds(steps)[:4] == [K.RESUME, K.RESUME, K.WHOLE_OFF, K.UNDRAIN]
+    assert {g.mode.value for g in target_spec(half, steps).groups} == {"write"}

@@ -5,10 +5,12 @@ import asyncio
 
 import pytest
 
+from controller.deployment import Mode
 from controller.ports import allocate
 from controller.proxy_admin import ProxyAdminError
 from controller.supervisor import SupervisorError
-from controller.switch import SwitchBusy, SwitchRunner
+from controller.switch import STOPPED_MID_SWITCH, SwitchBusy, SwitchRunner
+from controller.switch_plan import with_modes
 from controller.switch_steps import Timeouts
 from tests.controller.factories import moriio_pairs
 from tests.controller.fakes import FakeClock, FakeFleet, FakeProxyAdmin, FakeRevisions
@@ -44,6 +46,10 @@ class Rig:
 
     async def switch(self, target: str, strategy: str):
         rec = self.begin(target, strategy)
+        return await self.runner.wait(self.spec.name, rec.id)
+
+    async def recover(self, revision: int, target, strategy=None):
+        rec = self.runner.recover(self.spec.name, revision, target, self.revisions, strategy)
         return await self.runner.wait(self.spec.name, rec.id)
 
     def index(self, what: str) -> int:
@@ -192,7 +198,7 @@ def test_a_failed_hold_step_is_named_and_routing_is_put_back(
     assert rec.state == "failed" and rec.failed_step == step and says in rec.error
     assert rec.revision_state == revision_state
     assert rig.revisions.settled[-1][2] == revision_state
-    assert rig.revisions.settled[-1][3]["failed_step"] == step
+    assert f"failed at {step!r}" in rig.revisions.settled[-1][3]
     assert sum(e[0] == "start" for e in rig.log) == started
     assert rig.admin.paused == set()  # the held group is released, whatever failed
     assert rig.events[-1][1] == "switch.failed" and step in rig.events[-1][2]
@@ -254,3 +260,54 @@ def test_cancelling_a_switch_undoes_it_and_settles_the_revision():
     assert rec.state == "failed" and "cancelled" in rec.error
     assert rec.failed_step.startswith("wait_ready")
     assert rig.admin.paused == set() and rig.revisions.settled[-1][2] == "failed"
+
+
+# -- a switch a stopped control plane left in progress ---------------------------------------
+
+
+def test_a_switch_left_in_progress_is_settled_applied_once_the_target_runs_and_is_ready():
+    rig = Rig(mode="write")  # adopted: the apply had happened before the plane stopped
+    rig.admin.paused.add("read")  # ...and the hold had not been released
+    rec = run(rig.recover(7, moriio_pairs(1, "write")))
+    assert rec.id == "r7" and rec.strategy == "recover" and rec.state == "done"
+    assert rig.revisions.settled == [("mori", 7, "applied", "switch r7 done")]
+    assert rig.routing_restored()
+    assert rig.events[0][1] == "switch.recover" and rig.events[-1][1] == "switch.done"
+
+
+def test_a_half_done_switch_left_in_progress_is_settled_failed_with_routing_put_back():
+    rig = Rig(mode="read")
+    rig.fleet.deployments["mori"].spec = with_modes(rig.spec, {"prefill"}, Mode.WRITE)
+    rig.admin.whole.add(rig.url("decode-0"))
+    rig.admin.drained.add(rig.url("prefill-0"))
+    rec = run(rig.recover(7, moriio_pairs(1, "write")))
+    assert rec.state == "failed" and rig.revisions.settled[-1][2] == "failed"
+    assert "not the target" in rig.revisions.settled[-1][3]
+    assert rig.routing_restored()
+    assert "start" not in {e[0] for e in rig.log}  # nothing restarted without a strategy
+
+
+def test_instances_adopted_in_the_old_mode_are_switched_again_by_the_strategy_of_the_revision():
+    rig = Rig(mode="write")  # the supervisor had been told the target...
+    rig.fleet.adopted = {"prefill-0": "read", "decode-0": "read"}  # ...but nothing restarted
+    rig.admin.paused.add("read")
+    rec = run(rig.recover(7, moriio_pairs(1, "write"), "hold"))
+    assert rec.steps[:4] == ["resume read", "resume write", *rec.steps[2:4]]
+    assert rec.steps[4:] == [
+        "hold_begin",
+        "pause read",
+        "wait_idle prefill-0, decode-0",
+        "apply prefill-0, decode-0",
+        "wait_ready prefill-0, decode-0",
+        "hold_end",
+        "resume read",
+    ]
+    assert rec.state == "done" and rig.revisions.settled[-1][2] == "applied"
+    assert [e[1] for e in rig.log if e[0] == "start"] == [("write", "write")]
+    assert rig.routing_restored()
+
+
+def test_a_switch_left_in_progress_of_a_deployment_not_supervised_is_settled_failed():
+    rig = Rig()
+    assert rig.runner.recover("gone", 3, rig.spec, rig.revisions) is None
+    assert rig.revisions.settled == [("gone", 3, "failed", STOPPED_MID_SWITCH)]

@@ -183,3 +183,40 @@ def test_switch_refusals_are_409_with_the_reason(plane):
         "POST", "/deployments/mori/switch", {"mode": "write", "strategy": "sideways", "reason": "x"}
     )
     assert status == 422
+
+
+def test_a_switch_cut_short_by_a_control_plane_kill_is_shown_and_settled_after_restart(plane):
+    status, created = plane.api("POST", "/deployments", moriio("mori"))
+    assert status == 201, created
+    proxy_port = created["ports"]["proxy"]
+    plane.api("POST", "/deployments/mori/start")
+    plane.running("mori")
+    status, record = plane.api(
+        "POST", "/deployments/mori/switch", {"mode": "write", "strategy": "hold", "reason": "x"}
+    )
+    assert status == 202 and record["revision_state"] == "in_progress", record
+    # desired state first: the target revision is the deployment's, in progress, at once
+    _, current = plane.api("GET", "/deployments/mori")
+    assert current["revision"] == record["revision"] and current["state"] == "in_progress"
+    deadline = time.monotonic() + 30
+    while not str(record.get("current")).startswith(("apply", "wait_ready")):
+        assert time.monotonic() < deadline and record["state"] == "running", record
+        _, record = plane.api("GET", f"/deployments/mori/switches/{record['id']}")
+    plane.proc.kill()  # mid-restart, with the read group held in the proxy
+    plane.start()
+
+    _, listed = plane.api("GET", "/deployments/mori/switches")
+    assert [r["id"] for r in listed] == [record["id"]]  # the same switch, found again
+    deadline = time.monotonic() + 60
+    while True:
+        _, after = plane.api("GET", f"/deployments/mori/switches/{record['id']}")
+        if after["state"] != "running" or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert after["strategy"] == "recover" and after["revision_state"] == "applied", json.dumps(
+        [after, plane.status("mori")]
+    )
+    _, current = plane.api("GET", "/deployments/mori")
+    assert current["state"] == "applied"
+    assert {g["mode"] for g in current["spec"]["groups"]} == {"write"}
+    assert complete(proxy_port)["usage"]["completion_tokens"] == 8  # nothing held any more
