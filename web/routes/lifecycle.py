@@ -8,6 +8,9 @@ from fastapi import APIRouter, Query, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from controller.service import ControlService
+from controller.switch import StoreRevisions
+from controller.switch_record import SwitchRecord, from_revision, revision_of
+from state.models import Revision
 from web import errors
 from web.deps import Operator, Reason, StoreDep
 from web.errors import InvalidTransition, NotFound
@@ -113,15 +116,10 @@ def commands(name: str, request: Request, store: StoreDep) -> dict[str, dict[str
 async def switch(
     name: str, body: SwitchRequest, request: Request, store: StoreDep, actor: Operator
 ) -> dict[str, Any]:
-    """Begin a zero-loss read/write switch; poll /switches/{id} for its progress."""
+    """Write the target revision (in progress), then begin a zero-loss read/write switch in
+    the background; poll /switches/{id} for its progress."""
     controller = _controller(request)
     current = store.get(name)
-
-    def commit(spec) -> int:
-        return store.update(
-            name, spec, actor.label, f"mode switch to {body.mode} ({body.strategy}): {body.reason}"
-        ).revision
-
     record = controller.switch(
         name,
         current.spec,
@@ -130,21 +128,44 @@ async def switch(
         body.strategy,
         actor.label,
         body.reason,
-        commit,
+        StoreRevisions(store),
     )
     return record.to_json()
 
 
 @router.get("/switches")
 def switches(name: str, request: Request, store: StoreDep) -> list[dict[str, Any]]:
+    """This plane's switches of `name`, and one still in progress that no runner here runs
+    (the control plane restarted during it)."""
     store.get(name)
-    return [r.to_json() for r in _controller(request).switches.history(name)]
+    history = _controller(request).switches.history(name)
+    number = store.in_progress(name)
+    if number is not None and number not in {r.revision for r in history}:
+        orphan = _from_store(name, store.revision(name, number))
+        history = [orphan, *history] if orphan is not None else history
+    return [r.to_json() for r in history]
 
 
 @router.get("/switches/{switch_id}")
 def switch_status(name: str, switch_id: str, request: Request, store: StoreDep) -> dict[str, Any]:
     store.get(name)
-    record = _controller(request).switches.records.get(switch_id)
-    if record is None or record.deployment != name:
+    record = _controller(request).switches.find(name, switch_id) or _stored(store, name, switch_id)
+    if record is None:
         raise NotFound(f"no switch {switch_id!r} of {name!r}")
     return record.to_json()
+
+
+def _stored(store: StoreDep, name: str, switch_id: str) -> SwitchRecord | None:
+    """A switch as its revision is stored (the runner that ran it is gone)."""
+    number = revision_of(switch_id)
+    if number is None:
+        return None
+    try:
+        return _from_store(name, store.revision(name, number))
+    except NotFound:
+        return None
+
+
+def _from_store(name: str, rev: Revision) -> SwitchRecord | None:
+    started = rev.created_at.timestamp() if rev.created_at else 0.0
+    return from_revision(name, rev.number, rev.state, rev.actor, rev.reason, started)
