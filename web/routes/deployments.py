@@ -13,7 +13,7 @@ from fastapi import APIRouter, Header, Response, status
 
 from controller.deployment import DeploymentSpec
 from web.deps import ControllerDep, Operator, Reason, StoreDep, Viewer
-from web.errors import BadRequest, Conflict
+from web.errors import BadRequest, InvalidTransition
 from web.schemas import CloneRequest, DeploymentEdit, DeploymentOut
 
 router = APIRouter(prefix="/deployments", tags=["deployments"])
@@ -78,7 +78,7 @@ def delete_deployment(
     name: str, store: StoreDep, controller: ControllerDep, actor: Operator, reason: Reason = None
 ) -> None:
     if controller is not None and controller.is_active(name):
-        raise Conflict(f"deployment {name!r} has running instances: stop it first")
+        raise InvalidTransition(f"deployment {name!r} has running instances: stop it first")
     store.delete(name, actor.label, reason)
 
 
