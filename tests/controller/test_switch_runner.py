@@ -9,11 +9,16 @@ from controller.deployment import Mode
 from controller.ports import allocate
 from controller.proxy_admin import ProxyAdminError
 from controller.supervisor import SupervisorError
-from controller.switch import STOPPED_MID_SWITCH, SwitchBusy, SwitchRunner
+from controller.switch import STOPPED_MID_SWITCH, StoreRevisions, SwitchBusy, SwitchRunner
 from controller.switch_plan import with_modes
 from controller.switch_steps import Timeouts
+from state import migrate
+from state.db import create_engine
+from state.errors import ChangeInProgress
+from state.store import Store
 from tests.controller.factories import moriio_pairs
 from tests.controller.fakes import FakeClock, FakeFleet, FakeProxyAdmin, FakeRevisions
+from web.admission import Admission
 
 TIMEOUTS = Timeouts(idle_s=5.0, ready_s=5.0, poll_s=0.5)
 
@@ -145,11 +150,11 @@ def test_a_second_switch_while_one_runs_is_refused_and_writes_no_revision():
 def test_a_store_that_refuses_the_revision_starts_nothing():
     class Refusing(FakeRevisions):
         def begin(self, *args):
-            raise RuntimeError("a change is in progress")
+            raise ChangeInProgress("mori", 5, "an edit")
 
     rig = Rig()
     rig.revisions = Refusing(rig.log)
-    with pytest.raises(RuntimeError, match="in progress"):
+    with pytest.raises(ChangeInProgress, match="in progress"):
         rig.begin("write", "hold")
     assert rig.log == [] and rig.runner.history(rig.spec.name) == []
 
@@ -311,3 +316,46 @@ def test_a_switch_left_in_progress_of_a_deployment_not_supervised_is_settled_fai
     rig = Rig()
     assert rig.runner.recover("gone", 3, rig.spec, rig.revisions) is None
     assert rig.revisions.settled == [("gone", 3, "failed", STOPPED_MID_SWITCH)]
+
+
+# -- with the real store (a SQLite file migrated to head) ---------------------------------------
+
+
+@pytest.fixture
+def store(tmp_path):
+    db = tmp_path / "pdctl.db"
+    migrate.upgrade(db)
+    engine = create_engine(db)
+    yield Store(engine, Admission((43000, 43999), False, lambda port: False))
+    engine.dispose()
+
+
+def test_the_store_holds_the_target_as_desired_and_in_progress_while_the_switch_runs(store):
+    async def scenario():
+        rig = Rig()
+        store.create(rig.spec, "alice")
+        rig.revisions = StoreRevisions(store)
+        rec = rig.begin("write", "hold")
+        during = store.get("mori")
+        with pytest.raises(ChangeInProgress):  # any other writer meanwhile: 409
+            store.update("mori", rig.spec, "bob", "an edit")
+        await rig.runner.wait("mori", rec.id)
+        return rec, during
+
+    rec, during = run(scenario())
+    assert during.revision == rec.revision == 2 and during.state == "in_progress"
+    assert {g.mode.value for g in during.spec.groups} == {"write"}
+    after = store.get("mori")
+    assert after.revision == 2 and after.state == "applied"
+
+
+def test_a_switch_rolled_back_makes_the_previous_revision_desired_again_in_the_store(store):
+    rig = Rig()
+    store.create(rig.spec, "alice")
+    rig.revisions = StoreRevisions(store)
+    rig.admin.fail["pause"] = DOWN
+    rec = run(rig.switch("write", "hold"))
+    assert rec.revision_state == "rolled_back"
+    after = store.get("mori")
+    assert after.revision == 1 and {g.mode.value for g in after.spec.groups} == {"read"}
+    assert store.revision("mori", 2).state == "rolled_back"
