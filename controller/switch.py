@@ -6,6 +6,8 @@ or rolled back. The record an operator watches says which step failed, if one di
 One switch per deployment at a time; lifecycle calls wait their turn (409 while a switch
 runs). A failed step leaves routing as good as it can (paused groups resumed, drains and
 whole-request flags undone); cancelling a switch (the control plane stopping) undoes the same.
+A switch a killed control plane left in progress is found by its revision when the next one
+starts (`recover`): routing put back, the switch finished from what runs, then settled.
 """
 
 from __future__ import annotations
