@@ -161,7 +161,8 @@ def test_edit_keeps_what_the_form_does_not_show(client):
 
 def test_a_viewer_is_told_it_may_only_read(secured):
     response = secured.post("/deployments/new", data=form(), headers={**HX, **AS_VIEWER})
-    assert response.status_code == 422 and "may only read" in response.text
+    assert response.status_code == 403 and "may only read" in response.text
+    assert response.headers["hx-retarget"] == "#notice"
     assert secured.get("/api/deployments", headers=AS_VIEWER).json() == []
 
 

@@ -35,7 +35,7 @@ from web.deployment_form import (
     values_from_spec,
 )
 from web.deps import StoreDep
-from web.errors import PdctlError, Problem, SpecInvalid, StaleRevision, Unreadable
+from web.errors import Conflict, Problem, SpecInvalid, StaleRevision, Unreadable
 from web.routes.page_common import (
     PageActor,
     page_context,
@@ -132,9 +132,9 @@ async def _submit(
         if 0 <= index < len(values.groups):
             del values.groups[index]
         return _form(request, actor, values, editing)
+    require_operator(actor)  # a viewer's refusal is an error (403), not a field's problem
     base = store.stored(editing).spec if editing else None
     try:
-        require_operator(actor)
         spec = DeploymentSpec.model_validate(_unmasked(spec_from_values(values, base), base))
         reason = form.get("reason", "").strip() or None
         saved = (
@@ -146,7 +146,7 @@ async def _submit(
         detail: object = pydantic_detail(exc.errors(include_url=False))
     except SpecInvalid as exc:
         detail = exc.detail()
-    except PdctlError as exc:  # a taken name (409), a viewer (403): said at the top
+    except Conflict as exc:  # a taken name, at its field; an edit from an old revision
         stale = isinstance(exc, StaleRevision)
         loc = ["body", "name"] if exc.status == status.HTTP_409_CONFLICT and not stale else []
         detail = [{"loc": loc, "msg": exc.message, "type": exc.title}]
