@@ -1,35 +1,67 @@
-"""FastAPI dependencies as Annotated aliases, so handlers read like sentences."""
+"""FastAPI dependencies as Annotated aliases, so handlers read like sentences. The one way
+routes reach what the lifespan built (web/app.py): the store, the hub, the controller's
+service, the observer, the load and bench runs."""
 
 from __future__ import annotations
 
-from typing import Annotated, Protocol
+from typing import Annotated
 
 from fastapi import Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
+from starlette.requests import HTTPConnection
 
+from controller.service import ControlService
 from domain import finite
+from observe.scraper import Observer
+from state.hub import Hub
 from state.store import Store
+from web import errors
 from web.auth import ANONYMOUS, COOKIE, Actor, TokenBook, bearer
+from web.bench_runs import BenchRuns
 from web.device import DEVICE_COOKIE
 from web.errors import Forbidden, NotJson, Unauthorized
+from web.load import LoadRuns
 from web.settings import Settings
 
 
-class ControllerHook(Protocol):
-    """What the routes ask of the controller, when one runs in this process
-    (`app.state.controller`); the lifecycle routes will ask more."""
-
-    def is_active(self, name: str) -> bool:
-        """True while any instance of deployment `name` is not stopped."""
-        ...
+class Unavailable(errors.Unavailable):
+    title = "Controller unavailable"
 
 
-def get_controller(request: Request) -> ControllerHook | None:
-    return request.app.state.controller
+# Each takes the connection, so websockets and helpers called with a request use them too.
 
 
-def get_store(request: Request) -> Store:
-    return request.app.state.store
+def get_controller(conn: HTTPConnection) -> ControlService | None:
+    """The controller's service when one runs in this process, else None."""
+    return conn.app.state.controller
+
+
+def get_service(conn: HTTPConnection) -> ControlService:
+    """The controller's service; 503 when this control plane runs without one."""
+    controller = conn.app.state.controller
+    if controller is None:
+        raise Unavailable("this control plane runs without a controller")
+    return controller
+
+
+def get_store(conn: HTTPConnection) -> Store:
+    return conn.app.state.store
+
+
+def get_hub(conn: HTTPConnection) -> Hub:
+    return conn.app.state.hub
+
+
+def get_observer(conn: HTTPConnection) -> Observer | None:
+    return conn.app.state.observer
+
+
+def get_load_runs(conn: HTTPConnection) -> LoadRuns:
+    return conn.app.state.load_runs
+
+
+def get_bench_runs(conn: HTTPConnection) -> BenchRuns:
+    return conn.app.state.bench_runs
 
 
 def get_app_settings(request: Request) -> Settings:
@@ -85,7 +117,12 @@ def current_operator(actor: Annotated[Actor, Depends(current_actor)]) -> Actor:
 
 
 StoreDep = Annotated[Store, Depends(get_store)]
-ControllerDep = Annotated[ControllerHook | None, Depends(get_controller)]
+HubDep = Annotated[Hub, Depends(get_hub)]
+ControllerDep = Annotated[ControlService | None, Depends(get_controller)]
+ServiceDep = Annotated[ControlService, Depends(get_service)]
+ObserverDep = Annotated[Observer | None, Depends(get_observer)]
+LoadRunsDep = Annotated[LoadRuns, Depends(get_load_runs)]
+BenchRunsDep = Annotated[BenchRuns, Depends(get_bench_runs)]
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 Viewer = Annotated[Actor, Depends(current_actor)]
 Operator = Annotated[Actor, Depends(current_operator)]

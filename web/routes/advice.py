@@ -21,7 +21,7 @@ from observe.scraper import DEFAULT_WINDOW, kv_bytes_per_token
 from state.history import History
 from state.store import Store
 from web import htmx
-from web.deps import StoreDep
+from web.deps import StoreDep, get_observer
 from web.routes.page_common import PageActor, page_context
 
 router = APIRouter(tags=["advice"])  # under /api, behind a token
@@ -34,7 +34,7 @@ MAX_RESULTS = 200
 def live(request: Request, store: Store, name: str, window: str) -> dict[str, Any]:
     """Advice from the deployment's latest frame and the history of that window."""
     spec = store.get(name).spec  # NotFound: 404
-    observer = request.app.state.observer
+    observer = get_observer(request)
     frame = observer.frame(name, window) if observer is not None else None
     points = (
         History(store.engine).read(name, time.time() - WINDOW_SECONDS[window])

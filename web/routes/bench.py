@@ -7,17 +7,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, FastAPI, Path, Query, Request, status
+from fastapi import APIRouter, Path, Query, Request, status
 from pydantic import BaseModel, Field
 
 from state.models import BenchRun
 from state.store import Current
 from web import bench_compare
 from web.bench_request import BenchRequest
-from web.bench_runs import BenchRuns
-from web.deps import Operator, StoreDep
+from web.deps import Operator, StoreDep, Unavailable, get_bench_runs, get_controller, get_load_runs
 from web.errors import ConfigError, Conflict
-from web.routes.lifecycle import Unavailable
 
 router = APIRouter(tags=["bench"])
 MAX_COMPARE = 12
@@ -83,15 +81,9 @@ class CompareOut(BaseModel):
     runs: list[CurveOut]
 
 
-def bench_runs(app: FastAPI) -> BenchRuns:
-    """The app's runs (built in its lifespan, which marks rows an earlier process left
-    running)."""
-    return app.state.bench_runs
-
-
 def check_serving(request: Request, current: Current) -> None:
     """A run needs every process of the deployment up, no switch going, no other load."""
-    name, controller = current.name, request.app.state.controller
+    name, controller = current.name, get_controller(request)
     if controller is None:
         raise Unavailable("this control plane runs without a controller")
     units = controller.status(name)
@@ -104,13 +96,13 @@ def check_serving(request: Request, current: Current) -> None:
     switches = controller.switches.history(name)
     if switches and switches[-1].state == "running":
         raise Conflict(f"a mode switch of {name!r} is under way: bench after it ends")
-    load = request.app.state.load_runs
+    load = get_load_runs(request)
     if load.busy(name):
         raise Conflict(f"the dashboard's load run is going against {name!r}: stop it first")
 
 
 async def start_run(request: Request, current: Current, body: BenchRequest, actor: str) -> BenchRun:
-    runs = bench_runs(request.app)
+    runs = get_bench_runs(request)
     if runs.busy(current.name):  # the more useful message first
         raise Conflict(
             f"a bench run of {current.name!r} is going (run "
@@ -135,7 +127,7 @@ def list_runs(
 ) -> list[BenchRunOut]:
     """The deployment's runs, newest first (results at /bench/{id})."""
     store.get(name)
-    return [BenchRunOut.of(r) for r in bench_runs(request.app).store.of(name, limit)]
+    return [BenchRunOut.of(r) for r in get_bench_runs(request).store.of(name, limit)]
 
 
 @router.get("/bench/compare")
@@ -158,12 +150,12 @@ def compare(
 
 @router.get("/bench/{run_id}")
 def get_run(run_id: RunId, request: Request) -> BenchRunOut:
-    return BenchRunOut.of(bench_runs(request.app).store.get(run_id), with_result=True)
+    return BenchRunOut.of(get_bench_runs(request).store.get(run_id), with_result=True)
 
 
 @router.post("/bench/{run_id}/stop", status_code=status.HTTP_202_ACCEPTED)
 async def stop(run_id: RunId, request: Request, actor: Operator) -> BenchRunOut:
-    return BenchRunOut.of(await bench_runs(request.app).stop(run_id, actor.label))
+    return BenchRunOut.of(await get_bench_runs(request).stop(run_id, actor.label))
 
 
 def parse_ids(text: str) -> list[int]:
@@ -176,7 +168,7 @@ def parse_ids(text: str) -> list[int]:
 
 
 def compare_runs(request: Request, ids: list[int]) -> list[BenchRun]:
-    return bench_runs(request.app).store.many(ids)
+    return get_bench_runs(request).store.many(ids)
 
 
 class TooMany(ConfigError):

@@ -17,9 +17,9 @@ from state.store import Current
 from web import bench_compare, htmx
 from web.auth import Actor
 from web.bench_request import MAX_ARRIVALS_S, MAX_PROMPTS, MAX_RATE, BenchRequest
-from web.deps import StoreDep
+from web.deps import StoreDep, get_bench_runs
 from web.errors import Forbidden, NotFound
-from web.routes.bench import bench_runs, compare_runs, parse_ids, start_run
+from web.routes.bench import compare_runs, parse_ids, start_run
 from web.routes.page_common import PageActor, page_context
 
 router = APIRouter(tags=["pages"], include_in_schema=False)
@@ -47,7 +47,7 @@ DEFAULTS = {
 def _panel_context(
     request: Request, actor: Actor, current: Current, **extra: Any
 ) -> dict[str, Any]:
-    runs = bench_runs(request.app)
+    runs = get_bench_runs(request)
     past = runs.store.of(current.name, 20)
     active_id = runs.current(current.name)
     active = next((r for r in past if r.id == active_id), None)
@@ -119,7 +119,7 @@ async def stop_from_form(
     name: str, request: Request, store: StoreDep, actor: PageActor
 ) -> HTMLResponse:
     current = _current(store, name)
-    runs = bench_runs(request.app)
+    runs = get_bench_runs(request)
     if not actor.may_change:
         raise Forbidden(f"{actor.label} may only read; stopping a run needs an operator")
     run_id = runs.current(name)

@@ -4,22 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request, status
+from fastapi import APIRouter, Query, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from controller.service import ControlService
 from controller.switch import StoreRevisions
 from controller.switch_record import SwitchRecord, from_revision, revision_of
 from state.models import Revision
-from web import errors
-from web.deps import Operator, Reason, StoreDep
+from web.deps import Operator, Reason, ServiceDep, StoreDep
 from web.errors import InvalidTransition, NotFound
 
 router = APIRouter(prefix="/deployments/{name}", tags=["lifecycle"])
-
-
-class Unavailable(errors.Unavailable):
-    title = "Controller unavailable"
 
 
 class SwitchRequest(BaseModel):
@@ -36,13 +31,6 @@ class SwitchRequest(BaseModel):
     )
 
 
-def _controller(request: Request) -> ControlService:
-    controller = request.app.state.controller
-    if controller is None:
-        raise Unavailable("this control plane runs without a controller")
-    return controller
-
-
 def _known(controller: ControlService, name: str) -> None:
     if not controller.known(name):
         raise InvalidTransition(f"deployment {name!r} has not been started")
@@ -50,9 +38,8 @@ def _known(controller: ControlService, name: str) -> None:
 
 @router.post("/start", status_code=status.HTTP_202_ACCEPTED)
 async def start(
-    name: str, request: Request, store: StoreDep, actor: Operator, reason: Reason = None
+    name: str, controller: ServiceDep, store: StoreDep, actor: Operator, reason: Reason = None
 ) -> list[dict[str, Any]]:
-    controller = _controller(request)
     current = store.get(name)
     await controller.start(name, current.spec, current.ports, actor.label, reason, current.revision)
     return controller.status(name)
@@ -60,9 +47,8 @@ async def start(
 
 @router.post("/stop", status_code=status.HTTP_202_ACCEPTED)
 async def stop(
-    name: str, request: Request, store: StoreDep, actor: Operator, reason: Reason = None
+    name: str, controller: ServiceDep, store: StoreDep, actor: Operator, reason: Reason = None
 ) -> list[dict[str, Any]]:
-    controller = _controller(request)
     store.get(name)
     _known(controller, name)
     await controller.stop(name, actor.label, reason)
@@ -72,13 +58,12 @@ async def stop(
 @router.post("/restart", status_code=status.HTTP_202_ACCEPTED)
 async def restart(
     name: str,
-    request: Request,
+    controller: ServiceDep,
     store: StoreDep,
     actor: Operator,
     instance: Annotated[str | None, Query(max_length=80)] = None,
     reason: Reason = None,
 ) -> list[dict[str, Any]]:
-    controller = _controller(request)
     store.get(name)
     _known(controller, name)
     await controller.restart(name, instance, actor.label, reason)
@@ -86,39 +71,37 @@ async def restart(
 
 
 @router.get("/status")
-def instance_status(name: str, request: Request, store: StoreDep) -> list[dict[str, Any]]:
+def instance_status(name: str, controller: ServiceDep, store: StoreDep) -> list[dict[str, Any]]:
     store.get(name)
-    return _controller(request).status(name)
+    return controller.status(name)
 
 
 @router.get("/logs/{instance}")
 def log_tail(
     name: str,
     instance: str,
-    request: Request,
+    controller: ServiceDep,
     store: StoreDep,
     lines: Annotated[int, Query(ge=1, le=5000)] = 200,
 ) -> dict[str, Any]:
     store.get(name)
-    controller = _controller(request)
     _known(controller, name)
     return {"instance": instance, "lines": controller.log_tail(name, instance, lines)}
 
 
 @router.get("/commands")
-def commands(name: str, request: Request, store: StoreDep) -> dict[str, dict[str, Any]]:
+def commands(name: str, controller: ServiceDep, store: StoreDep) -> dict[str, dict[str, Any]]:
     """Exactly what runs for each process, and the `vllm serve` line an operator would type."""
     current = store.get(name)
-    return _controller(request).preview(current.spec, current.ports)
+    return controller.preview(current.spec, current.ports)
 
 
 @router.post("/switch", status_code=status.HTTP_202_ACCEPTED)
 async def switch(
-    name: str, body: SwitchRequest, request: Request, store: StoreDep, actor: Operator
+    name: str, body: SwitchRequest, controller: ServiceDep, store: StoreDep, actor: Operator
 ) -> dict[str, Any]:
     """Write the target revision (in progress), then begin a zero-loss read/write switch in
     the background; poll /switches/{id} for its progress."""
-    controller = _controller(request)
     current = store.get(name)
     record = controller.switch(
         name,
@@ -134,11 +117,11 @@ async def switch(
 
 
 @router.get("/switches")
-def switches(name: str, request: Request, store: StoreDep) -> list[dict[str, Any]]:
+def switches(name: str, controller: ServiceDep, store: StoreDep) -> list[dict[str, Any]]:
     """This plane's switches of `name`, and one still in progress that no runner here runs
     (the control plane restarted during it)."""
     store.get(name)
-    history = _controller(request).switches.history(name)
+    history = controller.switches.history(name)
     number = store.in_progress(name)
     if number is not None and number not in {r.revision for r in history}:
         orphan = _from_store(name, store.revision(name, number))
@@ -147,9 +130,11 @@ def switches(name: str, request: Request, store: StoreDep) -> list[dict[str, Any
 
 
 @router.get("/switches/{switch_id}")
-def switch_status(name: str, switch_id: str, request: Request, store: StoreDep) -> dict[str, Any]:
+def switch_status(
+    name: str, switch_id: str, controller: ServiceDep, store: StoreDep
+) -> dict[str, Any]:
     store.get(name)
-    record = _controller(request).switches.find(name, switch_id) or _stored(store, name, switch_id)
+    record = controller.switches.find(name, switch_id) or _stored(store, name, switch_id)
     if record is None:
         raise NotFound(f"no switch {switch_id!r} of {name!r}")
     return record.to_json()

@@ -23,9 +23,9 @@ from fastapi import APIRouter, Query, WebSocket, WebSocketDisconnect
 from observe.frames import WINDOWS
 from observe.scraper import DEFAULT_WINDOW, event_topic, frame_topic
 from state.history import History
-from state.hub import Hub, encode
+from state.hub import encode
 from web.auth import COOKIE, TokenBook, TooManyAttempts, bearer
-from web.deps import StoreDep
+from web.deps import HubDep, ObserverDep, StoreDep
 from web.device import DEVICE_COOKIE
 from web.errors import NotFound
 
@@ -60,7 +60,13 @@ def history(
 
 @ws_router.websocket("/ws/deployments/{name}")
 async def live(
-    ws: WebSocket, name: str, window: str = DEFAULT_WINDOW, token: str | None = None
+    ws: WebSocket,
+    name: str,
+    store: StoreDep,
+    hub: HubDep,
+    observer: ObserverDep,
+    window: str = DEFAULT_WINDOW,
+    token: str | None = None,
 ) -> None:
     app = ws.app
     await ws.accept()
@@ -69,11 +75,9 @@ async def live(
     if window not in WINDOWS:
         await ws.close(4400, f"window is one of {', '.join(WINDOWS)}")
         return
-    store = app.state.store
     if name not in await asyncio.to_thread(store.names):
         await ws.close(4404, f"no deployment named {name!r}")
         return
-    hub: Hub = app.state.hub
     limit = app.state.settings.max_websockets
     if hub.subscribers() >= limit:
         await ws.close(1013, f"too many live connections (limit {limit}); try again later")
@@ -85,7 +89,6 @@ async def live(
         await ws.send_text(
             encode({"type": "history", "deployment": name, "window": window, "points": points})
         )
-        observer = app.state.observer
         frame = observer.frame(name, window) if observer is not None else None
         if frame is not None:
             await ws.send_text(encode(frame))

@@ -13,11 +13,11 @@ from domain import finite
 from web import htmx
 from web.bench_runs import BenchStartFailed
 from web.deployment_form import errors_at_fields, pydantic_detail
-from web.deps import StoreDep
+from web.deps import StoreDep, get_bench_runs, get_load_runs, get_service
 from web.errors import ConfigError, Conflict, NotFound
 from web.routes import lifecycle
 from web.routes.page_common import PageActor, deployment_or_404, require_operator
-from web.routes.pages import deployment_context, load_runs
+from web.routes.pages import deployment_context
 
 router = APIRouter(tags=["pages"], include_in_schema=False)
 ACTIONS = ("start", "stop", "restart")
@@ -33,7 +33,7 @@ async def lifecycle_action(
     require_operator(actor)  # refusals are errors: web/errors.py answers the notice
     if action not in ACTIONS:
         raise NotFound(f"no action {action!r}; known: {', '.join(ACTIONS)}")
-    await getattr(lifecycle, action)(name, request, store, actor, reason=reason)
+    await getattr(lifecycle, action)(name, get_service(request), store, actor, reason=reason)
     ctx = deployment_context(request, actor, current, flash=f"{action}: requested", flash_ok=True)
     return htmx.fragment(
         request,
@@ -59,7 +59,7 @@ async def switch_action(
                 "reason": form.get("reason", "").strip(),
             }
         )
-        record = await lifecycle.switch(name, body, request, store, actor)
+        record = await lifecycle.switch(name, body, get_service(request), store, actor)
     except ValidationError as exc:
         errors, _ = errors_at_fields(
             pydantic_detail(exc.errors(include_url=False)), {"mode", "strategy", "reason"}
@@ -86,7 +86,7 @@ def switch_progress(
     name: str, switch_id: str, request: Request, store: StoreDep, actor: PageActor
 ) -> HTMLResponse:
     current = deployment_or_404(store, name)
-    record = lifecycle.switch_status(name, switch_id, request, store)
+    record = lifecycle.switch_status(name, switch_id, get_service(request), store)
     ctx = deployment_context(request, actor, current, switch=record)
     trigger = None if record["state"] == "running" else "pd-refresh"
     return htmx.fragment(request, "deployment.html", "switch_progress", ctx, trigger=trigger)
@@ -101,13 +101,13 @@ async def load_start(
 ) -> HTMLResponse:
     current = deployment_or_404(store, name)
     form = await request.form()
-    runs = load_runs(request)
+    runs = get_load_runs(request)
     require_operator(actor)
     if form.get("action") == "stop":
         await runs.stop(name)
     elif runs.busy(name):
         raise Conflict("a load run is already going: stop it first")
-    elif request.app.state.bench_runs.busy(name):
+    elif get_bench_runs(request).busy(name):
         raise Conflict("a bench run is going against this deployment: stop it first")
     else:
         rate = _float(form.get("rate"), 8.0, "rate")

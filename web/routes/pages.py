@@ -13,8 +13,8 @@ from state.store import Current
 from web import htmx
 from web.auth import Actor
 from web.demo import DEMO_NAME
-from web.deps import StoreDep
-from web.load import MAX_DURATION_S, MAX_RATE, LoadRuns
+from web.deps import StoreDep, get_controller, get_load_runs, get_service
+from web.load import MAX_DURATION_S, MAX_RATE
 from web.routes import events as events_api
 from web.routes import lifecycle
 from web.routes.page_common import (
@@ -74,12 +74,12 @@ def overall_state(units: list[dict[str, Any]], switching: bool = False) -> str:
 
 
 def _units(request: Request, name: str) -> list[dict[str, Any]]:
-    controller = request.app.state.controller
+    controller = get_controller(request)
     return controller.status(name) if controller is not None else []
 
 
 def _switching(request: Request, name: str) -> bool:
-    controller = request.app.state.controller
+    controller = get_controller(request)
     if controller is None:
         return False
     history = controller.switches.history(name)
@@ -93,17 +93,12 @@ def _modes(spec: DeploymentSpec) -> list[str]:
 # -- the deployment page ----------------------------------------------------------------------
 
 
-def load_runs(request: Request) -> LoadRuns:
-    """The app's load runs (built in its lifespan)."""
-    return request.app.state.load_runs
-
-
 def deployment_context(
     request: Request, actor: Actor, current: Current, **extra: Any
 ) -> dict[str, Any]:
     name = current.name
     units = _units(request, name)
-    controller = request.app.state.controller
+    controller = get_controller(request)
     switches = controller.switches.history(name) if controller is not None else []
     ctx = page_context(
         request,
@@ -116,7 +111,7 @@ def deployment_context(
         modes=_modes(current.spec),
         state=overall_state(units, bool(switches) and switches[-1].state == "running"),
         switch=switches[-1].to_json() if switches else None,
-        load=load_runs(request).current(name),
+        load=get_load_runs(request).current(name),
         max_rate=MAX_RATE,
         max_duration=MAX_DURATION_S,
         strategies=STRATEGIES,
@@ -215,7 +210,7 @@ def commands_fragment(
     name: str, request: Request, store: StoreDep, actor: PageActor
 ) -> HTMLResponse:
     current = deployment_or_404(store, name)
-    commands = lifecycle.commands(name, request, store)
+    commands = lifecycle.commands(name, get_service(request), store)
     return htmx.fragment(
         request,
         "deployment.html",
@@ -239,7 +234,7 @@ def log_fragment(
     lines: Annotated[int, Query(ge=1, le=2000)] = 120,
 ) -> HTMLResponse:
     deployment_or_404(store, name)
-    tail = lifecycle.log_tail(name, instance, request, store, lines)["lines"]
+    tail = lifecycle.log_tail(name, instance, get_service(request), store, lines)["lines"]
     return htmx.fragment(
         request,
         "deployment.html",
