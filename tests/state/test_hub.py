@@ -65,3 +65,27 @@ def test_a_slow_subscriber_never_delays_a_fast_one() -> None:
     assert len(lags) == 50 and max(lags) < 0.05  # every frame, promptly
     assert dropped > 30  # the slow one lost stale frames instead
     assert worst_publish < 0.01
+
+
+def test_a_publish_from_another_thread_wakes_a_subscriber_on_the_bound_loop() -> None:
+    async def scenario() -> str:
+        hub = Hub()
+        hub.bind(asyncio.get_running_loop())
+        sub = hub.subscribe(["event:x"])
+        # As the store publishes from FastAPI's thread pool: handed to the loop, not offered
+        # from the worker thread (asyncio.Event is not thread-safe).
+        await asyncio.to_thread(hub.publish_threadsafe, "event:x", {"kind": "k"}, False)
+        return await asyncio.wait_for(sub.get(), timeout=5)
+
+    assert json.loads(asyncio.run(scenario())) == {"kind": "k"}
+
+
+def test_a_publish_on_the_loop_itself_is_delivered_at_once() -> None:
+    async def scenario() -> int:
+        hub = Hub()
+        hub.bind(asyncio.get_running_loop())
+        sub = hub.subscribe(["event:x"])
+        hub.publish_threadsafe("event:x", "{}")
+        return sub.pending()
+
+    assert asyncio.run(scenario()) == 1
