@@ -13,21 +13,18 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
+from domain import modes
+from domain.modes import Connector, Mode, Role
+
 Slug = Annotated[
     str, StringConstraints(max_length=40, pattern=r"^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$")
 ]
 Port = Annotated[int, Field(ge=1, le=65535)]
 
-CONNECTORS = (
-    "MoRIIOConnector",
-    "NixlConnector",
-    "MooncakeConnector",
-    "LMCacheConnectorV1",
-    "P2pNcclConnector",
-    "ExampleConnector",
-)
-# Connectors whose instances run in a read or a write mode fixed at start.
-MODE_CONNECTORS = frozenset({"MoRIIOConnector"})
+# The names a spec may give, and those whose instances run in a read or write mode fixed at
+# start: domain/modes.py's, as plain strings (the spec stores the name vLLM reads).
+CONNECTORS = tuple(c.value for c in Connector)
+MODE_CONNECTORS = frozenset(c.value for c in modes.MODE_CONNECTORS)
 # Flags pdctl renders itself; an operator's extra args may not set them.
 OWNED_FLAGS = frozenset(
     {
@@ -75,17 +72,6 @@ class Engine(enum.StrEnum):
 class Topology(enum.StrEnum):
     COLOCATED = "colocated"
     DISAGGREGATED = "disaggregated"
-
-
-class Role(enum.StrEnum):
-    PREFILL = "prefill"
-    DECODE = "decode"
-    COLOCATED = "colocated"
-
-
-class Mode(enum.StrEnum):
-    READ = "read"
-    WRITE = "write"
 
 
 class _Strict(BaseModel):
@@ -268,6 +254,11 @@ def _check_groups(spec: DeploymentSpec) -> None:
         if spec.topology is Topology.DISAGGREGATED and group.role is Role.COLOCATED:
             raise FieldError(
                 ("groups", i, "role"), "a disaggregated deployment has prefill and decode groups"
+            )
+        if group.mode is Mode.COLOCATED:
+            raise FieldError(
+                ("groups", i, "mode"),
+                "a group's mode is read or write; a colocated group has none",
             )
         if group.mode is not None and spec.connector not in MODE_CONNECTORS:
             raise FieldError(

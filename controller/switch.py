@@ -36,9 +36,10 @@ from controller.switch_plan import (
 from controller.switch_record import SwitchRecord, outcome_message, record_id, settle_detail
 from controller.switch_steps import AdminCalls, Execution, Timeouts
 from domain.errors import InvalidTransition
+from domain.modes import TRANSFER_MODES
 from state.changes import RevisionState
 
-BOTH_MODES = ("read", "write")
+BOTH_MODES = tuple(m.value for m in TRANSFER_MODES)
 ACTOR = "controller"  # who recovers a switch a stopped control plane left in progress
 STOPPED_MID_SWITCH = "the control plane stopped during this switch; routing put back"
 

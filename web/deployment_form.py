@@ -15,13 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.deployment import CONNECTORS
+from domain.modes import TRANSFER_MODES, Role
+from domain.slo import DEFAULT_ITL_STAT
+from domain.slo import ITL_STATS as _ITL_STATS
 
 ENGINES = ("sim", "vllm")
 TOPOLOGIES = ("disaggregated", "colocated")
-ROLES = ("prefill", "decode", "colocated")
-MODES = ("", "read", "write")
+ROLES = tuple(r.value for r in Role)
+MODES = ("", *(m.value for m in TRANSFER_MODES))
 POLICIES = ("round-robin", "least-tokens")
-ITL_STATS = ("p99", "mean", "max")
+# The form offers the default first.
+ITL_STATS = (DEFAULT_ITL_STAT.value, *(s for s in _ITL_STATS if s != DEFAULT_ITL_STAT))
 CONNECTOR_CHOICES = ("", *CONNECTORS)
 
 GROUP_FIELDS = ("name", "role", "count", "tp", "gpus", "mode")

@@ -5,11 +5,13 @@ at its published 8 req/s."""
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from domain import profiles
+from domain.modes import TransferModeName
+from domain.slo import DEFAULT_ITL_STAT, ItlStatName
 from simulator import planner
 from simulator.plan_cli import parse_rates
 from simulator.scenarios import SCENARIOS, mori_io_configs, mori_io_setup
@@ -73,7 +75,7 @@ class WorkloadIn(_Strict):
 class SloIn(_Strict):
     ttft_ms: float = Field(MORI.slo.ttft_ms, gt=0, le=3_600_000)
     itl_ms: float = Field(MORI.slo.itl_ms, gt=0, le=600_000)
-    itl_stat: Literal["mean", "p99", "max"] = "p99"
+    itl_stat: ItlStatName = DEFAULT_ITL_STAT.value
 
 
 def _flags(f: planner.EngineFlags) -> FlagsIn:
@@ -91,7 +93,7 @@ class PlanRequest(_Strict):
 
     scenario: str | None = Field(None, description=f"built in: {', '.join(SCENARIOS)}")
     search: bool = False
-    search_modes: list[Literal["read", "write"]] = Field(["write"], min_length=1)
+    search_modes: list[TransferModeName] = Field(["write"], min_length=1)
     configs: list[Annotated[str, AfterValidator(_config)]] = Field(
         default_factory=lambda: list(NAMED),
         min_length=1,

@@ -239,3 +239,34 @@ def test_finite_numbers_in_range_pass() -> None:
         "on": True,
         "n": "x",
     }
+
+
+def test_a_group_mode_is_read_or_write_never_colocated():
+    import pytest as _pytest
+
+    from controller.deployment import DeploymentSpec, FieldError, check
+
+    spec = DeploymentSpec.model_validate(
+        {
+            "name": "m",
+            "model": "tiny",
+            "topology": "disaggregated",
+            "connector": "MoRIIOConnector",
+            "prefix_caching": False,
+            "groups": [
+                {"name": "p", "role": "prefill", "mode": "colocated"},
+                {"name": "d", "role": "decode", "mode": "read"},
+            ],
+        }
+    )
+    with _pytest.raises(FieldError) as err:
+        check(spec)
+    assert err.value.loc == ("groups", 0, "mode")
+
+
+def test_the_spec_speaks_the_domain_s_words():
+    from controller import deployment
+    from domain import modes
+
+    assert deployment.Role is modes.Role and deployment.Mode is modes.Mode
+    assert set(deployment.CONNECTORS) == {c.value for c in modes.Connector}

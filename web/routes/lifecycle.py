@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from controller.service import ControlService
 from controller.switch import StoreRevisions
 from controller.switch_record import SwitchRecord, from_revision, revision_of
+from domain.modes import TransferModeName
 from state.models import Revision
 from web.deps import Operator, Reason, ServiceDep, StoreDep
 from web.errors import InvalidTransition, NotFound
@@ -20,7 +21,7 @@ router = APIRouter(prefix="/deployments/{name}", tags=["lifecycle"])
 class SwitchRequest(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
 
-    mode: Literal["read", "write"]
+    mode: TransferModeName
     strategy: Literal["roll", "hold", "keep-serving"] = Field(
         description="roll: one pair at a time while others serve (two or more pairs); hold: "
         "pause dispatch, restart both sides, release; keep-serving: whole requests on the "
