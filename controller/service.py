@@ -11,6 +11,7 @@ from controller.deployment import DeploymentSpec
 from controller.ports import AllocatedPorts
 from controller.supervisor import Supervisor, SupervisorError
 from controller.switch import (
+    ACTOR,
     ChangeStore,
     StoreRevisions,
     SwitchRecord,
@@ -18,6 +19,8 @@ from controller.switch import (
     SwitchRunner,
 )
 from controller.switch_record import IN_PROGRESS, strategy_of
+from controller.validation import engine_problems
+from domain.errors import ConfigError
 
 # (actor, kind, message, deployment, detail) -> None: how events reach the store.
 Recorder = Callable[[str, str, str, str | None, dict | None], None]
@@ -26,9 +29,13 @@ _STOPPED = ("STOPPED", "EXITED", "FATAL")
 
 
 class ControlService:
-    def __init__(self, supervisor: Supervisor, record: Recorder) -> None:
+    def __init__(
+        self, supervisor: Supervisor, record: Recorder, allow_code_env: bool = False
+    ) -> None:
         self.supervisor = supervisor
         self.record = record
+        # The host's override setting: whether a spec's unsafe_allow may let code through.
+        self.allow_code_env = allow_code_env
         # Each proxy's admin token is the supervisor's to keep (one per proxy it started).
         self.switches = SwitchRunner(supervisor, record)
 
@@ -63,6 +70,7 @@ class ControlService:
         revision: int,
     ) -> None:
         self.switches.refuse_if_running(name)
+        self.refuse_code(name, spec, revision)
         await self.supervisor.start(name, spec, ports)
         self.record(
             actor,
@@ -104,7 +112,23 @@ class ControlService:
     ) -> SwitchRecord:
         """Write the target revision (in progress), then switch in the background; the record
         shows the progress and `revisions` how it settled."""
+        self.refuse_code(name, spec, None)
         return self.switches.begin(name, spec, ports, target, strategy, actor, reason, revisions)
+
+    def refuse_code(self, name: str, spec: DeploymentSpec, revision: int | None) -> None:
+        """Nothing runs what today's engine allowlists refuse, whenever it was stored (a
+        revision saved before a rule existed is checked again at every start)."""
+        problems = engine_problems(spec, overrides_on=self.allow_code_env)
+        if problems:
+            which = f"revision {revision}" if revision is not None else "the current revision"
+            self.record(
+                ACTOR,
+                "deployment.refused",
+                f"{name}: {which} was not started: {problems[0].msg}",
+                name,
+                {"revision": revision, "problems": [list(map(str, p.loc)) for p in problems]},
+            )
+            raise ConfigError(problems)
 
     def recover_switches(self, store: ChangeStore) -> list[SwitchRecord]:
         """After a restart: each switch the stopped control plane left in progress (its

@@ -159,4 +159,4 @@ def build_controller(settings: Settings, store: Store) -> ControlService:
             actor, kind, message, deployment
         ),
     )
-    return ControlService(supervisor, store.record)
+    return ControlService(supervisor, store.record, allow_code_env=settings.allow_code_env)
