@@ -99,7 +99,7 @@ class Machine:
     policy: Policy = field(default_factory=Policy)
 
 
-class InvalidTransition(ValueError):
+class MachineMisuse(ValueError):
     """An event that cannot happen in this state (a bug in the shell, not an operator error)."""
 
 
@@ -131,7 +131,7 @@ def _spawned(m: Machine, e: Spawned, now: float) -> tuple[Machine, list[Action]]
         # STOPPING --spawned--> STOPPING: stopped while the spawn was in flight; SIGTERM now.
         return replace(m, pid=e.pid), [Kill(signal.SIGTERM), Emit("spawned", f"pid {e.pid}")]
     if m.state is not State.STARTING:
-        raise InvalidTransition(f"spawned in state {m.state}")
+        raise MachineMisuse(f"spawned in state {m.state}")
     # STARTING --spawned--> STARTING: now we know its pid.
     return replace(m, pid=e.pid), [Emit("spawned", f"pid {e.pid}")]
 
@@ -271,7 +271,7 @@ def _tick(m: Machine, _: Tick, now: float) -> tuple[Machine, list[Action]]:
 
 def _adopt(m: Machine, e: Adopt, now: float) -> tuple[Machine, list[Action]]:
     if m.state is not State.STOPPED:
-        raise InvalidTransition(f"adopt in state {m.state}")
+        raise MachineMisuse(f"adopt in state {m.state}")
     if e.alive:
         # STOPPED --adopt(alive)--> STARTING: ours from before; not spawned again, health
         # decides when it is RUNNING (at once if it answers).

@@ -13,7 +13,7 @@ from controller.machine import (
     Exited,
     HealthFailed,
     Healthy,
-    InvalidTransition,
+    MachineMisuse,
     Kill,
     Machine,
     Policy,
@@ -201,7 +201,7 @@ def test_adoption_of_a_dead_pid_is_exited_and_start_spawns_fresh():
     assert mach.state is State.EXITED and mach.pid is None and mach.last_exit == -9
     mach, actions = step(mach, Start(), 1.0)
     assert mach.state is State.STARTING and Spawn() in actions and mach.restarts == 1
-    with pytest.raises(InvalidTransition):
+    with pytest.raises(MachineMisuse):
         step(mach, Adopt(pid=1, alive=True), 2.0)
 
 
