@@ -3,7 +3,8 @@
 Histograms observe modelled times. A custom collector reads the scheduler's counters at
 scrape time instead of mirroring them into gauges all over the code. Families, types, labels
 and buckets match vLLM 0.32's (tests/fixtures/vllm/*_metrics.txt, checked by
-tests/simulator/test_conformance.py), `*_created` gauges included.
+tests/simulator/test_conformance.py), `*_created` gauges included; simulator/vllm_families.py
+builds them, this module adds the stand-in's own pdctl_sim_* families.
 """
 
 from __future__ import annotations
@@ -12,14 +13,8 @@ import time
 from collections.abc import Iterable
 
 from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
-from prometheus_client.samples import Sample
 
 from domain.vllm_metrics import (
     ITERATION_TOKEN_BUCKETS,
@@ -35,41 +30,10 @@ from domain.vllm_metrics import (
     BucketHistogram,
     length_buckets,
 )
+from simulator.metric_families import gauge
 from simulator.request import EngineRequest
 from simulator.scheduler import Scheduler, StepOutput
-
-FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
-# vllm:cache_config_info labels the stand-in has no notion of, at vLLM 0.32's values.
-CACHE_CONFIG_FIXED = {
-    "_block_size_resolved": "True",
-    "cache_dtype": "auto",
-    "cache_hit_alignment_tokens": "None",
-    "enable_mamba_shared_prefix_checkpoint": "False",
-    "hash_block_size": "None",
-    "is_attention_free": "False",
-    "kv_cache_dtype_skip_layers": "[]",
-    "kv_cache_layout": "None",
-    "kv_cache_memory_bytes": "None",
-    "kv_offloading_backend": "native",
-    "kv_offloading_size": "None",
-    "kv_sharing_fast_prefill": "False",
-    "mamba_block_size": "None",
-    "mamba_cache_dtype": "auto",
-    "mamba_cache_mode": "none",
-    "mamba_page_size_padded": "None",
-    "mamba_ssm_cache_dtype": "float32",
-    "num_cpu_blocks": "None",
-    "prefix_cache_retention_interval": "0",
-    "prefix_caching_hash_algo": "sha256",
-    "prefix_match_unit": "None",
-    "replayssm_buffer_len": "16",
-    "skip_page_size_padded": "None",
-    "sliding_window": "None",
-    "swa_bounded_replay": "True",
-    "use_kda_recoverssm": "False",
-    "use_replayssm": "False",
-    "user_specified_block_size": "False",
-}
+from simulator.vllm_families import vllm_families
 
 
 class EngineMetrics:
@@ -183,208 +147,9 @@ class EngineMetrics:
     # ---- the collector ------------------------------------------------------------------
 
     def collect(self) -> Iterable[Metric]:
-        s, labels, created = self.scheduler, self.labels, self.created
-        names, values = list(labels), list(labels.values())
-        yield _gauge(
-            "vllm:num_requests_running",
-            "Number of requests in model execution batches.",
-            names,
-            values,
-            s.num_running,
-        )
-        yield _gauge(
-            "vllm:num_requests_waiting",
-            "Number of requests waiting to be processed.",
-            names,
-            values,
-            s.num_waiting,
-        )
-        # "deferred": waiting for its KV to arrive; vLLM's sum of reasons equals the above.
-        yield _by_label(
-            "vllm:num_requests_waiting_by_reason",
-            "Number of waiting requests by reason.",
-            GaugeMetricFamily,
-            names,
-            values,
-            "reason",
-            {"capacity": len(s.waiting), "deferred": len(s.awaiting_kv)},
-        )
-        if self.kv_role not in (None, "kv_producer"):
-            # The stand-in starts a load as soon as the blocks are reserved: in_progress.
-            yield _by_label(
-                "vllm:num_requests_kv_fetch_by_stage",
-                "Number of waiting requests by async KV load stage.",
-                GaugeMetricFamily,
-                names,
-                values,
-                "stage",
-                {"waiting_to_start": 0, "in_progress": len(s.awaiting_kv), "completed_waiting": 0},
-            )
-        yield _by_label(
-            "vllm:engine_sleep_state",
-            "Engine sleep state (the stand-in never sleeps).",
-            GaugeMetricFamily,
-            names,
-            values,
-            "sleep_state",
-            {"awake": 1, "weights_offloaded": 0, "discard_all": 0},
-        )
-        yield _gauge(
-            "vllm:kv_cache_usage_perc",
-            "KV-cache usage. 1 means 100 percent usage.",
-            names,
-            values,
-            s.kv_cache_usage,
-        )
-        c = s.counters
-        connected = self.kv_role is not None
-        cached = c.prompt_tokens_cache_hit + c.prompt_tokens_external
-        for name, doc, value in (
-            (
-                "vllm:num_preemptions",
-                "Cumulative number of preemption from the engine.",
-                c.preemptions,
-            ),
-            ("vllm:prompt_tokens", "Number of prefill tokens processed.", c.prompt_tokens),
-            (
-                "vllm:generation_tokens",
-                "Number of generation tokens processed.",
-                c.generation_tokens,
-            ),
-            (
-                "vllm:prefix_cache_queries",
-                "Prefix cache queries, in terms of number of queried tokens.",
-                c.prefix_cache_queries,
-            ),
-            (
-                "vllm:prefix_cache_hits",
-                "Prefix cache hits, in terms of number of cached tokens.",
-                c.prefix_cache_hits,
-            ),
-            (
-                "vllm:external_prefix_cache_queries",
-                "External prefix cache queries from KV "
-                "connector cross-instance cache sharing, in terms of number of queried tokens.",
-                c.prompt_tokens - c.prompt_tokens_cache_hit if connected else 0,
-            ),
-            (
-                "vllm:external_prefix_cache_hits",
-                "External prefix cache hits from KV connector "
-                "cross-instance cache sharing, in terms of number of cached tokens.",
-                c.prompt_tokens_external,
-            ),
-            # No multi-modal input in the stand-in: vLLM's own value for a text-only model.
-            (
-                "vllm:mm_cache_queries",
-                "Multi-modal cache queries, in terms of number of queried items.",
-                0,
-            ),
-            (
-                "vllm:mm_cache_hits",
-                "Multi-modal cache hits, in terms of number of cached items.",
-                0,
-            ),
-            (
-                "vllm:prompt_tokens_cached",
-                "Number of cached prompt tokens (local + external).",
-                cached,
-            ),
-        ):
-            family = CounterMetricFamily(name, doc, labels=names)
-            family.add_metric(values, value, created=created)
-            yield family
-        yield _by_label(
-            "vllm:prompt_tokens_by_source",
-            "Number of prompt tokens by source.",
-            CounterMetricFamily,
-            names,
-            values,
-            "source",
-            {
-                "local_compute": c.prompt_tokens_local_compute,
-                "local_cache_hit": c.prompt_tokens_cache_hit,
-                "external_kv_transfer": c.prompt_tokens_external,
-            },
-            created,
-        )
-        yield _by_label(
-            "vllm:prompt_tokens_cached_by_source",
-            "Prefix-cache hit tokens by the cache tier that supplied them.",
-            CounterMetricFamily,
-            names,
-            values,
-            "source",
-            {
-                "device": c.prompt_tokens_cache_hit,
-                "host": 0,
-                "p2p": c.prompt_tokens_external,
-                "disk": 0,
-                "external_unspecified": 0,
-            },
-            created,
-        )
-        yield _by_label(
-            "vllm:request_success",
-            "Count of successfully processed requests.",
-            CounterMetricFamily,
-            names,
-            values,
-            "finished_reason",
-            {r: c.finished.get(r, 0) for r in FINISHED_REASONS},
-            created,
-        )
-        # No queue limits in the stand-in; vLLM labels this family without `engine`.
-        yield _by_label(
-            "vllm:admission_rejections",
-            "Number of admission attempts rejected by a queue limit, by reason.",
-            CounterMetricFamily,
-            ["model_name"],
-            [labels["model_name"]],
-            "reason",
-            {"max_num_queued_reqs": 0, "max_num_queued_tokens": 0},
-            created,
-        )
-        for name, hist in self.hist.items():
-            yield _histogram(f"vllm:{name}", hist, names, values, created)
-        yield self._cache_config_info()
-        if self.with_nixl:
-            for name, hist in self.nixl.items():
-                yield _histogram(f"vllm:{name}", hist, names, values, created)
-            for name, value in (
-                ("vllm:nixl_num_failed_transfers", self.nixl_failed_transfers),
-                ("vllm:nixl_num_failed_notifications", self.nixl_failed_notifications),
-                ("vllm:nixl_num_kv_expired_reqs", c.kv_expired_requests),
-                ("vllm:nixl_num_notifications_after_expiry", 0),
-            ):
-                family = CounterMetricFamily(
-                    name, name.split(":")[1].replace("_", " "), labels=names
-                )
-                family.add_metric(values, value, created=created)
-                yield family
+        yield from vllm_families(self)
+        names, values = list(self.labels), list(self.labels.values())
         yield from self._own_families(names, values)
-
-    def _cache_config_info(self) -> Metric:
-        config, pool = self.scheduler.config, self.scheduler.pool
-        tokens = pool.num_blocks * config.block_size
-        info = {
-            **CACHE_CONFIG_FIXED,
-            "engine": self.labels["engine"],
-            "block_size": str(config.block_size),
-            "effective_attention_block_size": str(config.block_size),
-            "enable_prefix_caching": str(config.enable_prefix_caching),
-            "gpu_memory_utilization": str(config.gpu_memory_utilization),
-            "kv_cache_max_concurrency": str(tokens / self.max_model_len),
-            "kv_cache_size_tokens": str(tokens),
-            "num_gpu_blocks": str(pool.num_blocks),
-            "num_gpu_blocks_override": str(config.num_gpu_blocks or None),
-        }
-        family = GaugeMetricFamily(
-            "vllm:cache_config_info",
-            "Information of the LLMEngine CacheConfig",
-            labels=sorted(info),
-        )
-        family.add_metric([info[k] for k in sorted(info)], 1.0)
-        return family
 
     def _own_families(self, names: list[str], values: list[str]) -> Iterable[Metric]:
         """The stand-in's own pdctl_sim_* families (real vLLM has none of these)."""
@@ -404,7 +169,7 @@ class EngineMetrics:
         )
         overrun.add_metric(values, self.transfer_overruns)
         yield overrun
-        yield _gauge(
+        yield gauge(
             "pdctl_sim_loop_lag_seconds",
             "Wall seconds the last engine step ended "
             "late (event-loop lag); large values bend every figure.",
@@ -412,7 +177,7 @@ class EngineMetrics:
             values,
             self.loop_lag_s,
         )
-        yield _gauge(
+        yield gauge(
             "pdctl_sim_time_scale",
             "How many times slower than modelled this "
             "stand-in runs; every reported time is modelled.",
@@ -420,42 +185,6 @@ class EngineMetrics:
             values,
             self.time_scale,
         )
-
-
-def _gauge(name: str, doc: str, names: list[str], values: list[str], value: float) -> Metric:
-    family = GaugeMetricFamily(name, doc, labels=names)
-    family.add_metric(values, value)
-    return family
-
-
-def _by_label(
-    name: str,
-    doc: str,
-    kind: type,
-    names: list[str],
-    values: list[str],
-    label: str,
-    by: dict[str, float],
-    created: float | None = None,
-) -> Metric:
-    """One family with a sample per value of an extra label (reason, source, stage, ...)."""
-    family = kind(name, doc, labels=[*names, label])
-    for key, value in by.items():
-        if created is None:
-            family.add_metric([*values, key], value)
-        else:
-            family.add_metric([*values, key], value, created=created)
-    return family
-
-
-def _histogram(
-    name: str, hist: BucketHistogram, names: list[str], values: list[str], created: float
-) -> Metric:
-    family = HistogramMetricFamily(name, name.split(":")[-1].replace("_", " "), labels=names)
-    family.add_metric(values, hist.cumulative(), hist.sum)
-    # HistogramMetricFamily takes no `created`; the text format shows it as a *_created gauge.
-    family.samples.append(Sample(name + "_created", dict(zip(names, values, strict=True)), created))
-    return family
 
 
 def registry_for(metrics: EngineMetrics) -> CollectorRegistry:
