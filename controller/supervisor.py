@@ -5,7 +5,8 @@ under the shim, signal the group, drain in the proxy, record events).
 Seams: a process backend (controller/process_backend.py), an HTTP probe (controller/health.py)
 and a clock; tests pass fakes and drive `poll()` themselves. Deployments live in the run dir
 (controller/run_state.py, plus one directory per process), so a new supervisor on the same
-run dir adopts what still runs and cleans up what died: no orphans, no duplicates.
+run dir adopts what still runs and cleans up what died: no orphans, no duplicates
+(controller/adoption.py). Health and registration probes are controller/probing.py's.
 
 The run dir is made absolute once, here, and handed to every shim as such: a relative one would
 otherwise mean one directory to us and another to a shim started elsewhere. Files in it are
@@ -29,19 +30,21 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from controller import machine as m
-from controller import private_files, procfs, run_state
+from controller import private_files, run_state
+from controller.adoption import adopt_saved, port_held
 from controller.clock import Clock, SystemClock
 from controller.deployment import DeploymentSpec
-from controller.health import HttpProbe, Probe, same_instance
+from controller.health import HttpProbe, Probe
 from controller.ports import AllocatedPorts
-from controller.process_backend import ProcessBackend, ProcessRecord, ShimBackend, SpawnError
+from controller.probing import probe_round
+from controller.process_backend import ProcessBackend, ShimBackend, SpawnError
 from controller.redact import redact_text
-from controller.render import Launch, LaunchSettings, render
+from controller.render import LaunchSettings, render
 from controller.units import IDLE, LIVE, Supervised, Unit, describe
 from domain.errors import NotFound
 
@@ -91,7 +94,16 @@ class Supervisor:
         self.deployments: dict[str, Supervised] = {}
         self._task: asyncio.Task | None = None
         private_files.private_dir(settings.run_dir)
-        self._adopt_all()
+        self.deployments.update(
+            adopt_saved(
+                settings.run_dir,
+                settings.launch,
+                settings.policy,
+                backend=self.backend,
+                clock=self.clock,
+                emit=self._emit,
+            )
+        )
 
     # Facade (the REST API calls these) ---------------------------------------------------
 
@@ -221,7 +233,15 @@ class Supervisor:
         """One pass over every deployment: observe, then reconcile."""
         for dep in list(self.deployments.values()):
             await self._observe_exits(dep)
-            await self._probe(dep)
+            await probe_round(
+                dep,
+                self.probe,
+                self.clock,
+                self._feed,
+                self._emit,
+                interval=self.settings.health_interval,
+                failures=self.settings.health_failures,
+            )
             for unit in list(dep.units.values()):
                 await self._feed(dep, unit, m.Tick())
             await self._reconcile(dep)
@@ -239,67 +259,6 @@ class Supervisor:
                 self.backend.forget(dep.folder, unit.launch.name)
                 unit.healthy = unit.registered = None
                 await self._feed(dep, unit, m.Exited(code))
-
-    async def _probe(self, dep: Supervised) -> None:
-        now = self.clock.now()
-        due = [
-            u
-            for u in dep.units.values()
-            if u.machine.pid is not None
-            and u.machine.state in (m.State.STARTING, m.State.RUNNING)
-            and now >= u.next_probe
-        ]
-        registrations = None
-        if any(u.launch.registers for u in due) or self._draining(dep):
-            registrations = await self.probe.proxy_instances(dep.proxy.launch.url, dep.admin_token)
-        # All at once: a hung instance holds its probe for the whole timeout, and must not
-        # hold up the others' probes by that much each.
-        answers = await asyncio.gather(*(self.probe.healthy(u.launch.url) for u in due))
-        for unit, ok in zip(due, answers, strict=True):
-            unit.next_probe = now + self.settings.health_interval
-            if unit.launch.registers:
-                if registrations is None and unit.machine.state is m.State.RUNNING:
-                    # The proxy is down or restarting: that says nothing about a running
-                    # instance (it registers again once the proxy is back), so /health alone
-                    # judges it; replacing it would turn a proxy restart into an outage.
-                    unit.registered = None
-                else:
-                    unit.registered = registrations is not None and any(
-                        same_instance(e, unit.launch.url) for e in registrations
-                    )
-                    ok = ok and unit.registered
-            unit.healthy = ok
-            if ok:
-                unit.failed_probes = 0
-                await self._feed(dep, unit, m.Healthy())
-            elif unit.machine.state is m.State.RUNNING:
-                unit.failed_probes += 1
-                if unit.failed_probes >= self.settings.health_failures:
-                    unit.failed_probes = 0
-                    await self._feed(
-                        dep, unit, m.HealthFailed(f"{self.settings.health_failures} probes failed")
-                    )
-        if registrations is not None:
-            await self._tell_refusals(dep)
-        for unit in self._draining(dep):
-            entry = next(
-                (e for e in registrations or [] if same_instance(e, unit.launch.url)), None
-            )
-            if registrations is None or entry is None or not entry.get("outstanding_requests"):
-                await self._feed(dep, unit, m.Drained())
-
-    async def _tell_refusals(self, dep: Supervised) -> None:
-        """Registrations the proxy refused (a rogue, a mismatch, a malformed field): events."""
-        refusals = await self.probe.proxy_refusals(dep.proxy.launch.url, dep.admin_token)
-        for message in dep.refusals.news(refusals or [], self.clock.now()):
-            self._emit("registry.refused", f"{dep.name}: {message}", dep.name)
-
-    def _draining(self, dep: Supervised) -> list[Unit]:
-        return [
-            u
-            for u in dep.units.values()
-            if u.machine.state is m.State.STOPPING and u.machine.phase is m.Phase.DRAIN
-        ]
 
     async def _reconcile(self, dep: Supervised) -> None:
         """Desired vs actual, in start order (proxy, then instances) or stop order (reverse)."""
@@ -359,7 +318,9 @@ class Supervisor:
         unit.healthy = unit.registered = None
         unit.failed_probes, unit.next_probe = 0, 0.0
         unit.refusal = None
-        if await self._port_taken(dep, unit):
+        held = port_held(dep, unit, self.backend, self._emit)
+        if held is not None:
+            await self._feed(dep, unit, held)
             return
         env = {**unit.launch.env, **unit.launch.handover}
         if unit.launch.is_proxy:
@@ -378,39 +339,6 @@ class Supervisor:
             return
         await self._feed(dep, unit, m.Spawned(record.child_pid))
 
-    async def _port_taken(self, dep: Supervised, unit: Unit) -> bool:
-        """Never a second copy of a process whose port is held: the holder is adopted if it is
-        this very launch (its command line), else named in an event and the start counts as
-        failed (a health probe it answers must not make a copy that cannot bind RUNNING)."""
-        launch, port = unit.launch, unit.launch.http_port
-        holders = self.backend.port_holders(port)
-        if not holders:
-            return False
-        ours = next(
-            (h for h in holders if h.pid and procfs.launched_as(list(h.cmdline), launch.argv)),
-            None,
-        )
-        where = f"{dep.name}/{launch.name}"
-        if ours is not None and ours.pid is not None:
-            unit.record = ProcessRecord(
-                launch.name, ours.pid, ours.start_time, argv=tuple(launch.argv)
-            )
-            self._emit(
-                "adopted",
-                f"{where}: already serving on port {port} as pid {ours.pid}; adopted, "
-                "not started a second time",
-                dep.name,
-            )
-            await self._feed(dep, unit, m.Spawned(ours.pid))
-            return True
-        unit.refusal = (
-            f"port {port} is held by {', '.join(h.describe() for h in holders)}; "
-            "not starting a second copy"
-        )
-        self._emit("port_held", f"{where}: {unit.refusal}", dep.name)
-        await self._feed(dep, unit, m.Exited(None))
-        return True
-
     def _last_words(self, dep: Supervised, name: str) -> str:
         """What a failed process said last, so the event log tells an operator why."""
         lines = [line for line in self.backend.log_tail(dep.folder, name, 5) if line.strip()]
@@ -422,42 +350,6 @@ class Supervisor:
     def _emit(self, kind: str, message: str, deployment: str | None = None) -> None:
         log.info("%s: %s", kind, message)
         self.on_event(ACTOR, kind, message, deployment)
-
-    # Adoption ----------------------------------------------------------------------------
-
-    def _adopt_all(self) -> None:
-        for path in run_state.saved_deployments(self.settings.run_dir):
-            try:
-                spec, ports, running = run_state.load_deployment(path)
-            except (ValueError, KeyError) as exc:
-                self._emit("adopt_failed", f"{path}: {exc}")
-                continue
-            dep = Supervised(spec.name, spec, ports, path.parent, {}, running=running)
-            dep.admin_token = run_state.read_admin_token(path.parent)
-            for launch in render(spec, ports, self.settings.launch):
-                dep.units[launch.name] = self._adopt(dep, launch)
-            self.deployments[dep.name] = dep
-
-    def _adopt(self, dep: Supervised, launch: Launch) -> Unit:
-        unit = Unit(launch, m.Machine(policy=self.settings.policy))
-        record = self.backend.read(dep.folder, launch.name)
-        if record is None or record.child_pid is None:
-            return unit
-        restarts = run_state.read_restarts(dep.folder, launch.name)
-        alive = self.backend.running(record)
-        unit.record = record if alive else None
-        if alive and record.argv and list(record.argv) != list(launch.argv):
-            # It runs what an earlier start wanted (a switch cut short): keep that as its
-            # launch, so the next start with today's spec restarts it.
-            unit.launch = replace(launch, argv=list(record.argv))
-        if not alive:
-            self.backend.forget(dep.folder, launch.name)
-        event = m.Adopt(record.child_pid, alive, record.exit_code, restarts)
-        unit.machine, actions = m.step(unit.machine, event, self.clock.now())
-        for action in actions:
-            if isinstance(action, m.Emit):
-                self._emit(action.kind, f"{dep.name}/{launch.name}: {action.message}", dep.name)
-        return unit
 
     def _deployment(self, name: str) -> Supervised:
         try:

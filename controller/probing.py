@@ -1,0 +1,88 @@
+"""One round of health and registration probes over a deployment's processes, told to their
+machines as events: /health of each process due, whether each instance that registers is in its
+proxy's table (and what the proxy refused), and whether a draining instance is idle yet."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from controller import machine as m
+from controller.clock import Clock
+from controller.health import Probe, same_instance
+from controller.units import Supervised, Unit
+
+Feed = Callable[[Supervised, Unit, m.Event], Awaitable[None]]  # one event into a unit's machine
+Emit = Callable[[str, str, str | None], None]  # (kind, message, deployment)
+
+
+async def probe_round(
+    dep: Supervised,
+    probe: Probe,
+    clock: Clock,
+    feed: Feed,
+    emit: Emit,
+    *,
+    interval: float,
+    failures: int,
+) -> None:
+    """Probe the processes due (every `interval` s each); `failures` failed probes in a row
+    replace a RUNNING process."""
+    now = clock.now()
+    due = [
+        u
+        for u in dep.units.values()
+        if u.machine.pid is not None
+        and u.machine.state in (m.State.STARTING, m.State.RUNNING)
+        and now >= u.next_probe
+    ]
+    registrations = None
+    if any(u.launch.registers for u in due) or draining(dep):
+        registrations = await probe.proxy_instances(dep.proxy.launch.url, dep.admin_token)
+    # All at once: a hung instance holds its probe for the whole timeout, and must not
+    # hold up the others' probes by that much each.
+    answers = await asyncio.gather(*(probe.healthy(u.launch.url) for u in due))
+    for unit, ok in zip(due, answers, strict=True):
+        unit.next_probe = now + interval
+        if unit.launch.registers:
+            if registrations is None and unit.machine.state is m.State.RUNNING:
+                # The proxy is down or restarting: that says nothing about a running
+                # instance (it registers again once the proxy is back), so /health alone
+                # judges it; replacing it would turn a proxy restart into an outage.
+                unit.registered = None
+            else:
+                unit.registered = registrations is not None and any(
+                    same_instance(e, unit.launch.url) for e in registrations
+                )
+                ok = ok and unit.registered
+        unit.healthy = ok
+        if ok:
+            unit.failed_probes = 0
+            await feed(dep, unit, m.Healthy())
+        elif unit.machine.state is m.State.RUNNING:
+            unit.failed_probes += 1
+            if unit.failed_probes >= failures:
+                unit.failed_probes = 0
+                await feed(dep, unit, m.HealthFailed(f"{failures} probes failed"))
+    if registrations is not None:
+        await _tell_refusals(dep, probe, clock, emit)
+    for unit in draining(dep):
+        entry = next((e for e in registrations or [] if same_instance(e, unit.launch.url)), None)
+        if registrations is None or entry is None or not entry.get("outstanding_requests"):
+            await feed(dep, unit, m.Drained())
+
+
+async def _tell_refusals(dep: Supervised, probe: Probe, clock: Clock, emit: Emit) -> None:
+    """Registrations the proxy refused (a rogue, a mismatch, a malformed field): events."""
+    refusals = await probe.proxy_refusals(dep.proxy.launch.url, dep.admin_token)
+    for message in dep.refusals.news(refusals or [], clock.now()):
+        emit("registry.refused", f"{dep.name}: {message}", dep.name)
+
+
+def draining(dep: Supervised) -> list[Unit]:
+    """The processes in the drain phase of a stop, not yet signalled."""
+    return [
+        u
+        for u in dep.units.values()
+        if u.machine.state is m.State.STOPPING and u.machine.phase is m.Phase.DRAIN
+    ]
