@@ -14,7 +14,7 @@ import functools
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from domain.arrivals import arrival_times
 from domain.datasets import random_requests, shared_prefix_requests
@@ -27,6 +27,7 @@ from simulator.plan_setup import (
     PlanConfig,
     PlanError,
     PlanSetup,
+    Workload,
     candidate_configs,
     fitting_configs,
     parse_config,
@@ -54,18 +55,6 @@ __all__ = [
     "search",
     "sweep",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Workload:
-    num_prompts: int = 100
-    input_len: int = 2000
-    output_len: int = 1000
-    range_ratio: float = 0.0
-    burstiness: float = 1.0
-    seed: int = 0
-    shared_prefix_len: int = 0  # >0: prompts open with one of a few shared prefixes
-    num_prefixes: int = 4
 
 
 def make_arrivals(workload: Workload, rate: float) -> list[Arrival]:
