@@ -16,7 +16,7 @@ import time
 import pytest
 
 from connector import kv_config
-from harness.processes import Process, free_port, http_post, running
+from harness.processes import ADMIN_TOKEN, Process, free_port, http_post, running
 from harness.stack import instances, moriio_sim
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
@@ -148,6 +148,7 @@ def test_real_heartbeats_register_with_the_proxy(vllm_setup, tmp_path):
     front = Process(
         ["proxy", "--port", str(port), "--connector", "moriio", "--registry-port", str(registry)],
         port,
+        env={"PDCTL_ADMIN_TOKEN": ADMIN_TOKEN},  # /admin is never open
         log_path=tmp_path / "proxy.log",
     )
     # Stand-ins that do not register themselves: vLLM's sender registers them.
