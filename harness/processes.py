@@ -89,9 +89,10 @@ class Process:
         env: dict | None = None,
         log_path: Path | None = None,
         cwd: Path = ROOT,
+        host: str = "127.0.0.1",  # where it answers: another loopback address is another "node"
     ) -> None:
         self.args, self.port = args, port
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"http://{host}:{port}"
         self.log_path = log_path
         out = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
         try:
@@ -177,12 +178,17 @@ def running(*procs: Process):
 
 
 def sim(
-    tmp_path: Path, name: str, *flags: str, env: dict | None = None, port: int | None = None
+    tmp_path: Path,
+    name: str,
+    *flags: str,
+    env: dict | None = None,
+    port: int | None = None,
+    host: str | None = None,
 ) -> Process:
+    """`pdctl sim`; with `host`, bound there (`--host`) instead of vLLM's default."""
     port = port or free_port()
-    return Process(
-        ["sim", "--port", str(port), *flags], port, env=env, log_path=tmp_path / f"{name}.log"
-    )
+    args = ["sim", "--port", str(port), *(("--host", host) if host else ()), *flags]
+    return Process(args, port, env=env, log_path=tmp_path / f"{name}.log", host=host or "127.0.0.1")
 
 
 def metric_value(text: str, name: str, **labels: str) -> float:

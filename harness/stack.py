@@ -79,13 +79,17 @@ def zmq_address(proc: Process) -> str:
     return f"host:127.0.0.1,handshake:{extra['handshake_port']},notify:{extra['notify_port']}"
 
 
-def proxy(tmp: Path, name: str, *flags: str, registry_port: int = -1) -> Process:
-    """`pdctl proxy`; registry off unless a port is given. Heartbeats expire 5x sooner (1.8 s
-    of silence for a stand-in that registers every 0.2 s)."""
+def proxy(
+    tmp: Path, name: str, *flags: str, registry_port: int = -1, host: str = "127.0.0.1"
+) -> Process:
+    """`pdctl proxy` on `host` (HTTP and registry); registry off unless a port is given.
+    Heartbeats expire 5x sooner (1.8 s of silence for a stand-in that registers every 0.2 s)."""
     port = free_port()
     return Process(
         [
             "proxy",
+            "--host",
+            host,
             "--port",
             str(port),
             "--registry-port",
@@ -97,6 +101,7 @@ def proxy(tmp: Path, name: str, *flags: str, registry_port: int = -1) -> Process
         port,
         env={"PDCTL_ADMIN_TOKEN": ADMIN_TOKEN},
         log_path=tmp / f"{name}.log",
+        host=host,
     )
 
 

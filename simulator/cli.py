@@ -162,15 +162,24 @@ def sim(
 
 
 def listen_sources(settings: EngineSettings) -> str:
-    """Every port the stand-in binds, with the flag or setting that chose it."""
-    sources = [f"--port {settings.port}"]
+    """Every address the stand-in binds, with the flag or setting that chose it."""
+    sources = [f"--port {settings.port} on --host {settings.host}"]
     kv = settings.kv
-    if kv is not None and not kv.is_moriio:  # every other connector takes NIXL's variable
-        sources.append(f"VLLM_NIXL_SIDE_CHANNEL_PORT {kv.kv_port}")
-    elif kv is not None:
-        sources.append(f"kv_connector_extra_config.handshake_port {kv.kv_port}")
+    if kv is None:
+        return sources[0]
+    if not kv.is_moriio:  # every other connector takes NIXL's variables
+        ports = [f"VLLM_NIXL_SIDE_CHANNEL_PORT {kv.kv_port}"]
+        host = f"VLLM_NIXL_SIDE_CHANNEL_HOST {settings.kv_bind_host}"
+    else:
+        ports = [f"kv_connector_extra_config.handshake_port {kv.kv_port}"]
         if kv.notify_port is not None:
-            sources.append(f"kv_connector_extra_config.notify_port {kv.notify_port}")
+            ports.append(f"kv_connector_extra_config.notify_port {kv.notify_port}")
+        host = (
+            f"kv_connector_extra_config.host_ip {kv.host}"
+            if kv.host is not None
+            else f"--host {settings.host}"
+        )
+    sources += [f"{port} on {host}" for port in ports]
     return ", ".join(sources)
 
 

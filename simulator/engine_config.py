@@ -5,7 +5,9 @@ Pure: no sockets, no environment reads except through the `env` mapping passed i
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,6 +29,12 @@ KNOWN_CONNECTORS = (
     "DecodeBenchConnector",
 )
 KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
+# vLLM's default side-channel host (envs.VLLM_NIXL_SIDE_CHANNEL_HOST): fine on one machine,
+# wrong across machines, which is why the controller renders the node's address into it.
+NIXL_DEFAULT_HOST = "localhost"
+# A DNS name (RFC 1123 labels): what is left once IP literals are taken out.
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*$")
 
 
 class EngineConfigError(ValueError):
@@ -41,6 +49,9 @@ class KVTransferSettings:
     role: str = "kv_both"
     read_mode: bool = True  # MoRIIO only; NIXL always pulls
     kv_port: int = 5600  # NIXL side channel, or MoRIIO handshake port
+    # Where the KV listeners bind and what this engine advertises to its peers: NIXL's
+    # VLLM_NIXL_SIDE_CHANNEL_HOST, MoRIIO's host_ip; None: the --host address.
+    host: str | None = None
     notify_port: int | None = None  # MoRIIO notify port (write mode: decode announces here)
     proxy_ip: str | None = None
     proxy_ping_port: int | None = None
@@ -87,6 +98,21 @@ class EngineSettings:
     engine_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
     @property
+    def kv_bind_host(self) -> str:
+        """The address the KV side channel (and MoRIIO's notify port) listens on."""
+        if self.kv is not None and self.kv.host is not None:
+            return self.kv.host
+        return self.host
+
+    @property
+    def kv_advertised_host(self) -> str:
+        """The address peers are told to reach this engine's KV at: the configured one as
+        given (vLLM sends it verbatim), else --host, a wildcard one made loopback."""
+        if self.kv is not None and self.kv.host is not None:
+            return self.kv.host
+        return "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+
+    @property
     def model_len(self) -> int:
         return self.max_model_len or profiles.model(self.model_profile).max_model_len
 
@@ -130,11 +156,16 @@ def parse_kv_transfer_config(
     side_channel = _port(
         env.get("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600"), "VLLM_NIXL_SIDE_CHANNEL_PORT"
     )
+    # Every connector but MoRIIO takes NIXL's variables (the stand-in has one KV transport).
+    side_host = _host(
+        env.get("VLLM_NIXL_SIDE_CHANNEL_HOST", NIXL_DEFAULT_HOST), "VLLM_NIXL_SIDE_CHANNEL_HOST"
+    )
     return KVTransferSettings(
         connector=connector,
         role=role,
         read_mode=True,
         kv_port=side_channel,
+        host=side_host,
         load_failure_policy=policy,
         extra=extra,
         transfer_timeout_s=float(extra.get("transfer_timeout", 30.0)),
@@ -155,13 +186,17 @@ def _moriio(
         read_mode = env.get("VLLM_MORIIO_CONNECTOR_READ_MODE", "0").lower() in ("true", "1")
     proxy_ip = extra.get("proxy_ip")
     ping = extra.get("proxy_ping_port")
+    # vLLM takes host_ip when set (and not empty), else the machine's own IP; the stand-in's
+    # "own IP" is its --host address.
+    host_ip = extra.get("host_ip")
     return KVTransferSettings(
         connector="MoRIIOConnector",
         role=role,
         read_mode=read_mode,
         kv_port=_port(extra.get("handshake_port", 6301), "handshake_port"),
         notify_port=_port(extra.get("notify_port", 6105), "notify_port"),
-        proxy_ip=str(proxy_ip) if proxy_ip else None,
+        host=_host(host_ip, "kv_connector_extra_config.host_ip") if host_ip else None,
+        proxy_ip=_host(proxy_ip, "kv_connector_extra_config.proxy_ip") if proxy_ip else None,
         proxy_ping_port=_port(ping, "proxy_ping_port") if ping is not None else None,
         load_failure_policy=policy,
         transfer_timeout_s=float(extra.get("transfer_timeout", 30.0)),
@@ -177,3 +212,20 @@ def _port(value: object, name: str) -> int:
     if not 0 < port < 65536:
         raise EngineConfigError(f"{name} must be between 1 and 65535, got {port}")
     return port
+
+
+def _host(value: object, name: str) -> str:
+    """A bare IP address or DNS name: no port, scheme or path (vLLM pastes it into
+    tcp://HOST:PORT and into the addresses it hands its peers, so anything else breaks
+    later and further away)."""
+    text = str(value)
+    try:
+        ipaddress.ip_address(text)
+        return text
+    except ValueError:
+        pass
+    if _HOSTNAME.match(text) is None:
+        raise EngineConfigError(
+            f"{name} must be an IP address or a host name (no port, scheme or path), got {text!r}"
+        )
+    return text

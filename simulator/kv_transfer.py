@@ -80,7 +80,10 @@ class KVTransferAgent:
         if self.kv.notify_port is not None:
             ports.add(self.kv.notify_port)
         for port in sorted(ports):
-            server = await asyncio.start_server(self._serve, self.settings.host, port)
+            # On the configured KV host only (vLLM's NIXL binds there too; its MoRIIO binds
+            # every address), so that engines on several addresses of one machine, the
+            # tests' "nodes", can each take the same port.
+            server = await asyncio.start_server(self._serve, self.settings.kv_bind_host, port)
             self._servers.append(server)
 
     async def stop(self) -> None:
@@ -99,7 +102,7 @@ class KVTransferAgent:
 
     @property
     def advertised_host(self) -> str:
-        return "127.0.0.1" if self.settings.host in ("0.0.0.0", "") else self.settings.host
+        return self.settings.kv_advertised_host
 
     def wire_bytes(self, modelled: float) -> int:
         return max(1, int(modelled * self.settings.kv_wire_scale))

@@ -23,6 +23,8 @@ HEARTBEAT_S = 3.0
 
 
 def registration_message(settings: EngineSettings, kv: KVTransferSettings, host: str) -> dict:
+    """What vLLM's MoRIIO worker sends: `host` is its advertised address (host_ip, else the
+    machine's), for both the HTTP address the proxy routes to and the ZMQ side channel."""
     return {
         "type": "P" if kv.role == "kv_producer" else "D",
         "http_address": f"{host}:{settings.port}",

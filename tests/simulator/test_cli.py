@@ -39,6 +39,20 @@ def app():
             {"VLLM_NIXL_SIDE_CHANNEL_PORT": "99999"},
             "VLLM_NIXL_SIDE_CHANNEL_PORT",
         ),
+        (
+            ["--kv-transfer-config", '{"kv_connector":"NixlConnector"}'],
+            {"VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.2:5600"},
+            "VLLM_NIXL_SIDE_CHANNEL_HOST must be an IP address or a host name",
+        ),
+        (
+            [
+                "--kv-transfer-config",
+                '{"kv_connector":"MoRIIOConnector",'
+                '"kv_connector_extra_config":{"host_ip":"http://10.0.0.2"}}',
+            ],
+            {},
+            "kv_connector_extra_config.host_ip must be an IP address or a host name",
+        ),
         (["--model", "gpt-5"], {}, "--model 'gpt-5' has no stand-in profile"),
         (["--model-profile", "gpt-5"], {}, "unknown models profile"),
         (["--hardware", "tpu"], {}, "unknown hardware profile"),
