@@ -1,4 +1,5 @@
-"""`pdctl run-instance` (the instance shim) and `pdctl deploy compose`: argument parsing only."""
+"""`pdctl run-instance` (the instance shim), `pdctl deploy compose` and `pdctl deploy k8s`:
+argument parsing only."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Annotated
 import typer
 
 deploy_app = typer.Typer(
-    help="Render a deployment for an existing engine (docker compose).", no_args_is_help=True
+    help="Render a deployment for an existing engine (docker compose, Kubernetes).",
+    no_args_is_help=True,
 )
 
 
@@ -87,6 +89,107 @@ def compose(
     (output_dir / "deploy").mkdir(parents=True, exist_ok=True)
     (output_dir / "docker-compose.yml").write_text(text)
     (output_dir / "deploy" / "prometheus.yml").write_text(prometheus_yaml(deployment, ports))
+
+
+@deploy_app.command("k8s")
+def k8s(
+    name: Annotated[
+        str | None, typer.Argument(help="A stored deployment (its current revision and ports).")
+    ] = None,
+    db: Annotated[Path, typer.Option(help="The control plane's SQLite file.")] = Path("pdctl.db"),
+    spec: Annotated[
+        Path | None,
+        typer.Option(help="A deployment spec (JSON) to render instead of a stored one."),
+    ] = None,
+    output_dir: Annotated[
+        Path | None,
+        typer.Option("--output-dir", "-o", help="Write DIR/NAME.yaml instead of printing."),
+    ] = None,
+    image: Annotated[
+        str | None, typer.Option(help="vLLM's image (default: vLLM's ROCm or CUDA image).")
+    ] = None,
+    pdctl_image: Annotated[
+        str, typer.Option(help="pdctl's image (deploy/Dockerfile): the proxy and stand-ins.")
+    ] = "pdctl:latest",
+    pod_network: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A pod network that may register with a MoRIIO proxy (repeat; default the "
+            "private ranges 10/8, 172.16/12, 192.168/16, fd00::/8)."
+        ),
+    ] = None,
+) -> None:
+    """Render Kubernetes manifests: engines, the proxy and its Service, a PodMonitor."""
+    import ipaddress
+
+    from controller.k8s import PRIVATE_NETWORKS, K8sSettings, manifests_yaml, render_k8s
+    from controller.k8s_meta import field_path
+
+    def fail(message: str) -> typer.Exit:
+        typer.echo(f"pdctl deploy k8s: error: {message}", err=True)
+        return typer.Exit(2)
+
+    if (name is None) == (spec is None):
+        raise fail("give a deployment NAME or --spec FILE")
+    for net in pod_network or ():
+        try:
+            ipaddress.ip_network(net, strict=False)
+        except ValueError:
+            raise fail(f"--pod-network {net!r} is not an address or a network") from None
+    try:
+        deployment, ports = _spec_and_ports(name, db, spec)
+        settings = K8sSettings(image, pdctl_image, tuple(pod_network or PRIVATE_NETWORKS))
+        text = manifests_yaml(render_k8s(deployment, ports, settings), deployment)
+    except _SpecUnreadable as exc:
+        raise fail(str(exc)) from None
+    except ValueError as exc:  # FieldError, NotOnKubernetes: located at the field
+        raise fail(f"{field_path(getattr(exc, 'loc', ()))}: {exc}") from None
+    if output_dir is None:
+        typer.echo(text, nl=False)
+        return
+    target = output_dir / f"{deployment.name}.yaml"
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    except OSError as exc:
+        raise fail(f"--output-dir {output_dir}: {exc.strerror or exc}") from None
+    typer.echo(f"wrote {target}", err=True)
+
+
+class _SpecUnreadable(Exception):
+    """A spec file or stored deployment that cannot be read: one line naming the flag."""
+
+
+def _spec_and_ports(name: str | None, db: Path, spec: Path | None):
+    """The spec and its ports (a stored deployment's, or allocated for a file's), checked as
+    `pdctl serve` checks what it starts: its rules and the engine allowlists (the spec's own
+    unsafe_allow honoured: whoever applies the manifests is the cluster's operator)."""
+    from pydantic import ValidationError
+
+    from controller.deployment import DeploymentSpec, FieldError, check
+    from controller.k8s_meta import field_path
+    from controller.ports import allocate
+    from controller.validation import engine_problems
+
+    if name is not None:
+        try:
+            deployment, ports = _stored(name, db)
+        except LookupError as exc:
+            raise _SpecUnreadable(str(exc).strip("'\"")) from None
+    else:
+        try:
+            deployment = DeploymentSpec.model_validate_json(spec.read_text())
+        except OSError as exc:
+            raise _SpecUnreadable(f"--spec {spec}: {exc.strerror or exc}") from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = field_path(tuple(first["loc"]))
+            raise _SpecUnreadable(f"--spec {spec}: {where}: {first['msg']}") from None
+        check(deployment)
+        ports = allocate(deployment)
+    if problems := engine_problems(deployment, overrides_on=True):
+        raise FieldError(problems[0].loc, problems[0].msg)
+    return deployment, ports
 
 
 def _stored(name: str, db: Path):
