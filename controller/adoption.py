@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from controller import machine as m
-from controller import procfs, run_state
+from controller import placing, procfs, run_state
 from controller.clock import Clock
 from controller.process_backend import ProcessBackend, ProcessRecord
 from controller.render import Launch, LaunchSettings, render
@@ -38,7 +38,9 @@ def adopt_saved(
             continue
         dep = Supervised(spec.name, spec, ports, path.parent, {}, running=running)
         dep.admin_token = run_state.read_admin_token(path.parent)
-        for launch in render(spec, ports, launch_settings):
+        dep.placed = placing.load(path.parent, backend)
+        where = placing.addresses(dep.placed, launch_settings.host)
+        for launch in render(spec, ports, launch_settings, where):
             dep.units[launch.name] = adopt_unit(
                 dep, launch, policy, backend=backend, clock=clock, emit=emit
             )

@@ -26,6 +26,13 @@ def run_instance(
     foreground: Annotated[
         bool, typer.Option(help="Do not detach; run until the child exits.")
     ] = False,
+    orphan_grace: Annotated[
+        float | None,
+        typer.Option(
+            help="With --foreground: when our parent dies, stop the child (SIGTERM, then "
+            "SIGKILL after this many seconds)."
+        ),
+    ] = None,
 ) -> None:
     """Keep one instance: own its output and logs, record its pid and exit (for pdctl serve)."""
     from controller import shim
@@ -35,7 +42,16 @@ def run_instance(
     if log_max_bytes < 1 or log_keep < 0:
         raise typer.BadParameter("--log-max-bytes must be >= 1 and --log-keep >= 0")
     if foreground:
-        raise typer.Exit(shim.serve(run_dir, name, command, max_bytes=log_max_bytes, keep=log_keep))
+        raise typer.Exit(
+            shim.serve(
+                run_dir,
+                name,
+                command,
+                max_bytes=log_max_bytes,
+                keep=log_keep,
+                orphan_grace=orphan_grace,
+            )
+        )
     try:
         state = shim.launch(run_dir, name, command, max_bytes=log_max_bytes, keep=log_keep)
     except shim.ShimError as exc:

@@ -13,6 +13,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
+from controller.field_error import FieldError
+from controller.placement_spec import NodeSelector, Placement, check_placement
 from domain import modes
 from domain.modes import Connector, Mode, Role
 
@@ -59,7 +61,15 @@ KvExtraValue = (
 CODE_KEY_WORDS = ("module", "plugin", "class", "cls")
 # kv_connector_extra_config keys pdctl renders itself for MoRIIO (its ports, registry, mode).
 MORIIO_OWNED_KEYS = frozenset(
-    {"proxy_ip", "proxy_ping_port", "http_port", "handshake_port", "notify_port", "read_mode"}
+    {
+        "proxy_ip",
+        "proxy_ping_port",
+        "http_port",
+        "handshake_port",
+        "notify_port",
+        "read_mode",
+        "host_ip",
+    }
 )
 ExtraArg = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 
@@ -103,6 +113,7 @@ class InstanceGroup(_Strict):
     env: dict[EnvName, Annotated[str, StringConstraints(max_length=4096)]] = Field(
         default_factory=dict, max_length=64
     )
+    placement: Placement | None = None  # on a cluster: which nodes, GPUs per instance
 
     def instance_gpus(self, index: int) -> list[int]:
         return self.gpus[index * self.tp : (index + 1) * self.tp]
@@ -125,6 +136,7 @@ class ProxyConfig(_Strict):
     # the whole prefill leg, and the longest silence in a decode stream. None: 120 s each.
     prefill_timeout_s: float | None = Field(None, gt=0, le=3600)
     decode_timeout_s: float | None = Field(None, gt=0, le=3600)
+    node: NodeSelector | None = None  # on a cluster: where the proxy runs (None: our node)
 
 
 def _model_name(model: str) -> str:
@@ -186,19 +198,12 @@ class DeploymentSpec(_Strict):
         return [f"{g.name}-{i}" for g in self.groups for i in range(g.count)]
 
 
-class FieldError(ValueError):
-    """A rule broken at a known place: `loc` is the field path, as in FastAPI's 422s."""
-
-    def __init__(self, loc: tuple, message: str) -> None:
-        super().__init__(message)
-        self.loc, self.message = loc, message
-
-
 def check(spec: DeploymentSpec) -> None:
     """The rules that relate fields to each other; raises FieldError at the first broken one."""
     _check_connector(spec)
     _check_groups(spec)
     _check_gpus(spec)
+    check_placement(spec)
     _check_ports(spec)
     _check_extra_args(spec)
 

@@ -37,6 +37,7 @@ from controller.machine_messages import (  # re-exported: the supervisor speaks 
     Stop,
     Tick,
     Undrain,
+    Unplaceable,
 )
 
 
@@ -179,6 +180,13 @@ def _exited(m: Machine, e: Exited, now: float) -> tuple[Machine, list[Action]]:
         # when it became ready), so this is failure 1: restart after the base delay.
         return _fail(gone, now, f"crashed with {code}")
     return m, []  # STOPPED / BACKOFF / EXITED / FATAL have no process: a stale report
+
+
+def _unplaceable(m: Machine, e: Unplaceable, now: float) -> tuple[Machine, list[Action]]:
+    if m.state is not State.STARTING or m.pid is not None:
+        return m, []
+    # STARTING(no pid) --unplaceable--> FATAL: retrying cannot help until the cluster changes.
+    return replace(m, state=State.FATAL, deadline=None), [Emit("fatal", e.reason)]
 
 
 def _drained(m: Machine, _: Drained, now: float) -> tuple[Machine, list[Action]]:
@@ -378,6 +386,7 @@ _HANDLERS = {
     Restart: _restart,
     Tick: _tick,
     Adopt: _adopt,
+    Unplaceable: _unplaceable,
 }
 
 

@@ -60,6 +60,13 @@ class Tick:
 
 
 @dataclass(frozen=True, slots=True)
+class Unplaceable:
+    """No node can take the process (its node was lost and none other fits)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Adopt:
     """Found at supervisor start from a state file: `alive` = pid alive with its start time."""
 
@@ -69,7 +76,19 @@ class Adopt:
     restarts: int = 0
 
 
-Event = Start | Spawned | Healthy | HealthFailed | Exited | Drained | Stop | Restart | Tick | Adopt
+Event = (
+    Start
+    | Spawned
+    | Healthy
+    | HealthFailed
+    | Exited
+    | Drained
+    | Stop
+    | Restart
+    | Tick
+    | Adopt
+    | Unplaceable
+)
 
 
 # Actions ----------------------------------------------------------------------------------

@@ -1,6 +1,11 @@
 """The supervisor's one seam to processes: spawn under the shim, read state files, signal.
 
-`ShimBackend` is the real one (`pdctl run-instance` via asyncio subprocess, argv lists only,
+Two backends: `ShimBackend` here (local processes, the default) and `RayBackend`
+(controller/ray_backend.py: the same shim run by one actor per instance on a Ray cluster's
+nodes). Both list the nodes processes may be placed on (controller/placement.py); only the
+state machine above them is shared.
+
+`ShimBackend` is the real local one (`pdctl run-instance` via asyncio subprocess, argv lists only,
 the environment of controller/child_env.py); tests pass a fake with the same methods. A
 process is ours only while its pid, its start time and its command line are the ones the
 shim recorded: a recycled pid, or a pid file pointing at someone else's process, is not.
@@ -15,12 +20,13 @@ import os
 import signal
 import sys
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from controller import procfs, shim
 from controller.child_env import child_environment
+from controller.placement import Node
 
 ROOT = Path(__file__).resolve().parent.parent
 SPAWN_TIMEOUT_S = 20.0
@@ -44,6 +50,10 @@ class ProcessRecord:
     exited: bool = False
     argv: tuple[str, ...] = ()
     log_error: str | None = None  # why the shim stopped writing logs (disk full, ...)
+    node_id: str | None = None  # the cluster node it runs on (None: this host)
+    node_address: str | None = None
+    lost: str | None = None  # why it died with no exit code seen (its node is gone, ...)
+    gpu_ids: list[int] = field(default_factory=list)  # what a cluster assigned it
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> ProcessRecord:
@@ -75,9 +85,35 @@ class PortHolder:
         return f"pid {self.pid} ({' '.join(self.cmdline)[:120] or 'no command line'})"
 
 
+@dataclass(frozen=True, slots=True)
+class Where:
+    """The node a process is to run on and what it takes there."""
+
+    node: Node
+    gpus: float = 0.0
+    gpu_env: str = "CUDA_VISIBLE_DEVICES"  # the variable the assigned GPU indices go in
+
+
+LOCAL_NODE_ID = "local"
+
+
 class ProcessBackend(Protocol):
+    clustered: bool  # True: processes run on a cluster's nodes, placed by the controller
+    multi_node: bool  # True: one instance may span nodes
+
+    async def nodes(self) -> list[Node]: ...
+
+    def home(self, nodes: list[Node]) -> Node: ...
+
+    async def refresh(self) -> None: ...
+
     async def spawn(
-        self, run_dir: Path, name: str, argv: list[str], env: dict[str, str]
+        self,
+        run_dir: Path,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        where: Where | None = None,
     ) -> ProcessRecord: ...
 
     def read(self, run_dir: Path, name: str) -> ProcessRecord | None: ...
@@ -96,18 +132,38 @@ class ProcessBackend(Protocol):
 class ShimBackend:
     """Processes under `pdctl run-instance`, each in its own session, outliving us."""
 
+    clustered = False
+    multi_node = False
+
     def __init__(
         self,
         shim_command: tuple[str, ...] = (sys.executable, str(ROOT / "pdctl.py")),
         proc: Path = procfs.PROC,
         log_max_bytes: int = 10 << 20,
         log_keep: int = 3,
+        address: str = "127.0.0.1",
     ) -> None:
         self.shim_command, self.proc = shim_command, proc
         self.log_max_bytes, self.log_keep = log_max_bytes, log_keep
+        self.address = address
+
+    async def nodes(self) -> list[Node]:
+        """This host, its GPUs not counted (a spec names their ids)."""
+        return [Node(LOCAL_NODE_ID, self.address, head=True)]
+
+    def home(self, nodes: list[Node]) -> Node:
+        return nodes[0]
+
+    async def refresh(self) -> None:
+        """Nothing to pull: state files are read where they are."""
 
     async def spawn(
-        self, run_dir: Path, name: str, argv: list[str], env: dict[str, str]
+        self,
+        run_dir: Path,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        where: Where | None = None,
     ) -> ProcessRecord:
         launcher = await asyncio.create_subprocess_exec(
             *self.shim_command,

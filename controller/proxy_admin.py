@@ -134,6 +134,13 @@ class ProxyAdminClient:
     async def set_whole(self, url: str, whole: bool) -> bool:
         return await self._instance_call("whole", {"url": url, "whole": whole})
 
+    async def add(self, url: str, role: str) -> None:
+        """Route to `url` as a `role` instance (in the proxy's own group)."""
+        await self._call("POST", "/admin/instances", {"url": url, "role": role})
+
+    async def remove(self, url: str) -> bool:
+        return await self._instance_call("remove", {"url": url})
+
     async def expect(self, registrations: list[dict[str, Any]] | None) -> None:
         """The registrations to accept (connector/registry_trust.py); None: believe /health."""
         await self._call("PUT", "/admin/registry/expected", {"expected": registrations})

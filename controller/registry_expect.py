@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from controller.deployment import DeploymentSpec, Role
+from controller.placement import Addresses
 from controller.ports import AllocatedPorts
 
 EXPECTED_ENV = "PDCTL_REGISTRY_EXPECTED"  # what `pdctl proxy --registry-expected` reads
@@ -17,10 +18,11 @@ EXPECTED_ENV = "PDCTL_REGISTRY_EXPECTED"  # what `pdctl proxy --registry-expecte
 def expected_registrations(
     spec: DeploymentSpec,
     ports: AllocatedPorts,
-    host: str,
+    addresses: Addresses,
     also_modes: tuple[str, ...] = (),
 ) -> list[dict]:
-    """One entry per prefill and decode instance, in its group's mode and `also_modes`."""
+    """One entry per prefill and decode instance, in its group's mode and `also_modes`, at
+    the address the instance listens on (its node's)."""
     entries = []
     for group in spec.groups:
         if group.role not in (Role.PREFILL, Role.DECODE):
@@ -29,6 +31,7 @@ def expected_registrations(
         for index in range(group.count):
             name = f"{group.name}-{index}"
             own = ports.instances[name]
+            host = addresses.of(name)
             entries.append(
                 {
                     "url": f"http://{host}:{own.http}",
@@ -42,5 +45,7 @@ def expected_registrations(
     return entries
 
 
-def expected_env(spec: DeploymentSpec, ports: AllocatedPorts, host: str) -> dict[str, str]:
-    return {EXPECTED_ENV: json.dumps(expected_registrations(spec, ports, host))}
+def expected_env(
+    spec: DeploymentSpec, ports: AllocatedPorts, addresses: Addresses
+) -> dict[str, str]:
+    return {EXPECTED_ENV: json.dumps(expected_registrations(spec, ports, addresses))}

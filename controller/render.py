@@ -15,13 +15,13 @@ from typing import Any
 
 from connector import kv_config
 from controller.deployment import DeploymentSpec, Engine, InstanceGroup, InstancePorts, Role
+from controller.placement import PROXY, Addresses
 from controller.ports import AllocatedPorts
 from controller.redact import redact_argv, redact_command, redact_env
 from controller.registry_expect import expected_env
 
 VLLM_SERVE = ("vllm", "serve")
 VLLM_CPU_MODULE = ("python", "-m", "vllm.entrypoints.openai.api_server")  # takes --model
-PROXY = "proxy"  # the launch name of the deployment's proxy
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,9 +32,9 @@ class LaunchSettings:
     # otherwise (`python -m vllm.entrypoints.openai.api_server`) it is given by --model.
     vllm_command: tuple[str, ...] = VLLM_SERVE
     pdctl_command: tuple[str, ...] = ("pdctl",)  # runs `pdctl sim` and `pdctl proxy`
-    host: str = "127.0.0.1"  # where instances and the proxy are reached (URLs, proxy_ip)
-    # --host for every server; None: engines bind their node's address (node_address), the
-    # proxy its own default.
+    host: str = "127.0.0.1"  # where processes are reached (URLs, proxy_ip) unless placed
+    # --host for every server not placed on a node; None: engines bind `host`, the proxy its
+    # own default. A placed process (controller/placement.py) binds its node's address.
     bind_host: str | None = None
     sim_registration_interval: float | None = None  # stand-in MoRIIO heartbeat (tests)
     proxy_extra_args: tuple[str, ...] = ()  # e.g. hidden test knobs of `pdctl proxy`
@@ -56,6 +56,7 @@ class Launch:
     gpus: list[int] = field(default_factory=list)
     ports: InstancePorts | None = None
     registers: bool = False  # MoRIIO: ready only once the proxy lists its registration
+    address: str | None = None  # its node's address when placed on a cluster
     # Added to the environment when the process starts, but not what identifies it: a change
     # here restarts nothing (the proxy's expected registrations change with every switch,
     # and a running proxy is told them through its admin API).
@@ -80,20 +81,41 @@ class Launch:
 
 
 def render(
-    spec: DeploymentSpec, ports: AllocatedPorts, settings: LaunchSettings | None = None
+    spec: DeploymentSpec,
+    ports: AllocatedPorts,
+    settings: LaunchSettings | None = None,
+    placed: Addresses | None = None,
 ) -> list[Launch]:
-    """The proxy first, then every instance in group order (the start order)."""
+    """The proxy first, then every instance in group order (the start order). `placed`: the
+    node address of each process placed on a cluster (the rest run on this host)."""
     settings = settings or LaunchSettings()
-    launches = [proxy_launch(spec, ports, settings)]
+    where = placed or Addresses(settings.host)
+    launches = [proxy_launch(spec, ports, settings, where)]
     for group in spec.groups:
-        launches += [instance_launch(spec, group, i, ports, settings) for i in range(group.count)]
+        launches += [
+            instance_launch(spec, group, i, ports, settings, where) for i in range(group.count)
+        ]
     return launches
 
 
 def preview(
-    spec: DeploymentSpec, ports: AllocatedPorts, settings: LaunchSettings | None = None
+    spec: DeploymentSpec,
+    ports: AllocatedPorts,
+    settings: LaunchSettings | None = None,
+    placed: Addresses | None = None,
 ) -> dict[str, dict[str, Any]]:
-    return {launch.name: launch.preview() for launch in render(spec, ports, settings)}
+    return {launch.name: launch.preview() for launch in render(spec, ports, settings, placed)}
+
+
+def reach_address(name: str, settings: LaunchSettings, where: Addresses) -> str:
+    """Where others reach process `name`: its node's address, else the host's."""
+    return where.by_name.get(name, settings.host)
+
+
+def bind_address(name: str, settings: LaunchSettings, where: Addresses) -> str:
+    """What an engine binds: its node's address if placed, else this host's (loopback unless
+    the operator says otherwise); never vLLM's default of every interface."""
+    return where.by_name.get(name) or node_address(settings)
 
 
 # Engine instances -------------------------------------------------------------------------
@@ -105,10 +127,12 @@ def instance_launch(
     index: int,
     ports: AllocatedPorts,
     settings: LaunchSettings,
+    where: Addresses | None = None,
 ) -> Launch:
     name = f"{group.name}-{index}"
+    where = where or Addresses(settings.host)
     own = ports.instances[name]
-    flags = engine_flags(spec, group, own, ports.registry, settings)
+    flags = engine_flags(spec, group, own, ports.registry, settings, where, name)
     vllm = [*VLLM_SERVE, spec.model, *flags]
     if spec.engine == Engine.SIM:
         argv = [*settings.pdctl_command, "sim", spec.model, *flags, *sim_flags(spec)]
@@ -123,9 +147,9 @@ def instance_launch(
     return Launch(
         name=name,
         argv=argv,
-        env=instance_env(spec, group, index, own),
+        env=instance_env(spec, group, index, own, where.by_name.get(name)),
         command=shlex.join(vllm),
-        url=f"http://{settings.host}:{own.http}",
+        url=f"http://{reach_address(name, settings, where)}:{own.http}",
         http_port=own.http,
         role=group.role.value,
         group=group.name,
@@ -133,6 +157,7 @@ def instance_launch(
         gpus=group.instance_gpus(index),
         ports=own,
         registers=_moriio(spec),
+        address=where.by_name.get(name),
     )
 
 
@@ -142,9 +167,12 @@ def engine_flags(
     own: InstancePorts,
     registry_port: int,
     settings: LaunchSettings,
+    where: Addresses | None = None,
+    name: str = "",
 ) -> list[str]:
     """vLLM's flags, in the order an operator writes them; the stand-in takes the same."""
-    flags = ["--port", str(own.http), "--host", node_address(settings)]
+    where = where or Addresses(settings.host)
+    flags = ["--port", str(own.http), "--host", bind_address(name, settings, where)]
     flags += ["--served-model-name", spec.model, "-tp", str(group.tp)]
     if group.max_num_seqs is not None:
         flags += ["--max-num-seqs", str(group.max_num_seqs)]
@@ -154,15 +182,21 @@ def engine_flags(
         flags += ["--max-model-len", str(spec.max_model_len)]
     if not prefix_caching(spec):
         flags.append("--no-enable-prefix-caching")
-    config = kv_transfer_config(spec, group, own, registry_port, settings)
+    config = kv_transfer_config(
+        spec,
+        group,
+        own,
+        registry_port,
+        proxy_ip=reach_address(PROXY, settings, where),
+        host_ip=where.by_name.get(name),
+    )
     if config is not None:
         flags += ["--kv-transfer-config", json.dumps(config, separators=(",", ":"))]
     return [*flags, *spec.extra_args, *group.extra_args]
 
 
 def node_address(settings: LaunchSettings) -> str:
-    """The address an engine binds: its node's. One node today, so the host's (loopback unless
-    the operator says otherwise); never vLLM's default of every interface."""
+    """The address an engine not placed on a cluster binds: the host's."""
     return settings.bind_host or settings.host
 
 
@@ -199,9 +233,14 @@ def kv_transfer_config(
     group: InstanceGroup,
     own: InstancePorts,
     registry_port: int,
-    settings: LaunchSettings,
+    *,
+    proxy_ip: str,
+    host_ip: str | None = None,
 ) -> dict[str, Any] | None:
-    """The --kv-transfer-config of one instance, for each of the six connectors."""
+    """The --kv-transfer-config of one instance, for each of the six connectors. MoRIIO's
+    proxy_ip is the proxy's node address (where the registry listens), host_ip the instance's
+    own (what it advertises for its handshake and notify ports), given only when placed on a
+    cluster node (on one host vLLM's default, the host's IP, is the same place)."""
     connector = spec.connector
     if connector is None or group.role == Role.COLOCATED:
         return None
@@ -217,12 +256,16 @@ def kv_transfer_config(
             http_port=own.http,
             handshake_port=own.handshake,
             notify_port=own.notify,
-            proxy_ip=settings.host,
+            proxy_ip=proxy_ip,
             proxy_ping_port=registry_port,
         )
         mode = group.mode.value if group.mode else "read"
         return kv_config.kv_transfer_config(
-            "moriio", group.role.value, mode=mode, moriio=moriio, extra=extra
+            "moriio",
+            group.role.value,
+            mode=mode,
+            moriio=moriio,
+            extra={**extra, "host_ip": host_ip} if host_ip else extra,
         )
     # Mooncake, LMCache, P2pNccl, Example: producer on prefill, consumer on decode, each
     # connector's own settings left to its defaults or to kv_connector_extra_config.
@@ -240,7 +283,11 @@ def kv_transfer_config(
 
 
 def instance_env(
-    spec: DeploymentSpec, group: InstanceGroup, index: int, own: InstancePorts
+    spec: DeploymentSpec,
+    group: InstanceGroup,
+    index: int,
+    own: InstancePorts,
+    address: str | None = None,
 ) -> dict[str, str]:
     """Deployment env, then group env, then what pdctl owns (GPUs, connector ports, mode)."""
     env = {**spec.env, **group.env}
@@ -248,6 +295,8 @@ def instance_env(
     if gpus:
         env[gpu_env_name(spec)] = ",".join(str(g) for g in gpus)
     if spec.connector == "NixlConnector" and own.side_channel is not None:
+        if address:  # on a cluster node: the side channel listens there, decode pulls there
+            env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = address
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(own.side_channel)
     if _moriio(spec) and group.mode is not None:
         # vLLM 0.32 reads read_mode from the config; older vLLM (the blog's 0.16) only this.
@@ -264,25 +313,43 @@ def gpu_env_name(spec: DeploymentSpec) -> str:
 # The proxy --------------------------------------------------------------------------------
 
 
-def proxy_launch(spec: DeploymentSpec, ports: AllocatedPorts, settings: LaunchSettings) -> Launch:
-    argv = [*settings.pdctl_command, *proxy_args(spec, ports, settings)]
+def proxy_launch(
+    spec: DeploymentSpec,
+    ports: AllocatedPorts,
+    settings: LaunchSettings,
+    where: Addresses | None = None,
+) -> Launch:
+    where = where or Addresses(settings.host)
+    argv = [*settings.pdctl_command, *proxy_args(spec, ports, settings, where)]
     # MoRIIO instances register themselves: the proxy accepts only the ones launched here.
-    handover = expected_env(spec, ports, node_address(settings)) if _moriio(spec) else {}
+    handover = expected_env(spec, ports, engine_addresses(settings, where)) if _moriio(spec) else {}
     return Launch(
         name=PROXY,
         argv=argv,
         env={},
         handover=handover,
         command=shlex.join(["pdctl", *argv[len(settings.pdctl_command) :]]),
-        url=f"http://{settings.host}:{ports.proxy}",
+        url=f"http://{reach_address(PROXY, settings, where)}:{ports.proxy}",
         http_port=ports.proxy,
+        address=where.by_name.get(PROXY),
     )
 
 
-def proxy_args(spec: DeploymentSpec, ports: AllocatedPorts, settings: LaunchSettings) -> list[str]:
+def engine_addresses(settings: LaunchSettings, where: Addresses) -> Addresses:
+    """Where each engine listens (what a MoRIIO registration from it names)."""
+    return Addresses(node_address(settings), where.by_name)
+
+
+def proxy_args(
+    spec: DeploymentSpec,
+    ports: AllocatedPorts,
+    settings: LaunchSettings,
+    where: Addresses | None = None,
+) -> list[str]:
+    where = where or Addresses(settings.host)
     args = ["proxy", "--port", str(ports.proxy)]
-    if settings.bind_host:
-        args += ["--host", settings.bind_host]
+    if bind := where.by_name.get(PROXY) or settings.bind_host:
+        args += ["--host", bind]
     colocated = spec.connector is None
     if colocated:
         args += ["--mode", "colocated", "--registry-port", "-1"]
@@ -322,10 +389,9 @@ def proxy_args(spec: DeploymentSpec, ports: AllocatedPorts, settings: LaunchSett
                 group.role.value, "--instance"
             )
             for i in range(group.count):
-                args += [
-                    flag,
-                    f"http://{settings.host}:{ports.instances[f'{group.name}-{i}'].http}",
-                ]
+                name = f"{group.name}-{i}"
+                address = reach_address(name, settings, where)
+                args += [flag, f"http://{address}:{ports.instances[name].http}"]
     return [*args, *settings.proxy_extra_args]
 
 

@@ -15,6 +15,7 @@ from controller.ports import AllocatedPorts
 
 DEPLOYMENT_FILE = "deployment.json"
 RESTARTS_FILE = "restarts"
+PLACEMENT_FILE = "placement.json"
 ADMIN_TOKEN_FILE = "proxy-admin-token"
 
 
@@ -79,6 +80,24 @@ def read_admin_token(folder: Path) -> str | None:
         return (folder / ADMIN_TOKEN_FILE).read_text().strip() or None
     except FileNotFoundError:
         return None
+
+
+def write_placement(folder: Path, nodes: dict[str, dict[str, str]]) -> None:
+    """Each process's node ({"id", "address"}) on a cluster: a later supervisor renders the
+    same addresses, so it adopts what runs instead of restarting it."""
+    _write_json(folder / PLACEMENT_FILE, nodes)
+
+
+def read_placement(folder: Path) -> dict[str, dict[str, str]]:
+    try:
+        saved = json.loads((folder / PLACEMENT_FILE).read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return {
+        name: {"id": str(node["id"]), "address": str(node["address"])}
+        for name, node in saved.items()
+        if isinstance(node, dict) and {"id", "address"} <= node.keys()
+    }
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -178,8 +178,12 @@ def serve(
     max_bytes: int,
     keep: int,
     ready_fd: int | None = None,
+    orphan_grace: float | None = None,
 ) -> int:
-    """Run `argv` to its end, keeping its log and state file; the shim's exit status."""
+    """Run `argv` to its end, keeping its log and state file; the shim's exit status. With
+    `orphan_grace`, the child goes when whoever started us does (a Ray actor: its engine must
+    not outlive it): SIGTERM and SIGCONT, then SIGKILL after that many seconds."""
+    parent = os.getppid()
     run_dir = Path(run_dir).absolute()
     folder = private_files.private_dir(instance_dir(run_dir, name))
     log = RotatingLog(folder / LOG_FILE, max_bytes, keep)
@@ -226,7 +230,13 @@ def serve(
     signal.signal(signal.SIGINT, forward)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     _report(ready_fd, state)
-    _pump(child, log, lambda error: _note_log_error(run_dir, name, state, error))
+    watch = None if orphan_grace is None else _OrphanWatch(child, parent, orphan_grace)
+    _pump(
+        child,
+        log,
+        lambda error: _note_log_error(run_dir, name, state, error),
+        watch.check if watch else None,
+    )
     state |= {"exit_code": child.wait(), "exited_at": time.time()}
     write_state(run_dir, name, state)
     log.close()
@@ -244,6 +254,7 @@ def _pump(
     child: subprocess.Popen,
     log: RotatingLog,
     on_log_error: Callable[[str | None], None] = lambda error: None,
+    tick: Callable[[], None] | None = None,
 ) -> None:
     """Copy the child's output to the log until EOF, or until the child is gone and its
     descendants stay silent (a leftover grandchild may hold the pipe open). The pipe is
@@ -254,6 +265,8 @@ def _pump(
     reported: str | None = None
     while True:
         ready, _, _ = select.select([fd], [], [], 1.0)
+        if tick is not None:
+            tick()
         if ready:
             chunk = os.read(fd, 65536)
             if not chunk:
@@ -264,6 +277,28 @@ def _pump(
                 on_log_error(reported)
         elif child.poll() is not None:
             return
+
+
+class _OrphanWatch:
+    """Ends the child once the shim's parent is gone (we are reparented)."""
+
+    def __init__(self, child: subprocess.Popen, parent: int, grace: float) -> None:
+        self.child, self.parent, self.grace = child, parent, grace
+        self.kill_at: float | None = None
+
+    def check(self) -> None:
+        if self.child.poll() is not None:
+            return
+        if self.kill_at is None:
+            if os.getppid() == self.parent:
+                return
+            self.kill_at = time.monotonic() + self.grace
+            for signum in (signal.SIGTERM, signal.SIGCONT):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.child.pid, signum)
+        elif time.monotonic() >= self.kill_at:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.child.pid, signal.SIGKILL)
 
 
 def _report(fd: int | None, message: dict[str, Any]) -> None:

@@ -35,18 +35,21 @@ from pathlib import Path
 from typing import Any
 
 from controller import machine as m
-from controller import private_files, run_state
+from controller import placing, private_files, run_state
 from controller.adoption import adopt_saved, port_held
 from controller.clock import Clock, SystemClock
 from controller.deployment import DeploymentSpec
 from controller.health import HttpProbe, Probe
+from controller.placement import Addresses, Node, PlacementError
 from controller.ports import AllocatedPorts
 from controller.probing import probe_round
 from controller.process_backend import ProcessBackend, ShimBackend, SpawnError
+from controller.proxy_moves import tell_proxy_moved
 from controller.redact import redact_text
+from controller.registry_expect import expected_registrations
 from controller.render import LaunchSettings, render
 from controller.units import IDLE, LIVE, Supervised, Unit, describe
-from domain.errors import NotFound
+from domain.errors import NotFound, SpecInvalid
 
 log = logging.getLogger("pdctl.supervisor")
 EventSink = Callable[[str, str, str, str | None], None]  # (actor, kind, message, deployment)
@@ -121,14 +124,23 @@ class Supervisor:
         await self.probe.aclose()
 
     async def start(self, name: str, spec: DeploymentSpec, ports: AllocatedPorts) -> None:
-        """Want `name` running as `spec`; processes whose command changed are restarted."""
-        launches = render(spec, ports, self.settings.launch)
-        folder = private_files.private_dir(self.settings.run_dir / name)
+        """Want `name` running as `spec`; processes whose command changed are restarted.
+        SpecInvalid (nothing changes) if a process can be placed on no node."""
         dep = self.deployments.get(name)
+        alive = {n for n, u in dep.units.items() if u.machine.state in LIVE} if dep else set()
+        try:
+            placed = await placing.place_deployment(
+                self.backend, spec, dep.placed if dep else None, alive
+            )
+        except PlacementError as err:
+            raise SpecInvalid.at(err.loc, err.message) from None
+        launches = render(spec, ports, self.settings.launch, self._addresses(placed))
+        folder = private_files.private_dir(self.settings.run_dir / name)
         if dep is None:
             dep = Supervised(name, spec, ports, folder, {})
             self.deployments[name] = dep
-        dep.spec, dep.ports, dep.running = spec, ports, True
+        dep.spec, dep.ports, dep.running, dep.placed = spec, ports, True, placed
+        placing.save(folder, placed)
         for launch in launches:
             unit = dep.units.get(launch.name)
             if unit is None:
@@ -176,9 +188,25 @@ class Supervisor:
         return [redact_text(line) for line in self.backend.log_tail(dep.folder, instance, lines)]
 
     def preview(self, spec: DeploymentSpec, ports: AllocatedPorts) -> dict[str, dict[str, Any]]:
+        dep = self.deployments.get(spec.name)
+        where = self._addresses(dep.placed if dep else None)
         return {
-            launch.name: launch.preview() for launch in render(spec, ports, self.settings.launch)
+            launch.name: launch.preview()
+            for launch in render(spec, ports, self.settings.launch, where)
         }
+
+    def engine_addresses(self, name: str) -> Addresses:
+        """Where each engine of `name` listens (what its MoRIIO registrations name)."""
+        dep = self._deployment(name)
+        default = self.settings.launch.bind_host or self.settings.launch.host
+        return Addresses(default, dict(self._addresses(dep.placed).by_name if dep.placed else {}))
+
+    async def nodes(self) -> list[Node]:
+        """The nodes processes may be placed on, as the backend sees them now."""
+        return await self.backend.nodes()
+
+    def _addresses(self, placed: placing.Placed | None) -> Addresses | None:
+        return placing.addresses(placed, self.settings.launch.host)
 
     async def wait_for(
         self,
@@ -231,6 +259,7 @@ class Supervisor:
 
     async def poll(self) -> None:
         """One pass over every deployment: observe, then reconcile."""
+        await self.backend.refresh()
         for dep in list(self.deployments.values()):
             await self._observe_exits(dep)
             await probe_round(
@@ -256,6 +285,9 @@ class Supervisor:
             unit.record = record
             if not self.backend.running(record):
                 code = record.exit_code if record.exited else None
+                if record.lost:
+                    message = f"{dep.name}/{unit.launch.name}: {record.lost}; it died with it"
+                    self._emit("node_lost", message, dep.name)
                 self.backend.forget(dep.folder, unit.launch.name)
                 unit.healthy = unit.registered = None
                 await self._feed(dep, unit, m.Exited(code))
@@ -322,13 +354,16 @@ class Supervisor:
         if held is not None:
             await self._feed(dep, unit, held)
             return
+        where = await self._where(dep, unit)
+        if self.backend.clustered and where is None:
+            return  # no node fits: the unit is FATAL, and the event says why
         env = {**unit.launch.env, **unit.launch.handover}
         if unit.launch.is_proxy:
             dep.admin_token = secrets.token_urlsafe(32)
             run_state.write_admin_token(dep.folder, dep.admin_token)
             env = {**env, ADMIN_TOKEN_ENV: dep.admin_token}
         try:
-            record = await self.backend.spawn(dep.folder, name, unit.launch.argv, env)
+            record = await self.backend.spawn(dep.folder, name, unit.launch.argv, env, where)
         except (SpawnError, OSError) as exc:
             self._emit("spawn_failed", f"{dep.name}/{name}: {exc}", dep.name)
             await self._feed(dep, unit, m.Exited(None))
@@ -338,6 +373,52 @@ class Supervisor:
             await self._feed(dep, unit, m.Exited(record.exit_code))
             return
         await self._feed(dep, unit, m.Spawned(record.child_pid))
+
+    async def _where(self, dep: Supervised, unit: Unit) -> placing.Where | None:
+        """The node a spawn goes to; a process whose node is gone is placed again first (or
+        made FATAL, saying why no node fits)."""
+        if not self.backend.clustered:
+            return None
+        name = unit.launch.name
+        lost = placing.node_lost(dep.placed, name, await self.backend.nodes())
+        if lost is not None or dep.placed is None or name not in dep.placed.nodes:
+            alive = {n for n, u in dep.units.items() if u.machine.state in LIVE and n != name}
+            try:
+                placed = await placing.place_deployment(self.backend, dep.spec, dep.placed, alive)
+            except PlacementError as err:
+                gone = f"its node {lost.describe()} is gone and " if lost else ""
+                await self._feed(dep, unit, m.Unplaceable(f"{gone}no node fits: {err.message}"))
+                return None
+            await self._replaced(dep, placed, name, lost)
+        return placing.where(dep.spec, dep.placed, name)
+
+    async def _replaced(
+        self, dep: Supervised, placed: placing.Placed, name: str, lost: Node | None
+    ) -> None:
+        """`name` moves to another node: its launch (and the proxy's view of it) follow."""
+        before = {u.launch.name: u.launch for u in dep.units.values()}
+        dep.placed = placed
+        placing.save(dep.folder, placed)
+        launches = render(dep.spec, dep.ports, self.settings.launch, self._addresses(placed))
+        for launch in launches:
+            if launch.name == name or launch.is_proxy:
+                dep.units[launch.name].launch = launch  # the proxy is told, not restarted
+        node = placed.nodes[name]
+        if lost is not None:
+            self._emit(
+                "replaced",
+                f"{dep.name}/{name}: moved from lost node {lost.describe()} to {node.describe()}",
+                dep.name,
+            )
+        old, new = before.get(name), dep.units[name].launch
+        if old is None or old.url == new.url or new.is_proxy:
+            return
+        expected = None
+        if new.registers:
+            expected = expected_registrations(dep.spec, dep.ports, self.engine_addresses(dep.name))
+        failed = await tell_proxy_moved(dep.proxy.launch.url, dep.admin_token, old, new, expected)
+        if failed:
+            self._emit("proxy_unreachable", f"{dep.name}/{name}: {failed}", dep.name)
 
     def _last_words(self, dep: Supervised, name: str) -> str:
         """What a failed process said last, so the event log tells an operator why."""

@@ -19,10 +19,10 @@ from typing import Any, Protocol
 
 from controller.clock import Clock, SystemClock
 from controller.deployment import DeploymentSpec, Mode
+from controller.placement import Addresses
 from controller.ports import AllocatedPorts
 from controller.proxy_admin import ProxyAdminClient, ProxyAdminError
 from controller.registry_expect import expected_registrations
-from controller.render import node_address
 from controller.supervisor import Supervisor, SupervisorError
 from controller.switch_plan import (
     Step,
@@ -260,7 +260,7 @@ class SwitchRunner:
         admin = self.admin_for(rec.deployment, switch.ports)
         run = Execution(self.supervisor, admin, self.clock, rec.deployment, self.timeouts)
         rejected_before = await _safe(admin.rejected(), 0)
-        host = node_address(self.supervisor.settings.launch)
+        host = self.supervisor.engine_addresses(rec.deployment)
         try:
             # Restarted instances register in the new mode: the proxy must expect that first.
             rec.current = "expect both modes"
@@ -291,7 +291,12 @@ class SwitchRunner:
         rec.undo_left = await run.undo()
 
     async def _settle(
-        self, switch: _Switch, run: Execution, admin: AdminCalls, host: str, rejected_before: int
+        self,
+        switch: _Switch,
+        run: Execution,
+        admin: AdminCalls,
+        host: Addresses,
+        rejected_before: int,
     ) -> None:
         rec = switch.rec
         running = self.supervisor.deployments.get(rec.deployment)

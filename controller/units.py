@@ -8,6 +8,7 @@ from typing import Any
 
 from controller import machine as m
 from controller.deployment import DeploymentSpec
+from controller.placement import Placed
 from controller.ports import AllocatedPorts
 from controller.process_backend import ProcessRecord
 from controller.registry_watch import RefusalWatch
@@ -43,6 +44,7 @@ class Supervised:
     running: bool = True  # desired state
     admin_token: str | None = None  # what its proxy's /admin takes; never shown, never logged
     refusals: RefusalWatch = field(default_factory=RefusalWatch)  # told as events
+    placed: Placed | None = None  # each process's node on a cluster (None: this host)
 
     @property
     def proxy(self) -> Unit:
@@ -50,6 +52,11 @@ class Supervised:
 
     def instances(self) -> list[Unit]:
         return [u for u in self.units.values() if not u.launch.is_proxy]
+
+
+def _node_of(dep: Supervised, name: str) -> str | None:
+    node = dep.placed.nodes.get(name) if dep.placed else None
+    return node.id if node else None
 
 
 def describe(dep: Supervised, unit: Unit, now: float, wall: float) -> dict[str, Any]:
@@ -76,7 +83,9 @@ def describe(dep: Supervised, unit: Unit, now: float, wall: float) -> dict[str, 
         "ports": launch.ports.model_dump()
         if launch.ports
         else {"http": dep.ports.proxy, "registry": dep.ports.registry},
-        "gpus": launch.gpus,
+        "gpus": launch.gpus or (unit.record.gpu_ids if unit.record else []),
+        "node": _node_of(dep, launch.name),
+        "address": launch.address,
         "last_exit_code": mach.last_exit,
         "command": launch.command,
         "log_error": unit.record.log_error if unit.record else None,

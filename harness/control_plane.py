@@ -12,7 +12,7 @@ from harness.processes import Process, free_port, http_get, http_post, port_rang
 
 
 class ControlPlane:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, env: dict[str, str] | None = None) -> None:
         self.tmp, self.port = tmp, free_port()
         self.db = tmp / "pdctl.db"
         # A port range of its own, so that concurrent runs do not collide.
@@ -20,6 +20,7 @@ class ControlPlane:
             "PDCTL_RUNTIME_DIR": str(tmp / "runs"),
             "PDCTL_PORT_RANGE": port_range(),
             "PDCTL_SIM_REGISTRATION_INTERVAL": "0.3",
+            **(env or {}),
         }
         self.proc: Process | None = None
 

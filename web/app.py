@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
+from controller.process_backend import ProcessBackend
 from controller.render import LaunchSettings
 from controller.service import ControlService
 from controller.supervisor import Supervisor, SupervisorSettings
@@ -63,12 +64,13 @@ ROOT = Path(__file__).resolve().parent.parent
 API_ROUTES = (deployments, revisions, events, lifecycle, live, bench, plan, kv, advice)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, backend: ProcessBackend | None = None) -> FastAPI:
     settings = settings or get_settings()
     app = FastAPI(
         title="pdctl", summary="Control plane for PD-disaggregated vLLM serving", lifespan=_lifespan
     )
     app.state.settings = settings
+    app.state.backend = backend  # None: local processes
     app.state.tokens = TokenBook(settings)
     app.state.templates = Jinja2Templates(directory=TEMPLATES)
     app.state.controller = None  # set by the controller when it runs in this process
@@ -127,7 +129,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     )
     app.state.observer = None  # observe/ scrapes what the controller runs, so only with it
     if settings.controller:
-        app.state.controller = build_controller(settings, store)
+        app.state.controller = build_controller(settings, store, app.state.backend)
         await app.state.controller.supervisor.open()
         app.state.controller.recover_switches(store)  # left in progress by a stopped plane
         app.state.observer = await start_observer(settings, app.state.controller, store, hub)
@@ -145,9 +147,11 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine.dispose()
 
 
-def build_controller(settings: Settings, store: Store) -> ControlService:
+def build_controller(
+    settings: Settings, store: Store, backend: ProcessBackend | None = None
+) -> ControlService:
     """The supervisor over `runtime_dir` (adopting what still runs there), its events in the
-    store."""
+    store; its processes local unless `backend` (a joined Ray cluster) says otherwise."""
     launch = LaunchSettings(
         vllm_command=tuple(shlex.split(settings.vllm_launcher)),
         pdctl_command=(sys.executable, str(ROOT / "pdctl.py")),
@@ -155,6 +159,7 @@ def build_controller(settings: Settings, store: Store) -> ControlService:
     )
     supervisor = Supervisor(
         SupervisorSettings(run_dir=settings.runtime_dir, launch=launch),
+        backend=backend,
         on_event=lambda actor, kind, message, deployment: store.record(
             actor, kind, message, deployment
         ),

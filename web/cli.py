@@ -18,6 +18,13 @@ def serve(
     db: Annotated[
         Path | None, typer.Option(help="SQLite file (default pdctl.db, or PDCTL_DB).")
     ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Run deployments on this existing Ray cluster (its GCS HOST:PORT, or "
+            "PDCTL_RAY_ADDRESS); default: local processes."
+        ),
+    ] = None,
 ) -> None:
     """Run the control plane: migrate the database to head, then serve the API."""
     import uvicorn
@@ -28,11 +35,13 @@ def serve(
     from web.auth import is_loopback
     from web.settings import Settings
 
-    flags = {k: v for k, v in {"host": host, "port": port, "db": db}.items() if v is not None}
+    given = {"host": host, "port": port, "db": db, "ray_address": ray_address}
+    flags = {k: v for k, v in given.items() if v is not None}
     try:
         settings = Settings(**flags)
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from None
+    backend = _cluster_backend(settings)
     if not settings.auth_enabled and not is_loopback(settings.host):
         raise typer.BadParameter(
             f"refusing to bind {settings.host} without tokens: anyone who can reach it could "
@@ -47,7 +56,7 @@ def serve(
         typer.echo(f"pdctl serve: error: {exc}", err=True)
         raise typer.Exit(2) from None
     uvicorn.run(
-        create_app(settings),
+        create_app(settings, backend=backend),
         host=settings.host,
         port=settings.port,
         log_level="info",
@@ -61,6 +70,27 @@ def serve(
         http=deadlines.protocol(settings.header_timeout_s, settings.body_timeout_s),
     )
     lock.close()
+
+
+def _cluster_backend(settings: object) -> object | None:
+    """The Ray backend, joined before anything else happens: an unreachable cluster is one
+    line naming the flag, and nothing starts."""
+    address = getattr(settings, "ray_address", None)
+    if not address:
+        return None
+    from controller.ray_backend import RayBackend, RayUnreachable
+
+    backend = RayBackend(
+        address,
+        namespace=settings.ray_namespace,  # type: ignore[attr-defined]
+        node_ip=settings.ray_node_ip,  # type: ignore[attr-defined]
+    )
+    try:
+        backend.connect()
+    except RayUnreachable as exc:
+        typer.echo(f"pdctl serve: error: --ray-address: {exc}", err=True)
+        raise typer.Exit(2) from None
+    return backend
 
 
 def _check_port_free(host: str, port: int) -> None:

@@ -35,6 +35,11 @@ class Settings(BaseSettings):
     migrate_on_start: bool = True
     # Run the controller (supervisor of instances) in this process.
     controller: bool = True
+    # Place deployments on this Ray cluster (its GCS HOST:PORT) instead of local processes;
+    # ray_node_ip: the address of this machine's own Ray node when several share a machine.
+    ray_address: str | None = Field(None, pattern=r"^[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}$")
+    ray_namespace: str = Field("pdctl", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    ray_node_ip: str | None = None
     # Stand-in MoRIIO instances' registration heartbeat (vLLM's is 3 s); tests shorten it.
     sim_registration_interval: float | None = Field(None, gt=0)
     # Store the demo deployment (web/demo.py) when there is none; `make run` sets PDCTL_DEMO=1.

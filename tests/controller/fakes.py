@@ -9,15 +9,22 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from controller.process_backend import PortHolder, ProcessRecord
+from controller.placement import Addresses, Node
+from controller.process_backend import LOCAL_NODE_ID, PortHolder, ProcessRecord, Where
 from controller.render import LaunchSettings
 
 
 class FakeBackend:
-    """Processes as dict entries. `obey_term=False` makes them ignore SIGTERM."""
+    """Processes as dict entries. `obey_term=False` makes them ignore SIGTERM. With `nodes`,
+    a cluster of them (processes placed by the controller; `lose_node` kills one)."""
 
-    def __init__(self, obey_term: bool = True) -> None:
+    multi_node = False
+
+    def __init__(self, obey_term: bool = True, nodes: list[Node] | None = None) -> None:
         self.obey_term = obey_term
+        self.clustered = nodes is not None
+        self.cluster = list(nodes or [Node(LOCAL_NODE_ID, "127.0.0.1", head=True)])
+        self.placed: dict[str, Where] = {}  # process name -> where it was last spawned
         self.procs: dict[tuple[str, str], dict[str, Any]] = {}  # (deployment dir, name)
         self.spawned: list[tuple[str, list[str], dict[str, str]]] = []
         self.signals: list[tuple[str, int]] = []
@@ -28,10 +35,37 @@ class FakeBackend:
     def _key(run_dir: Path, name: str) -> tuple[str, str]:
         return (str(run_dir), name)
 
+    async def nodes(self) -> list[Node]:
+        return list(self.cluster)
+
+    def home(self, nodes: list[Node]) -> Node:
+        return next(n for n in nodes if n.head and n.alive)
+
+    async def refresh(self) -> None:
+        pass
+
+    def lose_node(self, address: str) -> None:
+        """The node at `address` is gone, and every process on it."""
+        self.cluster = [
+            replace(n, alive=False) if n.address == address else n for n in self.cluster
+        ]
+        for key, proc in self.procs.items():
+            where = self.placed.get(key[1])
+            if where is not None and where.node.address == address and proc["alive"]:
+                proc["alive"], proc["code"] = False, None
+                proc["record"] = replace(proc["record"], lost=f"node {address} is gone")
+
     async def spawn(
-        self, run_dir: Path, name: str, argv: list[str], env: dict[str, str]
+        self,
+        run_dir: Path,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        where: Where | None = None,
     ) -> ProcessRecord:
         self.next_pid += 1
+        if where is not None:
+            self.placed[name] = where
         record = ProcessRecord(
             name, self.next_pid, child_start_time=self.next_pid, started_at=0.0, argv=tuple(argv)
         )
@@ -156,6 +190,9 @@ class FakeFleet:
         self.start_fails: Exception | None = None
         self.never_ready: set[str] = set()  # instances that restart but never come up
         self.adopted: dict[str, str] = {}  # instance -> the mode it still runs (not the spec's)
+
+    def engine_addresses(self, name: str) -> Addresses:
+        return Addresses(self.settings.launch.host)
 
     def mode_of(self, name: str, instance: str) -> str:
         if instance in self.adopted:

@@ -290,7 +290,7 @@ def test_every_connector_has_a_kv_transfer_config(connector, prefill_role, decod
     ports = allocate(spec)
     roles = [
         kv_transfer_config(
-            spec, g, ports.instances[f"{g.name}-0"], ports.registry, LaunchSettings()
+            spec, g, ports.instances[f"{g.name}-0"], ports.registry, proxy_ip="127.0.0.1"
         )["kv_role"]
         for g in spec.groups
     ]

@@ -1,0 +1,191 @@
+"""A real Ray cluster on this machine, one loopback address per node, for tests, benchmarks and
+`make run-cluster`: a head (no GPUs: the control plane's node) and workers with GPUs declared
+as resources. Each node is started by `ray start` as an operator would (so the cluster is an
+existing one, independent of whoever uses it), with every Ray port fixed in 46000-59999 (out
+of the tests' and deployments' ranges), no dashboard and no usage stats.
+
+`remove(address)` is a lost node: its raylet and every process it started are SIGKILLed;
+`stop()` takes the whole cluster down and leaves no Ray process behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from controller import procfs
+
+RAY = str(Path(sys.executable).with_name("ray"))
+HEAD_ADDRESS = "127.0.0.4"  # Ray rewrites a head on 127.0.0.1 to the host's own IP
+GCS_PORT = 46379
+
+
+@dataclass
+class RayNode:
+    address: str
+    gpus: int
+    resources: dict[str, float] = field(default_factory=dict)
+
+
+def _ray_env(node_run_dir: Path | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    if node_run_dir is not None:  # what the node's actors keep their shims' files in
+        env["PDCTL_NODE_RUN_DIR"] = str(node_run_dir)
+    env.update(
+        RAY_USAGE_STATS_ENABLED="0",
+        RAY_DISABLE_DOCKER_CPU_WARNING="1",
+        RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO="0",
+    )
+    return env
+
+
+def _ports(index: int) -> list[str]:
+    """Every port a node listens on, from its own block of 1000 (index 0: the head)."""
+    base = 47000 + index * 1000
+    return [
+        f"--node-manager-port={base}",
+        f"--object-manager-port={base + 1}",
+        f"--metrics-export-port={base + 2}",
+        f"--dashboard-agent-grpc-port={base + 3}",
+        f"--dashboard-agent-listen-port={base + 4}",
+        f"--runtime-env-agent-port={base + 5}",
+        f"--min-worker-port={base + 100}",
+        f"--max-worker-port={base + 999}",
+    ]
+
+
+class LocalRayCluster:
+    """Start with `start()`, add workers, `stop()` at the end (also on failure)."""
+
+    def __init__(self, temp_dir: Path, head_cpus: int = 2) -> None:
+        self.temp_dir = Path(temp_dir)
+        self.head_cpus = head_cpus
+        self.nodes: list[RayNode] = []
+        self.address = f"{HEAD_ADDRESS}:{GCS_PORT}"
+
+    def start(self) -> LocalRayCluster:
+        self._ray_start(
+            0,
+            HEAD_ADDRESS,
+            [
+                "--head",
+                f"--port={GCS_PORT}",
+                "--include-dashboard=false",
+                f"--num-cpus={self.head_cpus}",
+                "--num-gpus=0",
+                f"--temp-dir={self.temp_dir}",
+                "--disable-usage-stats",
+            ],
+        )
+        return self
+
+    def add_worker(self, address: str, gpus: int, resources: dict[str, float] | None = None):
+        index = len(self.nodes) + 1
+        args = [f"--address={self.address}", "--num-cpus=8", f"--num-gpus={gpus}"]
+        if resources:
+            import json
+
+            args.append(f"--resources={json.dumps(resources)}")
+        self._ray_start(index, address, args)
+        self.nodes.append(RayNode(address, gpus, dict(resources or {})))
+        self.wait_nodes(len(self.nodes) + 1)
+
+    def _ray_start(self, index: int, address: str, args: list[str]) -> None:
+        done = subprocess.run(
+            [RAY, "start", f"--node-ip-address={address}", *_ports(index), *args],
+            env=_ray_env(self.temp_dir / f"node-{address}"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"ray start ({address}) failed:\n{done.stdout}\n{done.stderr}")
+
+    def wait_nodes(self, count: int, timeout: float = 60.0) -> None:
+        """Until `count` nodes are alive (the GCS knows them)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.alive_count() >= count:
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"the Ray cluster did not reach {count} live nodes in {timeout} s")
+
+    def alive_count(self) -> int:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import ray,sys; ray.init(address=sys.argv[1], log_to_driver=False, "
+                "_node_ip_address=sys.argv[2]); print(sum(n['Alive'] for n in ray.nodes()))",
+                self.address,
+                HEAD_ADDRESS,
+            ],
+            env=_ray_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        lines = done.stdout.strip().splitlines()
+        return int(lines[-1]) if done.returncode == 0 and lines else 0
+
+    def processes_of(self, address: str) -> list[int]:
+        """Every Ray process of the node at `address`, and everything they started."""
+        roots = [pid for pid in _all_pids() if _of_node(procfs.command_line(pid) or [], address)]
+        return sorted(set(roots) | {d for r in roots for d in _descendants(r)})
+
+    def remove(self, address: str) -> list[int]:
+        """Lose the node at `address`: SIGKILL its raylet, its workers and all they started."""
+        pids = self.processes_of(address)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        self.nodes = [n for n in self.nodes if n.address != address]
+        return pids
+
+    def stop(self) -> None:
+        subprocess.run(
+            [RAY, "stop", "--force"], env=_ray_env(), capture_output=True, timeout=120, check=False
+        )
+        # `ray stop` finds its processes by name; anything left under our temp dir goes too.
+        for pid in _all_pids():
+            cmd = " ".join(procfs.command_line(pid) or [])
+            if str(self.temp_dir) in cmd or ("ray/session_" in cmd and "raylet" in cmd):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def _of_node(cmdline: list[str], address: str) -> bool:
+    text = " ".join(cmdline)
+    return (
+        f"--node-ip-address={address}" in text
+        or f"--node_ip_address={address}" in text
+        or f"--node-ip-address {address}" in text
+    )
+
+
+def _all_pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _descendants(root: int) -> set[int]:
+    parents = {pid: _parent(pid) for pid in _all_pids()}
+    found, frontier = set(), {root}
+    while frontier:
+        children = {pid for pid, ppid in parents.items() if ppid in frontier} - found
+        found |= children
+        frontier = children
+    return found
