@@ -354,8 +354,13 @@ def proxy_args(
     if colocated:
         args += ["--mode", "colocated", "--registry-port", "-1"]
     elif _moriio(spec):
-        # Instances register themselves over ZMQ, each into the group of its mode.
+        # Instances register themselves over ZMQ, each into the group of its mode. On a
+        # cluster they do so from their nodes' addresses, which change when a lost node's
+        # instance moves, while the proxy runs on: so any sender, and the expected
+        # registrations (exact URL, ports and mode per instance) are the gate.
         args += ["--connector", "moriio", "--registry-port", str(ports.registry)]
+        if any(not _loopback(a) for n, a in where.by_name.items() if n != PROXY):
+            args += ["--registry-allow", "any"]
     else:
         # NIXL, and the connectors whose hand-off has NIXL's shape (kv_transfer_params
         # returned by prefill, relayed to decode), in read mode; no registry.
@@ -393,6 +398,10 @@ def proxy_args(
                 address = reach_address(name, settings, where)
                 args += [flag, f"http://{address}:{ports.instances[name].http}"]
     return [*args, *settings.proxy_extra_args]
+
+
+def _loopback(address: str) -> bool:
+    return address.startswith("127.") or address in ("::1", "localhost")
 
 
 def _moriio(spec: DeploymentSpec) -> bool:

@@ -24,6 +24,7 @@ from controller import procfs
 RAY = str(Path(sys.executable).with_name("ray"))
 HEAD_ADDRESS = "127.0.0.4"  # Ray rewrites a head on 127.0.0.1 to the host's own IP
 GCS_PORT = 46379
+PORT_BASE = 47000  # node i listens in PORT_BASE + 1000 i ... + 999
 
 
 @dataclass
@@ -45,9 +46,9 @@ def _ray_env(node_run_dir: Path | None = None) -> dict[str, str]:
     return env
 
 
-def _ports(index: int) -> list[str]:
+def _ports(port_base: int, index: int) -> list[str]:
     """Every port a node listens on, from its own block of 1000 (index 0: the head)."""
-    base = 47000 + index * 1000
+    base = port_base + index * 1000
     return [
         f"--node-manager-port={base}",
         f"--object-manager-port={base + 1}",
@@ -63,19 +64,28 @@ def _ports(index: int) -> list[str]:
 class LocalRayCluster:
     """Start with `start()`, add workers, `stop()` at the end (also on failure)."""
 
-    def __init__(self, temp_dir: Path, head_cpus: int = 2) -> None:
+    def __init__(
+        self,
+        temp_dir: Path,
+        head_cpus: int = 2,
+        head: str = HEAD_ADDRESS,
+        gcs_port: int = GCS_PORT,
+        port_base: int = PORT_BASE,
+    ) -> None:
+        """Clusters side by side need their own `head` address, `gcs_port` and `port_base`."""
         self.temp_dir = Path(temp_dir)
-        self.head_cpus = head_cpus
+        self.head_cpus, self.head, self.port_base = head_cpus, head, port_base
         self.nodes: list[RayNode] = []
-        self.address = f"{HEAD_ADDRESS}:{GCS_PORT}"
+        self.address = f"{head}:{gcs_port}"
+        self.gcs_port = gcs_port
 
     def start(self) -> LocalRayCluster:
         self._ray_start(
             0,
-            HEAD_ADDRESS,
+            self.head,
             [
                 "--head",
-                f"--port={GCS_PORT}",
+                f"--port={self.gcs_port}",
                 "--include-dashboard=false",
                 f"--num-cpus={self.head_cpus}",
                 "--num-gpus=0",
@@ -98,7 +108,7 @@ class LocalRayCluster:
 
     def _ray_start(self, index: int, address: str, args: list[str]) -> None:
         done = subprocess.run(
-            [RAY, "start", f"--node-ip-address={address}", *_ports(index), *args],
+            [RAY, "start", f"--node-ip-address={address}", *_ports(self.port_base, index), *args],
             env=_ray_env(self.temp_dir / f"node-{address}"),
             capture_output=True,
             text=True,
@@ -124,7 +134,7 @@ class LocalRayCluster:
                 "import ray,sys; ray.init(address=sys.argv[1], log_to_driver=False, "
                 "_node_ip_address=sys.argv[2]); print(sum(n['Alive'] for n in ray.nodes()))",
                 self.address,
-                HEAD_ADDRESS,
+                self.head,
             ],
             env=_ray_env(),
             capture_output=True,
@@ -149,13 +159,12 @@ class LocalRayCluster:
         return pids
 
     def stop(self) -> None:
-        subprocess.run(
-            [RAY, "stop", "--force"], env=_ray_env(), capture_output=True, timeout=120, check=False
-        )
-        # `ray stop` finds its processes by name; anything left under our temp dir goes too.
+        """Every process of this cluster's nodes (not `ray stop`, which would take every Ray
+        cluster on the machine), then anything left that names our temp dir."""
+        for address in [n.address for n in self.nodes] + [self.head]:
+            self.remove(address)
         for pid in _all_pids():
-            cmd = " ".join(procfs.command_line(pid) or [])
-            if str(self.temp_dir) in cmd or ("ray/session_" in cmd and "raylet" in cmd):
+            if str(self.temp_dir) in " ".join(procfs.command_line(pid) or []):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
 
