@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run test test-vllm lint bench-core bench-sim bench-proxy bench-switch bench-plan-live bench-events chaos clean system-deps
+.PHONY: run run-cluster test test-vllm test-ray lint bench-core bench-sim bench-proxy bench-switch bench-plan-live bench-events bench-cluster chaos clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -17,10 +17,20 @@ run: $(STAMP)
 	@echo "pdctl dashboard: http://127.0.0.1:8000/  (demo deployment 'demo': Start, then Run load)"
 	PDCTL_DEMO=1 $(PY) pdctl.py serve --host 127.0.0.1 --port 8000
 
+# The same on a local Ray cluster (head 127.0.0.4, workers 127.0.0.2 and .3 with 2 GPUs each)
+# with the demo's prefill and decode on different nodes; Ctrl-C stops pdctl serve and the cluster.
+run-cluster: $(STAMP)
+	$(PY) -m harness.run_cluster
+
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q -m "not vllm"
+	$(PY) -m pytest -q -m "not vllm and not ray"
+
+# Tests on a real local Ray cluster (a head and workers on 127.0.0.2-5, started by the tests,
+# every Ray process stopped after them): placement, load, switch, adoption and node loss.
+test-ray: $(STAMP)
+	timeout 1500 $(PY) -m pytest -q -m ray tests/ray
 
 # Tests against real vLLM (CPU build, see README): its venv is cached outside the clone, keyed
 # on the hash of its pinned requirements; the tiny model is cached keyed on its script's hash.
@@ -54,6 +64,11 @@ bench-plan-live: $(STAMP)
 
 bench-proxy: $(STAMP)
 	$(PY) -m benchmarks.bench_proxy
+
+# Ray against local processes: start-to-serving of a 1P1D, pdctl serve's CPU with 32 instances
+# on 4 Ray nodes (a local cluster on 127.0.0.21-25, about 10 minutes).
+bench-cluster: $(STAMP)
+	$(PY) -m benchmarks.bench_cluster
 
 # Store write -> websocket event, against the last commit that polled SQLite for events.
 EVENTS_BASELINE ?= 3696758

@@ -32,6 +32,11 @@ from domain.errors import Unavailable
 log = logging.getLogger("pdctl.ray")
 HEAD_RESOURCE = "node:__internal_head__"
 CALL_TIMEOUT_S = 5.0
+# Ray marks a node dead only after its health checks fail for a while (tens of seconds by
+# default); an actor whose node cannot even be connected to tells us sooner. Such a node is
+# not placed on for this long, or until Ray has decided.
+SUSPECT_S = 120.0
+UNREACHABLE = ("failed to connect", "connection refused", "node has been marked dead", "node died")
 
 
 class RayUnreachable(Unavailable):
@@ -69,6 +74,7 @@ class RayBackend:
         self._looked_up: set[str] = set()
         self._refreshed = 0.0
         self._node_cache: list[Node] = []
+        self._suspect: dict[str, float] = {}  # node id -> until (monotonic): not answering
         self._fingerprint: str | None = None
 
     # Connection ---------------------------------------------------------------------------
@@ -140,11 +146,18 @@ class RayBackend:
                         if not k.startswith("node:") and k not in ("CPU", "GPU")
                     },
                     labels=dict(raw.get("Labels") or {}),
-                    alive=bool(raw.get("Alive")),
+                    alive=bool(raw.get("Alive")) and not self._is_suspect(node_id),
                     head=HEAD_RESOURCE in total,
                 )
             )
         return nodes
+
+    def _is_suspect(self, node_id: str) -> bool:
+        until = self._suspect.get(node_id)
+        if until is not None and time.monotonic() >= until:
+            del self._suspect[node_id]
+            return False
+        return until is not None
 
     def home(self, nodes: list[Node]) -> Node:
         """The control plane's node: the one at our address, else the head."""
@@ -220,7 +233,15 @@ class RayBackend:
         results = await asyncio.gather(
             *(self._state_of(self._handles[n]) for n in names), return_exceptions=True
         )
-        dead = [n for n, r in zip(names, results, strict=True) if isinstance(r, BaseException)]
+        dead = [
+            (n, r)
+            for n, r in zip(names, results, strict=True)
+            if isinstance(r, BaseException) and not _is_timeout(r)
+        ]
+        for actor, exc in dead:
+            record = self._records.get(actor)
+            if record is not None and record.node_id and _unreachable(exc):
+                self._suspect[record.node_id] = time.monotonic() + SUSPECT_S
         if dead:
             await self.nodes()
         for actor, result in zip(names, results, strict=True):
@@ -234,8 +255,9 @@ class RayBackend:
 
     def _lost(self, record: ProcessRecord, exc: BaseException) -> ProcessRecord:
         node = next((n for n in self._node_cache if n.id == record.node_id), None)
+        where = f"node {record.node_address} ({(record.node_id or '?')[:12]})"
         if node is None or not node.alive:
-            why = f"node {record.node_address} ({(record.node_id or '?')[:12]}) is gone"
+            why = f"{where} is gone (it does not answer)"
         else:
             why = f"its Ray actor died ({_cause(exc)})"
         return replace(record, exited=True, lost=why)
@@ -315,6 +337,11 @@ def _port_of(argv: list[str]) -> int | None:
         if flag == "--port" and value.isdigit():
             return int(value)
     return None
+
+
+def _unreachable(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return any(sign in text for sign in UNREACHABLE)
 
 
 def _is_timeout(exc: BaseException) -> bool:

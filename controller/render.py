@@ -38,6 +38,11 @@ class LaunchSettings:
     bind_host: str | None = None
     sim_registration_interval: float | None = None  # stand-in MoRIIO heartbeat (tests)
     proxy_extra_args: tuple[str, ...] = ()  # e.g. hidden test knobs of `pdctl proxy`
+    # Senders a MoRIIO proxy's registry takes beyond loopback. On a cluster: "any", since
+    # instances register from their nodes' addresses, which change when a lost node's
+    # instance moves while the proxy runs on; the expected registrations (exact URL, ports
+    # and mode of each launched instance) stay the gate.
+    registry_allow: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,13 +359,10 @@ def proxy_args(
     if colocated:
         args += ["--mode", "colocated", "--registry-port", "-1"]
     elif _moriio(spec):
-        # Instances register themselves over ZMQ, each into the group of its mode. On a
-        # cluster they do so from their nodes' addresses, which change when a lost node's
-        # instance moves, while the proxy runs on: so any sender, and the expected
-        # registrations (exact URL, ports and mode per instance) are the gate.
+        # Instances register themselves over ZMQ, each into the group of its mode.
         args += ["--connector", "moriio", "--registry-port", str(ports.registry)]
-        if any(not _loopback(a) for n, a in where.by_name.items() if n != PROXY):
-            args += ["--registry-allow", "any"]
+        for allowed in settings.registry_allow:
+            args += ["--registry-allow", allowed]
     else:
         # NIXL, and the connectors whose hand-off has NIXL's shape (kv_transfer_params
         # returned by prefill, relayed to decode), in read mode; no registry.
@@ -398,10 +400,6 @@ def proxy_args(
                 address = reach_address(name, settings, where)
                 args += [flag, f"http://{address}:{ports.instances[name].http}"]
     return [*args, *settings.proxy_extra_args]
-
-
-def _loopback(address: str) -> bool:
-    return address.startswith("127.") or address in ("::1", "localhost")
 
 
 def _moriio(spec: DeploymentSpec) -> bool:

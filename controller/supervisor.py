@@ -195,6 +195,11 @@ class Supervisor:
             for launch in render(spec, ports, self.settings.launch, where)
         }
 
+    def proxy_url(self, name: str) -> str | None:
+        """Where `name`'s proxy answers (its node's address on a cluster); None if unknown."""
+        dep = self.deployments.get(name)
+        return dep.proxy.launch.url if dep is not None and "proxy" in dep.units else None
+
     def engine_addresses(self, name: str) -> Addresses:
         """Where each engine of `name` listens (what its MoRIIO registrations name)."""
         dep = self._deployment(name)
@@ -286,7 +291,7 @@ class Supervisor:
             if not self.backend.running(record):
                 code = record.exit_code if record.exited else None
                 if record.lost:
-                    message = f"{dep.name}/{unit.launch.name}: {record.lost}; it died with it"
+                    message = f"{dep.name}/{unit.launch.name}: died with its node: {record.lost}"
                     self._emit("node_lost", message, dep.name)
                 self.backend.forget(dep.folder, unit.launch.name)
                 unit.healthy = unit.registered = None

@@ -328,7 +328,8 @@ class SwitchRunner:
             return None
 
     def _http_admin(self, name: str, ports: AllocatedPorts) -> AdminCalls:
-        return ProxyAdminClient(f"http://127.0.0.1:{ports.proxy}", lambda: self._token(name))
+        url = self.supervisor.proxy_url(name) or f"http://127.0.0.1:{ports.proxy}"
+        return ProxyAdminClient(url, lambda: self._token(name))
 
 
 async def _safe(call: Any, default: Any) -> Any:

@@ -76,6 +76,7 @@ class LocalRayCluster:
         self.temp_dir = Path(temp_dir)
         self.head_cpus, self.head, self.port_base = head_cpus, head, port_base
         self.nodes: list[RayNode] = []
+        self._next_index = 1  # port blocks are never reused, even after a node is removed
         self.address = f"{head}:{gcs_port}"
         self.gcs_port = gcs_port
 
@@ -96,7 +97,7 @@ class LocalRayCluster:
         return self
 
     def add_worker(self, address: str, gpus: int, resources: dict[str, float] | None = None):
-        index = len(self.nodes) + 1
+        index, self._next_index = self._next_index, self._next_index + 1
         args = [f"--address={self.address}", "--num-cpus=8", f"--num-gpus={gpus}"]
         if resources:
             import json
@@ -161,8 +162,13 @@ class LocalRayCluster:
     def stop(self) -> None:
         """Every process of this cluster's nodes (not `ray stop`, which would take every Ray
         cluster on the machine), then anything left that names our temp dir."""
-        for address in [n.address for n in self.nodes] + [self.head]:
-            self.remove(address)
+        addresses = [n.address for n in self.nodes] + [self.head]
+        for _ in range(10):  # a parent may start a child between our listing and our kill
+            if not any(self.processes_of(a) for a in addresses):
+                break
+            for address in addresses:
+                self.remove(address)
+            time.sleep(0.2)
         for pid in _all_pids():
             if str(self.temp_dir) in " ".join(procfs.command_line(pid) or []):
                 with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -1,6 +1,7 @@
 """The control plane's app factory: `create_app(settings)`; everything stateful is built in the
 lifespan and kept on `app.state` (engine, hub, store, tokens, metrics registry, controller,
-observer, load and bench runs); routes reach them through web/deps.py, none builds one."""
+observer, load and bench runs, placements); routes reach them through web/deps.py, none builds
+one."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from fastapi import APIRouter, Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
+from controller.placement_log import PlacementLog
 from controller.process_backend import ProcessBackend
 from controller.render import LaunchSettings
 from controller.service import ControlService
@@ -26,6 +28,7 @@ from state import db, migrate
 from state.bench_store import BenchStore
 from state.db import create_engine
 from state.hub import Hub
+from state.placement_store import PlacementStore
 from state.store import Store
 from web import demo, errors
 from web.admission import Admission
@@ -38,10 +41,12 @@ from web.hosts import HostAllowlist, allowed_names
 from web.limits import BodyLimit
 from web.load import LoadRuns
 from web.metrics import LiveCollector, build_registry
+from web.proxy_url import proxy_url
 from web.routes import (
     advice,
     bench,
     bench_pages,
+    cluster,
     deployment_forms,
     deployments,
     events,
@@ -61,7 +66,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 ROOT = Path(__file__).resolve().parent.parent
 # Each module's `router` goes under /api, behind a token when tokens are set. A new resource
 # (the lifecycle endpoints) is one more module here.
-API_ROUTES = (deployments, revisions, events, lifecycle, live, bench, plan, kv, advice)
+API_ROUTES = (deployments, revisions, events, lifecycle, live, bench, plan, kv, advice, cluster)
 
 
 def create_app(settings: Settings | None = None, backend: ProcessBackend | None = None) -> FastAPI:
@@ -91,7 +96,7 @@ def create_app(settings: Settings | None = None, backend: ProcessBackend | None 
     for module in (deployment_forms, pages, page_actions):
         app.include_router(module.router)
     app.include_router(bench_pages.router)
-    for module in (plan, kv, advice):  # their pages and fragments
+    for module in (plan, kv, advice, cluster):  # their pages and fragments
         app.include_router(module.page_router)
     app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
@@ -121,15 +126,19 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     )
     app.state.store = store = Store(engine, admission, publish=event_publisher(hub))
     app.state.registry = build_registry(store)
+    app.state.placements = placements = PlacementStore(engine)
     if settings.demo:
         demo.ensure_demo(store)
     app.state.load_runs = LoadRuns()
     app.state.bench_runs = BenchRuns(
-        BenchStore(engine), store.record, lambda name: store.get(name).revision
+        BenchStore(engine),
+        store.record,
+        lambda name: store.get(name).revision,
+        partial(proxy_url, app.state),
     )
     app.state.observer = None  # observe/ scrapes what the controller runs, so only with it
     if settings.controller:
-        app.state.controller = build_controller(settings, store, app.state.backend)
+        app.state.controller = build_controller(settings, store, placements, app.state.backend)
         await app.state.controller.supervisor.open()
         app.state.controller.recover_switches(store)  # left in progress by a stopped plane
         app.state.observer = await start_observer(settings, app.state.controller, store, hub)
@@ -148,20 +157,27 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def build_controller(
-    settings: Settings, store: Store, backend: ProcessBackend | None = None
+    settings: Settings,
+    store: Store,
+    placements: PlacementStore,
+    backend: ProcessBackend | None = None,
 ) -> ControlService:
     """The supervisor over `runtime_dir` (adopting what still runs there), its events in the
-    store; its processes local unless `backend` (a joined Ray cluster) says otherwise."""
+    store, and where it places each process in `placements`; its processes local unless
+    `backend` (a joined Ray cluster) says otherwise."""
     launch = LaunchSettings(
         vllm_command=tuple(shlex.split(settings.vllm_launcher)),
         pdctl_command=(sys.executable, str(ROOT / "pdctl.py")),
         sim_registration_interval=settings.sim_registration_interval,
+        registry_allow=("any",) if backend is not None and backend.clustered else (),
     )
+    placement_log = PlacementLog(store.record, placements)  # also records every event
     supervisor = Supervisor(
         SupervisorSettings(run_dir=settings.runtime_dir, launch=launch),
         backend=backend,
-        on_event=lambda actor, kind, message, deployment: store.record(
-            actor, kind, message, deployment
-        ),
+        on_event=placement_log,
     )
-    return ControlService(supervisor, store.record, allow_code_env=settings.allow_code_env)
+    placement_log.watch(supervisor)
+    return ControlService(
+        supervisor, store.record, allow_code_env=settings.allow_code_env, placements=placement_log
+    )

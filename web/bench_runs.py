@@ -58,9 +58,14 @@ class BenchRuns:
     """The runs this process watches; at most one per deployment."""
 
     def __init__(
-        self, store: BenchStore, record: Recorder, revision_of: Callable[[str], int] | None = None
+        self,
+        store: BenchStore,
+        record: Recorder,
+        revision_of: Callable[[str], int] | None = None,
+        proxy_url: Callable[[str, int], str] = lambda name, port: f"http://127.0.0.1:{port}",
     ) -> None:
         self.store, self.record = store, record
+        self.proxy_url = proxy_url  # (deployment, proxy port) -> where its proxy answers
         # A switch may land mid-run (operators switch during incidents; a bench run must not
         # stop them): the run then says its figures span two revisions.
         self.revision_of = revision_of
@@ -151,7 +156,7 @@ class BenchRuns:
     async def _spawn(
         self, run: BenchRun, settings: dict[str, Any], current: Current, folder: Path
     ) -> asyncio.subprocess.Process:
-        argv = bench_argv(settings, f"http://127.0.0.1:{current.ports.proxy}", folder)
+        argv = bench_argv(settings, self.proxy_url(run.deployment, current.ports.proxy), folder)
         try:
             with (folder / "stderr.log").open("wb") as err:
                 return await asyncio.create_subprocess_exec(

@@ -15,6 +15,7 @@ from web.bench_runs import BenchStartFailed
 from web.deployment_form import errors_at_fields, pydantic_detail
 from web.deps import StoreDep, get_bench_runs, get_load_runs, get_service
 from web.errors import ConfigError, Conflict, NotFound
+from web.proxy_url import proxy_url
 from web.routes import lifecycle
 from web.routes.page_common import PageActor, deployment_or_404, require_operator
 from web.routes.pages import deployment_context
@@ -115,7 +116,7 @@ async def load_start(
         try:
             await runs.start(
                 name,
-                f"http://127.0.0.1:{current.ports.proxy}",
+                proxy_url(request.app.state, name, current.ports.proxy),
                 rate,
                 duration,
                 current.spec.slo.ttft_ms,

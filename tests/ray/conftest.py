@@ -1,0 +1,151 @@
+"""A real Ray cluster for the whole module (a head and workers on their own loopback
+addresses, GPUs declared), a real `pdctl serve` joined to it, and the load and checks the tests
+share. `make test-ray` runs these; `make test` leaves them out (they start a cluster)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.control_plane import ControlPlane
+from harness.processes import ROOT, http_post
+from harness.ray_cluster import LocalRayCluster
+
+ray = pytest.importorskip("ray", reason="`make test-ray` installs Ray")
+
+HEAD = "127.0.0.4"
+WORKERS = ("127.0.0.2", "127.0.0.3", "127.0.0.5")  # the last one is the spare
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    temp = tmp_path_factory.mktemp("ray")
+    cluster = LocalRayCluster(temp, head=HEAD)
+    try:
+        cluster.start()
+        for address in WORKERS:
+            cluster.add_worker(address, gpus=2)
+        yield cluster
+    finally:
+        cluster.stop()
+        left = [a for a in (HEAD, *WORKERS) if cluster.processes_of(a)]
+        assert not left, f"Ray processes left behind on {left}"
+
+
+@pytest.fixture
+def plane(cluster, tmp_path):
+    plane = ControlPlane(
+        tmp_path,
+        {"PDCTL_RAY_ADDRESS": cluster.address, "PDCTL_RAY_NODE_IP": HEAD},
+    ).start(90)
+    try:
+        yield plane
+    finally:
+        with contextlib.suppress(OSError, AssertionError):
+            stop_all(plane)
+        plane.close()
+
+
+def stop_all(plane: ControlPlane) -> None:
+    _, listed = plane.api("GET", "/deployments")
+    for dep in listed if isinstance(listed, list) else []:
+        name = dep["name"]
+        status, _ = plane.api("POST", f"/deployments/{name}/stop")
+        if status == 202:
+            with contextlib.suppress(TimeoutError):
+                plane.wait(
+                    name,
+                    lambda us: all(
+                        u["state"] in ("STOPPED", "EXITED", "FATAL") for u in us.values()
+                    ),
+                    60,
+                )
+
+
+def complete(proxy_url: str, n: int = 8) -> dict:
+    status, body = http_post(
+        f"{proxy_url}/v1/completions",
+        {"model": "tiny", "prompt": "one two three", "max_tokens": n, "ignore_eos": True},
+        timeout=60,
+    )
+    assert status == 200, body
+    return body
+
+
+def bench(proxy_url: str, tmp: Path, name: str, rate: float, prompts: int) -> subprocess.Popen:
+    argv = [
+        sys.executable,
+        str(ROOT / "pdctl.py"),
+        "bench",
+        "--base-url",
+        proxy_url,
+        "--request-rate",
+        str(rate),
+        "--num-prompts",
+        str(prompts),
+        "--input-len",
+        "128",
+        "--output-len",
+        "32",
+        "--result-json",
+        str(tmp / f"{name}.json"),
+        "--model",
+        "tiny",
+        "--quiet",
+        "--save-requests",
+        "--timeout",
+        "90",
+    ]
+    with (tmp / f"{name}.err").open("wb") as err:
+        return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+
+
+def bench_result(proc: subprocess.Popen, tmp: Path, name: str) -> dict:
+    assert proc.wait(timeout=180) == 0, (tmp / f"{name}.err").read_text()
+    return json.loads((tmp / f"{name}.json").read_text())
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Every local address something listens on at `port` (IPv4, from /proc/net/tcp)."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, state = fields[1], fields[3]
+        address, hex_port = local.split(":")
+        if state == "0A" and int(hex_port, 16) == port:
+            found.add(".".join(str(int(address[i : i + 2], 16)) for i in (6, 4, 2, 0)))
+    return found
+
+
+def listening_on(address: str) -> list[int]:
+    """Ports something listens on at `address` (or on every address)."""
+    ports = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, state = fields[1], fields[3]
+        hex_address, hex_port = local.split(":")
+        ip = ".".join(str(int(hex_address[i : i + 2], 16)) for i in (6, 4, 2, 0))
+        if state == "0A" and ip == address:
+            ports.append(int(hex_port, 16))
+    return ports
+
+
+def events(plane: ControlPlane, name: str, kind: str) -> list[dict]:
+    _, found = plane.api("GET", f"/events?deployment={name}&kind={kind}")
+    return found if isinstance(found, list) else []
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise TimeoutError(what)
