@@ -44,13 +44,16 @@ def vllm_setup() -> VllmSetup:
     return VllmSetup(python, model, uuid.uuid4().hex)
 
 
+def vllm_env(setup: VllmSetup) -> dict[str, str]:
+    """What a control plane needs to run vLLM deployments: the vLLM venv's python as the
+    launcher, and env overrides on (for the marker's, harness.MARKER_OVERRIDE)."""
+    launcher = [str(setup.python), "-m", "vllm.entrypoints.openai.api_server"]
+    return {"PDCTL_VLLM_LAUNCHER": shlex.join(launcher), "PDCTL_ALLOW_CODE_ENV": "true"}
+
+
 @pytest.fixture(scope="session")
 def plane(tmp_path_factory, vllm_setup):
-    plane = ControlPlane(tmp_path_factory.mktemp("plane"))
-    plane.env["PDCTL_VLLM_LAUNCHER"] = shlex.join(
-        [str(vllm_setup.python), "-m", "vllm.entrypoints.openai.api_server"]
-    )
-    plane.env["PDCTL_ALLOW_CODE_ENV"] = "true"  # for the marker's override (harness)
+    plane = ControlPlane(tmp_path_factory.mktemp("plane"), vllm_env(vllm_setup))
     plane.start()
     try:
         yield plane

@@ -132,10 +132,11 @@ class Live:
     urls: dict[str, str]  # instance name -> URL
     groups: set[int] = field(default_factory=set)  # pgid of every instance (and the proxy)
     sessions: set[int] = field(default_factory=set)  # session of every shim
+    proxy_host: str = "127.0.0.1"  # its node's address when placed on a cluster
 
     @property
     def proxy_url(self) -> str:
-        return f"http://127.0.0.1:{self.proxy_port}"
+        return f"http://{self.proxy_host}:{self.proxy_port}"
 
     def metrics(self, instance: str) -> str:
         status, body = http_get(self.urls[instance] + "/metrics", timeout=10)
@@ -160,6 +161,7 @@ def start(plane: ControlPlane, spec: dict, model: Path) -> Live:
         name,
         created["ports"]["proxy"],
         {n: u["url"] for n, u in units.items() if u["role"] != "proxy"},
+        proxy_host=units["proxy"]["address"] or "127.0.0.1",
     )
     for unit in units.values():
         with contextlib.suppress(ProcessLookupError):
