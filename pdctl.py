@@ -23,6 +23,7 @@ VERB_MODULES = (
     "bench.cli",
     "controller.cli",
     "web.cli",
+    "web.nodes_cli",
 )
 
 

@@ -1,13 +1,18 @@
 """The controller as the REST API sees it: lifecycle, status, logs, previews and mode switches
-of stored deployments, every operator action recorded as an event."""
+of stored deployments, every operator action recorded as an event; the cluster's nodes with
+what runs on each, and where each started process was placed (controller/placement_log.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
+from controller.cluster_view import NodeView, cluster_view
 from controller.deployment import DeploymentSpec
+from controller.placement import Node
+from controller.placement_log import PlacementLog
 from controller.ports import AllocatedPorts
 from controller.supervisor import Supervisor, SupervisorError
 from controller.switch import (
@@ -20,22 +25,35 @@ from controller.switch import (
 )
 from controller.switch_record import IN_PROGRESS, strategy_of
 from controller.validation import engine_problems
-from domain.errors import ConfigError
+from domain.errors import ConfigError, Unavailable
 
+log = logging.getLogger("pdctl.controller")
 # (actor, kind, message, deployment, detail) -> None: how events reach the store.
 Recorder = Callable[[str, str, str, str | None, dict | None], None]
 
 _STOPPED = ("STOPPED", "EXITED", "FATAL")
+NODES_TIMEOUT_S = 10.0  # a cluster that takes longer to list its nodes is not answering
+
+
+class ClusterUnreachable(Unavailable):
+    """The backend could not list its nodes just now (the Ray cluster does not answer)."""
+
+    title = "Cluster unreachable"
 
 
 class ControlService:
     def __init__(
-        self, supervisor: Supervisor, record: Recorder, allow_code_env: bool = False
+        self,
+        supervisor: Supervisor,
+        record: Recorder,
+        allow_code_env: bool = False,
+        placements: PlacementLog | None = None,
     ) -> None:
         self.supervisor = supervisor
         self.record = record
         # The host's override setting: whether a spec's unsafe_allow may let code through.
         self.allow_code_env = allow_code_env
+        self.placements = placements  # None: where processes were placed is not kept
         # Each proxy's admin token is the supervisor's to keep (one per proxy it started).
         self.switches = SwitchRunner(supervisor, record)
 
@@ -58,6 +76,27 @@ class ControlService:
     def preview(self, spec: DeploymentSpec, ports: AllocatedPorts) -> dict[str, dict[str, Any]]:
         return self.supervisor.preview(spec, ports)
 
+    async def cluster(self) -> list[NodeView]:
+        """Every node the backend sees, with the processes on each; ClusterUnreachable (503)
+        when the cluster does not answer now."""
+        nodes = await self._nodes()
+        backend = self.supervisor.backend
+        # One host: every process is on it (status rows name a node only on a cluster).
+        here = None if backend.clustered or not nodes else backend.home(nodes).id
+        statuses = {name: self.supervisor.status(name) for name in self.supervisor.deployments}
+        return cluster_view(nodes, statuses, here)
+
+    async def _nodes(self) -> list[Node]:
+        try:
+            return await asyncio.wait_for(self.supervisor.nodes(), NODES_TIMEOUT_S)
+        except TimeoutError:
+            raise ClusterUnreachable(
+                f"the cluster did not list its nodes within {NODES_TIMEOUT_S:g} s; try again"
+            ) from None
+        except Exception as exc:  # Ray raises many kinds here; each means it did not answer
+            log.warning("listing the cluster's nodes failed: %s", exc)
+            raise ClusterUnreachable(f"the cluster does not answer: {_one_line(exc)}") from None
+
     # -- actions -----------------------------------------------------------------------------
 
     async def start(
@@ -72,6 +111,7 @@ class ControlService:
         self.switches.refuse_if_running(name)
         self.refuse_code(name, spec, revision)
         await self.supervisor.start(name, spec, ports)
+        await self._keep_placement(name, spec)
         self.record(
             actor,
             "deployment.start",
@@ -79,6 +119,16 @@ class ControlService:
             name,
             {"revision": revision},
         )
+
+    async def _keep_placement(self, name: str, spec: DeploymentSpec) -> None:
+        if self.placements is None:
+            return
+        placed = self.supervisor.deployments[name].placed
+        home = None
+        if placed is None:  # one host: every process on it
+            nodes = await self._nodes()
+            home = self.supervisor.backend.home(nodes) if nodes else None
+        self.placements.started(name, spec, placed, home)
 
     async def stop(self, name: str, actor: str, reason: str | None) -> None:
         self.switches.refuse_if_running(name)
@@ -151,6 +201,12 @@ class ControlService:
 
 def _why(reason: str | None) -> str:
     return f" ({reason})" if reason else ""
+
+
+def _one_line(exc: BaseException) -> str:
+    """Why, in one line: never a traceback (Ray's errors carry pages of one)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:300]
 
 
 __all__ = ["ControlService", "SupervisorError", "asyncio"]

@@ -33,6 +33,7 @@ lives with the code that raises it (in brackets).
      |   +- ProxyAdminError      502  the proxy's admin API failed          [controller]
      |   +- UpstreamTimeout      504  ... or not in time
      +- Unavailable              503  nothing here can do it (no controller in this control plane)
+     |   +- ClusterUnreachable   503  the cluster did not list its nodes now    [controller]
      +- HttpError                4xx  the framework's own (unknown path, method) [web/errors.py]
 
 A leaf adds only what it must: a title, a message built from its fields, headers (ETag,

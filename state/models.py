@@ -6,6 +6,7 @@ revisions    every change to a deployment: the whole spec and its allocated port
 events       everything an operator (or the controller) does; outlives deleted deployments
 history      observe/'s downsampled live frames
 bench_runs   `pdctl bench` runs started from the dashboard, with the revision they measured
+placements   the node each process of a deployment was last placed on (state/placement_store.py)
 """
 
 from __future__ import annotations
@@ -131,3 +132,27 @@ class BenchRun(SQLModel, table=True):
     total: int = Field(nullable=False)
     result: dict | None = Field(default=None, sa_type=sa.JSON)  # bench/report.py's document
     error: str | None = Field(default=None)
+
+
+class Placement(SQLModel, table=True):
+    """Where one process of a deployment was last placed: written when the deployment starts
+    and when the process is replaced on another node (its node died); gone with the deployment."""
+
+    __tablename__ = "placements"
+    __table_args__ = (
+        sa.UniqueConstraint("deployment", "process", name="uq_placements_deployment_process"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    deployment: str = Field(
+        sa_column=sa.Column(
+            sa.String(length=40),
+            sa.ForeignKey("deployments.name", ondelete="CASCADE", name="fk_placements_deployment"),
+            nullable=False,
+        )
+    )
+    process: str = Field(max_length=80, nullable=False)  # an instance name, or "proxy"
+    node_id: str = Field(max_length=128, nullable=False)
+    node_address: str = Field(max_length=255, nullable=False)
+    gpus: float = Field(nullable=False)  # what it was given there (0: none, the stand-in)
+    placed_at: datetime = _ts()

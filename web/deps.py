@@ -1,6 +1,6 @@
 """FastAPI dependencies as Annotated aliases, so handlers read like sentences. The one way
 routes reach what the lifespan built (web/app.py): the store, the hub, the controller's
-service, the observer, the load and bench runs."""
+service, the observer, the load and bench runs, the placements."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from controller.service import ControlService
 from domain import finite
 from observe.scraper import Observer
 from state.hub import Hub
+from state.placement_store import PlacementStore
 from state.store import Store
 from web import errors
 from web.auth import ANONYMOUS, COOKIE, Actor, TokenBook, bearer
@@ -46,6 +47,10 @@ def get_service(conn: HTTPConnection) -> ControlService:
 
 def get_store(conn: HTTPConnection) -> Store:
     return conn.app.state.store
+
+
+def get_placements(conn: HTTPConnection) -> PlacementStore:
+    return conn.app.state.placements
 
 
 def get_hub(conn: HTTPConnection) -> Hub:
@@ -118,6 +123,7 @@ def current_operator(actor: Annotated[Actor, Depends(current_actor)]) -> Actor:
 
 StoreDep = Annotated[Store, Depends(get_store)]
 HubDep = Annotated[Hub, Depends(get_hub)]
+PlacementsDep = Annotated[PlacementStore, Depends(get_placements)]
 ControllerDep = Annotated[ControlService | None, Depends(get_controller)]
 ServiceDep = Annotated[ControlService, Depends(get_service)]
 ObserverDep = Annotated[Observer | None, Depends(get_observer)]

@@ -111,7 +111,11 @@ API_RESPONSES: dict[int | str, dict] = {
         "description": "Too many unknown tokens from this address; "
         "Retry-After says when to try again.",
     },
-    503: {"model": ErrorOut, "description": "No controller runs in this control plane."},
+    503: {
+        "model": ErrorOut,
+        "description": "No controller runs in this control plane, or its cluster does not "
+        "answer now.",
+    },
 }
 
 

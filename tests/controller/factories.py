@@ -1,11 +1,12 @@
-"""Deployment specs the controller tests share: the MORI-IO blog setup, a NIXL 1P1D, and a tiny
-stand-in pair for real-process tests."""
+"""Deployment specs the controller tests share: the MORI-IO blog setup, a NIXL 1P1D, a tiny
+stand-in pair for real-process tests; and a fake cluster's nodes."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from controller.deployment import DeploymentSpec
+from controller.placement import Node
 
 BLOG_MODEL = "Qwen/Qwen3-235B-A22B-FP8"
 
@@ -128,4 +129,26 @@ def moriio_pairs(pairs: int = 1, mode: str = "read", name: str = "mori") -> Depl
             "prefix_caching": False,
             "groups": groups,
         }
+    )
+
+
+def cluster_nodes(gpus: float = 2.0) -> list[Node]:
+    """Three nodes on their own loopback addresses (a head and two workers), as a fake cluster
+    (tests/controller/fakes.py FakeBackend(nodes=...)) lists them."""
+    return [
+        Node("a" * 56, "127.0.0.2", gpus=gpus, gpus_free=gpus, head=True),
+        Node("b" * 56, "127.0.0.3", gpus=gpus, gpus_free=gpus, labels={"pool": "decode"}),
+        Node("c" * 56, "127.0.0.4", gpus=gpus, gpus_free=gpus, resources={"rdma": 1.0}),
+    ]
+
+
+def gpu_pair(name: str = "tiny-pd") -> DeploymentSpec:
+    """tiny_pair asking one GPU per instance of a cluster (Ray assigns it)."""
+    one = {"placement": {"gpus_per_instance": 1}}
+    return tiny_pair(
+        name,
+        groups=[
+            {"name": "prefill", "role": "prefill", **one},
+            {"name": "decode", "role": "decode", **one},
+        ],
     )

@@ -148,6 +148,10 @@ def test_operator_creates_starts_loads_switches_and_stops_in_the_browser(plane, 
     page.click("button[data-action=start]")
     page.wait_for_selector("#state-badge [data-state=running]", timeout=60_000)
     page.wait_for_selector("#topology [data-instance=decode-0][data-state=RUNNING]")
+    # each process shows the node it runs on: on local processes, this host
+    where = page.locator("#topology [data-instance=decode-0] [data-node-address]")
+    assert where.get_attribute("data-node-address") == "127.0.0.1"
+    assert where.is_visible() and "127.0.0.1" in where.inner_text()
 
     # load it: the histograms fill and the percentiles move
     page.fill("#load input[name=rate]", "12")

@@ -16,7 +16,15 @@ import state.models  # noqa: F401  (the tables)
 from state import migrate
 from state.db import create_engine
 
-TABLES = {"alembic_version", "deployments", "revisions", "events", "history", "bench_runs"}
+TABLES = {
+    "alembic_version",
+    "deployments",
+    "revisions",
+    "events",
+    "history",
+    "bench_runs",
+    "placements",
+}
 
 
 def tables(db: Path) -> set[str]:

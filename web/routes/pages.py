@@ -4,6 +4,7 @@ log tails); the page's context is built here for page_actions' fragments too."""
 from __future__ import annotations
 
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
@@ -148,6 +149,7 @@ def topology(current: Current, units: list[dict[str, Any]]) -> dict[str, Any]:
                     "registration": unit.get("registration"),
                     "url": unit.get("url"),
                     "log_error": unit.get("log_error"),
+                    **node_of(unit),
                 }
             )
         groups.append(
@@ -169,9 +171,17 @@ def topology(current: Current, units: list[dict[str, Any]]) -> dict[str, Any]:
             "restarts": proxy.get("restarts", 0),
             "health": proxy.get("health"),
             "url": proxy.get("url") or f"http://127.0.0.1:{current.ports.proxy}",
+            **node_of(proxy),
         },
         "groups": groups,
     }
+
+
+def node_of(unit: dict[str, Any]) -> dict[str, Any]:
+    """The node a process is on: its cluster node's id and address, or on one host none and
+    the host its URL names (None before it was ever started)."""
+    address = unit.get("address") or (urlsplit(unit["url"]).hostname if unit.get("url") else None)
+    return {"node_id": unit.get("node"), "node_address": address}
 
 
 @router.get("/deployments/{name}", response_class=HTMLResponse)
