@@ -28,25 +28,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from controller import machine as m
-from controller import placing, private_files, run_state
-from controller.adoption import adopt_saved, port_held
+from controller import placing, private_files, run_state, spawning
+from controller.adoption import adopt_saved
 from controller.clock import Clock, SystemClock
 from controller.deployment import DeploymentSpec
 from controller.health import HttpProbe, Probe
 from controller.placement import Addresses, Node, PlacementError
 from controller.ports import AllocatedPorts
 from controller.probing import probe_round
-from controller.process_backend import ProcessBackend, ShimBackend, SpawnError
-from controller.proxy_moves import tell_proxy_moved
+from controller.process_backend import ProcessBackend, ShimBackend
 from controller.redact import redact_text
-from controller.registry_expect import expected_registrations
 from controller.render import LaunchSettings, render
 from controller.units import IDLE, LIVE, Supervised, Unit, describe
 from domain.errors import NotFound, SpecInvalid
@@ -56,7 +53,6 @@ EventSink = Callable[[str, str, str, str | None], None]  # (actor, kind, message
 ACTOR = "supervisor"
 _FAILURES = ("backoff", "fatal", "exited")  # events that quote the process's last log line
 LAST_WORDS_CHARS = 240
-ADMIN_TOKEN_ENV = "PDCTL_ADMIN_TOKEN"  # what `pdctl proxy --admin-token` reads
 
 
 class SupervisorError(NotFound):
@@ -349,81 +345,15 @@ class Supervisor:
         # Schedule: every pass ticks every machine, so deadlines fire within poll_interval.
 
     async def _spawn(self, dep: Supervised, unit: Unit) -> None:
-        name = unit.launch.name
-        self.backend.forget(dep.folder, name)
-        run_state.write_restarts(dep.folder, name, unit.machine.restarts)
-        unit.healthy = unit.registered = None
-        unit.failed_probes, unit.next_probe = 0, 0.0
-        unit.refusal = None
-        held = port_held(dep, unit, self.backend, self._emit)
-        if held is not None:
-            await self._feed(dep, unit, held)
-            return
-        where = await self._where(dep, unit)
-        if self.backend.clustered and where is None:
-            return  # no node fits: the unit is FATAL, and the event says why
-        env = {**unit.launch.env, **unit.launch.handover}
-        if unit.launch.is_proxy:
-            dep.admin_token = secrets.token_urlsafe(32)
-            run_state.write_admin_token(dep.folder, dep.admin_token)
-            env = {**env, ADMIN_TOKEN_ENV: dep.admin_token}
-        try:
-            record = await self.backend.spawn(dep.folder, name, unit.launch.argv, env, where)
-        except (SpawnError, OSError) as exc:
-            self._emit("spawn_failed", f"{dep.name}/{name}: {exc}", dep.name)
-            await self._feed(dep, unit, m.Exited(None))
-            return
-        unit.record = record
-        if record.child_pid is None:
-            await self._feed(dep, unit, m.Exited(record.exit_code))
-            return
-        await self._feed(dep, unit, m.Spawned(record.child_pid))
-
-    async def _where(self, dep: Supervised, unit: Unit) -> placing.Where | None:
-        """The node a spawn goes to; a process whose node is gone is placed again first (or
-        made FATAL, saying why no node fits)."""
-        if not self.backend.clustered:
-            return None
-        name = unit.launch.name
-        lost = placing.node_lost(dep.placed, name, await self.backend.nodes())
-        if lost is not None or dep.placed is None or name not in dep.placed.nodes:
-            alive = {n for n, u in dep.units.items() if u.machine.state in LIVE and n != name}
-            try:
-                placed = await placing.place_deployment(self.backend, dep.spec, dep.placed, alive)
-            except PlacementError as err:
-                gone = f"its node {lost.describe()} is gone and " if lost else ""
-                await self._feed(dep, unit, m.Unplaceable(f"{gone}no node fits: {err.message}"))
-                return None
-            await self._replaced(dep, placed, name, lost)
-        return placing.where(dep.spec, dep.placed, name)
-
-    async def _replaced(
-        self, dep: Supervised, placed: placing.Placed, name: str, lost: Node | None
-    ) -> None:
-        """`name` moves to another node: its launch (and the proxy's view of it) follow."""
-        before = {u.launch.name: u.launch for u in dep.units.values()}
-        dep.placed = placed
-        placing.save(dep.folder, placed)
-        launches = render(dep.spec, dep.ports, self.settings.launch, self._addresses(placed))
-        for launch in launches:
-            if launch.name == name or launch.is_proxy:
-                dep.units[launch.name].launch = launch  # the proxy is told, not restarted
-        node = placed.nodes[name]
-        if lost is not None:
-            self._emit(
-                "replaced",
-                f"{dep.name}/{name}: moved from lost node {lost.describe()} to {node.describe()}",
-                dep.name,
-            )
-        old, new = before.get(name), dep.units[name].launch
-        if old is None or old.url == new.url or new.is_proxy:
-            return
-        expected = None
-        if new.registers:
-            expected = expected_registrations(dep.spec, dep.ports, self.engine_addresses(dep.name))
-        failed = await tell_proxy_moved(dep.proxy.launch.url, dep.admin_token, old, new, expected)
-        if failed:
-            self._emit("proxy_unreachable", f"{dep.name}/{name}: {failed}", dep.name)
+        await spawning.spawn(
+            dep,
+            unit,
+            self.backend,
+            self.settings.launch,
+            feed=self._feed,
+            emit=self._emit,
+            addresses=self.engine_addresses(dep.name),
+        )
 
     def _last_words(self, dep: Supervised, name: str) -> str:
         """What a failed process said last, so the event log tells an operator why."""

@@ -23,7 +23,7 @@ HEAD = "127.0.0.4"
 WORKERS = ("127.0.0.2", "127.0.0.3", "127.0.0.5")  # the last one is the spare
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
     temp = tmp_path_factory.mktemp("ray")
     cluster = LocalRayCluster(temp, head=HEAD)
@@ -52,6 +52,12 @@ def plane(cluster, tmp_path):
         plane.close()
 
 
+def restore(cluster: LocalRayCluster, address: str) -> None:
+    """Bring a removed worker back (the next test expects every worker)."""
+    if all(n.address != address for n in cluster.nodes):
+        cluster.add_worker(address, gpus=2)
+
+
 def stop_all(plane: ControlPlane) -> None:
     _, listed = plane.api("GET", "/deployments")
     for dep in listed if isinstance(listed, list) else []:
@@ -76,6 +82,13 @@ def complete(proxy_url: str, n: int = 8) -> dict:
     )
     assert status == 200, body
     return body
+
+
+def serves(proxy_url: str) -> bool:
+    try:
+        return complete(proxy_url)["usage"]["completion_tokens"] == 8
+    except (AssertionError, OSError):
+        return False
 
 
 def bench(proxy_url: str, tmp: Path, name: str, rate: float, prompts: int) -> subprocess.Popen:
