@@ -133,8 +133,15 @@ def place(
     free = {n.id: n.gpus_free for n in alive}
     count = {n.id: 0 for n in alive}
     chosen: dict[str, Node] = {PROXY: _proxy_node(spec, alive, home, keep, by_id)}
+    counted = any(not math.isinf(n.gpus) for n in alive)
     for inst in planned(spec):
         loc = ("groups", inst.group_index, "placement")
+        if counted and inst.group.gpus:
+            raise PlacementError(
+                ("groups", inst.group_index, "gpus"),
+                "on a cluster the backend assigns GPU ids on each node: give "
+                "placement.gpus_per_instance instead of gpus",
+            )
         if inst.group.placement and inst.group.placement.nodes_per_instance > 1 and not multi_node:
             raise PlacementError(
                 (*loc, "nodes_per_instance"),
