@@ -92,7 +92,12 @@ class RayBackend:
                 "start one (`ray start --head`) or fix --ray-address"
             ) from None
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        import ray
+        try:
+            import ray
+        except ImportError:
+            raise RayUnreachable(
+                "Ray is not installed here: pip install 'pdctl[ray]' (the same on every node)"
+            ) from None
 
         from controller.ray_host import fingerprint
 

@@ -154,6 +154,11 @@ def events(plane: ControlPlane, name: str, kind: str) -> list[dict]:
     return found if isinstance(found, list) else []
 
 
+def history(plane: ControlPlane, name: str) -> list[dict]:
+    _, found = plane.api("GET", f"/deployments/{name}/history?window=10m")
+    return found.get("points", []) if isinstance(found, dict) else []
+
+
 def wait_for(predicate, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

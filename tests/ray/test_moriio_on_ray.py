@@ -68,6 +68,9 @@ def test_moriio_pair_across_nodes_switches_adopts_and_survives_a_lost_node(
         assert units[name]["url"] == f"http://{address}:{port}"
         assert listening_addresses(port) == {address}, name  # its node's address only
     proxy_url = units["proxy"]["url"]
+    # Logs come through the actor on the instance's node.
+    status, logs = plane.api("GET", "/deployments/mori/logs/decode-0?lines=50")
+    assert status == 200 and logs["lines"], logs
     wait_for(lambda: serves(proxy_url), 30, "the proxy routing to every instance")
 
     # Load through the proxy, and a read -> write roll under load: nothing lost.

@@ -14,6 +14,7 @@ from tests.ray.conftest import (
     bench,
     bench_result,
     events,
+    history,
     listening_addresses,
     listening_on,
     restore,
@@ -56,6 +57,12 @@ def test_nixl_2p2d_across_three_nodes_adopts_and_survives_a_lost_node(cluster, p
     wait_for(lambda: serves(proxy_url), 30, "the proxy routing to every instance")
     result = bench_result(bench(proxy_url, tmp_path, "load", rate=8, prompts=40), tmp_path, "load")
     assert result["completed"] == 40 and result["failed"] == 0, result.get("errors")
+    # observe/ scraped the engines at their node addresses: their KV transfer figures.
+    wait_for(
+        lambda: any((p.get("kv_bytes_per_s") or 0) > 0 for p in history(plane, "nixl")),
+        30,
+        "KV bytes in the history (engines scraped at their node addresses)",
+    )
 
     # `pdctl serve` killed: the same processes adopted.
     pids = {n: (u["pid"], u["node"]) for n, u in units.items()}
