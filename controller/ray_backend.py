@@ -36,7 +36,14 @@ CALL_TIMEOUT_S = 5.0
 # default); an actor whose node cannot even be connected to tells us sooner. Such a node is
 # not placed on for this long, or until Ray has decided.
 SUSPECT_S = 120.0
-UNREACHABLE = ("failed to connect", "connection refused", "node has been marked dead", "node died")
+UNREACHABLE = (
+    "failed to connect",
+    "connection refused",
+    "socket closed",
+    "temporarily unavailable",
+    "node has been marked dead",
+    "node died",
+)
 
 
 class RayUnreachable(Unavailable):
@@ -264,7 +271,7 @@ class RayBackend:
         if node is None or not node.alive:
             why = f"{where} is gone (it does not answer)"
         else:
-            why = f"its Ray actor died ({_cause(exc)})"
+            why = f"its Ray actor on {where} died ({_cause(exc)})"
         return replace(record, exited=True, lost=why)
 
     def _record(self, state: dict[str, Any]) -> ProcessRecord:
