@@ -162,7 +162,8 @@ def _serve_demo(serve: subprocess.Popen, url: str) -> int:
     where = ", ".join(f"{u['name']} on {u['address']}" for u in units)
     print(
         f"\npdctl dashboard: {url}/deployments/{DEMO_NAME}  (running on Ray: {where}; "
-        "Run load from the page)\nCtrl-C stops pdctl serve and the whole Ray cluster.\n",
+        f"Run load from the page; the nodes: {url}/cluster)\n"
+        "Ctrl-C stops pdctl serve and the whole Ray cluster.\n",
         flush=True,
     )
     serve.wait()
