@@ -53,6 +53,7 @@ class ProcessRecord:
     node_id: str | None = None  # the cluster node it runs on (None: this host)
     node_address: str | None = None
     lost: str | None = None  # why it died with no exit code seen (its node is gone, ...)
+    node_lost: bool = False  # ... because its node is gone
     gpu_ids: list[int] = field(default_factory=list)  # what a cluster assigned it
 
     @classmethod

@@ -269,9 +269,9 @@ class RayBackend:
         node = next((n for n in self._node_cache if n.id == record.node_id), None)
         where = f"node {record.node_address} ({(record.node_id or '?')[:12]})"
         if node is None or not node.alive:
-            why = f"{where} is gone (it does not answer)"
-        else:
-            why = f"its Ray actor on {where} died ({_cause(exc)})"
+            why = f"died with its node: {where} is gone (it does not answer)"
+            return replace(record, exited=True, lost=why, node_lost=True)
+        why = f"its Ray actor on {where} died ({_cause(exc)}), and the instance with it"
         return replace(record, exited=True, lost=why)
 
     def _record(self, state: dict[str, Any]) -> ProcessRecord:

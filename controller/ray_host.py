@@ -11,7 +11,6 @@ here with the local backend's checks (pid, start time and command line).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import os
 import signal
@@ -29,7 +28,6 @@ from controller.child_env import child_environment
 from controller.process_backend import ProcessRecord, ShimBackend
 
 ROOT = Path(__file__).resolve().parent.parent
-PR_SET_PDEATHSIG = 1
 ORPHAN_GRACE_S = 5.0
 READY_S = 20.0
 TAIL_LINES = 8  # sent with every state: the last words of a process that died with its node
@@ -57,9 +55,8 @@ def node_run_root(address: str, namespace: str) -> Path:
 
 
 def _die_with_parent() -> None:
-    """In the shim, before exec: SIGTERM when the actor's thread that started it is gone."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    """In the shim, before exec: SIGTERM (it then ends its engine) when the actor is gone."""
+    shim.die_with_parent(signal.SIGTERM)
 
 
 class HostError(RuntimeError):

@@ -15,7 +15,7 @@ from typing import Any
 
 from connector import kv_config
 from controller.deployment import DeploymentSpec, Engine, InstanceGroup, InstancePorts, Role
-from controller.placement import PROXY, Addresses
+from controller.placement import PROXY, Addresses, planned
 from controller.ports import AllocatedPorts
 from controller.redact import redact_argv, redact_command, redact_env
 from controller.registry_expect import expected_env
@@ -96,10 +96,11 @@ def render(
     settings = settings or LaunchSettings()
     where = placed or Addresses(settings.host)
     launches = [proxy_launch(spec, ports, settings, where)]
-    for group in spec.groups:
-        launches += [
-            instance_launch(spec, group, i, ports, settings, where) for i in range(group.count)
-        ]
+    # The spec-to-instances step the Kubernetes renderer shares (controller/placement.py).
+    launches += [
+        instance_launch(spec, inst.group, inst.index, ports, settings, where)
+        for inst in planned(spec)
+    ]
     return launches
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from controller import private_files, procfs
 
+PR_SET_PDEATHSIG = 1
 STATE_FILE = "state.json"
 LOG_FILE = "output.log"
 READY_TIMEOUT_S = 10.0
@@ -207,6 +208,9 @@ def serve(
             stderr=subprocess.STDOUT,
             process_group=0,
             close_fds=True,
+            # Kept by a Ray actor: the engine must not outlive us, even if we are SIGKILLed
+            # (Ray kills a dead worker's children) and cannot end it ourselves.
+            preexec_fn=die_with_parent if orphan_grace is not None else None,
         )
     except OSError as exc:
         state |= {
@@ -277,6 +281,13 @@ def _pump(
                 on_log_error(reported)
         elif child.poll() is not None:
             return
+
+
+def die_with_parent(signum: int = signal.SIGKILL) -> None:
+    """In a child before exec: `signum` when the process that started it is gone."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum)
 
 
 class _OrphanWatch:

@@ -287,8 +287,9 @@ class Supervisor:
             if not self.backend.running(record):
                 code = record.exit_code if record.exited else None
                 if record.lost:
-                    message = f"{dep.name}/{unit.launch.name}: died with its node: {record.lost}"
-                    self._emit("node_lost", message, dep.name)
+                    # Its node gone (the event names it), or only its keeper on the node.
+                    kind = "node_lost" if record.node_lost else "keeper_lost"
+                    self._emit(kind, f"{dep.name}/{unit.launch.name}: {record.lost}", dep.name)
                 self.backend.forget(dep.folder, unit.launch.name)
                 unit.healthy = unit.registered = None
                 await self._feed(dep, unit, m.Exited(code))

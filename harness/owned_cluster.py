@@ -15,9 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller import procfs
-from harness.ray_cluster import GCS_PORT, HEAD_ADDRESS, PORT_BASE, LocalRayCluster
-
-NODE_IP_FLAGS = ("--node-ip-address", "--node_ip_address")
+from harness.ray_cluster import (
+    GCS_PORT,
+    HEAD_ADDRESS,
+    PORT_BASE,
+    LocalRayCluster,
+    all_pids,
+    names_node,
+)
 
 
 @dataclass(frozen=True)
@@ -63,14 +68,14 @@ def taken(plan: ClusterPlan) -> list[str]:
 
 def node_processes(address: str) -> list[int]:
     """Processes started for the Ray node at exactly `address` (127.0.0.2 is not 127.0.0.21)."""
-    return [pid for pid in _pids() if _names_node(procfs.command_line(pid) or [], address)]
+    return [pid for pid in all_pids() if names_node(procfs.command_line(pid) or [], address)]
 
 
 def leftovers(plan: ClusterPlan, temp_dir: Path) -> list[int]:
     """What is still alive of the cluster: processes of its nodes, or naming its temp dir."""
     found = {pid for address in plan.addresses for pid in node_processes(address)}
     mark = str(temp_dir)
-    for pid in _pids():
+    for pid in all_pids():
         if any(mark in arg for arg in procfs.command_line(pid) or []):
             found.add(pid)
     return sorted(found)
@@ -115,19 +120,3 @@ def stop(cluster: LocalRayCluster, plan: ClusterPlan, temp_dir: Path, say=print)
     else:
         say(f"Ray cluster stopped ({plan.describe()}): no Ray process left")
     return left
-
-
-def _names_node(argv: list[str], address: str) -> bool:
-    for i, arg in enumerate(argv):
-        flag, eq, value = arg.partition("=")
-        if flag in NODE_IP_FLAGS and (value if eq else _at(argv, i + 1)) == address:
-            return True
-    return False
-
-
-def _at(argv: list[str], index: int) -> str | None:
-    return argv[index] if index < len(argv) else None
-
-
-def _pids() -> list[int]:
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]

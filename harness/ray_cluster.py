@@ -147,7 +147,7 @@ class LocalRayCluster:
 
     def processes_of(self, address: str) -> list[int]:
         """Every Ray process of the node at `address`, and everything they started."""
-        roots = [pid for pid in _all_pids() if _of_node(procfs.command_line(pid) or [], address)]
+        roots = [pid for pid in all_pids() if names_node(procfs.command_line(pid) or [], address)]
         return sorted(set(roots) | {d for r in roots for d in _descendants(r)})
 
     def remove(self, address: str) -> list[int]:
@@ -169,22 +169,35 @@ class LocalRayCluster:
             for address in addresses:
                 self.remove(address)
             time.sleep(0.2)
-        for pid in _all_pids():
-            if str(self.temp_dir) in " ".join(procfs.command_line(pid) or []):
+        for pid in all_pids():
+            if str(self.temp_dir) in " ".join(procfs.command_line(pid) or []) or self._ours(pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
 
+    def _ours(self, pid: int) -> bool:
+        """Started on one of our nodes (its environment names our node run dirs), even if
+        orphaned: what a test must not leave behind whatever went wrong."""
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            return False
+        return f"PDCTL_NODE_RUN_DIR={self.temp_dir}".encode() in environ
 
-def _of_node(cmdline: list[str], address: str) -> bool:
-    text = " ".join(cmdline)
-    return (
-        f"--node-ip-address={address}" in text
-        or f"--node_ip_address={address}" in text
-        or f"--node-ip-address {address}" in text
-    )
+
+NODE_IP_FLAGS = ("--node-ip-address", "--node_ip_address")
 
 
-def _all_pids() -> list[int]:
+def names_node(argv: list[str], address: str) -> bool:
+    """A Ray process of the node at exactly `address` (127.0.0.2 is not 127.0.0.21)."""
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        following = argv[i + 1] if i + 1 < len(argv) else None
+        if flag in NODE_IP_FLAGS and (value if eq else following) == address:
+            return True
+    return False
+
+
+def all_pids() -> list[int]:
     return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
 
 
@@ -197,7 +210,7 @@ def _parent(pid: int) -> int | None:
 
 
 def _descendants(root: int) -> set[int]:
-    parents = {pid: _parent(pid) for pid in _all_pids()}
+    parents = {pid: _parent(pid) for pid in all_pids()}
     found, frontier = set(), {root}
     while frontier:
         children = {pid for pid, ppid in parents.items() if ppid in frontier} - found

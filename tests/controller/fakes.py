@@ -53,7 +53,9 @@ class FakeBackend:
             where = self.placed.get(key[1])
             if where is not None and where.node.address == address and proc["alive"]:
                 proc["alive"], proc["code"] = False, None
-                proc["record"] = replace(proc["record"], lost=f"node {address} is gone")
+                proc["record"] = replace(
+                    proc["record"], lost=f"died with its node: {address} is gone", node_lost=True
+                )
 
     async def spawn(
         self,

@@ -149,9 +149,40 @@ def listening_on(address: str) -> list[int]:
     return ports
 
 
+def holders(address: str) -> dict[int, str]:
+    """What listens on `address`, by port: for the message of a failed check."""
+    from controller import procfs
+
+    found = {}
+    for port in listening_on(address):
+        pids = procfs.listening_pids(port) or set()
+        found[port] = "; ".join(" ".join(procfs.command_line(p) or [])[:160] for p in pids)
+    return found
+
+
 def events(plane: ControlPlane, name: str, kind: str) -> list[dict]:
     _, found = plane.api("GET", f"/events?deployment={name}&kind={kind}")
     return found if isinstance(found, list) else []
+
+
+def kill_actor(cluster: LocalRayCluster, name: str) -> None:
+    """ray.kill the named actor, from a driver of its own (the test process stays Ray-free)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import ray, sys; ray.init(address=sys.argv[1], namespace='pdctl', "
+            "log_to_driver=False, _node_ip_address=sys.argv[2]); "
+            "ray.kill(ray.get_actor(sys.argv[3]), no_restart=True)",
+            cluster.address,
+            HEAD,
+            name,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def history(plane: ControlPlane, name: str) -> list[dict]:

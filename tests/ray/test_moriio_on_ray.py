@@ -14,6 +14,7 @@ from tests.ray.conftest import (
     bench,
     bench_result,
     events,
+    holders,
     listening_addresses,
     listening_on,
     restore,
@@ -83,6 +84,13 @@ def test_moriio_pair_across_nodes_switches_adopts_and_survives_a_lost_node(
     units = plane.running("mori")
     assert {units[n]["mode"] for n in ("prefill-0", "decode-0")} == {"write"}
     assert units["decode-0"]["address"] == DECODE  # a switch keeps each instance's node
+    load = bench(proxy_url, tmp_path, "keep", rate=8, prompts=40)
+    time.sleep(1.0)
+    record = plane.switch("mori", "read", "keep-serving", timeout=180)
+    assert record["state"] == "done", (record.get("error"), record.get("failed_step"))
+    result = bench_result(load, tmp_path, "keep")
+    assert result["completed"] == 40 and result["failed"] == 0, result.get("errors")
+    units = plane.running("mori")
 
     # `pdctl serve` killed: a new one finds every actor by name and adopts the same processes.
     pids = {n: (u["pid"], u["node"]) for n, u in units.items()}
@@ -109,7 +117,7 @@ def test_moriio_pair_across_nodes_switches_adopts_and_survives_a_lost_node(
         120,
     )
     assert moved["decode-0"]["url"].startswith(f"http://{SPARE}:")
-    assert wait_for(lambda: not listening_on(DECODE), 20, f"nothing listening on {DECODE}")
+    wait_for(lambda: not listening_on(DECODE), 20, f"nothing on {DECODE}: {holders(DECODE)}")
     replaced = events(plane, "mori", "replaced")
     assert replaced and SPARE in replaced[-1]["message"]
     wait_for(lambda: serves(proxy_url), 60, "completions through the proxy again")

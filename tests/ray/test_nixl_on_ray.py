@@ -15,6 +15,8 @@ from tests.ray.conftest import (
     bench_result,
     events,
     history,
+    holders,
+    kill_actor,
     listening_addresses,
     listening_on,
     restore,
@@ -64,6 +66,19 @@ def test_nixl_2p2d_across_three_nodes_adopts_and_survives_a_lost_node(cluster, p
         "KV bytes in the history (engines scraped at their node addresses)",
     )
 
+    # An actor killed takes its engine with it (parent-death signal); the instance returns.
+    victim = engines["prefill-1"]
+    kill_actor(cluster, "nixl.prefill-1")
+    wait_for(
+        lambda: not listening_addresses(victim["ports"]["http"]), 20, "the engine gone with it"
+    )
+    units = plane.wait(
+        "nixl",
+        lambda us: us["prefill-1"]["state"] == "RUNNING" and us["prefill-1"]["restarts"] >= 1,
+        90,
+    )
+    engines = {n: u for n, u in units.items() if n != "proxy"}
+
     # `pdctl serve` killed: the same processes adopted.
     pids = {n: (u["pid"], u["node"]) for n, u in units.items()}
     plane.proc.kill()
@@ -90,7 +105,7 @@ def test_nixl_2p2d_across_three_nodes_adopts_and_survives_a_lost_node(cluster, p
         ),
         120,
     )
-    assert wait_for(lambda: not listening_on(crowded), 20, f"nothing listening on {crowded}")
+    wait_for(lambda: not listening_on(crowded), 20, f"nothing on {crowded}: {holders(crowded)}")
     assert {moved[n]["address"] for n in on_it} <= set(NODES) - {crowded}
     wait_for(lambda: serves(proxy_url), 60, "completions through the proxy again")
     after = bench_result(bench(proxy_url, tmp_path, "after", rate=8, prompts=24), tmp_path, "after")
