@@ -88,7 +88,8 @@ class InstanceHost:
         if mine != expected_fingerprint:
             raise HostError(
                 f"node {self.address} runs another pdctl (sources {mine}, the control plane's "
-                f"{expected_fingerprint}): install the same pdctl on every node"
+                f"{expected_fingerprint}): install the same pdctl on every node (or, if "
+                "pdctl was upgraded here since `pdctl serve` started, restart it)"
             )
         holders = self.local.port_holders(port)
         if holders:
