@@ -131,6 +131,43 @@ def bench(
     return json.loads(out.read_text())
 
 
+def bench_background(
+    base_url: str, tmp: Path, name: str, rate: float, prompts: int, *flags: str
+) -> subprocess.Popen:
+    """`pdctl bench` of 128 in / 32 out at `rate` against `base_url`, in the background; its
+    --result-json is TMP/NAME.json and its stderr TMP/NAME.err (`bench_finished` reads both)."""
+    argv = [
+        sys.executable,
+        str(ROOT / "pdctl.py"),
+        "bench",
+        "--base-url",
+        base_url,
+        "--request-rate",
+        str(rate),
+        "--num-prompts",
+        str(prompts),
+        "--input-len",
+        "128",
+        "--output-len",
+        "32",
+        "--result-json",
+        str(tmp / f"{name}.json"),
+        "--model",
+        "tiny",
+        "--quiet",
+        "--timeout",
+        "90",
+        *flags,
+    ]
+    with (tmp / f"{name}.err").open("wb") as err:
+        return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+
+
+def bench_finished(proc: subprocess.Popen, tmp: Path, name: str) -> dict[str, Any]:
+    assert proc.wait(timeout=180) == 0, (tmp / f"{name}.err").read_text()
+    return json.loads((tmp / f"{name}.json").read_text())
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

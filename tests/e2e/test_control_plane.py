@@ -9,14 +9,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from harness.control_plane import ControlPlane
-from harness.processes import ROOT, http_post
+from harness.processes import http_post
+from harness.stack import bench_background, bench_finished
 
 pytestmark = pytest.mark.e2e
 
@@ -69,35 +69,10 @@ def complete(proxy_port: int, n: int = 8) -> dict:
 
 
 def bench(proxy_port: int, tmp: Path, name: str, rate: float, prompts: int) -> subprocess.Popen:
-    argv = [
-        sys.executable,
-        str(ROOT / "pdctl.py"),
-        "bench",
-        "--base-url",
-        f"http://127.0.0.1:{proxy_port}",
-        "--request-rate",
-        str(rate),
-        "--num-prompts",
-        str(prompts),
-        "--input-len",
-        "128",
-        "--output-len",
-        "32",
-        "--result-json",
-        str(tmp / f"{name}.json"),
-        "--model",
-        "tiny",
-        "--quiet",
-        "--timeout",
-        "90",
-    ]
-    with (tmp / f"{name}.err").open("wb") as err:
-        return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+    return bench_background(f"http://127.0.0.1:{proxy_port}", tmp, name, rate, prompts)
 
 
-def bench_result(proc: subprocess.Popen, tmp: Path, name: str) -> dict:
-    assert proc.wait(timeout=150) == 0, (tmp / f"{name}.err").read_text()
-    return json.loads((tmp / f"{name}.json").read_text())
+bench_result = bench_finished
 
 
 def test_start_kill_restart_switch_and_adopt(plane, tmp_path):

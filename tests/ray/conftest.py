@@ -5,7 +5,6 @@ share. `make test-ray` runs these; `make test` leaves them out (they start a clu
 from __future__ import annotations
 
 import contextlib
-import json
 import subprocess
 import sys
 import time
@@ -14,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from harness.control_plane import ControlPlane
-from harness.processes import ROOT, http_post
+from harness.processes import http_post
 from harness.ray_cluster import LocalRayCluster
+from harness.stack import bench_background, bench_finished
 
 ray = pytest.importorskip("ray", reason="`make test-ray` installs Ray")
 
@@ -92,36 +92,11 @@ def serves(proxy_url: str) -> bool:
 
 
 def bench(proxy_url: str, tmp: Path, name: str, rate: float, prompts: int) -> subprocess.Popen:
-    argv = [
-        sys.executable,
-        str(ROOT / "pdctl.py"),
-        "bench",
-        "--base-url",
-        proxy_url,
-        "--request-rate",
-        str(rate),
-        "--num-prompts",
-        str(prompts),
-        "--input-len",
-        "128",
-        "--output-len",
-        "32",
-        "--result-json",
-        str(tmp / f"{name}.json"),
-        "--model",
-        "tiny",
-        "--quiet",
-        "--save-requests",
-        "--timeout",
-        "90",
-    ]
-    with (tmp / f"{name}.err").open("wb") as err:
-        return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+    """`pdctl bench` in the background, every request's record kept (errors included)."""
+    return bench_background(proxy_url, tmp, name, rate, prompts, "--save-requests")
 
 
-def bench_result(proc: subprocess.Popen, tmp: Path, name: str) -> dict:
-    assert proc.wait(timeout=180) == 0, (tmp / f"{name}.err").read_text()
-    return json.loads((tmp / f"{name}.json").read_text())
+bench_result = bench_finished
 
 
 def listening_addresses(port: int) -> set[str]:
