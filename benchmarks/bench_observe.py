@@ -1,9 +1,13 @@
 """Observe-path figures: how long a finished request takes to show in the live frames (median),
-and the CPU `pdctl serve` spends while it scrapes 4 stand-in instances and a proxy with 1 and
-with 10 websocket subscribers. Run: `.venv/bin/python -m benchmarks.bench_observe`."""
+the CPU `pdctl serve` spends while it scrapes 4 stand-in instances and a proxy with 1 and
+with 10 websocket subscribers, and the time observe takes to parse one /metrics page (a NIXL
+stand-in's, live, and real vLLM's saved ones) with the fast reader and with prometheus_client's
+parser alone, in the same run. Run: `.venv/bin/python -m benchmarks.bench_observe [--only
+parse|serve]`."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -16,9 +20,14 @@ from pathlib import Path
 from websockets.sync.client import connect
 
 from benchmarks.control_plane import api, stop_and_wait, wait_running
-from harness.processes import Process, free_port, http_post, port_range
+from harness.processes import Process, free_port, http_post, port_range, running
+from harness.stack import nixl_sim
+from observe.build import tracked
+from observe.samples import parse, parse_by_prometheus_client
 
 TICKS = os.sysconf("SC_CLK_TCK")
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "vllm"
+FLEET = 32  # instances scraped each second in bench_cluster's CPU figure
 SPEC = {
     "name": "bench",
     "engine": "sim",
@@ -88,7 +97,44 @@ def cpu_with(ws_url: str, pid: int, subscribers: int, proxy: str, seconds: float
     return share
 
 
-def main() -> None:
+def per_page(fn, text: str, rounds: int = 7, seconds: float = 0.3) -> float:
+    """Median seconds `fn(text, keep=tracked)` takes, over `rounds` timed batches."""
+    fn(text, keep=tracked)  # warm: the fast reader's caches fill on the first page
+    batch = max(1, round(seconds / _timed(fn, text, 1)))
+    return statistics.median(_timed(fn, text, batch) for _ in range(rounds))
+
+
+def _timed(fn, text: str, n: int) -> float:
+    began = time.perf_counter()
+    for _ in range(n):
+        fn(text, keep=tracked)
+    return (time.perf_counter() - began) / n
+
+
+def parse_figures() -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-parse-"))
+    stand_in = nixl_sim(tmp, "decode", "kv_consumer")
+    with running(stand_in):
+        body = {"model": "tiny", "prompt": "one two three", "max_tokens": 4}
+        for _ in range(3):  # histograms with counts
+            http_post(stand_in.url + "/v1/completions", body)
+        pages = {"NIXL stand-in (live)": stand_in.metrics()}
+    for name in ("prefill", "decode", "colocated"):
+        pages[f"vLLM {name} (saved)"] = (FIXTURES / f"{name}_metrics.txt").read_text()
+    print("observe's parse of one /metrics page, families observe keeps (median of 7 batches):")
+    for name, text in pages.items():
+        if parse(text, tracked) != parse_by_prometheus_client(text, tracked):
+            raise SystemExit(f"{name}: the fast reader and prometheus_client disagree")
+        old, new = per_page(parse_by_prometheus_client, text), per_page(parse, text)
+        print(
+            f"  {name}: {len(text) / 1000:.0f} KB, {text.count(chr(10))} lines: "
+            f"prometheus_client {old * 1000:.2f} ms, fast reader {new * 1000:.3f} ms, "
+            f"x{old / new:.0f}; {FLEET} pages a second: {FLEET * old:.1%} -> {FLEET * new:.1%} "
+            "of a core"
+        )
+
+
+def serve_figures() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-observe-"))
     port = free_port()
     serve = Process(
@@ -122,6 +168,16 @@ def main() -> None:
     finally:
         stop_and_wait(base, "bench")
         serve.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", choices=("parse", "serve"))
+    args = parser.parse_args()
+    if args.only in (None, "parse"):
+        parse_figures()
+    if args.only in (None, "serve"):
+        serve_figures()
 
 
 if __name__ == "__main__":

@@ -4,12 +4,14 @@ apart from gauges, keyed by sample name and sorted labels, and sums over matchin
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-Labels = tuple[tuple[str, str], ...]
+from observe import text_format
+from observe.text_format import Family, Labels
+
 Key = tuple[str, Labels]
 Samples = Mapping[Key, float]
 
@@ -25,21 +27,41 @@ class Scrape:
 
 def parse(text: str, keep: Callable[[str], bool] | None = None) -> Scrape:
     """Parse a Prometheus text exposition; `keep(family_name)` filters families early (the
-    windows keep a few hundred series a target, not vLLM's thousands)."""
+    windows keep a few hundred series a target, not vLLM's thousands). vLLM's and the
+    stand-in's pages take the fast reader (text_format.py); any other page prometheus_client's
+    parser, with the same result and the same errors."""
+    try:
+        families: Iterable[Family] = text_format.read(text)
+    except text_format.Unsupported:
+        families = _prometheus_client_families(text)
+    return _scrape(families, keep)
+
+
+def parse_by_prometheus_client(text: str, keep: Callable[[str], bool] | None = None) -> Scrape:
+    """`parse` through prometheus_client's parser alone (the reference the benchmark times)."""
+    return _scrape(_prometheus_client_families(text), keep)
+
+
+def _prometheus_client_families(text: str) -> Iterator[Family]:
+    for family in text_string_to_metric_families(text):
+        labelled = [(s.name, tuple(sorted(s.labels.items())), s.value) for s in family.samples]
+        yield family.name, family.type, labelled
+
+
+def _scrape(families: Iterable[Family], keep: Callable[[str], bool] | None) -> Scrape:
     counters: dict[Key, float] = {}
     gauges: dict[Key, float] = {}
-    for family in text_string_to_metric_families(text):
-        if keep is not None and not keep(family.name):
+    for name, typ, samples in families:
+        if keep is not None and not keep(name):
             continue
-        cumulative = family.type in _CUMULATIVE_TYPES
-        for s in family.samples:
-            if math.isnan(s.value):
+        cumulative = typ in _CUMULATIVE_TYPES
+        for sample, labels, value in samples:
+            if math.isnan(value):
                 continue
-            key = (s.name, tuple(sorted(s.labels.items())))
-            if cumulative and s.name.endswith(_CUMULATIVE_SUFFIXES):
-                counters[key] = s.value
-            elif not cumulative and family.type != "info":
-                gauges[key] = s.value
+            if cumulative and sample.endswith(_CUMULATIVE_SUFFIXES):
+                counters[(sample, labels)] = value
+            elif not cumulative and typ != "info":
+                gauges[(sample, labels)] = value
     return Scrape(counters, gauges)
 
 
