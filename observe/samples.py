@@ -31,10 +31,13 @@ def parse(text: str, keep: Callable[[str], bool] | None = None) -> Scrape:
     stand-in's pages take the fast reader (text_format.py); any other page prometheus_client's
     parser, with the same result and the same errors."""
     try:
-        families: Iterable[Family] = text_format.read(text)
-    except text_format.Unsupported:
-        families = _prometheus_client_families(text)
-    return _scrape(families, keep)
+        try:
+            families: Iterable[Family] = text_format.read(text)
+        except text_format.Unsupported:
+            families = _prometheus_client_families(text)
+        return _scrape(families, keep)
+    except ArithmeticError as exc:  # a value too large for a float: unreadable, like the rest
+        raise ValueError(f"a sample value out of range: {exc}") from None
 
 
 def parse_by_prometheus_client(text: str, keep: Callable[[str], bool] | None = None) -> Scrape:
