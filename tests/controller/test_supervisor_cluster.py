@@ -27,17 +27,24 @@ def rows(h: Harness, name: str = "tiny-pd") -> dict[str, dict]:
     return {u["name"]: u for u in h.sup.status(name)}
 
 
+async def started(tmp_path, *addresses: str) -> tuple[Harness, FakeBackend]:
+    """A 1P1D asking one GPU per instance, started on a fake cluster of `addresses` (plus a
+    head without GPUs) and polled until it runs."""
+    backend = FakeBackend(nodes=nodes(*addresses))
+    h = Harness(tmp_path, backend=backend)
+    spec = gpu_pair()
+    await h.sup.start("tiny-pd", spec, allocate(spec))
+    await h.polls(3)
+    return h, backend
+
+
 def run(coro):
     return asyncio.run(coro)
 
 
 def test_each_process_runs_on_its_node_and_is_rendered_for_its_address(tmp_path):
     async def scenario():
-        backend = FakeBackend(nodes=nodes("127.0.0.2", "127.0.0.3"))
-        h = Harness(tmp_path, backend=backend)
-        spec = gpu_pair()
-        await h.sup.start("tiny-pd", spec, allocate(spec))
-        await h.polls(3)
+        h, backend = await started(tmp_path, "127.0.0.2", "127.0.0.3")
         units = rows(h)
         assert {n: u["address"] for n, u in units.items()} == {
             "proxy": "127.0.0.9",
@@ -57,11 +64,7 @@ def test_each_process_runs_on_its_node_and_is_rendered_for_its_address(tmp_path)
 
 def test_a_lost_nodes_instance_moves_to_a_node_that_fits(tmp_path):
     async def scenario():
-        backend = FakeBackend(nodes=nodes("127.0.0.2", "127.0.0.3", "127.0.0.5"))
-        h = Harness(tmp_path, backend=backend)
-        spec = gpu_pair()
-        await h.sup.start("tiny-pd", spec, allocate(spec))
-        await h.polls(3)
+        h, backend = await started(tmp_path, "127.0.0.2", "127.0.0.3", "127.0.0.5")
         backend.cluster = [  # what runs takes its GPUs
             Node(
                 n.id,
@@ -94,11 +97,7 @@ def test_a_lost_nodes_instance_moves_to_a_node_that_fits(tmp_path):
 
 def test_a_lost_nodes_instance_with_nowhere_to_go_is_fatal_saying_why(tmp_path):
     async def scenario():
-        backend = FakeBackend(nodes=nodes("127.0.0.2", "127.0.0.3"))
-        h = Harness(tmp_path, backend=backend)
-        spec = gpu_pair()
-        await h.sup.start("tiny-pd", spec, allocate(spec))
-        await h.polls(3)
+        h, backend = await started(tmp_path, "127.0.0.2", "127.0.0.3")
         backend.cluster = [Node(n.id, n.address, n.gpus, 0.0, head=n.head) for n in backend.cluster]
         backend.lose_node("127.0.0.3")
         await h.polls(3, every=1.0)
@@ -123,11 +122,7 @@ def test_a_start_that_fits_nowhere_is_refused_naming_the_field(tmp_path):
 
 def test_a_new_supervisor_renders_the_saved_placement_and_adopts_without_restarts(tmp_path):
     async def scenario():
-        backend = FakeBackend(nodes=nodes("127.0.0.2", "127.0.0.3"))
-        h = Harness(tmp_path, backend=backend)
-        spec = gpu_pair()
-        await h.sup.start("tiny-pd", spec, allocate(spec))
-        await h.polls(3)
+        h, backend = await started(tmp_path, "127.0.0.2", "127.0.0.3")
         before = rows(h)
         spawned = len(backend.spawned)
         h.sup = h.new()
