@@ -79,24 +79,18 @@ def compose(
     ] = None,
 ) -> None:
     """Render docker compose for a GPU node: vLLM (ROCm image), proxy, Prometheus, Grafana."""
-    from pydantic import ValidationError
-
     from controller.compose import compose_yaml, prometheus_yaml, render_compose
-    from controller.deployment import DeploymentSpec, FieldError, check
-    from controller.ports import allocate
+    from controller.k8s_meta import field_path
 
     if (name is None) == (spec is None):
         typer.echo("pdctl deploy compose: error: give a deployment NAME or --spec FILE", err=True)
         raise typer.Exit(2)
     try:
-        if name is not None:
-            deployment, ports = _stored(name, db)
-        else:
-            deployment = DeploymentSpec.model_validate_json(spec.read_text())
-            check(deployment)
-            ports = allocate(deployment)
-    except (OSError, ValidationError, FieldError, LookupError) as exc:
-        typer.echo(f"pdctl deploy compose: error: {exc}", err=True)
+        deployment, ports = _spec_and_ports(name, db, spec)
+    except (_SpecUnreadable, ValueError) as exc:
+        loc = getattr(exc, "loc", None)
+        message = f"{field_path(loc)}: {exc}" if loc else str(exc)
+        typer.echo(f"pdctl deploy compose: error: {message}", err=True)
         raise typer.Exit(2) from None
     text = compose_yaml(render_compose(deployment, ports))
     if output_dir is None:
