@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run run-cluster test test-vllm test-ray lint bench-core bench-sim bench-proxy bench-switch bench-plan-live bench-events bench-cluster chaos clean system-deps
+.PHONY: run run-cluster test test-vllm test-ray lint bench-core bench-sim bench-proxy bench-switch bench-plan-live bench-events bench-cluster bench-measure soak soak-quick chaos clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -65,6 +65,21 @@ bench-plan-live: $(STAMP)
 bench-proxy: $(STAMP)
 	$(PY) -m benchmarks.bench_proxy
 
+# vLLM's own client (`vllm bench serve`, from the real-vLLM venv) and `pdctl bench` against the
+# same stand-ins and workload, direct and through the proxy, at several rates.
+bench-measure: $(STAMP)
+	$(PY) -m benchmarks.bench_measure
+
+# A deployment under `pdctl serve` at 8 req/s for SOAK_MINUTES (default 30): RSS and open file
+# descriptors of every process, sampled; fails when one grows past its bound after warm-up.
+SOAK_MINUTES ?= 30
+soak: $(STAMP)
+	$(PY) -m benchmarks.soak --minutes $(SOAK_MINUTES)
+
+# The short form CI runs.
+soak-quick: $(STAMP)
+	$(PY) -m benchmarks.soak --quick
+
 # Ray against local processes: start-to-serving of a 1P1D, pdctl serve's CPU with 32 instances
 # on 4 Ray nodes (a local cluster on 127.0.0.21-25, about 10 minutes).
 bench-cluster: $(STAMP)
@@ -80,7 +95,7 @@ chaos: $(STAMP)
 	$(PY) -m benchmarks.chaos $(if $(QUICK),--quick)
 
 # Debian packages some tests use (they skip without them); needs root, as CI has.
-SYSTEM_PACKAGES := docker-compose prometheus chromium
+SYSTEM_PACKAGES := docker-compose prometheus chromium wrk
 system-deps:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
