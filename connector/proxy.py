@@ -87,6 +87,7 @@ class Proxy:
         self.session = self.relay.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
             timeout=aiohttp.ClientTimeout(total=None),
+            cookie_jar=aiohttp.DummyCookieJar(),  # engines set none: no jar to filter per leg
         )
         self.membership.start(self.session)
         self._tasks.append(asyncio.create_task(self._watch_loop_lag()))

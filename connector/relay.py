@@ -13,6 +13,7 @@ import aiohttp
 from aiohttp import web
 
 from connector.client_body import upstream_failure
+from connector.client_stream import ChunkedOut, ClientGone
 from connector.errors import ProxyError, UpstreamError, UpstreamTimeout
 from connector.flight import Flight, clock
 from connector.instances import Instance, InstancePool
@@ -22,9 +23,7 @@ from connector.settings import ProxySettings
 
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 
-
-class ClientGone(Exception):
-    """Writing to the client failed: it hung up (not an upstream failure)."""
+__all__ = ["ClientGone", "Relay"]
 
 
 class Relay:
@@ -111,6 +110,7 @@ class Relay:
         """Send the streaming leg and pass its bytes through to the client as they arrive."""
         session = self.client()
         resp: web.StreamResponse | None = None
+        out: ChunkedOut | None = None  # the fast path to the client, once its head is out
         task = asyncio.current_task()
         if task is None:  # aiohttp runs each handler in a task; the watchdog cancels that task
             raise ProxyError("a streaming leg runs only inside a task")
@@ -150,6 +150,10 @@ class Relay:
                 while chunk := await read():
                     flight.last_read = now = clock()
                     scan(chunk, now)
+                    if out is not None and flight.malformed is None:
+                        if out.send(chunk):
+                            await out.drain()
+                        continue
                     if flight.malformed is not None:  # garbage is never passed on
                         garbage = UpstreamError(
                             leg,
@@ -172,6 +176,7 @@ class Relay:
                         await resp.write(chunk)
                     except ConnectionError:  # the client's socket, not the upstream's
                         raise ClientGone from None
+                    out = ChunkedOut.of(request.transport, resp._payload_writer)
                 flight.end = clock()
         except asyncio.CancelledError:
             if not flight.timed_out:
