@@ -17,6 +17,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from controller import procfs
+
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
@@ -26,6 +28,7 @@ class Watched:
 
     label: str
     pid: int
+    started: int | None = None  # clock ticks since boot: tells a reused pid apart
 
 
 @dataclass(slots=True)
@@ -44,17 +47,16 @@ class Series:
 
 def find(serve_pid: int, runtime_dir: Path) -> list[Watched]:
     """`pdctl serve`, then each unit's shim and child, from the shims' state files."""
-    found = [Watched("pdctl serve", serve_pid)]
+    found = [Watched("pdctl serve", serve_pid, procfs.start_time(serve_pid))]
     for state_file in sorted(runtime_dir.glob("*/*/state.json")):
         try:
             state = json.loads(state_file.read_text())
         except (OSError, ValueError):
             continue
         unit = state_file.parent.name
-        if state.get("child_pid"):
-            found.append(Watched(unit, int(state["child_pid"])))
-        if state.get("shim_pid"):
-            found.append(Watched(f"{unit} shim", int(state["shim_pid"])))
+        for label, key in ((unit, "child_pid"), (f"{unit} shim", "shim_pid")):
+            if pid := state.get(key):
+                found.append(Watched(label, int(pid), procfs.start_time(int(pid))))
     return found
 
 
@@ -81,15 +83,12 @@ def sample(series: list[Series], at_s: float, requests: int, proc: Path = Path("
 
 
 def kill_groups(watched: list[Watched], proc: Path = Path("/proc")) -> int:
-    """SIGKILL the process group of every watched pdctl process still alive; how many."""
+    """SIGKILL the process group of every watched process still alive; how many. A pid
+    now held by another process (another start time) is left alone."""
     killed = 0
     for w in watched:
-        try:
-            cmdline = (proc / str(w.pid) / "cmdline").read_bytes()
-        except OSError:
+        if w.started is None or procfs.start_time(w.pid, proc) != w.started:
             continue
-        if b"pdctl.py" not in cmdline:
-            continue  # gone, and its pid reused by something that is not ours
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(os.getpgid(w.pid), signal.SIGKILL)
             killed += 1
