@@ -110,6 +110,8 @@ class Proxy:
 
     async def _read_body(self, request: web.Request) -> bytes:
         try:
+            if request.content.is_eof():  # the whole body came with the head: no deadline
+                return await request.read()
             async with asyncio.timeout(self.settings.body_timeout):
                 return await request.read()
         except TimeoutError:
