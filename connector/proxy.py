@@ -37,12 +37,15 @@ from connector.metrics import ProxyMetrics, make_registry
 from connector.policy import make_policy
 from connector.relay import ClientGone, Relay
 from connector.settings import ProxySettings
+from connector.upstream import UpstreamPool
 from domain.modes import Mode, Role
 
 log = logging.getLogger(__name__)
 
 PROXY_KEY: web.AppKey[Proxy] = web.AppKey("proxy")
 RUNNER_KWARGS: dict[str, Any] = {"handler_cancellation": True, "access_log": None}
+# "aiohttp": every leg over aiohttp's client (the proxy's own HTTP/1.1 client otherwise)
+UPSTREAM_CLIENT_ENV = "PDCTL_PROXY_UPSTREAM_CLIENT"
 
 
 def error_response(exc: ProxyError) -> web.Response:
@@ -89,6 +92,8 @@ class Proxy:
             timeout=aiohttp.ClientTimeout(total=None),
             cookie_jar=aiohttp.DummyCookieJar(),  # engines set none: no jar to filter per leg
         )
+        if os.environ.get(UPSTREAM_CLIENT_ENV, "pdctl") != "aiohttp":
+            self.relay.upstream = UpstreamPool(self.settings.connect_timeout)
         self.membership.start(self.session)
         self._tasks.append(asyncio.create_task(self._watch_loop_lag()))
         self._tasks.append(asyncio.create_task(self.relay.watch_silence()))
@@ -98,6 +103,8 @@ class Proxy:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.membership.stop()
+        if self.relay.upstream is not None:
+            self.relay.upstream.close()
         if self.session is not None:
             await self.session.close()
 
