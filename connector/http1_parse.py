@@ -18,6 +18,8 @@ _STATUS_LINE = re.compile(rb"HTTP/1\.([01]) (\d{3})(?: (.*))?")
 _HEXDIGITS = re.compile(rb"[0-9a-fA-F]+")
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _SIZE, _DATA, _DATA_END, _TRAILER, _DONE = range(5)
+MAX_KNOWN_SIZES = 4096
+_SIZES: dict[bytes, int] = {}  # plain size lines already read (token chunks repeat sizes)
 
 
 class FramingError(Exception):
@@ -120,6 +122,12 @@ class Body:
         return self._state == _DONE
 
     def feed(self, data: bytes) -> bytes:
+        if self._state == _SIZE and not self._buf and self._decoder is None:
+            # The common piece: exactly one whole chunk with a size line seen before.
+            end = data.find(b"\r\n")
+            size = _SIZES.get(data[:end]) if end > 0 else None
+            if size is not None and len(data) == end + size + 4 and data.endswith(b"\r\n"):
+                return data[end + 2 : end + 2 + size]
         if self._state == _DONE:
             self.extra = self.extra or bool(data)
             return b""
@@ -210,10 +218,16 @@ class Body:
 
 
 def _chunk_size(line: bytes) -> int:
+    known = _SIZES.get(line)
+    if known is not None:
+        return known
     size = line.split(b";", 1)[0].rstrip(b" \t")
     if _HEXDIGITS.fullmatch(size) is None:
         raise FramingError(f"Invalid chunk size: {line[:40]!r}")
-    return int(size, 16)
+    n = int(size, 16)
+    if n and len(_SIZES) < MAX_KNOWN_SIZES and line == b"%x" % n:
+        _SIZES[line] = n
+    return n
 
 
 def _decoder(coding: str) -> zlib._Decompress:

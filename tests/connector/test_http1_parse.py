@@ -116,6 +116,27 @@ def test_chunked_streams_read_as_aiohttp_reads_them_at_every_split(seed: int) ->
     agree(HEAD + chunked(sse_events(rng), rng))
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_one_chunk_per_read_reads_as_aiohttp_reads_it(seed: int) -> None:
+    """The common case (each socket read one whole chunk), twice: sizes then known."""
+    rng = random.Random(seed)
+    body = chunked(sse_events(rng), rng)
+    pieces = [HEAD, *_one_per_chunk(body)]
+    for _ in range(2):
+        assert own_reads(pieces, True) == aiohttp_reads(pieces, True)
+
+
+def _one_per_chunk(body: bytes) -> list[bytes]:
+    out, i = [], 0
+    while True:
+        end = body.index(b"\r\n", i)
+        size = int(body[i:end].split(b";")[0], 16)
+        if not size:
+            return [*out, body[i:]]
+        out.append(body[i : end + size + 4])
+        i = end + size + 4
+
+
 @pytest.mark.parametrize(
     "tail",
     [
