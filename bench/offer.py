@@ -9,7 +9,6 @@ when its numbers are not to be trusted.
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -19,22 +18,6 @@ from bench.summary import LoopLag, loop_lag
 from domain.datasets import BenchRequest
 
 LAG_TICK = 0.010
-
-
-class FrozenHeap:
-    """Everything alive when a rate starts (modules, dataset, bodies) moved out of the cyclic
-    collector's sight until `close()`: a full collection then walks only what the run
-    allocated. Without it the collector walks pdctl's whole heap about once per hundred
-    requests, stopping the loop being timed for tens of ms (seen as loop lag and as ITL and
-    TTFT outliers); vLLM's client is spared only because its heap (torch) is so large that
-    the collector's threshold for a full pass is never reached in a run."""
-
-    def __init__(self) -> None:
-        gc.collect()
-        gc.freeze()
-
-    def close(self) -> None:
-        gc.unfreeze()
 
 
 class Sender(Protocol):
@@ -84,7 +67,6 @@ async def run_once(
         on_done(record)
         return record
 
-    frozen = FrozenHeap()
     started = time.perf_counter() if start_at is None else start_at
     origin = loop.time() + (started - time.perf_counter())
     tasks = []
@@ -100,7 +82,6 @@ async def run_once(
             task.cancel()
         ticker.cancel()
         await asyncio.gather(ticker, *tasks, return_exceptions=True)
-        frozen.close()
     duration = time.perf_counter() - started
     for record in records:
         record.start -= started  # seconds into the run, comparable across records

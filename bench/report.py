@@ -72,6 +72,7 @@ def request_details(records: Sequence[RequestRecord]) -> dict[str, Any]:
         "output_lens": [r.output_tokens for r in records],
         "ttfts": [r.ttft for r in records],
         "itls": [r.itl for r in records],
+        "latencies": [r.e2el for r in records],
         "errors": [r.error for r in records],
         "requests": [r.to_json() for r in records],
     }

@@ -42,7 +42,6 @@ __all__ = [
     "run_once",
     "watch_loop_lag",
 ]
-REDRAW_S = 0.25  # the progress bar is redrawn at most this often
 
 
 @dataclass
@@ -158,11 +157,7 @@ def _both(
 
 
 class _ProgressBar:
-    """A rich progress bar for one rate, or a no-op when it would only clutter a log.
-
-    Drawn from the loop as requests finish, at most 4 times a second, never by rich's refresh
-    thread: that thread would take the GIL from the loop being timed for up to a switch
-    interval (5 ms) at every redraw."""
+    """A rich progress bar for one rate, or a no-op when it would only clutter a log."""
 
     def __init__(self, console: Console | None, enabled: bool, rate: float, total: int) -> None:
         self._bar = Progress(
@@ -173,26 +168,20 @@ class _ProgressBar:
             TimeElapsedColumn(),
             console=console,
             disable=not enabled,
-            auto_refresh=False,
+            refresh_per_second=4,  # the refresh thread takes the GIL from the loop we time
             transient=False,
         )
         label = "inf" if math.isinf(rate) else f"{rate:g}"
         self._task = self._bar.add_task(f"rate {label} req/s", total=total, failed=0)
         self._failed = 0
-        self._drawn_at = -math.inf
 
     def __enter__(self) -> Callable[[RequestRecord], None]:
         self._bar.start()
         return self._advance
 
     def __exit__(self, *exc_info: object) -> None:
-        self._bar.refresh()
         self._bar.stop()
 
     def _advance(self, record: RequestRecord) -> None:
         self._failed += not record.ok
         self._bar.update(self._task, advance=1, failed=self._failed)
-        now = time.monotonic()
-        if now - self._drawn_at >= REDRAW_S:
-            self._drawn_at = now
-            self._bar.refresh()
