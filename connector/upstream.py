@@ -195,6 +195,9 @@ class UpstreamConnection(asyncio.Protocol):
             self._sink = None
         if self._error is not None:
             raise self._error
+        if self._pieces and not self._signal:  # the tail an until-close body's end released
+            pending, self._pieces = b"".join(self._pieces), []
+            sink(pending)
         return not self._signal
 
     def resume(self) -> None:
