@@ -94,13 +94,13 @@ async def direct_post(
     pool: UpstreamPool,
     base_url: str,
     path: str,
-    data: str,
+    data: bytes,
     headers: dict[str, str],
     total: float | None,
 ) -> AsyncIterator[Answer]:
     """POST over the proxy's own client; `total` bounds the whole leg (TimeoutError)."""
     async with asyncio.timeout(total):
-        conn = await pool.post(base_url, path, data.encode(), headers)
+        conn = await pool.post(base_url, path, data, headers)
         try:
             yield DirectAnswer(conn)
         finally:
@@ -111,7 +111,7 @@ async def direct_post(
 async def aiohttp_post(
     session: aiohttp.ClientSession,
     url: str,
-    data: str,
+    data: bytes,
     headers: dict[str, str],
     timeout: aiohttp.ClientTimeout,
 ) -> AsyncIterator[Answer]:

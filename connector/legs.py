@@ -31,6 +31,7 @@ Shapes:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,6 +158,37 @@ def decode_body(
                 params[key] = prefill_params[key]
     out["kv_transfer_params"] = params
     return out
+
+
+def decode_bytes(
+    raw: bytes, body: dict[str, Any], h: Handoff, prefill_params: dict[str, Any] | None
+) -> bytes:
+    """`decode_body` encoded, spliced onto the client's own bytes when that is the same JSON
+    (the client sent no kv_transfer_params, and its body is a plain UTF-8 object): the prompt
+    is never encoded again."""
+    out = decode_body(body, h, prefill_params)
+    return _spliced(raw, body, out) or json.dumps(out).encode()
+
+
+def colocated_bytes(raw: bytes, body: dict[str, Any]) -> bytes:
+    """The colocated leg's body: the client's, as it came when that is plain UTF-8 JSON."""
+    return raw if _plain_object(raw) else json.dumps(body).encode()
+
+
+def _spliced(raw: bytes, body: dict[str, Any], out: dict[str, Any]) -> bytes | None:
+    if "kv_transfer_params" in body or not _plain_object(raw):
+        return None
+    params = out.get("kv_transfer_params")
+    if params is None:
+        return raw  # the decode gets the client's body untouched
+    return b'%b, "kv_transfer_params": %b}' % (raw.rstrip()[:-1], json.dumps(params).encode())
+
+
+def _plain_object(raw: bytes) -> bool:
+    """A JSON object in UTF-8 (json.loads also takes UTF-16 and UTF-32, which never start
+    and end with a brace byte)."""
+    text = raw.strip()
+    return text.startswith(b"{") and text.endswith(b"}")
 
 
 def leg_headers(h: Handoff, leg: str) -> dict[str, str]:

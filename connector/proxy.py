@@ -31,7 +31,14 @@ from connector.flight import Flight, clock
 from connector.hold import HoldQueue
 from connector.instances import Instance, InstancePool, Route
 from connector.interference import Interference
-from connector.legs import Handoff, Peer, decode_body, leg_headers, prefill_body
+from connector.legs import (
+    Handoff,
+    Peer,
+    colocated_bytes,
+    decode_bytes,
+    leg_headers,
+    prefill_body,
+)
 from connector.membership import Membership
 from connector.metrics import ProxyMetrics, make_registry
 from connector.policy import make_policy
@@ -138,12 +145,13 @@ class Proxy:
         self.metrics.arrived(flight.arrival)
         outcome = "failed"
         try:
-            body = parse_client_body(await self._read_body(request), request.path)
+            raw = await self._read_body(request)
+            body = parse_client_body(raw, request.path)
             flight.stream = body.get("stream") is True
             self.metrics.turns[turn_kind(body, request.path)] += 1
             route = await self.hold.acquire_route()
             flight.route = route
-            response = await self._serve(request, body, route, flight)
+            response = await self._serve(request, raw, body, route, flight)
             outcome = "failed" if flight.error else "ok"
             return response
         except ProxyError as exc:
@@ -170,7 +178,12 @@ class Proxy:
             self._finish(flight, outcome)
 
     async def _serve(
-        self, request: web.Request, body: dict[str, Any], route: Route, flight: Flight
+        self,
+        request: web.Request,
+        raw: bytes,
+        body: dict[str, Any],
+        route: Route,
+        flight: Flight,
     ) -> web.StreamResponse:
         prompt_tokens, output_tokens = estimate_tokens(body)
         decode, prefill = route.decode, route.prefill
@@ -185,10 +198,10 @@ class Proxy:
                 flight.request_id = os.urandom(16).hex()
                 headers = {"Content-Type": "application/json", "X-Request-Id": flight.request_id}
                 response = await self.relay.pass_through(
-                    request, "colocated", decode, json.dumps(body), headers, flight
+                    request, "colocated", decode, colocated_bytes(raw, body), headers, flight
                 )
             else:
-                response = await self._disaggregated(request, body, route, prefill, flight)
+                response = await self._disaggregated(request, raw, body, route, prefill, flight)
             ok = flight.error is None
             return response
         finally:
@@ -200,6 +213,7 @@ class Proxy:
     async def _disaggregated(
         self,
         request: web.Request,
+        raw: bytes,
         body: dict[str, Any],
         route: Route,
         prefill: Instance,
@@ -216,7 +230,7 @@ class Proxy:
             decode.next_dp_rank(),
         )
         flight.request_id = h.request_id
-        prefill_data = json.dumps(prefill_body(body, h))
+        prefill_data = json.dumps(prefill_body(body, h)).encode()
         prefill_headers = leg_headers(h, "prefill")
         decode_headers = leg_headers(h, "decode")
         if route.group == "read":
@@ -227,7 +241,7 @@ class Proxy:
                 request,
                 "decode",
                 decode,
-                json.dumps(decode_body(body, h, params)),
+                decode_bytes(raw, body, h, params),
                 decode_headers,
                 flight,
             )
@@ -241,7 +255,7 @@ class Proxy:
                 request,
                 "decode",
                 decode,
-                json.dumps(decode_body(body, h, None)),
+                decode_bytes(raw, body, h, None),
                 decode_headers,
                 flight,
                 prefill_task,

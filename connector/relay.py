@@ -65,7 +65,7 @@ class Relay:
                     task.cancel()
 
     async def prefill(
-        self, inst: Instance, path: str, data: str, headers: dict[str, str], flight: Flight
+        self, inst: Instance, path: str, data: bytes, headers: dict[str, str], flight: Flight
     ) -> dict[str, Any] | None:
         """The prefill leg; returns its kv_transfer_params. Errors name the prefill instance."""
         post = self._post(inst, path, data, headers, self._prefill_timeout)
@@ -97,7 +97,7 @@ class Relay:
         self,
         inst: Instance,
         path: str,
-        data: str,
+        data: bytes,
         headers: dict[str, str],
         timeout: aiohttp.ClientTimeout,
     ) -> contextlib.AbstractAsyncContextManager[Answer]:
@@ -117,7 +117,7 @@ class Relay:
         request: web.Request,
         leg: str,
         inst: Instance,
-        data: str,
+        data: bytes,
         headers: dict[str, str],
         flight: Flight,
         prefill_task: asyncio.Task | None = None,

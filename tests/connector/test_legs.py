@@ -1,3 +1,4 @@
+import json
 import re
 
 import pytest
@@ -6,7 +7,9 @@ from connector.legs import (
     Handoff,
     Peer,
     check_combination,
+    colocated_bytes,
     decode_body,
+    decode_bytes,
     leg_headers,
     moriio_request_id,
     prefill_body,
@@ -168,3 +171,38 @@ def test_valid_combinations():
         ("nixl", "colocated"),
     ]:
         check_combination(connector, mode)
+
+
+PARAMS = {"remote_engine_id": "e", "remote_block_ids": [1, 2], "remote_host": "h"}
+
+
+@pytest.mark.parametrize(
+    "connector,mode", [("nixl", "read"), ("moriio", "read"), ("moriio", "write")]
+)
+@pytest.mark.parametrize("params", [PARAMS, None])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        json.dumps(client_body()).encode(),
+        b' {"model": "m", "prompt": "h\\u00e9", "stream": true}\n',
+        json.dumps(client_body(kv_transfer_params={"x": 1})).encode(),  # the client's own
+        json.dumps(client_body()).encode("utf-16"),
+    ],
+)
+def test_decode_bytes_are_the_decode_body(connector, mode, params, raw):
+    body = json.loads(raw)
+    h = handoff(connector, mode)
+    assert json.loads(decode_bytes(raw, body, h, params)) == decode_body(body, h, params)
+
+
+def test_decode_bytes_splice_the_client_bytes():
+    raw = b'{"model": "m", "prompt": "h\\u00e9"}'
+    assert decode_bytes(raw, json.loads(raw), handoff(), PARAMS).startswith(raw[:-1])
+    assert decode_bytes(raw, json.loads(raw), handoff(), None) is raw
+
+
+def test_colocated_bytes_are_the_client_body():
+    raw = json.dumps(client_body()).encode()
+    assert colocated_bytes(raw, json.loads(raw)) is raw
+    wide = raw.decode().encode("utf-16")
+    assert json.loads(colocated_bytes(wide, json.loads(wide))) == json.loads(raw)
