@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 
@@ -89,22 +90,42 @@ class AiohttpAnswer:
 Answer = DirectAnswer | AiohttpAnswer
 
 
-@contextlib.asynccontextmanager
-async def direct_post(
-    pool: UpstreamPool,
-    base_url: str,
-    path: str,
-    data: bytes,
-    headers: dict[str, str],
-    total: float | None,
-) -> AsyncIterator[Answer]:
-    """POST over the proxy's own client; `total` bounds the whole leg (TimeoutError)."""
-    async with asyncio.timeout(total):
-        conn = await pool.post(base_url, path, data, headers)
+class DirectPost:
+    """POST over the proxy's own client; `total` bounds the whole leg (TimeoutError). A class,
+    not a generator context manager, and no timeout scope for an unbounded (streaming) leg:
+    both run once per leg."""
+
+    __slots__ = ("_args", "_conn", "_pool", "_timeout")
+
+    def __init__(
+        self,
+        pool: UpstreamPool,
+        base_url: str,
+        path: str,
+        data: bytes,
+        headers: dict[str, str],
+        total: float | None,
+    ) -> None:
+        self._pool, self._args = pool, (base_url, path, data, headers)
+        self._timeout = None if total is None else asyncio.timeout(total)
+        self._conn: UpstreamConnection | None = None
+
+    async def __aenter__(self) -> Answer:
+        timeout = self._timeout
+        if timeout is not None:
+            await timeout.__aenter__()
         try:
-            yield DirectAnswer(conn)
-        finally:
-            pool.release(conn)  # kept for the next leg only when its answer ended cleanly
+            self._conn = await self._pool.post(*self._args)
+        except BaseException as exc:
+            if timeout is not None:  # a cancel it caused comes out as TimeoutError
+                await timeout.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        return DirectAnswer(self._conn)
+
+    async def __aexit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        self._pool.release(self._conn)  # type: ignore[arg-type]  # kept when it ended cleanly
+        if self._timeout is not None:
+            await self._timeout.__aexit__(kind, exc, tb)
 
 
 @contextlib.asynccontextmanager

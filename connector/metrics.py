@@ -5,6 +5,7 @@ Buckets are vLLM's (PROTOCOL.md section 4).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -88,9 +89,12 @@ class ProxyMetrics:
         h = self.histograms
         h["ttft"].observe(timing.ttft)
         h["e2e"].observe(timing.e2e)
-        itl = h["itl"]
+        itl = h["itl"]  # BucketHistogram.observe per gap, inlined: 64 gaps a request
+        counts, bounds, total = itl.counts, itl.bounds, itl.sum
         for gap in timing.itls:
-            itl.observe(gap)
+            counts[bisect_left(bounds, gap)] += 1
+            total += gap
+        itl.sum, itl.count = total, itl.count + len(timing.itls)
         if timing.tpot is not None:
             h["tpot"].observe(timing.tpot)
         if timing.prefill_leg is not None:

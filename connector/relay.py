@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from connector.answers import Answer, aiohttp_post, direct_post
+from connector.answers import Answer, DirectPost, aiohttp_post
 from connector.client_body import upstream_failure
 from connector.client_stream import ChunkedOut, ClientGone
 from connector.errors import ProxyError, UpstreamError, UpstreamTimeout
@@ -104,7 +104,7 @@ class Relay:
         """One leg's POST: over the proxy's own client when it speaks to that upstream."""
         upstream = self.upstream
         if upstream is not None and upstream.speaks(inst.url):
-            return direct_post(upstream, inst.url, path, data, headers, timeout.total)
+            return DirectPost(upstream, inst.url, path, data, headers, timeout.total)
         return aiohttp_post(self.client(), inst.url + path, data, headers, timeout)
 
     def _passive_unhealthy(self, inst: Instance, exc: Exception) -> None:
