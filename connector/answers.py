@@ -43,12 +43,12 @@ class DirectAnswer:
     async def stream(self, flight: Flight, out: ChunkedOut) -> None:
         scan, send, conn = flight.scan, out.send, self.conn
 
-        def sink(chunk: bytes) -> bool:
+        def sink(chunk: bytes, framed: bytes | None) -> bool:
             flight.last_read = now = clock()
             scan(chunk, now)
             if flight.malformed is not None:
                 return True
-            return send(chunk)
+            return send(chunk, framed)
 
         while not await conn.stream_to(sink):
             if flight.malformed is not None:

@@ -39,12 +39,13 @@ class ChunkedOut:
             return None
         return cls(transport, writer)
 
-    def send(self, chunk: bytes) -> bool:
-        """Queue one chunk; True when the client is behind and `drain` should be awaited."""
+    def send(self, chunk: bytes, framed: bytes | None = None) -> bool:
+        """Queue one chunk; True when the client is behind and `drain` should be awaited.
+        `framed`: the chunk already in this framing (as the upstream sent it), sent as is."""
         transport = self.transport
         if transport.is_closing():
             raise ClientGone
-        transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+        transport.write(framed if framed is not None else b"%x\r\n%b\r\n" % (len(chunk), chunk))
         return transport.get_write_buffer_size() > DRAIN_ABOVE
 
     async def drain(self) -> None:

@@ -102,6 +102,7 @@ class Body:
         "_need",
         "_state",
         "extra",
+        "framed",
         "until_close",
     )
 
@@ -116,6 +117,9 @@ class Body:
             self._state = _DATA if self.until_close or self._need else _DONE
         self._decoder = _decoder(head.encoding) if head.encoding else None
         self.extra = False  # bytes came after the body ended: the connection cannot be reused
+        # the bytes of the last feed when they were exactly one chunk, framed as the proxy
+        # frames it for the client (lowercase hex, no extension: a size line in _SIZES)
+        self.framed: bytes | None = None
 
     @property
     def done(self) -> bool:
@@ -127,7 +131,9 @@ class Body:
             end = data.find(b"\r\n")
             size = _SIZES.get(data[:end]) if end > 0 else None
             if size is not None and len(data) == end + size + 4 and data.endswith(b"\r\n"):
+                self.framed = data
                 return data[end + 2 : end + 2 + size]
+        self.framed = None
         if self._state == _DONE:
             self.extra = self.extra or bool(data)
             return b""

@@ -25,7 +25,9 @@ from connector.http1_parse import MAX_HEAD_BYTES, Body, FramingError, ResponseHe
 
 KEEPALIVE_SECONDS = 15.0  # aiohttp's keepalive_timeout: an idle connection older is closed
 USER_AGENT = f"Python/3 aiohttp/{aiohttp.__version__}"
-Sink = Callable[[bytes], bool]  # True: the task must act (client behind, or stop)
+# (payload, the same bytes chunk-framed when they came so, or None) -> True: the task must act
+# (client behind, or stop)
+Sink = Callable[[bytes, bytes | None], bool]
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -71,7 +73,7 @@ class UpstreamConnection(asyncio.Protocol):
                 self._pieces.append(piece)
             else:
                 try:
-                    if self._sink(piece):
+                    if self._sink(piece, body.framed):
                         self._signal = True
                         self.transport.pause_reading()  # type: ignore[union-attr]
                 except Exception as exc:  # the sink's own (ClientGone): the task gets it
@@ -184,7 +186,7 @@ class UpstreamConnection(asyncio.Protocol):
         paused until `resume`)."""
         if self._pieces:
             pending, self._pieces = b"".join(self._pieces), []
-            if sink(pending):
+            if sink(pending, None):
                 self.transport.pause_reading()  # type: ignore[union-attr]
                 return False
         self._sink, self._signal = sink, False
@@ -197,7 +199,7 @@ class UpstreamConnection(asyncio.Protocol):
             raise self._error
         if self._pieces and not self._signal:  # the tail an until-close body's end released
             pending, self._pieces = b"".join(self._pieces), []
-            sink(pending)
+            sink(pending, None)
         return not self._signal
 
     def resume(self) -> None:

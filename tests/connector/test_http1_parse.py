@@ -225,3 +225,24 @@ def test_heads_aiohttp_refuses_are_refused(head: bytes) -> None:
         asyncio.run(theirs())
     with pytest.raises(FramingError):
         parse_head(head)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_whole_chunk_read_is_framed_as_the_client_framing(seed: int) -> None:
+    """`framed` is the read itself only when it is one chunk exactly as ChunkedOut frames it."""
+    rng = random.Random(seed)
+    pieces = _one_per_chunk(chunked(sse_events(rng), rng))
+    body = Body(parse_head(HEAD[: HEAD.index(b"\r\n\r\n")]))
+    for known in (False, True):  # sizes unknown, then known
+        for piece in pieces:
+            payload = body.feed(piece)
+            plain = payload and piece == b"%x\r\n%b\r\n" % (len(payload), payload)
+            if body.framed is not None:
+                assert body.framed is piece and plain
+            elif known:
+                assert not plain  # the proxy's own framing is recognised once its size is
+        body = Body(parse_head(HEAD[: HEAD.index(b"\r\n\r\n")]))
+    body.feed(b"A\r\n0123456789\r\n")  # upper-case hex: not the proxy's framing
+    assert body.framed is None
+    body.feed(b"a\r\n01234")  # half a chunk
+    assert body.framed is None
