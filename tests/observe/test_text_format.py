@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -228,3 +229,24 @@ def test_a_value_too_large_for_a_float_is_an_unreadable_page_not_a_crash():
     page = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running " + "9" * 400 + "\n"
     with pytest.raises(ValueError, match=r"out of range|could not convert|invalid"):
         parse(page)
+
+
+def test_the_reader_keeps_no_entry_per_value_a_moving_counter_took():
+    """A counter has a new value every scrape: caching each would grow pdctl serve for good."""
+    page = "# TYPE vllm:generation_tokens counter\nvllm:generation_tokens_total {}\n"
+    for i in range(5_000):  # the cache as full as it gets
+        read(page.format(float(i)))
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    for i in range(5_000, 25_000):
+        read(page.format(float(i)))
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    reader = [tracemalloc.Filter(True, "*text_format.py")]
+    grown = sum(
+        s.size_diff
+        for s in after.filter_traces(reader).compare_to(before.filter_traces(reader), "filename")
+    )
+    # What the window's values left behind: the few thousand a bounded cache keeps (~0.4 MB),
+    # not 16,384 (2.8 MB) or one per value.
+    assert grown < 1_000_000, grown
