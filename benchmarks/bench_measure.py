@@ -13,7 +13,7 @@ are the server's count (`usage.prompt_tokens`, which both clients record per req
 Servers are pinned to one core, the clients to the other. Without the vLLM venv it says how
 to get it and skips. Environment: BENCH_MEASURE_RATES (default 3,6,12),
 BENCH_MEASURE_SECONDS (arrivals per run, default 5 s; at least 30 requests),
-BENCH_MEASURE_ROUNDS (default 3).
+BENCH_MEASURE_ROUNDS (default 4).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from benchmarks.vllm_client import (
 
 RATES = [float(r) for r in os.environ.get("BENCH_MEASURE_RATES", "3,6,12").split(",")]
 SECONDS = float(os.environ.get("BENCH_MEASURE_SECONDS", "5"))
-ROUNDS = int(os.environ.get("BENCH_MEASURE_ROUNDS", "3"))
+ROUNDS = int(os.environ.get("BENCH_MEASURE_ROUNDS", "4"))  # even: a and b lead equally often
 MIN_PROMPTS = 30
 METRICS = [(f"{stat}_{name}_ms") for name in ("ttft", "itl", "tpot") for stat in ("median", "p99")]
 # The Must-show targets: |median TTFT| <= 1 ms, |p99 TTFT| <= 3 ms, |p99 ITL| <= 10%
@@ -108,16 +108,21 @@ def measure(clients: Clients, urls: dict[str, str]) -> tuple[list[Comparison], d
 def diagnose(clients: Clients, url: str) -> dict[str, dict]:
     """Two causes of a difference, shown on the direct stand-in at the middle rate: vLLM's
     client with the tiny Llama's tokenizer (the issue's setup: prompts the stand-in counts
-    shorter), and vLLM's client with aiohttp's trust_env off (its per-request proxy and netrc
-    lookups out of the timed span)."""
+    shorter), and vLLM's client with aiohttp's trust_env on (as it ships) and off, in
+    alternating rounds: with it on, aiohttp looks up proxies and ~/.netrc in the environment
+    inside every request's TTFT (pdctl's session does not)."""
     rate = RATES[len(RATES) // 2]
     n, found = prompts_at(rate), {}
     if (llama := tiny_llama()) is not None:
         found["llama"] = clients.vllm_run(url, rate, n, "llama", llama)
-    no_env = Pooled()
+    pooled = {True: Pooled(), False: Pooled()}
     for i in range(ROUNDS):
-        no_env.add(clients.vllm_run(url, rate, n, f"no-trust-env-{i}", trust_env=False))
-    found["no_env"] = {**no_env.stats(), "n": len(no_env.ttft)}
+        for trust_env in (True, False) if i % 2 == 0 else (False, True):
+            tag = f"trust-env-{'on' if trust_env else 'off'}-{i}"
+            pooled[trust_env].add(clients.vllm_run(url, rate, n, tag, trust_env=trust_env))
+    found["env_on"], found["env_off"] = (
+        {**pooled[k].stats(), "n": len(pooled[k].ttft)} for k in (True, False)
+    )
     return {key: {**value, "rate": rate} for key, value in found.items()}
 
 
@@ -162,12 +167,13 @@ def table(rows: list[Comparison], diagnosis: dict[str, dict]) -> str:
             f"prompt tokens of the {INPUT_LEN} asked; TTFT p50 {issue['median_ttft_ms']:.2f} "
             f"ms, ITL p99 {issue['p99_itl_ms']:.2f} ms."
         )
-    if (no_env := diagnosis.get("no_env")) is not None:
+    if (on := diagnosis.get("env_on")) and (off := diagnosis.get("env_off")):
         lines.append(
-            f"vLLM's client with aiohttp's trust_env off, direct @ {no_env['rate']:g} req/s "
-            f"({no_env['n']} requests): TTFT p50 {no_env['median_ttft_ms']:.2f} ms, p99 "
-            f"{no_env['p99_ttft_ms']:.2f} ms (its session looks up proxies and netrc inside "
-            f"each request's TTFT; pdctl's session does not)."
+            f"vLLM's client with aiohttp's trust_env on (as shipped) / off, alternating rounds, "
+            f"direct @ {on['rate']:g} req/s ({on['n']} requests each): TTFT p50 "
+            f"{on['median_ttft_ms']:.2f} / {off['median_ttft_ms']:.2f} ms, p99 "
+            f"{on['p99_ttft_ms']:.2f} / {off['p99_ttft_ms']:.2f} ms: with it on, aiohttp looks "
+            f"up proxies and ~/.netrc inside each request's TTFT (pdctl's session does not)."
         )
     return "\n".join(lines)
 
