@@ -80,8 +80,11 @@ class EngineSettings:
     model_profile: str = "tiny"
     hardware: str = "cpu"
     tensor_parallel_size: int = 1
+    # vLLM's defaults for the API server on a large GPU; `pdctl sim` resolves unset flags by
+    # device (domain/engine_defaults.py) and says why in `defaults_applied`.
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
+    block_size: int = 16
     max_model_len: int | None = None
     enable_prefix_caching: bool = True
     num_gpu_blocks_override: int | None = None
@@ -94,6 +97,7 @@ class EngineSettings:
     kv_hold_timeout_s: float = 480.0
     registration_interval_s: float = 3.0
     log_stats_interval_s: float | None = 10.0  # None: --disable-log-stats
+    defaults_applied: str = ""  # one line per flag vLLM's defaults chose, with the rule
     fault_injection: bool = False  # POST /_fault (simulator/faults.py); for `make chaos`
     engine_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 

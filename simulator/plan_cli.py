@@ -75,11 +75,21 @@ def plan(
     link_gbps: float | None = typer.Option(
         None, "--link-gbps", help="GB/s between P and D (default NICs x TP)."
     ),
-    max_num_seqs: int = typer.Option(256, "--max-num-seqs"),
-    max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens"),
-    pd_max_num_seqs: int = typer.Option(256, "--pd-max-num-seqs"),
-    pd_max_num_batched_tokens: int = typer.Option(4096, "--pd-max-num-batched-tokens"),
-    prefix_caching: bool = typer.Option(False, "--prefix-caching/--no-prefix-caching"),
+    max_num_seqs: int | None = typer.Option(
+        None, "--max-num-seqs", help="Colocated engines; default: vLLM's for the device."
+    ),
+    max_num_batched_tokens: int | None = typer.Option(
+        None, "--max-num-batched-tokens", help="Colocated engines; default: vLLM's."
+    ),
+    pd_max_num_seqs: int | None = typer.Option(
+        None, "--pd-max-num-seqs", help="Prefill and decode engines; default: vLLM's."
+    ),
+    pd_max_num_batched_tokens: int | None = typer.Option(
+        None, "--pd-max-num-batched-tokens", help="Prefill and decode engines; default: vLLM's."
+    ),
+    prefix_caching: bool | None = typer.Option(
+        None, "--prefix-caching/--no-prefix-caching", help="Default: on, as vLLM's."
+    ),
     do_search: bool = typer.Option(False, "--search", help="Rank every one-node layout."),
     seeds: int = typer.Option(
         DEFAULT_SEEDS, "--seeds", help="Arrival sequences at the published rate (scenarios)."
@@ -115,6 +125,14 @@ def plan(
             itl_slo_stat,
         )
         rates = parse_rates(rate or "8")
+        _check_engine_flags(
+            {
+                "--max-num-seqs": max_num_seqs,
+                "--max-num-batched-tokens": max_num_batched_tokens,
+                "--pd-max-num-seqs": pd_max_num_seqs,
+                "--pd-max-num-batched-tokens": pd_max_num_batched_tokens,
+            }
+        )
         flags = EngineFlags(max_num_seqs, max_num_batched_tokens, prefix_caching)
         pd_flags = EngineFlags(pd_max_num_seqs, pd_max_num_batched_tokens, prefix_caching)
         setup = PlanSetup(
@@ -142,6 +160,12 @@ def plan(
         typer.echo(f"pdctl plan: error: {exc}", err=True)
         raise typer.Exit(2) from None
     _emit(result, as_json, console)
+
+
+def _check_engine_flags(values: dict[str, int | None]) -> None:
+    for flag, value in values.items():
+        if value is not None and not 1 <= value <= 1_048_576:
+            raise PlanError(f"{flag} must be between 1 and 1048576")
 
 
 def _checks(
@@ -230,6 +254,8 @@ def _emit(result: dict, as_json: bool, console: Console) -> None:
         console.print(
             f"max_goodput_rate {name}: {best} req/s (>= {result['goodput_share']:.0%} meet both)"
         )
+    for role, text in result.get("engine_defaults", {}).items():
+        console.print(f"{role} runs with vLLM's defaults: {text}")
     if "published_rate" in result:
         _emit_published(result, console)
     if "wall_s" in result:

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 
 from domain import profiles
+from domain.engine_defaults import EngineDefaults, engine_defaults
 from domain.modes import TRANSFER_MODES
 from domain.slo import SloTargets
 from simulator.cluster import Cluster
@@ -88,11 +89,12 @@ def parse_config(text: str) -> PlanConfig:
 
 @dataclass(frozen=True, slots=True)
 class EngineFlags:
-    """vLLM's engine flags for one role."""
+    """vLLM's engine flags for one role; None: what vLLM picks for the device (resolved by
+    `PlanSetup.engine_settings`, domain/engine_defaults.py)."""
 
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    prefix_caching: bool = False
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    prefix_caching: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,15 +144,47 @@ class PlanSetup:
     def _timing(self, tp: int) -> TimingModel:
         return TimingModel(profiles.model(self.model), profiles.hardware(self.hardware), tp)
 
+    def engine_settings(self, tp: int, flags: EngineFlags) -> EngineDefaults:
+        """The flags one engine of TP `tp` runs with, vLLM's defaults filling the gaps."""
+        return engine_defaults(
+            profiles.hardware(self.hardware),
+            max_model_len=profiles.model(self.model).max_model_len,
+            world_size=tp,
+            max_num_batched_tokens=flags.max_num_batched_tokens,
+            max_num_seqs=flags.max_num_seqs,
+            enable_prefix_caching=flags.prefix_caching,
+        )
+
     def engine(self, tp: int, flags: EngineFlags) -> Scheduler:
+        chosen = self.engine_settings(tp, flags)
         return Scheduler(
             self._timing(tp),
             SchedulerConfig(
-                max_num_seqs=flags.max_num_seqs,
-                max_num_batched_tokens=flags.max_num_batched_tokens,
-                enable_prefix_caching=flags.prefix_caching,
+                max_num_seqs=chosen.max_num_seqs,
+                max_num_batched_tokens=chosen.max_num_batched_tokens,
+                block_size=chosen.block_size,
+                enable_prefix_caching=chosen.enable_prefix_caching,
             ),
         )
+
+    def defaults_applied(self, configs: list[PlanConfig]) -> dict[str, str]:
+        """Per role and TP that the configs use and leave a flag unset: what vLLM's defaults
+        chose and why (shown by `pdctl plan` and the planner page)."""
+        roles = []
+        for config in configs:
+            if config.kind == "colocated":
+                roles.append((f"colocated TP{config.tp}", config.tp, self.colocated_flags))
+            else:
+                roles.append(
+                    (f"prefill TP{config.prefill_tp}", config.prefill_tp, self.prefill_flags)
+                )
+                roles.append((f"decode TP{config.decode_tp}", config.decode_tp, self.decode_flags))
+        out = {}
+        for label, tp, flags in roles:
+            text = self.engine_settings(tp, flags).explain()
+            if text and label not in out:
+                out[label] = text
+        return out
 
     def link_bytes_per_s(self, config: PlanConfig) -> float:
         if self.link_gbps is not None:

@@ -144,6 +144,7 @@ def sweep(
             "itl_stat": setup.slo.itl_stat,
         },
         "calibration": calibration(setup),
+        "engine_defaults": setup.defaults_applied(configs),
     }
     if skipped:
         result["truncated"] = f"{skipped} of {len(configs) * len(rates)} runs not started"

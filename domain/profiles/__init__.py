@@ -141,6 +141,20 @@ def _load(kind: str, name: str, record: type) -> object:
     return record(**{k: data[k] for k in wanted})
 
 
+def for_model(model_name: str) -> str | None:
+    """The model profile for a profile name or Hugging Face id; None when none matches."""
+    for name in available("models"):
+        if model_name in (name, model(name).hf_id):
+            return name
+    return None
+
+
+def default_hardware(model_profile: str) -> str:
+    """What the stand-in plays when no --hardware is given: the tiny model runs as on a CPU
+    (as the real vLLM CPU build here does), every other model on an H100."""
+    return "cpu" if model_profile == "tiny" else "h100"
+
+
 def available(kind: str) -> list[str]:
     return sorted(p.stem for p in (PROFILE_DIR / kind).glob("*.toml"))
 

@@ -7,6 +7,7 @@ from typer.testing import CliRunner
 from simulator import plan_cli
 from simulator.cluster import RequestResult
 from simulator.planner import (
+    EngineFlags,
     PlanConfig,
     PlanError,
     PlanSetup,
@@ -213,3 +214,20 @@ def test_cli_scenario_json_names_the_configs_and_the_published_counts(app):
 def test_cli_scenario_seeds_out_of_range_is_an_error(app):
     out = CliRunner().invoke(app, ["plan", "--scenario", "mori-io-qwen3-235b", "--seeds", "0"])
     assert out.exit_code == 2 and "--seeds" in out.output
+
+
+def test_a_plan_says_which_vllm_defaults_its_engines_took():
+    setup = PlanSetup("llama-3.1-8b", "l40s", gpus=2)
+    configs = [parse_config("2xtp1"), parse_config("1p-tp1+1d-tp1")]
+    applied = setup.defaults_applied(configs)
+    assert set(applied) == {"colocated TP1", "prefill TP1", "decode TP1"}
+    assert "--max-num-batched-tokens 2048" in applied["colocated TP1"]
+    engine = setup.engine(1, setup.colocated_flags)
+    assert (engine.config.max_num_batched_tokens, engine.config.max_num_seqs) == (2048, 256)
+
+
+def test_given_planner_flags_are_kept():
+    setup = PlanSetup("llama-3.1-8b", "h100", colocated_flags=EngineFlags(64, 1024, False))
+    engine = setup.engine(1, setup.colocated_flags)
+    assert (engine.config.max_num_batched_tokens, engine.config.max_num_seqs) == (1024, 64)
+    assert not engine.config.enable_prefix_caching
