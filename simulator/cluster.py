@@ -95,8 +95,12 @@ class _Run:
     # ---- the shared event loop ---------------------------------------------------------
 
     def _touch(self, k: int, now: float) -> None:
-        """Work reached engine k at `now`: an idle engine cannot step before that."""
-        self.clock[k] = max(self.clock[k], now)
+        """Work reached engine k at `now`: an idle engine cannot step before that, and one
+        that found nothing computable (asleep until its fallback wake-up) steps at once."""
+        if k in self.asleep:
+            self.clock[k] = max(self.asleep.pop(k), now)
+        else:
+            self.clock[k] = max(self.clock[k], now)
 
     def _loop(
         self,
@@ -109,6 +113,9 @@ class _Run:
         """Step engines in time order. `upstream[k]`: engines whose steps can send engine k
         work (a decode's prefills); k may jump only up to their next step."""
         self.clock = clock = [0.0] * len(engines)  # when each engine may start its next step
+        # Engines whose last step found nothing computable, with when they became free: work
+        # reaching one (`_touch`) wakes it then, not at its fallback wake-up.
+        self.asleep: dict[int, float] = {}
         i = 0
         while True:
             next_arrival = self.arrivals[i].at if i < len(self.arrivals) else math.inf
@@ -135,15 +142,16 @@ class _Run:
             out = engine.advance_steady(start, steps) if steps else engine.step(start)
             on_step(k, out)
             if out.steps == 0:
-                # Nothing computable (decode legs waiting for KV): wait for the next event.
+                # Nothing computable (decode legs waiting for KV): sleep until work reaches
+                # it, or at the latest the next arrival or event.
+                self.asleep[k] = start
                 clock[k] = min(
                     next_arrival,
                     next_event if self.events else math.inf,
                     self.events[0][0] if self.events else math.inf,
                 )
-                if clock[k] == math.inf:
-                    return
-                continue
+                continue  # at infinity it waits for a `_touch`; none left ends the loop
+            self.asleep.pop(k, None)
             clock[k] = out.end
 
     # ---- colocated ----------------------------------------------------------------------

@@ -91,6 +91,11 @@ def plan(
         None, "--prefix-caching/--no-prefix-caching", help="Default: on, as vLLM's."
     ),
     do_search: bool = typer.Option(False, "--search", help="Rank every one-node layout."),
+    fidelity: bool = typer.Option(
+        False,
+        "--fidelity",
+        help="Every published figure the model is held against, the model's value, the error.",
+    ),
     seeds: int = typer.Option(
         DEFAULT_SEEDS, "--seeds", help="Arrival sequences at the published rate (scenarios)."
     ),
@@ -100,6 +105,15 @@ def plan(
     if not console.is_terminal:
         console = Console(width=260)  # a pipe or a file gets whole rows, not wrapped cells
     try:
+        if fidelity:
+            if not 1 <= seeds <= 200:
+                raise PlanError("--seeds must be between 1 and 200")
+            from simulator.fidelity import fidelity_table
+
+            _emit_fidelity(fidelity_table(seeds), as_json, console)
+            return
+        if scenario == "fidelity":
+            raise PlanError("--scenario fidelity: use --fidelity")
         if scenario is not None:
             if scenario not in SCENARIOS:
                 raise PlanError(f"--scenario {scenario!r}: known: {', '.join(SCENARIOS)}")
@@ -193,6 +207,31 @@ def _checks(
     ):
         if not ok:
             raise PlanError(message)
+
+
+def _emit_fidelity(result: dict, as_json: bool, console: Console) -> None:
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    table = Table("figure", "published", "model", "error", "judged", title="Fidelity")
+    source = None
+    for r in result["fidelity"]:
+        if r["source"] != source:
+            source = r["source"]
+            table.add_row(f"[bold]{source}[/bold]", "", "", "", "")
+        table.add_row(
+            r["figure"],
+            str(r["published"]),
+            str(r["model"]),
+            r["error"],
+            "yes" if r["judged"] else "no: fitted to it",
+        )
+    console.print(table)
+    console.print(
+        f"{result['judged']} figures judged; counts are means and TTFT percentiles medians "
+        f"over {result['seeds']} seeded arrival sequences; fitted (not judged): "
+        + ", ".join(result["fitted"])
+    )
 
 
 def _emit(result: dict, as_json: bool, console: Console) -> None:

@@ -32,7 +32,7 @@ from simulator.plan_setup import (
     fitting_configs,
     parse_config,
 )
-from simulator.timing import calibrated_factors, tp_overrides
+from simulator.timing import FITTED_LISTS, calibrated_factors, tp_overrides
 
 __all__ = [
     "PLAN_SLO",
@@ -179,7 +179,7 @@ def calibration(setup: PlanSetup) -> list[dict]:
 
 
 def _factor_values(factors) -> dict:
-    return {k: getattr(factors, k) for k in factors.__dataclass_fields__ if k != "fitted_to"}
+    return {k: getattr(factors, k) for k in factors.__dataclass_fields__ if k not in FITTED_LISTS}
 
 
 def search(

@@ -82,9 +82,9 @@ def mori_io_setup() -> PlanSetup:
         "qwen3-235b-a22b-fp8",
         "mi300x",
         8,
-        colocated_flags=EngineFlags(256, 8192),
-        prefill_flags=EngineFlags(64, 4096),
-        decode_flags=EngineFlags(256, 4096),
+        colocated_flags=EngineFlags(256, 8192, False),
+        prefill_flags=EngineFlags(64, 4096, False),
+        decode_flags=EngineFlags(256, 4096, False),
         slo=PLAN_SLO,
     )
 
@@ -250,8 +250,18 @@ def saturation_scenario() -> dict:
 
 # Kept for callers of the first name; the issue names the scenario mori-io-qwen3-235b.
 mori_io_blog = mori_io_qwen3_235b
+
+
+def fidelity_scenario(rates: list[float] | None = None, seeds: int = DEFAULT_SEEDS) -> dict:
+    """Every published figure beside the model's (simulator/fidelity.py; `rates` unused)."""
+    from simulator.fidelity import fidelity_table
+
+    return fidelity_table(seeds)
+
+
 SCENARIOS = {
     "mori-io-qwen3-235b": mori_io_qwen3_235b,
     "mori-io-blog": mori_io_qwen3_235b,
     "saturation": saturation_scenario,
+    "fidelity": fidelity_scenario,
 }
