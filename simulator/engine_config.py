@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from domain import profiles
+from simulator.handoff_model import HandoffLink
+from simulator.handoff_paths import P2P, choose_path, path_bandwidth
 
 KNOWN_CONNECTORS = (
     "NixlConnector",
@@ -120,12 +122,21 @@ class EngineSettings:
     def model_len(self) -> int:
         return self.max_model_len or profiles.model(self.model_profile).max_model_len
 
-    def link_bytes_per_s(self) -> float:
-        """Modelled KV link: one RDMA NIC per TP rank unless told otherwise."""
-        if self.kv_link_gbps is not None:
-            return self.kv_link_gbps * 1e9
+    def handoff_link(self, same_node: bool) -> HandoffLink:
+        """The modelled hand-off from a prefill: the path this connector takes on this
+        hardware (MoRIIO's backend "xgmi" is peer-to-peer), its bandwidth part one link per
+        TP rank unless --kv-link-gbps says otherwise, its setup part --kv-link-latency."""
         hw = profiles.hardware(self.hardware)
-        return hw.nic_bytes_per_s * self.tensor_parallel_size
+        connector = self.kv.connector if self.kv is not None else "NixlConnector"
+        path = choose_path(hw, connector, same_node)
+        if self.kv is not None and str(self.kv.extra.get("backend", "")).lower() == "xgmi":
+            path = P2P
+        tp = self.tensor_parallel_size
+        if self.kv_link_gbps is not None:
+            bandwidth = self.kv_link_gbps * 1e9
+        else:
+            bandwidth = path_bandwidth(path, hw, tp, same_node)
+        return HandoffLink(path, bandwidth, tp, connector, setup_s=self.kv_link_latency_s)
 
 
 def parse_kv_transfer_config(

@@ -356,27 +356,70 @@ def _spread(spread: dict) -> str:
     return f"{spread['mean']:g} ({spread['min']}-{spread['max']})"
 
 
+KV_CONNECTORS = {"nixl": "NixlConnector", "moriio": "MoRIIOConnector"}
+
+
 def kv(
     model: str = typer.Option("llama-3.1-70b", "--model"),
     tokens: int = typer.Option(10_000, "--tokens"),
     hardware: str = typer.Option("h100", "--hardware"),
     tp: int = typer.Option(1, "--tp", help="NICs used (one per TP rank)."),
     link_gbps: float | None = typer.Option(None, "--link-gbps", help="GB/s, overrides NICs."),
+    connector: str = typer.Option("nixl", "--connector", help="nixl or moriio."),
+    block_size: int | None = typer.Option(
+        None, "--block-size", help="KV block size; default: vLLM's for the device."
+    ),
+    decode_step_ms: float | None = typer.Option(
+        None, "--decode-step-ms", help="The decode's step; default: modelled at batch 32."
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     try:
         spec, hw = profiles.model(model), profiles.hardware(hardware)
     except profiles.UnknownProfile as exc:
-        typer.echo(f"pdctl kv: error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        _kv_error(str(exc))
     if tokens < 1 or tp < 1 or (link_gbps is not None and link_gbps <= 0):
-        typer.echo("pdctl kv: error: --tokens, --tp and --link-gbps must be positive", err=True)
-        raise typer.Exit(2)
+        _kv_error("--tokens, --tp and --link-gbps must be positive")
+    if connector not in KV_CONNECTORS:
+        _kv_error(f"--connector must be one of {', '.join(KV_CONNECTORS)}, got {connector!r}")
+    if block_size is not None and block_size < 1:
+        _kv_error(f"--block-size must be a positive number of tokens, got {block_size}")
+    if decode_step_ms is not None and not 0 <= decode_step_ms < 1e6:
+        _kv_error(f"--decode-step-ms must be >= 0, got {decode_step_ms:g}")
     from simulator.calculator import kv_report
 
-    report = kv_report(spec, hw, tokens, tp, link_gbps)
+    report = kv_report(
+        spec, hw, tokens, tp, link_gbps, KV_CONNECTORS[connector], block_size, decode_step_ms
+    )
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
+    rows = report.pop("handoff")
     for key, value in report.items():
         typer.echo(f"{key:<28} {value}")
+    console = Console(width=140)
+    table = Table(
+        "path",
+        "GB/s",
+        "descriptors",
+        *(f"{part} ms" for part in ("setup", "post", "staging", "wire", "notice", "total")),
+        "x bandwidth",
+        title="The hand-off, part by part (notice: half a decode step, on average)",
+    )
+    for row in rows:
+        table.add_row(
+            row["path"],
+            f"{row['gbps']:g}",
+            f"{row['descriptors']:,}",
+            *(
+                f"{row[f'{part}_ms']:g}"
+                for part in ("setup", "post", "staging", "wire", "notice", "total")
+            ),
+            f"{row['times_bandwidth']:g}",
+        )
+    console.print(table)
+
+
+def _kv_error(message: str) -> None:
+    typer.echo(f"pdctl kv: error: {message}", err=True)
+    raise typer.Exit(2)

@@ -13,6 +13,8 @@ from domain.engine_defaults import EngineDefaults, engine_defaults
 from domain.modes import TRANSFER_MODES
 from domain.slo import SloTargets
 from simulator.cluster import Cluster
+from simulator.handoff_model import HandoffLink
+from simulator.handoff_paths import HandoffPath, choose_path, path_bandwidth
 from simulator.scheduler import Scheduler, SchedulerConfig
 from simulator.timing import TimingModel
 
@@ -121,8 +123,12 @@ class PlanSetup:
     colocated_flags: EngineFlags = field(default_factory=EngineFlags)
     prefill_flags: EngineFlags = field(default_factory=EngineFlags)
     decode_flags: EngineFlags = field(default_factory=EngineFlags)
-    link_gbps: float | None = None  # GB/s between a prefill and a decode; None: NICs x TP
-    link_latency_s: float = 0.0002
+    link_gbps: float | None = None  # the hand-off's bandwidth part, GB/s; None: its path's
+    link_latency_s: float = 0.0002  # the hand-off's setup part
+    # The KV connector (None: MoRIIO on AMD, NIXL elsewhere) and whether a pair shares a
+    # node: together with the hardware they choose the hand-off's path.
+    connector: str | None = None
+    same_node: bool = True
     slo: SloTargets = PLAN_SLO
     goodput_share: float = 0.9
 
@@ -186,12 +192,34 @@ class PlanSetup:
                 out[label] = text
         return out
 
+    @property
+    def kv_connector(self) -> str:
+        if self.connector is not None:
+            return self.connector
+        amd = profiles.hardware(self.hardware).vendor == "AMD"
+        return "MoRIIOConnector" if amd else "NixlConnector"
+
+    def handoff_path(self) -> HandoffPath:
+        return choose_path(profiles.hardware(self.hardware), self.kv_connector, self.same_node)
+
     def link_bytes_per_s(self, config: PlanConfig) -> float:
+        """The hand-off's bandwidth part: a pair moves KV over as many links (one NIC or
+        peer link per GPU) as its smaller side has GPUs."""
         if self.link_gbps is not None:
             return self.link_gbps * 1e9
-        # One RDMA NIC per GPU: a pair moves KV over as many NICs as its smaller side has.
-        hw = profiles.hardware(self.hardware)
-        return hw.nic_bytes_per_s * min(config.prefill_tp, config.decode_tp)
+        ranks = min(config.prefill_tp, config.decode_tp)
+        return path_bandwidth(
+            self.handoff_path(), profiles.hardware(self.hardware), ranks, self.same_node
+        )
+
+    def handoff(self, config: PlanConfig) -> HandoffLink:
+        return HandoffLink(
+            self.handoff_path(),
+            self.link_bytes_per_s(config),
+            ranks=min(config.prefill_tp, config.decode_tp),
+            connector=self.kv_connector,
+            setup_s=self.link_latency_s,
+        )
 
     def cluster(self, config: PlanConfig) -> Cluster:
         if config.kind == "colocated":
@@ -210,6 +238,7 @@ class PlanSetup:
             mode=config.mode,
             link_bytes_per_s=self.link_bytes_per_s(config),
             link_latency_s=self.link_latency_s,
+            handoff=self.handoff(config),
         )
 
 

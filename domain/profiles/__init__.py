@@ -38,6 +38,7 @@ class HardwareProfile:
     compute_eff_bf16: float
     compute_eff_fp8: float
     mem_eff: float
+    rdma: bool = False  # GPUDirect RDMA NICs (the KV hand-off's path between nodes)
 
     def peak_flops(self, dtype: str) -> float:
         return (self.fp8_tflops if dtype == "fp8" else self.bf16_tflops) * 1e12

@@ -195,6 +195,31 @@ def test_kv_calculator_llama70b_10k_tokens(app):
     assert CliRunner().invoke(app, ["kv", "--tokens", "0"]).exit_code == 2
 
 
+def test_kv_calculator_prints_the_hand_off_parts_per_path(app):
+    out = CliRunner().invoke(app, ["kv", "--model", "llama-3.1-8b", "--tokens", "2048"])
+    assert out.exit_code == 0
+    for word in ("rdma", "p2p", "host", "post ms", "staging ms", "notice ms", "x bandwidth"):
+        assert word in out.output
+    doc = json.loads(
+        CliRunner().invoke(app, ["kv", "--hardware", "l40s", "--block-size", "32", "--json"]).output
+    )
+    assert doc["block_size"] == 32 and doc["handoff"][0]["path"] == "host"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--connector", "ucx"], "--connector"),
+        (["--block-size", "0"], "--block-size"),
+        (["--decode-step-ms", "-5"], "--decode-step-ms"),
+        (["--block-size", "many"], "--block-size"),
+    ],
+)
+def test_kv_bad_flag_exits_2_naming_it(app, args, needle):
+    out = CliRunner().invoke(app, ["kv", *args])
+    assert out.exit_code == 2 and needle in out.output
+
+
 def test_cli_scenario_json_names_the_configs_and_the_published_counts(app):
     out = CliRunner().invoke(
         app, ["plan", "--scenario", "mori-io-qwen3-235b", "--rate", "8", "--seeds", "2", "--json"]

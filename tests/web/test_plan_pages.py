@@ -105,6 +105,7 @@ def test_the_kv_page_answers_an_htmx_query_and_says_what_is_wrong(pages):
     )
     assert ok.status_code == 200 and "<html" not in ok.text
     assert "through host memory" in ok.text and 'id="kv-link-ms"' in ok.text
+    assert 'id="kv-handoff"' in ok.text and 'data-path="host"' in ok.text
     bad = pages.get("/tools/kv", params={"tokens": "many"}, headers=HX)
     assert bad.status_code == 422 and "tokens" in bad.text and "data-kv-gb" not in bad.text
 
