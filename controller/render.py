@@ -166,6 +166,8 @@ def sim_flags(spec: DeploymentSpec) -> list[str]:
         flags += ["--model-profile", profile]
     if spec.hardware:
         flags += ["--hardware", spec.hardware]
+    if spec.start_time_scale:
+        flags += ["--start-time-scale", _number(spec.start_time_scale)]
     return [*flags, "--time-scale", _number(spec.time_scale)]
 
 

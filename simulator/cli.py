@@ -11,6 +11,7 @@ import typer
 
 from domain import profiles
 from domain.engine_defaults import engine_defaults
+from domain.start_time import CACHES
 from simulator import stats_log
 from simulator.engine_config import EngineConfigError, EngineSettings, parse_kv_transfer_config
 
@@ -106,6 +107,14 @@ def sim(
     time_scale: float = typer.Option(
         1.0, "--time-scale", help="Run K times slower than modelled; report modelled."
     ),
+    start_time_scale: float = typer.Option(
+        0.0,
+        "--start-time-scale",
+        help="Open the port after the modelled start x --time-scale x K; 0: at once.",
+    ),
+    start_cache: str = typer.Option(
+        "warm", "--start-cache", help="warm (a restart on the same node) or cold (a first start)."
+    ),
     kv_link_gbps: float | None = typer.Option(
         None, "--kv-link-gbps", help="Modelled KV link, GB/s."
     ),
@@ -155,6 +164,7 @@ def sim(
         )
         settings = replace(
             settings,
+            **start_settings(start_time_scale, start_cache),
             fault_injection=fault_injection,
             log_stats_interval_s=None if disable_log_stats else stats_log.interval_from(os.environ),
         )
@@ -171,6 +181,14 @@ def sim(
             err=True,
         )
         raise typer.Exit(1) from None
+
+
+def start_settings(scale: float, cache: str) -> dict[str, object]:
+    if not 0 <= scale <= 1000:
+        raise EngineConfigError("--start-time-scale must be between 0 and 1000")
+    if cache not in CACHES:
+        raise EngineConfigError(f"--start-cache must be one of {', '.join(CACHES)}")
+    return {"start_time_scale": scale, "start_cache": cache}
 
 
 def listen_sources(settings: EngineSettings) -> str:
@@ -312,6 +330,7 @@ def run(settings: EngineSettings) -> None:
     from aiohttp import web
 
     from simulator.server import create_app
+    from simulator.start_delay import wait_modelled_start
 
     use_uvloop()
     print(
@@ -322,6 +341,7 @@ def run(settings: EngineSettings) -> None:
     )
     if settings.defaults_applied:
         print(f"pdctl sim: vLLM's defaults: {settings.defaults_applied}", flush=True)
+    wait_modelled_start(settings)
     web.run_app(
         create_app(settings),
         host=settings.host,

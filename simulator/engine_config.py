@@ -92,6 +92,10 @@ class EngineSettings:
     num_gpu_blocks_override: int | None = None
     gpu_memory_utilization: float = 0.9
     time_scale: float = 1.0
+    # The modelled start (domain/start_time.py) x time_scale x this before the port opens;
+    # 0: at once (tests, `make run`).
+    start_time_scale: float = 0.0
+    start_cache: str = "warm"  # warm: a restart on the same node; cold: its first start
     kv: KVTransferSettings | None = None
     kv_link_gbps: float | None = None  # GB/s for the modelled KV link; default from hardware
     kv_link_latency_s: float = 0.0002

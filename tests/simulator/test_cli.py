@@ -19,6 +19,8 @@ def app():
     ("args", "env", "needle"),
     [
         (["--bogus-flag"], {}, "--bogus-flag"),
+        (["--start-time-scale", "-1"], {}, "--start-time-scale must be between 0 and 1000"),
+        (["--start-cache", "hot"], {}, "--start-cache must be one of warm, cold"),
         (["--kv-transfer-config", "{nope"], {}, "--kv-transfer-config is not valid JSON"),
         (["--kv-transfer-config", '{"kv_connector":"Nope"}'], {}, "unknown kv_connector"),
         (
