@@ -86,6 +86,20 @@ def bench(
     prompt_token_ids: Annotated[
         bool, typer.Option(help="completions: send prompts as token id lists")
     ] = False,
+    arrivals: Annotated[
+        str,
+        typer.Option(
+            help="pdctl: seeded gamma gaps (what `pdctl plan` replays) | vllm: the arrival "
+            "times `vllm bench serve` uses for the same --seed, --request-rate, --burstiness"
+        ),
+    ] = "pdctl",
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="Processes offering the load (each a share of the requests, one summary), "
+            "for when one event loop cannot keep up; --max-concurrency is split between them"
+        ),
+    ] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar")] = False,
     progress_file: Annotated[
         Path | None,
@@ -115,6 +129,8 @@ def bench(
                 timeout=timeout,
                 ignore_eos=ignore_eos,
                 prompt_token_ids=prompt_token_ids,
+                arrivals=arrivals,
+                workers=workers,
             )
         )
     except BenchConfigError as exc:

@@ -10,14 +10,17 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import aiohttp
 
 from bench.config import BenchConfig
 from bench.records import RequestRecord
-from bench.sse import error_message, parse_line
+from bench.sse import NOTHING, LineSplitter, error_message, parse_line
 from domain.datasets import BenchRequest
+
+JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 class ServerUnreachable(Exception):
@@ -71,7 +74,10 @@ async def fetch_model(session: aiohttp.ClientSession, config: BenchConfig) -> st
 
 
 class BenchClient:
-    """Sends requests and times their streams; `max_concurrency` caps requests in flight."""
+    """Sends requests and times their streams; `max_concurrency` caps requests in flight.
+
+    Bodies are encoded before the run (`prepare`), so the send path only writes bytes: the
+    prompt's text is not decoded, nor its JSON built, on the loop being timed."""
 
     def __init__(self, session: aiohttp.ClientSession, config: BenchConfig, model: str) -> None:
         self._session = session
@@ -79,6 +85,16 @@ class BenchClient:
         self._model = model
         self._slots = asyncio.Semaphore(config.max_concurrency or 1)
         self._limited = config.max_concurrency is not None
+        self._bodies: dict[int, bytes] = {}
+
+    def prepare(self, requests: Sequence[BenchRequest], indices: Iterable[int]) -> None:
+        """Encode the bodies of `requests[i]` for each i in `indices` ahead of the run."""
+        for index in indices:
+            self._bodies[index] = self.body(requests[index])
+
+    def body(self, request: BenchRequest) -> bytes:
+        payload = request_payload(self._config, self._model, request)
+        return json.dumps(payload, separators=(",", ":")).encode()
 
     async def send(self, request: BenchRequest, index: int = 0) -> RequestRecord:
         if not self._limited:
@@ -87,54 +103,71 @@ class BenchClient:
             return await self._timed(request, index)
 
     async def _timed(self, request: BenchRequest, index: int) -> RequestRecord:
+        body = self._bodies.pop(index, None) or self.body(request)
         record = RequestRecord(prompt_tokens=request.prompt_len, index=index)
+        # Like vLLM's `st`: taken just before the request is handed to aiohttp.
         record.start = time.perf_counter()
         try:
             async with asyncio.timeout(self._config.timeout):
-                await self._stream(request, record)
+                await self._stream(body, record)
         except TimeoutError:
             record.ok = False
             record.error = f"timed out after {self._config.timeout:g} s"
         except (aiohttp.ClientError, ValueError) as exc:  # ValueError: an over-long SSE line
             record.ok = False
             record.error = _describe(exc)
-        record.e2el = time.perf_counter() - record.start
+        if not record.ok:
+            record.e2el = time.perf_counter() - record.start
         return record
 
-    async def _stream(self, request: BenchRequest, record: RequestRecord) -> None:
-        payload = request_payload(self._config, self._model, request)
-        async with self._session.post(self._config.api_url, json=payload) as response:
+    async def _stream(self, body: bytes, record: RequestRecord) -> None:
+        """Time each token by the arrival of the chunk that carried it (read before parsing);
+        a request's latency ends at its last token, as vLLM's does (not at [DONE])."""
+        async with self._session.post(
+            self._config.api_url, data=body, headers=JSON_HEADERS
+        ) as response:
             if response.status != 200:
                 record.error = await _http_error(response)
                 return
             last_token = record.start
             tokens = 0
-            async for raw in response.content:
-                event = parse_line(raw.decode("utf-8", errors="replace"))
+            lines = LineSplitter()
+            done = False
+            async for chunk in response.content.iter_any():
                 now = time.perf_counter()
-                if event.error is not None:
-                    record.error = event.error
-                    return
-                if event.token:
-                    if tokens == 0:
-                        record.ttft = now - record.start
-                    else:
-                        record.itl.append(now - last_token)
-                    last_token = now
-                    tokens += 1
-                if event.prompt_tokens is not None:
-                    record.prompt_tokens = event.prompt_tokens
-                if event.completion_tokens is not None:
-                    record.output_tokens = event.completion_tokens
-                if event.done:
+                for line in lines.feed(chunk):
+                    event = parse_line(line)
+                    if event is NOTHING:
+                        continue
+                    if event.error is not None:
+                        record.error = event.error
+                        return
+                    if event.token:
+                        if tokens == 0:
+                            record.ttft = now - record.start
+                        else:
+                            record.itl.append(now - last_token)
+                        last_token = now
+                        tokens += 1
+                    if event.prompt_tokens is not None:
+                        record.prompt_tokens = event.prompt_tokens
+                    if event.completion_tokens is not None:
+                        record.output_tokens = event.completion_tokens
+                    if event.done:
+                        done = True
+                        break
+                if done:
                     break
-            else:
+            if not done and parse_line(lines.rest()).done:
+                done = True
+            if not done:
                 record.error = "stream ended before [DONE]"
                 return
         if tokens == 0:
             record.error = "stream carried no tokens"
             return
         record.output_tokens = record.output_tokens or tokens
+        record.e2el = last_token - record.start
         record.ok = True
 
 

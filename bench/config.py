@@ -14,6 +14,10 @@ from bench.records import ITL_STATS, SloTargets
 from domain.datasets import DATASETS
 
 ENDPOINTS = ("completions", "chat")
+# pdctl: seeded gamma gaps (domain/arrivals.py, what the planner replays); vllm: the times
+# `vllm bench serve --seed S` offers at (bench/vllm_arrivals.py)
+ARRIVALS = ("pdctl", "vllm")
+MAX_WORKERS = 64
 
 
 class BenchConfigError(ValueError):
@@ -46,6 +50,8 @@ class BenchConfig:
     timeout: float = 300.0
     ignore_eos: bool = True
     prompt_token_ids: bool = False
+    arrivals: str = "pdctl"
+    workers: int = 1
 
     @property
     def api_url(self) -> str:
@@ -93,6 +99,13 @@ def validate(config: BenchConfig) -> BenchConfig:
         raise BenchConfigError("--base-url", f"bad port in {config.base_url!r}") from None
     _choice("--endpoint", config.endpoint, ENDPOINTS)
     _choice("--dataset", config.dataset, DATASETS)
+    _choice("--arrivals", config.arrivals, ARRIVALS)
+    if config.arrivals == "vllm" and not 0 <= config.seed < 2**32:
+        raise BenchConfigError(
+            "--seed", f"must be in [0, 2**32) with --arrivals vllm, got {config.seed}"
+        )
+    if not 1 <= config.workers <= MAX_WORKERS:
+        raise BenchConfigError("--workers", f"must be in [1, {MAX_WORKERS}], got {config.workers}")
     for flag, value in (
         ("--num-prompts", config.num_prompts),
         ("--input-len", config.input_len),
@@ -104,6 +117,10 @@ def validate(config: BenchConfig) -> BenchConfig:
         _at_least_one(flag, value)
     if config.max_concurrency is not None:
         _at_least_one("--max-concurrency", config.max_concurrency)
+        if config.max_concurrency < config.workers:
+            raise BenchConfigError(
+                "--max-concurrency", f"must be >= --workers ({config.workers}): it is split"
+            )
     if not 0 <= config.range_ratio < 1:
         raise BenchConfigError("--range-ratio", f"must be in [0, 1), got {config.range_ratio}")
     _positive("--burstiness", config.burstiness)

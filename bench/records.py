@@ -28,7 +28,8 @@ class RequestRecord:
     """One request as the client saw it; `ok` False means it failed and `error` says why.
 
     `start` is when it was sent, in seconds from the start of its run; `index` is its place
-    in the dataset. Latencies are seconds.
+    in the dataset. Latencies are seconds; `e2el` ends at the last token (vLLM's `latency`),
+    so the usage chunk and [DONE] after it do not count.
     """
 
     ok: bool = False

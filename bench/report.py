@@ -72,6 +72,7 @@ def request_details(records: Sequence[RequestRecord]) -> dict[str, Any]:
         "output_lens": [r.output_tokens for r in records],
         "ttfts": [r.ttft for r in records],
         "itls": [r.itl for r in records],
+        "latencies": [r.e2el for r in records],
         "errors": [r.error for r in records],
         "requests": [r.to_json() for r in records],
     }
@@ -151,11 +152,17 @@ def sweep_table(document: dict[str, Any]) -> Table:
 
 
 def lag_warning(summary: dict[str, Any]) -> str | None:
-    """A line for runs whose own loop lag could have bent the ITL figures."""
+    """A line for runs whose own loop lag could have bent the ITL figures; with several
+    workers it names the worst one (each worker's figures are in the result)."""
     if not summary.get("event_loop_lag_flagged"):
         return None
+    where = "the bench's event loop"
+    per_worker = summary.get("event_loop_lag_per_worker") or []
+    if per_worker:
+        worst = max(per_worker, key=lambda w: max(w["max_ms"], w["late_start_ms"]))
+        where = f"the event loop of worker {worst['worker']} of {len(per_worker)}"
     return (
-        f"warning: at {rate_label(_rate(summary['request_rate']))} req/s the bench's event loop "
+        f"warning: at {rate_label(_rate(summary['request_rate']))} req/s {where} "
         f"ran up to {summary['event_loop_lag_max_ms']:.1f} ms late, more than 10% of the "
         f"{summary['slo_itl_ms']:g} ms ITL target; its ITL figures are not to be trusted"
     )

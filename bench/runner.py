@@ -1,27 +1,29 @@
-"""Offering the load: arrivals on the event loop, a progress bar, a lag watch, rate sweeps.
+"""Running a bench: the dataset, each rate's arrival schedule, the progress bar, rate sweeps.
 
-The bench's own event loop is part of the measurement: if it runs late, every TTFT and ITL
-it records is late by as much. A ticker samples that lateness every 10 ms so a run can say
-when its numbers are not to be trusted.
+One rate's load is offered by bench/offer.py from this process, or by worker processes
+(bench/workers.py) with `--workers N`.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import math
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench.client import BenchClient, fetch_model, open_session
 from bench.config import BenchConfig
+from bench.offer import LAG_TICK, Sender, run_once, watch_loop_lag
 from bench.records import RequestRecord
-from bench.summary import LoopLag, loop_lag, summarize
+from bench.summary import LoopLag, summarize
+from bench.vllm_arrivals import vllm_arrival_times
+from bench.workers import WorkerLag, WorkerPool
 from domain.arrivals import arrival_times
 from domain.datasets import (
     BenchRequest,
@@ -30,11 +32,16 @@ from domain.datasets import (
     shared_prefix_requests,
 )
 
-LAG_TICK = 0.010
-
-
-class Sender(Protocol):
-    async def send(self, request: BenchRequest, index: int = 0) -> RequestRecord: ...
+__all__ = [
+    "LAG_TICK",
+    "RunOutcome",
+    "Sender",
+    "arrival_schedule",
+    "build_requests",
+    "run_bench",
+    "run_once",
+    "watch_loop_lag",
+]
 
 
 @dataclass
@@ -59,66 +66,23 @@ def build_requests(config: BenchConfig) -> list[BenchRequest]:
     return random_requests(*args, rng)
 
 
-async def watch_loop_lag(samples: list[float], tick: float = LAG_TICK) -> None:
-    """Append how late each `tick`-second sleep woke up, until cancelled.
-
-    Timed with perf_counter rather than loop.time(): uvloop's loop clock has millisecond
-    resolution, which would round a tight ITL budget's share away.
-    """
-    while True:
-        due = time.perf_counter() + tick
-        await asyncio.sleep(tick)
-        samples.append(max(0.0, time.perf_counter() - due))
+def arrival_schedule(config: BenchConfig, rate: float, count: int) -> list[float]:
+    """When each request is offered at `rate`: pdctl's seeded gamma gaps, or vLLM's."""
+    if config.arrivals == "vllm":
+        return vllm_arrival_times(count, rate, config.burstiness, config.seed)
+    return arrival_times(count, rate, config.burstiness, random.Random(f"{config.seed}:arrivals"))
 
 
-async def run_once(
-    sender: Sender,
-    requests: Sequence[BenchRequest],
-    arrivals: Sequence[float],
-    on_done: Callable[[RequestRecord], None] = lambda record: None,
-) -> tuple[list[RequestRecord], float, LoopLag]:
-    """Offer each request at its arrival time and, for a later turn of a conversation, not
-    before the turn it follows has finished; wait for all. A late dispatcher catches up at
-    once rather than shifting every later arrival."""
-    loop = asyncio.get_running_loop()
-    finished = [asyncio.Event() for _ in requests]
-    lag_samples: list[float] = []
-    ticker = asyncio.create_task(watch_loop_lag(lag_samples))
-
-    async def offer(index: int, request: BenchRequest) -> RequestRecord:
-        try:
-            if request.after is not None:
-                await finished[request.after].wait()
-            record = await sender.send(request, index)
-        finally:
-            finished[index].set()
-        on_done(record)
-        return record
-
-    started = time.perf_counter()
-    origin = loop.time()
-    tasks = []
-    try:
-        for index, (request, at) in enumerate(zip(requests, arrivals, strict=True)):
-            delay = origin + at - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(offer(index, request)))
-        records = list(await asyncio.gather(*tasks))
-    finally:
-        for task in tasks:
-            task.cancel()
-        ticker.cancel()
-        await asyncio.gather(ticker, *tasks, return_exceptions=True)
-    duration = time.perf_counter() - started
-    for record in records:
-        record.start -= started  # seconds into the run, comparable across records
-    return records, duration, loop_lag(lag_samples)
-
-
-def run_metadata(config: BenchConfig, model: str, rate: float, lag: LoopLag) -> dict[str, Any]:
-    """The fields vLLM writes about the run itself, plus our own loop-lag figures."""
-    return {
+def run_metadata(
+    config: BenchConfig,
+    model: str,
+    rate: float,
+    lag: LoopLag,
+    per_worker: Sequence[WorkerLag] | None = None,
+) -> dict[str, Any]:
+    """The fields vLLM writes about the run itself, plus our own loop-lag figures (the worst
+    worker's, and each worker's under `event_loop_lag_per_worker` when there are several)."""
+    metadata = {
         "date": time.strftime("%Y%m%d-%H%M%S"),
         "backend": "openai-chat" if config.endpoint == "chat" else "openai",
         "endpoint": config.api_url,
@@ -132,10 +96,15 @@ def run_metadata(config: BenchConfig, model: str, rate: float, lag: LoopLag) -> 
         "burstiness": config.burstiness,
         "max_concurrency": config.max_concurrency,
         "seed": config.seed,
+        "arrivals": config.arrivals,
+        "workers": config.workers,
         "event_loop_lag_max_ms": lag.max_ms,
         "event_loop_lag_p99_ms": lag.p99_ms,
         "event_loop_lag_flagged": lag.exceeds(config.slo.itl_ms),
     }
+    if per_worker is not None:
+        metadata["event_loop_lag_per_worker"] = [w.to_json() for w in per_worker]
+    return metadata
 
 
 async def run_bench(
@@ -145,26 +114,35 @@ async def run_bench(
     on_request: Callable[[RequestRecord], None] | None = None,
     on_rate: Callable[[list[RunOutcome]], None] | None = None,
 ) -> list[RunOutcome]:
-    """Run every rate of `config.request_rates` in order against one session; `on_request`
-    hears of each finished request (`--progress-file`), `on_rate` of the rates measured so
-    far after each one (before the next starts)."""
+    """Run every rate of `config.request_rates` in order; `on_request` hears of each finished
+    request (`--progress-file`), `on_rate` of the rates measured so far after each one
+    (before the next starts). With `config.workers` > 1 the worker processes offer the load
+    (bench/workers.py) and report their requests when each rate ends."""
     requests = build_requests(config)
     outcomes = []
     async with open_session(config) as session:
         model = config.model or await fetch_model(session, config)
-        client = BenchClient(session, config, model)
-        for rate in config.request_rates:
-            arrivals = arrival_times(
-                len(requests), rate, config.burstiness, random.Random(f"{config.seed}:arrivals")
-            )
-            with _ProgressBar(console, show_progress, rate, len(requests)) as advance:
-                on_done = advance if on_request is None else _both(advance, on_request)
-                records, duration, lag = await run_once(client, requests, arrivals, on_done)
-            summary = run_metadata(config, model, rate, lag)
-            summary.update(summarize(records, duration, config.slo))
-            outcomes.append(RunOutcome(rate, records, duration, lag, summary))
-            if on_rate is not None:
-                on_rate(list(outcomes))
+        async with (
+            WorkerPool(config, model) if config.workers > 1 else contextlib.nullcontext()
+        ) as pool:
+            client = BenchClient(session, config, model)
+            for rate in config.request_rates:
+                arrivals = arrival_schedule(config, rate, len(requests))
+                with _ProgressBar(console, show_progress, rate, len(requests)) as advance:
+                    on_done = advance if on_request is None else _both(advance, on_request)
+                    if pool is None:
+                        client.prepare(requests, range(len(requests)))
+                        records, duration, lag = await run_once(client, requests, arrivals, on_done)
+                        per_worker = None
+                    else:
+                        records, duration, lag, per_worker = await pool.run(requests, arrivals)
+                        for record in records:
+                            on_done(record)
+                summary = run_metadata(config, model, rate, lag, per_worker)
+                summary.update(summarize(records, duration, config.slo))
+                outcomes.append(RunOutcome(rate, records, duration, lag, summary))
+                if on_rate is not None:
+                    on_rate(list(outcomes))
     return outcomes
 
 

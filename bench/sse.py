@@ -1,8 +1,12 @@
 """Reading OpenAI-style server-sent events the way `vllm bench serve` counts tokens.
 
-Every `data:` message whose `choices` carry text (completions) or delta content (chat) is a
-token event; the usage chunk carries the token counts; `{"error": ...}` ends the request.
-Pure: one SSE line in, one `StreamEvent` out.
+A completions message whose `choices` is not empty is one token, even when its text is empty
+(vLLM streams an empty text for a token that ends inside a multi-byte character, and for the
+EOS token): one message per engine step, as vLLM's client counts. A chat message is a token
+when its delta carries content or reasoning; the role-only opening delta is not (vLLM's
+client counts it, which adds one near-zero gap per request). The usage chunk carries the token
+counts; `{"error": ...}` ends the request. Pure: `LineSplitter` turns the bytes of a stream
+into lines, `parse_line` one line into a `StreamEvent`.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+
+MAX_LINE_BYTES = 1 << 20  # an SSE line this long without a newline is a broken stream
 
 
 @dataclass(frozen=True)
@@ -24,16 +30,42 @@ class StreamEvent:
 
 
 NOTHING = StreamEvent()
+DONE = StreamEvent(done=True)
+TOKEN = StreamEvent(token=True)
 
 
-def parse_line(line: str) -> StreamEvent:
+class LineSplitter:
+    """The complete lines in the chunks of a byte stream, in order, as they arrive.
+
+    The client hands it each chunk the socket gave (aiohttp's `iter_any`) and stamps the
+    lines with that chunk's arrival time, so no token waits for a line-by-line reader."""
+
+    def __init__(self) -> None:
+        self._rest = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        lines = (self._rest + chunk).split(b"\n")
+        self._rest = lines.pop()
+        if len(self._rest) > MAX_LINE_BYTES:
+            raise ValueError(f"an SSE line longer than {MAX_LINE_BYTES} bytes")
+        return lines
+
+    def rest(self) -> bytes:
+        """What followed the last newline: a stream's final line when it ended without one."""
+        rest, self._rest = self._rest, b""
+        return rest
+
+
+def parse_line(line: str | bytes) -> StreamEvent:
     """Interpret one line of the stream; blank lines, comments and other fields mean nothing."""
+    if isinstance(line, bytes):
+        line = line.decode("utf-8", errors="replace")
     line = line.strip()
     if not line.startswith("data:"):
         return NOTHING
     data = line[len("data:") :].strip()
     if data == "[DONE]":
-        return StreamEvent(done=True)
+        return DONE
     try:
         message = json.loads(data)
     except ValueError:
@@ -42,9 +74,12 @@ def parse_line(line: str) -> StreamEvent:
         return StreamEvent(error=f"unexpected SSE message: {data[:200]!r}")
     if "error" in message:
         return StreamEvent(error=error_message(message["error"]))
-    usage = message.get("usage") or {}
+    usage = message.get("usage")
+    token = _is_token(message.get("choices"))
+    if not usage:
+        return TOKEN if token else NOTHING
     return StreamEvent(
-        token=_has_text(message.get("choices")),
+        token=token,
         prompt_tokens=usage.get("prompt_tokens"),
         completion_tokens=usage.get("completion_tokens"),
     )
@@ -60,9 +95,7 @@ def error_message(error: Any) -> str:
     return str(error)[:300]
 
 
-def _has_text(choices: Any) -> bool:
-    # An empty string is not a token: vLLM's chat stream opens with a role-only delta and
-    # closes with a finish_reason chunk, and counting those would bias TTFT and ITL low.
+def _is_token(choices: Any) -> bool:
     if not choices or not isinstance(choices, list):
         return False
     choice = choices[0]
@@ -71,6 +104,5 @@ def _has_text(choices: Any) -> bool:
     delta = choice.get("delta")
     if isinstance(delta, dict):
         text = delta.get("content") or delta.get("reasoning_content")
-    else:
-        text = choice.get("text")
-    return isinstance(text, str) and text != ""
+        return isinstance(text, str) and text != ""
+    return isinstance(choice.get("text"), str)

@@ -8,104 +8,40 @@ pinned alone to the other core. Rows:
 - pdctl / vllm-router over the colocated stand-in: the cost of the hop alone.
 Per proxy: CPU-seconds per 1,000 streamed tokens (utime + stime of the proxy process from
 /proc/<pid>/stat around the measured run), TTFT p50 / p99 added over `direct`, and ratios to
-pdctl. Environment: BENCH_PROXY_PROMPTS, BENCH_PROXY_RATE, BENCH_PROXY_CONCURRENCY,
-BENCH_PROXY_ROUNDS.
+pdctl; and tokens per second per proxy core at saturation (benchmarks/proxy_saturation.py: wrk
+through each PD proxy to a fixed SSE upstream). Environment: BENCH_PROXY_PROMPTS,
+BENCH_PROXY_RATE, BENCH_PROXY_CONCURRENCY, BENCH_PROXY_ROUNDS, BENCH_PROXY_SAT_SECONDS.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
-import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-PROXY_CORE, LOAD_CORE = 0, 1
+from benchmarks import proxy_saturation
+from benchmarks.proxy_procs import (
+    LOAD_CORE,
+    PROXY_CORE,
+    ROOT,
+    Server,
+    free_port,
+    pd_proxies,
+    pdctl,
+    pinned,
+    router_binary,
+    router_installed,
+)
+
 CONCURRENCY = int(os.environ.get("BENCH_PROXY_CONCURRENCY", "50"))
 PROMPTS = int(os.environ.get("BENCH_PROXY_PROMPTS", "200"))
 RATE = os.environ.get("BENCH_PROXY_RATE", "60")
 ROUNDS = int(os.environ.get("BENCH_PROXY_ROUNDS", "3"))
 INPUT_LEN, OUTPUT_LEN = 128, 64
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def pinned(core: int) -> list[str]:
-    if shutil.which("taskset") and (os.cpu_count() or 1) > max(PROXY_CORE, LOAD_CORE):
-        return ["taskset", "-c", str(core)]
-    return []
-
-
-class Server:
-    def __init__(
-        self, name: str, argv: list[str], port: int, core: int, logs: Path, env: dict | None = None
-    ) -> None:
-        self.name, self.port = name, port
-        self.url = f"http://127.0.0.1:{port}"
-        with open(logs / f"{name}.log", "wb") as out:
-            self.proc = subprocess.Popen(
-                [*pinned(core), *argv],
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env={**os.environ, **(env or {})},
-            )
-        self.logs = logs
-
-    def wait_healthy(self, timeout: float = 30.0) -> Server:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited: {self.log()}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"{self.name} not healthy: {self.log()}")
-
-    def log(self) -> str:
-        return (self.logs / f"{self.name}.log").read_text()[-1500:]
-
-    def cpu_seconds(self) -> float:
-        """utime + stime of the process (all its threads), from /proc/<pid>/stat."""
-        # taskset execs the program in place: the pid is the program's own
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
-
-
-def pdctl(*args: str) -> list[str]:
-    return [sys.executable, str(ROOT / "pdctl.py"), *args]
-
-
-def router_binary() -> str:
-    return str(Path(sys.executable).parent / "vllm-router")
 
 
 def bench(url: str, logs: Path, name: str, prompts: int) -> dict:
@@ -189,48 +125,15 @@ def main() -> None:
     finally:
         for e in engines:
             e.stop()
-    print(table(rows))
+    saturation = proxy_saturation.run(logs)
+    print(table(rows, saturation))
+    if saturation:
+        print(proxy_saturation.table(saturation))
 
 
 def run_all(logs: Path, colocated: Server, prefill: Server, decode: Server) -> list[Row]:
     proxies = {
-        "pdctl": lambda port: pdctl(
-            "proxy",
-            "--port",
-            str(port),
-            "--registry-port",
-            "-1",
-            "--prefill",
-            prefill.url,
-            "--decode",
-            decode.url,
-        ),
-        "vllm-router": lambda port: [
-            router_binary(),
-            "--vllm-pd-disaggregation",
-            "--kv-connector",
-            "nixl",
-            "--policy",
-            "round_robin",
-            "--prefill",
-            prefill.url,
-            "--decode",
-            decode.url,
-            "--port",
-            str(port),
-            "--prometheus-port",
-            str(free_port()),
-            "--log-level",
-            "warning",
-        ],
-        "baseline": lambda port: [
-            sys.executable,
-            "-m",
-            "benchmarks.baseline_proxy",
-            str(port),
-            prefill.url,
-            decode.url,
-        ],
+        **pd_proxies(prefill.url, decode.url),
         "pdctl colocated": lambda port: pdctl(
             "proxy",
             "--port",
@@ -265,7 +168,7 @@ def run_all(logs: Path, colocated: Server, prefill: Server, decode: Server) -> l
     servers: dict[str, Server | None] = {"direct": None}
     try:
         for name, argv in proxies.items():
-            if name.startswith("vllm-router") and not Path(router_binary()).exists():
+            if name.startswith("vllm-router") and not router_installed():
                 print(f"{name}: vllm-router is not installed; skipped")
                 continue
             port = free_port()
@@ -299,12 +202,13 @@ def combine(name: str, runs: list[Row]) -> Row:
     return Row(name, result, cpu)
 
 
-def table(rows: list[Row]) -> str:
+def table(rows: list[Row], saturation: dict[str, proxy_saturation.Saturation]) -> str:
     direct = rows[0].result
     ours = next((r for r in rows if r.name == "pdctl"), None)
     lines = [
         f"{'path':<22} {'ok/fail':>8} {'tok/s':>7} {'CPU-s/1k tok':>12} {'TTFT p50':>9} "
-        f"{'TTFT p99':>9} {'+p50 ms':>8} {'+p99 ms':>8} {'ITL p50':>8} {'CPU/pdctl':>9}",
+        f"{'TTFT p99':>9} {'+p50 ms':>8} {'+p99 ms':>8} {'ITL p50':>8} {'CPU/pdctl':>9} "
+        f"{'sat tok/s/core':>14}",
     ]
     for row in rows:
         r = row.result
@@ -312,17 +216,20 @@ def table(rows: list[Row]) -> str:
         added99 = r["p99_ttft_ms"] - direct["p99_ttft_ms"]
         cpu = row.cpu_per_1k
         ratio = f"{cpu / ours.cpu_per_1k:9.2f}" if cpu and ours and ours.cpu_per_1k else f"{'-':>9}"
+        sat = saturation.get(row.name)
+        per_core = f"{sat.per_core:.0f}" if sat and sat.per_core else "-"
         lines.append(
             f"{row.name:<22} {r['completed']:>4}/{r['failed']:<3} {r['output_throughput']:7.0f} "
             f"{'-' if cpu is None else f'{cpu:.4f}':>12} {r['median_ttft_ms']:9.2f} "
             f"{r['p99_ttft_ms']:9.2f} {'-' if row.name == 'direct' else f'{added50:.2f}':>8} "
             f"{'-' if row.name == 'direct' else f'{added99:.2f}':>8} "
-            f"{r['median_itl_ms']:8.2f} {ratio}"
+            f"{r['median_itl_ms']:8.2f} {ratio} {per_core:>14}"
         )
     lines.append(
         "TTFT columns in ms; +p50/+p99: added over direct (colocated stand-in, no "
         "proxy); PD rows include the hand-off itself (prefill leg + KV pull + the "
-        "decode's first step), the colocated rows only the hop."
+        "decode's first step), the colocated rows only the hop. sat tok/s/core: tokens per "
+        "second per proxy core at saturation (wrk through the proxy to a fixed SSE upstream)."
     )
     return "\n".join(lines)
 

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from connector.instances import Route
-from connector.measure import RequestTiming, SloTargets, itl_statistic, judge, summarize
+from connector.measure import RequestTiming, SloTargets, itl_figures, judge, summarize
 
 MAX_EVENT_BYTES = 8 << 20  # one SSE event; vLLM's largest (prompt logprobs) stay well below
 
@@ -136,14 +136,15 @@ class Flight:
             "error": self.error,
         }
         if timing is not None:
+            itls = timing.itl_stats or itl_figures(timing.itls)
             entry.update(
                 output_tokens=timing.output_tokens,
                 ttft_ms=timing.ttft * 1000,
                 e2e_ms=timing.e2e * 1000,
                 tpot_ms=None if timing.tpot is None else timing.tpot * 1000,
-                itl_mean_ms=_ms(itl_statistic(timing.itls, "mean")),
-                itl_p99_ms=_ms(itl_statistic(timing.itls, "p99")),
-                itl_max_ms=_ms(itl_statistic(timing.itls, "max")),
+                itl_mean_ms=_ms(itls["mean"]),
+                itl_p99_ms=_ms(itls["p99"]),
+                itl_max_ms=_ms(itls["max"]),
                 prefill_ms=_ms(timing.prefill_leg),
                 transfer_first_decode_ms=_ms(timing.transfer_first_decode),
                 slo=met,

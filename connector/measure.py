@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from domain import slo
-from domain.slo import SloTargets, itl_statistic
+from domain.slo import SloTargets, itl_statistic, percentile
 
-__all__ = ["RequestTiming", "SloTargets", "itl_statistic", "judge", "summarize"]
+__all__ = ["RequestTiming", "SloTargets", "itl_figures", "itl_statistic", "judge", "summarize"]
 
 
 @dataclass(slots=True)
@@ -27,6 +27,8 @@ class RequestTiming:
     prefill_leg: float | None = None
     transfer_first_decode: float | None = None
     output_tokens: int = 0
+    # each ITL statistic (mean, p99, max) of this request, computed once; None: no gap
+    itl_stats: dict[str, float | None] = field(default_factory=dict)
 
 
 def summarize(
@@ -53,14 +55,23 @@ def summarize(
         prefill_leg=prefill_leg,
         transfer_first_decode=transfer,
         output_tokens=output_tokens,
+        itl_stats=itl_figures(itls),
     )
+
+
+def itl_figures(itls: list[float]) -> dict[str, float | None]:
+    """Every per-request ITL statistic at once, exactly as `itl_statistic` computes each."""
+    if not itls:
+        return {"mean": None, "p99": None, "max": None}
+    return {"mean": sum(itls) / len(itls), "p99": percentile(itls, 99.0), "max": max(itls)}
 
 
 def judge(timing: RequestTiming, targets: SloTargets) -> dict[str, bool]:
     """Which set targets the request met, plus "all" (every set target met)."""
-    verdict = slo.judge(
-        targets, timing.ttft, itl_statistic(timing.itls, targets.itl_stat), timing.tpot
-    )
+    itl = timing.itl_stats[targets.itl_stat] if timing.itl_stats else None
+    if not timing.itl_stats and timing.itls:  # built by hand, without summarize
+        itl = itl_statistic(timing.itls, targets.itl_stat)
+    verdict = slo.judge(targets, timing.ttft, itl, timing.tpot)
     met = {name: getattr(verdict, name) for name in targets.names}
     met["all"] = verdict.met
     return met

@@ -37,12 +37,15 @@ from connector.metrics import ProxyMetrics, make_registry
 from connector.policy import make_policy
 from connector.relay import ClientGone, Relay
 from connector.settings import ProxySettings
+from connector.upstream import UpstreamPool
 from domain.modes import Mode, Role
 
 log = logging.getLogger(__name__)
 
 PROXY_KEY: web.AppKey[Proxy] = web.AppKey("proxy")
 RUNNER_KWARGS: dict[str, Any] = {"handler_cancellation": True, "access_log": None}
+# "aiohttp": every leg over aiohttp's client (the proxy's own HTTP/1.1 client otherwise)
+UPSTREAM_CLIENT_ENV = "PDCTL_PROXY_UPSTREAM_CLIENT"
 
 
 def error_response(exc: ProxyError) -> web.Response:
@@ -87,7 +90,10 @@ class Proxy:
         self.session = self.relay.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
             timeout=aiohttp.ClientTimeout(total=None),
+            cookie_jar=aiohttp.DummyCookieJar(),  # engines set none: no jar to filter per leg
         )
+        if os.environ.get(UPSTREAM_CLIENT_ENV, "pdctl") != "aiohttp":
+            self.relay.upstream = UpstreamPool(self.settings.connect_timeout)
         self.membership.start(self.session)
         self._tasks.append(asyncio.create_task(self._watch_loop_lag()))
         self._tasks.append(asyncio.create_task(self.relay.watch_silence()))
@@ -97,6 +103,8 @@ class Proxy:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.membership.stop()
+        if self.relay.upstream is not None:
+            self.relay.upstream.close()
         if self.session is not None:
             await self.session.close()
 
@@ -109,6 +117,8 @@ class Proxy:
 
     async def _read_body(self, request: web.Request) -> bytes:
         try:
+            if request.content.is_eof():  # the whole body came with the head: no deadline
+                return await request.read()
             async with asyncio.timeout(self.settings.body_timeout):
                 return await request.read()
         except TimeoutError:

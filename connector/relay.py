@@ -12,19 +12,20 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from connector.answers import Answer, aiohttp_post, direct_post
 from connector.client_body import upstream_failure
+from connector.client_stream import ChunkedOut, ClientGone
 from connector.errors import ProxyError, UpstreamError, UpstreamTimeout
 from connector.flight import Flight, clock
 from connector.instances import Instance, InstancePool
 from connector.interference import Interference
 from connector.legs import returned_params
 from connector.settings import ProxySettings
+from connector.upstream import UpstreamPool
 
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 
-
-class ClientGone(Exception):
-    """Writing to the client failed: it hung up (not an upstream failure)."""
+__all__ = ["ClientGone", "Relay"]
 
 
 class Relay:
@@ -35,6 +36,7 @@ class Relay:
     ) -> None:
         self.settings, self.pool, self.interference = settings, pool, interference
         self.session: aiohttp.ClientSession | None = None  # the proxy's, set at its startup
+        self.upstream: UpstreamPool | None = None  # the own client, when startup opens it
         # streaming legs under the silence watchdog (cheaper than aiohttp's per-read timer)
         self._watched: dict[asyncio.Task, Flight] = {}
         self._prefill_timeout = aiohttp.ClientTimeout(
@@ -66,12 +68,10 @@ class Relay:
         self, inst: Instance, path: str, data: str, headers: dict[str, str], flight: Flight
     ) -> dict[str, Any] | None:
         """The prefill leg; returns its kv_transfer_params. Errors name the prefill instance."""
-        session = self.client()
+        post = self._post(inst, path, data, headers, self._prefill_timeout)
         flight.prefill_start = clock()
         try:
-            async with session.post(
-                inst.url + path, data=data, headers=headers, timeout=self._prefill_timeout
-            ) as r:
+            async with post as r:
                 raw = await r.read()
                 if r.status != 200:
                     raise upstream_failure("prefill", inst.url, r.status, raw)
@@ -93,6 +93,20 @@ class Relay:
         flight.prefill_end = clock()
         return returned_params(answer)
 
+    def _post(
+        self,
+        inst: Instance,
+        path: str,
+        data: str,
+        headers: dict[str, str],
+        timeout: aiohttp.ClientTimeout,
+    ) -> contextlib.AbstractAsyncContextManager[Answer]:
+        """One leg's POST: over the proxy's own client when it speaks to that upstream."""
+        upstream = self.upstream
+        if upstream is not None and upstream.speaks(inst.url):
+            return direct_post(upstream, inst.url, path, data, headers, timeout.total)
+        return aiohttp_post(self.client(), inst.url + path, data, headers, timeout)
+
     def _passive_unhealthy(self, inst: Instance, exc: Exception) -> None:
         # Only when active checks run, or the instance could never come back.
         if self.settings.health_interval and isinstance(exc, aiohttp.ClientConnectorError):
@@ -109,17 +123,16 @@ class Relay:
         prefill_task: asyncio.Task | None = None,
     ) -> web.StreamResponse:
         """Send the streaming leg and pass its bytes through to the client as they arrive."""
-        session = self.client()
+        post = self._post(inst, request.path, data, headers, self._decode_timeout)
         resp: web.StreamResponse | None = None
+        out: ChunkedOut | None = None  # the fast path to the client, once its head is out
         task = asyncio.current_task()
         if task is None:  # aiohttp runs each handler in a task; the watchdog cancels that task
             raise ProxyError("a streaming leg runs only inside a task")
         flight.last_read = clock()
         self._watched[task] = flight
         try:
-            async with session.post(
-                inst.url + request.path, data=data, headers=headers, timeout=self._decode_timeout
-            ) as up:
+            async with post as up:
                 if up.status != 200:
                     raise upstream_failure(leg, inst.url, up.status, await up.read())
                 if not flight.stream:
@@ -134,11 +147,9 @@ class Relay:
                     return web.Response(
                         body=raw,
                         status=200,
-                        headers={
-                            "Content-Type": up.headers.get("Content-Type", "application/json")
-                        },
+                        headers={"Content-Type": up.header("Content-Type", "application/json")},
                     )
-                kind = up.headers.get("Content-Type", "")
+                kind = up.header("Content-Type")
                 if not kind.startswith("text/event-stream"):
                     raise UpstreamError(
                         leg,
@@ -146,20 +157,12 @@ class Relay:
                         "answered a streaming request with "
                         f"Content-Type {kind[:60]!r}, not an event stream",
                     )
-                scan, read = flight.scan, up.content.readany
-                while chunk := await read():
+                scan, read = flight.scan, up.read_some
+                while out is None and (chunk := await read()):
                     flight.last_read = now = clock()
                     scan(chunk, now)
                     if flight.malformed is not None:  # garbage is never passed on
-                        garbage = UpstreamError(
-                            leg,
-                            inst.url,
-                            f"sent an event that is not JSON: {flight.malformed[:60]!r}",
-                        )
-                        if resp is None:
-                            raise garbage
-                        await _stream_error(resp, garbage, flight)
-                        return resp
+                        break
                     if resp is None:
                         if prefill_task is not None and prefill_task.done():
                             _raise_if_failed(prefill_task)
@@ -172,6 +175,17 @@ class Relay:
                         await resp.write(chunk)
                     except ConnectionError:  # the client's socket, not the upstream's
                         raise ClientGone from None
+                    out = ChunkedOut.of(request.transport, resp._payload_writer)
+                if out is not None and flight.malformed is None:
+                    await up.stream(flight, out)  # the rest, straight to the client
+                if flight.malformed is not None:
+                    garbage = UpstreamError(
+                        leg, inst.url, f"sent an event that is not JSON: {flight.malformed[:60]!r}"
+                    )
+                    if resp is None:
+                        raise garbage
+                    await _stream_error(resp, garbage, flight)
+                    return resp
                 flight.end = clock()
         except asyncio.CancelledError:
             if not flight.timed_out:

@@ -22,6 +22,18 @@ def prompt_block_hashes(token_ids: Sequence[int], block_size: int) -> list[int]:
 
 
 class BlockPool:
+    """vLLM's free queue, kept without an entry per uncached block.
+
+    vLLM's queue starts as every block in id order; allocation takes from its head, a freed
+    block goes to its tail. Only a block holding a cached hash is told apart by what it
+    holds; any other free block is as good as any other. So the queue is kept as the count
+    of never-used blocks at its head, then `_queue`: cached blocks by id (key >= 0) and runs
+    of uncached blocks (key < 0, value: how many), in vLLM's order. Which uncached block an
+    allocation hands out is a free id from `_spare` (used before), else the next never-used
+    one: cached blocks are evicted exactly when vLLM evicts them, and memory stays what the
+    blocks in use and the prefix cache need, however many requests came and went.
+    """
+
     def __init__(self, num_blocks: int, enable_caching: bool = True) -> None:
         if num_blocks < 1:
             raise ValueError("the KV pool needs at least one block")
@@ -30,15 +42,16 @@ class BlockPool:
         self._ref = [0] * num_blocks
         self._hash: list[int | None] = [None] * num_blocks
         self._cached: dict[int, int] = {}
-        # Blocks never used yet are [_fresh, num_blocks): they come first, as at the head of
-        # vLLM's initial free queue, without a queue entry each (pools have ~10^6 blocks).
-        self._fresh = 0
-        # Blocks used before and referenced by nobody, in eviction order (front goes first).
-        self._free: OrderedDict[int, None] = OrderedDict()
+        self._head = num_blocks  # uncached blocks at the head of the queue
+        self._queue: OrderedDict[int, int] = OrderedDict()
+        self._next_run = -1  # key of the next run of uncached blocks in _queue
+        self._spare: list[int] = []  # free uncached blocks used before
+        self._fresh = 0  # blocks [_fresh, num_blocks) were never used
+        self._free = num_blocks
 
     @property
     def num_free(self) -> int:
-        return self.num_blocks - self._fresh + len(self._free)
+        return self._free
 
     @property
     def usage(self) -> float:
@@ -66,33 +79,64 @@ class BlockPool:
         """Reference cached blocks found by find_cached."""
         for block in hits:
             if self._ref[block] == 0:
-                del self._free[block]
+                del self._queue[block]
+                self._free -= 1
             self._ref[block] += 1
 
     def allocate(self, n: int) -> list[int]:
         if n > self.num_free:
             raise RuntimeError(f"KV pool exhausted: asked {n}, {self.num_free} free")
-        fresh = min(n, self.num_blocks - self._fresh)
-        blocks = list(range(self._fresh, self._fresh + fresh))
-        self._fresh += fresh
+        blocks = [self._evict() for _ in range(n)]
         for block in blocks:
             self._ref[block] = 1
-        for _ in range(n - fresh):
-            block, _ = self._free.popitem(last=False)
-            old = self._hash[block]
-            if old is not None:
-                if self._cached.get(old) == block:
-                    del self._cached[old]
-                self._hash[block] = None
-            self._ref[block] = 1
-            blocks.append(block)
+        self._free -= n
         return blocks
+
+    def _evict(self) -> int:
+        """The block at the head of the queue, taken off it (its cached hash forgotten)."""
+        if self._head:
+            self._head -= 1
+            return self._uncached()
+        key = next(iter(self._queue))
+        if key < 0:  # a run of uncached blocks
+            left = self._queue[key] - 1
+            if left:
+                self._queue[key] = left
+            else:
+                del self._queue[key]
+            return self._uncached()
+        del self._queue[key]
+        old = self._hash[key]
+        if old is not None and self._cached.get(old) == key:
+            del self._cached[old]
+        self._hash[key] = None
+        return key
+
+    def _uncached(self) -> int:
+        if self._spare:
+            return self._spare.pop()
+        self._fresh += 1
+        return self._fresh - 1
 
     def free(self, blocks: Sequence[int]) -> None:
         for block in reversed(blocks):
             self._ref[block] -= 1
-            if self._ref[block] == 0:
-                self._free[block] = None
+            if self._ref[block] != 0:
+                continue
+            self._free += 1
+            if self._hash[block] is not None:
+                self._queue[block] = 0
+                continue
+            self._spare.append(block)
+            if not self._queue:  # every free block is uncached: one run, at the head
+                self._head += 1
+                continue
+            tail = next(reversed(self._queue))
+            if tail < 0:
+                self._queue[tail] += 1
+            else:
+                self._queue[self._next_run] = 1
+                self._next_run -= 1
 
     def cache(self, block: int, block_hash: int) -> None:
         """Mark a computed full block as reusable by later requests with the same prefix."""

@@ -26,6 +26,7 @@ class EngineLoop:
         time_scale: float = 1.0,
         on_step: Callable[[StepOutput], None] | None = None,
         on_awaiting_kv: Callable[[EngineRequest], None] | None = None,
+        on_kv_expired: Callable[[EngineRequest], None] | None = None,
     ) -> None:
         if time_scale <= 0:
             raise ValueError("time_scale must be > 0")
@@ -33,6 +34,7 @@ class EngineLoop:
         self.time_scale = time_scale
         self._on_step = on_step
         self._on_awaiting_kv = on_awaiting_kv
+        self._on_kv_expired = on_kv_expired
         self._queues: dict[str, asyncio.Queue[int]] = {}
         self._wake = asyncio.Event()
         self._loop = asyncio.get_running_loop()
@@ -100,7 +102,9 @@ class EngineLoop:
         scheduler = self.scheduler
         while True:
             now = self.now()
-            scheduler.expire_held(now)
+            for req in scheduler.expire_held(now):
+                if self._on_kv_expired is not None:
+                    self._on_kv_expired(req)
             out = scheduler.step(now)
             for req in out.awaiting_kv:
                 if self._on_awaiting_kv is not None:

@@ -65,8 +65,12 @@ class KVTransferAgent:
     ) -> None:
         self.settings, self.kv, self.engine, self.metrics = settings, kv, engine, metrics
         self.model = profiles.model(settings.model_profile)
+        # Every map here is keyed by a request or transfer and loses its entry on every
+        # terminal path of that request (answered, aborted, failed, expired): a stand-in
+        # serves for weeks.
         self._held: dict[str, _Held] = {}  # prefill side: key -> held request
-        self._targets: dict[str, tuple[str, int]] = {}  # write mode: transfer_id -> decode
+        # Write mode, prefill side: transfer_id -> (decode host, port, model time it came).
+        self._targets: dict[str, tuple[str, int, float]] = {}
         self._pushes: dict[str, asyncio.Future] = {}  # decode side: transfer_id -> done
         self._remote: dict[str, RemoteKV] = {}  # decode side: request id -> source
         self._servers: list[asyncio.AbstractServer] = []
@@ -115,12 +119,17 @@ class KVTransferAgent:
         self._held[key] = _Held(req.request_id, modelled, len(req.block_ids))
         target = self._targets.pop(key, None)
         if target is not None:
-            self._spawn(self._push(key, target))
+            self._spawn(self._push(key, target[:2]))
 
     def release(self, key: str) -> None:
         held = self._held.pop(key, None)
         if held is not None:
             self.engine.scheduler.release_kv(held.request_id)
+
+    def kv_expired(self, req: EngineRequest) -> None:
+        """The scheduler freed a held prefill's KV at its deadline: no decode will take it."""
+        for key in [k for k, h in self._held.items() if h.request_id == req.request_id]:
+            del self._held[key]
 
     async def _push(self, key: str, target: tuple[str, int]) -> None:
         held = self._held.get(key)
@@ -152,12 +161,17 @@ class KVTransferAgent:
         if remote.write:
             self._pushes[remote.key] = asyncio.get_running_loop().create_future()
 
-    def forget(self, request_id: str) -> None:
+    def forget(self, request_id: str, key: str | None = None) -> None:
+        """The server answered `request_id` (`key`: its hand-off key): drop what only it
+        needed. A prefill leg's held KV stays, for its decode, until released or expired."""
+        self.failures.pop(request_id, None)
         remote = self._remote.pop(request_id, None)
         if remote is not None:
             fut = self._pushes.pop(remote.key, None)
             if fut is not None and not fut.done():
                 fut.cancel()
+        if key is not None and key not in self._held:
+            self._targets.pop(key, None)  # a decode announced itself to a leg that held nothing
 
     def on_awaiting_kv(self, req: EngineRequest) -> None:
         remote = self._remote.get(req.request_id)
@@ -225,26 +239,26 @@ class KVTransferAgent:
         if fut is None:
             fut = asyncio.get_running_loop().create_future()
             self._pushes[remote.key] = fut
-        reader, writer = await asyncio.open_connection(remote.host, remote.port)
         try:
-            await send_frame(
-                writer,
-                {
-                    "op": "notify",
-                    "key": remote.key,
-                    "block_ids": req.block_ids,
-                    "host": self.advertised_host,
-                    "port": self.kv.kv_port,
-                },
-            )
-            ack = await read_frame(reader)
-            if not ack.get("ok"):
-                raise WireError(str(ack.get("error", "prefill refused the notification")))
-        finally:
-            writer.close()
-        try:
+            reader, writer = await asyncio.open_connection(remote.host, remote.port)
+            try:
+                await send_frame(
+                    writer,
+                    {
+                        "op": "notify",
+                        "key": remote.key,
+                        "block_ids": req.block_ids,
+                        "host": self.advertised_host,
+                        "port": self.kv.kv_port,
+                    },
+                )
+                ack = await read_frame(reader)
+                if not ack.get("ok"):
+                    raise WireError(str(ack.get("error", "prefill refused the notification")))
+            finally:
+                writer.close()
             return await fut
-        finally:
+        finally:  # pushed, refused, unreachable or timed out: no push is awaited any more
             self._pushes.pop(remote.key, None)
 
     def _transfer_failed(self, req: EngineRequest, remote: RemoteKV, why: str) -> None:
@@ -332,8 +346,15 @@ class KVTransferAgent:
         await send_frame(writer, {"ok": True})
         if key in self._held:
             self._spawn(self._push(key, (host, port)))
-        else:
-            self._targets[key] = (host, port)
+            return
+        now = self.engine.now()
+        self._targets[key] = (host, port, now)
+        # A decode waits for its push at most the transfer timeout: an older announcement
+        # (its prefill failed, was aborted or never came) has nobody left to push to.
+        for old, (_, _, at) in list(self._targets.items()):
+            if now - at <= self.kv.transfer_timeout_s:
+                break  # insertion order is arrival order
+            del self._targets[old]
 
     async def _serve_push(self, frame: dict, reader, writer) -> None:
         key = str(frame.get("key"))

@@ -109,10 +109,17 @@ class EngineMetrics:
                         itl.observe((end - prev) / out.steps, out.steps)
                     else:
                         itl.observe(end - prev)
-            last_token[rid] = end
+            if req.is_finished:  # the last token, or aborted while this step ran
+                last_token.pop(rid, None)
+            else:
+                last_token[rid] = end
         for req in out.finished:
             self._finished(req)
             last_token.pop(req.request_id, None)
+
+    def forget(self, request_id: str) -> None:
+        """The server answered: a request aborted between steps reaches no `out` again."""
+        self._last_token.pop(request_id, None)
 
     def _finished(self, req: EngineRequest) -> None:
         h = self.hist

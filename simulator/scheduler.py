@@ -155,9 +155,11 @@ class Scheduler:
         return expired
 
     def forget(self, request_id: str) -> None:
-        """Drop a finished request's record (servers call this once they have answered)."""
+        """Drop a finished request's record (servers call this once they have answered). A
+        prefill leg still holding its KV stays in `held` alone, until `release_kv` or its
+        deadline: nothing else would ever drop it from `requests`."""
         req = self.requests.get(request_id)
-        if req is not None and req.is_finished and request_id not in self.held:
+        if req is not None and req.is_finished:
             del self.requests[request_id]
 
     # ---- state -----------------------------------------------------------------------

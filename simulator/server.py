@@ -119,6 +119,7 @@ def _lifespan(settings: EngineSettings):
         engine._on_step = on_step
         if agent is not None:
             engine._on_awaiting_kv = agent.on_awaiting_kv
+            engine._on_kv_expired = agent.kv_expired
             await agent.start()
         engine.start()
         injected = app.get(faults.FAULTS)
@@ -238,12 +239,14 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         kv_role=handoff.role,
         stop_after=stop_after,
     )
-    if handoff.remote is not None and state.agent is not None:
-        state.agent.expect(request_id, handoff.remote)
     try:
         queue = engine.submit(ereq)
     except ValueError as exc:
         return _error(RequestError(str(exc)))
+    if handoff.remote is not None and state.agent is not None:
+        # Before the engine loop next runs (no await since submit): it may give the
+        # request its blocks and ask where its KV comes from.
+        state.agent.expect(request_id, handoff.remote)
     try:
         if gen.stream:
             return await _stream(request, state, gen, writer, ereq, handoff, queue)
@@ -252,7 +255,8 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         if not ereq.is_finished:
             engine.abort(ereq.request_id)  # the client went away
         if state.agent is not None:
-            state.agent.forget(ereq.request_id)
+            state.agent.forget(ereq.request_id, handoff.key)
+        state.metrics.forget(ereq.request_id)
         engine.done(ereq.request_id)
 
 

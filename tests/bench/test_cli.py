@@ -48,6 +48,10 @@ def _invoke(*args: str):  # type: ignore[no-untyped-def]
         (["--max-concurrency", "0"], "--max-concurrency"),
         (["--slo-itl-ms", "-5"], "--slo-itl-ms"),
         (["--goodput-share", "2"], "--goodput-share"),
+        (["--arrivals", "poisson"], "--arrivals"),
+        (["--arrivals", "vllm", "--seed", "-1"], "--seed"),
+        (["--workers", "0"], "--workers"),
+        (["--workers", "4", "--max-concurrency", "2"], "--max-concurrency"),
     ],
 )
 def test_bad_flag_is_one_line_naming_the_flag(args: list[str], flag: str) -> None:

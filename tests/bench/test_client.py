@@ -153,3 +153,27 @@ def test_max_concurrency_caps_requests_in_flight() -> None:
     spans = [(r.start, r.start + r.e2el) for r in records]
     most = max(sum(s <= t < e for s, e in spans) for t, _ in spans)
     assert most <= 2
+
+
+def test_latency_ends_at_the_last_token_as_vllms_does() -> None:
+    record = _send(FakeEngine(token_delay=0.005), request=_request(output_len=4))
+    assert record.ok, record.error
+    assert record.e2el == pytest.approx(record.ttft + sum(record.itl), abs=1e-9)
+
+
+def test_a_prepared_body_is_sent_as_encoded() -> None:
+    engine = FakeEngine()
+
+    async def go() -> RequestRecord:
+        async with serving(engine) as url:
+            config = BenchConfig(base_url=url)
+            async with open_session(config) as session:
+                client = BenchClient(session, config, "ok")
+                requests = [_request(output_len=2), _request(prompt_len=3, output_len=2)]
+                client.prepare(requests, [1])
+                return await client.send(requests[1], index=1)
+
+    record = asyncio.run(go())
+    assert record.ok and record.prompt_tokens == 3
+    assert engine.payloads[0]["prompt"] == "baba babe babi"
+    assert engine.payloads[0]["max_tokens"] == 2

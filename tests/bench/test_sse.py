@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from bench.sse import error_message, parse_line
+import pytest
+
+from bench.sse import MAX_LINE_BYTES, LineSplitter, error_message, parse_line
 
 
 def _data(message: object) -> str:
@@ -22,8 +24,26 @@ def test_chat_delta_content_is_a_token_but_role_only_delta_is_not() -> None:
     assert parse_line(_data({"choices": [{"delta": {"reasoning_content": "hm"}}]})).token
 
 
-def test_finish_chunk_without_text_is_not_a_token() -> None:
-    assert not parse_line(_data({"choices": [{"text": "", "finish_reason": "length"}]})).token
+def test_completion_chunk_with_empty_text_is_a_token_as_vllm_counts_it() -> None:
+    # vLLM streams "" for a token that ends inside a UTF-8 character, and for EOS: one step each
+    assert parse_line(_data({"choices": [{"text": "", "finish_reason": None}]})).token
+    assert parse_line(_data({"choices": [{"text": "", "finish_reason": "stop"}]})).token
+    assert not parse_line(_data({"choices": [], "usage": {"completion_tokens": 3}})).token
+
+
+def test_lines_split_across_chunks_come_out_whole_and_in_order() -> None:
+    lines = LineSplitter()
+    assert lines.feed(b'data: {"choices": [{"te') == []
+    assert lines.feed(b'xt": "a"}]}\n\ndata: [DO') == [b'data: {"choices": [{"text": "a"}]}', b""]
+    assert lines.feed(b"NE]") == []
+    assert parse_line(lines.rest()).done
+    assert parse_line(b'data: {"choices": [{"text": "b"}]}').token
+
+
+def test_an_endless_line_is_an_error_not_a_memory_leak() -> None:
+    lines = LineSplitter()
+    with pytest.raises(ValueError, match="SSE line"):
+        lines.feed(b"x" * (MAX_LINE_BYTES + 1))
 
 
 def test_usage_chunk_gives_token_counts() -> None:

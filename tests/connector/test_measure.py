@@ -79,3 +79,17 @@ def test_no_targets_means_all_met():
 def test_unknown_stat():
     with pytest.raises(ValueError):
         SloTargets(itl_stat="median")
+
+
+def test_itl_figures_are_exactly_what_itl_statistic_computes() -> None:
+    import random
+
+    from domain.slo import itl_statistic
+
+    rng = random.Random(3)
+    for n in (0, 1, 2, 7, 63, 200):
+        gaps = [rng.expovariate(100.0) for _ in range(n)]
+        stats = summarize(0.0, 1.0, [0.0, *gaps], n + 1).itl_stats
+        itls = summarize(0.0, 1.0, [0.0, *gaps], n + 1).itls
+        for stat in ("mean", "p99", "max"):
+            assert stats[stat] == itl_statistic(itls, stat)  # bit for bit, not approx
