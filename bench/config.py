@@ -15,7 +15,7 @@ from domain.datasets import DATASETS
 
 ENDPOINTS = ("completions", "chat")
 # pdctl: seeded gamma gaps (domain/arrivals.py, what the planner replays); vllm: the times
-# `vllm bench serve --seed S` offers at (bench/vllm_arrivals.py)
+# `vllm bench serve --seed S` offers at (domain/vllm_arrivals.py)
 ARRIVALS = ("pdctl", "vllm")
 MAX_WORKERS = 64
 

@@ -1,10 +1,12 @@
 """Published results the planner is held against (shared/SCENARIOS.md), as runnable scenarios.
 
-The MORI-IO post ran one arrival sequence whose seed and process are unpublished. Near the
-prefill instance's capacity (8 req/s of 2,000-token prompts on one TP4 prefill) a single
-sequence swings the disaggregated count by tens of requests, so the scenario runs the
-published rate under many seeded Poisson sequences and compares the mean with the published
-count; seed 0 alone drives the full rate sweep and the per-request distributions.
+The MORI-IO post ran one arrival sequence of vLLM's client (seed and process unpublished;
+`vllm bench serve` defaults to Poisson arrivals and seed 0, stretched so the last request
+arrives at num_prompts / rate). Near the prefill instance's capacity (8 req/s of 2,000-token
+prompts on one TP4 prefill) bursts within one sequence still move the disaggregated count by
+tens of requests, so the scenario runs the published rate under many of vLLM's seeded
+sequences and compares the mean with the published count; seed 0 alone drives the full rate
+sweep and the per-request distributions.
 """
 
 from __future__ import annotations
