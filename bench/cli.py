@@ -89,10 +89,11 @@ def bench(
     arrivals: Annotated[
         str,
         typer.Option(
-            help="pdctl: seeded gamma gaps (what `pdctl plan` replays) | vllm: the arrival "
-            "times `vllm bench serve` uses for the same --seed, --request-rate, --burstiness"
+            help="vllm: the arrival times `vllm bench serve` uses for the same --seed, "
+            "--request-rate, --burstiness (what `pdctl plan` replays) | pdctl: free seeded "
+            "gamma gaps"
         ),
-    ] = "pdctl",
+    ] = "vllm",
     workers: Annotated[
         int,
         typer.Option(

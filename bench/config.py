@@ -14,8 +14,9 @@ from bench.records import ITL_STATS, SloTargets
 from domain.datasets import DATASETS
 
 ENDPOINTS = ("completions", "chat")
-# pdctl: seeded gamma gaps (domain/arrivals.py, what the planner replays); vllm: the times
-# `vllm bench serve --seed S` offers at (bench/vllm_arrivals.py)
+# vllm (the default): the times `vllm bench serve --seed S` offers at, which `pdctl plan`
+# replays too (domain/vllm_arrivals.py); pdctl: free seeded gamma gaps (domain/arrivals.py),
+# whose realized rate over a short run wanders from the one asked for
 ARRIVALS = ("pdctl", "vllm")
 MAX_WORKERS = 64
 
@@ -50,7 +51,7 @@ class BenchConfig:
     timeout: float = 300.0
     ignore_eos: bool = True
     prompt_token_ids: bool = False
-    arrivals: str = "pdctl"
+    arrivals: str = "vllm"
     workers: int = 1
 
     @property

@@ -22,7 +22,6 @@ from bench.config import BenchConfig
 from bench.offer import LAG_TICK, Sender, run_once, watch_loop_lag
 from bench.records import RequestRecord
 from bench.summary import LoopLag, summarize
-from bench.vllm_arrivals import vllm_arrival_times
 from bench.workers import WorkerLag, WorkerPool
 from domain.arrivals import arrival_times
 from domain.datasets import (
@@ -31,6 +30,7 @@ from domain.datasets import (
     random_requests,
     shared_prefix_requests,
 )
+from domain.vllm_arrivals import vllm_arrival_times
 
 __all__ = [
     "LAG_TICK",

@@ -1,11 +1,15 @@
-"""`make bench-switch`: ten read/write switches in a row under load, per strategy.
+"""`make bench-switch`: read/write switches in a row under load, per strategy, twice.
 
-A real `pdctl serve` runs stand-in MoRIIO deployments (tiny model): 1P1D for hold and
-keep-serving, 2P2D (two pairs) for roll. `pdctl bench` offers 10 req/s of 512-token prompts
-with 256 output tokens while the switches run back to back. Printed per strategy: requests
-sent, completed, failed, lost (no answer at all), rejected (503), the switch times, and
-the TTFT of requests that arrived during a switch against those that did not (the baseline,
-measured in the same run).
+A real `pdctl serve` runs stand-in MoRIIO deployments: 1P1D for hold and keep-serving, 2P2D
+(two pairs) for roll. First the tiny model starting at once: `pdctl bench` offers 10 req/s of
+512-token prompts with 256 output tokens while ten switches run back to back. Then the MORI-IO
+setup (Qwen3-235B-A22B-FP8, TP4 instances on MI300X) with modelled start times
+(domain/start_time.py, a warm restart ~2 min) scaled by START_SCALE, and the proxy's 30 s hold
+deadline scaled alike, so that a hold longer than the deadline shows its 503s in minutes.
+Printed per strategy: requests sent, completed, failed, lost (no answer at all), rejected
+(503), the switch times, the TTFT of requests that arrived during a switch against those that
+did not (the baseline, measured in the same run), and the forecast switch duration (the API's,
+asked before each switch) against the measured one.
 """
 
 from __future__ import annotations
@@ -16,21 +20,52 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.control_plane import api, stop_and_wait, wait_running
 from harness.processes import ROOT, Process, free_port
 
-SWITCHES = 10
-RATE = 10.0
+START_SCALE = 0.1  # of the modelled start; the hold deadline is scaled alike
+REAL_HOLD_DEADLINE_S = 30.0
 
 
-def deployment(name: str, pairs: int) -> dict:
+@dataclass(frozen=True)
+class Setup:
+    label: str
+    switches: int = 10
+    rate: float = 10.0
+    input_len: int = 512
+    output_len: int = 256
+    spec: dict = field(default_factory=dict)  # over the tiny deployment's fields
+    tp: int = 1
+
+
+TINY = Setup(
+    "stand-in MoRIIO tiny model, instant starts",
+    spec={"proxy": {"hold_queue": 512, "hold_deadline_s": 60}},
+)
+MORI_IO = Setup(
+    f"MORI-IO setup (Qwen3-235B-A22B-FP8, TP4 on MI300X), modelled starts x {START_SCALE:g}",
+    switches=3,
+    rate=4.0,
+    output_len=64,
+    tp=4,
+    spec={
+        "model": "qwen3-235b-a22b-fp8",
+        "hardware": "mi300x",
+        "start_time_scale": START_SCALE,
+        "proxy": {"hold_queue": 512, "hold_deadline_s": REAL_HOLD_DEADLINE_S * START_SCALE},
+    },
+)
+
+
+def deployment(name: str, pairs: int, setup: Setup = TINY) -> dict:
     groups = []
     for i in range(pairs):
         groups += [
-            {"name": f"prefill-{i}", "role": "prefill", "mode": "read"},
-            {"name": f"decode-{i}", "role": "decode", "mode": "read"},
+            {"name": f"prefill-{i}", "role": "prefill", "mode": "read", "tp": setup.tp},
+            {"name": f"decode-{i}", "role": "decode", "mode": "read", "tp": setup.tp},
         ]
     return {
         "name": name,
@@ -40,20 +75,21 @@ def deployment(name: str, pairs: int) -> dict:
         "connector": "MoRIIOConnector",
         "prefix_caching": False,
         "groups": groups,
-        "proxy": {"hold_queue": 512, "hold_deadline_s": 60},
+        **setup.spec,
     }
 
 
-def run_strategy(base: str, tmp: Path, strategy: str, pairs: int) -> dict:
-    name = f"sw-{strategy}"
-    status, created = api(base, "POST", "/deployments", deployment(name, pairs))
+def run_strategy(base: str, tmp: Path, strategy: str, pairs: int, setup: Setup = TINY) -> dict:
+    name = f"sw-{strategy}-{setup.tp}"
+    status, created = api(base, "POST", "/deployments", deployment(name, pairs, setup))
     assert status == 201, created
     api(base, "POST", f"/deployments/{name}/start")
-    wait_running(base, name)
+    wait_running(base, name, timeout=300)
     proxy = f"http://127.0.0.1:{created['ports']['proxy']}"
     out = tmp / f"{name}.json"
-    # Enough load to outlast ten switches on a busy 2-core machine (~12 s each there).
-    prompts = int(RATE * (SWITCHES * 14 + 20))
+    # Enough load to outlast the switches on a busy 2-core machine.
+    per_switch = 14 if setup is TINY else 40
+    prompts = int(setup.rate * (setup.switches * per_switch + 20))
     load = subprocess.Popen(
         [
             sys.executable,
@@ -62,13 +98,13 @@ def run_strategy(base: str, tmp: Path, strategy: str, pairs: int) -> dict:
             "--base-url",
             proxy,
             "--request-rate",
-            str(RATE),
+            str(setup.rate),
             "--num-prompts",
             str(prompts),
             "--input-len",
-            "512",
+            str(setup.input_len),
             "--output-len",
-            "256",
+            str(setup.output_len),
             "--result-json",
             str(out),
             "--save-requests",
@@ -82,11 +118,15 @@ def run_strategy(base: str, tmp: Path, strategy: str, pairs: int) -> dict:
     )
     started = time.time()
     time.sleep(3)
-    windows, records = [], []
-    for i in range(SWITCHES):
+    windows, records, predicted = [], [], []
+    for i in range(setup.switches):
         if load.poll() is not None:
             break
         mode = "write" if i % 2 == 0 else "read"
+        _, told = api(
+            base, "GET", f"/deployments/{name}/switch/forecast?mode={mode}&rate={setup.rate:g}"
+        )
+        predicted.append(next(f for f in told["strategies"] if f["strategy"] == strategy))
         begin = time.time()
         status, rec = api(
             base,
@@ -100,14 +140,18 @@ def run_strategy(base: str, tmp: Path, strategy: str, pairs: int) -> dict:
             _, rec = api(base, "GET", f"/deployments/{name}/switches/{rec['id']}")
         windows.append((begin - started, time.time() - started))
         records.append(rec)
-    load.wait(timeout=600)
+    load.wait(timeout=900)
     result = json.loads(out.read_text())
     stop_and_wait(base, name)
-    return summarize(strategy, result, records, windows)
+    return summarize(strategy, result, records, windows, predicted)
 
 
 def summarize(
-    strategy: str, result: dict, records: list[dict], windows: list[tuple[float, float]]
+    strategy: str,
+    result: dict,
+    records: list[dict],
+    windows: list[tuple[float, float]],
+    predicted: list[dict] | None = None,
 ) -> dict:
     during, outside = [], []
     lost = rejected = 0
@@ -136,6 +180,10 @@ def summarize(
         "switch_s_max": max(took) if took else None,
         "held_s_median": _median([r.get("held_s") for r in records]),
         "degraded_s_median": _median([r.get("degraded_s") for r in records]),
+        "predicted_s_median": _median([p.get("duration_s") for p in predicted or []]),
+        "predicted_held_s": _median([p.get("held_s") for p in predicted or []]),
+        "predicted_whole_s": _median([p.get("degraded_s") for p in predicted or []]),
+        "predicted_warnings": sorted({w for p in predicted or [] for w in p["warnings"]}),
         "ttft_ms_outside": _median(outside),
         "ttft_ms_during": _median(during),
         "requests_during": len(during),
@@ -157,17 +205,25 @@ def main() -> None:
             env={"PDCTL_RUNTIME_DIR": str(tmp / "runs")},
             log_path=tmp / "serve.log",
         ).wait_healthy(30)
-        rows = []
+        tables = []
         try:
-            for strategy, pairs in (("hold", 1), ("keep-serving", 1), ("roll", 2)):
-                rows.append(run_strategy(serve.url, tmp, strategy, pairs))
-                print(json.dumps(rows[-1]), flush=True)
+            for setup in chosen(sys.argv[1:]):
+                rows = []
+                for strategy, pairs in (("hold", 1), ("keep-serving", 1), ("roll", 2)):
+                    rows.append(run_strategy(serve.url, tmp, strategy, pairs, setup))
+                    print(json.dumps(rows[-1]), flush=True)
+                tables.append((setup, rows))
         finally:
             serve.stop()
+    for setup, rows in tables:
+        print_table(setup, rows)
+
+
+def print_table(setup: Setup, rows: list[dict]) -> None:
     print()
     print(
-        f"{SWITCHES} switches per strategy under {RATE:g} req/s (512 in / 256 out), "
-        "stand-in MoRIIO tiny model"
+        f"{setup.switches} switches per strategy under {setup.rate:g} req/s "
+        f"({setup.input_len} in / {setup.output_len} out), {setup.label}"
     )
     header = (
         "strategy",
@@ -177,6 +233,8 @@ def main() -> None:
         "lost",
         "503",
         "switch s p50/max",
+        "forecast s",
+        "forecast/measured",
         "held s",
         "whole s",
         "TTFT ms outside/during",
@@ -186,6 +244,7 @@ def main() -> None:
     for r in rows:
         base, during = r["ttft_ms_outside"], r["ttft_ms_during"]
         ratio = f"{during / base:.2f}" if base and during else "-"
+        took, told = r["switch_s_median"], r["predicted_s_median"]
         print(
             " | ".join(
                 str(x)
@@ -196,9 +255,9 @@ def main() -> None:
                     r["failed"],
                     r["lost"],
                     r["rejected"],
-                    f"{r['switch_s_median']:.2f}/{r['switch_s_max']:.2f}"
-                    if r["switch_s_median"]
-                    else "-",
+                    f"{took:.2f}/{r['switch_s_max']:.2f}" if took else "-",
+                    told,
+                    f"{told / took:.2f}" if took and told else "-",
                     r["held_s_median"],
                     r["degraded_s_median"],
                     f"{base}/{during}",
@@ -206,6 +265,20 @@ def main() -> None:
                 )
             )
         )
+    for r in rows:
+        for warning in r["predicted_warnings"]:
+            print(f"forecast warned ({r['strategy']}): {warning}")
+
+
+SETUPS = {"tiny": TINY, "mori-io": MORI_IO}
+
+
+def chosen(names: list[str]) -> list[Setup]:
+    """The setups named on the command line (tiny, mori-io); none named: both."""
+    unknown = [n for n in names if n not in SETUPS]
+    if unknown:
+        sys.exit(f"bench_switch: unknown setup {unknown[0]!r}; known: {', '.join(SETUPS)}")
+    return [SETUPS[n] for n in names] if names else list(SETUPS.values())
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ OWNED_FLAGS = frozenset(
         "--hardware",
         "--model-profile",
         "--time-scale",
+        "--start-time-scale",
     }
 )
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
@@ -187,6 +188,9 @@ class DeploymentSpec(_Strict):
         default_factory=dict, max_length=64
     )
     time_scale: float = Field(1.0, gt=0, le=1000)  # stand-in only
+    # Stand-in only: its instances open their ports after the modelled start (domain/
+    # start_time.py) x time_scale x this; 0: at once.
+    start_time_scale: float = Field(0.0, ge=0, le=1000)
     # Merged into --kv-transfer-config's kv_connector_extra_config of prefill and decode
     # instances, e.g. ExampleConnector's shared_storage_path or NIXL's backends.
     kv_connector_extra_config: dict[KvExtraKey, KvExtraValue] = Field(

@@ -47,7 +47,15 @@ def preview(
     settings: LaunchSettings | None = None,
     placed: Addresses | None = None,
 ) -> dict[str, dict[str, Any]]:
-    return {launch.name: launch.preview() for launch in render(spec, ports, settings, placed)}
+    from controller.engine_defaults_note import defaults_note
+
+    groups = {f"{g.name}-{i}": g for g in spec.groups for i in range(g.count)}
+    out = {}
+    for launch in render(spec, ports, settings, placed):
+        out[launch.name] = launch.preview()
+        if launch.name in groups:
+            out[launch.name]["defaults"] = defaults_note(spec, groups[launch.name])
+    return out
 
 
 def reach_address(name: str, settings: LaunchSettings, where: Addresses) -> str:
@@ -158,6 +166,8 @@ def sim_flags(spec: DeploymentSpec) -> list[str]:
         flags += ["--model-profile", profile]
     if spec.hardware:
         flags += ["--hardware", spec.hardware]
+    if spec.start_time_scale:
+        flags += ["--start-time-scale", _number(spec.start_time_scale)]
     return [*flags, "--time-scale", _number(spec.time_scale)]
 
 
@@ -165,10 +175,7 @@ def sim_model_profile(model: str) -> str | None:
     """The stand-in profile for a model name or Hugging Face id; None when none matches."""
     from domain import profiles
 
-    for name in profiles.available("models"):
-        if model in (name, profiles.model(name).hf_id):
-            return name
-    return None
+    return profiles.for_model(model)
 
 
 def kv_transfer_config(

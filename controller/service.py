@@ -23,6 +23,7 @@ from controller.switch import (
     SwitchRevisions,
     SwitchRunner,
 )
+from controller.switch_preview import preview
 from controller.switch_record import IN_PROGRESS, strategy_of
 from controller.validation import engine_problems
 from domain.errors import ConfigError, Unavailable
@@ -163,7 +164,17 @@ class ControlService:
         """Write the target revision (in progress), then switch in the background; the record
         shows the progress and `revisions` how it settled."""
         self.refuse_code(name, spec, None)
-        return self.switches.begin(name, spec, ports, target, strategy, actor, reason, revisions)
+        told = self.switch_preview(name, spec, target)
+        record = self.switches.begin(name, spec, ports, target, strategy, actor, reason, revisions)
+        record.forecast = next(f for f in told["strategies"] if f["strategy"] == strategy)
+        return record
+
+    def switch_preview(
+        self, name: str, spec: DeploymentSpec, target: str, rate: float | None = None
+    ) -> dict[str, Any]:
+        """Each strategy's forecast duration and cost for switching `name` to `target`."""
+        measured = self.supervisor.start_times(name) if self.known(name) else {}
+        return preview(spec, target, measured, self.switches.history(name), rate)
 
     def refuse_code(self, name: str, spec: DeploymentSpec, revision: int | None) -> None:
         """Nothing runs what today's engine allowlists refuse, whenever it was stored (a

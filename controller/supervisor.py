@@ -45,7 +45,7 @@ from controller.probing import probe_round
 from controller.process_backend import ProcessBackend, ShimBackend
 from controller.redact import redact_text
 from controller.render import LaunchSettings, render
-from controller.units import IDLE, LIVE, Supervised, Unit, describe
+from controller.units import IDLE, LIVE, Supervised, Unit, describe, note_start
 from domain.errors import NotFound, SpecInvalid
 
 log = logging.getLogger("pdctl.supervisor")
@@ -176,6 +176,13 @@ class Supervisor:
     def status(self, name: str) -> list[dict[str, Any]]:
         dep = self._deployment(name)
         return [describe(dep, u, self.clock.now(), self.clock.wall()) for u in dep.units.values()]
+
+    def start_times(self, name: str) -> dict[str, list[float]]:
+        """Measured starts (spawn to ready, seconds) of `name`'s instances, by group."""
+        out: dict[str, list[float]] = {}
+        for unit in self._deployment(name).instances():
+            out.setdefault(unit.launch.group or "", []).extend(unit.start_samples)
+        return out
 
     def log_tail(self, name: str, instance: str, lines: int = 100) -> list[str]:
         """The last lines of a process's output, secrets masked (they are shown to people)."""
@@ -319,12 +326,14 @@ class Supervisor:
         unit.machine, actions = m.step(unit.machine, event, self.clock.now())
         if unit.machine.state is not before:
             log.info("%s/%s: %s -> %s", dep.name, unit.launch.name, before, unit.machine.state)
+            note_start(unit, before, self.clock.now())
         for action in actions:
             await self._perform(dep, unit, action)
 
     async def _perform(self, dep: Supervised, unit: Unit, action: m.Action) -> None:
         name = unit.launch.name
         if isinstance(action, m.Spawn):
+            unit.timing_start = True
             await self._spawn(dep, unit)
         elif isinstance(action, m.Kill):
             record = self.backend.read(dep.folder, name) or unit.record

@@ -39,6 +39,7 @@ class SwitchRecord:
     error: str | None = None
     timings: list[dict[str, Any]] = field(default_factory=list)
     stored_only: bool = False  # read back from the store: no runner of this plane ran it
+    forecast: dict[str, Any] | None = None  # what the strategy was forecast to take and cost
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

@@ -30,6 +30,23 @@ class Unit:
     failed_probes: int = 0
     next_probe: float = 0.0
     refusal: str | None = None  # why the last start was not even tried (its port is held)
+    timing_start: bool = False  # spawned by us and not ready yet (an adoption is not timed)
+    start_samples: list[float] = field(default_factory=list)  # spawn -> ready, seconds
+
+
+START_SAMPLES = 20  # the latest starts kept per process
+
+
+def note_start(unit: Unit, before: m.State, now: float) -> None:
+    """A process this supervisor spawned became ready: keep how long that took (the switch
+    forecast's measured start time)."""
+    mach = unit.machine
+    ready = before is m.State.STARTING and mach.state is m.State.RUNNING
+    if unit.timing_start and ready and mach.started_at is not None:
+        unit.start_samples = [*unit.start_samples, round(now - mach.started_at, 3)]
+        del unit.start_samples[:-START_SAMPLES]
+    if mach.state is not m.State.STARTING:
+        unit.timing_start = False
 
 
 @dataclass

@@ -10,6 +10,8 @@ from dataclasses import replace
 import typer
 
 from domain import profiles
+from domain.engine_defaults import engine_defaults
+from domain.start_time import CACHES
 from simulator import stats_log
 from simulator.engine_config import EngineConfigError, EngineSettings, parse_kv_transfer_config
 
@@ -33,6 +35,10 @@ IGNORED_VLLM_FLAGS = {
 }
 
 
+# The block sizes vLLM's CacheConfig accepts on CUDA/ROCm and CPU.
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+
+
 def register(app: typer.Typer) -> None:
     app.command(
         "sim",
@@ -46,9 +52,8 @@ def _model_profile(model: str | None, model_profile: str | None) -> str:
         return model_profile
     if not model:
         return "tiny"
-    for name in profiles.available("models"):
-        if model in (name, profiles.model(name).hf_id):
-            return name
+    if (name := profiles.for_model(model)) is not None:
+        return name
     known = ", ".join(profiles.available("models"))
     raise EngineConfigError(
         f"--model {model!r} has no stand-in profile; pass --model-profile (known: {known})"
@@ -83,17 +88,32 @@ def sim(
         help="Stand-in hardware profile (default: cpu for the tiny model, else h100).",
     ),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp"),
-    max_num_seqs: int = typer.Option(256, "--max-num-seqs"),
-    max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens"),
+    max_num_seqs: int | None = typer.Option(
+        None, "--max-num-seqs", help="Default: vLLM's for the device (see the startup line)."
+    ),
+    max_num_batched_tokens: int | None = typer.Option(
+        None, "--max-num-batched-tokens", help="Default: vLLM's for the device."
+    ),
+    block_size: int | None = typer.Option(
+        None, "--block-size", help="KV block size in tokens. Default: 16 on GPUs, 128 on CPU."
+    ),
     max_model_len: int | None = typer.Option(None, "--max-model-len"),
-    enable_prefix_caching: bool = typer.Option(
-        True, "--enable-prefix-caching/--no-enable-prefix-caching"
+    enable_prefix_caching: bool | None = typer.Option(
+        None, "--enable-prefix-caching/--no-enable-prefix-caching", help="Default: on."
     ),
     gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
     num_gpu_blocks_override: int | None = typer.Option(None, "--num-gpu-blocks-override"),
     kv_transfer_config: str | None = typer.Option(None, "--kv-transfer-config"),
     time_scale: float = typer.Option(
         1.0, "--time-scale", help="Run K times slower than modelled; report modelled."
+    ),
+    start_time_scale: float = typer.Option(
+        0.0,
+        "--start-time-scale",
+        help="Open the port after the modelled start x --time-scale x K; 0: at once.",
+    ),
+    start_cache: str = typer.Option(
+        "warm", "--start-cache", help="warm (a restart on the same node) or cold (a first start)."
     ),
     kv_link_gbps: float | None = typer.Option(
         None, "--kv-link-gbps", help="Modelled KV link, GB/s."
@@ -131,6 +151,7 @@ def sim(
             tp=tensor_parallel_size,
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
+            block_size=block_size,
             max_model_len=max_model_len,
             prefix=enable_prefix_caching,
             gpu_util=gpu_memory_utilization,
@@ -143,6 +164,7 @@ def sim(
         )
         settings = replace(
             settings,
+            **start_settings(start_time_scale, start_cache),
             fault_injection=fault_injection,
             log_stats_interval_s=None if disable_log_stats else stats_log.interval_from(os.environ),
         )
@@ -159,6 +181,14 @@ def sim(
             err=True,
         )
         raise typer.Exit(1) from None
+
+
+def start_settings(scale: float, cache: str) -> dict[str, object]:
+    if not 0 <= scale <= 1000:
+        raise EngineConfigError("--start-time-scale must be between 0 and 1000")
+    if cache not in CACHES:
+        raise EngineConfigError(f"--start-cache must be one of {', '.join(CACHES)}")
+    return {"start_time_scale": scale, "start_cache": cache}
 
 
 def listen_sources(settings: EngineSettings) -> str:
@@ -194,6 +224,7 @@ def _settings(
     tp,
     max_num_seqs,
     max_num_batched_tokens,
+    block_size,
     max_model_len,
     prefix,
     gpu_util,
@@ -206,12 +237,19 @@ def _settings(
 ) -> EngineSettings:
     profile = _model_profile(model, model_profile)
     spec = profiles.model(profile)
-    hardware = hardware or ("cpu" if profile == "tiny" else "h100")
+    hardware = hardware or profiles.default_hardware(profile)
     profiles.hardware(hardware)
     checks = [
         (tp >= 1, "--tensor-parallel-size must be >= 1"),
-        (max_num_seqs >= 1, "--max-num-seqs must be >= 1"),
-        (max_num_batched_tokens >= 1, "--max-num-batched-tokens must be >= 1"),
+        (max_num_seqs is None or max_num_seqs >= 1, "--max-num-seqs must be >= 1"),
+        (
+            max_num_batched_tokens is None or max_num_batched_tokens >= 1,
+            "--max-num-batched-tokens must be >= 1",
+        ),
+        (
+            block_size is None or block_size in BLOCK_SIZES,
+            f"--block-size must be one of {', '.join(map(str, BLOCK_SIZES))}",
+        ),
         (
             max_model_len is None or 1 <= max_model_len <= spec.max_model_len,
             f"--max-model-len must be between 1 and {spec.max_model_len} for {profile}",
@@ -228,6 +266,15 @@ def _settings(
         if not ok:
             raise EngineConfigError(message)
     kv = parse_kv_transfer_config(kv_transfer_config, port, os.environ)
+    chosen = engine_defaults(
+        profiles.hardware(hardware),
+        max_model_len=max_model_len or spec.max_model_len,
+        world_size=tp,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        block_size=block_size,
+        enable_prefix_caching=prefix,
+    )
     settings = EngineSettings(
         host=host,
         port=port,
@@ -235,10 +282,11 @@ def _settings(
         model_profile=profile,
         hardware=hardware,
         tensor_parallel_size=tp,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=chosen.max_num_seqs,
+        max_num_batched_tokens=chosen.max_num_batched_tokens,
+        block_size=chosen.block_size,
         max_model_len=max_model_len,
-        enable_prefix_caching=prefix,
+        enable_prefix_caching=chosen.enable_prefix_caching,
         num_gpu_blocks_override=blocks,
         gpu_memory_utilization=gpu_util,
         time_scale=time_scale,
@@ -247,10 +295,14 @@ def _settings(
         kv_wire_scale=kv_wire_scale,
         registration_interval_s=heartbeat_s,
         kv_hold_timeout_s=_hold_timeout(kv, os.environ),
+        defaults_applied=chosen.explain(),
     )
     from simulator.server import build_scheduler
 
-    if build_scheduler(settings).pool.num_blocks * 16 < settings.model_len and blocks is None:
+    if (
+        build_scheduler(settings).pool.num_blocks * settings.block_size < settings.model_len
+        and blocks is None
+    ):
         raise EngineConfigError(
             f"{profile} does not fit on {tp} x {hardware}: not enough memory for the KV cache "
             "of one max-model-len request (raise -tp or lower --max-model-len)"
@@ -278,6 +330,7 @@ def run(settings: EngineSettings) -> None:
     from aiohttp import web
 
     from simulator.server import create_app
+    from simulator.start_delay import wait_modelled_start
 
     use_uvloop()
     print(
@@ -286,6 +339,9 @@ def run(settings: EngineSettings) -> None:
         f"{settings.served_model_name!r} at http://{settings.host}:{settings.port}/v1",
         flush=True,
     )
+    if settings.defaults_applied:
+        print(f"pdctl sim: vLLM's defaults: {settings.defaults_applied}", flush=True)
+    wait_modelled_start(settings)
     web.run_app(
         create_app(settings),
         host=settings.host,

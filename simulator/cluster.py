@@ -2,10 +2,14 @@
 
 Colocated: the proxy balances whole requests round-robin over the engines. Disaggregated:
 each request's prefill leg goes to a prefill engine and its decode leg to a decode engine
-(round-robin each); the KV moves in the modelled time. Read mode: the decode leg is sent
+(round-robin each); the KV moves in the hand-off model's time (simulator/handoff_model.py;
+bandwidth only when the cluster has no `handoff`). Read mode: the decode leg is sent
 when the prefill answers, the decode allocates blocks, then pulls. Write mode: both legs
 are sent at arrival; the prefill pushes layer by layer as it computes, so the KV is ready
 at the later of (decode blocks allocated + transfer) and (prefill done + one layer's share).
+
+The decode notices a landed KV only between its own steps, as vLLM polls get_finished once
+per engine step: a request whose KV lands mid-step joins the step after it.
 
 Engines step in time order; an engine jumps over steady decode stretches only up to the
 next moment anything could reach it (an arrival, a KV landing, another engine's step).
@@ -18,6 +22,7 @@ import math
 from dataclasses import dataclass, field
 
 from domain.modes import TRANSFER_MODES
+from simulator.handoff_model import HandoffLink
 from simulator.request import EngineRequest, KVRole, gap_stat
 from simulator.scheduler import Scheduler, StepOutput
 from simulator.timing import kv_transfer_seconds
@@ -70,6 +75,16 @@ class Cluster:
     mode: str = "read"  # read | write (disaggregated only)
     link_bytes_per_s: float = 50e9
     link_latency_s: float = 0.0002
+    handoff: HandoffLink | None = None  # the hand-off model; None: latency + bytes / link
+
+    def transfer_seconds(self, decode: Scheduler, prompt_len: int) -> float:
+        """The modelled hand-off of a prompt's KV (all but its last token) to `decode`."""
+        model = decode.timing.model
+        if self.handoff is None:
+            return kv_transfer_seconds(
+                prompt_len - 1, model, self.link_bytes_per_s, self.link_latency_s
+            )
+        return self.handoff.transfer_seconds(model, prompt_len - 1, decode.config.block_size)
 
     def run(self, arrivals: list[Arrival], until: float = math.inf) -> list[RequestResult]:
         if self.colocated:
@@ -95,8 +110,12 @@ class _Run:
     # ---- the shared event loop ---------------------------------------------------------
 
     def _touch(self, k: int, now: float) -> None:
-        """Work reached engine k at `now`: an idle engine cannot step before that."""
-        self.clock[k] = max(self.clock[k], now)
+        """Work reached engine k at `now`: an idle engine cannot step before that, and one
+        that found nothing computable (asleep until its fallback wake-up) steps at once."""
+        if k in self.asleep:
+            self.clock[k] = max(self.asleep.pop(k), now)
+        else:
+            self.clock[k] = max(self.clock[k], now)
 
     def _loop(
         self,
@@ -109,6 +128,9 @@ class _Run:
         """Step engines in time order. `upstream[k]`: engines whose steps can send engine k
         work (a decode's prefills); k may jump only up to their next step."""
         self.clock = clock = [0.0] * len(engines)  # when each engine may start its next step
+        # Engines whose last step found nothing computable, with when they became free: work
+        # reaching one (`_touch`) wakes it then, not at its fallback wake-up.
+        self.asleep: dict[int, float] = {}
         i = 0
         while True:
             next_arrival = self.arrivals[i].at if i < len(self.arrivals) else math.inf
@@ -135,15 +157,16 @@ class _Run:
             out = engine.advance_steady(start, steps) if steps else engine.step(start)
             on_step(k, out)
             if out.steps == 0:
-                # Nothing computable (decode legs waiting for KV): wait for the next event.
+                # Nothing computable (decode legs waiting for KV): sleep until work reaches
+                # it, or at the latest the next arrival or event.
+                self.asleep[k] = start
                 clock[k] = min(
                     next_arrival,
                     next_event if self.events else math.inf,
                     self.events[0][0] if self.events else math.inf,
                 )
-                if clock[k] == math.inf:
-                    return
-                continue
+                continue  # at infinity it waits for a `_touch`; none left ends the loop
+            self.asleep.pop(k, None)
             clock[k] = out.end
 
     # ---- colocated ----------------------------------------------------------------------
@@ -213,11 +236,9 @@ class _Run:
         def maybe_schedule_kv(pair: _Pair) -> None:
             if pair.scheduled or pair.prefill_done is None or pair.blocks_at is None:
                 return
-            tokens = pair.arrival.prompt_token_ids
-            model = c.decodes[pair.decode_engine].timing.model
-            pair.transfer_s = kv_transfer_seconds(
-                len(tokens) - 1, model, c.link_bytes_per_s, c.link_latency_s
-            )
+            decode = c.decodes[pair.decode_engine]
+            model = decode.timing.model
+            pair.transfer_s = c.transfer_seconds(decode, len(pair.arrival.prompt_token_ids))
             if c.mode == "write":
                 ready = max(
                     pair.blocks_at + pair.transfer_s,

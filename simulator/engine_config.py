@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from domain import profiles
+from simulator.handoff_model import HandoffLink
+from simulator.handoff_paths import P2P, choose_path, path_bandwidth
 
 KNOWN_CONNECTORS = (
     "NixlConnector",
@@ -80,13 +82,20 @@ class EngineSettings:
     model_profile: str = "tiny"
     hardware: str = "cpu"
     tensor_parallel_size: int = 1
+    # vLLM's defaults for the API server on a large GPU; `pdctl sim` resolves unset flags by
+    # device (domain/engine_defaults.py) and says why in `defaults_applied`.
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
+    block_size: int = 16
     max_model_len: int | None = None
     enable_prefix_caching: bool = True
     num_gpu_blocks_override: int | None = None
     gpu_memory_utilization: float = 0.9
     time_scale: float = 1.0
+    # The modelled start (domain/start_time.py) x time_scale x this before the port opens;
+    # 0: at once (tests, `make run`).
+    start_time_scale: float = 0.0
+    start_cache: str = "warm"  # warm: a restart on the same node; cold: its first start
     kv: KVTransferSettings | None = None
     kv_link_gbps: float | None = None  # GB/s for the modelled KV link; default from hardware
     kv_link_latency_s: float = 0.0002
@@ -94,6 +103,7 @@ class EngineSettings:
     kv_hold_timeout_s: float = 480.0
     registration_interval_s: float = 3.0
     log_stats_interval_s: float | None = 10.0  # None: --disable-log-stats
+    defaults_applied: str = ""  # one line per flag vLLM's defaults chose, with the rule
     fault_injection: bool = False  # POST /_fault (simulator/faults.py); for `make chaos`
     engine_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
@@ -116,12 +126,21 @@ class EngineSettings:
     def model_len(self) -> int:
         return self.max_model_len or profiles.model(self.model_profile).max_model_len
 
-    def link_bytes_per_s(self) -> float:
-        """Modelled KV link: one RDMA NIC per TP rank unless told otherwise."""
-        if self.kv_link_gbps is not None:
-            return self.kv_link_gbps * 1e9
+    def handoff_link(self, same_node: bool) -> HandoffLink:
+        """The modelled hand-off from a prefill: the path this connector takes on this
+        hardware (MoRIIO's backend "xgmi" is peer-to-peer), its bandwidth part one link per
+        TP rank unless --kv-link-gbps says otherwise, its setup part --kv-link-latency."""
         hw = profiles.hardware(self.hardware)
-        return hw.nic_bytes_per_s * self.tensor_parallel_size
+        connector = self.kv.connector if self.kv is not None else "NixlConnector"
+        path = choose_path(hw, connector, same_node)
+        if self.kv is not None and str(self.kv.extra.get("backend", "")).lower() == "xgmi":
+            path = P2P
+        tp = self.tensor_parallel_size
+        if self.kv_link_gbps is not None:
+            bandwidth = self.kv_link_gbps * 1e9
+        else:
+            bandwidth = path_bandwidth(path, hw, tp, same_node)
+        return HandoffLink(path, bandwidth, tp, connector, setup_s=self.kv_link_latency_s)
 
 
 def parse_kv_transfer_config(

@@ -6,7 +6,8 @@ prefill frees the blocks. Write mode (MoRIIO WRITE): the decode announces its bl
 the prefill's notify port; when the prefill has computed the prompt it pushes the payload
 to the decode's KV port, then frees its blocks.
 
-The model sets the clock: the KV is ready at (blocks allocated + modelled transfer time),
+The model sets the clock: the KV is ready at (blocks allocated + the hand-off model's
+transfer time, simulator/handoff_model.py, over the path this hardware and connector take),
 or in write mode at the later of that and (prefill done + one layer's share), the push
 overlapping with prefill compute. The wire carries modelled bytes x wire scale; if the wire
 is slower than the model, the later time wins and an overrun is counted.
@@ -31,7 +32,6 @@ from simulator.kv_wire import (
 )
 from simulator.metrics import EngineMetrics
 from simulator.request import EngineRequest
-from simulator.timing import kv_transfer_seconds
 
 log = logging.getLogger("pdctl.sim.kv")
 
@@ -185,9 +185,10 @@ class KVTransferAgent:
         allocated_at = engine.now()
         tokens = req.prompt_len - 1
         modelled_bytes = tokens * self.model.kv_bytes_per_token
-        modelled_s = kv_transfer_seconds(
-            tokens, self.model, self.settings.link_bytes_per_s(), self.settings.kv_link_latency_s
-        )
+        # Same node when the prefill's KV address is ours; the decode notices the end between
+        # its own steps (the engine loop takes kv_arrived at its next step).
+        link = self.settings.handoff_link(same_node=remote.host == self.advertised_host)
+        modelled_s = link.transfer_seconds(self.model, tokens, self.settings.block_size)
         timeout = self.kv.transfer_timeout_s * engine.time_scale
         try:
             async with asyncio.timeout(timeout):

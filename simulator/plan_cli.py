@@ -12,6 +12,7 @@ from rich.table import Table
 
 from domain import profiles
 from domain.slo import SloTargets
+from simulator.plan_print import emit, emit_fidelity
 from simulator.planner import (
     EngineFlags,
     PlanError,
@@ -75,12 +76,27 @@ def plan(
     link_gbps: float | None = typer.Option(
         None, "--link-gbps", help="GB/s between P and D (default NICs x TP)."
     ),
-    max_num_seqs: int = typer.Option(256, "--max-num-seqs"),
-    max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens"),
-    pd_max_num_seqs: int = typer.Option(256, "--pd-max-num-seqs"),
-    pd_max_num_batched_tokens: int = typer.Option(4096, "--pd-max-num-batched-tokens"),
-    prefix_caching: bool = typer.Option(False, "--prefix-caching/--no-prefix-caching"),
+    max_num_seqs: int | None = typer.Option(
+        None, "--max-num-seqs", help="Colocated engines; default: vLLM's for the device."
+    ),
+    max_num_batched_tokens: int | None = typer.Option(
+        None, "--max-num-batched-tokens", help="Colocated engines; default: vLLM's."
+    ),
+    pd_max_num_seqs: int | None = typer.Option(
+        None, "--pd-max-num-seqs", help="Prefill and decode engines; default: vLLM's."
+    ),
+    pd_max_num_batched_tokens: int | None = typer.Option(
+        None, "--pd-max-num-batched-tokens", help="Prefill and decode engines; default: vLLM's."
+    ),
+    prefix_caching: bool | None = typer.Option(
+        None, "--prefix-caching/--no-prefix-caching", help="Default: on, as vLLM's."
+    ),
     do_search: bool = typer.Option(False, "--search", help="Rank every one-node layout."),
+    fidelity: bool = typer.Option(
+        False,
+        "--fidelity",
+        help="Every published figure the model is held against, the model's value, the error.",
+    ),
     seeds: int = typer.Option(
         DEFAULT_SEEDS, "--seeds", help="Arrival sequences at the published rate (scenarios)."
     ),
@@ -90,6 +106,15 @@ def plan(
     if not console.is_terminal:
         console = Console(width=260)  # a pipe or a file gets whole rows, not wrapped cells
     try:
+        if fidelity:
+            if not 1 <= seeds <= 200:
+                raise PlanError("--seeds must be between 1 and 200")
+            from simulator.fidelity import fidelity_table
+
+            emit_fidelity(fidelity_table(seeds), as_json, console)
+            return
+        if scenario == "fidelity":
+            raise PlanError("--scenario fidelity: use --fidelity")
         if scenario is not None:
             if scenario not in SCENARIOS:
                 raise PlanError(f"--scenario {scenario!r}: known: {', '.join(SCENARIOS)}")
@@ -100,7 +125,7 @@ def plan(
                 if scenario == "saturation"
                 else SCENARIOS[scenario](rates=parse_rates(rate) if rate else None, seeds=seeds)
             )
-            _emit(result, as_json, console)
+            emit(result, as_json, console)
             return
         _checks(
             model,
@@ -115,6 +140,14 @@ def plan(
             itl_slo_stat,
         )
         rates = parse_rates(rate or "8")
+        _check_engine_flags(
+            {
+                "--max-num-seqs": max_num_seqs,
+                "--max-num-batched-tokens": max_num_batched_tokens,
+                "--pd-max-num-seqs": pd_max_num_seqs,
+                "--pd-max-num-batched-tokens": pd_max_num_batched_tokens,
+            }
+        )
         flags = EngineFlags(max_num_seqs, max_num_batched_tokens, prefix_caching)
         pd_flags = EngineFlags(pd_max_num_seqs, pd_max_num_batched_tokens, prefix_caching)
         setup = PlanSetup(
@@ -141,7 +174,13 @@ def plan(
     except (PlanError, profiles.UnknownProfile) as exc:
         typer.echo(f"pdctl plan: error: {exc}", err=True)
         raise typer.Exit(2) from None
-    _emit(result, as_json, console)
+    emit(result, as_json, console)
+
+
+def _check_engine_flags(values: dict[str, int | None]) -> None:
+    for flag, value in values.items():
+        if value is not None and not 1 <= value <= 1_048_576:
+            raise PlanError(f"{flag} must be between 1 and 1048576")
 
 
 def _checks(
@@ -171,124 +210,7 @@ def _checks(
             raise PlanError(message)
 
 
-def _emit(result: dict, as_json: bool, console: Console) -> None:
-    if as_json:
-        typer.echo(json.dumps(result, indent=2, default=str))
-        return
-    if "ranked" in result:
-        table = Table("config", "max_goodput_rate", "attainment at top rate", "fails on")
-        for r in result["ranked"]:
-            table.add_row(
-                r["config"],
-                str(r["max_goodput_rate"]),
-                f"{r['attainment_at_top_rate']:.0%}",
-                r["failed_target_at_top_rate"],
-            )
-        console.print(table)
-        console.print(result["reason"])
-        return
-    if "saturation" in result:
-        table = Table("config", "GPUs", "duration s", "total tok/s", "output tok/s")
-        for r in result["saturation"]:
-            table.add_row(
-                r["config"],
-                str(r["gpus"]),
-                str(r["duration_s"]),
-                str(r["total_tokens_per_s"]),
-                str(r["output_tokens_per_s"]),
-            )
-        console.print(table)
-        console.print(result.get("verdict", ""))
-        return
-    table = Table(
-        "config",
-        "rate",
-        "met TTFT",
-        "met ITL",
-        "met both",
-        "TTFT p50/p99 ms",
-        "ITL p50/p99 ms",
-        "fails on",
-        *(["published"] if "published" in result["rows"][0] else []),
-    )
-    for r in result["rows"]:
-        cells = [
-            r["config"],
-            f"{r['rate']:g}",
-            f"{r['met_ttft']}/{r['requests']}",
-            f"{r['met_itl']}/{r['requests']}",
-            f"{r['met_both']}/{r['requests']}",
-            f"{r['p50_ttft_ms']:.0f} / {r['p99_ttft_ms']:.0f}",
-            f"{r['p50_itl_ms']:.1f} / {r['p99_itl_ms']:.1f}",
-            r["failed_target"],
-        ]
-        if "published" in r:
-            cells.append(str(r["published"]))
-        table.add_row(*cells)
-    console.print(table)
-    for name, best in result["max_goodput_rate"].items():
-        console.print(
-            f"max_goodput_rate {name}: {best} req/s (>= {result['goodput_share']:.0%} meet both)"
-        )
-    if "published_rate" in result:
-        _emit_published(result, console)
-    if "wall_s" in result:
-        console.print(f"(simulated in {result['wall_s']} s)")
-    if "sweep_wall_s" in result:
-        console.print(
-            f"(sweep: {len(result['rows'])} runs in {result['sweep_wall_s']} s; "
-            f"published rate x {result['published_rate']['seeds']} seeds in "
-            f"{result['published_rate_wall_s']} s)"
-        )
-
-
-def _emit_published(result: dict, console: Console) -> None:
-    report = result["published_rate"]
-    seeds = report["seeds"]
-    table = Table(
-        "config",
-        f"met both: mean (min-max) of {seeds} seeds",
-        "published",
-        "fail TTFT only / ITL only (mean)",
-        "published ",
-        "TTFT p50/p90/p99/max s (median of seeds)",
-        "published  ",
-        f"per-request ITL {report['itl_stat']} (seed 0)",
-        "published   ",
-        title=f"At {report['rate']:g} req/s, beside the MORI-IO post",
-    )
-    for name, c in report["configs"].items():
-        pub = c["published"] or {}
-        ttft = c["ttft_s"]
-        table.add_row(
-            name,
-            _spread(c["met_both"]),
-            str(pub.get("met_both", "-")),
-            f"{c['fail_ttft_only']['mean']:g} / {c['fail_itl_only']['mean']:g}",
-            f"{pub.get('fail_ttft_only', '-')} / {pub.get('fail_itl_only', '-')}",
-            " / ".join(f"{ttft[k]:.3f}" for k in ("p50", "p90", "p99", "max")),
-            " / ".join(f"{pub['ttft_s'][k]:.3f}" for k in ("p50", "p90", "p99", "max"))
-            if pub
-            else "-",
-            c["seed0"]["itl_clusters"],
-            pub.get("itl_clusters", "-"),
-        )
-    console.print(table)
-    stats = Table(
-        "config",
-        *(f"met both, per-request ITL {s}" for s in ("p99", "mean", "max")),
-        title="The same runs judged under each per-request ITL statistic",
-    )
-    for name, c in report["configs"].items():
-        by = c["met_both_by_itl_stat"]
-        stats.add_row(name, *(_spread(by[s]) for s in ("p99", "mean", "max")))
-    console.print(stats)
-    for check in result["checks"]:
-        console.print(("holds  " if check["holds"] else "FAILS  ") + check["claim"])
-
-
-def _spread(spread: dict) -> str:
-    return f"{spread['mean']:g} ({spread['min']}-{spread['max']})"
+KV_CONNECTORS = {"nixl": "NixlConnector", "moriio": "MoRIIOConnector"}
 
 
 def kv(
@@ -297,21 +219,61 @@ def kv(
     hardware: str = typer.Option("h100", "--hardware"),
     tp: int = typer.Option(1, "--tp", help="NICs used (one per TP rank)."),
     link_gbps: float | None = typer.Option(None, "--link-gbps", help="GB/s, overrides NICs."),
+    connector: str = typer.Option("nixl", "--connector", help="nixl or moriio."),
+    block_size: int | None = typer.Option(
+        None, "--block-size", help="KV block size; default: vLLM's for the device."
+    ),
+    decode_step_ms: float | None = typer.Option(
+        None, "--decode-step-ms", help="The decode's step; default: modelled at batch 32."
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     try:
         spec, hw = profiles.model(model), profiles.hardware(hardware)
     except profiles.UnknownProfile as exc:
-        typer.echo(f"pdctl kv: error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        _kv_error(str(exc))
     if tokens < 1 or tp < 1 or (link_gbps is not None and link_gbps <= 0):
-        typer.echo("pdctl kv: error: --tokens, --tp and --link-gbps must be positive", err=True)
-        raise typer.Exit(2)
+        _kv_error("--tokens, --tp and --link-gbps must be positive")
+    if connector not in KV_CONNECTORS:
+        _kv_error(f"--connector must be one of {', '.join(KV_CONNECTORS)}, got {connector!r}")
+    if block_size is not None and block_size < 1:
+        _kv_error(f"--block-size must be a positive number of tokens, got {block_size}")
+    if decode_step_ms is not None and not 0 <= decode_step_ms < 1e6:
+        _kv_error(f"--decode-step-ms must be >= 0, got {decode_step_ms:g}")
     from simulator.calculator import kv_report
 
-    report = kv_report(spec, hw, tokens, tp, link_gbps)
+    report = kv_report(
+        spec, hw, tokens, tp, link_gbps, KV_CONNECTORS[connector], block_size, decode_step_ms
+    )
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
+    rows = report.pop("handoff")
     for key, value in report.items():
         typer.echo(f"{key:<28} {value}")
+    console = Console(width=140)
+    table = Table(
+        "path",
+        "GB/s",
+        "descriptors",
+        *(f"{part} ms" for part in ("setup", "post", "staging", "wire", "notice", "total")),
+        "x bandwidth",
+        title="The hand-off, part by part (notice: half a decode step, on average)",
+    )
+    for row in rows:
+        table.add_row(
+            row["path"],
+            f"{row['gbps']:g}",
+            f"{row['descriptors']:,}",
+            *(
+                f"{row[f'{part}_ms']:g}"
+                for part in ("setup", "post", "staging", "wire", "notice", "total")
+            ),
+            f"{row['times_bandwidth']:g}",
+        )
+    console.print(table)
+
+
+def _kv_error(message: str) -> None:
+    typer.echo(f"pdctl kv: error: {message}", err=True)
+    raise typer.Exit(2)

@@ -9,9 +9,12 @@ import re
 from dataclasses import dataclass, field
 
 from domain import profiles
+from domain.engine_defaults import EngineDefaults, engine_defaults
 from domain.modes import TRANSFER_MODES
 from domain.slo import SloTargets
 from simulator.cluster import Cluster
+from simulator.handoff_model import HandoffLink
+from simulator.handoff_paths import HandoffPath, choose_path, path_bandwidth
 from simulator.scheduler import Scheduler, SchedulerConfig
 from simulator.timing import TimingModel
 
@@ -88,11 +91,12 @@ def parse_config(text: str) -> PlanConfig:
 
 @dataclass(frozen=True, slots=True)
 class EngineFlags:
-    """vLLM's engine flags for one role."""
+    """vLLM's engine flags for one role; None: what vLLM picks for the device (resolved by
+    `PlanSetup.engine_settings`, domain/engine_defaults.py)."""
 
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    prefix_caching: bool = False
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    prefix_caching: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +123,12 @@ class PlanSetup:
     colocated_flags: EngineFlags = field(default_factory=EngineFlags)
     prefill_flags: EngineFlags = field(default_factory=EngineFlags)
     decode_flags: EngineFlags = field(default_factory=EngineFlags)
-    link_gbps: float | None = None  # GB/s between a prefill and a decode; None: NICs x TP
-    link_latency_s: float = 0.0002
+    link_gbps: float | None = None  # the hand-off's bandwidth part, GB/s; None: its path's
+    link_latency_s: float = 0.0002  # the hand-off's setup part
+    # The KV connector (None: MoRIIO on AMD, NIXL elsewhere) and whether a pair shares a
+    # node: together with the hardware they choose the hand-off's path.
+    connector: str | None = None
+    same_node: bool = True
     slo: SloTargets = PLAN_SLO
     goodput_share: float = 0.9
 
@@ -142,22 +150,76 @@ class PlanSetup:
     def _timing(self, tp: int) -> TimingModel:
         return TimingModel(profiles.model(self.model), profiles.hardware(self.hardware), tp)
 
+    def engine_settings(self, tp: int, flags: EngineFlags) -> EngineDefaults:
+        """The flags one engine of TP `tp` runs with, vLLM's defaults filling the gaps."""
+        return engine_defaults(
+            profiles.hardware(self.hardware),
+            max_model_len=profiles.model(self.model).max_model_len,
+            world_size=tp,
+            max_num_batched_tokens=flags.max_num_batched_tokens,
+            max_num_seqs=flags.max_num_seqs,
+            enable_prefix_caching=flags.prefix_caching,
+        )
+
     def engine(self, tp: int, flags: EngineFlags) -> Scheduler:
+        chosen = self.engine_settings(tp, flags)
         return Scheduler(
             self._timing(tp),
             SchedulerConfig(
-                max_num_seqs=flags.max_num_seqs,
-                max_num_batched_tokens=flags.max_num_batched_tokens,
-                enable_prefix_caching=flags.prefix_caching,
+                max_num_seqs=chosen.max_num_seqs,
+                max_num_batched_tokens=chosen.max_num_batched_tokens,
+                block_size=chosen.block_size,
+                enable_prefix_caching=chosen.enable_prefix_caching,
             ),
         )
 
+    def defaults_applied(self, configs: list[PlanConfig]) -> dict[str, str]:
+        """Per role and TP that the configs use and leave a flag unset: what vLLM's defaults
+        chose and why (shown by `pdctl plan` and the planner page)."""
+        roles = []
+        for config in configs:
+            if config.kind == "colocated":
+                roles.append((f"colocated TP{config.tp}", config.tp, self.colocated_flags))
+            else:
+                roles.append(
+                    (f"prefill TP{config.prefill_tp}", config.prefill_tp, self.prefill_flags)
+                )
+                roles.append((f"decode TP{config.decode_tp}", config.decode_tp, self.decode_flags))
+        out = {}
+        for label, tp, flags in roles:
+            text = self.engine_settings(tp, flags).explain()
+            if text and label not in out:
+                out[label] = text
+        return out
+
+    @property
+    def kv_connector(self) -> str:
+        if self.connector is not None:
+            return self.connector
+        amd = profiles.hardware(self.hardware).vendor == "AMD"
+        return "MoRIIOConnector" if amd else "NixlConnector"
+
+    def handoff_path(self) -> HandoffPath:
+        return choose_path(profiles.hardware(self.hardware), self.kv_connector, self.same_node)
+
     def link_bytes_per_s(self, config: PlanConfig) -> float:
+        """The hand-off's bandwidth part: a pair moves KV over as many links (one NIC or
+        peer link per GPU) as its smaller side has GPUs."""
         if self.link_gbps is not None:
             return self.link_gbps * 1e9
-        # One RDMA NIC per GPU: a pair moves KV over as many NICs as its smaller side has.
-        hw = profiles.hardware(self.hardware)
-        return hw.nic_bytes_per_s * min(config.prefill_tp, config.decode_tp)
+        ranks = min(config.prefill_tp, config.decode_tp)
+        return path_bandwidth(
+            self.handoff_path(), profiles.hardware(self.hardware), ranks, self.same_node
+        )
+
+    def handoff(self, config: PlanConfig) -> HandoffLink:
+        return HandoffLink(
+            self.handoff_path(),
+            self.link_bytes_per_s(config),
+            ranks=min(config.prefill_tp, config.decode_tp),
+            connector=self.kv_connector,
+            setup_s=self.link_latency_s,
+        )
 
     def cluster(self, config: PlanConfig) -> Cluster:
         if config.kind == "colocated":
@@ -176,6 +238,7 @@ class PlanSetup:
             mode=config.mode,
             link_bytes_per_s=self.link_bytes_per_s(config),
             link_latency_s=self.link_latency_s,
+            handoff=self.handoff(config),
         )
 
 

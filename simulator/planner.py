@@ -16,9 +16,9 @@ import random
 from collections.abc import Callable
 from dataclasses import replace
 
-from domain.arrivals import arrival_times
 from domain.datasets import random_requests, shared_prefix_requests
 from domain.slo import max_goodput_rate
+from domain.vllm_arrivals import vllm_arrival_times
 from simulator.cluster import Arrival, RequestResult
 from simulator.plan_results import judge, rank, row
 from simulator.plan_setup import (
@@ -32,7 +32,7 @@ from simulator.plan_setup import (
     fitting_configs,
     parse_config,
 )
-from simulator.timing import calibrated_factors, tp_overrides
+from simulator.timing import FITTED_LISTS, calibrated_factors, tp_overrides
 
 __all__ = [
     "PLAN_SLO",
@@ -58,11 +58,12 @@ __all__ = [
 
 
 def make_arrivals(workload: Workload, rate: float) -> list[Arrival]:
-    """The same requests for every configuration at one rate (seeded)."""
+    """The same requests for every configuration at one rate, offered when `vllm bench serve
+    --seed` would offer them. Its schedule is stretched so the last request arrives at
+    exactly num_prompts / rate: every sequence offers the nominal rate, where free Poisson
+    draws of 100 requests offer 7 to 10 req/s at a nominal 8 (the study in issue 20)."""
     requests = _requests(workload)
-    times = arrival_times(
-        len(requests), rate, workload.burstiness, random.Random(f"{workload.seed}:arrivals")
-    )  # as pdctl bench
+    times = vllm_arrival_times(len(requests), rate, workload.burstiness, workload.seed)
     return [
         Arrival(f"r{i}", t, r.prompt_ids, r.output_len)
         for i, (t, r) in enumerate(zip(times, requests, strict=True))
@@ -144,6 +145,7 @@ def sweep(
             "itl_stat": setup.slo.itl_stat,
         },
         "calibration": calibration(setup),
+        "engine_defaults": setup.defaults_applied(configs),
     }
     if skipped:
         result["truncated"] = f"{skipped} of {len(configs) * len(rates)} runs not started"
@@ -178,7 +180,7 @@ def calibration(setup: PlanSetup) -> list[dict]:
 
 
 def _factor_values(factors) -> dict:
-    return {k: getattr(factors, k) for k in factors.__dataclass_fields__ if k != "fitted_to"}
+    return {k: getattr(factors, k) for k in factors.__dataclass_fields__ if k not in FITTED_LISTS}
 
 
 def search(

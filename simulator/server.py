@@ -73,6 +73,7 @@ def build_scheduler(settings: EngineSettings) -> Scheduler:
     config = SchedulerConfig(
         max_num_seqs=settings.max_num_seqs,
         max_num_batched_tokens=settings.max_num_batched_tokens,
+        block_size=settings.block_size,
         num_gpu_blocks=settings.num_gpu_blocks_override or 0,
         enable_prefix_caching=settings.enable_prefix_caching,
         gpu_memory_utilization=settings.gpu_memory_utilization,

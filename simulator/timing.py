@@ -40,6 +40,8 @@ class TimingFactors:
     activation_bytes: int = 2
     # What the published points these factors were fitted to are (empty: defaults).
     fitted_to: tuple[str, ...] = ()
+    # The same points as ids of `pdctl plan --fidelity` rows: those rows are not judged.
+    fitted_figures: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +190,9 @@ def _calibration_table() -> dict:
     return tomllib.loads(path.read_text()) if path.is_file() else {}
 
 
+FITTED_LISTS = ("fitted_to", "fitted_figures")
+
+
 def calibrated_factors(hardware_name: str, model_name: str, tp: int | None = None) -> TimingFactors:
     """Defaults, overridden by the fitted entry for this pair when one exists, then by the
     entry's `tpN` table for that TP degree (a factor fitted to that layout alone)."""
@@ -197,13 +202,14 @@ def calibrated_factors(hardware_name: str, model_name: str, tp: int | None = Non
     values = {k: v for k, v in entry.items() if not _is_tp_table(k)}
     if tp is not None:
         for key, value in entry.get(f"tp{tp}", {}).items():
-            values[key] = (*values.get(key, ()), *value) if key == "fitted_to" else value
+            values[key] = (*values.get(key, ()), *value) if key in FITTED_LISTS else value
     known = {f.name for f in fields(TimingFactors)}
     unknown = set(values) - known
     if unknown:
         raise ValueError(f"calibration.toml [{hardware_name}.{model_name}]: unknown {unknown}")
-    if "fitted_to" in values:
-        values["fitted_to"] = tuple(values["fitted_to"])
+    for key in FITTED_LISTS:
+        if key in values:
+            values[key] = tuple(values[key])
     return replace(TimingFactors(), **values)
 
 

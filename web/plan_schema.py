@@ -54,11 +54,12 @@ class _Strict(BaseModel):
 
 
 class FlagsIn(_Strict):
-    """vLLM's engine flags for one role."""
+    """vLLM's engine flags for one role; a field left out (or null): vLLM's default for the
+    device, as the result's `engine_defaults` says."""
 
-    max_num_seqs: int = Field(256, ge=1, le=4096)
-    max_num_batched_tokens: int = Field(8192, ge=16, le=262_144)
-    prefix_caching: bool = False
+    max_num_seqs: int | None = Field(None, ge=1, le=4096)
+    max_num_batched_tokens: int | None = Field(None, ge=16, le=262_144)
+    prefix_caching: bool | None = None
 
 
 class WorkloadIn(_Strict):

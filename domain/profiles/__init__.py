@@ -38,6 +38,7 @@ class HardwareProfile:
     compute_eff_bf16: float
     compute_eff_fp8: float
     mem_eff: float
+    rdma: bool = False  # GPUDirect RDMA NICs (the KV hand-off's path between nodes)
 
     def peak_flops(self, dtype: str) -> float:
         return (self.fp8_tflops if dtype == "fp8" else self.bf16_tflops) * 1e12
@@ -139,6 +140,20 @@ def _load(kind: str, name: str, record: type) -> object:
     if missing:
         raise ValueError(f"{path}: missing fields {sorted(missing)}")
     return record(**{k: data[k] for k in wanted})
+
+
+def for_model(model_name: str) -> str | None:
+    """The model profile for a profile name or Hugging Face id; None when none matches."""
+    for name in available("models"):
+        if model_name in (name, model(name).hf_id):
+            return name
+    return None
+
+
+def default_hardware(model_profile: str) -> str:
+    """What the stand-in plays when no --hardware is given: the tiny model runs as on a CPU
+    (as the real vLLM CPU build here does), every other model on an H100."""
+    return "cpu" if model_profile == "tiny" else "h100"
 
 
 def available(kind: str) -> list[str]:

@@ -363,3 +363,19 @@ def test_every_engine_binds_its_nodes_address_never_every_interface(engine):
                 continue
             i = launch.argv.index("--host")
             assert launch.argv[i + 1] == host and launch.argv.count("--host") == 1
+
+
+def test_the_preview_says_which_defaults_an_engine_takes():
+    shown = preview(mori_blog(), allocate(mori_blog()))
+    assert shown["prefill-0"]["defaults"] == (
+        "--enable-chunked-prefill on (decoder-only generative model); --block-size 16 (GPUs)"
+    )  # the blog sets both batch flags and prefix caching
+    assert "defaults" not in shown["proxy"]
+    spec = mori_blog()
+    spec.groups[0].max_num_batched_tokens = None
+    spec.groups[0].max_num_seqs = None
+    shown = preview(spec, allocate(spec))
+    assert (
+        "--max-num-seqs 1024, --max-num-batched-tokens 16384 (AMD Instinct MI300X: >= 160 GiB"
+        in (shown["prefill-0"]["defaults"])
+    )

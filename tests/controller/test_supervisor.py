@@ -86,6 +86,22 @@ def test_proxy_first_then_instances_then_running(tmp_path):
     run(scenario())
 
 
+def test_the_supervisor_keeps_each_spawned_instance_s_start_time_by_group(tmp_path):
+    async def scenario():
+        h = Harness(tmp_path)
+        spec = tiny_pair()
+        await h.sup.start("tiny-pd", spec, allocate(spec))
+        await h.polls(2)
+        assert h.sup.start_times("tiny-pd") == {"prefill": [0.5], "decode": [0.5]}
+        await h.sup.restart("tiny-pd", "decode-0")
+        await h.polls(4)
+        assert h.states("tiny-pd")["decode-0"] == "RUNNING"
+        times = h.sup.start_times("tiny-pd")
+        assert times["prefill"] == [0.5] and len(times["decode"]) == 2
+
+    run(scenario())
+
+
 def test_moriio_instances_are_ready_only_once_registered(tmp_path):
     async def scenario():
         h = Harness(tmp_path)

@@ -78,3 +78,8 @@ def test_the_kv_calculator_reads_about_3_3_gb_for_llama_70b_at_10k_tokens(plane,
     page.wait_for_selector("#kv-gb:has-text('3.28 GB')", timeout=10_000)
     gb = float(page.get_attribute("[data-kv-gb]", "data-kv-gb"))
     assert 3.2 <= gb <= 3.4
+    page.select_option("#kv-hardware", "l40s")
+    page.click("#kv-form button[type=submit]")
+    staged = page.wait_for_selector("#kv-handoff tr[data-path='host'] [data-times-bandwidth]")
+    assert float(staged.get_attribute("data-times-bandwidth")) > 20  # tens of times its PCIe
+    assert page.text_content("#kv-path-in-node") == "host"

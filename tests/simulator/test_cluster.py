@@ -62,3 +62,15 @@ def test_a_slow_link_shows_in_ttft_and_transfer_time():
 def test_half_configured_cluster_is_refused():
     with pytest.raises(ValueError, match="prefill and decode"):
         Cluster(prefills=[engine()]).run(arrivals(1.0, n=2))
+
+
+@pytest.mark.parametrize("mode", ["read", "write"])
+def test_a_decode_waiting_for_kv_wakes_when_it_lands_not_at_the_next_arrival(mode):
+    # A prompt longer than the prefill's token budget takes two prefill steps; the decode leg
+    # (sent at arrival in write mode) finds nothing computable meanwhile. It used to sleep
+    # until the next arrival (20 s later here), or for the last request forever.
+    lonely = [Arrival(f"r{i}", 20.0 * i, [7 + i] * 6000, 8) for i in range(3)]
+    results = pd(mode).run(lonely)
+    assert all(r.ttft is not None for r in results)
+    assert max(r.ttft for r in results) < 2.0
+    assert len({round(r.ttft, 6) for r in results}) == 1  # alike, whatever comes next

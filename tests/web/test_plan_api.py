@@ -145,9 +145,29 @@ def test_kv_without_peer_to_peer_goes_through_host_memory_and_is_slower(api):
     assert host["given_link_transfer_ms"] == pytest.approx(3.2768e9 / 50e9 * 1000, rel=1e-3)
 
 
+def test_kv_shows_the_hand_off_parts_per_path_and_which_one_is_taken(api):
+    params = {"model": "llama-3.1-8b", "tokens": 2048, "hardware": "l40s"}
+    l40s = api.get("/api/kv", params=params).json()
+    [host] = l40s["handoff"]  # no RDMA NIC, no P2P: only the staged path
+    assert host["path"] == "host" == l40s["path_in_node"] == l40s["path_across_nodes"]
+    assert host["descriptors"] == 128 * 32 * 2 and l40s["block_size"] == 16
+    assert host["times_bandwidth"] > 20
+    parts = ("setup_ms", "post_ms", "staging_ms", "wire_ms", "notice_ms")
+    assert host["total_ms"] == pytest.approx(sum(host[p] for p in parts), abs=0.01)
+    h100 = api.get("/api/kv", params={**params, "hardware": "h100", "decode_step_ms": 20}).json()
+    assert [r["path"] for r in h100["handoff"]] == ["rdma", "p2p", "host"]
+    assert h100["path_in_node"] == "p2p" and h100["path_across_nodes"] == "rdma"
+    assert all(r["notice_ms"] == 10.0 for r in h100["handoff"])
+    mori = api.get("/api/kv", params={**params, "hardware": "mi300x", "connector": "moriio"})
+    assert mori.json()["path_in_node"] == "rdma"
+
+
 @pytest.mark.parametrize(
     ("params", "field"),
     [
+        ({"connector": "ucx"}, "connector"),
+        ({"block_size": 0}, "block_size"),
+        ({"decode_step_ms": -1}, "decode_step_ms"),
         ({"model": "gpt-5"}, "model"),
         ({"hardware": "tpu"}, "hardware"),
         ({"tokens": 0}, "tokens"),

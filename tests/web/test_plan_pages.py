@@ -105,5 +105,17 @@ def test_the_kv_page_answers_an_htmx_query_and_says_what_is_wrong(pages):
     )
     assert ok.status_code == 200 and "<html" not in ok.text
     assert "through host memory" in ok.text and 'id="kv-link-ms"' in ok.text
+    assert 'id="kv-handoff"' in ok.text and 'data-path="host"' in ok.text
     bad = pages.get("/tools/kv", params={"tokens": "many"}, headers=HX)
     assert bad.status_code == 422 and "tokens" in bad.text and "data-kv-gb" not in bad.text
+
+
+def test_the_fidelity_scenario_shows_each_figure_and_which_are_fitted(pages, monkeypatch):
+    from simulator import fidelity
+
+    quick = fidelity.fidelity_table.__wrapped__
+    monkeypatch.setattr(fidelity, "fidelity_table", lambda seeds=20: quick(1))
+    text = pages.get("/plan", params={"run": "1", "scenario": "fidelity"}, headers=HX).text
+    assert 'data-fidelity="mori-io.disagg-write.met_both" data-judged="true"' in text
+    assert 'data-fidelity="mori-io.colocated-tp8.ttft_p99" data-judged="false"' in text
+    assert "no: fitted to it" in text

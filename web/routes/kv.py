@@ -1,11 +1,12 @@
 """The KV calculator: a prompt's KV-cache bytes and how long they take to move over the RDMA
 NICs, inside a node (GPU peer-to-peer, or through host memory without it) and over a given
-link. `GET /api/kv` and the page `/tools/kv` answer from simulator/calculator.py."""
+link, and the hand-off part by part on each path. `GET /api/kv` and the page `/tools/kv`
+answer from simulator/calculator.py."""
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
@@ -20,7 +21,18 @@ from web.routes.page_common import PageActor, page_context
 router = APIRouter(tags=["tools"])  # under /api, behind a token
 page_router = APIRouter(tags=["pages"], include_in_schema=False)
 
-FIELDS = ("model", "tokens", "hardware", "tp", "link_gbps", "p2p")
+FIELDS = (
+    "model",
+    "tokens",
+    "hardware",
+    "tp",
+    "link_gbps",
+    "p2p",
+    "connector",
+    "block_size",
+    "decode_step_ms",
+)
+CONNECTORS = {"nixl": "NixlConnector", "moriio": "MoRIIOConnector"}
 
 
 class KvQuery(BaseModel):
@@ -35,6 +47,13 @@ class KvQuery(BaseModel):
         None,
         description="GPU peer-to-peer inside the node; default: what the hardware profile says",
     )
+    connector: Literal["nixl", "moriio"] = Field("nixl", description="the KV connector")
+    block_size: int | None = Field(
+        None, ge=1, le=4096, description="KV block size in tokens; default: vLLM's for the device"
+    )
+    decode_step_ms: float | None = Field(
+        None, ge=0, le=1e6, description="the decode's step; default: modelled at batch 32"
+    )
 
     @field_validator("model")
     @classmethod
@@ -46,7 +65,7 @@ class KvQuery(BaseModel):
     def _known_hardware(cls, name: str) -> str:
         return _known("hardware", name)
 
-    @field_validator("link_gbps", "p2p", mode="before")
+    @field_validator("link_gbps", "p2p", "block_size", "decode_step_ms", mode="before")
     @classmethod
     def _blank_is_none(cls, value: Any) -> Any:
         return None if value == "" else value  # an empty form field
@@ -64,7 +83,16 @@ def report(q: KvQuery) -> dict[str, Any]:
     if q.p2p is not None:
         hw = replace(hw, p2p=q.p2p)
     return {
-        **kv_report(profiles.model(q.model), hw, q.tokens, q.tp, q.link_gbps),
+        **kv_report(
+            profiles.model(q.model),
+            hw,
+            q.tokens,
+            q.tp,
+            q.link_gbps,
+            CONNECTORS[q.connector],
+            q.block_size,
+            q.decode_step_ms,
+        ),
         "hardware": q.hardware,
         "tp": q.tp,
         "p2p": hw.p2p,
@@ -73,7 +101,8 @@ def report(q: KvQuery) -> dict[str, Any]:
 
 @router.get("/kv")
 def kv(q: Annotated[KvQuery, Query()]) -> dict[str, Any]:
-    """KV bytes of a prompt and its transfer time (ms) over each path."""
+    """KV bytes of a prompt, its transfer time (ms) over each path, and the hand-off's parts
+    (setup, descriptor posting, staging, wire, the decode noticing) per path."""
     return report(q)
 
 

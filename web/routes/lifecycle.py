@@ -117,6 +117,21 @@ async def switch(
     return record.to_json()
 
 
+@router.get("/switch/forecast")
+def switch_forecast(
+    name: str,
+    controller: ServiceDep,
+    store: StoreDep,
+    mode: TransferModeName,
+    rate: Annotated[float | None, Query(gt=0, le=100_000, description="Requests/s")] = None,
+) -> dict[str, Any]:
+    """Each strategy's forecast for switching to `mode`: duration, hold and degraded windows,
+    the start times they rest on (measured, else modelled) and warnings when a strategy cannot
+    keep its promise (a hold longer than the proxy's hold deadline answers 503)."""
+    current = store.get(name)
+    return controller.switch_preview(name, current.spec, mode, rate)
+
+
 @router.get("/switches")
 def switches(name: str, controller: ServiceDep, store: StoreDep) -> list[dict[str, Any]]:
     """This plane's switches of `name`, and one still in progress that no runner here runs

@@ -82,6 +82,17 @@ async def switch_action(
     )
 
 
+@router.get("/deployments/{name}/switch-forecast", response_class=HTMLResponse)
+def switch_forecast(
+    name: str, request: Request, store: StoreDep, actor: PageActor, mode: str = "read"
+) -> HTMLResponse:
+    """The dialog's forecast table for switching to `mode` (read unless it says write)."""
+    current = deployment_or_404(store, name)
+    target = "write" if mode == "write" else "read"
+    ctx = deployment_context(request, actor, current, forecast_mode=target)
+    return htmx.fragment(request, "deployment.html", "switch_forecast", ctx)
+
+
 @router.get("/deployments/{name}/switches/{switch_id}", response_class=HTMLResponse)
 def switch_progress(
     name: str, switch_id: str, request: Request, store: StoreDep, actor: PageActor

@@ -120,8 +120,16 @@ def deployment_context(
         demo=name == DEMO_NAME,
         has_controller=controller is not None,
     )
+    if controller is not None and current.spec.connector == "MoRIIOConnector":
+        target = extra.pop("forecast_mode", None) or _other_mode(ctx["modes"])
+        ctx["forecast"] = controller.switch_preview(name, current.spec, target)
     ctx.update(extra)
     return ctx
+
+
+def _other_mode(modes: list[str]) -> str:
+    """The mode the switch dialog offers first: the other one when all run in one."""
+    return "write" if modes == ["read"] else "read"
 
 
 def topology(current: Current, units: list[dict[str, Any]]) -> dict[str, Any]:

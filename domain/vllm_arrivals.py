@@ -1,4 +1,5 @@
-"""`pdctl bench --arrivals vllm`: offer requests at the times `vllm bench serve --seed S` does.
+"""The times `vllm bench serve --seed S` offers requests at: `pdctl bench --arrivals vllm`, and
+the planner's arrivals (published results were measured with vLLM's client).
 
 vLLM seeds numpy's legacy global generator with the seed and draws each gap from
 `np.random.gamma(burstiness, 1 / (rate * burstiness))`, then rescales the cumulative times so

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from bench.vllm_arrivals import LegacyGamma, mersenne_twister, vllm_arrival_times
+from domain.vllm_arrivals import LegacyGamma, mersenne_twister, vllm_arrival_times
 
 
 @pytest.mark.parametrize(
