@@ -77,10 +77,10 @@ def served_model(case):
 
 
 def sent_as_generated(case) -> bool:
-    """An undeclared query parameter generated with a null value is never sent, so the
-    'negative' case arrives valid and its 200 is reported as accepting invalid data
-    (schemathesis#4087): leave such cases out."""
-    return not any(value is None for value in (case.query or {}).values())
+    """An undeclared query parameter generated with a value that is never sent (null, or an
+    empty list or object) leaves the 'negative' case valid on the wire, and its 200 is
+    reported as accepting invalid data (schemathesis#4087): leave such cases out."""
+    return not any(value in (None, [], {}, ()) for value in (case.query or {}).values())
 
 
 def run_operations(api_schema, labels: list[str], auth: dict[str, str]) -> dict[str, str]:
