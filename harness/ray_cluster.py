@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -133,7 +134,8 @@ class LocalRayCluster:
                 sys.executable,
                 "-c",
                 "import ray,sys; ray.init(address=sys.argv[1], log_to_driver=False, "
-                "_node_ip_address=sys.argv[2]); print(sum(n['Alive'] for n in ray.nodes()))",
+                "_node_ip_address=sys.argv[2]); "
+                "print('pdctl-alive', sum(n['Alive'] for n in ray.nodes()))",
                 self.address,
                 self.head,
             ],
@@ -142,8 +144,10 @@ class LocalRayCluster:
             text=True,
             timeout=60,
         )
-        lines = done.stdout.strip().splitlines()
-        return int(lines[-1]) if done.returncode == 0 and lines else 0
+        # Ray writes its own lines to stdout too (e.g. "raylet has lagging heartbeats" on a
+        # busy machine), before or after ours: read only the marked one.
+        found = re.search(r"^pdctl-alive (\d+)$", done.stdout, re.MULTILINE)
+        return int(found[1]) if done.returncode == 0 and found else 0
 
     def processes_of(self, address: str) -> list[int]:
         """Every Ray process of the node at `address`, and everything they started."""
