@@ -95,7 +95,7 @@ chaos: $(STAMP)
 	$(PY) -m benchmarks.chaos $(if $(QUICK),--quick)
 
 # Debian packages some tests use (they skip without them); needs root, as CI has.
-SYSTEM_PACKAGES := docker-compose prometheus chromium wrk
+SYSTEM_PACKAGES := docker-compose prometheus chromium wrk tmux
 system-deps:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

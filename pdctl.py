@@ -24,6 +24,8 @@ VERB_MODULES = (
     "controller.cli",
     "web.cli",
     "web.nodes_cli",
+    "terminal.verbs_cli",
+    "terminal.top_cli",
 )
 
 

@@ -14,6 +14,7 @@ The allowed edges, in one place:
 | controller | 3     | domain, state, connector (kv_config), simulator (its flags)   |
 | observe    | 3     | domain, state                                                 |
 | web        | 4     | every floor below                                             |
+| terminal   | 4     | domain, bench (a client of the API, never of state or below)  |
 | pdctl.py   | 5     | every package (it registers their verbs)                      |
 | harness    | -     | the product, never tests (the tests' and benchmarks' helpers) |
 | benchmarks | -     | the product and harness, never tests                          |
@@ -26,7 +27,17 @@ from pathlib import Path
 
 from harness.processes import ROOT
 
-PRODUCT = ("domain", "state", "connector", "simulator", "bench", "controller", "observe", "web")
+PRODUCT = (
+    "domain",
+    "state",
+    "connector",
+    "simulator",
+    "bench",
+    "controller",
+    "observe",
+    "web",
+    "terminal",
+)
 ALLOWED: dict[str, set[str]] = {
     "domain": set(),
     "state": {"domain"},
@@ -36,6 +47,7 @@ ALLOWED: dict[str, set[str]] = {
     "controller": {"domain", "state", "connector", "simulator"},
     "observe": {"domain", "state"},
     "web": {"domain", "state", "connector", "simulator", "bench", "controller", "observe"},
+    "terminal": {"domain", "bench"},
     "pdctl": set(PRODUCT),
     "harness": set(PRODUCT),
     "benchmarks": {*PRODUCT, "harness"},

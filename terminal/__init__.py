@@ -1,0 +1,3 @@
+"""The on-call terminal: the operator verbs (`pdctl ls`, `show`, `apply`, `switch`, ...) and
+`pdctl top`, all clients of `pdctl serve`'s REST API and websockets. Nothing here reads the
+database or starts a process: the terminal obeys the same API and rules as the browser."""
