@@ -141,12 +141,16 @@ class Store(Changes):
         *,
         kind: str = "deployment.created",
         detail: dict | None = None,
+        dry_run: bool = False,
     ) -> Current:
+        """`dry_run`: every check and the ports it would get, and nothing stored."""
         with self._write, Session(self.engine) as s:
             if s.exec(select(Deployment.id).where(Deployment.name == spec.name)).first():
                 raise Conflict(f"deployment {spec.name!r} already exists")
             ports = self._admit(s, spec, None)
             now = utcnow()
+            if dry_run:
+                return Current(spec.name, 1, now, now, spec, ports, actor, reason)
             dep = Deployment(name=spec.name, revision=1, created_at=now, updated_at=now)
             s.add(dep)
             s.flush()
@@ -171,10 +175,12 @@ class Store(Changes):
         reason: str | None = None,
         *,
         based_on: int | None = None,
+        dry_run: bool = False,
     ) -> Current:
         """`spec` as the next revision. `based_on`: the revision the change was made from;
         StaleRevision if another has been stored since, so that no edit silently undoes
-        another (None: whatever is current). ChangeInProgress while one is."""
+        another (None: whatever is current). ChangeInProgress while one is. `dry_run`: the
+        revision it would be, after every check, and nothing stored."""
         refused = self.rules.renamed(name, spec)
         if refused is not None:
             raise refused
@@ -192,6 +198,9 @@ class Store(Changes):
             if previous.spec == self.rules.dump(spec):
                 return self._current(dep, previous)  # nothing changed: no new revision
             ports = self._admit(s, spec, previous)
+            if dry_run:
+                number, now = rows.next_number(s, dep), utcnow()
+                return Current(name, number, dep.created_at, now, spec, ports, actor, reason)
             dep.revision = rows.next_number(s, dep)
             dep.updated_at = utcnow()
             s.add(dep)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Response, status
+from fastapi import APIRouter, Header, Query, Response, status
 
 from controller.deployment import DeploymentSpec
 from web.deps import ControllerDep, Operator, Reason, StoreDep, Viewer
@@ -17,6 +17,14 @@ from web.errors import BadRequest, InvalidTransition
 from web.schemas import CloneRequest, DeploymentEdit, DeploymentOut
 
 router = APIRouter(prefix="/deployments", tags=["deployments"])
+
+DryRun = Annotated[
+    bool,
+    Query(
+        description="Check everything and answer with the deployment as it would be "
+        "(its next revision, ports allocated), storing nothing."
+    ),
+]
 
 
 @router.get("")
@@ -27,9 +35,16 @@ def list_deployments(store: StoreDep, actor: Viewer) -> list[DeploymentOut]:
 
 @router.post("", status_code=status.HTTP_201_CREATED)
 def create_deployment(
-    spec: DeploymentSpec, store: StoreDep, actor: Operator, reason: Reason = None
+    spec: DeploymentSpec,
+    store: StoreDep,
+    actor: Operator,
+    response: Response,
+    reason: Reason = None,
+    dry_run: DryRun = False,
 ) -> DeploymentOut:
-    return DeploymentOut.of(store.create(spec, actor.label, reason))
+    if dry_run:
+        response.status_code = status.HTTP_200_OK
+    return DeploymentOut.of(store.create(spec, actor.label, reason, dry_run=dry_run))
 
 
 @router.get("/{name}")
@@ -50,12 +65,14 @@ def replace_deployment(
     response: Response,
     if_match: Annotated[str | None, Header(max_length=200)] = None,
     reason: Reason = None,
+    dry_run: DryRun = False,
 ) -> DeploymentOut:
     """Store the spec as the deployment's next revision (no new revision if nothing
     changed); with If-Match or `revision`, only if that is still the current revision."""
     based_on = body.revision if body.revision is not None else revision_of(if_match)
-    saved = store.update(name, body.spec(), actor.label, reason, based_on=based_on)
-    response.headers["ETag"] = etag(saved.revision)
+    saved = store.update(name, body.spec(), actor.label, reason, based_on=based_on, dry_run=dry_run)
+    if not dry_run:
+        response.headers["ETag"] = etag(saved.revision)
     return DeploymentOut.of(saved)
 
 
