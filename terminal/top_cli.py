@@ -1,7 +1,266 @@
-"""Placeholder until its verbs land (this session)."""
+"""`pdctl top [NAME]`: a deployment's live frames in the terminal, the dashboard's figures
+(SLO attainment, goodput, TTFT and ITL histograms with the SLO line, KV throughput, the
+instances, the latest events) from the same websocket. Keys: 1/2/3 or w the window, n/p
+(or Tab, arrows) the deployment, q quit. `--once` prints one frame as text (`--json`: its
+JSON) for scripts. The screen is drawn by terminal/top_view.py, fed by terminal/top_feed.py,
+on the terminal of terminal/top_screen.py."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Annotated, Any
 
-def register(app: object) -> None:
-    return None
+import typer
+
+from terminal import exits
+from terminal.client import ApiClient, ApiError
+from terminal.config import ConfigProblem, Target, resolve
+from terminal.top_feed import Feed, FeedClosed, deployment_names, recent_events, unit_status
+from terminal.top_format import Glyphs, glyphs_for
+from terminal.top_screen import Keys, screen_for, terminated_as_interrupt
+from terminal.top_view import WINDOW_KEYS, View, render
+
+WINDOWS = tuple(WINDOW_KEYS.values())
+EVENTS_KEPT = 50
+NO_FRAME_S = 2.5  # connected this long without a frame: say why, from the instances' status
+STATUS_EVERY_S = 3.0
+TICK_S = 0.1
+
+
+class TopError(RuntimeError):
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.message, self.code = message, code
+
+
+@dataclass
+class Session:
+    """The live state of one `pdctl top`: which deployment and window, the feed, the view."""
+
+    client: ApiClient
+    target: Target
+    names: list[str]
+    index: int
+    window: str
+    view: View = field(init=False)
+    feed: Feed = field(init=False)
+    opened_at: float = 0.0
+    status_at: float = 0.0
+    events_for: int = 0  # the feed's connection whose missed events were fetched
+
+    def __post_init__(self) -> None:
+        self.view = View(self.name, self.window, position=(self.index + 1, len(self.names)))
+        self.feed = Feed(self.target, self.name, self.window)
+        self.opened_at = time.monotonic()
+
+    @property
+    def name(self) -> str:
+        return self.names[self.index]
+
+    def switch(self, index: int | None = None, window: str | None = None) -> None:
+        """Another deployment or window: a new socket (the server sends its latest frame at
+        once), the old figures cleared rather than shown under the new heading."""
+        self.feed.close()
+        if index is not None:
+            self.index = index % len(self.names)
+            self.view.events = []
+        self.window = window or self.window
+        self.feed = Feed(self.target, self.name, self.window)
+        self.view.deployment, self.view.window = self.name, self.window
+        self.view.position = (self.index + 1, len(self.names))
+        self.view.frame, self.view.units, self.view.notice = None, None, None
+        self.view.clock = ""
+        self.opened_at, self.status_at, self.events_for = time.monotonic(), 0.0, 0
+
+    def next_deployment(self, step: int) -> None:
+        try:
+            names = deployment_names(self.client)
+        except ApiError as err:
+            self.view.notice = f"cannot list the deployments: {err.message}"
+            return
+        if not names:
+            self.view.notice = "no deployments any more"
+            return
+        here = names.index(self.name) if self.name in names else -1
+        self.names = names
+        self.switch(index=here + step)
+
+    def take(self, messages: list[dict[str, Any]]) -> bool:
+        """Fold the feed's messages into the view; True when a frame came."""
+        framed = False
+        for m in messages:
+            if m.get("type") == "frame":
+                self.view.frame, self.view.units, self.view.notice = m, None, None
+                framed = True
+            elif m.get("type") == "event":
+                self.add_events([m])
+        return framed
+
+    def add_events(self, events: list[dict[str, Any]]) -> None:
+        seen = {e.get("id") for e in self.view.events}
+        fresh = [e for e in events if e.get("id") not in seen]
+        self.view.events = sorted(self.view.events + fresh, key=lambda e: e.get("id") or 0)
+        self.view.events = self.view.events[-EVENTS_KEPT:]
+
+    def tick(self, timeout: float) -> bool:
+        framed = self.take(self.feed.poll(timeout))
+        if self.feed.opens != self.events_for:  # (re)connected: the events it missed
+            self.events_for = self.feed.opens
+            self.add_events(recent_events(self.client, self.name, EVENTS_KEPT))
+        self.view.status = self.feed.status
+        now = time.monotonic()
+        waited = now - self.opened_at
+        if (
+            self.view.frame is None
+            and waited > NO_FRAME_S
+            and now - self.status_at > STATUS_EVERY_S
+        ):
+            self.status_at = now
+            self.view.units = unit_status(self.client, self.name)
+            self.view.notice = no_frame_notice(self.name, self.view.units, self.feed)
+        if self.view.frame is not None:
+            self.view.clock = time.strftime("%H:%M:%S", time.localtime(self.view.frame["ts"]))
+        return framed
+
+
+def no_frame_notice(name: str, units: list[dict[str, Any]] | None, feed: Feed) -> str:
+    if not feed.ever_connected:
+        return f"no live feed yet: {feed.last_error or 'connecting'}"
+    if not units:
+        return f"no frames: {name} is not running (start it: pdctl start {name})"
+    if units and all(u.get("state") in ("STOPPED", "EXITED", "FATAL") for u in units):
+        return f"no frames: {name} is stopped (start it: pdctl start {name})"
+    return f"waiting for {name}'s first frame"
+
+
+def handle(session: Session, key: str) -> bool:
+    """Act on one key; False to quit."""
+    if key in ("q", "Q"):
+        return False
+    if key in WINDOW_KEYS and WINDOW_KEYS[key] != session.window:
+        session.switch(window=WINDOW_KEYS[key])
+    elif key == "w":
+        session.switch(window=WINDOWS[(WINDOWS.index(session.window) + 1) % len(WINDOWS)])
+    elif key in ("n", "p"):
+        session.next_deployment(1 if key == "n" else -1)
+    return True
+
+
+def live(session: Session, interval: float, glyphs: Glyphs) -> None:
+    """Until q or Ctrl-C: keys, messages and a redraw, a tick at a time."""
+    screen = screen_for(sys.stdout)
+    with terminated_as_interrupt(), Keys(sys.stdin) as keys, screen:
+        session.view.keys = keys.live
+        printed_at, said = -interval, None
+        while True:
+            if not all(handle(session, k) for k in keys.read(TICK_S / 2)):
+                return
+            framed = session.tick(TICK_S)
+            width, height = screen.size()
+            if not screen.dumb:
+                screen.draw(render(session.view, width, height, glyphs))
+            elif framed and time.monotonic() - printed_at >= interval:
+                printed_at = time.monotonic()
+                screen.draw(render(session.view, width, None, glyphs))
+            elif session.view.frame is None and session.view.notice != said:
+                said = session.view.notice
+                if said:
+                    screen.draw([said])
+
+
+def once(session: Session, as_json: bool, timeout: float, glyphs: Glyphs) -> None:
+    """One frame printed (text or JSON), or a TopError saying why none came in `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if session.tick(min(0.5, max(0.0, deadline - time.monotonic()))):
+            break
+    session.feed.close()
+    frame = session.view.frame
+    if frame is None:
+        if not session.feed.ever_connected:
+            raise TopError(session.feed.last_error or "no answer", exits.UNREACHABLE)
+        units = unit_status(session.client, session.name)
+        raise TopError(no_frame_notice(session.name, units, session.feed), exits.FAILED)
+    if as_json:
+        typer.echo(json.dumps(frame, indent=2))
+        return
+    session.view.keys, session.view.status = False, "once"
+    width = shutil.get_terminal_size((80, 24)).columns
+    typer.echo("\n".join(render(session.view, width, None, glyphs)))
+
+
+def start(name: str | None, window: str, server: str | None) -> Session:
+    if window not in WINDOWS:
+        raise TopError(f"--window {window!r} is not one of {', '.join(WINDOWS)}", exits.USAGE)
+    try:
+        target = resolve(server)
+    except ConfigProblem as exc:
+        raise TopError(str(exc), exits.USAGE) from None
+    client = ApiClient(target)
+    try:
+        names = deployment_names(client)
+    except ApiError as err:
+        raise TopError(err.message, err.code) from None
+    if not names:
+        raise TopError("no deployments yet (create one: pdctl apply -f SPEC)", exits.FAILED)
+    if name is not None and name not in names:
+        known = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
+        raise TopError(f"no deployment named {name!r} (there are: {known})", exits.FAILED)
+    return Session(client, target, names, names.index(name) if name else 0, window)
+
+
+def top(
+    name: Annotated[
+        str | None, typer.Argument(help="The deployment (default: the first one).")
+    ] = None,
+    window: Annotated[
+        str, typer.Option("--window", "-w", help="10s, 1m or 5m (keys 1, 2, 3 switch).")
+    ] = "1m",
+    server: Annotated[
+        str | None,
+        typer.Option(
+            help="The control plane (default PDCTL_SERVER, the config file, 127.0.0.1:8000)."
+        ),
+    ] = None,
+    once_: Annotated[
+        bool, typer.Option("--once", help="Print one frame as text and exit.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="With --once: the frame's JSON.")] = False,
+    timeout: Annotated[
+        float, typer.Option(help="With --once: seconds to wait for a frame.", min=0.1, max=600)
+    ] = 10.0,
+    interval: Annotated[
+        float,
+        typer.Option(help="On a dumb terminal or a pipe: seconds between frames printed.", min=0.5),
+    ] = 5.0,
+) -> None:
+    """Watch a deployment live: SLO attainment, goodput, TTFT/ITL histograms, KV, instances,
+    events (the token comes from PDCTL_TOKEN or the config file)."""
+    try:
+        if as_json and not once_:
+            raise TopError("--json needs --once (the live view is for people)", exits.USAGE)
+        session = start(name, window, server)
+        glyphs = glyphs_for(sys.stdout.encoding)
+        if once_:
+            once(session, as_json, timeout, glyphs)
+        else:
+            live(session, interval, glyphs)
+    except TopError as err:
+        _fail(err.message, err.code)
+    except FeedClosed as closed:
+        _fail(closed.message, closed.code)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C: the screen is already restored, nothing to say
+
+
+def _fail(message: str, code: int) -> None:
+    typer.echo(f"pdctl top: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("top")(top)

@@ -1,0 +1,275 @@
+"""What `pdctl top` shows, as lines: the last frame of one deployment (observe/frames.py's
+JSON, as the dashboard receives it), the latest events and the connection's state in; at
+most `height` lines of at most `width` characters out. Pure: no terminal, no socket, no clock.
+
+The screen is a list of sections (SECTIONS), drawn in that order. Each has a priority, the
+rows it needs to be shown at all and the rows it would like; on a small terminal the least
+important sections shrink, then drop, so nothing ever wraps or scrolls. A new section (issue
+18's "is PD happening" line) is one more entry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from terminal import top_format as fmt
+from terminal.top_format import ASCII, Glyphs, clip, columns
+from terminal.top_hist import histograms, histograms_wanted
+
+WINDOW_KEYS = {"1": "10s", "2": "1m", "3": "5m"}
+MAX_EVENTS = 6
+
+
+@dataclass
+class View:
+    """Everything the screen shows; the shell fills it, `render` draws it."""
+
+    deployment: str | None
+    window: str
+    frame: Mapping[str, Any] | None = None
+    events: list[Mapping[str, Any]] = field(default_factory=list)  # newest last
+    status: str = "connecting"  # the connection: live, connecting, reconnecting in 2 s ...
+    notice: str | None = None  # why there is no frame (not running, no such deployment ...)
+    units: Sequence[Mapping[str, Any]] | None = None  # /status rows, drawn while no frame
+    position: tuple[int, int] | None = None  # (index from 1, count) among the deployments
+    clock: str = ""  # the time shown in the corner, formatted by the shell
+    keys: bool = True  # the key help is shown (not when nothing reads the keys)
+
+
+Draw = Callable[[View, int, int, Glyphs], list[str]]
+Want = Callable[[View, int], int]
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    priority: int  # 0 first: the most important keeps its rows longest
+    least: int  # rows it needs to be shown at all
+    want: Want
+    draw: Draw
+    shown: Callable[[View], bool] = lambda v: True
+
+
+# -- sections ------------------------------------------------------------------------------
+
+
+def header(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
+    f = v.frame or {}
+    where = v.deployment or "no deployment"
+    if v.position and v.position[1] > 1:
+        where += f" ({v.position[0]}/{v.position[1]})"
+    parts = ["pdctl top", where, f"window {v.window}"]
+    if f.get("simulated"):
+        parts.append("simulated")
+    parts.append(v.status)
+    left = f" {g.dot} ".join(parts)
+    room = width - len(left) - 1
+    return [left + (f" {v.clock:>{room}}" if v.clock and room >= len(v.clock) else "")]
+
+
+def notice(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
+    return [v.notice or ""]
+
+
+def headline(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
+    f = v.frame or {}
+    slo, kv, out = f.get("slo") or {}, f.get("kv") or {}, f.get("outcomes") or {}
+    windows = f.get("windows") or {}
+    by_window = f" {g.dot} ".join(
+        f"{w} {fmt.pct((windows.get(w) or {}).get('slo_attainment'))}"
+        for w in WINDOW_KEYS.values()
+        if w in windows
+    )
+    targets = (
+        f"TTFT {g.at_most} {_target(slo.get('ttft_ms'))}, "
+        f"ITL {slo.get('itl_stat') or 'p99'} {g.at_most} {_target(slo.get('itl_ms'))}"
+    )
+    proxy = f.get("proxy") or {}
+    return [
+        f"SLO attainment {fmt.pct(f.get('slo_attainment'))}   "
+        f"Goodput {fmt.rate(f.get('request_goodput'))}   "
+        f"Request rate {fmt.rate(f.get('request_rate'))}",
+        f"  {targets}" + (f"   by window {by_window}" if by_window else ""),
+        f"KV transfer {fmt.bytes_per_s(kv.get('bytes_per_s'))} ({kv_note(kv)})   "
+        f"Running / waiting {f.get('running', 0)} / {f.get('waiting', 0)}   "
+        f"KV cache {fmt.pct(f.get('kv_cache_usage'))}",
+        f"Proxy {'up' if proxy.get('up') else 'down'}, {proxy.get('in_flight', 0)} in flight, "
+        f"{proxy.get('held', 0)} held   "
+        f"Failed / rejected {fmt.rate(out.get('failed'))} / {fmt.rate(out.get('rejected'))}",
+    ][:rows]
+
+
+def _target(value: float | None) -> str:
+    return fmt.NONE if value is None else f"{value:g} ms"
+
+
+def kv_note(kv: Mapping[str, Any]) -> str:
+    """Where the KV figure comes from, as the dashboard's tile says it."""
+    if kv.get("source") == "nixl":
+        p50, p99 = fmt.ms(kv.get("xfer_p50_ms")), fmt.ms(kv.get("xfer_p99_ms"))
+        return f"from vllm:nixl_*, p50 {p50} p99 {p99}"
+    if kv.get("source") == "derived":
+        return "derived"
+    return "not reported"
+
+
+def hist(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
+    return histograms(v.frame or {}, width, rows, g)
+
+
+INSTANCE_COLUMNS = (
+    ("INSTANCE", 14, "<"),
+    ("ROLE", 8, "<"),
+    ("STATE", 8, "<"),
+    ("UP", 4, "<"),
+    ("NODE", 15, "<"),
+    ("MODE", 9, "<"),
+    ("RUN", 3, ">"),
+    ("WAIT", 4, ">"),
+    ("KV", 4, ">"),
+)
+
+
+def instance_rows(v: View) -> list[Mapping[str, Any]]:
+    if v.frame is not None:
+        return list(v.frame.get("instances") or [])
+    return list(v.units or [])
+
+
+def node_of(row: Mapping[str, Any]) -> str:
+    """The node a process is on: its address (a cluster's), else the host its URL names."""
+    if row.get("address"):
+        return str(row["address"])
+    url = row.get("url")
+    return (urlsplit(url).hostname or fmt.NONE) if url else fmt.NONE
+
+
+def instance_line(row: Mapping[str, Any], live: bool) -> str:
+    up = ("up" if row.get("up") else "down") if live else fmt.NONE
+    usage = row.get("kv_cache_usage")
+    values = (
+        str(row.get("name", "?")),
+        str(row.get("role") or fmt.NONE),
+        str(row.get("state") or fmt.NONE),
+        up,
+        node_of(row),
+        str(row.get("mode") or fmt.NONE),
+        str(row.get("running", fmt.NONE)) if live else fmt.NONE,
+        str(row.get("waiting", fmt.NONE)) if live else fmt.NONE,
+        fmt.NONE if usage is None else f"{usage * 100:.0f}%",
+    )
+    cells = [(text, w, a) for text, (_, w, a) in zip(values, INSTANCE_COLUMNS, strict=True)]
+    return columns(cells)
+
+
+def instances(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
+    found = instance_rows(v)
+    head = columns([(name, w, a) for name, w, a in INSTANCE_COLUMNS])
+    if not found:
+        return [head, "no instances (the deployment has never been started)"][:rows]
+    shown = found if len(found) <= rows - 1 else found[: max(0, rows - 2)]
+    lines = [head] + [instance_line(r, v.frame is not None) for r in shown]
+    if len(shown) < len(found):
+        lines.append(f"+{len(found) - len(shown)} more")
+    return lines[:rows]
+
+
+def events(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
+    if not v.events:
+        return ["Events  none yet"]
+    lines = ["Events"]
+    for e in reversed(v.events[-(rows - 1) :] if rows > 1 else []):
+        when = event_time(e.get("ts"))
+        who = e.get("actor") or fmt.NONE
+        lines.append(
+            f"{when} {e.get('kind', ''):<18} {who}: {' '.join(str(e.get('message', '')).split())}"
+        )
+    return lines[:rows]
+
+
+def event_time(ts: Any) -> str:
+    """An event's time of day, local: the API sends ISO 8601 (UTC), epoch seconds also do."""
+    try:
+        if isinstance(ts, int | float):
+            moment = datetime.fromtimestamp(ts, UTC)
+        else:
+            moment = datetime.fromisoformat(str(ts))
+    except (ValueError, OverflowError, OSError):
+        return "--:--:--"
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone().strftime("%H:%M:%S")
+
+
+def keys(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
+    windows = " ".join(
+        f"{k} {'[' + w + ']' if w == v.window else w}" for k, w in WINDOW_KEYS.items()
+    )
+    return [f"keys: {windows}  w next window  n/p deployment  q quit"]
+
+
+def _one(v: View, width: int) -> int:
+    return 1
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section("header", 0, 1, _one, header),
+    Section("notice", 2, 1, _one, notice, lambda v: bool(v.notice)),
+    Section("headline", 3, 1, lambda v, w: 4, headline, lambda v: v.frame is not None),
+    # issue 18: the "is PD happening" line goes here (one Section, priority about 3).
+    Section(
+        "histograms",
+        5,
+        3,
+        lambda v, w: histograms_wanted(v.frame or {}, w),
+        hist,
+        lambda v: v.frame is not None,
+    ),
+    Section("instances", 4, 2, lambda v, w: 1 + max(1, len(instance_rows(v))), instances),
+    Section("events", 6, 3, lambda v, w: 1 + max(1, min(MAX_EVENTS, len(v.events))), events),
+    Section("keys", 1, 1, _one, keys, lambda v: v.keys),
+)
+
+
+# -- layout --------------------------------------------------------------------------------
+
+
+def allot(view: View, width: int, height: int | None) -> dict[str, int]:
+    """Rows per section: each its least in priority order while they fit, then what is left
+    to each in priority order up to what it wants. Without a height, all it wants."""
+    chosen = [s for s in SECTIONS if s.shown(view)]
+    wants = {s.name: max(s.least, s.want(view, width)) for s in chosen}
+    if height is None:
+        return wants
+    rows: dict[str, int] = {}
+    left = height
+    by_priority = sorted(chosen, key=lambda s: s.priority)
+    for s in by_priority:
+        if s.least <= left:
+            rows[s.name], left = s.least, left - s.least
+    for s in by_priority:
+        if s.name in rows:
+            more = min(wants[s.name] - rows[s.name], left)
+            rows[s.name], left = rows[s.name] + more, left - more
+    return rows
+
+
+def render(view: View, width: int, height: int | None = None, g: Glyphs = ASCII) -> list[str]:
+    """The screen: at most `height` lines (exactly that many when given: the key help on the
+    last), none longer than `width`."""
+    width = max(1, width)
+    rows = allot(view, width, height)
+    lines: list[str] = []
+    tail: list[str] = []
+    for s in SECTIONS:
+        n = rows.get(s.name, 0)
+        if n <= 0:
+            continue
+        drawn = [clip(line, width, g) for line in s.draw(view, width, n, g)[:n]]
+        (tail if s.name == "keys" else lines).extend(drawn)
+    if height is not None:
+        lines += [""] * (height - len(lines) - len(tail))
+    return (lines + tail)[: height if height is not None else None]
