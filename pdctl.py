@@ -11,7 +11,7 @@ app = typer.Typer(
     name="pdctl",
     help="Control and observe prefill/decode disaggregated vLLM serving.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 

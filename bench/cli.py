@@ -16,6 +16,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 from rich.console import Console
 
+from bench import target
 from bench.client import ServerUnreachable
 from bench.config import BenchConfig, BenchConfigError, parse_itl_stat, parse_rates, validate
 from bench.progress import ProgressFile
@@ -40,7 +41,26 @@ def register(app: typer.Typer) -> None:
 
 
 def bench(
-    base_url: Annotated[str, typer.Option(help="Server to load, e.g. http://127.0.0.1:8000")],
+    base_url: Annotated[
+        str | None,
+        typer.Option(help="Server to load, e.g. http://127.0.0.1:8000 (or --deployment)"),
+    ] = None,
+    deployment: Annotated[
+        str | None,
+        typer.Option(
+            help="A deployment stored in `pdctl serve`: load its proxy, judged by its SLO "
+            "unless --slo-* say otherwise (instead of --base-url)",
+            show_default=False,
+        ),
+    ] = None,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            help="With --deployment: the control plane (default PDCTL_SERVER, the config "
+            "file's, http://127.0.0.1:8000; the token from PDCTL_TOKEN)",
+            show_default=False,
+        ),
+    ] = None,
     request_rate: Annotated[
         str, typer.Option(help="Requests/s: one rate or a comma list to sweep; inf = all at once")
     ] = "inf",
@@ -67,8 +87,13 @@ def bench(
     slo_itl_ms: Annotated[float | None, typer.Option(help="ITL target per request (ms)")] = None,
     slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT target per request (ms)")] = None,
     itl_slo_stat: Annotated[
-        str, typer.Option(help="Per-request ITL statistic judged: mean | p99 | max")
-    ] = "p99",
+        str | None,
+        typer.Option(
+            help="Per-request ITL statistic judged: mean | p99 | max (default p99, or the "
+            "deployment's)",
+            show_default=False,
+        ),
+    ] = None,
     goodput_share: Annotated[
         float, typer.Option(help="slo_attainment a rate needs to count for max_goodput_rate")
     ] = 0.9,
@@ -108,6 +133,13 @@ def bench(
     ] = None,
 ) -> None:
     try:
+        slo = SloTargets(
+            slo_ttft_ms, slo_itl_ms, slo_tpot_ms, parse_itl_stat(itl_slo_stat or "p99")
+        )
+    except BenchConfigError as exc:
+        _fail(f"invalid value for {exc}")
+    base_url, slo = _where(base_url, deployment, server, slo, itl_slo_stat is not None)
+    try:
         config = validate(
             BenchConfig(
                 base_url=base_url,
@@ -125,7 +157,7 @@ def bench(
                 burstiness=burstiness,
                 max_concurrency=max_concurrency,
                 seed=seed,
-                slo=SloTargets(slo_ttft_ms, slo_itl_ms, slo_tpot_ms, parse_itl_stat(itl_slo_stat)),
+                slo=slo,
                 goodput_share=goodput_share,
                 timeout=timeout,
                 ignore_eos=ignore_eos,
@@ -171,6 +203,30 @@ def bench(
     _show(outcomes, document, console)
     if result_json is not None:
         _write(result_json, document)
+
+
+def _where(
+    base_url: str | None,
+    deployment: str | None,
+    server: str | None,
+    slo: SloTargets,
+    stat_given: bool,
+) -> tuple[str, SloTargets]:
+    """The URL to load and the SLO: the flags', or the stored deployment's (bench/target.py)."""
+    if base_url is not None and deployment is not None:
+        _fail("--base-url and --deployment are exclusive: give one (--deployment loads its proxy)")
+    if server is not None and deployment is None:
+        _fail("--server goes with --deployment (the control plane that stores it)")
+    if deployment is None:
+        if base_url is None:
+            _fail("give --base-url URL (a server to load) or --deployment NAME (a stored one)")
+        return base_url, slo
+    try:
+        found = target.resolve(deployment, server)
+    except target.TargetUnresolved as exc:
+        typer.echo(f"Error: --deployment {deployment}: {exc.message}", err=True)
+        raise typer.Exit(exc.code) from None
+    return found.base_url, target.with_defaults(slo, found.slo, stat_given)
 
 
 def _show(outcomes: list[RunOutcome], document: dict[str, Any], console: Console) -> None:

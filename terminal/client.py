@@ -20,11 +20,14 @@ TIMEOUT_S = 15.0
 class ApiError(RuntimeError):
     """One line saying what went wrong, and the exit code it maps to."""
 
-    def __init__(self, message: str, code: int, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, code: int, status: int | None = None, detail: Any = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.status = status
+        self.detail = detail  # the API's `detail`, when it answered one
 
 
 @dataclass
@@ -94,9 +97,10 @@ class ApiClient:
             ) from None
 
     def _refused(self, err: urllib.error.HTTPError) -> ApiError:
-        said = describe(_detail(err)) or err.reason
+        detail = _detail(err)
+        said = describe(detail) or err.reason
         hint = f" (set {TOKEN_ENV})" if err.code == 401 and not self.target.token else ""
-        return ApiError(f"{err.code}: {said}{hint}", exits.for_status(err.code), err.code)
+        return ApiError(f"{err.code}: {said}{hint}", exits.for_status(err.code), err.code, detail)
 
 
 def _detail(err: urllib.error.HTTPError) -> Any:
@@ -109,15 +113,20 @@ def _detail(err: urllib.error.HTTPError) -> Any:
 def describe(detail: Any) -> str:
     """The API's `detail` as one line: the message, or each item's field and message (FastAPI's
     422 items, the store's spec problems) joined with '; '."""
+    return "; ".join(problems(detail))
+
+
+def problems(detail: Any) -> list[str]:
+    """The API's `detail` as lines: the message, or one `field: message` per item."""
     if isinstance(detail, str):
-        return " ".join(detail.split())
-    if isinstance(detail, list):
-        said = []
-        for item in detail:
-            if not isinstance(item, dict):
-                continue
-            loc = [str(p) for p in item.get("loc", []) if p not in ("body", "query", "path")]
-            msg = " ".join(str(item.get("msg", "")).split())
-            said.append(f"{'.'.join(loc)}: {msg}" if loc else msg)
-        return "; ".join(said)
-    return ""
+        return [" ".join(detail.split())]
+    if not isinstance(detail, list):
+        return []
+    said = []
+    for item in detail:
+        if not isinstance(item, dict):
+            continue
+        loc = [str(p) for p in item.get("loc", []) if p not in ("body", "query", "path")]
+        msg = " ".join(str(item.get("msg", "")).split())
+        said.append(f"{'.'.join(loc)}: {msg}" if loc else msg)
+    return said

@@ -1,0 +1,75 @@
+"""What every operator verb shares: the `--server` and `--json` options, the client built
+from them (terminal/config.py), and the one place a failure becomes one line on stderr,
+`pdctl VERB: error: ...`, with its documented exit code (terminal/exits.py)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+
+from terminal import exits
+from terminal.client import ApiClient, ApiError
+from terminal.config import ConfigProblem, resolve
+from terminal.spec_file import SpecFileError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ServerOption = Annotated[
+    str | None,
+    typer.Option(
+        "--server",
+        help="The control plane (default: PDCTL_SERVER, the config file's, "
+        "http://127.0.0.1:8000); the token comes from PDCTL_TOKEN or the 0600 config file.",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print the API's JSON instead of a table.")
+]
+ReasonOption = Annotated[
+    str | None, typer.Option("--reason", help="Why: recorded with the change and its event.")
+]
+
+
+class Usage(RuntimeError):
+    """A flag or argument the verb refuses before anything is sent (exit 2)."""
+
+
+def client(server: str | None) -> ApiClient:
+    return ApiClient(resolve(server))
+
+
+def show_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2))
+
+
+def fail(verb: str, message: str, code: int) -> NoReturn:
+    typer.echo(f"pdctl {verb}: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def guarded(verb: str, fn: F) -> F:
+    """`fn` with every expected failure as one line and its exit code (never a traceback)."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ApiError as exc:
+            fail(verb, exc.message, exc.code)
+        except (ConfigProblem, SpecFileError, Usage) as exc:
+            fail(verb, str(exc), exits.USAGE)
+        except KeyboardInterrupt:
+            typer.echo(f"pdctl {verb}: interrupted", err=True)
+            raise typer.Exit(exits.INTERRUPTED) from None
+
+    return run  # type: ignore[return-value]
+
+
+def command(app: typer.Typer, verb: str, fn: Callable[..., Any]) -> None:
+    """Register `fn` as `pdctl VERB`, guarded, with the exit codes in its --help."""
+    app.command(verb, epilog=exits.EPILOG)(guarded(verb, fn))
