@@ -49,7 +49,8 @@ def apply(
 
     Prints each change (~ changed, + added, - removed); --dry-run stores nothing."""
     spec = read_spec(file)
-    based_on = revision or spec.pop("revision", None)
+    in_file = spec.pop("revision", None)  # an edit of what `show --json` gave keeps it
+    based_on = revision or in_file
     api = client(server)
     current = _current(api, spec["name"])
     made_from = None if current is None else based_on or current["revision"]

@@ -96,8 +96,10 @@ def _act(
         typer.echo(f"{name}: {verb} asked: {readiness.summary(units)}")
 
 
-def _wait(api: ApiClient, verb: str, name: str, goal: Goal, timeout: float) -> list[dict[str, Any]]:
-    seen: dict[str, str] = {}
+def _wait(
+    api: ApiClient, verb: str, name: str, goal: Goal, asked: list, timeout: float
+) -> list[dict[str, Any]]:
+    seen: dict[str, str] = {u["name"]: u["state"] for u in asked}  # changes from here on
 
     def ask() -> list[dict[str, Any]]:
         nonlocal seen
