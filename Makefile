@@ -12,10 +12,12 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# The dashboard on http://127.0.0.1:8000 with a demo deployment (stand-in engine) stored.
+# The dashboard on http://127.0.0.1:8000 with the demo (stand-in engine): into an empty
+# database it stores the tiny 'demo' (not started) and starts the simulated trade pair
+# (web/demo_trade.py) under load; a later run adopts the pair and resumes its load.
 run: $(STAMP)
-	@echo "pdctl dashboard: http://127.0.0.1:8000/  (demo deployment 'demo': Start, then Run load)"
-	PDCTL_DEMO=1 $(PY) pdctl.py serve --host 127.0.0.1 --port 8000
+	@echo "pdctl dashboard: http://127.0.0.1:8000/  (simulated trade: sim-qwen3-colocated vs sim-qwen3-disagg under load, figures after a minute; tiny 'demo': Start, then Run load)"
+	PDCTL_DEMO=1 PDCTL_DEMO_TRADE=1 $(PY) pdctl.py serve --host 127.0.0.1 --port 8000
 
 # The same on a local Ray cluster (head 127.0.0.4, workers 127.0.0.2 and .3 with 2 GPUs each)
 # with the demo's prefill and decode on different nodes; Ctrl-C stops pdctl serve and the cluster.

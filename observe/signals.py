@@ -76,8 +76,11 @@ def from_frame(
     topology: str | None = None,
     slo: Mapping[str, Any] | None = None,
     kv_bytes_per_token: int | None = None,
+    time_scale: float = 1.0,
 ) -> Derived:
-    """Signals of one deployment from its live frame (None: not running or not scraped)."""
+    """Signals of one deployment from its live frame (None: not running or not scraped).
+    `time_scale`: a stand-in's --time-scale K; its rates are read in its modelled time (x K,
+    as the rules' thresholds mean them), its latencies as measured (its SLOs are set alike)."""
     d = Derived()
     d.put("topology", topology, "deployment spec")
     slo = (frame or {}).get("slo") or slo or {}
@@ -97,10 +100,10 @@ def from_frame(
         ):
             d.miss(name, _NO_FRAME)
     else:
-        _latencies(d, frame)
+        _latencies(d, frame, time_scale)
         _load(d, frame, points)
         _engine_work(d, frame)
-        _transfer(d, frame, topology, kv_bytes_per_token)
+        _transfer(d, frame, topology, kv_bytes_per_token, time_scale)
     if frame is None:
         d.miss("spike_prefill_overlap", _NO_FRAME)
     if frame is None:
@@ -190,7 +193,7 @@ def _ms(histogram: Mapping[str, Any] | None, q: str) -> float | None:
     return None if value is None else value * 1000
 
 
-def _latencies(d: Derived, frame: Mapping[str, Any]) -> None:
+def _latencies(d: Derived, frame: Mapping[str, Any], time_scale: float = 1.0) -> None:
     window = frame.get("window", "")
     idle = f"no requests finished in the {window} window"
     d.put(
@@ -211,10 +214,12 @@ def _latencies(d: Derived, frame: Mapping[str, Any]) -> None:
         f"proxy ITL histogram p50, {window} window",
         idle,
     )
+    rate = frame.get("request_rate")
     d.put(
         "request_rate",
-        frame.get("request_rate"),
-        f"finished req/s at the proxy, {window} window",
+        rate * time_scale if rate is not None else None,
+        f"finished req/s at the proxy, {window} window"
+        + (f", x {time_scale:g} (the stand-in's time scale)" if time_scale != 1 else ""),
         "the proxy reports no requests",
     )
     d.put(
@@ -235,7 +240,11 @@ def _load(d: Derived, frame: Mapping[str, Any], points: Sequence[Mapping[str, An
 
 
 def _transfer(
-    d: Derived, frame: Mapping[str, Any], topology: str | None, kv_bytes_per_token: int | None
+    d: Derived,
+    frame: Mapping[str, Any],
+    topology: str | None,
+    kv_bytes_per_token: int | None,
+    time_scale: float = 1.0,
 ) -> None:
     kv = frame.get("kv") or {}
     rate, bytes_per_s = frame.get("request_rate"), kv.get("bytes_per_s")
@@ -264,7 +273,7 @@ def _transfer(
     no_times = "the connector reports no transfer times (NIXL does; MoRIIO does not)"
     d.put(
         "kv_transfer_gbps",
-        per_request / (xfer_ms / 1000) / 1e9 if xfer_ms else None,
+        per_request / (xfer_ms / 1000) / 1e9 * time_scale if xfer_ms else None,
         "KV bytes per request / median NIXL transfer time",
         no_times,
     )

@@ -30,7 +30,7 @@ from state.db import create_engine
 from state.hub import Hub
 from state.placement_store import PlacementStore
 from state.store import Store
-from web import demo, errors
+from web import demo, errors, left_running
 from web.admission import Admission
 from web.auth import TokenBook
 from web.bench_runs import BenchRuns
@@ -127,8 +127,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.store = store = Store(engine, admission, publish=event_publisher(hub))
     app.state.registry = build_registry(store)
     app.state.placements = placements = PlacementStore(engine)
-    if settings.demo:
-        demo.ensure_demo(store)
+    created = settings.demo and demo.ensure_demo(store, trade=settings.demo_trade)
     app.state.load_runs = LoadRuns()
     app.state.bench_runs = BenchRuns(
         BenchStore(engine),
@@ -137,6 +136,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         partial(proxy_url, app.state),
     )
     app.state.observer = None  # observe/ scrapes what the controller runs, so only with it
+    app.state.demo_load = None
+    app.state.left_running = ""  # what the CLI prints once the serve stopped
     if settings.controller:
         app.state.controller = build_controller(settings, store, placements, app.state.backend)
         await app.state.controller.supervisor.open()
@@ -144,16 +145,30 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.observer = await start_observer(settings, app.state.controller, store, hub)
         # Its aggregates and the controller's state on the app's /metrics.
         app.state.registry.register(LiveCollector(app.state.controller, app.state.observer))
+        if settings.demo and settings.demo_trade:
+            app.state.demo_load = await demo.run_trade(
+                store, app.state.controller, created, partial(proxy_url, app.state)
+            )
     try:
         yield
     finally:
+        if app.state.demo_load is not None:
+            await app.state.demo_load.close()
         await app.state.load_runs.close()
         await app.state.bench_runs.close()
         if app.state.observer is not None:
             await app.state.observer.close()
         if app.state.controller is not None:
             await app.state.controller.close()
+            app.state.left_running = _left_running(settings, app.state.controller)
         engine.dispose()
+
+
+def _left_running(settings: Settings, controller: ControlService) -> str:
+    supervisor = controller.supervisor
+    statuses = {name: supervisor.status(name) for name in supervisor.deployments}
+    server = f"http://{settings.host}:{settings.port}"
+    return left_running.note(statuses, str(settings.db), server, settings.auth_enabled)
 
 
 def build_controller(

@@ -55,8 +55,9 @@ def serve(
     except (db_lock.DatabaseInUse, OSError) as exc:
         typer.echo(f"pdctl serve: error: {exc}", err=True)
         raise typer.Exit(2) from None
+    app = create_app(settings, backend=backend)
     uvicorn.run(
-        create_app(settings, backend=backend),
+        app,
         host=settings.host,
         port=settings.port,
         log_level="info",
@@ -70,6 +71,8 @@ def serve(
         http=deadlines.protocol(settings.header_timeout_s, settings.body_timeout_s),
     )
     lock.close()
+    if app.state.left_running:  # Ctrl-C: say what keeps running and how to stop it
+        typer.echo(app.state.left_running, err=True)
 
 
 def _cluster_backend(settings: object) -> object | None:

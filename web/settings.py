@@ -44,6 +44,10 @@ class Settings(BaseSettings):
     sim_registration_interval: float | None = Field(None, gt=0)
     # Store the demo deployment (web/demo.py) when there is none; `make run` sets PDCTL_DEMO=1.
     demo: bool = False
+    # With demo: also store (into an empty store) and start the pair that shows the trade,
+    # and offer load to it while it runs (web/demo_trade.py); `make run` sets
+    # PDCTL_DEMO_TRADE=1. Off by default, so no test starts it unless it asks.
+    demo_trade: bool = False
     # observe/: scrape every instance and proxy this often; keep a point per history_step_s.
     scrape_interval: float = Field(1.0, gt=0, le=60)
     scrape_timeout: float = Field(0.8, gt=0, le=60)

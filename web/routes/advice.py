@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from controller.deployment import Engine
 from observe import signals
 from observe.frames import WINDOW_SECONDS, WINDOWS
 from observe.scraper import DEFAULT_WINDOW, kv_bytes_per_token
@@ -47,6 +48,7 @@ def live(request: Request, store: Store, name: str, window: str) -> dict[str, An
         topology=spec.topology.value,
         slo={"ttft_ms": spec.slo.ttft_ms, "itl_ms": spec.slo.itl_ms},
         kv_bytes_per_token=kv_bytes_per_token(spec.model),
+        time_scale=spec.time_scale if spec.engine is Engine.SIM else 1.0,
     )
     return {
         "deployment": name,

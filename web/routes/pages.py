@@ -17,7 +17,7 @@ from web.demo import DEMO_NAME
 from web.deps import StoreDep, get_controller, get_load_runs, get_service
 from web.load import MAX_DURATION_S, MAX_RATE
 from web.routes import events as events_api
-from web.routes import lifecycle
+from web.routes import lifecycle, trade
 from web.routes.page_common import (
     PageActor,
     deployment_or_404,
@@ -35,15 +35,24 @@ STRATEGIES = ("hold", "keep-serving", "roll")
 
 @router.get("/", response_class=HTMLResponse)
 def deployments_page(request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
-    ctx = page_context(
-        request,
-        actor,
-        rows=[_summary(request, d) for d in store.deployments()],
-        unreadable=store.unreadable(),
-    )
+    rows = [_summary(request, d) for d in store.deployments()]
+    ctx = page_context(request, actor, rows=rows, unreadable=store.unreadable())
     if htmx.is_htmx(request):
         return htmx.fragment(request, "deployments.html", "rows", ctx)
+    states = {r["name"]: r["state"] for r in rows}
+    ctx["trade"] = trade.panel(request, store, lambda name: states.get(name, "stopped"))
     return htmx.page(request, "deployments.html", ctx)
+
+
+@router.get("/demo/trade", response_class=HTMLResponse)
+def trade_fragment(request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
+    """The trade panel of the list, polled on its own (it reads frames and the advisor)."""
+
+    def state(name: str) -> str:
+        return overall_state(_units(request, name))
+
+    ctx = page_context(request, actor, trade=trade.panel(request, store, state))
+    return htmx.fragment(request, "deployments.html", "trade", ctx)
 
 
 def _summary(request: Request, d: Current) -> dict[str, Any]:
