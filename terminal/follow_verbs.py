@@ -78,7 +78,9 @@ def logs(
     server: ServerOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """The last lines a process wrote (secrets masked); --follow for new ones."""
+    """The last lines a process wrote (secrets masked); --follow for new ones.
+
+    With --follow and --json: one JSON object per line."""
     api = client(server)
     where = path(name, f"/logs/{instance}")
     answer = api.get(where, lines=lines)
@@ -86,8 +88,12 @@ def logs(
         show_json(answer)
         return
     shown = answer["lines"]
-    for line in shown:
-        typer.echo(line)
+
+    def echo(lines: list[str]) -> None:
+        for line in lines:
+            typer.echo(json.dumps({"instance": instance, "line": line}) if as_json else line)
+
+    echo(shown)
     if not follow_:
         return
 
@@ -96,9 +102,10 @@ def logs(
         now = api.get(where, lines=lines)["lines"]
         new, missed = log_tail.fresh(shown, now)
         if missed:
-            typer.echo("... (lines written faster than --lines between reads were skipped)")
-        for line in new:
-            typer.echo(line)
+            typer.echo(
+                "... (lines written faster than --lines between reads were skipped)", err=True
+            )
+        echo(new)
         shown = now
 
     try:

@@ -111,6 +111,8 @@ def _wait(
 
     try:
         units = poll(ask, lambda us: goal.verdict(us)[0], timeout)
+    except KeyboardInterrupt:
+        fail(verb, f"interrupted: the {verb} of {name} goes on in the server", exits.INTERRUPTED)
     except TimedOut as out:
         fail(
             verb,

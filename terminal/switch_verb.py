@@ -85,6 +85,8 @@ def _follow(api: ApiClient, name: str, record: dict[str, Any], timeout: float) -
 
     try:
         return poll(ask, lambda r: r["state"] != "running", timeout)
+    except KeyboardInterrupt:
+        fail(VERB, f"interrupted: switch {record['id']} goes on in the server", exits.INTERRUPTED)
     except TimedOut as out:
         fail(
             VERB,

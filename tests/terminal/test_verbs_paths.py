@@ -13,7 +13,7 @@ from websockets.exceptions import ConnectionClosedError
 from websockets.frames import Close
 
 import bench.cli
-from terminal import exits, lifecycle_verbs, switch_verb, verbs_cli
+from terminal import exits, follow_verbs, lifecycle_verbs, switch_verb, verbs_cli
 from terminal.event_stream import closed_error, ws_url
 
 RUNNING = {
@@ -43,7 +43,7 @@ def run(monkeypatch, api: FakeApi | None, *args: str) -> Any:
     app = typer.Typer()
     verbs_cli.register(app)
     bench.cli.register(app)
-    for module in (switch_verb, lifecycle_verbs):
+    for module in (switch_verb, lifecycle_verbs, follow_verbs):
         monkeypatch.setattr(module, "client", lambda server: api)
     return CliRunner().invoke(app, list(args))
 
@@ -162,6 +162,20 @@ def test_a_restart_waits_for_new_pids(monkeypatch) -> None:
     )
     out = run(monkeypatch, api, "restart", "mori", "--json")
     assert out.exit_code == 0 and '"pid": 6' in out.stdout
+
+
+def test_following_a_log_prints_each_new_line_once_until_the_timeout(monkeypatch) -> None:
+    tails = [{"lines": ["a", "b"]}, {"lines": ["a", "b", "c"]}, {"lines": ["c", "d"]}]
+    api = FakeApi({"/api/deployments/mori/logs/decode-0": tails})
+    out = run(monkeypatch, api, "logs", "mori", "decode-0", "-f", "--timeout", "2.5")
+    assert (out.exit_code, out.stdout) == (0, "a\nb\nc\nd\n")
+    api = FakeApi({"/api/deployments/mori/logs/decode-0": [{"lines": ["x"]}, {"lines": ["y"]}]})
+    out = run(monkeypatch, api, "logs", "mori", "decode-0", "-f", "--timeout", "1.5", "--json")
+    assert out.stdout.splitlines() == [
+        '{"instance": "decode-0", "line": "x"}',
+        '{"instance": "decode-0", "line": "y"}',
+    ]
+    assert "lines written faster than --lines between reads were skipped" in out.stderr
 
 
 @pytest.mark.parametrize(
