@@ -15,7 +15,7 @@ from terminal.read_verbs import Name, path, status
 from terminal.readiness import Goal
 from terminal.session import JsonOption, ReasonOption, ServerOption, client, fail, show_json
 
-DEFAULT_TIMEOUT_S = 180.0
+DEFAULT_TIMEOUT_S = 600.0  # a real engine's cold start takes minutes (README: ~6 min)
 
 WaitOption = Annotated[
     bool, typer.Option("--wait/--no-wait", help="Wait, showing progress, until it is done.")
