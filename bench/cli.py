@@ -185,7 +185,9 @@ def bench(
             )
         )
     except ServerUnreachable as exc:
-        _fail(f"--base-url: {exc}")
+        _fail(
+            f"--deployment {deployment} (its proxy): {exc}" if deployment else f"--base-url: {exc}"
+        )
     except KeyboardInterrupt:
         kept = (
             f"; the {keep.rates_kept} rate(s) measured are in --result-json {result_json}"
