@@ -19,6 +19,7 @@ import pytest
 from harness.control_plane import ControlPlane
 from harness.demo_run import DEMO_ENV, frame, itl_ratio, trade, wait_filled
 from harness.processes import ROOT, free_port, http_get, http_post, port_range, reap_instances
+from tests.specs import colocated
 from web.demo import DEMO_NAME
 from web.demo_trade import TRADE_NAMES
 
@@ -109,24 +110,14 @@ def interrupt(proc: subprocess.Popen) -> None:
     proc.wait(timeout=20)
 
 
-def tiny(name: str) -> dict:
-    return {
-        "name": name,
-        "engine": "sim",
-        "model": "tiny",
-        "topology": "colocated",
-        "groups": [{"name": "engine", "role": "colocated"}],
-    }
-
-
 @pytest.mark.timeout(120)
 def test_ctrl_c_names_what_keeps_running_and_how_to_stop_it(tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc, out, err = serve(tmp_path, port)
     try:
-        assert http_post(url + "/api/deployments", tiny("kept"))[0] == 201
-        assert http_post(url + "/api/deployments", tiny("idle"))[0] == 201  # stored only
+        assert http_post(url + "/api/deployments", colocated("kept"))[0] == 201
+        assert http_post(url + "/api/deployments", colocated("idle"))[0] == 201  # stored only
         assert http_post(url + "/api/deployments/kept/start", {})[0] == 202
         deadline = time.monotonic() + 60
         units: list[dict] = []
@@ -156,7 +147,7 @@ def test_ctrl_c_says_nothing_when_nothing_runs(tmp_path):
     port = free_port()
     proc, _, err = serve(tmp_path, port)
     try:
-        assert http_post(f"http://127.0.0.1:{port}/api/deployments", tiny("idle"))[0] == 201
+        assert http_post(f"http://127.0.0.1:{port}/api/deployments", colocated("idle"))[0] == 201
         interrupt(proc)
         said = err.read_text()
         assert "Application shutdown complete" in said  # it did stop, and said only that
