@@ -115,7 +115,13 @@ def stop_serve(serve: subprocess.Popen) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(serve.pid, signal.SIGKILL)
             serve.wait(timeout=10)
-    print(f"pdctl serve stopped (exit code {serve.returncode})", flush=True)
+    # It said which processes keep running for the next serve to adopt: here the cluster they
+    # run on is stopped next, and its folder (the database too) removed.
+    print(
+        f"pdctl serve stopped (exit code {serve.returncode}); what it left running goes with "
+        "the Ray cluster, stopped now",
+        flush=True,
+    )
 
 
 def _interrupt(signum: int, frame: object) -> None:
