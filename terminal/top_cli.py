@@ -29,6 +29,7 @@ EVENTS_KEPT = 50
 NO_FRAME_S = 2.5  # connected this long without a frame: say why, from the instances' status
 STATUS_EVERY_S = 3.0
 TICK_S = 0.1
+ALERT_S = 5.0
 
 
 class TopError(RuntimeError):
@@ -51,6 +52,8 @@ class Session:
     opened_at: float = 0.0
     status_at: float = 0.0
     events_for: int = 0  # the feed's connection whose missed events were fetched
+    waiting: str | None = None  # why no frame comes (from the instances' status)
+    alert: tuple[str, float] | None = None  # a key's failure, and until when it shows
 
     def __post_init__(self) -> None:
         self.view = View(self.name, self.window, position=(self.index + 1, len(self.names)))
@@ -73,17 +76,17 @@ class Session:
         self.view.deployment, self.view.window = self.name, self.window
         self.view.position = (self.index + 1, len(self.names))
         self.view.frame, self.view.units, self.view.notice = None, None, None
-        self.view.clock = ""
+        self.view.clock, self.waiting = "", None
         self.opened_at, self.status_at, self.events_for = time.monotonic(), 0.0, 0
 
     def next_deployment(self, step: int) -> None:
         try:
             names = deployment_names(self.client)
         except ApiError as err:
-            self.view.notice = f"cannot list the deployments: {err.message}"
+            self.alert = (f"cannot list the deployments: {err.message}", time.monotonic() + ALERT_S)
             return
         if not names:
-            self.view.notice = "no deployments any more"
+            self.alert = ("no deployments any more", time.monotonic() + ALERT_S)
             return
         here = names.index(self.name) if self.name in names else -1
         self.names = names
@@ -94,7 +97,7 @@ class Session:
         framed = False
         for m in messages:
             if m.get("type") == "frame":
-                self.view.frame, self.view.units, self.view.notice = m, None, None
+                self.view.frame, self.view.units, self.waiting = m, None, None
                 framed = True
             elif m.get("type") == "event":
                 self.add_events([m])
@@ -121,10 +124,28 @@ class Session:
         ):
             self.status_at = now
             self.view.units = unit_status(self.client, self.name)
-            self.view.notice = no_frame_notice(self.name, self.view.units, self.feed)
+            self.waiting = no_frame_notice(self.name, self.view.units, self.feed)
         if self.view.frame is not None:
             self.view.clock = time.strftime("%H:%M:%S", time.localtime(self.view.frame["ts"]))
+        self.view.notice = self.notice(now)
         return framed
+
+    def notice(self, now: float) -> str | None:
+        """The line under the header: a key's failure for a moment, else why the feed is
+        down (the figures below are then the last frame's), else why no frame comes."""
+        if self.alert is not None and now < self.alert[1]:
+            return self.alert[0]
+        if self.feed.last_error:  # the header's time is the last frame's
+            return self.feed.last_error
+        return self.waiting if self.view.frame is None else None
+
+
+IDLE_STATES = ("STOPPED", "EXITED", "FATAL")
+
+
+def idle(units: list[dict[str, Any]] | None) -> bool:
+    """Nothing of the deployment runs: never started here, or every process down."""
+    return not units or all(u.get("state") in IDLE_STATES for u in units)
 
 
 def no_frame_notice(name: str, units: list[dict[str, Any]] | None, feed: Feed) -> str:
@@ -132,7 +153,7 @@ def no_frame_notice(name: str, units: list[dict[str, Any]] | None, feed: Feed) -
         return f"no live feed yet: {feed.last_error or 'connecting'}"
     if not units:
         return f"no frames: {name} is not running (start it: pdctl start {name})"
-    if units and all(u.get("state") in ("STOPPED", "EXITED", "FATAL") for u in units):
+    if idle(units):
         return f"no frames: {name} is stopped (start it: pdctl start {name})"
     return f"waiting for {name}'s first frame"
 
@@ -178,6 +199,8 @@ def once(session: Session, as_json: bool, timeout: float, glyphs: Glyphs) -> Non
     while time.monotonic() < deadline:
         if session.tick(min(0.5, max(0.0, deadline - time.monotonic()))):
             break
+        if session.waiting and idle(session.view.units):
+            break  # nothing runs that could send one: say so now, not at the timeout
     session.feed.close()
     frame = session.view.frame
     if frame is None:
@@ -210,7 +233,18 @@ def start(name: str | None, window: str, server: str | None) -> Session:
     if name is not None and name not in names:
         known = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
         raise TopError(f"no deployment named {name!r} (there are: {known})", exits.FAILED)
-    return Session(client, target, names, names.index(name) if name else 0, window)
+    return Session(
+        client, target, names, names.index(name) if name else first_running(client, names), window
+    )
+
+
+def first_running(client: ApiClient, names: list[str], most: int = 20) -> int:
+    """Without a NAME: the first deployment with an instance running (of the first `most`),
+    else the first one."""
+    for i, name in enumerate(names[:most]):
+        if any(u.get("state") == "RUNNING" for u in unit_status(client, name) or []):
+            return i
+    return 0
 
 
 def top(

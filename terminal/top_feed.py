@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 from websockets.sync.client import connect
@@ -24,6 +24,7 @@ from websockets.sync.client import connect
 from terminal import exits
 from terminal.client import ApiClient, ApiError
 from terminal.config import TOKEN_ENV, Target
+from terminal.event_stream import ws_url as event_ws_url
 
 OPEN_TIMEOUT_S = 5.0
 MAX_MESSAGE_BYTES = 16 << 20
@@ -62,10 +63,7 @@ def backoff(attempt: int, rng: Callable[[], float] = random.random) -> float:
 
 
 def ws_url(server: str, name: str, window: str) -> str:
-    parts = urlsplit(server)
-    scheme = "wss" if parts.scheme == "https" else "ws"
-    path = f"{parts.path}/ws/deployments/{quote(name, safe='')}"
-    return f"{scheme}://{parts.netloc}{path}?window={window}"
+    return f"{event_ws_url(server, name)}?window={window}"
 
 
 @dataclass
@@ -79,9 +77,9 @@ class Feed:
     opener: Callable[..., Any] = connect  # the websocket seam
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
-    status: str = "connecting"
+    status: str = "connecting"  # short, for the header: live, retrying in 2 s ...
     opens: int = 0  # connections made so far
-    last_error: str | None = None
+    last_error: str | None = None  # why it is not connected (None once it is)
     _ws: Any = None
     _attempt: int = 0
     _next_at: float = 0.0
@@ -92,9 +90,7 @@ class Feed:
         if self._ws is None:
             wait = self._next_at - self.clock()
             if wait > 0:
-                self.status = (
-                    f"{self.last_error or 'disconnected'}, retrying in {math.ceil(wait)} s"
-                )
+                self.status = f"retrying in {math.ceil(wait)} s"
                 self.sleep(min(timeout, wait))
                 return []
             self._open()
@@ -154,7 +150,7 @@ class Feed:
         delay = backoff(self._attempt)
         self._attempt += 1
         self._next_at = self.clock() + delay
-        self.status = f"{why}, retrying in {math.ceil(delay)} s"
+        self.status = f"retrying in {math.ceil(delay)} s"
 
     @property
     def ever_connected(self) -> bool:

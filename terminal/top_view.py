@@ -21,6 +21,7 @@ from terminal.top_hist import histograms, histograms_wanted
 
 WINDOW_KEYS = {"1": "10s", "2": "1m", "3": "5m"}
 MAX_EVENTS = 6
+MAX_INSTANCES = 8  # rows before "+N more" on a full screen, so a big fleet leaves room
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Section:
     want: Want
     draw: Draw
     shown: Callable[[View], bool] = lambda v: True
+    unbounded: Want | None = None  # the rows wanted with no height (--once), if more
 
 
 # -- sections ------------------------------------------------------------------------------
@@ -157,8 +159,8 @@ def instance_line(row: Mapping[str, Any], live: bool) -> str:
         up,
         node_of(row),
         str(row.get("mode") or fmt.NONE),
-        str(row.get("running", fmt.NONE)) if live else fmt.NONE,
-        str(row.get("waiting", fmt.NONE)) if live else fmt.NONE,
+        str(row.get("running", fmt.NONE)) if live and row.get("up") else fmt.NONE,
+        str(row.get("waiting", fmt.NONE)) if live and row.get("up") else fmt.NONE,
         fmt.NONE if usage is None else f"{usage * 100:.0f}%",
     )
     cells = [(text, w, a) for text, (_, w, a) in zip(values, INSTANCE_COLUMNS, strict=True)]
@@ -228,7 +230,14 @@ SECTIONS: tuple[Section, ...] = (
         hist,
         lambda v: v.frame is not None,
     ),
-    Section("instances", 4, 2, lambda v, w: 1 + max(1, len(instance_rows(v))), instances),
+    Section(
+        "instances",
+        4,
+        2,
+        lambda v, w: 1 + max(1, min(MAX_INSTANCES, len(instance_rows(v)))),
+        instances,
+        unbounded=lambda v, w: 1 + max(1, len(instance_rows(v))),
+    ),
     Section("events", 6, 3, lambda v, w: 1 + max(1, min(MAX_EVENTS, len(v.events))), events),
     Section("keys", 1, 1, _one, keys, lambda v: v.keys),
 )
@@ -241,9 +250,9 @@ def allot(view: View, width: int, height: int | None) -> dict[str, int]:
     """Rows per section: each its least in priority order while they fit, then what is left
     to each in priority order up to what it wants. Without a height, all it wants."""
     chosen = [s for s in SECTIONS if s.shown(view)]
-    wants = {s.name: max(s.least, s.want(view, width)) for s in chosen}
     if height is None:
-        return wants
+        return {s.name: max(s.least, (s.unbounded or s.want)(view, width)) for s in chosen}
+    wants = {s.name: max(s.least, s.want(view, width)) for s in chosen}
     rows: dict[str, int] = {}
     left = height
     by_priority = sorted(chosen, key=lambda s: s.priority)
