@@ -19,6 +19,8 @@ import typer
 from terminal import exits
 from terminal.client import ApiClient, ApiError
 from terminal.config import ConfigProblem, Target, resolve
+from terminal.read_verbs import complete_names
+from terminal.session import ServerOption, fail
 from terminal.top_feed import Feed, FeedClosed, deployment_names, recent_events, unit_status
 from terminal.top_format import Glyphs, glyphs_for
 from terminal.top_screen import Keys, screen_for, terminated_as_interrupt
@@ -125,7 +127,7 @@ class Session:
             self.status_at = now
             self.view.units = unit_status(self.client, self.name)
             self.waiting = no_frame_notice(self.name, self.view.units, self.feed)
-        if self.view.frame is not None:
+        if self.view.frame is not None and isinstance(self.view.frame.get("ts"), int | float):
             self.view.clock = time.strftime("%H:%M:%S", time.localtime(self.view.frame["ts"]))
         self.view.notice = self.notice(now)
         return framed
@@ -249,52 +251,55 @@ def first_running(client: ApiClient, names: list[str], most: int = 20) -> int:
 
 def top(
     name: Annotated[
-        str | None, typer.Argument(help="The deployment (default: the first one).")
+        str | None,
+        typer.Argument(
+            help="The deployment (default: the first one running).",
+            show_default=False,
+            autocompletion=complete_names,
+        ),
     ] = None,
     window: Annotated[
         str, typer.Option("--window", "-w", help="10s, 1m or 5m (keys 1, 2, 3 switch).")
     ] = "1m",
-    server: Annotated[
-        str | None,
-        typer.Option(
-            help="The control plane (default PDCTL_SERVER, the config file, 127.0.0.1:8000)."
-        ),
-    ] = None,
+    server: ServerOption = None,
     once_: Annotated[
-        bool, typer.Option("--once", help="Print one frame as text and exit.")
+        bool, typer.Option("--once", help="Print one frame as plain text and exit.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="With --once: the frame's JSON.")] = False,
     timeout: Annotated[
-        float, typer.Option(help="With --once: seconds to wait for a frame.", min=0.1, max=600)
+        float, typer.Option(help="With --once: seconds to wait for a frame (0.1 to 600).")
     ] = 10.0,
     interval: Annotated[
         float,
-        typer.Option(help="On a dumb terminal or a pipe: seconds between frames printed.", min=0.5),
+        typer.Option(help="On a dumb terminal or a pipe: seconds between frames printed."),
     ] = 5.0,
 ) -> None:
-    """Watch a deployment live: SLO attainment, goodput, TTFT/ITL histograms, KV, instances,
-    events (the token comes from PDCTL_TOKEN or the config file)."""
+    """Watch a deployment live, as its dashboard page does: SLO attainment, goodput, TTFT and
+    ITL histograms with the SLO line, KV throughput, instances, events. Keys: 1/2/3 or w the
+    window, n/p (Tab, arrows) the deployment, q quit. On a dumb terminal or a pipe, plain
+    text every --interval seconds."""
     try:
-        if as_json and not once_:
-            raise TopError("--json needs --once (the live view is for people)", exits.USAGE)
+        check_flags(once_, as_json, timeout, interval)
         session = start(name, window, server)
         glyphs = glyphs_for(sys.stdout.encoding)
         if once_:
             once(session, as_json, timeout, glyphs)
         else:
             live(session, interval, glyphs)
-    except TopError as err:
-        _fail(err.message, err.code)
-    except FeedClosed as closed:
-        _fail(closed.message, closed.code)
+    except (TopError, FeedClosed) as err:
+        fail("top", err.message, err.code)
     except KeyboardInterrupt:
-        pass  # Ctrl-C: the screen is already restored, nothing to say
+        pass  # Ctrl-C is how one leaves top: the screen is restored, exit 0
 
 
-def _fail(message: str, code: int) -> None:
-    typer.echo(f"pdctl top: error: {message}", err=True)
-    raise typer.Exit(code)
+def check_flags(once_: bool, as_json: bool, timeout: float, interval: float) -> None:
+    if as_json and not once_:
+        raise TopError("--json needs --once (the live view is for people)", exits.USAGE)
+    if not 0.1 <= timeout <= 600:
+        raise TopError(f"--timeout {timeout:g} is not between 0.1 and 600 s", exits.USAGE)
+    if interval < 0.5:
+        raise TopError(f"--interval {interval:g} is below 0.5 s", exits.USAGE)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("top")(top)
+    app.command("top", epilog=exits.EPILOG)(top)

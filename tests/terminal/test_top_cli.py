@@ -22,12 +22,17 @@ def one_line(done, code: int, said: str) -> None:
     assert done.stderr.startswith("pdctl top: error: ") and said in done.stderr, done.stderr
 
 
-def test_a_bad_window_is_a_usage_error() -> None:
-    one_line(pdctl("top", "--window", "2m"), exits.USAGE, "--window '2m' is not one of 10s, 1m, 5m")
-
-
-def test_json_needs_once() -> None:
-    one_line(pdctl("top", "--json"), exits.USAGE, "--json needs --once")
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("--window", "2m"), "--window '2m' is not one of 10s, 1m, 5m"),
+        (("--json",), "--json needs --once"),
+        (("--once", "--timeout", "0"), "--timeout 0 is not between 0.1 and 600 s"),
+        (("--interval", "0.1"), "--interval 0.1 is below 0.5 s"),
+    ],
+)
+def test_a_bad_flag_is_a_usage_error_before_anything_is_sent(flags, said) -> None:
+    one_line(pdctl("top", *flags, server="http://127.0.0.1:9"), exits.USAGE, said)
 
 
 @pytest.mark.parametrize("once_", [True, False])
