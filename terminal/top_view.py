@@ -76,8 +76,8 @@ def notice(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
     return [v.notice or ""]
 
 
-def headline(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
-    f = v.frame or {}
+def headline_groups(f: Mapping[str, Any], g: Glyphs) -> list[list[str]]:
+    """The dashboard's tiles as phrases, a group to a line where the width allows."""
     slo, kv, out = f.get("slo") or {}, f.get("kv") or {}, f.get("outcomes") or {}
     windows = f.get("windows") or {}
     by_window = f" {g.dot} ".join(
@@ -85,23 +85,52 @@ def headline(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
         for w in WINDOW_KEYS.values()
         if w in windows
     )
-    targets = (
-        f"TTFT {g.at_most} {_target(slo.get('ttft_ms'))}, "
-        f"ITL {slo.get('itl_stat') or 'p99'} {g.at_most} {_target(slo.get('itl_ms'))}"
-    )
     proxy = f.get("proxy") or {}
     return [
-        f"SLO attainment {fmt.pct(f.get('slo_attainment'))}   "
-        f"Goodput {fmt.rate(f.get('request_goodput'))}   "
-        f"Request rate {fmt.rate(f.get('request_rate'))}",
-        f"  {targets}" + (f"   by window {by_window}" if by_window else ""),
-        f"KV transfer {fmt.bytes_per_s(kv.get('bytes_per_s'))} ({kv_note(kv)})   "
-        f"Running / waiting {f.get('running', 0)} / {f.get('waiting', 0)}   "
-        f"KV cache {fmt.pct(f.get('kv_cache_usage'))}",
-        f"Proxy {'up' if proxy.get('up') else 'down'}, {proxy.get('in_flight', 0)} in flight, "
-        f"{proxy.get('held', 0)} held   "
-        f"Failed / rejected {fmt.rate(out.get('failed'))} / {fmt.rate(out.get('rejected'))}",
-    ][:rows]
+        [
+            f"SLO attainment {fmt.pct(f.get('slo_attainment'))}",
+            f"Goodput {fmt.rate(f.get('request_goodput'))}",
+            f"Request rate {fmt.rate(f.get('request_rate'))}",
+        ],
+        [
+            f"  TTFT {g.at_most} {_target(slo.get('ttft_ms'))}, "
+            f"ITL {slo.get('itl_stat') or 'p99'} {g.at_most} {_target(slo.get('itl_ms'))}",
+            *([f"by window {by_window}"] if by_window else []),
+        ],
+        [
+            f"KV transfer {fmt.bytes_per_s(kv.get('bytes_per_s'))} ({kv_note(kv)})",
+            f"Running / waiting {f.get('running', 0)} / {f.get('waiting', 0)}",
+            f"KV cache {fmt.pct(f.get('kv_cache_usage'))}",
+        ],
+        [
+            f"Proxy {'up' if proxy.get('up') else 'down'}, {proxy.get('in_flight', 0)} in "
+            f"flight, {proxy.get('held', 0)} held",
+            f"Failed / rejected {fmt.rate(out.get('failed'))} / {fmt.rate(out.get('rejected'))}",
+        ],
+    ]
+
+
+def flow(groups: list[list[str]], width: int, gap: str = "   ") -> list[str]:
+    """Each group's phrases on one line, a phrase that would not fit on a line of its own."""
+    lines = []
+    for phrases in groups:
+        line = ""
+        for phrase in phrases:
+            if line and len(line) + len(gap) + len(phrase) > width:
+                lines.append(line)
+                line = "  " + phrase.lstrip()
+            else:
+                line = f"{line}{gap}{phrase}" if line else phrase
+        lines.append(line)
+    return lines
+
+
+def headline(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
+    return flow(headline_groups(v.frame or {}, g), width)[:rows]
+
+
+def headline_rows(v: View, width: int) -> int:
+    return len(flow(headline_groups(v.frame or {}, ASCII), width))
 
 
 def _target(value: float | None) -> str:
@@ -220,7 +249,7 @@ def _one(v: View, width: int) -> int:
 SECTIONS: tuple[Section, ...] = (
     Section("header", 0, 1, _one, header),
     Section("notice", 2, 1, _one, notice, lambda v: bool(v.notice)),
-    Section("headline", 3, 1, lambda v, w: 4, headline, lambda v: v.frame is not None),
+    Section("headline", 3, 1, headline_rows, headline, lambda v: v.frame is not None),
     # issue 18: the "is PD happening" line goes here (one Section, priority about 3).
     Section(
         "histograms",
@@ -271,14 +300,22 @@ def render(view: View, width: int, height: int | None = None, g: Glyphs = ASCII)
     last), none longer than `width`."""
     width = max(1, width)
     rows = allot(view, width, height)
-    lines: list[str] = []
-    tail: list[str] = []
-    for s in SECTIONS:
-        n = rows.get(s.name, 0)
-        if n <= 0:
-            continue
-        drawn = [clip(line, width, g) for line in s.draw(view, width, n, g)[:n]]
-        (tail if s.name == "keys" else lines).extend(drawn)
+    drawn = {name: _draw(view, name, width, n, g) for name, n in rows.items() if n > 0}
+    if height is not None:  # rows a section left unused (a compact form) go to the next
+        spare = height - sum(len(d) for d in drawn.values())
+        for s in sorted(SECTIONS, key=lambda s: s.priority):
+            if spare <= 0 or s.name not in drawn or len(drawn[s.name]) < rows[s.name]:
+                continue
+            more = _draw(view, s.name, width, rows[s.name] + spare, g)
+            spare -= len(more) - len(drawn[s.name])
+            drawn[s.name] = more
+    lines = [line for s in SECTIONS if s.name != "keys" for line in drawn.get(s.name, [])]
+    tail = drawn.get("keys", [])
     if height is not None:
         lines += [""] * (height - len(lines) - len(tail))
     return (lines + tail)[: height if height is not None else None]
+
+
+def _draw(view: View, name: str, width: int, rows: int, g: Glyphs) -> list[str]:
+    section = next(s for s in SECTIONS if s.name == name)
+    return [clip(line, width, g) for line in section.draw(view, width, rows, g)[:rows]]

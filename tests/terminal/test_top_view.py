@@ -187,3 +187,26 @@ def test_keys_and_clipping() -> None:
     )
     assert re.fullmatch(r"\d\d:\d\d:\d\d", event_time("2026-12-01T16:58:01.499630Z"))
     assert event_time("yesterday") == "--:--:--"
+
+
+def test_a_sparse_frame_from_another_version_still_draws() -> None:
+    for sparse in ({"type": "frame"}, {"type": "frame", "ttft": {"buckets": None}, "kv": None}):
+        lines = render(View("mori", "5m", sparse), 80, 24)
+        assert len(lines) == 24 and "SLO attainment -" in "\n".join(lines)
+
+
+def test_events_are_newest_first_and_only_as_many_as_fit() -> None:
+    lines = render(View("mori", "1m", frame(), events(9)), 80, None)
+    shown = [line for line in lines if "event number" in line]
+    assert [s.rsplit(" ", 1)[1] for s in shown] == ["9", "8", "7", "6", "5", "4"]
+
+
+def test_a_narrow_screen_wraps_the_headline_and_leaves_no_row_unused() -> None:
+    lines = render(busy_view(), 50, 20, UNICODE)
+    assert lines[1:4] == [
+        "SLO attainment 98.5%   Goodput 7.90/s",
+        "  Request rate 8.00/s",
+        "  TTFT ≤ 200 ms, ITL p99 ≤ 50 ms",
+    ]
+    assert "" not in lines  # the rows the compact histograms left went to the events
+    assert lines[-1].startswith("keys: ")
