@@ -23,7 +23,7 @@ from terminal.read_verbs import complete_names
 from terminal.session import ServerOption, fail
 from terminal.top_feed import Feed, FeedClosed, deployment_names, recent_events, unit_status
 from terminal.top_format import Glyphs, glyphs_for
-from terminal.top_screen import Keys, screen_for, terminated_as_interrupt
+from terminal.top_screen import Keys, screen_for, suspendable, terminated_as_interrupt
 from terminal.top_view import WINDOW_KEYS, View, render
 
 WINDOWS = tuple(WINDOW_KEYS.values())
@@ -176,7 +176,7 @@ def handle(session: Session, key: str) -> bool:
 def live(session: Session, interval: float, glyphs: Glyphs) -> None:
     """Until q or Ctrl-C: keys, messages and a redraw, a tick at a time."""
     screen = screen_for(sys.stdout)
-    with terminated_as_interrupt(), Keys(sys.stdin) as keys, screen:
+    with terminated_as_interrupt(), Keys(sys.stdin) as keys, screen, suspendable(screen, keys):
         session.view.keys = keys.live
         printed_at, said = -interval, None
         while True:

@@ -1,7 +1,8 @@
 """The terminal under `pdctl top`: a full screen (plain ANSI: the alternate screen, no
 autowrap, the cursor hidden, keys read unbuffered, redrawn line by line, resize noticed) or,
 on a dumb terminal or a pipe, plain text with no control codes at all. Either way the
-terminal is given back as it was, on q, Ctrl-C, SIGTERM or an error.
+terminal is given back as it was, on q, Ctrl-C, SIGTERM or an error, and for the while a
+Ctrl-Z keeps it stopped.
 
 Plain ANSI rather than curses: the renderer's lines go out unchanged (the same lines `--once`
 and a dumb terminal print), there is no terminfo to be missing or wrong, and curses' refusal
@@ -107,6 +108,15 @@ class FullScreen:
     def _on_resize(self, *_: object) -> None:
         self.resized = True
 
+    def pause(self) -> None:
+        self.out.write(LEAVE)
+        self.out.flush()
+
+    def resume(self) -> None:
+        self.out.write(ENTER)
+        self.out.flush()
+        self.resized = True  # whatever ran meanwhile drew over it: redraw it all
+
     def size(self) -> tuple[int, int | None]:
         try:
             cols, rows = os.get_terminal_size(self.out.fileno())
@@ -149,6 +159,12 @@ class PlainText:
     def size(self) -> tuple[int, int | None]:
         return max(1, shutil.get_terminal_size((80, 24)).columns), None
 
+    def pause(self) -> None:
+        self.out.flush()
+
+    def resume(self) -> None:
+        pass
+
     def draw(self, lines: list[str]) -> None:
         self.out.write("\n".join(lines) + "\n\n")
         self.out.flush()
@@ -166,6 +182,27 @@ def terminated_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def suspendable(screen: FullScreen | PlainText, keys: Keys) -> Iterator[None]:
+    """Ctrl-Z gives the terminal back as it was before the process stops, and takes it again
+    (redrawn) when `fg` resumes it."""
+
+    def stop(*_: object) -> None:
+        keys.__exit__()
+        screen.pause()
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # stopped here until SIGCONT
+        signal.signal(signal.SIGTSTP, stop)
+        keys.__enter__()
+        screen.resume()
+
+    previous = signal.signal(signal.SIGTSTP, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTSTP, previous)
 
 
 def screen_for(out: TextIO = sys.stdout) -> FullScreen | PlainText:

@@ -195,6 +195,27 @@ def test_ctrl_c_restores_the_terminal(plane) -> None:
         assert re.search(r"(^|\s)icanon(\s|$)", after) and re.search(r"(^|\s)echo(\s|$)", after)
 
 
+@pytest.mark.skipif(TMUX is None, reason="tmux is not installed (make system-deps)")
+def test_ctrl_z_gives_the_terminal_back_until_fg(plane) -> None:
+    env = environment(VIEWER_SECRET, None, plane.proc.url)
+    pane = Pane("bash --norc --noprofile -i", env, str(ROOT), 80, 24)  # a shell with jobs
+    try:
+        pane.send(f"{sys.executable} pdctl.py top mori", "Enter")
+        pane.wait_for(r"^pdctl top · mori", 40)
+        pane.send("C-z")
+        pane.wait_for(r"Stopped", 10)
+        assert not pane.alternate_screen()
+        pane.send("fg", "Enter")
+        pane.wait_for(r"^pdctl top · mori[\s\S]*^keys: ", 20)
+        assert pane.alternate_screen()
+        pane.send("q")
+        pane.wait_for(lambda s: not pane.alternate_screen(), 10)
+        pane.send("echo rc=$?", "Enter")
+        pane.wait_for(r"^rc=0$", 10)
+    finally:
+        pane.close()
+
+
 @contextlib.contextmanager
 def top_pane(plane: ControlPlane, *args: str, after: str = "true") -> Iterator[Pane]:
     """`pdctl top ARGS` in an 80x24 tmux pane; its exit code, then `after`, shown when it ends."""
