@@ -132,12 +132,15 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / TICKS
 
 
-def cpu_share(plane: ControlPlane, seconds: float) -> float:
-    """Cores the whole demo used on average over the next `seconds`."""
+def cpu_share(plane: ControlPlane, seconds: float) -> tuple[float, float]:
+    """Cores the whole demo, and the serve alone (with the load it offers), used on average
+    over the next `seconds`."""
     pids = demo_pids(plane)
-    before, start = cpu_seconds(pids), time.monotonic()
+    serve = pids[:1]
+    before, own, start = cpu_seconds(pids), cpu_seconds(serve), time.monotonic()
     time.sleep(seconds)
-    return (cpu_seconds(pids) - before) / (time.monotonic() - start)
+    elapsed = time.monotonic() - start
+    return (cpu_seconds(pids) - before) / elapsed, (cpu_seconds(serve) - own) / elapsed
 
 
 def main() -> int:
@@ -152,8 +155,11 @@ def main() -> int:
         wait_filled(plane, args.seconds)
         print(f"after {time.monotonic() - started:.0f} s:")
         print("\n".join(trade_lines(plane.proc.url)))
-        share = cpu_share(plane, args.cpu_seconds)
-        print(f"CPU of the whole demo over {args.cpu_seconds:g} s: {share:.2f} cores")
+        share, serve = cpu_share(plane, args.cpu_seconds)
+        print(
+            f"CPU over {args.cpu_seconds:g} s: {share:.3f} cores for the whole demo "
+            f"({len(demo_pids(plane))} processes), of which pdctl serve with its load {serve:.3f}"
+        )
     finally:
         plane.close()
     return 0
