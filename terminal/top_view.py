@@ -32,8 +32,8 @@ class View:
     window: str
     frame: Mapping[str, Any] | None = None
     events: list[Mapping[str, Any]] = field(default_factory=list)  # newest last
-    status: str = "connecting"  # the connection: live, connecting, reconnecting in 2 s ...
-    notice: str | None = None  # why there is no frame (not running, no such deployment ...)
+    status: str = "connecting"  # the connection, short: live, retrying in 2 s ...
+    notice: str | None = None  # a line under the header: why the feed is down or no frame
     units: Sequence[Mapping[str, Any]] | None = None  # /status rows, drawn while no frame
     position: tuple[int, int] | None = None  # (index from 1, count) among the deployments
     clock: str = ""  # the time shown in the corner, formatted by the shell
