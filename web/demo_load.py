@@ -79,39 +79,41 @@ class DemoLoad:
     async def _run(self, name: str) -> None:
         rng = random.Random(f"{self.offer.seed}:{name}")
         pool = random_requests(POOL, self.offer.input_len, self.offer.output_len, 0.0, rng)
-        in_flight: set[asyncio.Task] = set()
         self.sent[name] = self.skipped[name] = 0
-        try:
-            while True:  # until the serve closes it; each pass sleeps at least one gap
-                await self._until_ready(name)
-                config = BenchConfig(base_url=self._url_of(name), timeout=self.offer.timeout)
-                async with open_session(config) as session:
-                    try:
-                        model = await fetch_model(session, config)
-                    except ServerUnreachable as exc:
-                        log.info("demo load on %s waits: %s", name, exc)
-                        await asyncio.sleep(IDLE_S)
-                        continue
-                    client = BenchClient(session, config, model)
-                    await self._offer(name, client, pool, rng, in_flight)
-        finally:
-            for task in in_flight:
-                task.cancel()
+        while True:  # until the serve closes it; each pass sleeps at least one gap
+            await self._until_ready(name)
+            config = BenchConfig(base_url=self._url_of(name), timeout=self.offer.timeout)
+            async with open_session(config) as session:
+                try:
+                    model = await fetch_model(session, config)
+                except ServerUnreachable as exc:
+                    log.info("demo load on %s waits: %s", name, exc)
+                    await asyncio.sleep(IDLE_S)
+                    continue
+                client = BenchClient(session, config, model)
+                await self._offer(name, client, pool, rng)
 
     async def _until_ready(self, name: str) -> None:
         while not ready(self._status(name)):
             await asyncio.sleep(IDLE_S)
 
-    async def _offer(self, name, client, pool, rng, in_flight: set[asyncio.Task]) -> None:
-        """Poisson arrivals while the deployment stays wholly RUNNING."""
-        while ready(self._status(name)):
-            await asyncio.sleep(rng.expovariate(self.offer.rate))
-            if len(in_flight) >= self.offer.max_in_flight:
-                self.skipped[name] += 1
-                continue
-            request = pool[self.sent[name] % len(pool)]
-            task = asyncio.create_task(client.send(request))
-            in_flight.add(task)
-            task.add_done_callback(in_flight.discard)
-            self.sent[name] += 1
-        await asyncio.gather(*in_flight, return_exceptions=True)  # before the session closes
+    async def _offer(self, name: str, client: BenchClient, pool: list, rng: random.Random) -> None:
+        """Poisson arrivals while the deployment stays wholly RUNNING; its requests end here,
+        before the session they use closes (cancelled when the serve closes the loop)."""
+        in_flight: set[asyncio.Task] = set()
+        try:
+            while ready(self._status(name)):
+                await asyncio.sleep(rng.expovariate(self.offer.rate))
+                if len(in_flight) >= self.offer.max_in_flight:
+                    self.skipped[name] += 1
+                    continue
+                request = pool[self.sent[name] % len(pool)]
+                task = asyncio.create_task(client.send(request))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+                self.sent[name] += 1
+            await asyncio.gather(*in_flight, return_exceptions=True)
+        finally:
+            for task in in_flight:
+                task.cancel()
+            await asyncio.gather(*list(in_flight), return_exceptions=True)

@@ -57,6 +57,7 @@ def test_demo_shows_the_trade_and_outlives_the_serve(tmp_path):
             for unit, pid in units.items():
                 assert f"{name}/{unit}  pid {pid}" in said
         assert f"--db {plane.db}` adopts them" in said and "pdctl stop NAME" in said
+        assert "Traceback" not in said  # the load's requests end with the serve, quietly
 
         plane.start()  # the next `make run`: adopted, nothing stored again, load resumes
         for name, units in pids.items():

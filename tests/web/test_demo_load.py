@@ -5,6 +5,7 @@ and ends with close()."""
 from __future__ import annotations
 
 import asyncio
+import gc
 
 from tests.bench.sse_server import FakeEngine, serving
 from web.demo_load import DemoLoad, Offer, ready
@@ -20,12 +21,16 @@ def test_ready_means_every_process_running():
 
 def run(states: list, seconds: float, offer: Offer, engine: FakeEngine) -> DemoLoad:
     async def go() -> DemoLoad:
+        unhandled: list[dict] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _, ctx: unhandled.append(ctx))
         async with serving(engine) as url:
             load = DemoLoad(offer, lambda name: states, lambda name: url)
             load.start("pair")
             await asyncio.sleep(seconds)
             await load.close()
-            return load
+        gc.collect()  # a task whose exception nobody took says so when collected
+        assert unhandled == []
+        return load
 
     return asyncio.run(go())
 
@@ -43,7 +48,7 @@ def test_offers_nothing_while_not_running():
     assert load.sent["pair"] == 0 and engine.payloads == []
 
 
-def test_arrivals_past_the_cap_are_skipped_not_queued():
+def test_arrivals_past_the_cap_are_skipped_not_queued_and_cancelled_at_close():
     engine = FakeEngine(first_token_delay=5.0)  # nothing finishes during the test
     offer = Offer(rate=50.0, input_len=16, output_len=4, max_in_flight=3)
     load = run(RUNNING, 1.0, offer, engine)
