@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 TMUX = shutil.which("tmux")
 _NAMES = itertools.count()
@@ -67,6 +68,14 @@ class Pane:
         raise TimeoutError(f"not on screen within {timeout} s: {check!r}\n{shown}")
 
     def close(self) -> None:
-        subprocess.run(
-            [str(TMUX), "-L", self.socket, "kill-server"], capture_output=True, timeout=20
-        )
+        """Kill this pane's tmux server and remove its socket file (tmux leaves it behind)."""
+        asked = [str(TMUX), "-L", self.socket]
+        where = subprocess.run(
+            [*asked, "display-message", "-p", "#{socket_path}"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        ).stdout.strip()
+        subprocess.run([*asked, "kill-server"], capture_output=True, timeout=20)
+        if where:
+            Path(where).unlink(missing_ok=True)
