@@ -274,10 +274,11 @@ def top(
         typer.Option(help="On a dumb terminal or a pipe: seconds between frames printed."),
     ] = 5.0,
 ) -> None:
-    """Watch a deployment live, as its dashboard page does: SLO attainment, goodput, TTFT and
-    ITL histograms with the SLO line, KV throughput, instances, events. Keys: 1/2/3 or w the
-    window, n/p (Tab, arrows) the deployment, q quit. On a dumb terminal or a pipe, plain
-    text every --interval seconds."""
+    """Watch a deployment live, as its dashboard page does (keys: w window, n/p, q quit).
+
+    SLO attainment, goodput, TTFT and ITL histograms with the SLO line, KV throughput,
+    instances, events. Keys: 1/2/3 or w the window, n/p (Tab, arrows) the deployment, q quit.
+    On a dumb terminal or a pipe, plain text every --interval seconds."""
     try:
         check_flags(once_, as_json, timeout, interval)
         session = start(name, window, server)
