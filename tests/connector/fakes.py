@@ -47,6 +47,7 @@ class FakeEngine:
     return_params: bool = True
     decode_status: int = 200
     decode_first_delay: float = 0.0
+    first_delays: list[float] = field(default_factory=list)  # per decode request, then the above
     token_delay: float = 0.0
     die_after: int | None = None  # decode: drop the connection after this many tokens
     hang_after: int | None = None  # decode: go silent after this many tokens
@@ -159,7 +160,9 @@ class FakeEngine:
         return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
 
     async def _decode(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
-        await asyncio.sleep(self.decode_first_delay)
+        await asyncio.sleep(
+            self.first_delays.pop(0) if self.first_delays else self.decode_first_delay
+        )
         if self.decode_status != 200:
             return web.json_response(
                 {"error": {"message": "decode exploded"}}, status=self.decode_status
