@@ -317,3 +317,13 @@ def completion(max_tokens: int = 5, stream: bool = True, **extra: Any) -> dict[s
     body = {"model": "tiny", "prompt": "hello there", "max_tokens": max_tokens, "stream": stream}
     body.update(extra)
     return body
+
+
+@contextlib.asynccontextmanager
+async def proxied(
+    prefills: list[FakeEngine], decodes: list[FakeEngine], **kwargs: Any
+) -> AsyncIterator[tuple[str, Proxy]]:
+    """The fakes started (those without a URL yet) and a proxy in front of them."""
+    started = [f for f in (*prefills, *decodes) if not f.url]
+    async with engines(*started), running(settings_for(prefills, decodes, **kwargs)) as ran:
+        yield ran

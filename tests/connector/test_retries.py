@@ -6,16 +6,8 @@ import socket
 import time
 
 from connector.retry import RetrySettings
-from tests.connector.fakes import (
-    FakeEngine,
-    completion,
-    engines,
-    run,
-    running,
-    settings_for,
-    sse_events,
-)
-from tests.connector.test_proxy import post
+from tests.connector.fakes import FakeEngine, completion, proxied, run, sse_events
+from tests.connector.test_proxy import post, until
 
 
 def _tokens(raw: bytes) -> list[str]:
@@ -38,14 +30,8 @@ def _metric(proxy, leg: str, cause: str) -> int:
 
 def test_a_failed_prefill_is_retried_on_the_other_prefill_and_logged():
     async def body():
-        async with (
-            engines(FakeEngine("p1", prefill_status=500), FakeEngine("p2"), FakeEngine("d")) as (
-                p1,
-                p2,
-                d,
-            ),
-            running(settings_for([p1, p2], [d])) as (base, proxy),
-        ):
+        p1, p2, d = FakeEngine("p1", prefill_status=500), FakeEngine("p2"), FakeEngine("d")
+        async with proxied([p1, p2], [d]) as (base, proxy):
             status, _, raw = await post(base, completion(5))
             assert status == 200
             assert _tokens(raw) == [f" w{i}" for i in range(5)]  # exactly what it asked, once
@@ -72,45 +58,35 @@ async def _metrics_text(base: str) -> bytes:
 
 def test_a_refused_nixl_decode_is_retried_with_the_same_kv_transfer_params():
     async def body():
-        async with engines(FakeEngine("p"), FakeEngine("d2")) as (p, d2):
-            dead = FakeEngine("d1")
-            dead.url = _dead_url()
-            async with running(settings_for([p], [dead, d2])) as (base, proxy):
-                status, _, raw = await post(base, completion(4))
-                assert status == 200 and len(_tokens(raw)) == 4
-                assert p.kinds() == ["prefill"]  # nothing was pulled: no second prefill
-                assert d2.seen[0].body["kv_transfer_params"] == p.params()
-                assert _metric(proxy, "decode", "refused") == 1
-                assert not proxy.pool.get(dead.url).available  # refused: out at once
+        p, d2, dead = FakeEngine("p"), FakeEngine("d2"), FakeEngine("d1", url=_dead_url())
+        async with proxied([p], [dead, d2]) as (base, proxy):
+            status, _, raw = await post(base, completion(4))
+            assert status == 200 and len(_tokens(raw)) == 4
+            assert p.kinds() == ["prefill"]  # nothing was pulled: no second prefill
+            assert d2.seen[0].body["kv_transfer_params"] == p.params()
+            assert _metric(proxy, "decode", "refused") == 1
+            assert not proxy.pool.get(dead.url).available  # refused: out at once
 
     run(body())
 
 
 def test_a_refused_moriio_decode_gets_a_fresh_prefill_and_transfer_id():
     async def body():
-        async with engines(FakeEngine("p"), FakeEngine("d2")) as (p, d2):
-            dead = FakeEngine("d1")
-            dead.url = _dead_url()
-            async with running(settings_for([p], [dead, d2], connector="moriio")) as (base, _):
-                status, _, raw = await post(base, completion(4))
-                assert status == 200 and len(_tokens(raw)) == 4
-                ids = [s.body["kv_transfer_params"]["transfer_id"] for s in p.seen]
-                assert len(ids) == 2 and ids[0] != ids[1]
-                assert d2.seen[0].body["kv_transfer_params"]["transfer_id"] == ids[1]
+        p, d2, dead = FakeEngine("p"), FakeEngine("d2"), FakeEngine("d1", url=_dead_url())
+        async with proxied([p], [dead, d2], connector="moriio") as (base, _):
+            status, _, raw = await post(base, completion(4))
+            assert status == 200 and len(_tokens(raw)) == 4
+            ids = [s.body["kv_transfer_params"]["transfer_id"] for s in p.seen]
+            assert len(ids) == 2 and ids[0] != ids[1]
+            assert d2.seen[0].body["kv_transfer_params"]["transfer_id"] == ids[1]
 
     run(body())
 
 
 def test_a_decode_failing_before_its_first_byte_is_retried_with_a_fresh_prefill():
     async def body():
-        async with (
-            engines(FakeEngine("p"), FakeEngine("d1", decode_status=500), FakeEngine("d2")) as (
-                p,
-                d1,
-                d2,
-            ),
-            running(settings_for([p], [d1, d2])) as (base, proxy),
-        ):
+        p, d1, d2 = FakeEngine("p"), FakeEngine("d1", decode_status=500), FakeEngine("d2")
+        async with proxied([p], [d1, d2]) as (base, proxy):
             status, _, raw = await post(base, completion(6))
             assert status == 200
             assert _tokens(raw) == [f" w{i}" for i in range(6)]
@@ -123,32 +99,21 @@ def test_a_decode_failing_before_its_first_byte_is_retried_with_a_fresh_prefill(
 
 def test_write_mode_retries_the_pair():
     async def body():
-        async with engines(
-            FakeEngine("p1", prefill_status=500),
-            FakeEngine("p2"),
-            FakeEngine("d1"),
-            FakeEngine("d2"),
-        ) as (p1, p2, d1, d2):
-            settings = settings_for([p1, p2], [d1, d2], connector="moriio", mode="write")
-            async with running(settings) as (base, proxy):
-                status, _, raw = await post(base, completion(3))
-                assert status == 200 and len(_tokens(raw)) == 3
-                assert p2.kinds() == ["prefill"] and d2.kinds() == ["decode"]
-                assert _metric(proxy, "prefill", "status") == 1
+        p1, p2 = FakeEngine("p1", prefill_status=500), FakeEngine("p2")
+        d1, d2 = FakeEngine("d1"), FakeEngine("d2")
+        async with proxied([p1, p2], [d1, d2], connector="moriio", mode="write") as (base, proxy):
+            status, _, raw = await post(base, completion(3))
+            assert status == 200 and len(_tokens(raw)) == 3
+            assert p2.kinds() == ["prefill"] and d2.kinds() == ["decode"]
+            assert _metric(proxy, "prefill", "status") == 1
 
     run(body())
 
 
 def test_no_retry_after_the_first_byte_reached_the_client():
     async def body():
-        async with (
-            engines(FakeEngine("p"), FakeEngine("d1", die_after=2), FakeEngine("d2")) as (
-                p,
-                d1,
-                d2,
-            ),
-            running(settings_for([p], [d1, d2])) as (base, proxy),
-        ):
+        p, d1, d2 = FakeEngine("p"), FakeEngine("d1", die_after=2), FakeEngine("d2")
+        async with proxied([p], [d1, d2]) as (base, proxy):
             status, _, raw = await post(base, completion(6))
             assert status == 200
             events = sse_events(raw)
@@ -160,14 +125,8 @@ def test_no_retry_after_the_first_byte_reached_the_client():
 
 def test_no_retry_when_the_budget_allows_one_attempt():
     async def body():
-        async with (
-            engines(FakeEngine("p"), FakeEngine("d1", decode_status=500), FakeEngine("d2")) as (
-                p,
-                d1,
-                d2,
-            ),
-            running(settings_for([p], [d1, d2], retry=RetrySettings(attempts=1))) as (base, proxy),
-        ):
+        p, d1, d2 = FakeEngine("p"), FakeEngine("d1", decode_status=500), FakeEngine("d2")
+        async with proxied([p], [d1, d2], retry=RetrySettings(attempts=1)) as (base, proxy):
             status, _, raw = await post(base, completion(3))
             assert status == 502 and b"decode leg to " + d1.url.encode() in raw
             assert d2.seen == []
@@ -182,13 +141,7 @@ def test_a_retry_storm_is_bounded_when_every_instance_fails():
             FakeEngine(f"d{i}", decode_status=500) for i in range(3)
         ]
         retry = RetrySettings(attempts=3, ratio=0.1, min_per_s=0.0, burst=2.0, backoff_s=0.0)
-        async with (
-            engines(*fakes),
-            running(settings_for(fakes[:2], fakes[2:], retry=retry, eject_after=0)) as (
-                base,
-                proxy,
-            ),
-        ):
+        async with proxied(fakes[:2], fakes[2:], retry=retry, eject_after=0) as (base, proxy):
             answers = await asyncio.gather(*(post(base, completion(2)) for _ in range(20)))
             assert all(status == 502 for status, _, _ in answers)
             decode_legs = sum(len(d.seen) for d in fakes[2:])
@@ -201,14 +154,8 @@ def test_a_retry_storm_is_bounded_when_every_instance_fails():
 
 def test_a_hung_decode_is_left_at_its_first_byte_deadline_and_ejected_within_it():
     async def body():
-        async with (
-            engines(FakeEngine("p"), FakeEngine("d1", decode_first_delay=10), FakeEngine("d2")) as (
-                p,
-                d1,
-                d2,
-            ),
-            running(settings_for([p], [d1, d2], first_byte_timeout=0.4)) as (base, proxy),
-        ):
+        p, d1, d2 = FakeEngine("p"), FakeEngine("d1", decode_first_delay=10), FakeEngine("d2")
+        async with proxied([p], [d1, d2], first_byte_timeout=0.4) as (base, proxy):
             started = time.monotonic()
             status, _, raw = await post(base, completion(3))
             took = time.monotonic() - started
@@ -217,17 +164,9 @@ def test_a_hung_decode_is_left_at_its_first_byte_deadline_and_ejected_within_it(
             assert not proxy.pool.get(d1.url).available
             assert _metric(proxy, "decode", "first_byte") == 1
             assert proxy.metrics.ejections == {"first_byte": 1}
-            assert await _until(lambda: "decode" in d1.cancelled)  # aborted on d1
+            assert await until(lambda: "decode" in d1.cancelled)  # aborted on d1
 
     run(body())
-
-
-async def _until(predicate, seconds=3.0):
-    for _ in range(int(seconds / 0.02)):
-        if predicate():
-            return True
-        await asyncio.sleep(0.02)
-    return predicate()
 
 
 def test_a_busy_but_live_decode_is_not_ejected_for_a_slow_first_byte():
@@ -235,10 +174,8 @@ def test_a_busy_but_live_decode_is_not_ejected_for_a_slow_first_byte():
         # d1 streams request A slowly (1.5 s) while request B waits 0.8 s for its first
         # byte, past the 0.4 s deadline: d1 is busy, not hung.
         d1 = FakeEngine("d1", first_delays=[0.0, 0.8], token_delay=0.05)
-        async with (
-            engines(FakeEngine("p"), d1, FakeEngine("d2")) as (p, _, d2),
-            running(settings_for([p], [d1, d2], first_byte_timeout=0.4)) as (base, proxy),
-        ):
+        p, _, d2 = FakeEngine("p"), d1, FakeEngine("d2")
+        async with proxied([p], [d1, d2], first_byte_timeout=0.4) as (base, proxy):
             a = asyncio.create_task(post(base, completion(30)))
             await asyncio.sleep(0.2)
             x = await post(base, completion(2))  # round robin: d2
@@ -255,10 +192,8 @@ def test_a_busy_but_live_decode_is_not_ejected_for_a_slow_first_byte():
 
 def test_without_a_spare_a_slow_first_byte_waits_for_the_leg_timeout():
     async def body():
-        async with (
-            engines(FakeEngine("p"), FakeEngine("d", decode_first_delay=0.8)) as (p, d),
-            running(settings_for([p], [d], first_byte_timeout=0.3)) as (base, proxy),
-        ):
+        p, d = FakeEngine("p"), FakeEngine("d", decode_first_delay=0.8)
+        async with proxied([p], [d], first_byte_timeout=0.3) as (base, proxy):
             status, _, raw = await post(base, completion(2))
             assert status == 200 and len(_tokens(raw)) == 2
             assert proxy.pool.get(d.url).available and proxy.metrics.retries == {}
