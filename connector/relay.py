@@ -215,6 +215,15 @@ class Relay:
                     if resp is None:
                         if prefill_task is not None and prefill_task.done():
                             _raise_if_failed(prefill_task)
+                        if not flight.token_times and _error_event(chunk):
+                            # an engine's failure (a KV load that failed) before any token:
+                            # nothing reached the client, so the request may go elsewhere
+                            raise UpstreamError(
+                                leg,
+                                inst.url,
+                                f"answered with an error before any token: {chunk[6:200]!r}",
+                                "status",
+                            )
                         if flight.route is not None and flight.route.prefill is None:
                             self.interference.prefill_done(inst.url, now)  # it prefilled here
                         resp = web.StreamResponse(headers=SSE_HEADERS)
@@ -323,6 +332,13 @@ def _read_json_usage(raw: bytes, flight: Flight) -> bool:
     if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
         flight.usage_tokens = usage["completion_tokens"]
     return True
+
+
+def _error_event(chunk: bytes) -> bool:
+    """The stream opens with an error event (`data: {"error": ...}`), as vLLM streams a
+    failure; looked at on the first piece only."""
+    head = chunk[:16].replace(b" ", b"")
+    return head.startswith(b'data:{"error"')
 
 
 def _cause(exc: aiohttp.ClientError) -> str:
