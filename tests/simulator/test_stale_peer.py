@@ -9,17 +9,9 @@ import pytest
 
 from harness.processes import free_port, http_post, metric_value, running, sim
 from simulator.kv_peers import PeerAgents, stale_reply
+from tests.simulator.test_server_handoff import NIXL_PREFILL
 
 pytestmark = pytest.mark.e2e
-
-NIXL_PREFILL = {
-    "do_remote_decode": True,
-    "do_remote_prefill": False,
-    "remote_engine_id": None,
-    "remote_block_ids": None,
-    "remote_host": None,
-    "remote_port": None,
-}
 
 
 def _nixl(tmp_path, name, side_port, *flags, port=None):
