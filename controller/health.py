@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from controller.proxy_admin import InstanceEntry, ProxyAdminClient, ProxyAdminError, Refusal
+from controller.stale_peers import failed_transfers
 
 PROBE_TIMEOUT_S = 2.0
 
@@ -29,6 +30,8 @@ class Probe(Protocol):
     ) -> bool: ...
 
     async def proxy_refusals(self, proxy_url: str, token: str | None) -> list[Refusal] | None: ...
+
+    async def failed_transfers(self, url: str) -> float | None: ...
 
     async def aclose(self) -> None: ...
 
@@ -57,6 +60,16 @@ class HttpProbe:
                 return resp.status == 200
         except (TimeoutError, aiohttp.ClientError):
             return False
+
+    async def failed_transfers(self, url: str) -> float | None:
+        """An instance's failed KV transfers, from its /metrics (controller/stale_peers.py)."""
+        try:
+            async with self._client().get(url + "/metrics") as resp:
+                if resp.status != 200:
+                    return None
+                return failed_transfers(await resp.text())
+        except (TimeoutError, aiohttp.ClientError, UnicodeDecodeError):
+            return None
 
     async def proxy_refusals(self, proxy_url: str, token: str | None) -> list[Refusal] | None:
         """The registrations the proxy's registry refused lately (GET /admin/registry)."""

@@ -1,0 +1,122 @@
+"""A prefill restart must never wedge a decode. Real connectors keep the agent (NIXL) or
+session (MoRIIO) of the prefill a decode first met; when that prefill restarts at the same
+address, the decode's transfers through the stale one fail or hang until the decode restarts
+(vLLM issue 49238, PR 50047; llm-d 2187). vLLM has no call that drops it, so the controller
+restarts what is stale: after a prefill of a deployment came back RUNNING as a new process,
+each decode that kept running and whose failed-KV-transfer counter (its /metrics) grew by
+`failures` within `window_s` is restarted, once per prefill restart, with an event that says
+why. The proxy meanwhile retries elsewhere (connector/retry.py).
+
+`StaleWatch.step` is pure (`now` in, the decodes to restart out); `check` is the shell that
+reads the counters, only while a prefill restart is being watched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from controller import machine as m
+from controller.units import Supervised
+
+# What the decode's /metrics count as failed KV transfers (NIXL, and newer vLLM's MoRIIO).
+FAILED_TRANSFERS = ("vllm:nixl_num_failed_transfers", "vllm:moriio_num_failed_transfers")
+
+
+@dataclass
+class StaleWatch:
+    failures: int = 2  # failed transfers since the prefill came back that make a decode stale
+    window_s: float = 120.0  # how long after a prefill restart its decodes are watched
+    _pids: dict[str, int] = field(default_factory=dict)  # prefill -> its running pid
+    _since: dict[str, tuple[float, dict[str, tuple[int, float]]]] = field(default_factory=dict)
+
+    def watching(self, now: float) -> bool:
+        return any(now - at <= self.window_s for at, _ in self._since.values())
+
+    def new_process(self, prefills: dict[str, int | None]) -> bool:
+        """A prefill runs as another process than the one last seen."""
+        return any(
+            p is not None and self._pids.get(n) not in (None, p) for n, p in prefills.items()
+        )
+
+    def step(
+        self,
+        prefills: dict[str, int | None],
+        decodes: dict[str, tuple[int, float | None]],
+        now: float,
+    ) -> list[tuple[str, str]]:
+        """`prefills`: name -> pid while RUNNING (else None); `decodes`: name -> (pid, its
+        failed-transfer count, None when unread). Returns (decode, why) to restart."""
+        for name, pid in prefills.items():
+            known = self._pids.get(name)
+            if pid is None:
+                continue
+            if known is not None and pid != known:  # a new process of this prefill, running
+                base = {d: (dpid, n) for d, (dpid, n) in decodes.items() if n is not None}
+                self._since[name] = (now, base)
+            self._pids[name] = pid
+        out: list[tuple[str, str]] = []
+        for prefill, (at, base) in list(self._since.items()):
+            if now - at > self.window_s:
+                del self._since[prefill]
+                continue
+            for decode, (dpid, count) in decodes.items():
+                if decode not in base or count is None:
+                    continue
+                bpid, before = base[decode]
+                if dpid != bpid:  # restarted meanwhile: fresh agents, nothing stale
+                    del base[decode]
+                    continue
+                if count - before >= self.failures:
+                    del base[decode]
+                    out.append(
+                        (
+                            decode,
+                            f"{count - before:g} KV transfers failed since {prefill} restarted "
+                            f"{now - at:.1f} s ago: its handshake with the old {prefill} is "
+                            "stale (a decode keeps the agent of the prefill it first met)",
+                        )
+                    )
+        return out
+
+
+class Counters(Protocol):
+    async def failed_transfers(self, url: str) -> float | None: ...
+
+
+async def check(dep: Supervised, watch: StaleWatch, probe: Counters, now: float) -> list:
+    """The decodes of `dep` to restart now, with why (reads /metrics only while watching)."""
+    running = {
+        u.launch.name: u
+        for u in dep.instances()
+        if u.machine.state is m.State.RUNNING and u.machine.pid is not None
+    }
+    prefills = {
+        u.launch.name: (u.machine.pid if u.launch.name in running else None)
+        for u in dep.instances()
+        if u.launch.role == "prefill"
+    }
+    decodes_up = [u for u in running.values() if u.launch.role == "decode"]
+    counts: list[float | None] = [None] * len(decodes_up)
+    if decodes_up and (watch.new_process(prefills) or watch.watching(now)):
+        reads = (probe.failed_transfers(u.launch.url) for u in decodes_up)
+        counts = list(await asyncio.gather(*reads))
+    decodes = {
+        u.launch.name: (u.machine.pid or 0, n) for u, n in zip(decodes_up, counts, strict=True)
+    }
+    return watch.step(prefills, decodes, now)
+
+
+def failed_transfers(text: str) -> float:
+    """The failed-KV-transfer counters in a /metrics page, summed."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(FAILED_TRANSFERS) and not line.startswith("#"):
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name.endswith("_total") or name in FAILED_TRANSFERS:
+                try:
+                    total += float(line.rsplit(" ", 1)[1])
+                except ValueError:
+                    continue
+    return total
