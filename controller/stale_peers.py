@@ -4,8 +4,9 @@ address, the decode's transfers through the stale one fail or hang until the dec
 (vLLM issue 49238, PR 50047; llm-d 2187). vLLM has no call that drops it, so the controller
 restarts what is stale: after a prefill of a deployment came back RUNNING as a new process,
 each decode that kept running and whose failed-KV-transfer counter (its /metrics) grew by
-`failures` within `window_s` is restarted, once per prefill restart, with an event that says
-why. The proxy meanwhile retries elsewhere (connector/retry.py).
+`failures` within `window_s` is restarted, once per prefill restart, one decode at a time and
+only while every other decode runs (the spares serve meanwhile), with an event that says why.
+The proxy meanwhile retries elsewhere (connector/retry.py).
 
 `StaleWatch.step` is pure (`now` in, the decodes to restart out); `check` is the shell that
 reads the counters, only while a prefill restart is being watched.
@@ -33,6 +34,11 @@ class StaleWatch:
 
     def watching(self, now: float) -> bool:
         return any(now - at <= self.window_s for at, _ in self._since.values())
+
+    def acted(self, decode: str) -> None:
+        """`decode` is being restarted: its agents will be fresh."""
+        for _, base in self._since.values():
+            base.pop(decode, None)
 
     def new_process(self, prefills: dict[str, int | None]) -> bool:
         """A prefill runs as another process than the one last seen."""
@@ -69,7 +75,6 @@ class StaleWatch:
                     del base[decode]
                     continue
                 if count - before >= self.failures:
-                    del base[decode]
                     out.append(
                         (
                             decode,
@@ -105,7 +110,12 @@ async def check(dep: Supervised, watch: StaleWatch, probe: Counters, now: float)
     decodes = {
         u.launch.name: (u.machine.pid or 0, n) for u, n in zip(decodes_up, counts, strict=True)
     }
-    return watch.step(prefills, decodes, now)
+    stale = watch.step(prefills, decodes, now)
+    all_up = len(decodes_up) == sum(1 for u in dep.instances() if u.launch.role == "decode")
+    if not stale or not all_up:
+        return []  # one at a time: the others serve while it restarts
+    watch.acted(stale[0][0])
+    return stale[:1]
 
 
 def failed_transfers(text: str) -> float:

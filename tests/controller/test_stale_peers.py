@@ -15,6 +15,7 @@ def test_a_decode_failing_transfers_after_a_prefill_restart_is_restarted_once():
     assert watch.step({"p": 11}, {"d": (20, 7.0)}, now=3) == []  # one failure: not yet
     (restart,) = watch.step({"p": 11}, {"d": (20, 8.0)}, now=4)
     assert restart[0] == "d" and "since p restarted" in restart[1]
+    watch.acted("d")  # the shell restarts it
     assert watch.step({"p": 11}, {"d": (20, 12.0)}, now=5) == []  # once per prefill restart
 
 
