@@ -30,6 +30,8 @@ DECODE_TIMEOUT = 4.0
 FIRST_BYTE_TIMEOUT = 1.5  # a decode silent on every stream this long is hung (with a spare)
 KV_TRANSFER_TIMEOUT = 3  # the stand-ins' MoRIIO transfer_timeout: a stale agent hangs this long
 LAYOUTS = {"1p1d": 1, "2p2d": 2}  # instances per role
+# Set to run this campaign against a pdctl from before retries (the figures' "before").
+BASELINE = bool(os.environ.get("PDCTL_CHAOS_BASELINE"))
 # What the proxy's errors say (the leg and its instance, or why nothing could serve): an
 # error carrying none of these does not say what failed.
 CLEAR = (
@@ -112,7 +114,7 @@ def deployment(layout: str = "1p1d") -> dict:
             "hold_deadline_s": 30,
             "prefill_timeout_s": PREFILL_TIMEOUT,
             "decode_timeout_s": DECODE_TIMEOUT,
-            "first_byte_timeout_s": FIRST_BYTE_TIMEOUT,
+            **({} if BASELINE else {"first_byte_timeout_s": FIRST_BYTE_TIMEOUT}),
         },
     }
 

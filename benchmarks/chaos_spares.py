@@ -69,6 +69,11 @@ def ray_node_removed(target: Target) -> Row:
     return row
 
 
+def _expect(row: Row, expected: str) -> Row:
+    row.expected = expected
+    return row
+
+
 def _stall(target: Target, after: int) -> Row:
     return misbehave(
         target,
@@ -82,7 +87,10 @@ def _stall(target: Target, after: int) -> Row:
 ROWS: dict[str, Callable[[Target], Row]] = {
     "SIGKILL decode": lambda t: kill(t, "decode-0", expected=f"{SPARE}; restarted"),
     "SIGKILL prefill": lambda t: kill(t, "prefill-0", expected=f"{SPARE}; restarted"),
-    "SIGSTOP decode": lambda t: stop_decode(t, 12),
+    "SIGSTOP decode": lambda t: _expect(
+        stop_decode(t, 12),
+        f"{SPARE}; silent past {FIRST_BYTE_TIMEOUT:g} s: ejected; replaced by the supervisor",
+    ),
     "decode garbage at once": lambda t: misbehave(
         t, "decode-0", "garbage", 0, f"{SPARE}; garbage ejects it at once"
     ),

@@ -13,9 +13,10 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from controller.proxy_admin import InstanceEntry, ProxyAdminClient, ProxyAdminError, Refusal
-from controller.stale_peers import failed_transfers
 
 PROBE_TIMEOUT_S = 2.0
+# What an engine's /metrics count as failed KV transfers (NIXL, and newer vLLM's MoRIIO).
+FAILED_TRANSFERS = ("vllm:nixl_num_failed_transfers", "vllm:moriio_num_failed_transfers")
 
 
 class Probe(Protocol):
@@ -105,3 +106,17 @@ class HttpProbe:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def failed_transfers(text: str) -> float:
+    """The failed-KV-transfer counters in a /metrics page, summed."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(FAILED_TRANSFERS) and not line.startswith("#"):
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name.endswith("_total") or name in FAILED_TRANSFERS:
+                try:
+                    total += float(line.rsplit(" ", 1)[1])
+                except ValueError:
+                    continue
+    return total

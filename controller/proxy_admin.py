@@ -35,6 +35,7 @@ class InstanceEntry(TypedDict, total=False):
     whole: bool  # also serves whole requests (no hand-off)
     outstanding_requests: int
     outstanding_tokens: int
+    failed: int  # requests (attempts) that failed on it
 
 
 class Refusal(TypedDict, total=False):

@@ -3,34 +3,41 @@ session (MoRIIO) of the prefill a decode first met; when that prefill restarts a
 address, the decode's transfers through the stale one fail or hang until the decode restarts
 (vLLM issue 49238, PR 50047; llm-d 2187). vLLM has no call that drops it, so the controller
 restarts what is stale: after a prefill of a deployment came back RUNNING as a new process,
-each decode that kept running and whose failed-KV-transfer counter (its /metrics) grew by
+each decode that kept running and whose failures grew by
 `failures` within `window_s` is restarted, once per prefill restart, one decode at a time and
 only while every other decode runs (the spares serve meanwhile), with an event that says why.
-The proxy meanwhile retries elsewhere (connector/retry.py).
+Its failures: the failed KV transfers its /metrics count (NIXL) plus the failed legs the proxy
+counts on it (/admin/instances; older MoRIIO exports no transfer counter). The proxy
+meanwhile retries elsewhere (connector/retry.py).
 
 `StaleWatch.step` is pure (`now` in, the decodes to restart out); `check` is the shell that
-reads the counters, only while a prefill restart is being watched.
+reads the counters, only while a prefill restart is being watched, at most every
+`READ_EVERY_S` and within `READ_TIMEOUT_S` (a hung decode must not slow the supervisor).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from controller import machine as m
-from controller.units import Supervised
+from controller.health import same_instance
+from controller.proxy_admin import InstanceEntry
+from controller.units import Supervised, Unit
 
-# What the decode's /metrics count as failed KV transfers (NIXL, and newer vLLM's MoRIIO).
-FAILED_TRANSFERS = ("vllm:nixl_num_failed_transfers", "vllm:moriio_num_failed_transfers")
+READ_EVERY_S = 1.0
+READ_TIMEOUT_S = 0.5
 
 
 @dataclass
 class StaleWatch:
-    failures: int = 2  # failed transfers since the prefill came back that make a decode stale
-    window_s: float = 120.0  # how long after a prefill restart its decodes are watched
+    failures: int = 3  # failures since the prefill came back that make a decode stale
+    window_s: float = 30.0  # how long after a prefill restart its decodes are watched
     _pids: dict[str, int] = field(default_factory=dict)  # prefill -> its running pid
     _since: dict[str, tuple[float, dict[str, tuple[int, float]]]] = field(default_factory=dict)
+    next_read: float = 0.0  # the shell's: when the counters may be read again
 
     def watching(self, now: float) -> bool:
         return any(now - at <= self.window_s for at, _ in self._since.values())
@@ -89,6 +96,10 @@ class StaleWatch:
 class Counters(Protocol):
     async def failed_transfers(self, url: str) -> float | None: ...
 
+    async def proxy_instances(
+        self, proxy_url: str, token: str | None
+    ) -> list[InstanceEntry] | None: ...
+
 
 async def check(dep: Supervised, watch: StaleWatch, probe: Counters, now: float) -> list:
     """The decodes of `dep` to restart now, with why (reads /metrics only while watching)."""
@@ -104,9 +115,12 @@ async def check(dep: Supervised, watch: StaleWatch, probe: Counters, now: float)
     }
     decodes_up = [u for u in running.values() if u.launch.role == "decode"]
     counts: list[float | None] = [None] * len(decodes_up)
-    if decodes_up and (watch.new_process(prefills) or watch.watching(now)):
-        reads = (probe.failed_transfers(u.launch.url) for u in decodes_up)
-        counts = list(await asyncio.gather(*reads))
+    new = watch.new_process(prefills)
+    if decodes_up and (new or (watch.watching(now) and now >= watch.next_read)):
+        watch.next_read = now + READ_EVERY_S
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(READ_TIMEOUT_S):
+                counts = await _failures(dep, decodes_up, probe)
     decodes = {
         u.launch.name: (u.machine.pid or 0, n) for u, n in zip(decodes_up, counts, strict=True)
     }
@@ -118,15 +132,16 @@ async def check(dep: Supervised, watch: StaleWatch, probe: Counters, now: float)
     return stale[:1]
 
 
-def failed_transfers(text: str) -> float:
-    """The failed-KV-transfer counters in a /metrics page, summed."""
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(FAILED_TRANSFERS) and not line.startswith("#"):
-            name = line.split("{", 1)[0].split(" ", 1)[0]
-            if name.endswith("_total") or name in FAILED_TRANSFERS:
-                try:
-                    total += float(line.rsplit(" ", 1)[1])
-                except ValueError:
-                    continue
-    return total
+async def _failures(dep: Supervised, decodes: list[Unit], probe: Counters) -> list[float | None]:
+    """Each decode's failures: failed KV transfers (its /metrics) + failed legs (the proxy)."""
+    listed, *own = await asyncio.gather(
+        probe.proxy_instances(dep.proxy.launch.url, dep.admin_token),
+        *(probe.failed_transfers(u.launch.url) for u in decodes),
+    )
+    out: list[float | None] = []
+    for unit, metric in zip(decodes, own, strict=True):
+        entry = next((e for e in listed or [] if same_instance(e, unit.launch.url)), None)
+        legs = entry.get("failed") if entry is not None else None
+        parts = [v for v in (metric, legs) if isinstance(v, int | float)]
+        out.append(float(sum(parts)) if parts else None)
+    return out

@@ -1,8 +1,9 @@
 """A prefill restart never wedges a decode: the controller restarts a decode whose KV transfers
 keep failing after a prefill came back (controller/stale_peers.py)."""
 
+from controller.health import failed_transfers
 from controller.ports import allocate
-from controller.stale_peers import StaleWatch, failed_transfers
+from controller.stale_peers import StaleWatch
 from tests.controller.factories import tiny_pair
 from tests.controller.test_supervisor import Harness, run
 
