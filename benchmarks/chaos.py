@@ -77,6 +77,8 @@ def campaign(tmp: Path, quick: bool, only: str | None = None, layout: str = "1p1
         names = [n for n in table if (not quick or n in short) and chosen(n)]
         for name in names:
             print(f"chaos: {name} ...", file=sys.stderr, flush=True)
+            if spares:  # the last row's ejection over: each row starts with its spares
+                chaos_spares.routable(target)
             started = time.monotonic()
             row = table[name](target)
             if spares and not row.skipped:  # the promise of a layout with spares

@@ -31,6 +31,18 @@ from benchmarks.chaos_upstream import misbehave
 SPARE = "the spare serves every request not yet streaming"
 
 
+def routable(target: Target, limit: float = 60.0) -> float | None:
+    """Wait until the proxy routes to every instance (healthy, not drained or ejected)."""
+    n = len(target.plane.units()) - 1
+
+    def every() -> bool:
+        listed = target.instances()
+        ok = [i for i in listed if i["healthy"] and not i["draining"] and not i["ejected_for_s"]]
+        return len(ok) == n
+
+    return wait_for(every, limit, 0.2)
+
+
 def stale_events(target: Target) -> list[str]:
     _, events = target.plane.api("GET", f"/events?deployment={NAME}&kind=stale_peer")
     return [e["message"] for e in events] if isinstance(events, list) else []

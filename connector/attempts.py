@@ -109,11 +109,14 @@ class Disaggregated:
                     if other is None and exc.leg == "prefill":
                         raise  # no other prefill: the client gets this one's error
                     next_p = other or (prefill if prefill.available else None)
-                next_d = (
-                    self.pool.pick_other(group, "decode", tried_d)
-                    if retry.new_decode
-                    else (decode if decode.available else None)
-                )
+                next_d = decode if decode.available else None
+                if retry.new_decode:
+                    # another decode; else this one again with another prefill, unless the
+                    # failure says the decode itself is broken
+                    same = next_p is not prefill and exc.cause not in EJECT_AT_ONCE
+                    next_d = self.pool.pick_other(group, "decode", tried_d) or (
+                        next_d if same else None
+                    )
                 if next_p is None or next_d is None:
                     raise
                 why = self.budget.why_not(attempt, flight.arrival, clock())

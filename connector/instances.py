@@ -97,7 +97,17 @@ class Group:
     instances: dict[str, Instance] = field(default_factory=dict)
 
     def available(self, role: str) -> list[Instance]:
-        return [i for i in self.instances.values() if i.role == role and i.available]
+        """The instances of `role` that take requests. Ejection never empties a role: when
+        every healthy, undrained one is ejected, they all take requests again (an ejection
+        is a guess that others serve better; with none left, a 503 for all is worse)."""
+        out = [i for i in self.instances.values() if i.role == role and i.available]
+        if out:
+            return out
+        return [
+            i
+            for i in self.instances.values()
+            if i.role == role and i.healthy and not i.draining and i.ejected_until
+        ]
 
     def describe(self) -> dict:
         roles = {r: sum(1 for i in self.instances.values() if i.role == r) for r in ROLES}

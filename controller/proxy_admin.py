@@ -36,6 +36,7 @@ class InstanceEntry(TypedDict, total=False):
     outstanding_requests: int
     outstanding_tokens: int
     failed: int  # requests (attempts) that failed on it
+    ejected_for_s: float  # seconds its ejection lasts still (0: not ejected)
 
 
 class Refusal(TypedDict, total=False):

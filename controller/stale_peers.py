@@ -115,25 +115,46 @@ async def check(dep: Supervised, watch: StaleWatch, probe: Counters, now: float)
     }
     decodes_up = [u for u in running.values() if u.launch.role == "decode"]
     counts: list[float | None] = [None] * len(decodes_up)
+    listed: list[InstanceEntry] | None = None
     new = watch.new_process(prefills)
     if decodes_up and (new or (watch.watching(now) and now >= watch.next_read)):
         watch.next_read = now + READ_EVERY_S
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(READ_TIMEOUT_S):
-                counts = await _failures(dep, decodes_up, probe)
+                counts, listed = await _failures(dep, decodes_up, probe)
     decodes = {
         u.launch.name: (u.machine.pid or 0, n) for u, n in zip(decodes_up, counts, strict=True)
     }
     stale = watch.step(prefills, decodes, now)
-    all_up = len(decodes_up) == sum(1 for u in dep.instances() if u.launch.role == "decode")
-    if not stale or not all_up:
-        return []  # one at a time: the others serve while it restarts
-    watch.acted(stale[0][0])
+    if not stale:
+        return []
+    decode = stale[0][0]
+    others = [u for u in dep.instances() if u.launch.role == "decode" and u.launch.name != decode]
+    if not all(_serving(u, listed) for u in others):
+        return []  # one at a time, and only while the others serve
+    watch.acted(decode)
     return stale[:1]
 
 
-async def _failures(dep: Supervised, decodes: list[Unit], probe: Counters) -> list[float | None]:
-    """Each decode's failures: failed KV transfers (its /metrics) + failed legs (the proxy)."""
+def _serving(unit: Unit, listed: list[InstanceEntry] | None) -> bool:
+    """Running, answering its probes, and routed to by the proxy (not drained or ejected)."""
+    if unit.machine.state is not m.State.RUNNING or unit.healthy is not True:
+        return False
+    entry = next((e for e in listed or [] if same_instance(e, unit.launch.url)), None)
+    if entry is None:
+        return listed is None  # the proxy's view unread: the supervisor's alone
+    return (
+        bool(entry.get("healthy", True))
+        and not entry.get("draining")
+        and not (entry.get("ejected_for_s") or 0)
+    )
+
+
+async def _failures(
+    dep: Supervised, decodes: list[Unit], probe: Counters
+) -> tuple[list[float | None], list[InstanceEntry] | None]:
+    """Each decode's failures: failed KV transfers (its /metrics) + failed legs (the proxy),
+    and the proxy's listing."""
     listed, *own = await asyncio.gather(
         probe.proxy_instances(dep.proxy.launch.url, dep.admin_token),
         *(probe.failed_transfers(u.launch.url) for u in decodes),
@@ -144,4 +165,4 @@ async def _failures(dep: Supervised, decodes: list[Unit], probe: Counters) -> li
         legs = entry.get("failed") if entry is not None else None
         parts = [v for v in (metric, legs) if isinstance(v, int | float)]
         out.append(float(sum(parts)) if parts else None)
-    return out
+    return out, listed

@@ -122,3 +122,12 @@ def test_probes_bring_an_ejected_instance_back():
     pool.leg_failed(d0, 3, 60.0, time.monotonic(), at_once=True)
     pool.probed(d0, True, None)  # its /health answers again: a new process, judged afresh
     assert d0.available
+
+
+def test_ejection_never_empties_a_role():
+    pool, (d0, d1) = _pool(2)
+    now = time.monotonic()
+    pool.leg_failed(d0, 3, 60.0, now, at_once=True)
+    d1.ejected_until = now + 60  # say, ejected while d0 was still serving
+    assert pool.route() is not None  # both take requests again rather than a 503 for all
+    assert set(pool.groups["read"].available("decode")) == {d0, d1}
