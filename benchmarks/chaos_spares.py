@@ -69,7 +69,7 @@ def restart_prefill(target: Target) -> Row:
         row.check(told is not None, f"every decode's stale agent found ({len(news)} events)")
         row.recovery_s = recovered(target.plane, target.proxy_url, begin)
 
-    return under_load(target, row, inject, prompts=target.prompts * 2)
+    return under_load(target, row, inject, prompts=target.prompts * 3)
 
 
 def ray_node_removed(target: Target) -> Row:

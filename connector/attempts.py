@@ -85,12 +85,14 @@ class Disaggregated:
             decode.begin(prompt_tokens + output_tokens)
             if run_prefill:
                 prefill.begin(prompt_tokens)
-            ok = False
+            ok, blamed = False, None
             try:
                 response = await self._attempt(request, raw, body, flight, reuse, last)
                 ok = flight.error is None
+                blamed = flight.blamed
                 return response
             except UpstreamError as exc:
+                blamed = exc.instance
                 retry = plan(
                     exc.leg,
                     exc.cause,
@@ -141,9 +143,10 @@ class Disaggregated:
                 tried_d.add(decode.url)
                 await asyncio.sleep(self.budget.backoff(attempt))
             finally:
-                decode.end(prompt_tokens + output_tokens, ok)
+                decode.end(prompt_tokens + output_tokens, _verdict(ok, blamed, decode))
                 if run_prefill:
-                    prefill.end(prompt_tokens, ok or flight.prefill_end is not None)
+                    prefill_ok = ok or flight.prefill_end is not None
+                    prefill.end(prompt_tokens, prefill_ok or _verdict(ok, blamed, prefill))
 
     async def _attempt(
         self,
@@ -242,6 +245,13 @@ class Disaggregated:
             if not prefill_task.done():
                 prefill_task.cancel()
             await asyncio.gather(prefill_task, return_exceptions=True)
+
+
+def _verdict(ok: bool, blamed: str | None, inst: Instance) -> bool | None:
+    """For an instance's counts: served, failed there, or None (the other leg failed)."""
+    if ok:
+        return True
+    return False if blamed == inst.url or blamed is None else None
 
 
 def _reused(last: Sent | None, decode: Instance) -> Sent | None:

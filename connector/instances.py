@@ -59,12 +59,14 @@ class Instance:
         self.outstanding_requests += 1
         self.outstanding_tokens += tokens
 
-    def end(self, tokens: int, ok: bool) -> None:
+    def end(self, tokens: int, ok: bool | None) -> None:
+        """A request (an attempt) on it ended: served, failed here, or (None) failed on the
+        other leg's instance, which says nothing about this one."""
         self.outstanding_requests -= 1
         self.outstanding_tokens -= tokens
         if ok:
             self.served += 1
-        else:
+        elif ok is False:
             self.failed += 1
 
     def describe(self) -> dict:

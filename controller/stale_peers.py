@@ -33,8 +33,8 @@ READ_TIMEOUT_S = 0.5
 
 @dataclass
 class StaleWatch:
-    failures: int = 3  # failures since the prefill came back that make a decode stale
-    window_s: float = 30.0  # how long after a prefill restart its decodes are watched
+    failures: int = 2  # failures since the prefill came back that make a decode stale
+    window_s: float = 60.0  # how long after a prefill restart its decodes are watched
     _pids: dict[str, int] = field(default_factory=dict)  # prefill -> its running pid
     _since: dict[str, tuple[float, dict[str, tuple[int, float]]]] = field(default_factory=dict)
     next_read: float = 0.0  # the shell's: when the counters may be read again
@@ -113,7 +113,11 @@ async def check(dep: Supervised, watch: StaleWatch, probe: Counters, now: float)
         for u in dep.instances()
         if u.launch.role == "prefill"
     }
-    decodes_up = [u for u in running.values() if u.launch.role == "decode"]
+    # A decode that does not answer its probes is the health checks' to replace (and its
+    # /metrics would only time out).
+    decodes_up = [
+        u for u in running.values() if u.launch.role == "decode" and u.healthy is not False
+    ]
     counts: list[float | None] = [None] * len(decodes_up)
     listed: list[InstanceEntry] | None = None
     new = watch.new_process(prefills)
