@@ -61,3 +61,37 @@ def test_the_supervisor_restarts_the_stale_decode_and_says_why(tmp_path):
         assert h.backend.pid("decode-0") != first_decode
 
     run(scenario())
+
+
+def test_two_stale_decodes_are_restarted_one_at_a_time_never_a_hung_one(tmp_path):
+    async def scenario():
+        h = Harness(tmp_path)
+        groups = [
+            {"name": "prefill", "role": "prefill"},
+            {"name": "decode", "role": "decode", "count": 3},
+        ]
+        spec = tiny_pair(groups=groups)
+        ports = allocate(spec)
+        await h.sup.start("tiny-pd", spec, ports)
+        await h.polls(2)
+        port = {d: ports.instances[d].http for d in ("decode-0", "decode-1", "decode-2")}
+        for p in port.values():
+            h.probe.transfer_failures[p] = 0.0
+            h.probe.registered.add(p)  # the proxy lists (and routes to) every decode
+        pids = {d: h.backend.pid(d) for d in port}
+        h.probe.down.add(port["decode-2"])  # hung: its probes fail, the health checks' case
+        h.backend.crash("prefill-0", -9)
+        await h.polls(1, every=0.1)
+        await h.polls(3, every=1.0)
+        for d in ("decode-0", "decode-1", "decode-2"):
+            h.probe.transfer_failures[port[d]] = 5.0
+        await h.polls(1, every=1.0)
+        restarted = [d for d in port if h.states("tiny-pd")[d] != "RUNNING"]
+        stale = [e[2] for e in h.events if e[1] == "stale_peer"]
+        assert len(stale) <= 1 and len(restarted) <= 1  # never two at once
+        h.probe.down.discard(port["decode-2"])
+        await h.polls(12, every=1.0)
+        stale = [e[2] for e in h.events if e[1] == "stale_peer"]
+        assert {s.split(":")[0] for s in stale} >= {"tiny-pd/decode-0", "tiny-pd/decode-1"}
+
+    run(scenario())
