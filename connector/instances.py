@@ -177,8 +177,12 @@ class InstancePool:
         return inst
 
     def set_draining(self, url: str, draining: bool) -> Instance | None:
+        """Drain or undrain; an undrained instance is judged afresh (the controller undrains
+        a process it restarted: its ejection was the old process's)."""
         inst = self._by_url.get(url.rstrip("/"))
         if inst is not None:
+            if inst.draining and not draining:
+                inst.ejected_until, inst.failed_in_a_row, inst.ejections = 0.0, 0, 0
             inst.draining = draining
             self.on_change()
         return inst

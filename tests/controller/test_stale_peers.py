@@ -78,7 +78,6 @@ def test_two_stale_decodes_are_restarted_one_at_a_time_never_a_hung_one(tmp_path
         for p in port.values():
             h.probe.transfer_failures[p] = 0.0
             h.probe.registered.add(p)  # the proxy lists (and routes to) every decode
-        pids = {d: h.backend.pid(d) for d in port}
         h.probe.down.add(port["decode-2"])  # hung: its probes fail, the health checks' case
         h.backend.crash("prefill-0", -9)
         await h.polls(1, every=0.1)
