@@ -82,9 +82,11 @@ class Disaggregated:
             attempt += 1
             flight.route = Route(group, prefill, decode)
             run_prefill = reuse is None
-            decode.begin(prompt_tokens + output_tokens)
+            # this attempt's instances: the except clause below picks the next attempt's
+            on_p, on_d = prefill, decode
+            on_d.begin(prompt_tokens + output_tokens)
             if run_prefill:
-                prefill.begin(prompt_tokens)
+                on_p.begin(prompt_tokens)
             ok, blamed = False, None
             try:
                 response = await self._attempt(request, raw, body, flight, reuse, last)
@@ -143,10 +145,10 @@ class Disaggregated:
                 tried_d.add(decode.url)
                 await asyncio.sleep(self.budget.backoff(attempt))
             finally:
-                decode.end(prompt_tokens + output_tokens, _verdict(ok, blamed, decode))
+                on_d.end(prompt_tokens + output_tokens, _verdict(ok, blamed, on_d))
                 if run_prefill:
                     prefill_ok = ok or flight.prefill_end is not None
-                    prefill.end(prompt_tokens, prefill_ok or _verdict(ok, blamed, prefill))
+                    on_p.end(prompt_tokens, prefill_ok or _verdict(ok, blamed, on_p))
 
     async def _attempt(
         self,
