@@ -105,8 +105,6 @@ class Disaggregated:
                 )
                 if retry is None:
                     raise
-                failed = prefill if exc.instance == prefill.url else decode
-                self.judge_failed(failed, exc.cause, exc.message)
                 next_p = prefill
                 if retry.new_prefill:
                     other = self.pool.pick_other(group, "prefill", tried_p)
@@ -127,6 +125,9 @@ class Disaggregated:
                 if why is not None:
                     self.metrics.retries_refused[why] = self.metrics.retries_refused.get(why, 0) + 1
                     raise
+                # judged now (fast ejection) when retried; when not, the request's end judges
+                failed = prefill if exc.instance == prefill.url else decode
+                self.judge_failed(failed, exc.cause, exc.message)
                 key = (exc.leg, exc.cause)
                 self.metrics.retries[key] = self.metrics.retries.get(key, 0) + 1
                 flight.next_attempt(
