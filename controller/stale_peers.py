@@ -28,7 +28,7 @@ from controller.proxy_admin import InstanceEntry
 from controller.units import Supervised, Unit
 
 READ_EVERY_S = 1.0
-READ_TIMEOUT_S = 0.5
+READ_TIMEOUT_S = 1.0
 
 
 @dataclass
@@ -67,6 +67,8 @@ class StaleWatch:
                 continue
             if known is not None and pid != known:  # a new process of this prefill, running
                 base = {d: (dpid, n) for d, (dpid, n) in decodes.items() if n is not None}
+                if not base and decodes:
+                    continue  # the counters were not read: it stays new until they are
                 self._since[name] = (now, base)
             self._pids[name] = pid
         out: list[tuple[str, str]] = []
@@ -121,7 +123,7 @@ async def check(dep: Supervised, watch: StaleWatch, probe: Counters, now: float)
     counts: list[float | None] = [None] * len(decodes_up)
     listed: list[InstanceEntry] | None = None
     new = watch.new_process(prefills)
-    if decodes_up and (new or (watch.watching(now) and now >= watch.next_read)):
+    if decodes_up and (new or watch.watching(now)) and now >= watch.next_read:
         watch.next_read = now + READ_EVERY_S
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(READ_TIMEOUT_S):

@@ -20,6 +20,15 @@ def test_a_decode_failing_transfers_after_a_prefill_restart_is_restarted_once():
     assert watch.step({"p": 11}, {"d": (20, 12.0)}, now=5) == []  # once per prefill restart
 
 
+def test_a_prefill_restart_seen_before_the_counters_are_read_is_kept_until_they_are():
+    watch = StaleWatch(failures=2, window_s=60)
+    watch.step({"p": 10}, {"d": (20, 0.0)}, now=0)
+    assert watch.step({"p": 11}, {"d": (20, None)}, now=1) == []  # the read timed out
+    assert watch.new_process({"p": 11})
+    watch.step({"p": 11}, {"d": (20, 1.0)}, now=2)  # read now: counted from here
+    assert watch.step({"p": 11}, {"d": (20, 3.0)}, now=3)[0][0] == "d"
+
+
 def test_a_healthy_decode_or_one_restarted_meanwhile_is_left_alone():
     watch = StaleWatch(failures=2, window_s=60)
     watch.step({"p": 10}, {"d": (20, 0.0), "e": (30, 0.0)}, now=0)
