@@ -1,8 +1,8 @@
 """Real vLLM (CPU), NixlConnector, one prefill and two decodes through pdctl: the prefill is
-restarted (SIGKILL, the supervisor starts it again) while requests flow, and afterwards every
-decode still serves the colocated reference's greedy answers: a prefill restart wedges no
-decode (the proxy retries elsewhere; a decode whose transfers keep failing through a stale
-agent is restarted by the controller, controller/stale_peers.py)."""
+restarted (its process group SIGKILLed, the supervisor starts it again) while requests flow,
+and afterwards every decode still serves the colocated reference's greedy answers: a prefill
+restart wedges no decode (the proxy retries elsewhere; a decode whose transfers keep failing
+through a stale agent is restarted by the controller, controller/stale_peers.py)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,10 @@ def test_a_restarted_prefill_leaves_every_decode_serving_correct_answers(
         try:
             time.sleep(5)
             before = plane.status(live.name)["prefill-0"]["pid"]
-            os.kill(before, signal.SIGKILL)
+            # the engine's whole process group (the API server and its EngineCore), as a
+            # crash of the engine takes both: a lone API server's orphaned EngineCore would
+            # keep the NIXL side-channel port and the new prefill could not start
+            os.killpg(os.getpgid(before), signal.SIGKILL)
             deadline = time.monotonic() + harness.START_TIMEOUT_S
             while time.monotonic() < deadline:
                 units = plane.status(live.name)
