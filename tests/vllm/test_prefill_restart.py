@@ -69,7 +69,9 @@ def test_a_restarted_prefill_leaves_every_decode_serving_correct_answers(
         finally:
             stop.set()
             worker.join(timeout=200)
-        # After the restart: every reference answer, several times so both decodes serve.
+        # After the restart: every reference answer, several times so both decodes serve
+        # (a fresh client: the load's kept-alive connections may have been closed meanwhile).
+        api = client(live)
         for _ in range(2):
             for key in REFERENCE_REQUESTS:
                 assert greedy(api, vllm_setup.model, *key).text == reference[key].text
