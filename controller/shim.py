@@ -242,6 +242,10 @@ def serve(
         watch.check if watch else None,
     )
     state |= {"exit_code": child.wait(), "exited_at": time.time()}
+    # What the engine left in its group goes with it (vLLM's EngineCore outliving a killed
+    # API server holds its ports and memory, and the restarted instance could not start).
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, signal.SIGKILL)
     write_state(run_dir, name, state)
     log.close()
     return 0
