@@ -94,7 +94,7 @@ bench-events: $(STAMP)
 
 # A fault campaign on real processes under load (about 5 minutes); QUICK=1 for the short one.
 chaos: $(STAMP)
-	$(PY) -m benchmarks.chaos $(if $(QUICK),--quick)
+	$(PY) -m benchmarks.chaos $(if $(QUICK),--quick) $(if $(LAYOUT),--layout $(LAYOUT))
 
 # Debian packages some tests use (they skip without them); needs root, as CI has.
 SYSTEM_PACKAGES := docker-compose prometheus chromium wrk tmux

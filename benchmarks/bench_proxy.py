@@ -10,7 +10,10 @@ Per proxy: CPU-seconds per 1,000 streamed tokens (utime + stime of the proxy pro
 /proc/<pid>/stat around the measured run), TTFT p50 / p99 added over `direct`, and ratios to
 pdctl; and tokens per second per proxy core at saturation (benchmarks/proxy_saturation.py: wrk
 through each PD proxy to a fixed SSE upstream). Environment: BENCH_PROXY_PROMPTS,
-BENCH_PROXY_RATE, BENCH_PROXY_CONCURRENCY, BENCH_PROXY_ROUNDS, BENCH_PROXY_SAT_SECONDS.
+BENCH_PROXY_RATE, BENCH_PROXY_CONCURRENCY, BENCH_PROXY_ROUNDS, BENCH_PROXY_SAT_SECONDS;
+BENCH_PROXY_BEFORE=/other/checkout/pdctl.py adds a "pdctl before" row (another pdctl's proxy,
+same run, same stand-ins: a change's cost as a ratio), BENCH_PROXY_ONLY=name,name keeps only
+those rows (and skips the saturation run).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +45,8 @@ CONCURRENCY = int(os.environ.get("BENCH_PROXY_CONCURRENCY", "50"))
 PROMPTS = int(os.environ.get("BENCH_PROXY_PROMPTS", "200"))
 RATE = os.environ.get("BENCH_PROXY_RATE", "60")
 ROUNDS = int(os.environ.get("BENCH_PROXY_ROUNDS", "3"))
+BEFORE = os.environ.get("BENCH_PROXY_BEFORE")
+ONLY = [n.strip() for n in os.environ.get("BENCH_PROXY_ONLY", "").split(",") if n.strip()]
 INPUT_LEN, OUTPUT_LEN = 128, 64
 
 
@@ -125,7 +131,7 @@ def main() -> None:
     finally:
         for e in engines:
             e.stop()
-    saturation = proxy_saturation.run(logs)
+    saturation = proxy_saturation.run(logs) if not ONLY else {}
     print(table(rows, saturation))
     if saturation:
         print(proxy_saturation.table(saturation))
@@ -165,6 +171,15 @@ def run_all(logs: Path, colocated: Server, prefill: Server, decode: Server) -> l
         f"{PROXY_CORE}, engines and load on core {LOAD_CORE}; logs in {logs}",
         flush=True,
     )
+    if BEFORE:
+        proxies["pdctl before"] = lambda port: [
+            sys.executable,
+            BEFORE,
+            *("proxy", "--port", str(port), "--registry-port", "-1"),
+            *("--prefill", prefill.url, "--decode", decode.url),
+        ]
+    if ONLY:
+        proxies = {n: argv for n, argv in proxies.items() if n in ONLY}
     servers: dict[str, Server | None] = {"direct": None}
     try:
         for name, argv in proxies.items():

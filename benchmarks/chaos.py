@@ -9,7 +9,8 @@ failed: that must be 0 in every row, and each row checks its own expected outcom
 live in chaos_faults (processes), chaos_upstream (garbage, stalls), chaos_disk (a full log
 disk) and chaos_registry (heartbeats, modes, a flood). The summary table goes to stdout; the
 exit status is 1 when a row's expectation does not hold. `--quick` runs a shorter campaign
-(CI, about 4 minutes on 2 cores).
+(CI, about 4 minutes on 2 cores). `--layout 2p2d` runs two prefills and two decodes and the
+rows of benchmarks/chaos_spares.py, where only requests already streaming may fail.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks import chaos_disk, chaos_faults, chaos_registry, chaos_upstream
-from benchmarks.chaos_load import NAME, Plane, Row, Target, deployment, recovered
+from benchmarks import chaos_disk, chaos_faults, chaos_registry, chaos_spares, chaos_upstream
+from benchmarks.chaos_load import LAYOUTS, NAME, Plane, Row, Target, deployment, recovered
 
 ROWS: dict[str, Callable[[Target], Row]] = {
     **chaos_faults.ROWS,
@@ -48,11 +49,13 @@ QUICK = (
 )
 
 
-def campaign(tmp: Path, quick: bool, only: str | None = None) -> list[Row]:
-    plane = Plane(tmp).start()
+def campaign(tmp: Path, quick: bool, only: str | None = None, layout: str = "1p1d") -> list[Row]:
+    plane = Plane(tmp, layout).start()
     rows: list[Row] = []
+    spares = layout != "1p1d"
+    table, short = (chaos_spares.ROWS, chaos_spares.QUICK) if spares else (ROWS, QUICK)
     try:
-        status, created = plane.api("POST", "/deployments", deployment())
+        status, created = plane.api("POST", "/deployments", deployment(layout))
         if status != 201:
             raise RuntimeError(f"creating the deployment answered {status}: {created}")
         ports = created["ports"]
@@ -71,13 +74,21 @@ def campaign(tmp: Path, quick: bool, only: str | None = None) -> list[Row]:
         def chosen(name: str) -> bool:
             return not wanted or any(w in name for w in wanted)
 
-        names = [n for n in ROWS if (not quick or n in QUICK) and chosen(n)]
+        names = [n for n in table if (not quick or n in short) and chosen(n)]
         for name in names:
             print(f"chaos: {name} ...", file=sys.stderr, flush=True)
+            if spares:  # the last row's ejection over: each row starts with its spares
+                chaos_spares.routable(target)
             started = time.monotonic()
-            rows.append(ROWS[name](target))
+            row = table[name](target)
+            if spares and not row.skipped:  # the promise of a layout with spares
+                row.check(
+                    row.failed_clear + row.lost == row.streaming,
+                    "only requests already streaming failed",
+                )
+            rows.append(row)
             print(f"chaos: {name}: {time.monotonic() - started:.0f} s", file=sys.stderr)
-        if chosen("serve SIGKILL mid-write"):
+        if not spares and chosen("serve SIGKILL mid-write"):
             print("chaos: serve SIGKILL mid-write ...", file=sys.stderr, flush=True)
             rows.append(chaos_faults.kill_serve_mid_write(target))
     finally:
@@ -94,9 +105,9 @@ def campaign(tmp: Path, quick: bool, only: str | None = None) -> list[Row]:
 
 def table(rows: list[Row]) -> str:
     lines = [
-        "| fault | expected | sent | completed | failed (clear error) | lost | recovery s "
-        "| ok | notes |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| fault | expected | sent | completed | failed (clear error) | of them streaming "
+        "| retried | lost | recovery s | ok | notes |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         rec = "never" if r.recovery_s is None else f"{r.recovery_s:.1f}"
@@ -104,7 +115,8 @@ def table(rows: list[Row]) -> str:
         notes = "; ".join([r.skipped] if r.skipped else r.notes).replace("|", "/")
         lines.append(
             f"| {r.fault} | {r.expected} | {r.sent} | {r.completed} | "
-            f"{r.failed_clear} | {r.lost} | {rec if not r.skipped else '-'} | {ok} | "
+            f"{r.failed_clear} | {r.streaming} | {r.retried} | {r.lost} | "
+            f"{rec if not r.skipped else '-'} | {ok} | "
             f"{notes} |"
         )
     return "\n".join(lines)
@@ -114,12 +126,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer faults, shorter loads (CI)")
     parser.add_argument(
+        "--layout", choices=sorted(LAYOUTS), default="1p1d", help="instances per role"
+    )
+    parser.add_argument(
         "--only", help="only the faults whose name contains one of these (comma-separated)"
     )
     args = parser.parse_args()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pdctl-chaos-") as tmp:
-        rows = campaign(Path(tmp), args.quick, args.only)
+        rows = campaign(Path(tmp), args.quick, args.only, args.layout)
     print(table(rows))
     failed = sum(not r.ok for r in rows if not r.skipped)
     skipped = sum(bool(r.skipped) for r in rows)

@@ -27,6 +27,11 @@ RATE = 4.0
 CLIENT_TIMEOUT = 60.0  # longer than any recovery: a request timing out here is lost
 PREFILL_TIMEOUT = 5.0  # the proxy's leg timeouts in this deployment: a hung leg fails fast
 DECODE_TIMEOUT = 4.0
+FIRST_BYTE_TIMEOUT = 1.5  # a decode silent on every stream this long is hung (with a spare)
+KV_TRANSFER_TIMEOUT = 3  # the stand-ins' MoRIIO transfer_timeout: a stale agent hangs this long
+LAYOUTS = {"1p1d": 1, "2p2d": 2}  # instances per role
+# Set to run this campaign against a pdctl from before retries (the figures' "before").
+BASELINE = bool(os.environ.get("PDCTL_CHAOS_BASELINE"))
 # What the proxy's errors say (the leg and its instance, or why nothing could serve): an
 # error carrying none of these does not say what failed.
 CLEAR = (
@@ -57,6 +62,8 @@ class Row:
     completed: int = 0
     failed_clear: int = 0
     lost: int = 0
+    streaming: int = 0  # failed requests whose client had a token already (it was streaming)
+    retried: int = 0  # attempts the proxy retried during the row (pdctl_proxy_retries_total)
     recovery_s: float | None = None
     ok: bool = True
     skipped: str | None = None  # why the row could not run here (it does not fail the run)
@@ -77,15 +84,19 @@ class Plane(ControlPlane):
     """The chaos deployment's control plane; its stand-ins take fault injection, and log
     vLLM's stats line five times a second (so a full log disk shows at once)."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, layout: str = "1p1d") -> None:
         super().__init__(tmp)
+        self.layout = layout
         self.env |= {"PDCTL_SIM_FAULT_INJECTION": "1", "VLLM_LOG_STATS_INTERVAL": "0.2"}
+        if layout != "1p1d":  # decodes keep a restarted prefill's stale agent, as NIXL does
+            self.env["PDCTL_SIM_KV_STALE_PEER"] = "hang"
 
     def units(self) -> dict[str, dict]:
         return self.status(NAME)
 
 
-def deployment() -> dict:
+def deployment(layout: str = "1p1d") -> dict:
+    n = LAYOUTS[layout]
     return {
         "name": NAME,
         "engine": "sim",
@@ -93,15 +104,17 @@ def deployment() -> dict:
         "topology": "disaggregated",
         "connector": "MoRIIOConnector",
         "prefix_caching": False,
+        "kv_connector_extra_config": {"transfer_timeout": str(KV_TRANSFER_TIMEOUT)},
         "groups": [
-            {"name": "prefill", "role": "prefill", "mode": "read"},
-            {"name": "decode", "role": "decode", "mode": "read"},
+            {"name": "prefill", "role": "prefill", "mode": "read", "count": n},
+            {"name": "decode", "role": "decode", "mode": "read", "count": n},
         ],
         "proxy": {
             "hold_queue": 256,
             "hold_deadline_s": 30,
             "prefill_timeout_s": PREFILL_TIMEOUT,
             "decode_timeout_s": DECODE_TIMEOUT,
+            **({} if BASELINE else {"first_byte_timeout_s": FIRST_BYTE_TIMEOUT}),
         },
     }
 
@@ -124,6 +137,19 @@ class Target:
 
     def unit_url(self, unit: str) -> str:
         return self.plane.units()[unit]["url"]
+
+    def retries(self) -> float:
+        """pdctl_proxy_retries_total over every leg and cause, from the proxy's /metrics."""
+        try:
+            status, raw = http_get(self.proxy_url + "/metrics", timeout=5)
+        except OSError:
+            return 0.0
+        lines = raw.decode().splitlines() if status == 200 else []
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in lines
+            if line.startswith("pdctl_proxy_retries_total{")
+        )
 
 
 def served(proxy_url: str) -> bool:
@@ -216,7 +242,9 @@ def judge(requests: list[dict], prompts: int, row: Row) -> None:
         error = r["error"] or ""
         if r["ok"]:
             row.completed += 1
-        elif (
+            continue
+        row.streaming += bool(r.get("ttft"))  # the client had its first token
+        if (
             error
             and not error.startswith("timed out")
             and any(word in error for word in (*CLEAR, *row.also_clear))
@@ -239,6 +267,7 @@ def under_load(
         target.tmp, target.proxy_url, row.fault.replace(" ", "-"), prompts or target.prompts
     )
     time.sleep(2.0)  # mid-load
+    retried = target.retries()
     begin = time.monotonic()
     try:
         inject(row)
@@ -246,6 +275,7 @@ def under_load(
         if row.recovery_s is None:
             row.recovery_s = recovered(target.plane, target.proxy_url, begin)
         load.finish(row)
+        row.retried = round(target.retries() - retried)
     row.check(row.lost == 0, "nothing lost")
     row.check(row.recovery_s is not None, "recovered")
     if not row.may_fail:

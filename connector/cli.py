@@ -93,6 +93,32 @@ def proxy(
         float,
         typer.Option(help="Seconds an ejected instance takes no request (doubles per ejection)."),
     ] = 10.0,
+    eject_max_share: Annotated[
+        float, typer.Option(help="Largest share of a role's instances in a group ejected at once.")
+    ] = 0.5,
+    first_byte_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds a decode leg may wait for its first byte while its instance streams "
+            "nothing else, before it counts as hung (retried elsewhere, the instance ejected, "
+            "with a spare). Unset: only --decode-timeout applies."
+        ),
+    ] = None,
+    retry_attempts: Annotated[
+        int, typer.Option(help="Attempts per request, the first included (1: no retries).")
+    ] = 3,
+    retry_deadline: Annotated[
+        float, typer.Option(help="Seconds after a request arrived that no new attempt starts.")
+    ] = 30.0,
+    retry_budget_ratio: Annotated[
+        float, typer.Option(help="Retries at most this share of requests (plus the floor).")
+    ] = 0.2,
+    retry_min_per_s: Annotated[
+        float, typer.Option(help="Retries allowed per second whatever the traffic.")
+    ] = 2.0,
+    retry_backoff: Annotated[
+        float, typer.Option(help="Seconds before the second attempt; doubles per attempt.")
+    ] = 0.02,
     startup_grace: Annotated[
         float,
         typer.Option(
@@ -125,6 +151,7 @@ def proxy(
     """Run the prefill/decode proxy: split, stream, measure."""
     from connector.admin_token import runtime_dir, write_generated_token
     from connector.registry_trust import LOOPBACK, Expectations
+    from connector.retry import RetrySettings
     from connector.server import ListenError, serve
     from connector.settings import FlagInstance, ProxySettings
 
@@ -155,6 +182,16 @@ def proxy(
             startup_grace=startup_grace,
             eject_after=eject_after,
             eject_seconds=eject_seconds,
+            eject_max_share=eject_max_share,
+            first_byte_timeout=first_byte_timeout,
+            retry=RetrySettings(
+                attempts=retry_attempts,
+                deadline_s=retry_deadline,
+                ratio=retry_budget_ratio,
+                min_per_s=retry_min_per_s,
+                backoff_s=retry_backoff,
+                backoff_max_s=max(0.5, retry_backoff),
+            ),
             max_body_bytes=max_body_bytes,
             header_timeout=header_timeout,
             body_timeout=body_timeout,

@@ -11,7 +11,9 @@
      +- Unavailable             503  nothing can serve now; carries Retry-After
      |   +- NoInstance          503  no healthy, undrained instance (or pair) for this request
      |   +- HoldRejected        503  hold queue full, or the hold deadline passed
-     +- UpstreamError           502  a leg failed; names the leg (prefill|decode) and its instance
+     +- UpstreamError           502  a leg failed; names the leg (prefill|decode) and its instance,
+         |                          and its `cause` (connector/retry.py: refused, reset, status,
+         |                          garbage, timeout, first_byte) for the retry decision
          +- UpstreamTimeout     502  a leg did not answer in time
 
 The body is `{"error": {"message", "type", "code"}}` as vLLM's server answers.
@@ -122,10 +124,11 @@ class UpstreamError(ProxyError):
     status = 502
     type = "BadGatewayError"
 
-    def __init__(self, leg: str, instance: str, detail: str) -> None:
+    def __init__(self, leg: str, instance: str, detail: str, cause: str = "status") -> None:
         super().__init__(f"{leg} leg to {instance} failed: {detail}")
         self.leg = leg
         self.instance = instance
+        self.cause = cause
 
     def body(self) -> dict:
         body = super().body()
@@ -137,5 +140,6 @@ class UpstreamError(ProxyError):
 class UpstreamTimeout(UpstreamError):
     type = "GatewayTimeoutError"
 
-    def __init__(self, leg: str, instance: str, seconds: float) -> None:
-        super().__init__(leg, instance, f"no answer within {seconds:g} s")
+    def __init__(self, leg: str, instance: str, seconds: float, cause: str = "timeout") -> None:
+        what = "no first byte" if cause == "first_byte" else "no answer"
+        super().__init__(leg, instance, f"{what} within {seconds:g} s", cause)

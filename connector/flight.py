@@ -27,11 +27,14 @@ class Flight:
 
     __slots__ = (
         "arrival",
+        "attempts",
         "blamed",
+        "cause",
         "done_at",
         "end",
         "endpoint",
         "error",
+        "first_byte_missed",
         "last_read",
         "malformed",
         "prefill_end",
@@ -69,6 +72,18 @@ class Flight:
         self.last_read = arrival
         self.timed_out = False
         self.malformed: bytes | None = None  # the start of an event that is not JSON
+        self.cause: str | None = None  # the blamed leg's failure (connector/retry.py CAUSES)
+        self.first_byte_missed = False  # the watchdog ended the leg at its first-byte deadline
+        self.attempts: list[dict[str, Any]] = []  # the attempts that failed and were retried
+
+    def next_attempt(self, failed: dict[str, Any]) -> None:
+        """A failed attempt is retried: note it and forget what it measured (no byte of it
+        reached the client), so the request is measured on the attempt that serves."""
+        self.attempts.append(failed)
+        self.prefill_start = self.prefill_end = self.end = self.done_at = None
+        self.token_times = []
+        self.usage_tokens, self.tail, self.malformed = None, b"", None
+        self.timed_out = self.first_byte_missed = False
 
     def scan(self, chunk: bytes, now: float) -> None:
         """Find complete SSE events in the byte stream; timestamp token events, read usage."""
@@ -135,6 +150,9 @@ class Flight:
             "status": self.status,
             "error": self.error,
         }
+        if self.attempts:
+            entry["retries"] = len(self.attempts)
+            entry["attempts"] = self.attempts
         if timing is not None:
             itls = timing.itl_stats or itl_figures(timing.itls)
             entry.update(

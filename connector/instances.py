@@ -97,7 +97,17 @@ class Group:
     instances: dict[str, Instance] = field(default_factory=dict)
 
     def available(self, role: str) -> list[Instance]:
-        return [i for i in self.instances.values() if i.role == role and i.available]
+        """The instances of `role` that take requests. Ejection never empties a role: when
+        every healthy, undrained one is ejected, they all take requests again (an ejection
+        is a guess that others serve better; with none left, a 503 for all is worse)."""
+        out = [i for i in self.instances.values() if i.role == role and i.available]
+        if out:
+            return out
+        return [
+            i
+            for i in self.instances.values()
+            if i.role == role and i.healthy and not i.draining and i.ejected_until
+        ]
 
     def describe(self) -> dict:
         roles = {r: sum(1 for i in self.instances.values() if i.role == r) for r in ROLES}
@@ -217,26 +227,54 @@ class InstancePool:
             inst.probes_failed = 0
             self.set_health(inst, True)
 
-    def leg_failed(self, inst: Instance, after: int, seconds: float, now: float) -> bool:
-        """Count a failed leg; after `after` in a row (0: never), eject the instance for
-        `seconds`, doubling per ejection in a row up to 16x, unless it is the last available
-        one of its role in its group (then failing at the leg timeout beats a 503 for all).
-        True when it was ejected."""
+    def leg_failed(
+        self,
+        inst: Instance,
+        after: int,
+        seconds: float,
+        now: float,
+        *,
+        at_once: bool = False,
+        max_share: float = 1.0,
+    ) -> bool:
+        """Count a failed leg; after `after` in a row (0: never), or at once when `at_once`
+        (a refused connection, garbage, a hang: broken, not busy), eject the instance for
+        `seconds`, doubling per ejection in a row up to 16x. Never the last available one of
+        its role in its group (then failing at the leg timeout beats a 503 for all), and never
+        past `max_share` of its role ejected at once. True when it was ejected."""
         inst.failed_in_a_row += 1
-        if not after or inst.failed_in_a_row < after:
+        if not after or (inst.failed_in_a_row < after and not at_once):
             return False
-        group = self.groups[inst.mode]
-        others = [i for i in group.available(inst.role) if i is not inst]
-        if not others:
+        if not self.may_eject(inst, max_share, now):
             return False
         span = seconds * 2 ** min(inst.ejections, 4)
         inst.ejected_until, inst.ejections = now + span, inst.ejections + 1
         inst.last_error = (
             f"ejected for {span:g} s after {inst.failed_in_a_row} failed requests in a row"
+            + (f": {inst.last_error}" if at_once and inst.last_error else "")
         )
         inst.failed_in_a_row = 0
         self.on_change()
         return True
+
+    def may_eject(self, inst: Instance, max_share: float, now: float) -> bool:
+        """A spare of its role stays available in its group, and the ejected share of the
+        role stays within `max_share` (a fault that hits every instance must not empty it)."""
+        group = self.groups[inst.mode]
+        same = [i for i in group.instances.values() if i.role == inst.role]
+        if not [i for i in group.available(inst.role) if i is not inst]:
+            return False
+        ejected = sum(1 for i in same if i.ejected_until > now and i is not inst)
+        return ejected + 1 <= int(max_share * len(same) + 1e-9)
+
+    def has_spare(self, inst: Instance) -> bool:
+        """Another instance of its role is available in its group."""
+        return any(i is not inst for i in self.groups[inst.mode].available(inst.role))
+
+    def pick_other(self, mode: str, role: str, tried: set[str]) -> Instance | None:
+        """A retry's instance: an available one of `role` in the group not tried yet."""
+        fresh = [i for i in self.groups[mode].available(role) if i.url not in tried]
+        return self.policy.pick(f"{mode}/{role}", fresh) if fresh else None
 
     def set_paused(self, mode: str, paused: bool) -> Group:
         group = self.groups[mode]

@@ -58,6 +58,9 @@ class ProxyMetrics:
         self.in_flight = 0
         self.held = 0
         self.registry_rejected: dict[str, int] = {}  # reason -> registrations refused
+        self.retries: dict[tuple[str, str], int] = {}  # (leg, cause) -> attempts retried
+        self.retries_refused: dict[str, int] = {}  # attempts | deadline | budget -> not retried
+        self.ejections: dict[str, int] = {}  # cause -> instances ejected
         # ITL gaps above twice their request's median, and those that ended with another
         # request's prefill on the same instance (connector/interference.py)
         self.itl_spikes = 0
@@ -177,6 +180,7 @@ class ProxyCollector(Collector):
         for reason, n in m.registry_rejected.items():
             refused.add_metric([reason], n)
         yield refused
+        yield from _retry_families(m)
         inst = GaugeMetricFamily(
             "pdctl_proxy_instance_outstanding_tokens",
             "Outstanding tokens per instance.",
@@ -192,6 +196,35 @@ class ProxyCollector(Collector):
             up.add_metric([i.url, i.mode, i.role], 1 if i.available else 0)
         yield inst
         yield up
+
+
+def _counted(name: str, doc: str, labels: list[str], counts: dict) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, doc, labels=labels)
+    for key, n in counts.items():
+        family.add_metric(list(key) if isinstance(key, tuple) else [key], n)
+    return family
+
+
+def _retry_families(m: ProxyMetrics) -> Iterator[Metric]:
+    yield _counted(
+        "pdctl_proxy_retries",
+        "Failed attempts tried again before any byte reached the client, by the leg that "
+        "failed and why (connector/retry.py).",
+        ["leg", "cause"],
+        m.retries,
+    )
+    yield _counted(
+        "pdctl_proxy_retries_refused",
+        "Retryable failures not retried: attempts, deadline or budget spent.",
+        ["reason"],
+        m.retries_refused,
+    )
+    yield _counted(
+        "pdctl_proxy_ejections",
+        "Instances ejected, by the failure that ejected them.",
+        ["cause"],
+        m.ejections,
+    )
 
 
 def make_registry(metrics: ProxyMetrics, pool: InstancePool) -> CollectorRegistry:

@@ -8,16 +8,15 @@ decode SSE bytes untouched and only scans them for event boundaries, token event
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
-import time
 from collections import deque
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from connector.attempts import Disaggregated
 from connector.client_body import estimate_tokens, parse_client_body, turn_kind
 from connector.errors import (
     BadRequest,
@@ -31,14 +30,7 @@ from connector.flight import Flight, clock
 from connector.hold import HoldQueue
 from connector.instances import Instance, InstancePool, Route
 from connector.interference import Interference
-from connector.legs import (
-    Handoff,
-    Peer,
-    colocated_bytes,
-    decode_bytes,
-    leg_headers,
-    prefill_body,
-)
+from connector.legs import colocated_bytes
 from connector.membership import Membership
 from connector.metrics import ProxyMetrics, make_registry
 from connector.policy import make_policy
@@ -78,6 +70,8 @@ class Proxy:
         self.registry = make_registry(self.metrics, self.pool)
         self.requests: deque[dict[str, Any]] = deque(maxlen=settings.request_log_size)
         self.membership = Membership(settings, self.pool, self.metrics)
+        self.disaggregated = Disaggregated(settings, self.pool, self.relay, self.metrics)
+        self.relay.on_hung = self._hung
         self.session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task] = []
         for flag in settings.prefill:
@@ -164,7 +158,7 @@ class Proxy:
             )
             flight.status, flight.error = exc.status, exc.message
             if isinstance(exc, UpstreamError):
-                flight.blamed = exc.instance
+                flight.blamed, flight.cause = exc.instance, exc.cause
             if flight.prepared:  # headers are gone: the error travels in the stream (written)
                 return web.StreamResponse()
             return error_response(exc)
@@ -185,99 +179,40 @@ class Proxy:
         route: Route,
         flight: Flight,
     ) -> web.StreamResponse:
-        prompt_tokens, output_tokens = estimate_tokens(body)
-        decode, prefill = route.decode, route.prefill
-        decode_load = prompt_tokens + output_tokens
-        decode.begin(decode_load)
-        if prefill is not None:
-            prefill.begin(prompt_tokens)
-        ok = False
         self.metrics.in_flight += 1
         try:
-            if prefill is None:
-                flight.request_id = os.urandom(16).hex()
-                headers = {"Content-Type": "application/json", "X-Request-Id": flight.request_id}
-                response = await self.relay.pass_through(
-                    request, "colocated", decode, colocated_bytes(raw, body), headers, flight
-                )
-            else:
-                response = await self._disaggregated(request, raw, body, route, prefill, flight)
-            ok = flight.error is None
-            return response
+            if route.prefill is not None:
+                return await self.disaggregated.serve(request, raw, body, route, flight)
+            return await self._colocated(request, raw, body, route.decode, flight)
         finally:
             self.metrics.in_flight -= 1
-            decode.end(decode_load, ok)
-            if prefill is not None:
-                prefill.end(prompt_tokens, ok or flight.prefill_end is not None)
 
-    async def _disaggregated(
+    async def _colocated(
         self,
         request: web.Request,
         raw: bytes,
         body: dict[str, Any],
-        route: Route,
-        prefill: Instance,
+        inst: Instance,
         flight: Flight,
     ) -> web.StreamResponse:
-        decode = route.decode
-        h = Handoff(
-            self.settings.connector,
-            route.group,
-            os.urandom(16).hex(),
-            Peer(prefill.zmq_address, prefill.dp_size, prefill.tp_size),
-            Peer(decode.zmq_address, decode.dp_size, decode.tp_size),
-            prefill.next_dp_rank(),
-            decode.next_dp_rank(),
-        )
-        flight.request_id = h.request_id
-        prefill_data = json.dumps(prefill_body(body, h)).encode()
-        prefill_headers = leg_headers(h, "prefill")
-        decode_headers = leg_headers(h, "decode")
-        if route.group == "read":
-            params = await self.relay.prefill(
-                prefill, request.path, prefill_data, prefill_headers, flight
-            )
-            return await self.relay.pass_through(
-                request,
-                "decode",
-                decode,
-                decode_bytes(raw, body, h, params),
-                decode_headers,
-                flight,
-            )
-        # write mode: both legs at once; a prefill failing before the first decode byte reaches
-        # the client cancels the decode leg and the client gets the prefill's 502.
-        prefill_task = asyncio.create_task(
-            self.relay.prefill(prefill, request.path, prefill_data, prefill_headers, flight)
-        )
-        relay_task = asyncio.create_task(
-            self.relay.pass_through(
-                request,
-                "decode",
-                decode,
-                decode_bytes(raw, body, h, None),
-                decode_headers,
-                flight,
-                prefill_task,
-            )
-        )
-
-        def on_prefill_done(task: asyncio.Task) -> None:
-            if not task.cancelled() and task.exception() is not None and not flight.prepared:
-                relay_task.cancel()
-
-        prefill_task.add_done_callback(on_prefill_done)
+        prompt_tokens, output_tokens = estimate_tokens(body)
+        load = prompt_tokens + output_tokens
+        inst.begin(load)
+        ok = False
         try:
-            return await relay_task
-        except asyncio.CancelledError:
-            if prefill_task.done() and not prefill_task.cancelled() and prefill_task.exception():
-                raise prefill_task.exception() from None  # type: ignore[misc]
-            raise
+            flight.request_id = os.urandom(16).hex()
+            headers = {"Content-Type": "application/json", "X-Request-Id": flight.request_id}
+            response = await self.relay.pass_through(
+                request, "colocated", inst, colocated_bytes(raw, body), headers, flight
+            )
+            ok = flight.error is None
+            return response
         finally:
-            prefill_task.remove_done_callback(on_prefill_done)
-            if not prefill_task.done():
-                prefill_task.cancel()
-            await asyncio.gather(prefill_task, return_exceptions=True)
+            inst.end(load, ok)
+
+    def _hung(self, inst: Instance, why: str) -> None:
+        """The watchdog found `inst` hung (connector/relay.py): out at once, with a spare."""
+        self.disaggregated.judge_failed(inst, "first_byte", why)
 
     def _finish(self, flight: Flight, outcome: str) -> None:
         self._judge_instances(flight, outcome)
@@ -299,10 +234,7 @@ class Proxy:
             if inst is None:
                 continue
             if inst.url == flight.blamed:
-                if self.pool.leg_failed(
-                    inst, self.settings.eject_after, self.settings.eject_seconds, time.monotonic()
-                ):
-                    log.warning("ejected %s %s: %s", inst.role, inst.url, inst.last_error)
+                self.disaggregated.judge_failed(inst, flight.cause, flight.error or "")
             elif outcome == "ok":
                 self.pool.leg_ok(inst)
 

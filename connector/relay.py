@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -38,7 +39,9 @@ class Relay:
         self.session: aiohttp.ClientSession | None = None  # the proxy's, set at its startup
         self.upstream: UpstreamPool | None = None  # the own client, when startup opens it
         # streaming legs under the silence watchdog (cheaper than aiohttp's per-read timer)
-        self._watched: dict[asyncio.Task, Flight] = {}
+        self._watched: dict[asyncio.Task, tuple[Flight, Instance]] = {}
+        # told of an instance whose streams all went silent past the first-byte deadline
+        self.on_hung: Callable[[Instance, str], None] = lambda inst, why: None
         self._prefill_timeout = aiohttp.ClientTimeout(
             total=settings.prefill_timeout, sock_connect=settings.connect_timeout
         )
@@ -53,16 +56,57 @@ class Relay:
         return self.session
 
     async def watch_silence(self) -> None:
-        """Cancel streaming legs whose upstream has been silent past --decode-timeout."""
-        limit = self.settings.decode_timeout
-        period = min(1.0, limit / 4)
+        """Cancel streaming legs whose upstream has been silent past --decode-timeout; with
+        --first-byte-timeout, find hung instances too (`hung`)."""
+        limit, first = self.settings.decode_timeout, self.settings.first_byte_timeout
+        period = min(1.0, limit / 4, first / 4 if first else 1.0)
         while True:
             await asyncio.sleep(period)
             now = clock()
-            for task, flight in list(self._watched.items()):
+            for task, (flight, _) in list(self._watched.items()):
                 if now - flight.last_read > limit and not flight.timed_out:
                     flight.timed_out = True
                     task.cancel()
+            if first:
+                self.hung(now, first)
+
+    def hung(self, now: float, first: float) -> None:
+        """An instance is hung when none of its streams has read a byte for `first` s while
+        one of them waits for its first byte that long (write mode: counted from the
+        prefill's answer), or its streams all went silent that long. A busy engine streams
+        its other requests meanwhile, so a slow first byte there is a slow TTFT, not a hang.
+        With a spare, its legs still waiting for their first byte end now (and are retried
+        elsewhere), and the proxy hears of it (`on_hung`)."""
+        latest: dict[str, float] = {}
+        waiting: dict[str, bool] = {}
+        by_url: dict[str, Instance] = {}
+        for flight, inst in self._watched.values():
+            if flight.route is None or flight.route.prefill is None:
+                continue  # colocated: its first byte waits for its own prefill
+            url = inst.url
+            by_url[url] = inst
+            if flight.prepared:
+                latest[url] = max(latest.get(url, 0.0), flight.last_read)
+                continue
+            if (
+                flight.prefill_end is None
+                and flight.route is not None
+                and (flight.route.group == "write")
+            ):
+                continue  # the decode waits for the KV the prefill pushes: the prefill's time
+            since = max(flight.last_read, flight.prefill_end or 0.0)
+            waiting[url] = waiting.get(url, False) or now - since > first
+        for url, inst in by_url.items():
+            silent = now - latest[url] > first if url in latest else waiting.get(url, False)
+            if not silent or not (waiting.get(url) or url in latest):
+                continue
+            if not self.pool.has_spare(inst):
+                continue  # nowhere else to go: the leg's own timeout decides
+            for task, (flight, other) in list(self._watched.items()):
+                if other is inst and not flight.prepared and not flight.timed_out:
+                    flight.timed_out = flight.first_byte_missed = True
+                    task.cancel()
+            self.on_hung(inst, f"no byte on any of its streams for {first:g} s")
 
     async def prefill(
         self, inst: Instance, path: str, data: bytes, headers: dict[str, str], flight: Flight
@@ -79,7 +123,9 @@ class Relay:
             raise UpstreamTimeout("prefill", inst.url, self.settings.prefill_timeout) from None
         except aiohttp.ClientError as exc:
             self._passive_unhealthy(inst, exc)
-            raise UpstreamError("prefill", inst.url, f"{type(exc).__name__}: {exc}") from None
+            raise UpstreamError(
+                "prefill", inst.url, f"{type(exc).__name__}: {exc}", _cause(exc)
+            ) from None
         try:
             answer = json.loads(raw)
         except (ValueError, RecursionError):
@@ -89,6 +135,7 @@ class Relay:
                 "prefill",
                 inst.url,
                 f"answered 200 with a body that is not a JSON object: {raw[:60]!r}",
+                "garbage",
             )
         flight.prefill_end = clock()
         return returned_params(answer)
@@ -130,7 +177,7 @@ class Relay:
         if task is None:  # aiohttp runs each handler in a task; the watchdog cancels that task
             raise ProxyError("a streaming leg runs only inside a task")
         flight.last_read = clock()
-        self._watched[task] = flight
+        self._watched[task] = (flight, inst)
         try:
             async with post as up:
                 if up.status != 200:
@@ -143,6 +190,7 @@ class Relay:
                             leg,
                             inst.url,
                             f"answered 200 with a body that is not a JSON object: {raw[:60]!r}",
+                            "garbage",
                         )
                     return web.Response(
                         body=raw,
@@ -156,6 +204,7 @@ class Relay:
                         inst.url,
                         "answered a streaming request with "
                         f"Content-Type {kind[:60]!r}, not an event stream",
+                        "garbage",
                     )
                 scan, read = flight.scan, up.read_some
                 while out is None and (chunk := await read()):
@@ -166,6 +215,15 @@ class Relay:
                     if resp is None:
                         if prefill_task is not None and prefill_task.done():
                             _raise_if_failed(prefill_task)
+                        if not flight.token_times and _error_event(chunk):
+                            # an engine's failure (a KV load that failed) before any token:
+                            # nothing reached the client, so the request may go elsewhere
+                            raise UpstreamError(
+                                leg,
+                                inst.url,
+                                f"answered with an error before any token: {chunk[6:200]!r}",
+                                "status",
+                            )
                         if flight.route is not None and flight.route.prefill is None:
                             self.interference.prefill_done(inst.url, now)  # it prefilled here
                         resp = web.StreamResponse(headers=SSE_HEADERS)
@@ -180,7 +238,10 @@ class Relay:
                     await up.stream(flight, out)  # the rest, straight to the client
                 if flight.malformed is not None:
                     garbage = UpstreamError(
-                        leg, inst.url, f"sent an event that is not JSON: {flight.malformed[:60]!r}"
+                        leg,
+                        inst.url,
+                        f"sent an event that is not JSON: {flight.malformed[:60]!r}",
+                        "garbage",
                     )
                     if resp is None:
                         raise garbage
@@ -191,8 +252,13 @@ class Relay:
             if not flight.timed_out:
                 raise
             task.uncancel()  # the watchdog's cancel, not the client's: answer with a timeout
-            exc: ProxyError = UpstreamTimeout(leg, inst.url, self.settings.decode_timeout)
-            if resp is None and prefill_task is not None and not prefill_task.done():
+            exc: ProxyError = (
+                UpstreamTimeout(leg, inst.url, self.settings.first_byte_timeout or 0, "first_byte")
+                if flight.first_byte_missed
+                else UpstreamTimeout(leg, inst.url, self.settings.decode_timeout)
+            )
+            starved = prefill_task is not None and not prefill_task.done()
+            if resp is None and not flight.first_byte_missed and starved:
                 exc = self._prefill_starved(inst, flight)
             if resp is None:
                 raise exc from None
@@ -212,6 +278,7 @@ class Relay:
                 f"{type(exc).__name__}: {exc}"
                 if resp is None
                 else f"failed mid-stream: {type(exc).__name__}",
+                _cause(exc),
             )
             if resp is None:
                 raise err from None
@@ -247,7 +314,7 @@ async def _stream_error(resp: web.StreamResponse, exc: ProxyError, flight: Fligh
     """Headers are gone: the error travels as the stream's last event."""
     flight.status, flight.error = exc.status, exc.message
     if isinstance(exc, UpstreamError):
-        flight.blamed = exc.instance
+        flight.blamed, flight.cause = exc.instance, exc.cause
     with contextlib.suppress(ConnectionError):
         await resp.write(b"data: " + exc.body_bytes() + b"\n\ndata: [DONE]\n\n")
         await resp.write_eof()
@@ -265,6 +332,18 @@ def _read_json_usage(raw: bytes, flight: Flight) -> bool:
     if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
         flight.usage_tokens = usage["completion_tokens"]
     return True
+
+
+def _error_event(chunk: bytes) -> bool:
+    """The stream opens with an error event (`data: {"error": ...}`), as vLLM streams a
+    failure; looked at on the first piece only."""
+    head = chunk[:16].replace(b" ", b"")
+    return head.startswith(b'data:{"error"')
+
+
+def _cause(exc: aiohttp.ClientError) -> str:
+    """A client error's retry cause: refused (nothing reached the instance) or reset."""
+    return "refused" if isinstance(exc, aiohttp.ClientConnectorError) else "reset"
 
 
 def _raise_if_failed(task: asyncio.Task) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from connector.legs import check_combination
 from connector.policy import POLICIES
 from connector.registry_trust import LOOPBACK, ExpectedInstance, SenderAllowlist
+from connector.retry import RetrySettings
 from domain.slo import SloTargets
 
 
@@ -53,6 +54,15 @@ class ProxySettings:
     # its role in its group.
     eject_after: int = 3
     eject_seconds: float = 10.0
+    # With a spare, a refused connection, garbage or a hang ejects at once; at most this share
+    # of a role's instances in a group is ejected at a time.
+    eject_max_share: float = 0.5
+    # A decode leg with no first byte this long after it was sent (write mode: after the
+    # prefill answered), while no other stream of its instance moved either, is hung: with a
+    # spare, the request is tried elsewhere and the instance ejected. None: only the leg's
+    # silence timeout applies. Apart from decode_timeout: a slow TTFT is not a hang.
+    first_byte_timeout: float | None = None
+    retry: RetrySettings = field(default_factory=RetrySettings)  # connector/retry.py
     health_interval: float | None = 5.0  # None: no active health checks
     # A /health answer slower than this counts as a failed probe. Generous: an engine's API
     # server busy tokenizing on a loaded host can stall its event loop for seconds.
@@ -100,6 +110,12 @@ class ProxySettings:
             raise ValueError(
                 "--eject-after must not be negative and --eject-seconds must be positive"
             )
+        if not 0 < self.eject_max_share <= 1:
+            raise ValueError("--eject-max-share must be above 0 and at most 1")
+        if self.first_byte_timeout is not None and not 0 < self.first_byte_timeout <= 3600:
+            raise ValueError("--first-byte-timeout must be above 0 and at most 3600 s")
+        if bad_retry := self.retry.invalid():
+            raise ValueError(bad_retry)
         if self.hold_queue < 0 or self.hold_deadline < 0 or self.startup_grace < 0:
             raise ValueError(
                 "--hold-queue, --hold-deadline and --startup-grace must not be negative"

@@ -40,6 +40,7 @@ PASSTHROUGH = frozenset(
         "REQUESTS_CA_BUNDLE",
         # Stand-in knobs `make chaos` sets on the control plane for its stand-ins.
         "PDCTL_SIM_FAULT_INJECTION",
+        "PDCTL_SIM_KV_STALE_PEER",
         "VLLM_LOG_STATS_INTERVAL",
     }
 )

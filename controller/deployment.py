@@ -137,6 +137,13 @@ class ProxyConfig(_Strict):
     # the whole prefill leg, and the longest silence in a decode stream. None: 120 s each.
     prefill_timeout_s: float | None = Field(None, gt=0, le=3600)
     decode_timeout_s: float | None = Field(None, gt=0, le=3600)
+    # Retries and ejection (connector/retry.py; None: the proxy's defaults). A decode with no
+    # first byte within first_byte_timeout_s while it streams nothing else is hung.
+    first_byte_timeout_s: float | None = Field(None, gt=0, le=3600)
+    retry_attempts: int | None = Field(None, ge=1, le=10)
+    retry_deadline_s: float | None = Field(None, gt=0, le=3600)
+    retry_budget_ratio: float | None = Field(None, ge=0, le=1)
+    eject_max_share: float | None = Field(None, gt=0, le=1)
     node: NodeSelector | None = None  # on a cluster: where the proxy runs (None: our node)
 
 

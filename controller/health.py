@@ -15,6 +15,8 @@ import aiohttp
 from controller.proxy_admin import InstanceEntry, ProxyAdminClient, ProxyAdminError, Refusal
 
 PROBE_TIMEOUT_S = 2.0
+# What an engine's /metrics count as failed KV transfers (NIXL, and newer vLLM's MoRIIO).
+FAILED_TRANSFERS = ("vllm:nixl_num_failed_transfers", "vllm:moriio_num_failed_transfers")
 
 
 class Probe(Protocol):
@@ -29,6 +31,8 @@ class Probe(Protocol):
     ) -> bool: ...
 
     async def proxy_refusals(self, proxy_url: str, token: str | None) -> list[Refusal] | None: ...
+
+    async def failed_transfers(self, url: str) -> float | None: ...
 
     async def aclose(self) -> None: ...
 
@@ -57,6 +61,16 @@ class HttpProbe:
                 return resp.status == 200
         except (TimeoutError, aiohttp.ClientError):
             return False
+
+    async def failed_transfers(self, url: str) -> float | None:
+        """An instance's failed KV transfers, from its /metrics (controller/stale_peers.py)."""
+        try:
+            async with self._client().get(url + "/metrics") as resp:
+                if resp.status != 200:
+                    return None
+                return failed_transfers(await resp.text())
+        except (TimeoutError, aiohttp.ClientError, UnicodeDecodeError):
+            return None
 
     async def proxy_refusals(self, proxy_url: str, token: str | None) -> list[Refusal] | None:
         """The registrations the proxy's registry refused lately (GET /admin/registry)."""
@@ -92,3 +106,17 @@ class HttpProbe:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def failed_transfers(text: str) -> float:
+    """The failed-KV-transfer counters in a /metrics page, summed."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(FAILED_TRANSFERS) and not line.startswith("#"):
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name.endswith("_total") or name in FAILED_TRANSFERS:
+                try:
+                    total += float(line.rsplit(" ", 1)[1])
+                except ValueError:
+                    continue
+    return total

@@ -35,6 +35,8 @@ class InstanceEntry(TypedDict, total=False):
     whole: bool  # also serves whole requests (no hand-off)
     outstanding_requests: int
     outstanding_tokens: int
+    failed: int  # requests (attempts) that failed on it
+    ejected_for_s: float  # seconds its ejection lasts still (0: not ejected)
 
 
 class Refusal(TypedDict, total=False):

@@ -323,6 +323,11 @@ def proxy_args(
     for flag, value in (
         ("--prefill-timeout", spec.proxy.prefill_timeout_s),
         ("--decode-timeout", spec.proxy.decode_timeout_s),
+        ("--first-byte-timeout", spec.proxy.first_byte_timeout_s),
+        ("--retry-attempts", spec.proxy.retry_attempts),
+        ("--retry-deadline", spec.proxy.retry_deadline_s),
+        ("--retry-budget-ratio", spec.proxy.retry_budget_ratio),
+        ("--eject-max-share", spec.proxy.eject_max_share),
     ):
         if value is not None:
             args += [flag, _number(value)]

@@ -45,6 +45,7 @@ from controller.probing import probe_round
 from controller.process_backend import ProcessBackend, ShimBackend
 from controller.redact import redact_text
 from controller.render import LaunchSettings, render
+from controller.stale_peers import StaleWatch, check
 from controller.units import IDLE, LIVE, Supervised, Unit, describe, note_start
 from domain.errors import NotFound, SpecInvalid
 
@@ -91,6 +92,7 @@ class Supervisor:
         self.clock = clock or SystemClock()
         self.on_event = on_event or (lambda actor, kind, message, deployment: None)
         self.deployments: dict[str, Supervised] = {}
+        self._stale: dict[str, StaleWatch] = {}  # per deployment: controller/stale_peers.py
         self._task: asyncio.Task | None = None
         private_files.private_dir(settings.run_dir)
         self.deployments.update(
@@ -279,6 +281,10 @@ class Supervisor:
                 interval=self.settings.health_interval,
                 failures=self.settings.health_failures,
             )
+            watch = self._stale.setdefault(dep.name, StaleWatch())
+            for decode, why in await check(dep, watch, self.probe, self.clock.now()):
+                self._emit("stale_peer", f"{dep.name}/{decode}: restarting: {why}", dep.name)
+                await self._feed(dep, dep.units[decode], m.Restart())
             for unit in list(dep.units.values()):
                 await self._feed(dep, unit, m.Tick())
             await self._reconcile(dep)

@@ -14,6 +14,7 @@ from domain.engine_defaults import engine_defaults
 from domain.start_time import CACHES
 from simulator import stats_log
 from simulator.engine_config import EngineConfigError, EngineSettings, parse_kv_transfer_config
+from simulator.kv_peers import STALE_PEER
 
 # vLLM flags the stand-in accepts and ignores (they change nothing it models), with whether
 # they take a value. Anything else is refused, naming the flag.
@@ -58,6 +59,12 @@ def _model_profile(model: str | None, model_profile: str | None) -> str:
     raise EngineConfigError(
         f"--model {model!r} has no stand-in profile; pass --model-profile (known: {known})"
     )
+
+
+def _stale_peer(value: str) -> str:
+    if value not in STALE_PEER:
+        raise EngineConfigError(f"--kv-stale-peer must be one of {', '.join(STALE_PEER)}")
+    return value
 
 
 def _check_extra(args: list[str]) -> None:
@@ -138,6 +145,14 @@ def sim(
         hidden=True,
         help="Serve POST /_fault to make this instance misbehave (make chaos only).",
     ),
+    kv_stale_peer: str = typer.Option(
+        "heal",
+        "--kv-stale-peer",
+        envvar="PDCTL_SIM_KV_STALE_PEER",
+        help="A decode meeting a restarted prefill's new agent: heal (handshake again, as vLLM "
+        "with PR 50047), or keep the stale one and hang or fail every transfer through it, "
+        "as released NIXL/MoRIIO do.",
+    ),
 ) -> None:
     try:
         _check_extra(list(ctx.args))
@@ -166,6 +181,7 @@ def sim(
             settings,
             **start_settings(start_time_scale, start_cache),
             fault_injection=fault_injection,
+            kv_stale_peer=_stale_peer(kv_stale_peer),
             log_stats_interval_s=None if disable_log_stats else stats_log.interval_from(os.environ),
         )
     except (EngineConfigError, profiles.UnknownProfile) as exc:

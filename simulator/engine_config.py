@@ -105,6 +105,8 @@ class EngineSettings:
     log_stats_interval_s: float | None = 10.0  # None: --disable-log-stats
     defaults_applied: str = ""  # one line per flag vLLM's defaults chose, with the rule
     fault_injection: bool = False  # POST /_fault (simulator/faults.py); for `make chaos`
+    # A restarted prefill's stale agent at the decode: heal | hang | fail (simulator/kv_peers.py)
+    kv_stale_peer: str = "heal"
     engine_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
     @property

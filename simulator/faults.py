@@ -11,6 +11,13 @@ up. Off unless `pdctl sim --enable-fault-injection` (or PDCTL_SIM_FAULT_INJECTIO
 
 `/health`, `/metrics` and `/v1/models` are never touched: the point is an instance that looks
 alive and still answers wrongly.
+
+One mechanism for every fault: a kind is one entry in KINDS naming the surface it acts on
+(`requests`: generation answers; `heartbeat`: registrations; `kv`: the KV hand-off's bytes,
+read by simulator/kv_transfer.py through `Faults.for_kv()`), plus its effect where that
+surface is served. A fault that corrupts KV bytes on the wire is one more `kv` entry.
+What a decode does with a restarted prefill's stale agent is a model setting, not a fault
+(`--kv-stale-peer`, simulator/kv_peers.py).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from aiohttp import web
 from domain.modes import TRANSFER_MODES
 from simulator.openai_format import ResponseWriter
 
-KINDS = ("garbage", "stall", "silent", "mode")
+KINDS = {"garbage": "requests", "stall": "requests", "silent": "heartbeat", "mode": "heartbeat"}
 GARBAGE = b"\x8f\x00<html>upstream exploded</html> \xff\xfe not json at all"
 STALL_S = 3600.0  # a stall outlives any sane client timeout; the client's hang-up ends it
 
@@ -40,8 +47,8 @@ class Fault:
     mode: str | None = None  # "mode" only: read | write
 
     @property
-    def affects_requests(self) -> bool:
-        return self.kind in ("garbage", "stall")
+    def surface(self) -> str:
+        return KINDS[self.kind]
 
     def describe(self) -> dict:
         return {"fault": self.kind, "after_tokens": self.after_tokens, "mode": self.mode}
@@ -69,9 +76,16 @@ class Faults:
     def __init__(self) -> None:
         self.current: Fault | None = None
 
-    def for_requests(self) -> Fault | None:
+    def on(self, surface: str) -> Fault | None:
+        """The fault in force on `surface` (requests | heartbeat | kv), if any."""
         fault = self.current
-        return fault if fault is not None and fault.affects_requests else None
+        return fault if fault is not None and fault.surface == surface else None
+
+    def for_requests(self) -> Fault | None:
+        return self.on("requests")
+
+    def for_kv(self) -> Fault | None:
+        return self.on("kv")
 
     def heartbeat(self, message: dict) -> dict | None:
         """The registration to send this beat; None: skip it (the "silent" fault)."""

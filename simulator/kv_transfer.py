@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from domain import profiles
 from simulator.engine_config import EngineSettings, KVTransferSettings
 from simulator.engine_loop import EngineLoop
+from simulator.kv_peers import PeerAgents, stale_reply
 from simulator.kv_wire import (
     WireError,
     read_frame,
@@ -76,6 +77,7 @@ class KVTransferAgent:
         self._servers: list[asyncio.AbstractServer] = []
         self._tasks: set[asyncio.Task] = set()
         self.failures: dict[str, str] = {}  # decode side: request id -> why its KV never came
+        self.peers = PeerAgents(settings.kv_stale_peer)  # decode side: simulator/kv_peers.py
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -214,7 +216,7 @@ class KVTransferAgent:
         self.metrics.transfers["ok"] += 1
         engine.kv_arrived(req.request_id, ok=True, recompute_on_failure=False)
 
-    async def _pull(self, remote: RemoteKV) -> None:
+    async def _pull(self, remote: RemoteKV, again: bool = True) -> None:
         reader, writer = await asyncio.open_connection(remote.host, remote.port)
         try:
             await send_frame(
@@ -224,9 +226,14 @@ class KVTransferAgent:
                     "key": remote.key,
                     "engine_id": remote.engine_id,
                     "block_ids": remote.block_ids,
+                    "agent": self.peers.agent(remote.host, remote.port),
                 },
             )
             header = await read_frame(reader)
+            if header.get("stale") and again:
+                await self._stale(remote, header)  # healed: handshake again, once
+                return await self._pull(remote, again=False)
+            self.peers.learned(remote.host, remote.port, header.get("agent"))
             if not header.get("ok"):
                 raise WireError(str(header.get("error", "prefill refused the read")))
             self.metrics.wire_bytes["received"] += await read_payload(reader, int(header["bytes"]))
@@ -240,26 +247,43 @@ class KVTransferAgent:
             fut = asyncio.get_running_loop().create_future()
             self._pushes[remote.key] = fut
         try:
-            reader, writer = await asyncio.open_connection(remote.host, remote.port)
-            try:
-                await send_frame(
-                    writer,
-                    {
-                        "op": "notify",
-                        "key": remote.key,
-                        "block_ids": req.block_ids,
-                        "host": self.advertised_host,
-                        "port": self.kv.kv_port,
-                    },
-                )
-                ack = await read_frame(reader)
-                if not ack.get("ok"):
-                    raise WireError(str(ack.get("error", "prefill refused the notification")))
-            finally:
-                writer.close()
+            for attempt in range(2):
+                reader, writer = await asyncio.open_connection(remote.host, remote.port)
+                try:
+                    await send_frame(
+                        writer,
+                        {
+                            "op": "notify",
+                            "key": remote.key,
+                            "block_ids": req.block_ids,
+                            "host": self.advertised_host,
+                            "port": self.kv.kv_port,
+                            "agent": self.peers.agent(remote.host, remote.port),
+                        },
+                    )
+                    ack = await read_frame(reader)
+                finally:
+                    writer.close()
+                if not (ack.get("stale") and attempt == 0):
+                    break
+                await self._stale(remote, ack)  # healed: announce again, once
+            self.peers.learned(remote.host, remote.port, ack.get("agent"))
+            if not ack.get("ok"):
+                raise WireError(str(ack.get("error", "prefill refused the notification")))
             return await fut
         finally:  # pushed, refused, unreachable or timed out: no push is awaited any more
             self._pushes.pop(remote.key, None)
+
+    async def _stale(self, remote: RemoteKV, reply: dict) -> None:
+        """The prefill at this address restarted: heal (return), or fail or hang on the
+        stale agent as --kv-stale-peer says (simulator/kv_peers.py)."""
+        why = self.peers.met_stale(remote.host, remote.port, reply.get("agent"))
+        if why is None:
+            return
+        log.warning("%s", why)
+        if self.peers.on_stale == "hang":
+            await asyncio.sleep(self.kv.transfer_timeout_s * self.engine.time_scale + 1)
+        raise WireError(why)
 
     def _transfer_failed(self, req: EngineRequest, remote: RemoteKV, why: str) -> None:
         log.warning(
@@ -298,6 +322,9 @@ class KVTransferAgent:
             writer.close()
 
     async def _serve_read(self, frame: dict, reader, writer) -> None:
+        if (stale := stale_reply(frame, self.settings.engine_id)) is not None:
+            await send_frame(writer, stale)
+            return
         key = str(frame.get("key"))
         held = self._held.get(key)
         if held is not None and held.request_id not in self.engine.scheduler.held:
@@ -331,19 +358,22 @@ class KVTransferAgent:
             )
             return
         size = self.wire_bytes(held.modelled_bytes)
-        await send_frame(writer, {"ok": True, "bytes": size})
+        await send_frame(writer, {"ok": True, "bytes": size, "agent": self.settings.engine_id})
         self.metrics.wire_bytes["sent"] += await send_payload(writer, size)
         done = await read_frame(reader)
         if done.get("op") == "done":
             self.release(key)
 
     async def _serve_notify(self, frame: dict, writer) -> None:
+        if (stale := stale_reply(frame, self.settings.engine_id)) is not None:
+            await send_frame(writer, stale)
+            return
         key = str(frame.get("key"))
         host, port = frame.get("host"), frame.get("port")
         if not isinstance(host, str) or not isinstance(port, int):
             await send_frame(writer, {"ok": False, "error": "notify needs host and port"})
             return
-        await send_frame(writer, {"ok": True})
+        await send_frame(writer, {"ok": True, "agent": self.settings.engine_id})
         if key in self._held:
             self._spawn(self._push(key, (host, port)))
             return

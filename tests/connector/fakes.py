@@ -47,6 +47,7 @@ class FakeEngine:
     return_params: bool = True
     decode_status: int = 200
     decode_first_delay: float = 0.0
+    first_delays: list[float] = field(default_factory=list)  # per decode request, then the above
     token_delay: float = 0.0
     die_after: int | None = None  # decode: drop the connection after this many tokens
     hang_after: int | None = None  # decode: go silent after this many tokens
@@ -159,7 +160,9 @@ class FakeEngine:
         return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
 
     async def _decode(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
-        await asyncio.sleep(self.decode_first_delay)
+        await asyncio.sleep(
+            self.first_delays.pop(0) if self.first_delays else self.decode_first_delay
+        )
         if self.decode_status != 200:
             return web.json_response(
                 {"error": {"message": "decode exploded"}}, status=self.decode_status
@@ -314,3 +317,13 @@ def completion(max_tokens: int = 5, stream: bool = True, **extra: Any) -> dict[s
     body = {"model": "tiny", "prompt": "hello there", "max_tokens": max_tokens, "stream": stream}
     body.update(extra)
     return body
+
+
+@contextlib.asynccontextmanager
+async def proxied(
+    prefills: list[FakeEngine], decodes: list[FakeEngine], **kwargs: Any
+) -> AsyncIterator[tuple[str, Proxy]]:
+    """The fakes started (those without a URL yet) and a proxy in front of them."""
+    started = [f for f in (*prefills, *decodes) if not f.url]
+    async with engines(*started), running(settings_for(prefills, decodes, **kwargs)) as ran:
+        yield ran

@@ -126,6 +126,7 @@ class FakeProbe:
         self.tokens: list[str | None] = []  # the admin token of every admin call, in order
         self.proxy_up = True
         self.refusals: list[dict[str, Any]] = []  # what GET /admin/registry lists
+        self.transfer_failures: dict[int, float] = {}  # port -> failed KV transfers (/metrics)
 
     async def healthy(self, url: str) -> bool:
         return urlsplit(url).port not in self.down
@@ -146,6 +147,9 @@ class FakeProbe:
         self, proxy_url: str, token: str | None
     ) -> list[dict[str, Any]] | None:
         return list(self.refusals) if self.proxy_up else None
+
+    async def failed_transfers(self, url: str) -> float | None:
+        return self.transfer_failures.get(urlsplit(url).port)
 
     async def set_draining(
         self, proxy_url: str, token: str | None, instance_url: str, draining: bool

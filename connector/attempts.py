@@ -1,0 +1,262 @@
+"""A disaggregated request's attempts: the prefill and decode legs, and, when an attempt fails
+before any byte reached the client, the next attempt as connector/retry.py decides (another
+prefill, another decode, or the pair), within the retry budget. Each attempt counts its own
+outstanding load on its instances; a failed one is judged at once (fast ejection) and noted in
+the request log; the request is measured on the attempt that served.
+
+An abandoned attempt is aborted on its instance by closing its connection: vLLM (and the
+stand-in) abort a request whose client went away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from typing import Any
+
+from aiohttp import web
+
+from connector.client_body import estimate_tokens
+from connector.errors import ProxyError, UpstreamError
+from connector.flight import Flight, clock
+from connector.instances import Instance, InstancePool, Route
+from connector.legs import Handoff, Peer, decode_bytes, leg_headers, prefill_body
+from connector.metrics import ProxyMetrics
+from connector.relay import Relay
+from connector.retry import EJECT_AT_ONCE, RetryBudget, plan
+from connector.settings import ProxySettings
+
+log = logging.getLogger("connector.proxy")
+Sent = tuple[Handoff, dict[str, Any] | None]  # a hand-off and the prefill's kv_transfer_params
+
+
+class Disaggregated:
+    """Serves one request on a route of a prefill/decode group, retrying where it is safe."""
+
+    def __init__(
+        self,
+        settings: ProxySettings,
+        pool: InstancePool,
+        relay: Relay,
+        metrics: ProxyMetrics,
+    ) -> None:
+        self.settings, self.pool, self.relay, self.metrics = settings, pool, relay, metrics
+        self.budget = RetryBudget(settings.retry, clock())
+
+    def judge_failed(self, inst: Instance, cause: str | None, error: str) -> None:
+        """A leg of `inst` failed: count it; a refused connection, garbage or a hang ejects
+        it at once when its group has a spare (the share of its role ejected is capped)."""
+        s, now = self.settings, time.monotonic()
+        if inst.ejected_until > now:
+            return
+        inst.last_error = error
+        if self.pool.leg_failed(
+            inst,
+            s.eject_after,
+            s.eject_seconds,
+            now,
+            at_once=cause in EJECT_AT_ONCE,
+            max_share=s.eject_max_share,
+        ):
+            self.metrics.ejections[cause or "failed"] = (
+                self.metrics.ejections.get(cause or "failed", 0) + 1
+            )
+            log.warning("ejected %s %s: %s", inst.role, inst.url, inst.last_error)
+
+    async def serve(
+        self, request: web.Request, raw: bytes, body: dict[str, Any], route: Route, flight: Flight
+    ) -> web.StreamResponse:
+        prompt_tokens, output_tokens = estimate_tokens(body)
+        group, decode, prefill = route.group, route.decode, route.prefill
+        if prefill is None:
+            raise ProxyError("a colocated route has no prefill leg to split")
+        tried_p, tried_d = {prefill.url}, {decode.url}
+        self.budget.request()
+        reuse: Sent | None = None  # the hand-off a retried decode gets again (NIXL refused)
+        last: list[Sent | None] = [None]  # the attempt's hand-off and the prefill's answer
+        attempt = 0
+        while True:
+            attempt += 1
+            flight.route = Route(group, prefill, decode)
+            run_prefill = reuse is None
+            decode.begin(prompt_tokens + output_tokens)
+            if run_prefill:
+                prefill.begin(prompt_tokens)
+            ok = False
+            try:
+                response = await self._attempt(request, raw, body, flight, reuse, last)
+                ok = flight.error is None
+                return response
+            except UpstreamError as exc:
+                retry = plan(
+                    exc.leg,
+                    exc.cause,
+                    self.settings.connector,
+                    group,
+                    client_has_bytes=flight.prepared,
+                    client_error=False,
+                )
+                if retry is None:
+                    raise
+                failed = prefill if exc.instance == prefill.url else decode
+                self.judge_failed(failed, exc.cause, exc.message)
+                next_p = prefill
+                if retry.new_prefill:
+                    other = self.pool.pick_other(group, "prefill", tried_p)
+                    if other is None and exc.leg == "prefill":
+                        raise  # no other prefill: the client gets this one's error
+                    next_p = other or (prefill if prefill.available else None)
+                next_d = decode if decode.available else None
+                if retry.new_decode:
+                    # another decode; else this one again with another prefill, unless the
+                    # failure says the decode itself is broken
+                    same = next_p is not prefill and exc.cause not in EJECT_AT_ONCE
+                    next_d = self.pool.pick_other(group, "decode", tried_d) or (
+                        next_d if same else None
+                    )
+                if next_p is None or next_d is None:
+                    raise
+                why = self.budget.why_not(attempt, flight.arrival, clock())
+                if why is not None:
+                    self.metrics.retries_refused[why] = self.metrics.retries_refused.get(why, 0) + 1
+                    raise
+                key = (exc.leg, exc.cause)
+                self.metrics.retries[key] = self.metrics.retries.get(key, 0) + 1
+                flight.next_attempt(
+                    {
+                        "leg": exc.leg,
+                        "cause": exc.cause,
+                        "instance": exc.instance,
+                        "prefill": prefill.url,
+                        "decode": decode.url,
+                        "error": exc.message,
+                    }
+                )
+                reuse = _reused(last[0], next_d) if retry.reuse_params else None
+                prefill, decode = next_p, next_d
+                tried_p.add(prefill.url)
+                tried_d.add(decode.url)
+                await asyncio.sleep(self.budget.backoff(attempt))
+            finally:
+                decode.end(prompt_tokens + output_tokens, ok)
+                if run_prefill:
+                    prefill.end(prompt_tokens, ok or flight.prefill_end is not None)
+
+    async def _attempt(
+        self,
+        request: web.Request,
+        raw: bytes,
+        body: dict[str, Any],
+        flight: Flight,
+        reuse: Sent | None,
+        last: list[Sent | None],
+    ) -> web.StreamResponse:
+        route = flight.route
+        if route is None or route.prefill is None:
+            raise ProxyError("an attempt needs a prefill/decode route")
+        prefill, decode = route.prefill, route.decode
+        if reuse is not None:
+            h, params = reuse
+        else:
+            h = Handoff(
+                self.settings.connector,
+                route.group,
+                os.urandom(16).hex(),
+                Peer(prefill.zmq_address, prefill.dp_size, prefill.tp_size),
+                Peer(decode.zmq_address, decode.dp_size, decode.tp_size),
+                prefill.next_dp_rank(),
+                decode.next_dp_rank(),
+            )
+            params = None
+        flight.request_id = h.request_id
+        decode_headers = leg_headers(h, "decode")
+        if route.group == "read":
+            if reuse is None:
+                params = await self.relay.prefill(
+                    prefill,
+                    request.path,
+                    json.dumps(prefill_body(body, h)).encode(),
+                    leg_headers(h, "prefill"),
+                    flight,
+                )
+            last[0] = (h, params)
+            return await self.relay.pass_through(
+                request,
+                "decode",
+                decode,
+                decode_bytes(raw, body, h, params),
+                decode_headers,
+                flight,
+            )
+        return await self._write(request, raw, body, flight, h, prefill, decode)
+
+    async def _write(
+        self,
+        request: web.Request,
+        raw: bytes,
+        body: dict[str, Any],
+        flight: Flight,
+        h: Handoff,
+        prefill: Instance,
+        decode: Instance,
+    ) -> web.StreamResponse:
+        """Write mode: both legs at once; a prefill failing before the first decode byte
+        reaches the client cancels the decode leg and the prefill's error is the attempt's."""
+        prefill_task = asyncio.create_task(
+            self.relay.prefill(
+                prefill,
+                request.path,
+                json.dumps(prefill_body(body, h)).encode(),
+                leg_headers(h, "prefill"),
+                flight,
+            )
+        )
+        relay_task = asyncio.create_task(
+            self.relay.pass_through(
+                request,
+                "decode",
+                decode,
+                decode_bytes(raw, body, h, None),
+                leg_headers(h, "decode"),
+                flight,
+                prefill_task,
+            )
+        )
+
+        def on_prefill_done(task: asyncio.Task) -> None:
+            if not task.cancelled() and task.exception() is not None and not flight.prepared:
+                relay_task.cancel()
+
+        prefill_task.add_done_callback(on_prefill_done)
+        try:
+            return await relay_task
+        except asyncio.CancelledError:
+            if prefill_task.done() and not prefill_task.cancelled() and prefill_task.exception():
+                raise prefill_task.exception() from None  # type: ignore[misc]
+            raise
+        finally:
+            prefill_task.remove_done_callback(on_prefill_done)
+            if not prefill_task.done():
+                prefill_task.cancel()
+            await asyncio.gather(prefill_task, return_exceptions=True)
+
+
+def _reused(last: Sent | None, decode: Instance) -> Sent | None:
+    """The last prefill's hand-off and answer, for a decode retried with the same
+    kv_transfer_params (the first decode refused the connection: nothing was pulled)."""
+    if last is None:
+        return None
+    h, params = last
+    same = Handoff(
+        h.connector,
+        h.mode,
+        h.request_hex,
+        h.prefill,
+        Peer(decode.zmq_address, decode.dp_size, decode.tp_size),
+        h.prefill_dp_rank,
+        decode.next_dp_rank(),
+    )
+    return same, params

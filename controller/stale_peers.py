@@ -1,0 +1,168 @@
+"""A prefill restart must never wedge a decode. Real connectors keep the agent (NIXL) or
+session (MoRIIO) of the prefill a decode first met; when that prefill restarts at the same
+address, the decode's transfers through the stale one fail or hang until the decode restarts
+(vLLM issue 49238, PR 50047; llm-d 2187). vLLM has no call that drops it, so the controller
+restarts what is stale: after a prefill of a deployment came back RUNNING as a new process,
+each decode that kept running and whose failures grew by
+`failures` within `window_s` is restarted, once per prefill restart, one decode at a time and
+only while every other decode runs (the spares serve meanwhile), with an event that says why.
+Its failures: the failed KV transfers its /metrics count (NIXL) plus the failed legs the proxy
+counts on it (/admin/instances; older MoRIIO exports no transfer counter). The proxy
+meanwhile retries elsewhere (connector/retry.py).
+
+`StaleWatch.step` is pure (`now` in, the decodes to restart out); `check` is the shell that
+reads the counters, only while a prefill restart is being watched, at most every
+`READ_EVERY_S` and within `READ_TIMEOUT_S` (a hung decode must not slow the supervisor).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from controller import machine as m
+from controller.health import same_instance
+from controller.proxy_admin import InstanceEntry
+from controller.units import Supervised, Unit
+
+READ_EVERY_S = 1.0
+READ_TIMEOUT_S = 0.5
+
+
+@dataclass
+class StaleWatch:
+    failures: int = 3  # failures since the prefill came back that make a decode stale
+    window_s: float = 30.0  # how long after a prefill restart its decodes are watched
+    _pids: dict[str, int] = field(default_factory=dict)  # prefill -> its running pid
+    _since: dict[str, tuple[float, dict[str, tuple[int, float]]]] = field(default_factory=dict)
+    next_read: float = 0.0  # the shell's: when the counters may be read again
+
+    def watching(self, now: float) -> bool:
+        return any(now - at <= self.window_s for at, _ in self._since.values())
+
+    def acted(self, decode: str) -> None:
+        """`decode` is being restarted: its agents will be fresh."""
+        for _, base in self._since.values():
+            base.pop(decode, None)
+
+    def new_process(self, prefills: dict[str, int | None]) -> bool:
+        """A prefill runs as another process than the one last seen."""
+        return any(
+            p is not None and self._pids.get(n) not in (None, p) for n, p in prefills.items()
+        )
+
+    def step(
+        self,
+        prefills: dict[str, int | None],
+        decodes: dict[str, tuple[int, float | None]],
+        now: float,
+    ) -> list[tuple[str, str]]:
+        """`prefills`: name -> pid while RUNNING (else None); `decodes`: name -> (pid, its
+        failed-transfer count, None when unread). Returns (decode, why) to restart."""
+        for name, pid in prefills.items():
+            known = self._pids.get(name)
+            if pid is None:
+                continue
+            if known is not None and pid != known:  # a new process of this prefill, running
+                base = {d: (dpid, n) for d, (dpid, n) in decodes.items() if n is not None}
+                self._since[name] = (now, base)
+            self._pids[name] = pid
+        out: list[tuple[str, str]] = []
+        for prefill, (at, base) in list(self._since.items()):
+            if now - at > self.window_s:
+                del self._since[prefill]
+                continue
+            for decode, (dpid, count) in decodes.items():
+                if decode not in base or count is None:
+                    continue
+                bpid, before = base[decode]
+                if dpid != bpid:  # restarted meanwhile: fresh agents, nothing stale
+                    del base[decode]
+                    continue
+                if count - before >= self.failures:
+                    out.append(
+                        (
+                            decode,
+                            f"{count - before:g} KV transfers failed since {prefill} restarted "
+                            f"{now - at:.1f} s ago: its handshake with the old {prefill} is "
+                            "stale (a decode keeps the agent of the prefill it first met)",
+                        )
+                    )
+        return out
+
+
+class Counters(Protocol):
+    async def failed_transfers(self, url: str) -> float | None: ...
+
+    async def proxy_instances(
+        self, proxy_url: str, token: str | None
+    ) -> list[InstanceEntry] | None: ...
+
+
+async def check(dep: Supervised, watch: StaleWatch, probe: Counters, now: float) -> list:
+    """The decodes of `dep` to restart now, with why (reads /metrics only while watching)."""
+    running = {
+        u.launch.name: u
+        for u in dep.instances()
+        if u.machine.state is m.State.RUNNING and u.machine.pid is not None
+    }
+    prefills = {
+        u.launch.name: (u.machine.pid if u.launch.name in running else None)
+        for u in dep.instances()
+        if u.launch.role == "prefill"
+    }
+    decodes_up = [u for u in running.values() if u.launch.role == "decode"]
+    counts: list[float | None] = [None] * len(decodes_up)
+    listed: list[InstanceEntry] | None = None
+    new = watch.new_process(prefills)
+    if decodes_up and (new or (watch.watching(now) and now >= watch.next_read)):
+        watch.next_read = now + READ_EVERY_S
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(READ_TIMEOUT_S):
+                counts, listed = await _failures(dep, decodes_up, probe)
+    decodes = {
+        u.launch.name: (u.machine.pid or 0, n) for u, n in zip(decodes_up, counts, strict=True)
+    }
+    stale = watch.step(prefills, decodes, now)
+    if not stale:
+        return []
+    decode = stale[0][0]
+    others = [u for u in dep.instances() if u.launch.role == "decode" and u.launch.name != decode]
+    if not all(_serving(u, listed) for u in others):
+        return []  # one at a time, and only while the others serve
+    watch.acted(decode)
+    return stale[:1]
+
+
+def _serving(unit: Unit, listed: list[InstanceEntry] | None) -> bool:
+    """Running, answering its probes, and routed to by the proxy (not drained or ejected)."""
+    if unit.machine.state is not m.State.RUNNING or unit.healthy is not True:
+        return False
+    entry = next((e for e in listed or [] if same_instance(e, unit.launch.url)), None)
+    if entry is None:
+        return listed is None  # the proxy's view unread: the supervisor's alone
+    return (
+        bool(entry.get("healthy", True))
+        and not entry.get("draining")
+        and not (entry.get("ejected_for_s") or 0)
+    )
+
+
+async def _failures(
+    dep: Supervised, decodes: list[Unit], probe: Counters
+) -> tuple[list[float | None], list[InstanceEntry] | None]:
+    """Each decode's failures: failed KV transfers (its /metrics) + failed legs (the proxy),
+    and the proxy's listing."""
+    listed, *own = await asyncio.gather(
+        probe.proxy_instances(dep.proxy.launch.url, dep.admin_token),
+        *(probe.failed_transfers(u.launch.url) for u in decodes),
+    )
+    out: list[float | None] = []
+    for unit, metric in zip(decodes, own, strict=True):
+        entry = next((e for e in listed or [] if same_instance(e, unit.launch.url)), None)
+        legs = entry.get("failed") if entry is not None else None
+        parts = [v for v in (metric, legs) if isinstance(v, int | float)]
+        out.append(float(sum(parts)) if parts else None)
+    return out, listed

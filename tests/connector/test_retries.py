@@ -1,0 +1,201 @@
+"""Retries through the proxy on loopback fakes: only before the first byte reached the client,
+on other instances, within the budget; the client gets exactly the tokens it asked for."""
+
+import asyncio
+import socket
+import time
+
+from connector.retry import RetrySettings
+from tests.connector.fakes import FakeEngine, completion, proxied, run, sse_events
+from tests.connector.test_proxy import post, until
+
+
+def _tokens(raw: bytes) -> list[str]:
+    return [
+        e["choices"][0]["text"] for e in sse_events(raw) if isinstance(e, dict) and e["choices"]
+    ]
+
+
+def _dead_url() -> str:
+    """A loopback URL whose port refuses connections."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def _metric(proxy, leg: str, cause: str) -> int:
+    return proxy.metrics.retries.get((leg, cause), 0)
+
+
+def test_a_failed_prefill_is_retried_on_the_other_prefill_and_logged():
+    async def body():
+        p1, p2, d = FakeEngine("p1", prefill_status=500), FakeEngine("p2"), FakeEngine("d")
+        async with proxied([p1, p2], [d]) as (base, proxy):
+            status, _, raw = await post(base, completion(5))
+            assert status == 200
+            assert _tokens(raw) == [f" w{i}" for i in range(5)]  # exactly what it asked, once
+            assert p1.kinds() == ["prefill"] and p2.kinds() == ["prefill"]
+            assert d.kinds() == ["decode"]
+            assert _metric(proxy, "prefill", "status") == 1
+            entry = proxy.requests[-1]
+            assert entry["outcome"] == "ok" and entry["retries"] == 1
+            assert entry["attempts"][0]["instance"] == p1.url
+            assert entry["prefill"] == p2.url
+            assert entry["ttft_ms"] > 0 and entry["prefill_ms"] is not None
+            text = (await _metrics_text(base)).decode()
+            assert 'pdctl_proxy_retries_total{cause="status",leg="prefill"} 1.0' in text
+
+    run(body())
+
+
+async def _metrics_text(base: str) -> bytes:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as s, s.get(base + "/metrics") as r:
+        return await r.read()
+
+
+def test_a_refused_nixl_decode_is_retried_with_the_same_kv_transfer_params():
+    async def body():
+        p, d2, dead = FakeEngine("p"), FakeEngine("d2"), FakeEngine("d1", url=_dead_url())
+        async with proxied([p], [dead, d2]) as (base, proxy):
+            status, _, raw = await post(base, completion(4))
+            assert status == 200 and len(_tokens(raw)) == 4
+            assert p.kinds() == ["prefill"]  # nothing was pulled: no second prefill
+            assert d2.seen[0].body["kv_transfer_params"] == p.params()
+            assert _metric(proxy, "decode", "refused") == 1
+            assert not proxy.pool.get(dead.url).available  # refused: out at once
+
+    run(body())
+
+
+def test_a_refused_moriio_decode_gets_a_fresh_prefill_and_transfer_id():
+    async def body():
+        p, d2, dead = FakeEngine("p"), FakeEngine("d2"), FakeEngine("d1", url=_dead_url())
+        async with proxied([p], [dead, d2], connector="moriio") as (base, _):
+            status, _, raw = await post(base, completion(4))
+            assert status == 200 and len(_tokens(raw)) == 4
+            ids = [s.body["kv_transfer_params"]["transfer_id"] for s in p.seen]
+            assert len(ids) == 2 and ids[0] != ids[1]
+            assert d2.seen[0].body["kv_transfer_params"]["transfer_id"] == ids[1]
+
+    run(body())
+
+
+def test_a_decode_failing_before_its_first_byte_is_retried_with_a_fresh_prefill():
+    async def body():
+        p, d1, d2 = FakeEngine("p"), FakeEngine("d1", decode_status=500), FakeEngine("d2")
+        async with proxied([p], [d1, d2]) as (base, proxy):
+            status, _, raw = await post(base, completion(6))
+            assert status == 200
+            assert _tokens(raw) == [f" w{i}" for i in range(6)]
+            assert p.kinds() == ["prefill", "prefill"]
+            assert d1.kinds() == ["decode"] and d2.kinds() == ["decode"]
+            assert _metric(proxy, "decode", "status") == 1
+
+    run(body())
+
+
+def test_write_mode_retries_the_pair():
+    async def body():
+        p1, p2 = FakeEngine("p1", prefill_status=500), FakeEngine("p2")
+        d1, d2 = FakeEngine("d1"), FakeEngine("d2")
+        async with proxied([p1, p2], [d1, d2], connector="moriio", mode="write") as (base, proxy):
+            status, _, raw = await post(base, completion(3))
+            assert status == 200 and len(_tokens(raw)) == 3
+            assert p2.kinds() == ["prefill"] and d2.kinds() == ["decode"]
+            assert _metric(proxy, "prefill", "status") == 1
+
+    run(body())
+
+
+def test_no_retry_after_the_first_byte_reached_the_client():
+    async def body():
+        p, d1, d2 = FakeEngine("p"), FakeEngine("d1", die_after=2), FakeEngine("d2")
+        async with proxied([p], [d1, d2]) as (base, proxy):
+            status, _, raw = await post(base, completion(6))
+            assert status == 200
+            events = sse_events(raw)
+            assert "decode leg to " + d1.url in events[-2]["error"]["message"]
+            assert d2.seen == [] and proxy.metrics.retries == {}
+
+    run(body())
+
+
+def test_no_retry_when_the_budget_allows_one_attempt():
+    async def body():
+        p, d1, d2 = FakeEngine("p"), FakeEngine("d1", decode_status=500), FakeEngine("d2")
+        async with proxied([p], [d1, d2], retry=RetrySettings(attempts=1)) as (base, proxy):
+            status, _, raw = await post(base, completion(3))
+            assert status == 502 and b"decode leg to " + d1.url.encode() in raw
+            assert d2.seen == []
+            assert proxy.metrics.retries_refused == {"attempts": 1}
+
+    run(body())
+
+
+def test_a_retry_storm_is_bounded_when_every_instance_fails():
+    async def body():
+        fakes = [FakeEngine("p1"), FakeEngine("p2")] + [
+            FakeEngine(f"d{i}", decode_status=500) for i in range(3)
+        ]
+        retry = RetrySettings(attempts=3, ratio=0.1, min_per_s=0.0, burst=2.0, backoff_s=0.0)
+        async with proxied(fakes[:2], fakes[2:], retry=retry, eject_after=0) as (base, proxy):
+            answers = await asyncio.gather(*(post(base, completion(2)) for _ in range(20)))
+            assert all(status == 502 for status, _, _ in answers)
+            decode_legs = sum(len(d.seen) for d in fakes[2:])
+            # 20 first attempts; retries within the burst (2) and a tenth of 20 requests
+            assert decode_legs <= 20 + 2 + 2
+            assert proxy.metrics.retries_refused.get("budget", 0) > 0
+
+    run(body())
+
+
+def test_a_hung_decode_is_left_at_its_first_byte_deadline_and_ejected_within_it():
+    async def body():
+        p, d1, d2 = FakeEngine("p"), FakeEngine("d1", decode_first_delay=10), FakeEngine("d2")
+        async with proxied([p], [d1, d2], first_byte_timeout=0.4) as (base, proxy):
+            started = time.monotonic()
+            status, _, raw = await post(base, completion(3))
+            took = time.monotonic() - started
+            assert status == 200 and len(_tokens(raw)) == 3
+            assert took < 2.0
+            assert not proxy.pool.get(d1.url).available
+            assert _metric(proxy, "decode", "first_byte") == 1
+            assert proxy.metrics.ejections == {"first_byte": 1}
+            assert await until(lambda: "decode" in d1.cancelled)  # aborted on d1
+
+    run(body())
+
+
+def test_a_busy_but_live_decode_is_not_ejected_for_a_slow_first_byte():
+    async def body():
+        # d1 streams request A slowly (1.5 s) while request B waits 0.8 s for its first
+        # byte, past the 0.4 s deadline: d1 is busy, not hung.
+        d1 = FakeEngine("d1", first_delays=[0.0, 0.8], token_delay=0.05)
+        p, _, d2 = FakeEngine("p"), d1, FakeEngine("d2")
+        async with proxied([p], [d1, d2], first_byte_timeout=0.4) as (base, proxy):
+            a = asyncio.create_task(post(base, completion(30)))
+            await asyncio.sleep(0.2)
+            x = await post(base, completion(2))  # round robin: d2
+            b = asyncio.create_task(post(base, completion(3)))  # d1 again
+            (sa, _, ra), (sb, _, rb) = await asyncio.gather(a, b)
+            assert (sa, sb, x[0]) == (200, 200, 200)
+            assert len(_tokens(ra)) == 30 and len(_tokens(rb)) == 3
+            assert proxy.pool.get(d1.url).available
+            assert proxy.metrics.retries == {} and proxy.metrics.ejections == {}
+            assert len(d1.seen) == 2
+
+    run(body())
+
+
+def test_without_a_spare_a_slow_first_byte_waits_for_the_leg_timeout():
+    async def body():
+        p, d = FakeEngine("p"), FakeEngine("d", decode_first_delay=0.8)
+        async with proxied([p], [d], first_byte_timeout=0.3) as (base, proxy):
+            status, _, raw = await post(base, completion(2))
+            assert status == 200 and len(_tokens(raw)) == 2
+            assert proxy.pool.get(d.url).available and proxy.metrics.retries == {}
+
+    run(body())
