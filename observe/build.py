@@ -32,6 +32,10 @@ TRACKED_PREFIXES = (
     "vllm:inter_token_latency_seconds",
     "vllm:nixl_xfer_time_seconds",
     "vllm:nixl_bytes_transferred",
+    "vllm:nixl_num_failed_transfers",
+    "vllm:moriio_xfer_time_seconds",
+    "vllm:moriio_bytes_transferred",
+    "vllm:moriio_num_failed_transfers",
     "vllm:prompt_tokens_by_source",
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",
@@ -41,6 +45,8 @@ TRACKED_PREFIXES = (
     "vllm:prefix_cache_",
     "process_cpu_seconds",
 )
+# Connectors whose engine reports its own transfers, by metric prefix (the engine's figures)
+ENGINE_TRANSFER_SOURCES = ("nixl", "moriio")
 PREFILL_ROLES = ("prefill", "colocated")  # whose prompt tokens are computed, not received
 # Below this many gaps the moment estimate is too noisy to act on; at 20, a Poisson stream's
 # shape still reads below the advisor's "bursty" line (0.5) about 2% of the time.
@@ -146,22 +152,12 @@ def requests(delta: Delta) -> Requests:
 
 
 def kv_transfer(deltas: Sequence[Delta], kv_bytes_per_token: int | None) -> KvTransfer:
-    """KV bytes/s between instances: NIXL's own figures when an instance exports them, else
-    external prompt tokens x KV bytes per token ("derived"), else nothing."""
-    if any(family_present(d.counts, "vllm:nixl_bytes_transferred") for d in deltas):
-        rate = sum(
-            d.rate(total(d.counts, "vllm:nixl_bytes_transferred_sum")) or 0.0 for d in deltas
-        )
-        times = _sum_buckets(
-            cumulative_buckets(d.counts, "vllm:nixl_xfer_time_seconds") for d in deltas
-        )
-        p50, p99 = quantile(0.5, times), quantile(0.99, times)
-        return {
-            "bytes_per_s": rate,
-            "source": "nixl",
-            "xfer_p50_ms": None if p50 is None else p50 * 1000,
-            "xfer_p99_ms": None if p99 is None else p99 * 1000,
-        }
+    """KV bytes/s between instances and transfer time percentiles: the engine's own figures
+    (vllm:nixl_* or newer MoRIIO's vllm:moriio_*) when an instance exports them, else
+    external prompt tokens x KV bytes per token ("derived", no time), else nothing."""
+    for source in ENGINE_TRANSFER_SOURCES:
+        if any(family_present(d.counts, f"vllm:{source}_bytes_transferred") for d in deltas):
+            return _engine_transfer(deltas, source)
     tokens = [
         (d, total(d.counts, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer"))
         for d in deltas
@@ -171,6 +167,23 @@ def kv_transfer(deltas: Sequence[Delta], kv_bytes_per_token: int | None) -> KvTr
         rate = sum(d.rate(n) or 0.0 for d, n in tokens) * kv_bytes_per_token
         return {"bytes_per_s": rate, "source": "derived", "xfer_p50_ms": None, "xfer_p99_ms": None}
     return {"bytes_per_s": None, "source": None, "xfer_p50_ms": None, "xfer_p99_ms": None}
+
+
+def _engine_transfer(deltas: Sequence[Delta], source: str) -> KvTransfer:
+    """The connector's own figures over the window: bytes/s, and time p50/p99 in ms."""
+    rate = sum(
+        d.rate(total(d.counts, f"vllm:{source}_bytes_transferred_sum")) or 0.0 for d in deltas
+    )
+    times = _sum_buckets(
+        cumulative_buckets(d.counts, f"vllm:{source}_xfer_time_seconds") for d in deltas
+    )
+    p50, p99 = quantile(0.5, times), quantile(0.99, times)
+    return {
+        "bytes_per_s": rate,
+        "source": source,  # type: ignore[typeddict-item]
+        "xfer_p50_ms": None if p50 is None else p50 * 1000,
+        "xfer_p99_ms": None if p99 is None else p99 * 1000,
+    }
 
 
 def multi_turn_share(delta: Delta) -> float | None:

@@ -53,8 +53,10 @@ class Requests(TypedDict):
 
 class KvTransfer(TypedDict):
     bytes_per_s: float | None  # KV moved between instances
-    source: Literal["nixl", "derived"] | None  # derived: external prompt tokens x KV B/token
-    xfer_p50_ms: float | None  # nixl only
+    # nixl | moriio: the engine's own figures (vllm:nixl_*, newer vLLM's vllm:moriio_*);
+    # derived: external prompt tokens x KV B/token, only when no engine exports its own
+    source: Literal["nixl", "moriio", "derived"] | None
+    xfer_p50_ms: float | None  # the engine's figures only (derived: None)
     xfer_p99_ms: float | None
 
 

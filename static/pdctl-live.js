@@ -134,7 +134,8 @@
       ["p50", "p90", "p99"].forEach(function (q) { values[m + "_" + q] = f[m] ? f[m][q] : null; });
     });
     values.kv_note = kv.source === null || kv.source === undefined ? "not reported" :
-      kv.source === "nixl" ? "from vllm:nixl_*" : " external prompt tokens × KV bytes/token";
+      kv.source === "derived" ? " external prompt tokens × KV bytes/token (the engine reports none)" :
+      "the engine's own, vllm:" + kv.source + "_*";
     root.querySelectorAll("[data-k]").forEach(function (el) {
       var k = el.dataset.k, v = values[k];
       el.textContent = el.dataset.fmt ? fmt(v, el.dataset.fmt) : (v === null || v === undefined ? "—" : String(v));

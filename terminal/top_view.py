@@ -108,9 +108,9 @@ def _target(value: float | None) -> str:
 
 def kv_note(kv: Mapping[str, Any]) -> str:
     """Where the KV figure comes from, as the dashboard's tile says it."""
-    if kv.get("source") == "nixl":
+    if kv.get("source") in ("nixl", "moriio"):
         p50, p99 = fmt.ms(kv.get("xfer_p50_ms")), fmt.ms(kv.get("xfer_p99_ms"))
-        return f"from vllm:nixl_*, p50 {p50} p99 {p99}"
+        return f"from vllm:{kv['source']}_*, p50 {p50} p99 {p99}"
     if kv.get("source") == "derived":
         return "derived"
     return "not reported"

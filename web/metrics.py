@@ -104,7 +104,8 @@ class LiveCollector(Collector):
         }
         kv = GaugeMetricFamily(
             "pdctl_kv_transfer_bytes_per_second",
-            "KV bytes moved between instances per second (last minute); source nixl or derived.",
+            "KV bytes moved between instances per second (last minute); source nixl or moriio "
+            "(the engine's own), or derived (when it exports none).",
             labels=["deployment", "source"],
         )
         up = GaugeMetricFamily(
