@@ -17,9 +17,11 @@ from observe.frames import (
     InstanceRow,
     Interference,
     KvTransfer,
+    PdHappening,
     Point,
     Requests,
 )
+from observe.pd_check import NOT_CHECKED
 from observe.quantiles import histogram, quantile
 from observe.samples import Samples, cumulative_buckets, family_present, total
 from observe.windows import EMPTY, Delta
@@ -87,9 +89,11 @@ def build_frame(
     targets: Mapping[str, TargetState],
     window: str,
     now: float,
+    pd: PdHappening | None = None,
 ) -> Frame:
     """The frame for `window`; `units` are the controller's status rows (proxy included),
-    `targets` the scraped state by unit name (a unit missing there counts as down)."""
+    `targets` the scraped state by unit name (a unit missing there counts as down), `pd` the
+    "is PD happening?" section the shell's check state gave (observe/pd_check.py)."""
     proxy_unit = next((u for u in units if u.get("role") == "proxy"), None)
     proxy = targets.get(proxy_unit["name"], DOWN) if proxy_unit else DOWN
     instances = [u for u in units if u.get("role") != "proxy"]
@@ -124,6 +128,7 @@ def build_frame(
             "held": int(_gauge(proxy.gauges, "pdctl_proxy_held_requests") or 0),
             "loop_lag_s": _gauge(proxy.gauges, "pdctl_proxy_loop_lag_seconds"),
         },
+        "pd": pd if pd is not None else NOT_CHECKED,  # type: ignore[typeddict-item]
     }
     return frame
 

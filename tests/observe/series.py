@@ -75,7 +75,7 @@ def engine_text(
         ]
     if failed_transfers is not None:
         lines += [
-            f"# TYPE vllm:{connector}_num_failed_transfers counter",
+            f"# TYPE vllm:{connector}_num_failed_transfers_total counter",
             f"vllm:{connector}_num_failed_transfers_total{{{labels}}} {failed_transfers}",
         ]
     if nixl_bytes is not None:
