@@ -82,14 +82,8 @@ def test_no_by_source_counter_is_unmeasured_and_a_down_decode_keeps_its_verdict(
 
 def test_reading_takes_sources_requests_and_failed_transfers_from_the_window():
     before = engine_text(local_tokens=0, first_tokens=0, failed_transfers=0, connector="moriio")
-    after = engine_text(
-        external_tokens=0,
-        local_tokens=3000,
-        cache_hit_tokens=100,
-        first_tokens=6,
-        failed_transfers=6,
-        connector="moriio",
-    )
+    counts = {"local_tokens": 3000, "cache_hit_tokens": 100, "first_tokens": 6}
+    after = engine_text(**counts, failed_transfers=6, connector="moriio")
     r = reading(delta(before, after))
     assert r == Reading(0.0, 3000.0, 100.0, 6.0, 6.0)
 
