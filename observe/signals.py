@@ -32,6 +32,10 @@ that window (observe/build.py `point`).
   burstiness               frame["arrivals"]: gamma shape of the gaps between client requests
                            arriving at the proxy (mean^2 / variance); absent below
                            MIN_ARRIVAL_GAPS gaps in the window
+  pd_recomputing_decodes,  frame["pd"] (observe/pd_check.py, 10 s whatever the window): the
+  pd_transfer_share,       decodes recomputing, the lowest judged share of prompt tokens by
+  pd_failed_transfers      KV transfer, failed transfers; absent where the check does not
+                           apply (colocated)
 """
 
 from __future__ import annotations
@@ -122,9 +126,40 @@ def from_frame(
     else:
         _arrivals(d, frame)
     if frame is None:
-        for name in ("frontend_cpu_share", "prefix_hit_rate"):
+        for name in ("frontend_cpu_share", "prefix_hit_rate", *PD_SIGNALS):
             d.miss(name, _NO_FRAME)
+    else:
+        _pd(d, frame.get("pd") or {})
     return d
+
+
+PD_SIGNALS = ("pd_recomputing_decodes", "pd_transfer_share", "pd_failed_transfers")
+
+
+def _pd(d: Derived, pd: Mapping[str, Any]) -> None:
+    if not pd.get("applies"):
+        for name in PD_SIGNALS:
+            d.miss(name, f"the PD check does not apply: {pd.get('why') or 'not checked'}")
+        return
+    rows = pd.get("decodes") or []
+    src = "decodes: vllm:prompt_tokens_by_source, last 10 s (observe/pd_check.py)"
+    d.put("pd_recomputing_decodes", len(pd.get("recomputing") or ()), src)
+    judged = [
+        r["share"] for r in rows if r["status"] in ("ok", "recomputing") and r["share"] is not None
+    ]
+    d.put(
+        "pd_transfer_share",
+        min(judged) if judged else None,
+        src,
+        "too little traffic on the decodes to judge",
+    )
+    failed = [r["failed_transfers"] for r in rows if r.get("failed_transfers") is not None]
+    d.put(
+        "pd_failed_transfers",
+        sum(failed) if failed else None,
+        "decodes: vllm:nixl_/moriio_num_failed_transfers, last 10 s",
+        "no decode answered its scrape",
+    )
 
 
 def _arrivals(d: Derived, frame: Mapping[str, Any]) -> None:
