@@ -24,6 +24,7 @@ from harness.processes import (
     reap_instances,
 )
 from harness.stack import bench_background
+from tests.e2e.test_control_plane import moriio
 from tests.e2e.test_pd_happening import clear_fault
 
 pytestmark = pytest.mark.e2e
@@ -42,18 +43,7 @@ FLAGS = [
 ]
 TOKEN = "op-secret"
 AS_ALICE = {"Authorization": f"Bearer {TOKEN}"}
-WEB_MORIIO = {
-    "name": "web",
-    "engine": "sim",
-    "model": "tiny",
-    "topology": "disaggregated",
-    "connector": "MoRIIOConnector",
-    "prefix_caching": False,
-    "groups": [
-        {"name": "prefill", "role": "prefill", "mode": "read"},
-        {"name": "decode", "role": "decode", "mode": "read"},
-    ],
-}
+WEB_MORIIO = moriio("web")  # a stand-in MoRIIO pair in read mode
 
 
 def _playwright():
