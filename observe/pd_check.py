@@ -16,6 +16,9 @@ The rule, over the last 10 s (CHECK_WINDOW) of one decode's counters:
   so a share wavering around one line cannot flap. One event per onset, one per recovery.
 - A decode that exports no prompt_tokens_by_source (older vLLM) cannot be judged
   ("unmeasured"); a colocated deployment has no hand-off, and the check does not apply.
+- While a mode switch runs and for one window after it ends, no onset is judged ("paused"):
+  keep-serving runs whole requests on the decode that stays up, which is recomputation by
+  design. A recovery still counts.
 Failed KV transfers (vllm:nixl_/moriio_num_failed_transfers) in the window are reported
 beside the share: they tell a transfer failing over to recompute from a decode that never
 tried.
@@ -103,10 +106,11 @@ class Transition:
 
 
 def step(
-    name: str, state: DecodeState, r: Reading | None, now: float
+    name: str, state: DecodeState, r: Reading | None, now: float, paused: bool = False
 ) -> tuple[DecodeState, str, Transition | None]:
     """One decode's next state, its status word and the transition it made, if any.
-    `r` None: the instance did not answer its scrape (the verdict stands)."""
+    `r` None: the instance did not answer its scrape (the verdict stands). `paused`: no
+    onset is judged (a mode switch runs)."""
     if r is None:
         return state, "recomputing" if state.recomputing else "down", None
     share = r.share
@@ -114,6 +118,8 @@ def step(
         return state, "recomputing" if state.recomputing else "unmeasured", None
     if not r.traffic or share is None:
         return state, "recomputing" if state.recomputing else "idle", None
+    if not state.recomputing and paused:
+        return state, "paused", None
     if not state.recomputing and share < COLLAPSE_BELOW:
         new = DecodeState(True, now)
         return new, "recomputing", _transition("pd.recomputing", name, r, share, now, None)
@@ -155,23 +161,25 @@ def check(
     decodes: Sequence[tuple[str, Delta | None]],
     states: Mapping[str, DecodeState],
     now: float,
+    paused: str | None = None,
 ) -> tuple[dict[str, DecodeState], dict[str, Any], list[Transition]]:
     """The deployment's check: `decodes` are (instance, its window's delta or None when it did
-    not answer). Returns the decodes' states, the frame's `pd` section and the transitions."""
+    not answer), `paused` why no onset is judged now (None: judged). Returns the decodes'
+    states, the frame's `pd` section and the transitions."""
     if colocated:
         return {}, not_applicable(COLOCATED_WHY), []
     new: dict[str, DecodeState] = {}
     rows, transitions = [], []
     for name, delta in decodes:
         r = reading(delta) if delta is not None else None
-        state, status, moved = step(name, states.get(name, DecodeState()), r, now)
+        state, status, moved = step(name, states.get(name, DecodeState()), r, now, bool(paused))
         new[name] = state
         if moved is not None:
             transitions.append(moved)
         rows.append(_row(name, status, state, r))
     section = {
         "applies": True,
-        "why": None if rows else "no decode instance",
+        "why": paused if paused else None if rows else "no decode instance",
         "rule": RULE,
         "decodes": rows,
         "recomputing": [row["instance"] for row in rows if row["status"] == "recomputing"],

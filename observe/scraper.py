@@ -204,10 +204,22 @@ class Observer:
             for u in units
             if u.get("role") == "decode" and u.get("state") in SCRAPED_STATES
         ]
-        states, section, moved = check(colocated, decodes, self.pd_states.get(name, {}), now)
+        states, section, moved = check(
+            colocated, decodes, self.pd_states.get(name, {}), now, self._switching(name, now)
+        )
         self.pd_states[name] = states
         self._pd_events += [(name, t) for t in moved]
         return section
+
+    def _switching(self, name: str, now: float) -> str | None:
+        """Why the PD check judges no onset now: a mode switch runs or ended within the
+        check's window (keep-serving runs whole requests on a decode by design)."""
+        switches = getattr(self.controller, "switches", None)
+        settle = WINDOW_SECONDS[CHECK_WINDOW]
+        for r in switches.history(name) if switches is not None else ():
+            if r.state == "running" or (r.ended_at is not None and now - r.ended_at < settle):
+                return f"a mode switch ({r.strategy}) runs or just ended: no onset judged"
+        return None
 
     async def _scrape(self, name: str, unit: dict[str, Any], now: float) -> TargetState:
         url = unit.get("url")

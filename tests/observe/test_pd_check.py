@@ -102,3 +102,17 @@ def test_check_names_the_recomputing_decodes_and_skips_colocated():
     states, section, moved = check(True, [], {}, 10.0)
     assert (states, moved) == ({}, []) and section["applies"] is False
     assert section["why"] == COLOCATED_WHY
+
+
+def test_a_mode_switch_pauses_the_onset_but_not_the_recovery():
+    assert step("d", DecodeState(), RECOMPUTING, 1.0, paused=True)[1:] == ("paused", None)
+    _, status, moved = step("d", DecodeState(True, 0.0), HEALTHY, 5.0, paused=True)
+    assert status == "ok" and moved is not None and moved.kind == "pd.recovered"
+    _, section, moved = check(
+        False,
+        [("d", delta(engine_text(), engine_text(local_tokens=2005, first_tokens=5)))],
+        {},
+        10.0,
+        paused="a mode switch (keep-serving) runs or just ended: no onset judged",
+    )
+    assert moved == [] and section["recomputing"] == [] and "keep-serving" in section["why"]
