@@ -23,8 +23,9 @@ that window (observe/build.py `point`).
   frontend_cpu_share       frame["engines"]: the busiest instance's process_cpu_seconds_total
                            rate (vLLM's API server process: HTTP, tokenizing, detokenizing);
                            absent on the stand-in, whose one process also runs the engine
-  kv_transfer_gbps         NIXL only: KV bytes per request over the median transfer time
-  transfer_share_of_ttft   NIXL only: median transfer time over median TTFT
+  kv_transfer_gbps         the engine's own times (NIXL, newer MoRIIO): KV bytes per request
+                           over the median transfer time
+  transfer_share_of_ttft   the same: median transfer time over median TTFT
   spike_prefill_overlap    frame["interference"]: the proxy's ITL spikes that ended as another
                            request's prefill finished on the same instance, over all spikes
   multi_turn_share         frame["multi_turn_share"]: the proxy's chat requests that carry an
@@ -305,16 +306,20 @@ def _transfer(
             f"KV bytes/s ({kv.get('source')}) / KV bytes per token / request rate",
         )
     xfer_ms, ttft_ms = kv.get("xfer_p50_ms"), _ms(frame.get("ttft"), "p50")
-    no_times = "the connector reports no transfer times (NIXL does; MoRIIO does not)"
+    connector = {"nixl": "NIXL", "moriio": "MoRIIO"}.get(kv.get("source") or "", "")
+    no_times = (
+        "the connector reports no transfer times (NIXL and newer MoRIIO do; older MoRIIO, "
+        "a derived figure, does not)"
+    )
     d.put(
         "kv_transfer_gbps",
         per_request / (xfer_ms / 1000) / 1e9 * time_scale if xfer_ms else None,
-        "KV bytes per request / median NIXL transfer time",
+        f"KV bytes per request / median {connector} transfer time (the engine's own)",
         no_times,
     )
     d.put(
         "transfer_share_of_ttft",
         xfer_ms / ttft_ms if xfer_ms and ttft_ms else None,
-        "median NIXL transfer time / median TTFT",
+        f"median {connector} transfer time (the engine's own) / median TTFT",
         no_times,
     )
