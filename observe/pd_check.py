@@ -10,7 +10,9 @@ The rule, over the last 10 s (CHECK_WINDOW) of one decode's counters:
   prompt's last token, so its share is (prompt - 1) / prompt.
 - Traffic flows when at least MIN_REQUESTS requests reached their first token on it
   (vllm:time_to_first_token_seconds) and MIN_PROMPT_TOKENS prompt tokens were received or
-  computed; with less, nothing is judged and the last verdict stands ("idle").
+  computed, at least MIN_PROMPT_MEAN a request (a healthy 8-token prompt reads 7/8, clear
+  of both lines; shorter ones cannot tell); with less, nothing is judged and the last
+  verdict stands ("idle").
 - Onset: share < COLLAPSE_BELOW (0.5) while traffic flows: "recomputing", since now.
 - Recovery: share >= RECOVER_AT (0.8) while traffic flows. Between the two the verdict holds,
   so a share wavering around one line cannot flap. One event per onset, one per recovery.
@@ -36,12 +38,14 @@ from observe.windows import Delta
 CHECK_WINDOW = "10s"
 MIN_REQUESTS = 3
 MIN_PROMPT_TOKENS = 64
+MIN_PROMPT_MEAN = 8
 COLLAPSE_BELOW = 0.5
 RECOVER_AT = 0.8
 RULE = {
     "window": CHECK_WINDOW,
     "min_requests": MIN_REQUESTS,
     "min_prompt_tokens": MIN_PROMPT_TOKENS,
+    "min_prompt_mean": MIN_PROMPT_MEAN,
     "collapse_below": COLLAPSE_BELOW,
     "recover_at": RECOVER_AT,
 }
@@ -74,8 +78,14 @@ class Reading:
 
     @property
     def traffic(self) -> bool:
-        enough_requests = self.requests is None or self.requests >= MIN_REQUESTS
-        return enough_requests and self.judged_tokens >= MIN_PROMPT_TOKENS
+        tokens, requests = self.judged_tokens, self.requests
+        if requests is None:  # no TTFT histogram: tokens alone
+            return tokens >= MIN_PROMPT_TOKENS
+        return (
+            requests >= MIN_REQUESTS
+            and tokens >= MIN_PROMPT_TOKENS
+            and tokens >= MIN_PROMPT_MEAN * requests
+        )
 
 
 def reading(delta: Delta) -> Reading:

@@ -61,6 +61,7 @@ def test_hysteresis_holds_the_verdict_between_the_lines():
         Reading(external=0, local_compute=2000, requests=2),  # too few requests
         Reading(external=0, local_compute=40, requests=10),  # too few tokens
         Reading(external=0, local_compute=0, requests=0),  # idle
+        Reading(external=40, local_compute=40, requests=40),  # 2-token prompts: cannot tell
     ],
 )
 def test_too_little_traffic_is_not_judged_and_the_verdict_stands(r):
