@@ -105,11 +105,13 @@ def test_recompute_is_caught_within_one_window_and_a_healthy_run_is_silent(plane
         assert "decode-0 recomputes its prompts" in events[0]["message"]
 
         clear_fault(decode)
+        cleared = time.monotonic()
         wait_until(
             lambda: gauge(plane, "pdctl_pd_recomputing", **labels) == 0,
             WINDOW_S + 5,
             "the decode recovered",
         )
+        print(f"recovery seen after {time.monotonic() - cleared:.1f} s")
         recovered = wait_until(lambda: len(pd_events(plane, "mori")) == 2, 5, "recovery event")
         assert recovered and pd_events(plane, "mori")[0]["kind"] == "pd.recovered"
     finally:
