@@ -37,6 +37,14 @@ def signal_unit(target: Target, unit: str, sig: int) -> int:
     return pid
 
 
+def routed(target: Target, url: str) -> bool:
+    """The proxy routes to `url` (listed healthy, not drained, not ejected)."""
+    for i in target.instances():
+        if i["url"] == url:
+            return i["healthy"] and not i["draining"] and not i["ejected_for_s"]
+    return False
+
+
 def answered_within(row: Row, seconds: float) -> None:
     """Every failed request got its error within `seconds` (a timeout, not a hang)."""
     slowest = max((r["e2el"] for r in row.errors), default=0.0)
@@ -97,10 +105,14 @@ def stop_decode(target: Target, seconds: float) -> Row:
     )
 
     def inject(row: Row) -> None:
+        url = target.unit_url("decode-0")
         pid = signal_unit(target, "decode-0", signal.SIGSTOP)
         begin = time.monotonic()
         deadline = begin + seconds
         replaced = None
+        if target.plane.layout != "1p1d":  # with a spare: how soon the proxy routes around it
+            out = wait_for(lambda: not routed(target, url), seconds / 2, 0.05)
+            row.notes.append("never ejected" if out is None else f"ejected after {out:.1f} s")
         while replaced is None and time.monotonic() < deadline:
             if target.plane.units()["decode-0"]["pid"] not in (pid, None):
                 replaced = time.monotonic() - begin

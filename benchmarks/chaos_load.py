@@ -27,7 +27,7 @@ RATE = 4.0
 CLIENT_TIMEOUT = 60.0  # longer than any recovery: a request timing out here is lost
 PREFILL_TIMEOUT = 5.0  # the proxy's leg timeouts in this deployment: a hung leg fails fast
 DECODE_TIMEOUT = 4.0
-FIRST_BYTE_TIMEOUT = 1.5  # a decode silent on every stream this long is hung (with a spare)
+FIRST_BYTE_TIMEOUT = 1.0  # a decode silent on every stream this long is hung (with a spare)
 KV_TRANSFER_TIMEOUT = 3  # the stand-ins' MoRIIO transfer_timeout: a stale agent hangs this long
 LAYOUTS = {"1p1d": 1, "2p2d": 2}  # instances per role
 # Set to run this campaign against a pdctl from before retries (the figures' "before").

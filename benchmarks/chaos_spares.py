@@ -16,7 +16,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from benchmarks.chaos_faults import kill, signal_unit, stop_decode
+from benchmarks.chaos_faults import kill, routed, signal_unit, stop_decode
 from benchmarks.chaos_load import (
     FIRST_BYTE_TIMEOUT,
     NAME,
@@ -36,9 +36,7 @@ def routable(target: Target, limit: float = 60.0) -> float | None:
     n = len(target.plane.units()) - 1
 
     def every() -> bool:
-        listed = target.instances()
-        ok = [i for i in listed if i["healthy"] and not i["draining"] and not i["ejected_for_s"]]
-        return len(ok) == n
+        return sum(routed(target, i["url"]) for i in target.instances()) == n
 
     return wait_for(every, limit, 0.2)
 
@@ -69,7 +67,7 @@ def restart_prefill(target: Target) -> Row:
         row.check(told is not None, f"every decode's stale agent found ({len(news)} events)")
         row.recovery_s = recovered(target.plane, target.proxy_url, begin)
 
-    return under_load(target, row, inject, prompts=target.prompts * 2)
+    return under_load(target, row, inject, prompts=target.prompts * 3)
 
 
 def ray_node_removed(target: Target) -> Row:

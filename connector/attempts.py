@@ -82,15 +82,19 @@ class Disaggregated:
             attempt += 1
             flight.route = Route(group, prefill, decode)
             run_prefill = reuse is None
-            decode.begin(prompt_tokens + output_tokens)
+            # this attempt's instances: the except clause below picks the next attempt's
+            on_p, on_d = prefill, decode
+            on_d.begin(prompt_tokens + output_tokens)
             if run_prefill:
-                prefill.begin(prompt_tokens)
-            ok = False
+                on_p.begin(prompt_tokens)
+            ok, blamed = False, None
             try:
                 response = await self._attempt(request, raw, body, flight, reuse, last)
                 ok = flight.error is None
+                blamed = flight.blamed
                 return response
             except UpstreamError as exc:
+                blamed = exc.instance
                 retry = plan(
                     exc.leg,
                     exc.cause,
@@ -101,8 +105,6 @@ class Disaggregated:
                 )
                 if retry is None:
                     raise
-                failed = prefill if exc.instance == prefill.url else decode
-                self.judge_failed(failed, exc.cause, exc.message)
                 next_p = prefill
                 if retry.new_prefill:
                     other = self.pool.pick_other(group, "prefill", tried_p)
@@ -123,6 +125,9 @@ class Disaggregated:
                 if why is not None:
                     self.metrics.retries_refused[why] = self.metrics.retries_refused.get(why, 0) + 1
                     raise
+                # judged now (fast ejection) when retried; when not, the request's end judges
+                failed = prefill if exc.instance == prefill.url else decode
+                self.judge_failed(failed, exc.cause, exc.message)
                 key = (exc.leg, exc.cause)
                 self.metrics.retries[key] = self.metrics.retries.get(key, 0) + 1
                 flight.next_attempt(
@@ -141,9 +146,10 @@ class Disaggregated:
                 tried_d.add(decode.url)
                 await asyncio.sleep(self.budget.backoff(attempt))
             finally:
-                decode.end(prompt_tokens + output_tokens, ok)
+                on_d.end(prompt_tokens + output_tokens, _verdict(ok, blamed, on_d))
                 if run_prefill:
-                    prefill.end(prompt_tokens, ok or flight.prefill_end is not None)
+                    prefill_ok = ok or flight.prefill_end is not None
+                    on_p.end(prompt_tokens, prefill_ok or _verdict(ok, blamed, on_p))
 
     async def _attempt(
         self,
@@ -242,6 +248,13 @@ class Disaggregated:
             if not prefill_task.done():
                 prefill_task.cancel()
             await asyncio.gather(prefill_task, return_exceptions=True)
+
+
+def _verdict(ok: bool, blamed: str | None, inst: Instance) -> bool | None:
+    """For an instance's counts: served, failed there, or None (the other leg failed)."""
+    if ok:
+        return True
+    return False if blamed == inst.url or blamed is None else None
 
 
 def _reused(last: Sent | None, decode: Instance) -> Sent | None:

@@ -59,12 +59,14 @@ class Instance:
         self.outstanding_requests += 1
         self.outstanding_tokens += tokens
 
-    def end(self, tokens: int, ok: bool) -> None:
+    def end(self, tokens: int, ok: bool | None) -> None:
+        """A request (an attempt) on it ended: served, failed here, or (None) failed on the
+        other leg's instance, which says nothing about this one."""
         self.outstanding_requests -= 1
         self.outstanding_tokens -= tokens
         if ok:
             self.served += 1
-        else:
+        elif ok is False:
             self.failed += 1
 
     def describe(self) -> dict:
@@ -175,8 +177,12 @@ class InstancePool:
         return inst
 
     def set_draining(self, url: str, draining: bool) -> Instance | None:
+        """Drain or undrain; an undrained instance is judged afresh (the controller undrains
+        a process it restarted: its ejection was the old process's)."""
         inst = self._by_url.get(url.rstrip("/"))
         if inst is not None:
+            if inst.draining and not draining:
+                inst.ejected_until, inst.failed_in_a_row, inst.ejections = 0.0, 0, 0
             inst.draining = draining
             self.on_change()
         return inst

@@ -28,13 +28,13 @@ from controller.proxy_admin import InstanceEntry
 from controller.units import Supervised, Unit
 
 READ_EVERY_S = 1.0
-READ_TIMEOUT_S = 0.5
+READ_TIMEOUT_S = 1.0
 
 
 @dataclass
 class StaleWatch:
-    failures: int = 3  # failures since the prefill came back that make a decode stale
-    window_s: float = 30.0  # how long after a prefill restart its decodes are watched
+    failures: int = 2  # failures since the prefill came back that make a decode stale
+    window_s: float = 60.0  # how long after a prefill restart its decodes are watched
     _pids: dict[str, int] = field(default_factory=dict)  # prefill -> its running pid
     _since: dict[str, tuple[float, dict[str, tuple[int, float]]]] = field(default_factory=dict)
     next_read: float = 0.0  # the shell's: when the counters may be read again
@@ -67,6 +67,8 @@ class StaleWatch:
                 continue
             if known is not None and pid != known:  # a new process of this prefill, running
                 base = {d: (dpid, n) for d, (dpid, n) in decodes.items() if n is not None}
+                if not base and decodes:
+                    continue  # the counters were not read: it stays new until they are
                 self._since[name] = (now, base)
             self._pids[name] = pid
         out: list[tuple[str, str]] = []
@@ -113,11 +115,15 @@ async def check(dep: Supervised, watch: StaleWatch, probe: Counters, now: float)
         for u in dep.instances()
         if u.launch.role == "prefill"
     }
-    decodes_up = [u for u in running.values() if u.launch.role == "decode"]
+    # A decode that does not answer its probes is the health checks' to replace (and its
+    # /metrics would only time out).
+    decodes_up = [
+        u for u in running.values() if u.launch.role == "decode" and u.healthy is not False
+    ]
     counts: list[float | None] = [None] * len(decodes_up)
     listed: list[InstanceEntry] | None = None
     new = watch.new_process(prefills)
-    if decodes_up and (new or (watch.watching(now) and now >= watch.next_read)):
+    if decodes_up and (new or watch.watching(now)) and now >= watch.next_read:
         watch.next_read = now + READ_EVERY_S
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(READ_TIMEOUT_S):

@@ -93,6 +93,12 @@ def test_a_decode_failing_before_its_first_byte_is_retried_with_a_fresh_prefill(
             assert p.kinds() == ["prefill", "prefill"]
             assert d1.kinds() == ["decode"] and d2.kinds() == ["decode"]
             assert _metric(proxy, "decode", "status") == 1
+            # each attempt's load ended on its own instances; the failure counted on d1 only
+            for fake in (p, d1, d2):
+                inst = proxy.pool.get(fake.url)
+                assert (inst.outstanding_requests, inst.outstanding_tokens) == (0, 0)
+            counts = {f.name: proxy.pool.get(f.url).failed for f in (p, d1, d2)}
+            assert counts == {"p": 0, "d1": 1, "d2": 0}
 
     run(body())
 

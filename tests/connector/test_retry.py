@@ -131,3 +131,11 @@ def test_ejection_never_empties_a_role():
     d1.ejected_until = now + 60  # say, ejected while d0 was still serving
     assert pool.route() is not None  # both take requests again rather than a 503 for all
     assert set(pool.groups["read"].available("decode")) == {d0, d1}
+
+
+def test_an_undrained_instance_is_judged_afresh():
+    pool, (d0, _) = _pool(2)
+    pool.leg_failed(d0, 3, 60.0, time.monotonic(), at_once=True)
+    pool.set_draining(d0.url, True)  # the controller restarts it
+    pool.set_draining(d0.url, False)
+    assert d0.available and d0.ejections == 0

@@ -270,3 +270,20 @@ def test_the_spec_speaks_the_domain_s_words():
 
     assert deployment.Role is modes.Role and deployment.Mode is modes.Mode
     assert set(deployment.CONNECTORS) == {c.value for c in modes.Connector}
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("retry_attempts", 0),
+        ("retry_deadline_s", 0),
+        ("retry_budget_ratio", 1.5),
+        ("eject_max_share", 0),
+        ("first_byte_timeout_s", -1),
+    ],
+)
+def test_proxy_retry_settings_out_of_range_name_the_field(field: str, value: float) -> None:
+    body = nixl_1p1d(proxy={field: value})
+    with pytest.raises(ValidationError) as err:
+        spec(body)
+    assert err.value.errors()[0]["loc"] == ("proxy", field)

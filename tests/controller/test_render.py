@@ -379,3 +379,26 @@ def test_the_preview_says_which_defaults_an_engine_takes():
         "--max-num-seqs 1024, --max-num-batched-tokens 16384 (AMD Instinct MI300X: >= 160 GiB"
         in (shown["prefill-0"]["defaults"])
     )
+
+
+def test_proxy_retry_and_ejection_settings_are_passed_only_when_set():
+    spec = mori_blog()
+    proxy = spec.proxy.model_copy(
+        update={
+            "first_byte_timeout_s": 1.5,
+            "retry_attempts": 2,
+            "retry_deadline_s": 10.0,
+            "retry_budget_ratio": 0.1,
+            "eject_max_share": 0.25,
+        }
+    )
+    argv = by_name(spec.model_copy(update={"proxy": proxy}))["proxy"].argv
+    for flag, value in (
+        ("--first-byte-timeout", "1.5"),
+        ("--retry-attempts", "2"),
+        ("--retry-deadline", "10"),
+        ("--retry-budget-ratio", "0.1"),
+        ("--eject-max-share", "0.25"),
+    ):
+        assert argv[argv.index(flag) + 1] == value
+    assert "--first-byte-timeout" not in by_name(spec)["proxy"].argv

@@ -20,6 +20,15 @@ def test_a_decode_failing_transfers_after_a_prefill_restart_is_restarted_once():
     assert watch.step({"p": 11}, {"d": (20, 12.0)}, now=5) == []  # once per prefill restart
 
 
+def test_a_prefill_restart_seen_before_the_counters_are_read_is_kept_until_they_are():
+    watch = StaleWatch(failures=2, window_s=60)
+    watch.step({"p": 10}, {"d": (20, 0.0)}, now=0)
+    assert watch.step({"p": 11}, {"d": (20, None)}, now=1) == []  # the read timed out
+    assert watch.new_process({"p": 11})
+    watch.step({"p": 11}, {"d": (20, 1.0)}, now=2)  # read now: counted from here
+    assert watch.step({"p": 11}, {"d": (20, 3.0)}, now=3)[0][0] == "d"
+
+
 def test_a_healthy_decode_or_one_restarted_meanwhile_is_left_alone():
     watch = StaleWatch(failures=2, window_s=60)
     watch.step({"p": 10}, {"d": (20, 0.0), "e": (30, 0.0)}, now=0)
@@ -59,5 +68,38 @@ def test_the_supervisor_restarts_the_stale_decode_and_says_why(tmp_path):
         assert len(stale) == 1 and "tiny-pd/decode-0: restarting" in stale[0][2]
         assert "since prefill-0 restarted" in stale[0][2]
         assert h.backend.pid("decode-0") != first_decode
+
+    run(scenario())
+
+
+def test_two_stale_decodes_are_restarted_one_at_a_time_never_a_hung_one(tmp_path):
+    async def scenario():
+        h = Harness(tmp_path)
+        groups = [
+            {"name": "prefill", "role": "prefill"},
+            {"name": "decode", "role": "decode", "count": 3},
+        ]
+        spec = tiny_pair(groups=groups)
+        ports = allocate(spec)
+        await h.sup.start("tiny-pd", spec, ports)
+        await h.polls(2)
+        port = {d: ports.instances[d].http for d in ("decode-0", "decode-1", "decode-2")}
+        for p in port.values():
+            h.probe.transfer_failures[p] = 0.0
+            h.probe.registered.add(p)  # the proxy lists (and routes to) every decode
+        h.probe.down.add(port["decode-2"])  # hung: its probes fail, the health checks' case
+        h.backend.crash("prefill-0", -9)
+        await h.polls(1, every=0.1)
+        await h.polls(3, every=1.0)
+        for d in ("decode-0", "decode-1", "decode-2"):
+            h.probe.transfer_failures[port[d]] = 5.0
+        await h.polls(1, every=1.0)
+        restarted = [d for d in port if h.states("tiny-pd")[d] != "RUNNING"]
+        stale = [e[2] for e in h.events if e[1] == "stale_peer"]
+        assert len(stale) <= 1 and len(restarted) <= 1  # never two at once
+        h.probe.down.discard(port["decode-2"])
+        await h.polls(12, every=1.0)
+        stale = [e[2] for e in h.events if e[1] == "stale_peer"]
+        assert {s.split(":")[0] for s in stale} >= {"tiny-pd/decode-0", "tiny-pd/decode-1"}
 
     run(scenario())

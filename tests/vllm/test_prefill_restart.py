@@ -1,0 +1,76 @@
+"""Real vLLM (CPU), NixlConnector, one prefill and two decodes through pdctl: the prefill is
+restarted (SIGKILL, the supervisor starts it again) while requests flow, and afterwards every
+decode still serves the colocated reference's greedy answers: a prefill restart wedges no
+decode (the proxy retries elsewhere; a decode whose transfers keep failing through a stale
+agent is restarted by the controller, controller/stale_peers.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import openai
+import pytest
+
+from tests.vllm import harness
+from tests.vllm.conftest import REFERENCE_REQUESTS, client, deployed, greedy
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
+
+
+def spec(setup) -> dict:
+    s = harness.pd_spec("pd-restart", setup.model, setup.marker, "NixlConnector")
+    decode = s["groups"][1]
+    decode["count"] = 2  # both decodes share core 1
+    return s
+
+
+def test_a_restarted_prefill_leaves_every_decode_serving_correct_answers(
+    plane, vllm_setup, reference
+):
+    with deployed(plane, spec(vllm_setup), vllm_setup) as live:
+        api = client(live)
+        stop = threading.Event()
+        outcomes: list[str] = []
+
+        def load() -> None:
+            seed = 100
+            while not stop.is_set():
+                seed += 1
+                try:
+                    greedy(api, vllm_setup.model, "completion", seed)
+                    outcomes.append("ok")
+                except openai.APIError as exc:  # 503 while no prefill runs, 502 naming a leg
+                    outcomes.append(str(exc)[:120])
+
+        worker = threading.Thread(target=load, daemon=True)
+        worker.start()
+        try:
+            time.sleep(5)
+            before = plane.status(live.name)["prefill-0"]["pid"]
+            os.kill(before, signal.SIGKILL)
+            deadline = time.monotonic() + harness.START_TIMEOUT_S
+            while time.monotonic() < deadline:
+                units = plane.status(live.name)
+                if units["prefill-0"]["pid"] not in (None, before) and all(
+                    u["state"] == "RUNNING" for u in units.values()
+                ):
+                    break
+                time.sleep(1)
+            else:
+                pytest.fail(f"prefill-0 not back: {plane.status(live.name)}")
+            time.sleep(20)  # requests through the new prefill, on both decodes
+        finally:
+            stop.set()
+            worker.join(timeout=200)
+        # After the restart: every reference answer, several times so both decodes serve.
+        for _ in range(2):
+            for key in REFERENCE_REQUESTS:
+                assert greedy(api, vllm_setup.model, *key).text == reference[key].text
+        errors = [o for o in outcomes if o != "ok"]
+        assert outcomes.count("ok") > len(errors)
+        assert all(("leg to" in e) or ("no instance" in e) for e in errors), errors[:3]
+        _, events = plane.api("GET", f"/events?deployment={live.name}&kind=stale_peer")
+        print(f"load: {len(outcomes)} requests, {len(errors)} failed; stale_peer: {events}")
