@@ -80,6 +80,16 @@ NIXL_XFER_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 
 NIXL_POST_BUCKETS = (0.001, *NIXL_XFER_BUCKETS)
 NIXL_BYTES_BUCKETS = tuple(float(2**p) for p in range(11, 34, 2))
 NIXL_DESC_BUCKETS = (10, 20, 30, 50, 75, 100, 200, 400, 1000, 2000, 4000, 10000, 20000, 50000)
+# Newer vLLM's MoRIIO stats (moriio/stats.py) were made to mirror NIXL's shapes: the same
+# buckets under vllm:moriio_* (tests/simulator/test_moriio_metrics.py holds them to source).
+TRANSFER_BUCKETS = {
+    "xfer_time_seconds": NIXL_XFER_BUCKETS,
+    "post_time_seconds": NIXL_POST_BUCKETS,
+    "bytes_transferred": NIXL_BYTES_BUCKETS,
+    "num_descriptors": NIXL_DESC_BUCKETS,
+}
+# The KV connectors whose engine exports vllm:<prefix>_* transfer metrics, by prefix.
+TRANSFER_METRIC_PREFIXES = {"NixlConnector": "nixl", "MoRIIOConnector": "moriio"}
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
 PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)

@@ -20,6 +20,9 @@ Signals (all optional):
   burstiness              gamma shape of arrivals (1 = Poisson; < 1 burstier)
   prefix_hit_rate         prefix cache hits / queries (tokens)
   slo_attainment          share of requests meeting every target
+  pd_recomputing_decodes  decodes recomputing their prompts now (observe/pd_check.py)
+  pd_transfer_share       the lowest decode's share of prompt tokens by KV transfer (10 s)
+  pd_failed_transfers     failed KV transfers on the decodes over the same 10 s
 """
 
 from __future__ import annotations
@@ -195,6 +198,43 @@ def _prefix_cache(s: Signals) -> tuple[bool, str, dict]:
     return hit, advice, {"prefix_hit_rate": s["prefix_hit_rate"]}
 
 
+def _pd_not_happening(s: Signals) -> tuple[bool, str, dict]:
+    recomputing = s["pd_recomputing_decodes"]
+    failed = s.get("pd_failed_transfers") or 0
+    evidence = {
+        "pd_recomputing_decodes": recomputing,
+        "pd_transfer_share": s.get("pd_transfer_share"),
+        "pd_failed_transfers": s.get("pd_failed_transfers"),
+    }
+    if not recomputing:
+        return False, "every decode receives its prompts' KV by transfer: PD is happening", evidence
+    failing = (
+        f"transfers fail and fall back to recompute ({failed:g} failed in the last 10 s, "
+        "kv_load_failure_policy=recompute): the decode's log names each failure; check the "
+        "prefill answers on its side-channel / handshake and notify ports, and that the "
+        "decode is not holding a restarted prefill's stale agent"
+    )
+    causes = [
+        "the decode's kv-transfer-config does not match the prefill's (connector name, "
+        "kv_role, MoRIIO read_mode against the transfer mode the proxy routes by)",
+        'the decode loaded no KV connector at all: vLLM then logs only "Got '
+        'kv_transfer_params, but no KVConnector found" and computes the prompt',
+        "the prefill's KV expired before the decode pulled it (its lease: NIXL's abort "
+        "timeout, 480 s, or kv_lease_duration; MoRIIO's 3600 s), e.g. behind a long decode "
+        "queue; the prefill's vllm:*_num_kv_expired_reqs grows",
+    ]
+    if failed:
+        causes.insert(0, failing)
+    else:
+        causes.append(failing.split(" (")[0] + " (none counted, so less likely)")
+    advice = (
+        f"{recomputing:g} decode(s) recompute their prompts: PD is not happening there, and "
+        "every request pays a local prefill while still answering 200. Likely causes: "
+        + "; ".join(f"({i}) {c}" for i, c in enumerate(causes, 1))
+    )
+    return True, advice, evidence
+
+
 RULES = (
     Rule(
         "itl_interference", ("itl_p99_ms", "slo_itl_ms", "spike_prefill_overlap"), _itl_interference
@@ -215,6 +255,12 @@ RULES = (
         reads=("burstiness",),
     ),
     Rule("prefix_cache_heavy", ("prefix_hit_rate",), _prefix_cache),
+    Rule(
+        "pd_not_happening",
+        ("pd_recomputing_decodes",),
+        _pd_not_happening,
+        reads=("pd_transfer_share", "pd_failed_transfers"),
+    ),
 )
 
 

@@ -17,9 +17,11 @@ from observe.frames import (
     InstanceRow,
     Interference,
     KvTransfer,
+    PdHappening,
     Point,
     Requests,
 )
+from observe.pd_check import NOT_CHECKED
 from observe.quantiles import histogram, quantile
 from observe.samples import Samples, cumulative_buckets, family_present, total
 from observe.windows import EMPTY, Delta
@@ -32,6 +34,10 @@ TRACKED_PREFIXES = (
     "vllm:inter_token_latency_seconds",
     "vllm:nixl_xfer_time_seconds",
     "vllm:nixl_bytes_transferred",
+    "vllm:nixl_num_failed_transfers",
+    "vllm:moriio_xfer_time_seconds",
+    "vllm:moriio_bytes_transferred",
+    "vllm:moriio_num_failed_transfers",
     "vllm:prompt_tokens_by_source",
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",
@@ -41,6 +47,8 @@ TRACKED_PREFIXES = (
     "vllm:prefix_cache_",
     "process_cpu_seconds",
 )
+# Connectors whose engine reports its own transfers, by metric prefix (the engine's figures)
+ENGINE_TRANSFER_SOURCES = ("nixl", "moriio")
 PREFILL_ROLES = ("prefill", "colocated")  # whose prompt tokens are computed, not received
 # Below this many gaps the moment estimate is too noisy to act on; at 20, a Poisson stream's
 # shape still reads below the advisor's "bursty" line (0.5) about 2% of the time.
@@ -81,9 +89,11 @@ def build_frame(
     targets: Mapping[str, TargetState],
     window: str,
     now: float,
+    pd: PdHappening | None = None,
 ) -> Frame:
     """The frame for `window`; `units` are the controller's status rows (proxy included),
-    `targets` the scraped state by unit name (a unit missing there counts as down)."""
+    `targets` the scraped state by unit name (a unit missing there counts as down), `pd` the
+    "is PD happening?" section the shell's check state gave (observe/pd_check.py)."""
     proxy_unit = next((u for u in units if u.get("role") == "proxy"), None)
     proxy = targets.get(proxy_unit["name"], DOWN) if proxy_unit else DOWN
     instances = [u for u in units if u.get("role") != "proxy"]
@@ -118,6 +128,7 @@ def build_frame(
             "held": int(_gauge(proxy.gauges, "pdctl_proxy_held_requests") or 0),
             "loop_lag_s": _gauge(proxy.gauges, "pdctl_proxy_loop_lag_seconds"),
         },
+        "pd": pd if pd is not None else NOT_CHECKED,  # type: ignore[typeddict-item]
     }
     return frame
 
@@ -146,22 +157,12 @@ def requests(delta: Delta) -> Requests:
 
 
 def kv_transfer(deltas: Sequence[Delta], kv_bytes_per_token: int | None) -> KvTransfer:
-    """KV bytes/s between instances: NIXL's own figures when an instance exports them, else
-    external prompt tokens x KV bytes per token ("derived"), else nothing."""
-    if any(family_present(d.counts, "vllm:nixl_bytes_transferred") for d in deltas):
-        rate = sum(
-            d.rate(total(d.counts, "vllm:nixl_bytes_transferred_sum")) or 0.0 for d in deltas
-        )
-        times = _sum_buckets(
-            cumulative_buckets(d.counts, "vllm:nixl_xfer_time_seconds") for d in deltas
-        )
-        p50, p99 = quantile(0.5, times), quantile(0.99, times)
-        return {
-            "bytes_per_s": rate,
-            "source": "nixl",
-            "xfer_p50_ms": None if p50 is None else p50 * 1000,
-            "xfer_p99_ms": None if p99 is None else p99 * 1000,
-        }
+    """KV bytes/s between instances and transfer time percentiles: the engine's own figures
+    (vllm:nixl_* or newer MoRIIO's vllm:moriio_*) when an instance exports them, else
+    external prompt tokens x KV bytes per token ("derived", no time), else nothing."""
+    for source in ENGINE_TRANSFER_SOURCES:
+        if any(family_present(d.counts, f"vllm:{source}_bytes_transferred") for d in deltas):
+            return _engine_transfer(deltas, source)
     tokens = [
         (d, total(d.counts, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer"))
         for d in deltas
@@ -171,6 +172,23 @@ def kv_transfer(deltas: Sequence[Delta], kv_bytes_per_token: int | None) -> KvTr
         rate = sum(d.rate(n) or 0.0 for d, n in tokens) * kv_bytes_per_token
         return {"bytes_per_s": rate, "source": "derived", "xfer_p50_ms": None, "xfer_p99_ms": None}
     return {"bytes_per_s": None, "source": None, "xfer_p50_ms": None, "xfer_p99_ms": None}
+
+
+def _engine_transfer(deltas: Sequence[Delta], source: str) -> KvTransfer:
+    """The connector's own figures over the window: bytes/s, and time p50/p99 in ms."""
+    rate = sum(
+        d.rate(total(d.counts, f"vllm:{source}_bytes_transferred_sum")) or 0.0 for d in deltas
+    )
+    times = _sum_buckets(
+        cumulative_buckets(d.counts, f"vllm:{source}_xfer_time_seconds") for d in deltas
+    )
+    p50, p99 = quantile(0.5, times), quantile(0.99, times)
+    return {
+        "bytes_per_s": rate,
+        "source": source,  # type: ignore[typeddict-item]
+        "xfer_p50_ms": None if p50 is None else p50 * 1000,
+        "xfer_p99_ms": None if p99 is None else p99 * 1000,
+    }
 
 
 def multi_turn_share(delta: Delta) -> float | None:

@@ -53,8 +53,10 @@ class Requests(TypedDict):
 
 class KvTransfer(TypedDict):
     bytes_per_s: float | None  # KV moved between instances
-    source: Literal["nixl", "derived"] | None  # derived: external prompt tokens x KV B/token
-    xfer_p50_ms: float | None  # nixl only
+    # nixl | moriio: the engine's own figures (vllm:nixl_*, newer vLLM's vllm:moriio_*);
+    # derived: external prompt tokens x KV B/token, only when no engine exports its own
+    source: Literal["nixl", "moriio", "derived"] | None
+    xfer_p50_ms: float | None  # the engine's figures only (derived: None)
     xfer_p99_ms: float | None
 
 
@@ -92,6 +94,30 @@ class InstanceRow(TypedDict):
     waiting: int
     kv_cache_usage: float | None
     loop_lag_s: float | None
+
+
+class PdDecode(TypedDict):
+    """One decode instance in the "is PD happening?" check (observe/pd_check.py)."""
+
+    instance: str
+    # ok | recomputing | idle (too little traffic to judge) | unmeasured (no
+    # prompt_tokens_by_source) | down (no scrape) | paused (a mode switch: no onset judged);
+    # recomputing holds through idle and down
+    status: str
+    share: float | None  # prompt tokens by KV transfer / (by transfer + computed), 10 s
+    since: float | None  # epoch seconds the recomputing began (None: not recomputing)
+    prompt_tokens: float | None  # transferred + computed in the window (cache hits apart)
+    cache_hit_tokens: float | None  # prefix-cache hits: not recomputation
+    requests: float | None  # first tokens in the window
+    failed_transfers: float | None  # vllm:nixl_/moriio_num_failed_transfers in the window
+
+
+class PdHappening(TypedDict):
+    applies: bool  # False: colocated (no hand-off), or not checked yet
+    why: str | None  # why it does not apply, or why there is nothing to show
+    rule: dict[str, Any]  # window, min_requests, min_prompt_tokens, collapse_below, recover_at
+    decodes: list[PdDecode]
+    recomputing: list[str]  # the decodes recomputing now
 
 
 class ProxyRow(TypedDict):
@@ -153,6 +179,9 @@ class Frame(Requests):
     engines: EngineWork
     instances: list[InstanceRow]
     proxy: ProxyRow
+    # "Is PD happening?" per decode over the last 10 s whatever the frame's window (the
+    # check keeps state: onset and recovery lines, observe/pd_check.py)
+    pd: PdHappening
     windows: NotRequired[dict[str, Headline]]  # every window's headline
 
 

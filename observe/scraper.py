@@ -29,6 +29,7 @@ from observe.build import (
     with_windows,
 )
 from observe.frames import WINDOW_SECONDS, WINDOWS, Frame
+from observe.pd_check import CHECK_WINDOW, DecodeState, Transition, check
 from observe.samples import parse
 from observe.windows import CounterTrack, Snapshots, advance
 from state.history import History
@@ -95,13 +96,16 @@ class Observer:
         settings: ObserveSettings | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.controller, self.hub = controller, hub
+        self.controller, self.hub, self.store = controller, hub, store
         self.settings = settings or ObserveSettings()
         self.history = History(store.engine)
         self.clock = clock
         self.latest: dict[str, dict[str, Frame]] = {}  # deployment -> window -> frame
         self.ticks = 0
         self._targets: dict[tuple[str, str, str], _Target] = {}
+        # "Is PD happening?": each deployment's decode states, and events not yet written
+        self.pd_states: dict[str, dict[str, DecodeState]] = {}
+        self._pd_events: list[tuple[str, Transition]] = []
         self._last_point: dict[str, float] = {}
         self._last_prune = 0.0
         self._session: aiohttp.ClientSession | None = None
@@ -149,6 +153,8 @@ class Observer:
         for gone in set(self.latest) - set(names):
             del self.latest[gone]
         self._targets = {k: v for k, v in self._targets.items() if k[0] in names}
+        self.pd_states = {k: v for k, v in self.pd_states.items() if k in names}
+        events, self._pd_events = self._pd_events, []
         points = [
             (n, now, point(f[WINDOWS[0]]))
             for n, f in self.latest.items()
@@ -160,7 +166,7 @@ class Observer:
         if prune:
             self._last_prune = now
         await asyncio.to_thread(
-            self._housekeeping, points, now - self.settings.retention_s if prune else None
+            self._housekeeping, points, now - self.settings.retention_s if prune else None, events
         )
         self.ticks += 1
 
@@ -182,12 +188,38 @@ class Observer:
             },
             kv_bytes_per_token=kv_bytes_per_token(spec.model),
         )
-        frames = {w: build_frame(info, units, targets, w, now) for w in WINDOWS}
+        pd = self._check_pd(name, str(spec.topology) == "colocated", units, targets, now)
+        frames = {w: build_frame(info, units, targets, w, now, pd) for w in WINDOWS}
         self.latest[name] = frames
         for window, frame in frames.items():
             topic = frame_topic(name, window)
             if self.hub.subscribers(topic):
                 self.hub.publish(topic, encode(with_windows(frame, frames)))
+
+    def _check_pd(self, name: str, colocated: bool, units, targets, now: float) -> Any:
+        """Step the deployment's "is PD happening?" check (observe/pd_check.py); a decode
+        that is not running (stopped, failed) leaves it, and starts afresh when it runs."""
+        decodes = [
+            (u["name"], t.delta(CHECK_WINDOW) if (t := targets[u["name"]]).up else None)
+            for u in units
+            if u.get("role") == "decode" and u.get("state") in SCRAPED_STATES
+        ]
+        states, section, moved = check(
+            colocated, decodes, self.pd_states.get(name, {}), now, self._switching(name, now)
+        )
+        self.pd_states[name] = states
+        self._pd_events += [(name, t) for t in moved]
+        return section
+
+    def _switching(self, name: str, now: float) -> str | None:
+        """Why the PD check judges no onset now: a mode switch runs or ended within the
+        check's window (keep-serving runs whole requests on a decode by design)."""
+        switches = getattr(self.controller, "switches", None)
+        settle = WINDOW_SECONDS[CHECK_WINDOW]
+        for r in switches.history(name) if switches is not None else ():
+            if r.state == "running" or (r.ended_at is not None and now - r.ended_at < settle):
+                return f"a mode switch ({r.strategy}) runs or just ended: no onset judged"
+        return None
 
     async def _scrape(self, name: str, unit: dict[str, Any], now: float) -> TargetState:
         url = unit.get("url")
@@ -221,7 +253,11 @@ class Observer:
 
     # -- blocking work, in a thread -------------------------------------------------------
 
-    def _housekeeping(self, points: list, prune_before: float | None) -> None:
+    def _housekeeping(
+        self, points: list, prune_before: float | None, events: list[tuple[str, Transition]]
+    ) -> None:
+        for deployment, t in events:
+            self.store.record("observe", t.kind, t.message, deployment, t.detail)
         self.history.write(points)
         if prune_before is not None:
             self.history.prune(prune_before)

@@ -23,8 +23,9 @@ that window (observe/build.py `point`).
   frontend_cpu_share       frame["engines"]: the busiest instance's process_cpu_seconds_total
                            rate (vLLM's API server process: HTTP, tokenizing, detokenizing);
                            absent on the stand-in, whose one process also runs the engine
-  kv_transfer_gbps         NIXL only: KV bytes per request over the median transfer time
-  transfer_share_of_ttft   NIXL only: median transfer time over median TTFT
+  kv_transfer_gbps         the engine's own times (NIXL, newer MoRIIO): KV bytes per request
+                           over the median transfer time
+  transfer_share_of_ttft   the same: median transfer time over median TTFT
   spike_prefill_overlap    frame["interference"]: the proxy's ITL spikes that ended as another
                            request's prefill finished on the same instance, over all spikes
   multi_turn_share         frame["multi_turn_share"]: the proxy's chat requests that carry an
@@ -32,6 +33,10 @@ that window (observe/build.py `point`).
   burstiness               frame["arrivals"]: gamma shape of the gaps between client requests
                            arriving at the proxy (mean^2 / variance); absent below
                            MIN_ARRIVAL_GAPS gaps in the window
+  pd_recomputing_decodes,  frame["pd"] (observe/pd_check.py, 10 s whatever the window): the
+  pd_transfer_share,       decodes recomputing, the lowest judged share of prompt tokens by
+  pd_failed_transfers      KV transfer, failed transfers; absent where the check does not
+                           apply (colocated)
 """
 
 from __future__ import annotations
@@ -122,9 +127,40 @@ def from_frame(
     else:
         _arrivals(d, frame)
     if frame is None:
-        for name in ("frontend_cpu_share", "prefix_hit_rate"):
+        for name in ("frontend_cpu_share", "prefix_hit_rate", *PD_SIGNALS):
             d.miss(name, _NO_FRAME)
+    else:
+        _pd(d, frame.get("pd") or {})
     return d
+
+
+PD_SIGNALS = ("pd_recomputing_decodes", "pd_transfer_share", "pd_failed_transfers")
+
+
+def _pd(d: Derived, pd: Mapping[str, Any]) -> None:
+    if not pd.get("applies"):
+        for name in PD_SIGNALS:
+            d.miss(name, f"the PD check does not apply: {pd.get('why') or 'not checked'}")
+        return
+    rows = pd.get("decodes") or []
+    src = "decodes: vllm:prompt_tokens_by_source, last 10 s (observe/pd_check.py)"
+    d.put("pd_recomputing_decodes", len(pd.get("recomputing") or ()), src)
+    judged = [
+        r["share"] for r in rows if r["status"] in ("ok", "recomputing") and r["share"] is not None
+    ]
+    d.put(
+        "pd_transfer_share",
+        min(judged) if judged else None,
+        src,
+        "too little traffic on the decodes to judge",
+    )
+    failed = [r["failed_transfers"] for r in rows if r.get("failed_transfers") is not None]
+    d.put(
+        "pd_failed_transfers",
+        sum(failed) if failed else None,
+        "decodes: vllm:nixl_/moriio_num_failed_transfers, last 10 s",
+        "no decode answered its scrape",
+    )
 
 
 def _arrivals(d: Derived, frame: Mapping[str, Any]) -> None:
@@ -270,16 +306,20 @@ def _transfer(
             f"KV bytes/s ({kv.get('source')}) / KV bytes per token / request rate",
         )
     xfer_ms, ttft_ms = kv.get("xfer_p50_ms"), _ms(frame.get("ttft"), "p50")
-    no_times = "the connector reports no transfer times (NIXL does; MoRIIO does not)"
+    connector = {"nixl": "NIXL", "moriio": "MoRIIO"}.get(kv.get("source") or "", "")
+    no_times = (
+        "the connector reports no transfer times (NIXL and newer MoRIIO do; older MoRIIO, "
+        "a derived figure, does not)"
+    )
     d.put(
         "kv_transfer_gbps",
         per_request / (xfer_ms / 1000) / 1e9 * time_scale if xfer_ms else None,
-        "KV bytes per request / median NIXL transfer time",
+        f"KV bytes per request / median {connector} transfer time (the engine's own)",
         no_times,
     )
     d.put(
         "transfer_share_of_ttft",
         xfer_ms / ttft_ms if xfer_ms and ttft_ms else None,
-        "median NIXL transfer time / median TTFT",
+        f"median {connector} transfer time (the engine's own) / median TTFT",
         no_times,
     )

@@ -38,6 +38,7 @@ IGNORED_VLLM_FLAGS = {
 
 # The block sizes vLLM's CacheConfig accepts on CUDA/ROCm and CPU.
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+MORIIO_METRICS = ("stats", "none")
 
 
 def register(app: typer.Typer) -> None:
@@ -64,6 +65,12 @@ def _model_profile(model: str | None, model_profile: str | None) -> str:
 def _stale_peer(value: str) -> str:
     if value not in STALE_PEER:
         raise EngineConfigError(f"--kv-stale-peer must be one of {', '.join(STALE_PEER)}")
+    return value
+
+
+def _moriio_metrics(value: str) -> str:
+    if value not in MORIIO_METRICS:
+        raise EngineConfigError(f"--moriio-metrics must be one of {', '.join(MORIIO_METRICS)}")
     return value
 
 
@@ -153,6 +160,13 @@ def sim(
         "with PR 50047), or keep the stale one and hang or fail every transfer through it, "
         "as released NIXL/MoRIIO do.",
     ),
+    moriio_metrics: str = typer.Option(
+        "stats",
+        "--moriio-metrics",
+        envvar="PDCTL_SIM_MORIIO_METRICS",
+        help="stats: export vllm:moriio_* transfer metrics as newer vLLM does; none: as older "
+        "MoRIIO (vLLM 0.16), which exports none.",
+    ),
 ) -> None:
     try:
         _check_extra(list(ctx.args))
@@ -182,6 +196,7 @@ def sim(
             **start_settings(start_time_scale, start_cache),
             fault_injection=fault_injection,
             kv_stale_peer=_stale_peer(kv_stale_peer),
+            moriio_metrics=_moriio_metrics(moriio_metrics),
             log_stats_interval_s=None if disable_log_stats else stats_log.interval_from(os.environ),
         )
     except (EngineConfigError, profiles.UnknownProfile) as exc:

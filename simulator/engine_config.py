@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from domain import profiles
+from domain.vllm_metrics import TRANSFER_METRIC_PREFIXES
 from simulator.handoff_model import HandoffLink
 from simulator.handoff_paths import P2P, choose_path, path_bandwidth
 
@@ -107,7 +108,20 @@ class EngineSettings:
     fault_injection: bool = False  # POST /_fault (simulator/faults.py); for `make chaos`
     # A restarted prefill's stale agent at the decode: heal | hang | fail (simulator/kv_peers.py)
     kv_stale_peer: str = "heal"
+    # MoRIIO's transfer metrics: stats (newer vLLM's moriio/stats.py, vllm:moriio_*) or none
+    # (older MoRIIO, e.g. the blog's vLLM 0.16, exports none: pdctl derives the figure)
+    moriio_metrics: str = "stats"
     engine_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    @property
+    def transfer_metrics_prefix(self) -> str | None:
+        """The vllm:<prefix>_* transfer families this engine exports (None: none)."""
+        if self.kv is None:
+            return None
+        prefix = TRANSFER_METRIC_PREFIXES.get(self.kv.connector)
+        if prefix == "moriio" and self.moriio_metrics == "none":
+            return None
+        return prefix
 
     @property
     def kv_bind_host(self) -> str:

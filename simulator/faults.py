@@ -8,6 +8,10 @@ up. Off unless `pdctl sim --enable-fault-injection` (or PDCTL_SIM_FAULT_INJECTIO
                                              events) until the client gives up
     {"fault": "silent"}                      registration heartbeats stop; it keeps serving
     {"fault": "mode", "mode": "read|write"}  heartbeats announce that transfer mode
+    {"fault": "recompute"}                   a decode ignores the KV it is offered and
+                                             computes the prompt itself (local_compute, at
+                                             prefill cost), answering 200 as a real engine
+                                             whose KV never arrives does
 
 `/health`, `/metrics` and `/v1/models` are never touched: the point is an instance that looks
 alive and still answers wrongly.
@@ -31,7 +35,13 @@ from aiohttp import web
 from domain.modes import TRANSFER_MODES
 from simulator.openai_format import ResponseWriter
 
-KINDS = {"garbage": "requests", "stall": "requests", "silent": "heartbeat", "mode": "heartbeat"}
+KINDS = {
+    "garbage": "requests",
+    "stall": "requests",
+    "silent": "heartbeat",
+    "mode": "heartbeat",
+    "recompute": "kv",
+}
 GARBAGE = b"\x8f\x00<html>upstream exploded</html> \xff\xfe not json at all"
 STALL_S = 3600.0  # a stall outlives any sane client timeout; the client's hang-up ends it
 

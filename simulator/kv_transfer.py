@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from domain import profiles
 from simulator.engine_config import EngineSettings, KVTransferSettings
 from simulator.engine_loop import EngineLoop
+from simulator.faults import Faults
 from simulator.kv_peers import PeerAgents, stale_reply
 from simulator.kv_wire import (
     WireError,
@@ -63,8 +64,10 @@ class KVTransferAgent:
         kv: KVTransferSettings,
         engine: EngineLoop,
         metrics: EngineMetrics,
+        faults: Faults | None = None,
     ) -> None:
         self.settings, self.kv, self.engine, self.metrics = settings, kv, engine, metrics
+        self.faults = faults  # only with --enable-fault-injection (simulator/faults.py)
         self.model = profiles.model(settings.model_profile)
         # Every map here is keyed by a request or transfer and loses its entry on every
         # terminal path of that request (answered, aborted, failed, expired): a stand-in
@@ -141,7 +144,7 @@ class KVTransferAgent:
             reader, writer = await asyncio.open_connection(*target)
         except OSError as exc:
             log.warning("push of %s to %s:%s failed: %s", key, *target, exc)
-            self.metrics.nixl_failed_notifications += 1
+            self.metrics.failed_notifications += 1
             return
         try:
             size = self.wire_bytes(held.modelled_bytes)
@@ -177,6 +180,9 @@ class KVTransferAgent:
 
     def on_awaiting_kv(self, req: EngineRequest) -> None:
         remote = self._remote.get(req.request_id)
+        fault = self.faults.for_kv() if self.faults is not None else None
+        if fault is not None and fault.kind == "recompute":
+            remote = None  # the KV offered is ignored; the prefill holds it until it expires
         if remote is None:  # nothing to fetch from: compute locally
             self.engine.kv_arrived(req.request_id, ok=False, recompute_on_failure=True)
             return
@@ -293,7 +299,7 @@ class KVTransferAgent:
             remote.port,
             why,
         )
-        self.metrics.nixl_failed_transfers += 1
+        self.metrics.failed_transfers += 1
         self.metrics.transfers["failed"] += 1
         self.failures[req.request_id] = why
         self.engine.kv_arrived(
@@ -327,24 +333,14 @@ class KVTransferAgent:
             return
         key = str(frame.get("key"))
         held = self._held.get(key)
+        why = None
         if held is not None and held.request_id not in self.engine.scheduler.held:
             del self._held[key]  # the abort timeout freed it
-            await send_frame(
-                writer,
-                {
-                    "ok": False,
-                    "error": f"KV for {key} expired after the abort timeout and was freed",
-                },
-            )
-            return
-        if held is None:
-            await send_frame(
-                writer,
-                {
-                    "ok": False,
-                    "error": f"no KV held for {key} (expired, already taken, or never existed)",
-                },
-            )
+            why = f"KV for {key} expired after the abort timeout and was freed"
+        elif held is None:
+            why = f"no KV held for {key} (expired, already taken, or never existed)"
+        if why is not None or held is None:
+            await send_frame(writer, {"ok": False, "error": why})
             return
         engine_id = frame.get("engine_id")
         if engine_id not in (None, self.settings.engine_id):

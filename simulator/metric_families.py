@@ -37,9 +37,15 @@ def by_label(
 
 
 def histogram(
-    name: str, hist: BucketHistogram, names: list[str], values: list[str], created: float
+    name: str,
+    hist: BucketHistogram,
+    names: list[str],
+    values: list[str],
+    created: float,
+    doc: str | None = None,
 ) -> Metric:
-    family = HistogramMetricFamily(name, name.split(":")[-1].replace("_", " "), labels=names)
+    doc = doc or name.split(":")[-1].replace("_", " ")
+    family = HistogramMetricFamily(name, doc, labels=names)
     family.add_metric(values, hist.cumulative(), hist.sum)
     # HistogramMetricFamily takes no `created`; the text format shows it as a *_created gauge.
     family.samples.append(Sample(name + "_created", dict(zip(names, values, strict=True)), created))

@@ -19,13 +19,10 @@ from prometheus_client.registry import CollectorRegistry
 from domain.vllm_metrics import (
     ITERATION_TOKEN_BUCKETS,
     ITL_BUCKETS,
-    NIXL_BYTES_BUCKETS,
-    NIXL_DESC_BUCKETS,
-    NIXL_POST_BUCKETS,
-    NIXL_XFER_BUCKETS,
     PARAMS_N_BUCKETS,
     PREEMPTION_BUCKETS,
     REQUEST_BUCKETS,
+    TRANSFER_BUCKETS,
     TTFT_BUCKETS,
     BucketHistogram,
     length_buckets,
@@ -45,14 +42,16 @@ class EngineMetrics:
         model_name: str,
         max_model_len: int,
         time_scale: float,
-        with_nixl: bool,
+        transfer_prefix: str | None,
         kv_role: str | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.labels = {"model_name": model_name, "engine": "0"}
         self.time_scale = time_scale
         self.max_model_len = max_model_len
-        self.with_nixl = with_nixl
+        # "nixl" | "moriio": the connector's own vllm:<prefix>_* transfer metrics; None: none
+        # (no connector, another one, or an older MoRIIO that exports none)
+        self.transfer_prefix = transfer_prefix
         self.kv_role = kv_role  # None: no KV connector
         self.created = time.time()
         lengths = length_buckets(max_model_len)
@@ -74,14 +73,9 @@ class EngineMetrics:
             "request_prefill_kv_computed_tokens": BucketHistogram(lengths),
             "iteration_tokens_total": BucketHistogram(ITERATION_TOKEN_BUCKETS),
         }
-        self.nixl = {
-            "nixl_xfer_time_seconds": BucketHistogram(NIXL_XFER_BUCKETS),
-            "nixl_post_time_seconds": BucketHistogram(NIXL_POST_BUCKETS),
-            "nixl_bytes_transferred": BucketHistogram(NIXL_BYTES_BUCKETS),
-            "nixl_num_descriptors": BucketHistogram(NIXL_DESC_BUCKETS),
-        }
-        self.nixl_failed_transfers = 0
-        self.nixl_failed_notifications = 0
+        self.transfer = {name: BucketHistogram(b) for name, b in TRANSFER_BUCKETS.items()}
+        self.failed_transfers = 0
+        self.failed_notifications = 0
         self.wire_bytes = {"sent": 0, "received": 0}
         self.transfers = {"ok": 0, "failed": 0}
         self.transfer_overruns = 0
@@ -146,10 +140,13 @@ class EngineMetrics:
             )
 
     def on_transfer(self, modelled_s: float, modelled_bytes: float, blocks: int) -> None:
-        self.nixl["nixl_xfer_time_seconds"].observe(modelled_s)
-        self.nixl["nixl_post_time_seconds"].observe(min(modelled_s, 0.0005))
-        self.nixl["nixl_bytes_transferred"].observe(modelled_bytes)
-        self.nixl["nixl_num_descriptors"].observe(blocks)
+        """One KV transfer done, as the connector's worker records it (NIXL's and newer
+        MoRIIO's stats take the same four figures)."""
+        t = self.transfer
+        t["xfer_time_seconds"].observe(modelled_s)
+        t["post_time_seconds"].observe(min(modelled_s, 0.0005))
+        t["bytes_transferred"].observe(modelled_bytes)
+        t["num_descriptors"].observe(blocks)
 
     # ---- the collector ------------------------------------------------------------------
 

@@ -105,12 +105,13 @@ def _lifespan(settings: EngineSettings):
             settings.served_model_name,
             settings.model_len,
             settings.time_scale,
-            # Real vLLM exposes vllm:nixl_* for NixlConnector only.
-            with_nixl=kv is not None and kv.connector == "NixlConnector",
+            # Real vLLM exposes vllm:nixl_* for NixlConnector, newer vLLM vllm:moriio_* too.
+            transfer_prefix=settings.transfer_metrics_prefix,
             kv_role=kv.role if kv is not None else None,
         )
         engine = EngineLoop(scheduler, settings.time_scale)
-        agent = KVTransferAgent(settings, kv, engine, metrics) if kv is not None else None
+        injected = app.get(faults.FAULTS)
+        agent = KVTransferAgent(settings, kv, engine, metrics, injected) if kv is not None else None
 
         def on_step(out) -> None:
             metrics.on_step(out)
@@ -122,7 +123,6 @@ def _lifespan(settings: EngineSettings):
             engine._on_kv_expired = agent.kv_expired
             await agent.start()
         engine.start()
-        injected = app.get(faults.FAULTS)
         tasks = []
         if kv is not None and kv.registers and agent is not None:
             message = registration_message(settings, kv, agent.advertised_host)

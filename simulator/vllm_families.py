@@ -215,18 +215,67 @@ def vllm_families(metrics: EngineMetrics) -> Iterable[Metric]:
     for name, hist in metrics.hist.items():
         yield histogram(f"vllm:{name}", hist, names, values, created)
     yield cache_config_info(metrics)
-    if metrics.with_nixl:
-        for name, hist in metrics.nixl.items():
-            yield histogram(f"vllm:{name}", hist, names, values, created)
-        for name, value in (
-            ("vllm:nixl_num_failed_transfers", metrics.nixl_failed_transfers),
-            ("vllm:nixl_num_failed_notifications", metrics.nixl_failed_notifications),
-            ("vllm:nixl_num_kv_expired_reqs", c.kv_expired_requests),
-            ("vllm:nixl_num_notifications_after_expiry", 0),
-        ):
-            family = CounterMetricFamily(name, name.split(":")[1].replace("_", " "), labels=names)
-            family.add_metric(values, value, created=created)
-            yield family
+    if metrics.transfer_prefix is not None:
+        yield from transfer_families(metrics, metrics.transfer_prefix, names, values, created)
+
+
+# Help strings as vLLM writes them: NIXL's from the vLLM 0.32 fixture
+# (tests/fixtures/vllm/decode_metrics.txt), MoRIIO's from moriio/stats.py (see
+# tests/simulator/test_moriio_metrics.py for the path and commit).
+TRANSFER_HELP = {
+    "nixl": {
+        "xfer_time_seconds": "Histogram of transfer duration for NIXL KV Cache transfers.",
+        "post_time_seconds": "Histogram of transfer post time for NIXL KV Cache transfers.",
+        "bytes_transferred": "Histogram of bytes transferred per NIXL KV Cache transfers.",
+        "num_descriptors": "Histogram of number of descriptors per NIXL  KV Cache transfers.",
+        "num_failed_transfers": "Number of failed NIXL KV Cache transfers, including "
+        "handshake and notification failures. NOTE: KV expiry is tracked separately in "
+        "vllm:nixl_num_kv_expired_reqs.",
+        "num_failed_notifications": "Number of failed NIXL KV Cache notifications. Retained "
+        "for compatibility; these failures are also included in vllm:nixl_num_failed_transfers.",
+        "num_kv_expired_reqs": "Number of requests that had their KV expire. NOTE: This "
+        "metric is tracked on the P instance.",
+        "num_notifications_after_expiry": "Number of completion notifications for requests "
+        "that were no longer tracked, usually because their KV lease expired. The KV blocks "
+        "may have been reused before the transfer finished. Counted per notification (one "
+        "per remote rank), not per request.",
+    },
+    "moriio": {
+        "xfer_time_seconds": "Histogram of transfer duration for MoRI IO KV Cache transfers.",
+        "post_time_seconds": "Histogram of transfer post time for MoRI IO KV Cache transfers.",
+        "bytes_transferred": "Histogram of bytes transferred per MoRI IO KV Cache transfers.",
+        "num_descriptors": "Histogram of number of descriptors per MoRI IO KV Cache transfers.",
+        "num_failed_transfers": "Number of failed MoRI IO KV Cache transfers.",
+        "num_failed_notifications": "Number of failed MoRI IO KV Cache notifications.",
+        "num_kv_expired_reqs": "Number of requests that had their KV expire. NOTE: This "
+        "metric is tracked on the P instance.",
+    },
+}
+COUNTERS = (
+    "num_failed_transfers",
+    "num_failed_notifications",
+    "num_kv_expired_reqs",
+    "num_notifications_after_expiry",
+)
+
+
+def transfer_families(
+    metrics: EngineMetrics, prefix: str, names: list[str], values: list[str], created: float
+) -> Iterable[Metric]:
+    """vllm:<prefix>_* : the connector's transfer histograms and failure counters."""
+    docs = TRANSFER_HELP[prefix]
+    for name, hist in metrics.transfer.items():
+        yield histogram(f"vllm:{prefix}_{name}", hist, names, values, created, docs[name])
+    counts = {
+        "num_failed_transfers": metrics.failed_transfers,
+        "num_failed_notifications": metrics.failed_notifications,
+        "num_kv_expired_reqs": metrics.scheduler.counters.kv_expired_requests,
+        "num_notifications_after_expiry": 0,
+    }
+    for name in (n for n in COUNTERS if n in docs):
+        family = CounterMetricFamily(f"vllm:{prefix}_{name}", docs[name], labels=names)
+        family.add_metric(values, counts[name], created=created)
+        yield family
 
 
 def cache_config_info(metrics: EngineMetrics) -> Metric:

@@ -122,6 +122,31 @@
     ["ttft", "itl"].forEach(function (m) { drawHist(m, f[m], f.slo || {}); });
     drawSeries();
     instances(f);
+    pdBanner(f.pd);
+  }
+
+  // "Is PD happening?" (observe/pd_check.py; web/pd_banner.py draws the first one)
+  function pdBanner(pd) {
+    var el = document.getElementById("pd-banner");
+    if (!el || !pd || !pd.applies) return; // colocated: the page's note stands
+    var rows = (pd.decodes || []).filter(function (r) { return r.status === "recomputing"; });
+    var state = rows.length ? "recomputing" : "ok";
+    if (el.dataset.pd === state && !rows.length) return;
+    el.dataset.pd = state;
+    el.className = "pd-banner pd-" + state;
+    el.hidden = !rows.length;
+    el.setAttribute("role", rows.length ? "alert" : "status");
+    el.textContent = "";
+    if (!rows.length) return;
+    var b = document.createElement("b");
+    b.textContent = "PD is not happening: ";
+    el.appendChild(b);
+    el.appendChild(document.createTextNode(rows.map(function (r) {
+      var since = r.since ? " since " + new Date(r.since * 1000).toISOString().slice(11, 19) + " UTC" : "";
+      var share = r.share === null || r.share === undefined ? "no traffic since" :
+        Math.round(r.share * 100) + "% of prompt tokens by KV transfer";
+      return r.instance + " recomputes its prompts" + since + " (" + share + ", last 10 s)";
+    }).join("; ") + ". The decode answers 200 but its KV never arrives; see the advisor for the likely causes."));
   }
 
   function tiles(f) {
@@ -134,7 +159,8 @@
       ["p50", "p90", "p99"].forEach(function (q) { values[m + "_" + q] = f[m] ? f[m][q] : null; });
     });
     values.kv_note = kv.source === null || kv.source === undefined ? "not reported" :
-      kv.source === "nixl" ? "from vllm:nixl_*" : " external prompt tokens × KV bytes/token";
+      kv.source === "derived" ? " external prompt tokens × KV bytes/token (the engine reports none)" :
+      "the engine's own, vllm:" + kv.source + "_*";
     root.querySelectorAll("[data-k]").forEach(function (el) {
       var k = el.dataset.k, v = values[k];
       el.textContent = el.dataset.fmt ? fmt(v, el.dataset.fmt) : (v === null || v === undefined ? "—" : String(v));

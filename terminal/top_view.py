@@ -139,12 +139,37 @@ def _target(value: float | None) -> str:
 
 def kv_note(kv: Mapping[str, Any]) -> str:
     """Where the KV figure comes from, as the dashboard's tile says it."""
-    if kv.get("source") == "nixl":
+    if kv.get("source") in ("nixl", "moriio"):
         p50, p99 = fmt.ms(kv.get("xfer_p50_ms")), fmt.ms(kv.get("xfer_p99_ms"))
-        return f"from vllm:nixl_*, p50 {p50} p99 {p99}"
+        return f"from vllm:{kv['source']}_*, p50 {p50} p99 {p99}"
     if kv.get("source") == "derived":
         return "derived"
     return "not reported"
+
+
+def pd_line(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
+    """ "Is PD happening?" (the frame's `pd`, observe/pd_check.py): which decode recomputes
+    and since when; each decode's share of prompt tokens by KV transfer otherwise."""
+    pd = (v.frame or {}).get("pd") or {}
+    if not pd.get("applies"):
+        why = pd.get("why") or "not checked yet"
+        return [f"PD check  does not apply ({why})" if "colocated" in why else f"PD check  {why}"]
+    rows_ = pd.get("decodes") or []
+    bad = [r for r in rows_ if r.get("status") == "recomputing"]
+    if bad:
+        return [
+            "PD NOT HAPPENING  "
+            + "; ".join(
+                f"{r['instance']} recomputes since {event_time(r.get('since'))}"
+                f" ({fmt.pct(r.get('share'))} by KV)"
+                for r in bad
+            )
+        ]
+    each = ", ".join(
+        f"{r['instance']} {fmt.pct(r['share']) if r.get('status') == 'ok' else r.get('status')}"
+        for r in rows_
+    )
+    return [f"PD happening  {each or 'no decode'}  (prompt tokens by KV transfer, 10 s)"]
 
 
 def hist(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
@@ -250,7 +275,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("header", 0, 1, _one, header),
     Section("notice", 2, 1, _one, notice, lambda v: bool(v.notice)),
     Section("headline", 3, 1, headline_rows, headline, lambda v: v.frame is not None),
-    # issue 18: the "is PD happening" line goes here (one Section, priority about 3).
+    Section("pd", 3, 1, _one, pd_line, lambda v: v.frame is not None),
     Section(
         "histograms",
         5,

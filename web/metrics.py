@@ -104,7 +104,8 @@ class LiveCollector(Collector):
         }
         kv = GaugeMetricFamily(
             "pdctl_kv_transfer_bytes_per_second",
-            "KV bytes moved between instances per second (last minute); source nixl or derived.",
+            "KV bytes moved between instances per second (last minute); source nixl or moriio "
+            "(the engine's own), or derived (when it exports none).",
             labels=["deployment", "source"],
         )
         up = GaugeMetricFamily(
@@ -127,3 +128,40 @@ class LiveCollector(Collector):
         yield from families.values()
         yield kv
         yield up
+        yield from pd_families(self.observer.latest)
+
+
+def pd_families(latest: dict) -> Iterator[Metric]:
+    """ "Is PD happening?" per decode (observe/pd_check.py): the share of its prompt tokens
+    that arrived by KV transfer over 10 s, whether it recomputes, and since when."""
+    labels = ["deployment", "instance"]
+    share = GaugeMetricFamily(
+        "pdctl_pd_transfer_share",
+        "Share of a decode's prompt tokens that arrived by KV transfer (last 10 s; cache hits "
+        "apart); absent while too little traffic flows to judge.",
+        labels=labels,
+    )
+    recomputing = GaugeMetricFamily(
+        "pdctl_pd_recomputing",
+        "1 while a decode recomputes its prompts (PD is not happening there), else 0.",
+        labels=labels,
+    )
+    since = GaugeMetricFamily(
+        "pdctl_pd_recomputing_since_seconds",
+        "Epoch seconds a decode began recomputing (only while it does).",
+        labels=labels,
+    )
+    for name, frames in sorted(latest.items()):
+        frame = frames.get("1m")
+        if frame is None or not frame["pd"]["applies"]:
+            continue
+        for row in frame["pd"]["decodes"]:
+            key = [name, row["instance"]]
+            if row["share"] is not None:
+                share.add_metric(key, row["share"])
+            recomputing.add_metric(key, 1 if row["status"] == "recomputing" else 0)
+            if row["since"] is not None:
+                since.add_metric(key, row["since"])
+    yield share
+    yield recomputing
+    yield since

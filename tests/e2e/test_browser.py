@@ -14,7 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from harness.processes import ROOT, Process, free_port, http_post, port_range, reap_instances
+from harness.processes import (
+    ROOT,
+    Process,
+    free_port,
+    http_get,
+    http_post,
+    port_range,
+    reap_instances,
+)
+from harness.stack import bench_background
+from tests.e2e.test_control_plane import moriio
+from tests.e2e.test_pd_happening import clear_fault
 
 pytestmark = pytest.mark.e2e
 
@@ -31,6 +42,8 @@ FLAGS = [
     "--disable-sync",
 ]
 TOKEN = "op-secret"
+AS_ALICE = {"Authorization": f"Bearer {TOKEN}"}
+WEB_MORIIO = moriio("web")  # a stand-in MoRIIO pair in read mode
 
 
 def _playwright():
@@ -42,13 +55,14 @@ def _playwright():
     return pytest.importorskip("playwright.sync_api")
 
 
-def serve(tmp_path: Path, port: int | None = None) -> Process:
+def serve(tmp_path: Path, port: int | None = None, extra: dict | None = None) -> Process:
     port = port or free_port()
     env = {
         "PDCTL_RUNTIME_DIR": str(tmp_path / "runs"),
         "PDCTL_PORT_RANGE": port_range(),
         "PDCTL_SIM_REGISTRATION_INTERVAL": "0.3",
         "PDCTL_OPERATOR_TOKENS": f"alice:{TOKEN}",
+        **(extra or {}),
     }
     proc = Process(
         ["serve", "--port", str(port), "--db", str(tmp_path / "pdctl.db")],
@@ -60,8 +74,8 @@ def serve(tmp_path: Path, port: int | None = None) -> Process:
 
 
 @pytest.fixture
-def plane(tmp_path):
-    proc = serve(tmp_path)
+def plane(tmp_path, request):
+    proc = serve(tmp_path, extra=getattr(request, "param", None))  # param: more environment
     try:
         yield proc
     finally:
@@ -248,22 +262,7 @@ def test_a_refused_action_shows_its_error_in_the_notice_and_the_page_stays(plane
     """web/errors.py answers an htmx request with the page's notice (HX-Retarget #notice):
     a 409 from a button and a 404 from a polled fragment both show there, in words."""
     page = browser_page
-    status, _ = http_post(
-        f"{plane.url}/api/deployments",
-        {
-            "name": "web",
-            "engine": "sim",
-            "model": "tiny",
-            "topology": "disaggregated",
-            "connector": "MoRIIOConnector",
-            "prefix_caching": False,
-            "groups": [
-                {"name": "prefill", "role": "prefill", "mode": "read"},
-                {"name": "decode", "role": "decode", "mode": "read"},
-            ],
-        },
-        headers={"Authorization": f"Bearer {TOKEN}"},
-    )
+    status, _ = http_post(f"{plane.url}/api/deployments", WEB_MORIIO, headers=AS_ALICE)
     assert status == 201
     sign_in(page, plane.url)
     page.goto(plane.url + "/deployments/web")
@@ -277,3 +276,41 @@ def test_a_refused_action_shows_its_error_in_the_notice_and_the_page_stays(plane
     page.wait_for_selector("#notice[data-error-status='404']", timeout=15_000)
     assert "no deployment named 'gone'" in page.inner_text("#notice")
     assert page.js_errors == [], page.js_errors
+
+
+@pytest.mark.parametrize("plane", [{"PDCTL_SIM_FAULT_INJECTION": "1"}], indirect=True)
+def test_the_pd_banner_names_a_recomputing_decode_live_and_goes_when_it_recovers(
+    plane, browser_page, tmp_path
+):
+    page = browser_page
+    status, created = http_post(f"{plane.url}/api/deployments", WEB_MORIIO, headers=AS_ALICE)
+    assert status == 201, created
+    http_post(f"{plane.url}/api/deployments/web/start", {}, headers=AS_ALICE)
+    sign_in(page, plane.url)
+    page.goto(plane.url + "/deployments/web")
+    page.wait_for_selector("#topology [data-instance=decode-0][data-state=RUNNING]", timeout=60_000)
+    _, raw = http_get(f"{plane.url}/api/deployments/web/status", headers=AS_ALICE)
+    decode = next(u["url"] for u in json.loads(raw) if u["name"] == "decode-0")
+    load = bench_background(
+        f"http://127.0.0.1:{created['ports']['proxy']}", tmp_path, "load", 6.0, 400
+    )
+    try:
+        page.wait_for_selector("#live-status[data-live=open]", timeout=15_000)
+        page.wait_for_timeout(3000)  # traffic judged healthy first: no banner
+        assert attr(page, "#pd-banner", "data-pd") in ("ok", "unknown")
+        assert not page.is_visible("#pd-banner")
+        wait_attr(page, "#live", "data-kv-source", lambda v: v == "moriio", 15)
+        assert not page.is_visible("#kv-source")  # the engine's own figure: not "derived"
+        http_post(decode + "/_fault", {"fault": "recompute"})
+        wait_attr(page, "#pd-banner", "data-pd", lambda v: v == "recomputing", 15)
+        assert page.is_visible("#pd-banner")
+        assert "decode-0 recomputes its prompts since" in page.inner_text("#pd-banner")
+        page.wait_for_selector("#events li[data-kind='pd.recomputing']", timeout=15_000)
+        page.screenshot(path=str(ARTIFACTS / "pd-recomputing.png"), full_page=True)
+        clear_fault(decode)
+        wait_attr(page, "#pd-banner", "data-pd", lambda v: v == "ok", 25)
+        assert not page.is_visible("#pd-banner")
+        assert page.js_errors == [], page.js_errors
+    finally:
+        load.kill()
+        load.wait(10)

@@ -45,6 +45,11 @@ def engine_text(
     usage: float = 0.0,
     nixl_bytes: float | None = None,
     nixl_times: dict[float, int] | None = None,
+    connector: str = "nixl",  # the transfer families' prefix: nixl | moriio
+    local_tokens: int = 5,
+    cache_hit_tokens: int = 0,
+    first_tokens: int | None = None,  # vllm:time_to_first_token_seconds_count
+    failed_transfers: int | None = None,
 ) -> str:
     labels = 'engine="0",model_name="tiny"'
     lines = [
@@ -55,26 +60,40 @@ def engine_text(
         "# TYPE vllm:kv_cache_usage_perc gauge",
         f"vllm:kv_cache_usage_perc{{{labels}}} {usage}",
         "# TYPE vllm:prompt_tokens_by_source_total counter",
-        f'vllm:prompt_tokens_by_source_total{{{labels},source="local_compute"}} 5',
+        f'vllm:prompt_tokens_by_source_total{{{labels},source="local_compute"}} {local_tokens}',
+        f'vllm:prompt_tokens_by_source_total{{{labels},source="local_cache_hit"}} '
+        f"{cache_hit_tokens}",
         f'vllm:prompt_tokens_by_source_total{{{labels},source="external_kv_transfer"}} '
         f"{external_tokens}",
     ]
+    if first_tokens is not None:
+        lines += [
+            "# TYPE vllm:time_to_first_token_seconds histogram",
+            f'vllm:time_to_first_token_seconds_bucket{{{labels},le="+Inf"}} {first_tokens}',
+            f"vllm:time_to_first_token_seconds_count{{{labels}}} {first_tokens}",
+            f"vllm:time_to_first_token_seconds_sum{{{labels}}} 0.0",
+        ]
+    if failed_transfers is not None:
+        lines += [
+            f"# TYPE vllm:{connector}_num_failed_transfers_total counter",
+            f"vllm:{connector}_num_failed_transfers_total{{{labels}}} {failed_transfers}",
+        ]
     if nixl_bytes is not None:
         times = nixl_times or {}
-        lines.append("# TYPE vllm:nixl_xfer_time_seconds histogram")
+        lines.append(f"# TYPE vllm:{connector}_xfer_time_seconds histogram")
         cumulative = 0
         for bound in (0.005, 0.01, 0.025, 0.05, 0.1):
             cumulative += times.get(bound, 0)
             lines.append(
-                f'vllm:nixl_xfer_time_seconds_bucket{{{labels},le="{bound}"}} {cumulative}'
+                f'vllm:{connector}_xfer_time_seconds_bucket{{{labels},le="{bound}"}} {cumulative}'
             )
         lines += [
-            f'vllm:nixl_xfer_time_seconds_bucket{{{labels},le="+Inf"}} {cumulative}',
-            f"vllm:nixl_xfer_time_seconds_count{{{labels}}} {cumulative}",
-            f"vllm:nixl_xfer_time_seconds_sum{{{labels}}} 0.0",
-            "# TYPE vllm:nixl_bytes_transferred histogram",
-            f'vllm:nixl_bytes_transferred_bucket{{{labels},le="+Inf"}} {cumulative}',
-            f"vllm:nixl_bytes_transferred_count{{{labels}}} {cumulative}",
-            f"vllm:nixl_bytes_transferred_sum{{{labels}}} {nixl_bytes}",
+            f'vllm:{connector}_xfer_time_seconds_bucket{{{labels},le="+Inf"}} {cumulative}',
+            f"vllm:{connector}_xfer_time_seconds_count{{{labels}}} {cumulative}",
+            f"vllm:{connector}_xfer_time_seconds_sum{{{labels}}} 0.0",
+            f"# TYPE vllm:{connector}_bytes_transferred histogram",
+            f'vllm:{connector}_bytes_transferred_bucket{{{labels},le="+Inf"}} {cumulative}',
+            f"vllm:{connector}_bytes_transferred_count{{{labels}}} {cumulative}",
+            f"vllm:{connector}_bytes_transferred_sum{{{labels}}} {nixl_bytes}",
         ]
     return "\n".join(lines) + "\n"

@@ -21,6 +21,7 @@ BASE = {
     "burstiness": 1.0,
     "prefix_hit_rate": 0.05,
     "topology": "colocated",
+    "pd_recomputing_decodes": 0,
 }
 
 CASES = {
@@ -32,6 +33,7 @@ CASES = {
     "slow_kv_transfer": {"transfer_share_of_ttft": 0.5},
     "light_traffic": {"request_rate": 0.2},
     "prefix_cache_heavy": {"prefix_hit_rate": 0.8},
+    "pd_not_happening": {"pd_recomputing_decodes": 1, "pd_transfer_share": 0.0},
 }
 
 
@@ -77,3 +79,13 @@ def test_missing_signals_are_reported_not_guessed():
     v = verdict({"prefix_hit_rate": 0.9}, "prefix_cache_heavy")
     assert v.triggered is True and v.evidence == {"prefix_hit_rate": 0.9}
     assert v.to_json()["signals"] == ["prefix_hit_rate"]
+
+
+def test_pd_not_happening_puts_failing_transfers_first_only_when_some_failed():
+    case = {**BASE, "topology": "disaggregated", "pd_recomputing_decodes": 1}
+    quiet = verdict({**case, "pd_failed_transfers": 0}, "pd_not_happening")
+    assert quiet.triggered and quiet.advice.index("(1) the decode's kv-transfer-config") > 0
+    assert "no KVConnector found" in quiet.advice and "expired" in quiet.advice
+    assert "(4) transfers fail and fall back to recompute (none counted" in quiet.advice
+    failing = verdict({**case, "pd_failed_transfers": 7}, "pd_not_happening")
+    assert "(1) transfers fail and fall back to recompute (7 failed" in failing.advice

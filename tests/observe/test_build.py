@@ -112,6 +112,29 @@ def test_kv_throughput_and_times_from_nixl_where_present() -> None:
     assert kv["xfer_p50_ms"] == pytest.approx(7.5)
 
 
+def test_moriio_pairs_get_the_engines_own_times_and_bytes_not_the_derived_figure() -> None:
+    # Newer vLLM's MoRIIO exports vllm:moriio_*: those figures, labelled as the engine's.
+    decode = target(
+        [
+            (0.0, engine_text(nixl_bytes=0.0, connector="moriio")),
+            (
+                10.0,
+                engine_text(
+                    external_tokens=5000, nixl_bytes=3e9, nixl_times={0.05: 4}, connector="moriio"
+                ),
+            ),
+        ]
+    )
+    kv = build_frame(INFO, UNITS, {"decode-0": decode}, "10s", 10.0)["kv"]
+    assert kv["source"] == "moriio" and kv["bytes_per_s"] == pytest.approx(3e8)
+    assert kv["xfer_p50_ms"] == pytest.approx(37.5) and kv["xfer_p99_ms"] is not None
+    # Older MoRIIO (`pdctl sim --moriio-metrics none`) exports none: derived, and no times.
+    older = target([(0.0, engine_text()), (10.0, engine_text(external_tokens=5000))])
+    kv = build_frame(INFO, UNITS, {"decode-0": older}, "10s", 10.0)["kv"]
+    assert kv["source"] == "derived" and kv["bytes_per_s"] == pytest.approx(5e5)
+    assert kv["xfer_p50_ms"] is None
+
+
 def test_a_down_target_is_up_false_and_the_frame_still_builds() -> None:
     frame = build_frame(INFO, UNITS, {}, "1m", 5.0)
     assert frame["proxy"]["up"] is False

@@ -81,7 +81,14 @@ def test_concurrency_is_the_mean_running_over_the_windows_history():
     assert alone.values["concurrency_mean"] == 7 and "now" in alone.sources["concurrency_mean"]
 
 
-def test_moriio_reports_no_transfer_times_so_those_signals_stay_absent():
+def test_moriio_transfer_times_feed_the_transfer_signals_as_the_engines_own():
+    kv = {"bytes_per_s": 4.0 * 2000 * KV_PER_TOKEN, "source": "moriio", "xfer_p50_ms": 60.0}
+    d = from_frame(frame(kv=kv), topology="disaggregated", kv_bytes_per_token=KV_PER_TOKEN)
+    assert d.values["transfer_share_of_ttft"] == pytest.approx(60 / 300)
+    assert "median MoRIIO transfer time (the engine's own)" in d.sources["kv_transfer_gbps"]
+
+
+def test_older_moriio_reports_no_transfer_times_so_those_signals_stay_absent():
     kv = {
         "bytes_per_s": 4.0 * 2000 * KV_PER_TOKEN,
         "source": "derived",
@@ -91,7 +98,7 @@ def test_moriio_reports_no_transfer_times_so_those_signals_stay_absent():
     d = from_frame(frame(kv=kv), topology="disaggregated", kv_bytes_per_token=KV_PER_TOKEN)
     assert d.values["prompt_tokens_mean"] == pytest.approx(2000)
     assert "kv_transfer_gbps" not in d.values and "transfer_share_of_ttft" not in d.values
-    assert "MoRIIO does not" in d.absent["kv_transfer_gbps"]
+    assert "older MoRIIO, a derived figure, does not" in d.absent["kv_transfer_gbps"]
     result = advice(d)
     assert verdict(result, "slow_kv_transfer")["triggered"] is None
     assert verdict(result, "slow_kv_transfer")["sources"]["transfer_share_of_ttft"].startswith(

@@ -64,6 +64,7 @@ def app():
         (["--max-model-len", "999999"], {}, "--max-model-len"),
         (["--block-size", "48"], {}, "--block-size must be one of"),
         (["--max-num-seqs", "0"], {}, "--max-num-seqs"),
+        (["--moriio-metrics", "some"], {}, "--moriio-metrics must be one of stats, none"),
         (
             ["--kv-transfer-config", '{"kv_connector":"NixlConnector"}'],
             {"VLLM_NIXL_ABORT_REQUEST_TIMEOUT": "soon"},

@@ -87,3 +87,16 @@ def test_a_malformed_side_channel_host_is_refused_naming_the_variable(value):
 def test_a_malformed_moriio_address_is_refused_naming_the_key(key):
     with pytest.raises(EngineConfigError, match=f"kv_connector_extra_config.{key} must be"):
         parse_kv_transfer_config(moriio(**{key: "10.0.0.2:6301"}), 8100, {})
+
+
+def test_only_nixl_and_newer_moriio_export_their_transfer_metrics():
+    from simulator.engine_config import EngineSettings, KVTransferSettings
+
+    def prefix(connector: str, moriio_metrics: str = "stats") -> str | None:
+        kv = KVTransferSettings(connector=connector)
+        return EngineSettings(kv=kv, moriio_metrics=moriio_metrics).transfer_metrics_prefix
+
+    assert prefix("NixlConnector") == "nixl" and prefix("MoRIIOConnector") == "moriio"
+    assert prefix("MoRIIOConnector", "none") is None  # older MoRIIO: none
+    assert prefix("NixlConnector", "none") == "nixl"  # the knob is MoRIIO's
+    assert prefix("ExampleConnector") is None and EngineSettings().transfer_metrics_prefix is None

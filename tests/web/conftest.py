@@ -76,3 +76,14 @@ def client(make_client: MakeClient) -> TestClient:
 @pytest.fixture
 def secured(make_client: MakeClient) -> TestClient:
     return make_client(operator_tokens=[OPERATOR], viewer_tokens=[VIEWER])
+
+
+@pytest.fixture
+def pd_and_solo(make_client: MakeClient) -> TestClient:
+    """A plane without a controller holding a NIXL pair "pd" and a colocated "solo"."""
+    from tests.specs import colocated, nixl_1p1d
+
+    client = make_client(controller=False)
+    assert client.post("/api/deployments", json=nixl_1p1d()).status_code == 201
+    assert client.post("/api/deployments", json=colocated()).status_code == 201
+    return client

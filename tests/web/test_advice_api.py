@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from observe.scraper import kv_bytes_per_token
 from state.history import History
-from tests.specs import colocated, nixl_1p1d
+from tests.specs import nixl_1p1d
 from tests.web.conftest import AS_OPERATOR, AS_VIEWER, OPERATOR, VIEWER, MakeClient
 
 HX = {"HX-Request": "true"}
@@ -56,11 +56,8 @@ def live_frame(name: str) -> dict:
 
 
 @pytest.fixture
-def plane(make_client: MakeClient) -> TestClient:
-    client = make_client(controller=False)
-    assert client.post("/api/deployments", json=nixl_1p1d()).status_code == 201
-    assert client.post("/api/deployments", json=colocated()).status_code == 201
-    return client
+def plane(pd_and_solo: TestClient) -> TestClient:
+    return pd_and_solo
 
 
 def rule(result: dict, name: str) -> dict:

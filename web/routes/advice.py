@@ -91,6 +91,9 @@ class SignalsIn(BaseModel):
     burstiness: float | None = Field(None, gt=0)
     prefix_hit_rate: float | None = Field(None, ge=0, le=1)
     slo_attainment: float | None = Field(None, ge=0, le=1)
+    pd_recomputing_decodes: int | None = Field(None, ge=0)
+    pd_transfer_share: float | None = Field(None, ge=0, le=1)
+    pd_failed_transfers: float | None = Field(None, ge=0)
 
 
 class AdviceRequest(BaseModel):

@@ -14,8 +14,9 @@ from state.store import Current
 from web import htmx
 from web.auth import Actor
 from web.demo import DEMO_NAME
-from web.deps import StoreDep, get_controller, get_load_runs, get_service
+from web.deps import StoreDep, get_controller, get_load_runs, get_observer, get_service
 from web.load import MAX_DURATION_S, MAX_RATE
+from web.pd_banner import pd_banner
 from web.routes import events as events_api
 from web.routes import lifecycle, trade
 from web.routes.page_common import (
@@ -103,6 +104,12 @@ def _modes(spec: DeploymentSpec) -> list[str]:
 # -- the deployment page ----------------------------------------------------------------------
 
 
+def _pd_section(request: Request, name: str) -> dict[str, Any] | None:
+    observer = get_observer(request)
+    frame = observer.frame(name) if observer is not None else None
+    return frame.get("pd") if frame else None
+
+
 def deployment_context(
     request: Request, actor: Actor, current: Current, **extra: Any
 ) -> dict[str, Any]:
@@ -128,6 +135,7 @@ def deployment_context(
         simulated=current.spec.engine.value == "sim",
         demo=name == DEMO_NAME,
         has_controller=controller is not None,
+        pd=pd_banner(_pd_section(request, name), current.spec.topology.value == "colocated"),
     )
     if controller is not None and current.spec.connector == "MoRIIOConnector":
         target = extra.pop("forecast_mode", None) or _other_mode(ctx["modes"])
