@@ -14,6 +14,7 @@ from typing import Any
 
 from connector.instances import Route
 from connector.measure import RequestTiming, SloTargets, itl_figures, judge, summarize
+from connector.ttft_parts import EngineTransfer, split
 
 MAX_EVENT_BYTES = 8 << 20  # one SSE event; vLLM's largest (prompt logprobs) stay well below
 
@@ -27,6 +28,7 @@ class Flight:
 
     __slots__ = (
         "arrival",
+        "attempt_at",
         "attempts",
         "blamed",
         "cause",
@@ -34,7 +36,9 @@ class Flight:
         "end",
         "endpoint",
         "error",
+        "first_attempt",
         "first_byte_missed",
+        "kv_stats",
         "last_read",
         "malformed",
         "prefill_end",
@@ -47,6 +51,7 @@ class Flight:
         "tail",
         "timed_out",
         "token_times",
+        "ttft_parts",
         "usage_tokens",
         "wall",
     )
@@ -75,6 +80,16 @@ class Flight:
         self.cause: str | None = None  # the blamed leg's failure (connector/retry.py CAUSES)
         self.first_byte_missed = False  # the watchdog ended the leg at its first-byte deadline
         self.attempts: list[dict[str, Any]] = []  # the attempts that failed and were retried
+        self.first_attempt: float | None = None  # when the first attempt started (queue ends)
+        self.attempt_at: float | None = None  # when the serving attempt started (retry ends)
+        self.kv_stats: Any = None  # the decode's own `kv_transfer_stats`, as it sent them
+        self.ttft_parts = True  # split the TTFT into its parts (connector/ttft_parts.py)
+
+    def attempt_starts(self, now: float) -> None:
+        """An attempt (the first, or a retry after its backoff) starts now."""
+        self.attempt_at = now
+        if self.first_attempt is None:
+            self.first_attempt = now
 
     def next_attempt(self, failed: dict[str, Any]) -> None:
         """A failed attempt is retried: note it and forget what it measured (no byte of it
@@ -82,7 +97,7 @@ class Flight:
         self.attempts.append(failed)
         self.prefill_start = self.prefill_end = self.end = self.done_at = None
         self.token_times = []
-        self.usage_tokens, self.tail, self.malformed = None, b"", None
+        self.usage_tokens, self.tail, self.malformed, self.kv_stats = None, b"", None, None
         self.timed_out = self.first_byte_missed = False
 
     def scan(self, chunk: bytes, now: float) -> None:
@@ -110,9 +125,11 @@ class Flight:
         if not event.startswith(b"data:"):
             return
         try:
-            usage = json.loads(event[5:]).get("usage") or {}
-        except ValueError:
+            message = json.loads(event[5:])
+            usage = message.get("usage") or {}
+        except (ValueError, AttributeError):
             return
+        self.kv_stats = message.get("kv_transfer_stats")
         if isinstance(usage.get("completion_tokens"), int):
             self.usage_tokens = usage["completion_tokens"]
 
@@ -131,6 +148,16 @@ class Flight:
             self.prefill_start,
             self.prefill_end,
         )
+        if self.ttft_parts and self.first_attempt is not None and self.attempt_at is not None:
+            first = self.token_times[0] if self.token_times else self.end or now
+            timing.parts = split(
+                self.arrival,
+                self.first_attempt,
+                self.attempt_at,
+                self.prefill_end,
+                first,
+                EngineTransfer.from_json(self.kv_stats),
+            )
         return timing, judge(timing, slo)
 
     def log_entry(
@@ -167,6 +194,8 @@ class Flight:
                 transfer_first_decode_ms=_ms(timing.transfer_first_decode),
                 slo=met,
             )
+            if timing.parts is not None:
+                entry["ttft_parts"] = timing.parts.to_json()
         return entry
 
 

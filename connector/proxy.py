@@ -136,6 +136,7 @@ class Proxy:
     # -- the request path --------------------------------------------------------------------
     async def generate(self, request: web.Request) -> web.StreamResponse:
         flight = Flight(clock(), request.path)
+        flight.ttft_parts = self.settings.ttft_parts
         self.metrics.arrived(flight.arrival)
         outcome = "failed"
         try:
@@ -200,6 +201,7 @@ class Proxy:
         inst.begin(load)
         ok = False
         try:
+            flight.attempt_starts(clock())
             flight.request_id = os.urandom(16).hex()
             headers = {"Content-Type": "application/json", "X-Request-Id": flight.request_id}
             response = await self.relay.pass_through(

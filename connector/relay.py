@@ -328,6 +328,7 @@ def _read_json_usage(raw: bytes, flight: Flight) -> bool:
         return False
     if not isinstance(answer, dict):
         return False
+    flight.kv_stats = answer.get("kv_transfer_stats")
     usage = answer.get("usage")
     if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
         flight.usage_tokens = usage["completion_tokens"]
