@@ -14,7 +14,8 @@ from typing import Any
 
 from connector.instances import Route
 from connector.measure import RequestTiming, SloTargets, itl_figures, judge, summarize
-from connector.ttft_parts import EngineTransfer, split
+from connector.ttft_parts import EngineTransfer, TtftParts, split
+from domain.ttft_parts import PARTS_COMMENT
 
 MAX_EVENT_BYTES = 8 << 20  # one SSE event; vLLM's largest (prompt logprobs) stay well below
 
@@ -54,6 +55,7 @@ class Flight:
         "ttft_parts",
         "usage_tokens",
         "wall",
+        "want_parts",
     )
 
     def __init__(self, arrival: float, endpoint: str) -> None:
@@ -84,6 +86,7 @@ class Flight:
         self.attempt_at: float | None = None  # when the serving attempt started (retry ends)
         self.kv_stats: Any = None  # the decode's own `kv_transfer_stats`, as it sent them
         self.ttft_parts = True  # split the TTFT into its parts (connector/ttft_parts.py)
+        self.want_parts = False  # the client asked for them at the end of its stream
 
     def attempt_starts(self, now: float) -> None:
         """An attempt (the first, or a retry after its backoff) starts now."""
@@ -148,17 +151,30 @@ class Flight:
             self.prefill_start,
             self.prefill_end,
         )
-        if self.ttft_parts and self.first_attempt is not None and self.attempt_at is not None:
-            first = self.token_times[0] if self.token_times else self.end or now
-            timing.parts = split(
-                self.arrival,
-                self.first_attempt,
-                self.attempt_at,
-                self.prefill_end,
-                first,
-                EngineTransfer.from_json(self.kv_stats),
-            )
+        timing.parts = self.parts(now)
         return timing, judge(timing, slo)
+
+    def parts(self, now: float) -> TtftParts | None:
+        """Where this request's TTFT went, or None (turned off, or no attempt started)."""
+        if not self.ttft_parts or self.first_attempt is None or self.attempt_at is None:
+            return None
+        first = self.token_times[0] if self.token_times else self.end or now
+        return split(
+            self.arrival,
+            self.first_attempt,
+            self.attempt_at,
+            self.prefill_end,
+            first,
+            EngineTransfer.from_json(self.kv_stats),
+        )
+
+    def parts_comment(self, now: float) -> bytes:
+        """The parts as an SSE comment (`: ttft_parts {...}`) after [DONE], for a client that
+        asked (PARTS_HEADER): SSE readers skip comments, and most stop reading at [DONE]."""
+        parts = self.parts(now)
+        if parts is None:
+            return b""
+        return PARTS_COMMENT.encode() + json.dumps(parts.to_json()).encode() + b"\n\n"
 
     def log_entry(
         self, outcome: str, timing: RequestTiming | None, met: dict[str, bool]

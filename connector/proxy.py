@@ -38,6 +38,7 @@ from connector.relay import ClientGone, Relay
 from connector.settings import ProxySettings
 from connector.upstream import UpstreamPool
 from domain.modes import Mode, Role
+from domain.ttft_parts import PARTS_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,7 @@ class Proxy:
     async def generate(self, request: web.Request) -> web.StreamResponse:
         flight = Flight(clock(), request.path)
         flight.ttft_parts = self.settings.ttft_parts
+        flight.want_parts = flight.ttft_parts and PARTS_HEADER in request.headers
         self.metrics.arrived(flight.arrival)
         outcome = "failed"
         try:

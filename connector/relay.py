@@ -291,6 +291,8 @@ class Relay:
             flight.prepared = True
             await resp.prepare(request)
         try:
+            if flight.want_parts:
+                await resp.write(flight.parts_comment(clock()))
             await resp.write_eof()
         except ConnectionError:
             raise ClientGone from None
