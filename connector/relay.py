@@ -291,9 +291,8 @@ class Relay:
             flight.prepared = True
             await resp.prepare(request)
         try:
-            if flight.want_parts:
-                await resp.write(flight.parts_comment(clock()))
-            await resp.write_eof()
+            # the parts go out with the stream's last chunk: one write, no extra packet
+            await resp.write_eof(flight.parts_comment(clock()) if flight.want_parts else b"")
         except ConnectionError:
             raise ClientGone from None
         return resp
