@@ -8,6 +8,7 @@ is bounded by `--timeout` so a stuck server cannot hang the run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Iterable, Sequence
@@ -22,6 +23,7 @@ from domain.datasets import BenchRequest
 from domain.ttft_parts import PARTS_HEADER
 
 # PARTS_HEADER: a pdctl proxy adds the TTFT's parts after [DONE]; other servers ignore it
+AFTER_DONE_S = 1.0
 JSON_HEADERS = {"Content-Type": "application/json", PARTS_HEADER: "1"}
 
 
@@ -182,10 +184,13 @@ async def _parts_after_done(
 ) -> dict[str, Any] | None:
     """Read the rest of the stream (a comment line at most) for the TTFT's parts."""
     rest = b"\n".join([*after, lines.rest()])
-    async for chunk in response.content.iter_any():
-        rest += chunk
-        if len(rest) > 4096:
-            break
+    # bounded: a server that holds the stream open after [DONE] costs this request 1 s at most
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(AFTER_DONE_S):
+            async for chunk in response.content.iter_any():
+                rest += chunk
+                if len(rest) > 4096:
+                    break
     for line in rest.split(b"\n"):
         if (parts := ttft_parts(line.strip(b"\r"))) is not None:
             return parts
