@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run run-cluster test test-vllm test-ray lint bench-core bench-sim bench-proxy bench-switch bench-plan-live bench-events bench-cluster bench-measure soak soak-quick chaos clean system-deps
+.PHONY: run run-cluster test test-vllm test-ray lint bench-core bench-sim bench-proxy bench-ttft bench-switch bench-plan-live bench-events bench-cluster bench-measure soak soak-quick chaos clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -66,6 +66,10 @@ bench-plan-live: $(STAMP)
 
 bench-proxy: $(STAMP)
 	$(PY) -m benchmarks.bench_proxy
+
+# Where each TTFT went: 100 requests through a MoRIIO read pair and a write pair of stand-ins.
+bench-ttft: $(STAMP)
+	$(PY) -m benchmarks.ttft_breakdown
 
 # vLLM's own client (`vllm bench serve`, from the real-vLLM venv) and `pdctl bench` against the
 # same stand-ins and workload, direct and through the proxy, at several rates.

@@ -8,6 +8,7 @@ is bounded by `--timeout` so a stuck server cannot hang the run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Iterable, Sequence
@@ -17,10 +18,13 @@ import aiohttp
 
 from bench.config import BenchConfig
 from bench.records import RequestRecord
-from bench.sse import NOTHING, LineSplitter, error_message, parse_line
+from bench.sse import NOTHING, LineSplitter, error_message, parse_line, ttft_parts
 from domain.datasets import BenchRequest
+from domain.ttft_parts import PARTS_HEADER
 
-JSON_HEADERS = {"Content-Type": "application/json"}
+# PARTS_HEADER: a pdctl proxy adds the TTFT's parts after [DONE]; other servers ignore it
+AFTER_DONE_S = 1.0
+JSON_HEADERS = {"Content-Type": "application/json", PARTS_HEADER: "1"}
 
 
 class ServerUnreachable(Exception):
@@ -133,9 +137,11 @@ class BenchClient:
             tokens = 0
             lines = LineSplitter()
             done = False
+            after: list[bytes] = []  # the lines that came after [DONE] in its chunk
             async for chunk in response.content.iter_any():
                 now = time.perf_counter()
-                for line in lines.feed(chunk):
+                fed = lines.feed(chunk)
+                for i, line in enumerate(fed):
                     event = parse_line(line)
                     if event is NOTHING:
                         continue
@@ -154,11 +160,13 @@ class BenchClient:
                     if event.completion_tokens is not None:
                         record.output_tokens = event.completion_tokens
                     if event.done:
-                        done = True
+                        done, after = True, fed[i + 1 :]
                         break
                 if done:
                     break
-            if not done and parse_line(lines.rest()).done:
+            if done:  # a pdctl proxy sends the TTFT's parts after [DONE], then ends
+                record.ttft_parts = await _parts_after_done(response, lines, after)
+            elif parse_line(lines.rest()).done:
                 done = True
             if not done:
                 record.error = "stream ended before [DONE]"
@@ -169,6 +177,24 @@ class BenchClient:
         record.output_tokens = record.output_tokens or tokens
         record.e2el = last_token - record.start
         record.ok = True
+
+
+async def _parts_after_done(
+    response: aiohttp.ClientResponse, lines: LineSplitter, after: list[bytes]
+) -> dict[str, Any] | None:
+    """Read the rest of the stream (a comment line at most) for the TTFT's parts."""
+    rest = b"\n".join([*after, lines.rest()])
+    # bounded: a server that holds the stream open after [DONE] costs this request 1 s at most
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(AFTER_DONE_S):
+            async for chunk in response.content.iter_any():
+                rest += chunk
+                if len(rest) > 4096:
+                    break
+    for line in rest.split(b"\n"):
+        if (parts := ttft_parts(line.strip(b"\r"))) is not None:
+            return parts
+    return None
 
 
 async def _http_error(response: aiohttp.ClientResponse) -> str:

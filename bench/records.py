@@ -41,6 +41,8 @@ class RequestRecord:
     e2el: float = 0.0
     start: float = 0.0
     index: int = 0
+    # where its TTFT went, as a pdctl proxy reports it (connector/ttft_parts.py); None elsewhere
+    ttft_parts: dict[str, Any] | None = None
 
     @property
     def tpot(self) -> float | None:

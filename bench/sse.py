@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from domain.ttft_parts import PARTS_COMMENT
+
 MAX_LINE_BYTES = 1 << 20  # an SSE line this long without a newline is a broken stream
 
 
@@ -106,3 +108,16 @@ def _is_token(choices: Any) -> bool:
         text = delta.get("content") or delta.get("reasoning_content")
         return isinstance(text, str) and text != ""
     return isinstance(choice.get("text"), str)
+
+
+def ttft_parts(line: str | bytes) -> dict[str, Any] | None:
+    """The TTFT's parts a pdctl proxy sends after [DONE] as one comment line, else None."""
+    if isinstance(line, bytes):
+        line = line.decode("utf-8", errors="replace")
+    if not line.startswith(PARTS_COMMENT):
+        return None
+    try:
+        parts = json.loads(line[len(PARTS_COMMENT) :])
+    except ValueError:
+        return None
+    return parts if isinstance(parts, dict) else None

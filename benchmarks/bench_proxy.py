@@ -5,7 +5,9 @@ bottleneck) and a colocated stand-in, all pinned with the load generator to one 
 pinned alone to the other core. Rows:
 - direct: `pdctl bench` straight to the colocated stand-in (the floor: no proxy, no hand-off);
 - pdctl, vllm-router, baseline (FastAPI + httpx, like vLLM's NIXL example proxy): NIXL PD;
-- pdctl / vllm-router over the colocated stand-in: the cost of the hop alone.
+- pdctl / vllm-router over the colocated stand-in: the cost of the hop alone;
+- pdctl no-parts: pdctl with its TTFT breakdown off (`--no-ttft-parts`): the breakdown's cost
+  as the CPU/pdctl ratio.
 Per proxy: CPU-seconds per 1,000 streamed tokens (utime + stime of the proxy process from
 /proc/<pid>/stat around the measured run), TTFT p50 / p99 added over `direct`, and ratios to
 pdctl; and tokens per second per proxy core at saturation (benchmarks/proxy_saturation.py: wrk
@@ -170,6 +172,13 @@ def run_all(logs: Path, colocated: Server, prefill: Server, decode: Server) -> l
         f"requests of {INPUT_LEN} in / {OUTPUT_LEN} out, {ROUNDS} rounds; proxies on core "
         f"{PROXY_CORE}, engines and load on core {LOAD_CORE}; logs in {logs}",
         flush=True,
+    )
+    # the TTFT breakdown's cost: the same proxy with it off (pdctl bench asks for the parts,
+    # so the "pdctl" row pays for the split and the comment after [DONE] on every request)
+    proxies["pdctl no-parts"] = lambda port: pdctl(
+        "proxy",
+        *("--port", str(port), "--registry-port", "-1", "--no-ttft-parts"),
+        *("--prefill", prefill.url, "--decode", decode.url),
     )
     if BEFORE:
         proxies["pdctl before"] = lambda port: [

@@ -80,6 +80,7 @@ class Disaggregated:
         attempt = 0
         while True:
             attempt += 1
+            flight.attempt_starts(clock())
             flight.route = Route(group, prefill, decode)
             run_prefill = reuse is None
             # this attempt's instances: the except clause below picks the next attempt's

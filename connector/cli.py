@@ -40,6 +40,13 @@ def proxy(
     policy: Annotated[str, typer.Option(help="Pair selection: round-robin | least-tokens.")] = (
         "round-robin"
     ),
+    ttft_parts: Annotated[
+        bool,
+        typer.Option(
+            "--ttft-parts/--no-ttft-parts",
+            help="Split each request's TTFT into queue, retry, prefill, transfer and decode.",
+        ),
+    ] = True,
     admin_token: Annotated[
         str | None,
         typer.Option(
@@ -174,6 +181,7 @@ def proxy(
             default_registry_mode=mode if mode != "colocated" else "read",
             slo=SloTargets(slo_ttft_ms, slo_itl_ms, slo_tpot_ms, itl_slo_stat),
             policy=policy,
+            ttft_parts=ttft_parts,
             admin_token=admin_token,
             prefill_timeout=prefill_timeout,
             decode_timeout=decode_timeout,

@@ -14,6 +14,8 @@ from typing import Any
 
 from connector.instances import Route
 from connector.measure import RequestTiming, SloTargets, itl_figures, judge, summarize
+from connector.ttft_parts import EngineTransfer, TtftParts, split
+from domain.ttft_parts import PARTS_COMMENT
 
 MAX_EVENT_BYTES = 8 << 20  # one SSE event; vLLM's largest (prompt logprobs) stay well below
 
@@ -27,6 +29,7 @@ class Flight:
 
     __slots__ = (
         "arrival",
+        "attempt_at",
         "attempts",
         "blamed",
         "cause",
@@ -34,7 +37,9 @@ class Flight:
         "end",
         "endpoint",
         "error",
+        "first_attempt",
         "first_byte_missed",
+        "kv_stats",
         "last_read",
         "malformed",
         "prefill_end",
@@ -47,8 +52,10 @@ class Flight:
         "tail",
         "timed_out",
         "token_times",
+        "ttft_parts",
         "usage_tokens",
         "wall",
+        "want_parts",
     )
 
     def __init__(self, arrival: float, endpoint: str) -> None:
@@ -75,6 +82,17 @@ class Flight:
         self.cause: str | None = None  # the blamed leg's failure (connector/retry.py CAUSES)
         self.first_byte_missed = False  # the watchdog ended the leg at its first-byte deadline
         self.attempts: list[dict[str, Any]] = []  # the attempts that failed and were retried
+        self.first_attempt: float | None = None  # when the first attempt started (queue ends)
+        self.attempt_at: float | None = None  # when the serving attempt started (retry ends)
+        self.kv_stats: Any = None  # the decode's own `kv_transfer_stats`, as it sent them
+        self.ttft_parts = True  # split the TTFT into its parts (connector/ttft_parts.py)
+        self.want_parts = False  # the client asked for them at the end of its stream
+
+    def attempt_starts(self, now: float) -> None:
+        """An attempt (the first, or a retry after its backoff) starts now."""
+        self.attempt_at = now
+        if self.first_attempt is None:
+            self.first_attempt = now
 
     def next_attempt(self, failed: dict[str, Any]) -> None:
         """A failed attempt is retried: note it and forget what it measured (no byte of it
@@ -82,7 +100,7 @@ class Flight:
         self.attempts.append(failed)
         self.prefill_start = self.prefill_end = self.end = self.done_at = None
         self.token_times = []
-        self.usage_tokens, self.tail, self.malformed = None, b"", None
+        self.usage_tokens, self.tail, self.malformed, self.kv_stats = None, b"", None, None
         self.timed_out = self.first_byte_missed = False
 
     def scan(self, chunk: bytes, now: float) -> None:
@@ -110,9 +128,11 @@ class Flight:
         if not event.startswith(b"data:"):
             return
         try:
-            usage = json.loads(event[5:]).get("usage") or {}
-        except ValueError:
+            message = json.loads(event[5:])
+            usage = message.get("usage") or {}
+        except (ValueError, AttributeError):
             return
+        self.kv_stats = message.get("kv_transfer_stats")
         if isinstance(usage.get("completion_tokens"), int):
             self.usage_tokens = usage["completion_tokens"]
 
@@ -131,7 +151,30 @@ class Flight:
             self.prefill_start,
             self.prefill_end,
         )
+        timing.parts = self.parts(now)
         return timing, judge(timing, slo)
+
+    def parts(self, now: float) -> TtftParts | None:
+        """Where this request's TTFT went, or None (turned off, or no attempt started)."""
+        if not self.ttft_parts or self.first_attempt is None or self.attempt_at is None:
+            return None
+        first = self.token_times[0] if self.token_times else self.end or now
+        return split(
+            self.arrival,
+            self.first_attempt,
+            self.attempt_at,
+            self.prefill_end,
+            first,
+            EngineTransfer.from_json(self.kv_stats),
+        )
+
+    def parts_comment(self, now: float) -> bytes:
+        """The parts as an SSE comment (`: ttft_parts {...}`) after [DONE], for a client that
+        asked (PARTS_HEADER): SSE readers skip comments, and most stop reading at [DONE]."""
+        parts = self.parts(now)
+        if parts is None:
+            return b""
+        return PARTS_COMMENT.encode() + json.dumps(parts.to_json()).encode() + b"\n\n"
 
     def log_entry(
         self, outcome: str, timing: RequestTiming | None, met: dict[str, bool]
@@ -167,6 +210,8 @@ class Flight:
                 transfer_first_decode_ms=_ms(timing.transfer_first_decode),
                 slo=met,
             )
+            if timing.parts is not None:
+                entry["ttft_parts"] = timing.parts.to_json()
         return entry
 
 

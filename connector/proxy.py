@@ -38,6 +38,7 @@ from connector.relay import ClientGone, Relay
 from connector.settings import ProxySettings
 from connector.upstream import UpstreamPool
 from domain.modes import Mode, Role
+from domain.ttft_parts import PARTS_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +137,8 @@ class Proxy:
     # -- the request path --------------------------------------------------------------------
     async def generate(self, request: web.Request) -> web.StreamResponse:
         flight = Flight(clock(), request.path)
+        flight.ttft_parts = self.settings.ttft_parts
+        flight.want_parts = flight.ttft_parts and PARTS_HEADER in request.headers
         self.metrics.arrived(flight.arrival)
         outcome = "failed"
         try:
@@ -200,6 +203,7 @@ class Proxy:
         inst.begin(load)
         ok = False
         try:
+            flight.attempt_starts(clock())
             flight.request_id = os.urandom(16).hex()
             headers = {"Content-Type": "application/json", "X-Request-Id": flight.request_id}
             response = await self.relay.pass_through(

@@ -291,7 +291,8 @@ class Relay:
             flight.prepared = True
             await resp.prepare(request)
         try:
-            await resp.write_eof()
+            # the parts go out with the stream's last chunk: one write, no extra packet
+            await resp.write_eof(flight.parts_comment(clock()) if flight.want_parts else b"")
         except ConnectionError:
             raise ClientGone from None
         return resp
@@ -328,6 +329,7 @@ def _read_json_usage(raw: bytes, flight: Flight) -> bool:
         return False
     if not isinstance(answer, dict):
         return False
+    flight.kv_stats = answer.get("kv_transfer_stats")
     usage = answer.get("usage")
     if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
         flight.usage_tokens = usage["completion_tokens"]

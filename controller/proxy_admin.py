@@ -95,6 +95,14 @@ class ProxyAdminClient:
             raise ProxyAdminError("GET /admin/instances: no instance list in the answer")
         return [e for e in listed if isinstance(e, dict) and isinstance(e.get("url"), str)]
 
+    async def recent_requests(self, limit: int = 1000) -> list[dict[str, Any]]:
+        """The proxy's request log, newest last (each line may carry its `ttft_parts`)."""
+        body = await self._call("GET", f"/admin/requests?limit={int(limit)}")
+        listed = body.get("requests") if isinstance(body, dict) else None
+        if not isinstance(listed, list):
+            raise ProxyAdminError("GET /admin/requests: no request list in the answer")
+        return [e for e in listed if isinstance(e, dict)]
+
     async def refusals(self) -> list[Refusal]:
         body = await self._call("GET", "/admin/registry")
         refusals = body.get("refusals") if isinstance(body, dict) else None

@@ -218,6 +218,7 @@ class KVTransferAgent:
             self.metrics.transfer_overruns += 1
             ready_at = wire_done
         await engine.sleep_until(ready_at)
+        req.kv_transfer = (allocated_at, ready_at, modelled_s)
         self.metrics.on_transfer(modelled_s, modelled_bytes, len(remote.block_ids))
         self.metrics.transfers["ok"] += 1
         engine.kv_arrived(req.request_id, ok=True, recompute_on_failure=False)

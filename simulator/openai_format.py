@@ -117,15 +117,16 @@ class ResponseWriter:
             body["kv_transfer_params"] = kv_params
         return _sse(body)
 
-    def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> bytes:
+    def usage_chunk(
+        self, prompt_tokens: int, completion_tokens: int, extra: dict | None = None
+    ) -> bytes:
         usage = {
             "prompt_tokens": prompt_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
             "completion_tokens": completion_tokens,
         }
-        return _sse(
-            {**self._head, "choices": [], "usage": usage, "system_fingerprint": self.fingerprint}
-        )
+        body = {**self._head, "choices": [], "usage": usage, "system_fingerprint": self.fingerprint}
+        return _sse({**body, **extra} if extra else body)
 
     def error_chunk(self, message: str, status: int = 500) -> bytes:
         return _sse(

@@ -137,6 +137,8 @@ class EngineRequest:
     finish_time: float | None = None
     finish_reason: str | None = None  # length | stop | abort | error
     kv_hold_deadline: float | None = None
+    # a decode's KV transfer on the engine's clock: (waited from, ready at, modelled seconds)
+    kv_transfer: tuple[float, float, float] | None = None
     timeline: TokenTimeline = field(default_factory=TokenTimeline)
 
     @property
@@ -168,3 +170,19 @@ class EngineRequest:
 
     def itl_stat(self, stat: str) -> float | None:
         return gap_stat(self.timeline.gaps(), stat)
+
+
+def kv_transfer_stats(req: EngineRequest, time_scale: float = 1.0) -> dict[str, float] | None:
+    """A decode's own figures for its KV transfer, in wall seconds, for its response's
+    `kv_transfer_stats` field (pdctl's proxy splits the decode's wait with them): how long it
+    waited for its KV (blocks allocated to KV usable; in write mode this spans the prefill),
+    the modelled transfer itself, and KV usable to its first token (its first decode step,
+    queue included). None when no KV arrived by transfer."""
+    if req.kv_transfer is None or req.first_token_time is None:
+        return None
+    since, ready, xfer = req.kv_transfer
+    return {
+        "kv_wait_s": (ready - since) * time_scale,
+        "xfer_time_s": xfer * time_scale,
+        "ready_to_first_token_s": max(0.0, req.first_token_time - ready) * time_scale,
+    }

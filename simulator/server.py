@@ -32,7 +32,7 @@ from simulator.openai_format import (
 )
 from simulator.openai_request import RequestError, error_body
 from simulator.registration import heartbeat, registration_message
-from simulator.request import EngineRequest, KVRole
+from simulator.request import EngineRequest, KVRole, kv_transfer_stats
 from simulator.scheduler import Scheduler, SchedulerConfig
 from simulator.stats_log import log_stats
 from simulator.timing import TimingModel
@@ -282,6 +282,12 @@ def _kv_params(state: SimState, ereq: EngineRequest, handoff: Handoff) -> dict |
     )
 
 
+def _transfer_stats(state: SimState, ereq: EngineRequest) -> dict:
+    """The decode's own per-request transfer figures, as a top-level field clients ignore."""
+    stats = kv_transfer_stats(ereq, state.engine.time_scale)
+    return {} if stats is None else {"kv_transfer_stats": stats}
+
+
 def _failure(state: SimState, ereq: EngineRequest) -> str:
     why = state.agent.failures.pop(ereq.request_id, None) if state.agent else None
     return (
@@ -326,7 +332,7 @@ async def _whole(state, gen, writer: ResponseWriter, ereq, handoff, queue) -> we
         ereq.num_output_tokens,
         _kv_params(state, ereq, handoff),
     )
-    return _json(body)
+    return _json({**body, **_transfer_stats(state, ereq)})
 
 
 async def _stream(
@@ -369,7 +375,11 @@ async def _stream(
                 )
             )
         if gen.include_usage:
-            await response.write(writer.usage_chunk(ereq.prompt_len, ereq.num_output_tokens))
+            await response.write(
+                writer.usage_chunk(
+                    ereq.prompt_len, ereq.num_output_tokens, _transfer_stats(state, ereq)
+                )
+            )
     await response.write(DONE)
     await response.write_eof()
     return response

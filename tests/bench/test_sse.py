@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench.sse import MAX_LINE_BYTES, LineSplitter, error_message, parse_line
+from bench.sse import MAX_LINE_BYTES, NOTHING, LineSplitter, error_message, parse_line
 
 
 def _data(message: object) -> str:
@@ -71,3 +71,14 @@ def test_error_message_shapes() -> None:
     assert error_message({"error": {"message": "x"}}) == "x"
     assert error_message({"detail": "bad field"}) == "bad field"
     assert error_message("plain") == "plain"
+
+
+def test_the_ttft_parts_comment_a_pdctl_proxy_sends_after_done():
+    from bench.sse import ttft_parts
+
+    line = b': ttft_parts {"queue_ms": 0.1, "transfer_source": "engine"}'
+    assert ttft_parts(line) == {"queue_ms": 0.1, "transfer_source": "engine"}
+    assert parse_line(line) is NOTHING  # a comment: nothing for the measurement
+    assert ttft_parts(b": ttft_parts [1]") is None
+    assert ttft_parts(b": ttft_parts {broken") is None
+    assert ttft_parts(b"data: [DONE]") is None
