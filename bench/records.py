@@ -41,7 +41,7 @@ class RequestRecord:
     e2el: float = 0.0
     start: float = 0.0
     index: int = 0
-    # where its TTFT went, as a pdctl proxy reports it (connector/ttft_parts.py); None elsewhere
+    # where its TTFT went, as a pdctl proxy reports it (domain/ttft_parts.py); None elsewhere
     ttft_parts: dict[str, Any] | None = None
 
     @property

@@ -14,8 +14,7 @@ from typing import Any
 
 from connector.instances import Route
 from connector.measure import RequestTiming, SloTargets, itl_figures, judge, summarize
-from connector.ttft_parts import EngineTransfer, TtftParts, split
-from domain.ttft_parts import PARTS_COMMENT
+from domain.ttft_parts import PARTS_COMMENT, EngineTransfer, TtftParts, split
 
 MAX_EVENT_BYTES = 8 << 20  # one SSE event; vLLM's largest (prompt logprobs) stay well below
 
@@ -85,7 +84,7 @@ class Flight:
         self.first_attempt: float | None = None  # when the first attempt started (queue ends)
         self.attempt_at: float | None = None  # when the serving attempt started (retry ends)
         self.kv_stats: Any = None  # the decode's own `kv_transfer_stats`, as it sent them
-        self.ttft_parts = True  # split the TTFT into its parts (connector/ttft_parts.py)
+        self.ttft_parts = True  # split the TTFT into its parts (domain/ttft_parts.py)
         self.want_parts = False  # the client asked for them at the end of its stream
 
     def attempt_starts(self, now: float) -> None:

@@ -12,9 +12,9 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from connector.ttft_parts import TtftParts
 from domain import slo
 from domain.slo import SloTargets, itl_statistic, percentile
+from domain.ttft_parts import TtftParts
 
 __all__ = ["RequestTiming", "SloTargets", "itl_figures", "itl_statistic", "judge", "summarize"]
 
@@ -30,7 +30,7 @@ class RequestTiming:
     output_tokens: int = 0
     # each ITL statistic (mean, p99, max) of this request, computed once; None: no gap
     itl_stats: dict[str, float | None] = field(default_factory=dict)
-    parts: TtftParts | None = None  # where the TTFT went (connector/ttft_parts.py)
+    parts: TtftParts | None = None  # where the TTFT went (domain/ttft_parts.py)
 
 
 def summarize(

@@ -69,7 +69,7 @@ class ProxySettings:
     health_timeout: float = 5.0
     loop_lag_interval: float = 0.5
     request_log_size: int = 1000
-    ttft_parts: bool = True  # split each TTFT into its parts (connector/ttft_parts.py)
+    ttft_parts: bool = True  # split each TTFT into its parts (domain/ttft_parts.py)
     max_body_bytes: int = 64 << 20  # a client body over this is 413
     header_timeout: float = 10.0  # a request head not complete this long after its first byte
     body_timeout: float = 60.0  # a request body not received in this long is 408

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from connector.ttft_parts import TtftParts
+from domain.ttft_parts import TtftParts
 from tests.web.test_advice_api import FakeObserver, live_frame
 from web.routes import ttft
 

@@ -10,8 +10,8 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from connector.ttft_parts import PARTS
 from controller.proxy_admin import ProxyAdminClient, ProxyAdminError
+from domain.ttft_parts import PARTS
 from observe.frames import WINDOW_SECONDS
 from observe.ttft_breakdown import series, slowest, window_rows
 from web import htmx
