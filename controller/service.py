@@ -71,6 +71,10 @@ class ControlService:
     def status(self, name: str) -> list[dict[str, Any]]:
         return self.supervisor.status(name) if self.known(name) else []
 
+    def statuses(self) -> dict[str, list[dict[str, Any]]]:
+        """Every deployment the supervisor keeps, with its processes' status rows."""
+        return {name: self.supervisor.status(name) for name in self.supervisor.deployments}
+
     def log_tail(self, name: str, instance: str, lines: int) -> list[str]:
         return self.supervisor.log_tail(name, instance, lines)
 
@@ -84,8 +88,7 @@ class ControlService:
         backend = self.supervisor.backend
         # One host: every process is on it (status rows name a node only on a cluster).
         here = None if backend.clustered or not nodes else backend.home(nodes).id
-        statuses = {name: self.supervisor.status(name) for name in self.supervisor.deployments}
-        return cluster_view(nodes, statuses, here)
+        return cluster_view(nodes, self.statuses(), here)
 
     async def _nodes(self) -> list[Node]:
         try:

@@ -166,8 +166,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def _left_running(settings: Settings, controller: ControlService) -> str:
-    supervisor = controller.supervisor
-    statuses = {name: supervisor.status(name) for name in supervisor.deployments}
+    statuses = controller.statuses()
     server = f"http://{settings.host}:{settings.port}"
     return left_running.note(statuses, str(settings.db), server, settings.auth_enabled)
 

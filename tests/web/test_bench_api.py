@@ -40,6 +40,9 @@ class FakeController:
     def is_active(self, name: str) -> bool:
         return True
 
+    def statuses(self) -> dict[str, list[dict]]:
+        return {}  # what Ctrl-C would name as left running: nothing here
+
     async def close(self) -> None:
         pass
 
