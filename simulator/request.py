@@ -137,6 +137,9 @@ class EngineRequest:
     finish_time: float | None = None
     finish_reason: str | None = None  # length | stop | abort | error
     kv_hold_deadline: float | None = None
+    # Decode leg: CRC-32 of the KV bytes received XOR of the bytes a correct transfer
+    # carries (0: correct, or no transfer); it seeds the output (simulator/server.py)
+    kv_seed_delta: int = 0
     timeline: TokenTimeline = field(default_factory=TokenTimeline)
 
     @property
