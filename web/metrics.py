@@ -129,7 +129,8 @@ class LiveCollector(Collector):
         yield kv
         yield up
         yield from pd_families(self.observer.latest)
-        yield from canary_families(self.observer.canary.states)
+        runner = getattr(self.observer, "canary", None)  # observe/canary_probe.py
+        yield from canary_families(runner.states if runner is not None else {})
 
 
 def pd_families(latest: dict) -> Iterator[Metric]:
