@@ -7,7 +7,8 @@ then read every request the load sent. A request is *lost* when it never got an 
 error (the client timed out, or never recorded it), or got an error that does not say what
 failed: that must be 0 in every row, and each row checks its own expected outcome. The rows
 live in chaos_faults (processes), chaos_upstream (garbage, stalls), chaos_disk (a full log
-disk) and chaos_registry (heartbeats, modes, a flood). The summary table goes to stdout; the
+disk), chaos_registry (heartbeats, modes, a flood) and chaos_canary (KV bytes corrupted on the
+wire: the correctness canary must say so within one period). The summary table goes to stdout; the
 exit status is 1 when a row's expectation does not hold. `--quick` runs a shorter campaign
 (CI, about 4 minutes on 2 cores). `--layout 2p2d` runs two prefills and two decodes and the
 rows of benchmarks/chaos_spares.py, where only requests already streaming may fail.
@@ -23,7 +24,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks import chaos_disk, chaos_faults, chaos_registry, chaos_spares, chaos_upstream
+from benchmarks import (
+    chaos_canary,
+    chaos_disk,
+    chaos_faults,
+    chaos_registry,
+    chaos_spares,
+    chaos_upstream,
+)
 from benchmarks.chaos_load import LAYOUTS, NAME, Plane, Row, Target, deployment, recovered
 
 ROWS: dict[str, Callable[[Target], Row]] = {
@@ -31,6 +39,7 @@ ROWS: dict[str, Callable[[Target], Row]] = {
     **chaos_upstream.ROWS,
     "log disk full": chaos_disk.disk_full,
     **chaos_registry.ROWS,
+    **chaos_canary.ROWS,
 }
 QUICK = (
     "SIGKILL decode",
@@ -46,6 +55,7 @@ QUICK = (
     "rogue registration",
     "registration flood",
     "registration flood at a proxy restart",
+    "KV corrupted on the wire",
 )
 
 

@@ -29,6 +29,7 @@ PREFILL_TIMEOUT = 5.0  # the proxy's leg timeouts in this deployment: a hung leg
 DECODE_TIMEOUT = 4.0
 FIRST_BYTE_TIMEOUT = 1.0  # a decode silent on every stream this long is hung (with a spare)
 KV_TRANSFER_TIMEOUT = 3  # the stand-ins' MoRIIO transfer_timeout: a stale agent hangs this long
+CANARY_PERIOD_S = 5.0  # the correctness canary's period here (benchmarks/chaos_canary.py)
 LAYOUTS = {"1p1d": 1, "2p2d": 2}  # instances per role
 # Set to run this campaign against a pdctl from before retries (the figures' "before").
 BASELINE = bool(os.environ.get("PDCTL_CHAOS_BASELINE"))
@@ -105,6 +106,7 @@ def deployment(layout: str = "1p1d") -> dict:
         "connector": "MoRIIOConnector",
         "prefix_caching": False,
         "kv_connector_extra_config": {"transfer_timeout": str(KV_TRANSFER_TIMEOUT)},
+        "canary": {"interval_s": CANARY_PERIOD_S},
         "groups": [
             {"name": "prefill", "role": "prefill", "mode": "read", "count": n},
             {"name": "decode", "role": "decode", "mode": "read", "count": n},

@@ -66,6 +66,9 @@ class ProxyMetrics:
         self.itl_spikes = 0
         self.turns = dict.fromkeys(("first", "follow_up", "unknown"), 0)  # client_body.turn_kind
         self.itl_spikes_at_prefill = 0
+        # The control plane's canaries by outcome, and requests with a forged canary header
+        # (connector/canary.py): neither kind is missing from the figures unannounced
+        self.canaries: dict[str, int] = {}
         # Gaps between client requests arriving, as count, sum and sum of squares: any window's
         # mean and variance of the gaps (so its burstiness) follow from counter deltas.
         self.arrival_gaps = 0
@@ -115,27 +118,22 @@ class ProxyCollector(Collector):
         m = self.metrics
         for name, (_, doc) in _HISTOGRAMS.items():
             yield _family(m.histograms[name], f"pdctl_proxy_{name}_seconds", doc)
-        requests = CounterMetricFamily(
-            "pdctl_proxy_requests", "Requests by outcome.", labels=["outcome"]
+        yield _by("pdctl_proxy_requests", "Requests by outcome.", "outcome", m.outcomes)
+        yield _by("pdctl_proxy_slo_met", "Requests that met each SLO target.", "target", m.slo_met)
+        yield _by(
+            "pdctl_proxy_canary_requests",
+            "Control-plane canaries by outcome (left out of every SLO figure), and requests "
+            "with a forged canary header (verdict forged: measured as any request).",
+            "verdict",
+            m.canaries,
         )
-        for outcome, n in m.outcomes.items():
-            requests.add_metric([outcome], n)
-        yield requests
-        slo = CounterMetricFamily(
-            "pdctl_proxy_slo_met", "Requests that met each SLO target.", labels=["target"]
-        )
-        for target, n in m.slo_met.items():
-            slo.add_metric([target], n)
-        yield slo
-        turns = CounterMetricFamily(
+        yield _by(
             "pdctl_proxy_turns",
             "Requests by turn: a chat carrying an earlier answer is a "
             "follow_up; completions are unknown.",
-            labels=["kind"],
+            "kind",
+            m.turns,
         )
-        for kind, n in m.turns.items():
-            turns.add_metric([kind], n)
-        yield turns
         yield CounterMetricFamily(
             "pdctl_proxy_itl_spikes",
             "Token gaps above twice their request's median gap.",
@@ -235,3 +233,11 @@ def make_registry(metrics: ProxyMetrics, pool: InstancePool) -> CollectorRegistr
 
 def exposition(registry: CollectorRegistry) -> Callable[[], bytes]:
     return lambda: generate_latest(registry)
+
+
+def _by(name: str, doc: str, label: str, counts: dict[str, int]) -> CounterMetricFamily:
+    """A counter family with one label, one sample per key."""
+    family = CounterMetricFamily(name, doc, labels=[label])
+    for key, n in counts.items():
+        family.add_metric([key], n)
+    return family

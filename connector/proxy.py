@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from connector import canary
 from connector.attempts import Disaggregated
 from connector.client_body import estimate_tokens, parse_client_body, turn_kind
 from connector.errors import (
@@ -139,17 +140,26 @@ class Proxy:
         flight = Flight(clock(), request.path)
         flight.ttft_parts = self.settings.ttft_parts
         flight.want_parts = flight.ttft_parts and PARTS_HEADER in request.headers
-        self.metrics.arrived(flight.arrival)
+        marked = canary.mark(request.headers, self.settings.admin_token)
+        is_canary = marked == "canary"  # left out of the SLO figures (connector/canary.py)
+        if marked == "forged":
+            self.metrics.canaries["forged"] = self.metrics.canaries.get("forged", 0) + 1
+        if not is_canary:
+            self.metrics.arrived(flight.arrival)
         outcome = "failed"
         try:
             raw = await self._read_body(request)
             body = parse_client_body(raw, request.path)
             flight.stream = body.get("stream") is True
-            self.metrics.turns[turn_kind(body, request.path)] += 1
+            if not is_canary:
+                self.metrics.turns[turn_kind(body, request.path)] += 1
             route = await self.hold.acquire_route()
             flight.route = route
             response = await self._serve(request, raw, body, route, flight)
             outcome = "failed" if flight.error else "ok"
+            if is_canary and not response.prepared:
+                prefill = route.prefill.url if route.prefill is not None else None
+                response.headers.update(canary.pair_headers(prefill, route.decode.url))
             return response
         except ProxyError as exc:
             outcome = (
@@ -172,7 +182,7 @@ class Proxy:
             outcome = _hung_up(flight)
             return web.StreamResponse()  # the client is gone: nothing more can be written
         finally:
-            self._finish(flight, outcome)
+            self._finish(flight, outcome, is_canary)
 
     async def _serve(
         self,
@@ -218,9 +228,13 @@ class Proxy:
         """The watchdog found `inst` hung (connector/relay.py): out at once, with a spare."""
         self.disaggregated.judge_failed(inst, "first_byte", why)
 
-    def _finish(self, flight: Flight, outcome: str) -> None:
+    def _finish(self, flight: Flight, outcome: str, is_canary: bool = False) -> None:
         self._judge_instances(flight, outcome)
         timing, met = flight.measure(outcome, self.settings.slo, clock())
+        if is_canary:  # served, judged for ejection, logged; never in the SLO figures
+            self.metrics.canaries[outcome] = self.metrics.canaries.get(outcome, 0) + 1
+            self.requests.append({**flight.log_entry(outcome, timing, met), "canary": True})
+            return
         self.metrics.record(outcome, timing, met)
         if timing is not None and flight.route is not None:
             spikes, lined_up = self.interference.spikes(flight.route.decode.url, flight.token_times)

@@ -13,6 +13,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
+from controller.canary_spec import CanaryConfig
 from controller.field_error import FieldError
 from controller.placement_spec import NodeSelector, Placement, check_placement
 from domain import modes
@@ -186,6 +187,7 @@ class DeploymentSpec(_Strict):
     groups: list[InstanceGroup] = Field(min_length=1, max_length=16)
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
     slo: SloTargets = Field(default_factory=SloTargets)
+    canary: CanaryConfig = Field(default_factory=CanaryConfig)  # controller/canary_spec.py
     max_model_len: int | None = Field(None, ge=16, le=1 << 21)
     prefix_caching: bool = True
     # MoRIIO runs without prefix caching in every published setup; keeping it needs a reason.

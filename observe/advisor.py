@@ -23,6 +23,7 @@ Signals (all optional):
   pd_recomputing_decodes  decodes recomputing their prompts now (observe/pd_check.py)
   pd_transfer_share       the lowest decode's share of prompt tokens by KV transfer (10 s)
   pd_failed_transfers     failed KV transfers on the decodes over the same 10 s
+  canary_failing_pairs    pairs whose canary answer is not the colocated one (observe/canary.py)
 """
 
 from __future__ import annotations
@@ -235,6 +236,23 @@ def _pd_not_happening(s: Signals) -> tuple[bool, str, dict]:
     return True, advice, evidence
 
 
+def _canary_failing(s: Signals) -> tuple[bool, str, dict]:
+    failing = s["canary_failing_pairs"]
+    evidence = {"canary_failing_pairs": failing}
+    if not failing:
+        return False, "the canary's answer through the hand-off is the model's own", evidence
+    advice = (
+        f"{failing:g} pair(s) answer the canary wrongly: answers through them are corrupt while "
+        "they still count as 200s and as met SLOs, so attainment and goodput overstate what "
+        "users get. Likely causes: (1) KV bytes damaged in transfer (a transport disconnect, "
+        "a restarted prefill whose stale blocks were read); (2) prefill and decode disagree "
+        "on the KV layout (model revision, dtype, block size, TP); (3) the decode read "
+        "another request's blocks. The canary.mismatch event names the pair and the first "
+        "differing token; drain that pair until it matches again"
+    )
+    return True, advice, evidence
+
+
 RULES = (
     Rule(
         "itl_interference", ("itl_p99_ms", "slo_itl_ms", "spike_prefill_overlap"), _itl_interference
@@ -261,6 +279,7 @@ RULES = (
         _pd_not_happening,
         reads=("pd_transfer_share", "pd_failed_transfers"),
     ),
+    Rule("canary_failing", ("canary_failing_pairs",), _canary_failing),
 )
 
 

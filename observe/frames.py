@@ -182,6 +182,8 @@ class Frame(Requests):
     # "Is PD happening?" per decode over the last 10 s whatever the frame's window (the
     # check keeps state: onset and recovery lines, observe/pd_check.py)
     pd: PdHappening
+    # The correctness canary's last verdict and counts (observe/canary.py section)
+    canary: NotRequired[dict[str, Any]]
     windows: NotRequired[dict[str, Headline]]  # every window's headline
 
 

@@ -28,6 +28,7 @@ from observe.build import (
     tracked,
     with_windows,
 )
+from observe.canary_probe import CanaryRunner
 from observe.frames import WINDOW_SECONDS, WINDOWS, Frame
 from observe.pd_check import CHECK_WINDOW, DecodeState, Transition, check
 from observe.samples import parse
@@ -106,6 +107,7 @@ class Observer:
         # "Is PD happening?": each deployment's decode states, and events not yet written
         self.pd_states: dict[str, dict[str, DecodeState]] = {}
         self._pd_events: list[tuple[str, Transition]] = []
+        self.canary = CanaryRunner(clock)  # the correctness canary (observe/canary.py)
         self._last_point: dict[str, float] = {}
         self._last_prune = 0.0
         self._session: aiohttp.ClientSession | None = None
@@ -121,6 +123,7 @@ class Observer:
         self._task = asyncio.create_task(self._loop(), name="pdctl-observer")
 
     async def close(self) -> None:
+        await self.canary.close()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -154,7 +157,9 @@ class Observer:
             del self.latest[gone]
         self._targets = {k: v for k, v in self._targets.items() if k[0] in names}
         self.pd_states = {k: v for k, v in self.pd_states.items() if k in names}
-        events, self._pd_events = self._pd_events, []
+        self.canary.forget(set(names))
+        events, self._pd_events = self._pd_events + self.canary.events, []
+        self.canary.events = []
         points = [
             (n, now, point(f[WINDOWS[0]]))
             for n, f in self.latest.items()
@@ -190,6 +195,9 @@ class Observer:
         )
         pd = self._check_pd(name, str(spec.topology) == "colocated", units, targets, now)
         frames = {w: build_frame(info, units, targets, w, now, pd) for w in WINDOWS}
+        self.canary.tick(name, dep, units, now)
+        for frame in frames.values():  # the last canary verdict beside the SLO figures
+            frame["canary"] = self.canary.section(name, spec)
         self.latest[name] = frames
         for window, frame in frames.items():
             topic = frame_topic(name, window)

@@ -37,6 +37,9 @@ that window (observe/build.py `point`).
   pd_transfer_share,       decodes recomputing, the lowest judged share of prompt tokens by
   pd_failed_transfers      KV transfer, failed transfers; absent where the check does not
                            apply (colocated)
+  canary_failing_pairs     frame["canary"] (observe/canary.py): pairs whose last canary answer
+                           differed from the model's colocated answer; absent when the canary
+                           is off, does not apply or has not judged yet
 """
 
 from __future__ import annotations
@@ -127,11 +130,21 @@ def from_frame(
     else:
         _arrivals(d, frame)
     if frame is None:
-        for name in ("frontend_cpu_share", "prefix_hit_rate", *PD_SIGNALS):
+        for name in ("frontend_cpu_share", "prefix_hit_rate", *PD_SIGNALS, "canary_failing_pairs"):
             d.miss(name, _NO_FRAME)
     else:
         _pd(d, frame.get("pd") or {})
+        _canary(d, frame.get("canary") or {})
     return d
+
+
+def _canary(d: Derived, canary: Mapping[str, Any]) -> None:
+    if not canary.get("applies") or canary.get("last") is None:
+        why = canary.get("why") or "no canary judged yet"
+        d.miss("canary_failing_pairs", f"the correctness canary: {why}")
+        return
+    src = "the correctness canary: the last answer per pair (observe/canary.py)"
+    d.put("canary_failing_pairs", len(canary.get("failing") or ()), src)
 
 
 PD_SIGNALS = ("pd_recomputing_decodes", "pd_transfer_share", "pd_failed_transfers")

@@ -30,7 +30,8 @@ def window_rows(
             continue
         raw = entry.get("ttft_parts")
         parts = from_json(raw) if isinstance(raw, dict) else None
-        if parts is None or entry.get("outcome") != "ok":
+        # The control plane's canaries are no client's requests (observe/canary.py).
+        if parts is None or entry.get("outcome") != "ok" or entry.get("canary"):
             continue
         rows.append({"entry": entry, "parts": with_estimate(parts, mean_xfer)})
     return rows

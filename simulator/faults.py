@@ -12,6 +12,10 @@ up. Off unless `pdctl sim --enable-fault-injection` (or PDCTL_SIM_FAULT_INJECTIO
                                              computes the prompt itself (local_compute, at
                                              prefill cost), answering 200 as a real engine
                                              whose KV never arrives does
+    {"fault": "corrupt_kv"}                  a prefill flips a byte of every KV payload it
+                                             sends (read: pulled, write: pushed); the decode
+                                             answers 200 with other tokens, since its output
+                                             is seeded by the bytes it received
 
 `/health`, `/metrics` and `/v1/models` are never touched: the point is an instance that looks
 alive and still answers wrongly.
@@ -19,7 +23,7 @@ alive and still answers wrongly.
 One mechanism for every fault: a kind is one entry in KINDS naming the surface it acts on
 (`requests`: generation answers; `heartbeat`: registrations; `kv`: the KV hand-off's bytes,
 read by simulator/kv_transfer.py through `Faults.for_kv()`), plus its effect where that
-surface is served. A fault that corrupts KV bytes on the wire is one more `kv` entry.
+surface is served.
 What a decode does with a restarted prefill's stale agent is a model setting, not a fault
 (`--kv-stale-peer`, simulator/kv_peers.py).
 """
@@ -41,6 +45,7 @@ KINDS = {
     "silent": "heartbeat",
     "mode": "heartbeat",
     "recompute": "kv",
+    "corrupt_kv": "kv",
 }
 GARBAGE = b"\x8f\x00<html>upstream exploded</html> \xff\xfe not json at all"
 STALL_S = 3600.0  # a stall outlives any sane client timeout; the client's hang-up ends it
@@ -107,6 +112,12 @@ class Faults:
         if fault.kind == "mode" and fault.mode:
             return {**message, "transfer_mode": fault.mode.upper()}
         return message
+
+
+def kv_fault(faults: Faults | None) -> str | None:
+    """The kind of the `kv` fault in force (recompute | corrupt_kv), if any."""
+    fault = faults.for_kv() if faults is not None else None
+    return fault.kind if fault is not None else None
 
 
 FAULTS = web.AppKey("faults", Faults)

@@ -11,6 +11,9 @@ transfer time, simulator/handoff_model.py, over the path this hardware and conne
 or in write mode at the later of that and (prefill done + one layer's share), the push
 overlapping with prefill compute. The wire carries modelled bytes x wire scale; if the wire
 is slower than the model, the later time wins and an overrun is counted.
+
+The bytes are the prompt's (kv_wire.kv_digest); the CRC of what arrived seeds the decode's
+output (EngineRequest.kv_seed_delta): wrong bytes give a wrong answer with a 200.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from dataclasses import dataclass
 from domain import profiles
 from simulator.engine_config import EngineSettings, KVTransferSettings
 from simulator.engine_loop import EngineLoop
-from simulator.faults import Faults
+from simulator.faults import Faults, kv_fault
 from simulator.kv_peers import PeerAgents, stale_reply
 from simulator.kv_wire import (
     WireError,
+    kv_digest,
+    payload_crc,
     read_frame,
     read_payload,
     send_frame,
@@ -55,6 +60,7 @@ class _Held:
     request_id: str
     modelled_bytes: float
     blocks: int
+    digest: bytes  # what its KV bytes are (kv_wire.kv_digest of the prompt)
 
 
 class KVTransferAgent:
@@ -70,8 +76,7 @@ class KVTransferAgent:
         self.faults = faults  # only with --enable-fault-injection (simulator/faults.py)
         self.model = profiles.model(settings.model_profile)
         # Every map here is keyed by a request or transfer and loses its entry on every
-        # terminal path of that request (answered, aborted, failed, expired): a stand-in
-        # serves for weeks.
+        # terminal path of it (answered, aborted, failed, expired): a stand-in serves weeks.
         self._held: dict[str, _Held] = {}  # prefill side: key -> held request
         # Write mode, prefill side: transfer_id -> (decode host, port, model time it came).
         self._targets: dict[str, tuple[str, int, float]] = {}
@@ -81,8 +86,6 @@ class KVTransferAgent:
         self._tasks: set[asyncio.Task] = set()
         self.failures: dict[str, str] = {}  # decode side: request id -> why its KV never came
         self.peers = PeerAgents(settings.kv_stale_peer)  # decode side: simulator/kv_peers.py
-
-    # ---- lifecycle ------------------------------------------------------------------
 
     async def start(self) -> None:
         ports = {self.kv.kv_port}
@@ -104,7 +107,7 @@ class KVTransferAgent:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
 
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro) -> None:  # a task kept until it ends
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -116,12 +119,15 @@ class KVTransferAgent:
     def wire_bytes(self, modelled: float) -> int:
         return max(1, int(modelled * self.settings.kv_wire_scale))
 
-    # ---- prefill side ----------------------------------------------------------------
+    def _corrupting(self) -> bool:  # the fault corrupt_kv: every payload sent is wrong
+        return kv_fault(self.faults) == "corrupt_kv"
 
     def prefill_done(self, key: str, req: EngineRequest) -> None:
         """A prefill leg finished and holds its KV; a decode may now take it."""
         modelled = (req.prompt_len - 1) * self.model.kv_bytes_per_token
-        self._held[key] = _Held(req.request_id, modelled, len(req.block_ids))
+        self._held[key] = _Held(
+            req.request_id, modelled, len(req.block_ids), kv_digest(req.prompt_token_ids)
+        )
         target = self._targets.pop(key, None)
         if target is not None:
             self._spawn(self._push(key, target[:2]))
@@ -149,7 +155,9 @@ class KVTransferAgent:
         try:
             size = self.wire_bytes(held.modelled_bytes)
             await send_frame(writer, {"op": "push", "key": key, "bytes": size})
-            self.metrics.wire_bytes["sent"] += await send_payload(writer, size)
+            self.metrics.wire_bytes["sent"] += await send_payload(
+                writer, size, held.digest, self._corrupting()
+            )
             ack = await read_frame(reader)
             if ack.get("ok"):
                 self.release(key)
@@ -157,8 +165,6 @@ class KVTransferAgent:
             log.warning("push of %s failed: %s", key, exc)
         finally:
             writer.close()
-
-    # ---- decode side -------------------------------------------------------------------
 
     def expect(self, request_id: str, remote: RemoteKV) -> None:
         """Remember where a decode leg's KV comes from, before the engine gives it blocks."""
@@ -180,8 +186,7 @@ class KVTransferAgent:
 
     def on_awaiting_kv(self, req: EngineRequest) -> None:
         remote = self._remote.get(req.request_id)
-        fault = self.faults.for_kv() if self.faults is not None else None
-        if fault is not None and fault.kind == "recompute":
+        if kv_fault(self.faults) == "recompute":
             remote = None  # the KV offered is ignored; the prefill holds it until it expires
         if remote is None:  # nothing to fetch from: compute locally
             self.engine.kv_arrived(req.request_id, ok=False, recompute_on_failure=True)
@@ -201,12 +206,12 @@ class KVTransferAgent:
         try:
             async with asyncio.timeout(timeout):
                 if remote.write:
-                    pushed_at = await self._announce_and_wait(req, remote)
+                    pushed_at, size, crc = await self._announce_and_wait(req, remote)
                     ready_at = max(
                         allocated_at + modelled_s, pushed_at + modelled_s / self.model.layers
                     )
                 else:
-                    await self._pull(remote)
+                    size, crc = await self._pull(remote)
                     ready_at = allocated_at + modelled_s
         except (TimeoutError, WireError, OSError) as exc:
             self._transfer_failed(req, remote, str(exc) or type(exc).__name__)
@@ -217,13 +222,15 @@ class KVTransferAgent:
         if wire_done > ready_at:
             self.metrics.transfer_overruns += 1
             ready_at = wire_done
+        req.kv_seed_delta = crc ^ payload_crc(kv_digest(req.prompt_token_ids), size)
         await engine.sleep_until(ready_at)
         req.kv_transfer = (allocated_at, ready_at, modelled_s)
         self.metrics.on_transfer(modelled_s, modelled_bytes, len(remote.block_ids))
         self.metrics.transfers["ok"] += 1
         engine.kv_arrived(req.request_id, ok=True, recompute_on_failure=False)
 
-    async def _pull(self, remote: RemoteKV, again: bool = True) -> None:
+    async def _pull(self, remote: RemoteKV, again: bool = True) -> tuple[int, int]:
+        """Pull the held KV; returns (payload bytes, their CRC-32)."""
         reader, writer = await asyncio.open_connection(remote.host, remote.port)
         try:
             await send_frame(
@@ -243,12 +250,17 @@ class KVTransferAgent:
             self.peers.learned(remote.host, remote.port, header.get("agent"))
             if not header.get("ok"):
                 raise WireError(str(header.get("error", "prefill refused the read")))
-            self.metrics.wire_bytes["received"] += await read_payload(reader, int(header["bytes"]))
+            size, crc = await read_payload(reader, int(header["bytes"]))
+            self.metrics.wire_bytes["received"] += size
             await send_frame(writer, {"op": "done", "key": remote.key})
+            return size, crc
         finally:
             writer.close()
 
-    async def _announce_and_wait(self, req: EngineRequest, remote: RemoteKV) -> float:
+    async def _announce_and_wait(
+        self, req: EngineRequest, remote: RemoteKV
+    ) -> tuple[float, int, int]:
+        """Announce the decode's blocks; returns (when the push began, its bytes, their CRC)."""
         fut = self._pushes.get(remote.key)
         if fut is None:
             fut = asyncio.get_running_loop().create_future()
@@ -293,13 +305,8 @@ class KVTransferAgent:
         raise WireError(why)
 
     def _transfer_failed(self, req: EngineRequest, remote: RemoteKV, why: str) -> None:
-        log.warning(
-            "KV transfer for %s from %s:%s failed: %s",
-            req.request_id,
-            remote.host,
-            remote.port,
-            why,
-        )
+        rid, host, port = req.request_id, remote.host, remote.port
+        log.warning("KV transfer for %s from %s:%s failed: %s", rid, host, port, why)
         self.metrics.failed_transfers += 1
         self.metrics.transfers["failed"] += 1
         self.failures[req.request_id] = why
@@ -308,8 +315,6 @@ class KVTransferAgent:
             ok=False,
             recompute_on_failure=self.kv.load_failure_policy == "recompute",
         )
-
-    # ---- the socket server (both sides) -------------------------------------------------
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -334,29 +339,25 @@ class KVTransferAgent:
             return
         key = str(frame.get("key"))
         held = self._held.get(key)
-        why = None
         if held is not None and held.request_id not in self.engine.scheduler.held:
             del self._held[key]  # the abort timeout freed it
             why = f"KV for {key} expired after the abort timeout and was freed"
-        elif held is None:
+            held = None
+        else:
             why = f"no KV held for {key} (expired, already taken, or never existed)"
-        if why is not None or held is None:
+        if held is None:
             await send_frame(writer, {"ok": False, "error": why})
             return
         engine_id = frame.get("engine_id")
         if engine_id not in (None, self.settings.engine_id):
-            await send_frame(
-                writer,
-                {
-                    "ok": False,
-                    "error": f"engine id {engine_id} is not "
-                    f"this engine ({self.settings.engine_id})",
-                },
-            )
+            why = f"engine id {engine_id} is not this engine ({self.settings.engine_id})"
+            await send_frame(writer, {"ok": False, "error": why})
             return
         size = self.wire_bytes(held.modelled_bytes)
         await send_frame(writer, {"ok": True, "bytes": size, "agent": self.settings.engine_id})
-        self.metrics.wire_bytes["sent"] += await send_payload(writer, size)
+        self.metrics.wire_bytes["sent"] += await send_payload(
+            writer, size, held.digest, self._corrupting()
+        )
         done = await read_frame(reader)
         if done.get("op") == "done":
             self.release(key)
@@ -386,10 +387,11 @@ class KVTransferAgent:
     async def _serve_push(self, frame: dict, reader, writer) -> None:
         key = str(frame.get("key"))
         started = self.engine.now()
-        self.metrics.wire_bytes["received"] += await read_payload(reader, int(frame["bytes"]))
+        size, crc = await read_payload(reader, int(frame["bytes"]))
+        self.metrics.wire_bytes["received"] += size
         fut = self._pushes.get(key)
         if fut is None or fut.done():
             await send_frame(writer, {"ok": False, "error": f"no decode waits for {key}"})
             return
         await send_frame(writer, {"ok": True})
-        fut.set_result(started)
+        fut.set_result((started, size, crc))

@@ -3,18 +3,27 @@
 A transfer is a header frame naming what moves, then exactly the announced number of
 payload bytes, then an acknowledgement frame from the receiver. Frames are capped, so a
 peer speaking garbage gets an error instead of an allocation of its choosing.
+
+The payload is the stand-in's KV: a deterministic function of the prompt's tokens (every
+token but the last, the part a prefill hands on), a 32-byte digest of them tiled to the
+payload's length. The receiver returns the CRC-32 of what arrived; the decode seeds its
+output with it (simulator/kv_transfer.py), so a transfer that delivers other bytes yields
+other tokens, and a correct one exactly the colocated answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import zlib
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
 
 MAX_FRAME_BYTES = 1 << 20
 CHUNK = 1 << 16
-_ZEROS = bytes(CHUNK)
+DIGEST_BYTES = 32  # CHUNK is a multiple: every chunk starts on the pattern's period
 
 
 class WireError(Exception):
@@ -42,22 +51,51 @@ async def read_frame(reader: asyncio.StreamReader) -> dict[str, Any]:
     return frame
 
 
-async def send_payload(writer: asyncio.StreamWriter, size: int) -> int:
-    """Write `size` payload bytes (the scaled copy of the KV blocks)."""
-    left = size
+def kv_digest(prompt_ids: Sequence[int]) -> bytes:
+    """What a prompt's KV is made of on the stand-in's wire: a digest of the prompt's tokens
+    but the last (the decode computes the last one itself, connector/legs.py)."""
+    data = b"".join(t.to_bytes(4, "little") for t in prompt_ids[:-1])
+    return hashlib.blake2b(data, digest_size=DIGEST_BYTES).digest()
+
+
+def _tile(digest: bytes) -> bytes:
+    return digest * (CHUNK // DIGEST_BYTES + 1)
+
+
+def payload_crc(digest: bytes, size: int) -> int:
+    """The CRC-32 of a correct payload of `size` bytes: what the receiver should see."""
+    tile, crc, left = _tile(digest), 0, size
     while left > 0:
         n = min(CHUNK, left)
-        writer.write(_ZEROS[:n])
+        crc = zlib.crc32(tile[:n], crc)
+        left -= n
+    return crc
+
+
+async def send_payload(
+    writer: asyncio.StreamWriter, size: int, digest: bytes, corrupt: bool = False
+) -> int:
+    """Write `size` payload bytes (the scaled copy of the KV blocks). `corrupt`: the first
+    byte goes out flipped (the fault "corrupt_kv", simulator/faults.py)."""
+    tile, left = _tile(digest), size
+    while left > 0:
+        n = min(CHUNK, left)
+        chunk = tile[:n]
+        if corrupt and left == size:
+            chunk = bytes([chunk[0] ^ 0xFF]) + chunk[1:]
+        writer.write(chunk)
         left -= n
         await writer.drain()
     return size
 
 
-async def read_payload(reader: asyncio.StreamReader, size: int) -> int:
-    left = size
+async def read_payload(reader: asyncio.StreamReader, size: int) -> tuple[int, int]:
+    """Read `size` payload bytes; returns (size, their CRC-32)."""
+    left, crc = size, 0
     while left > 0:
         chunk = await reader.read(min(CHUNK, left))
         if not chunk:
             raise WireError(f"peer closed with {left} of {size} payload bytes unsent")
+        crc = zlib.crc32(chunk, crc)
         left -= len(chunk)
-    return size
+    return size, crc

@@ -139,6 +139,9 @@ class EngineRequest:
     kv_hold_deadline: float | None = None
     # a decode's KV transfer on the engine's clock: (waited from, ready at, modelled seconds)
     kv_transfer: tuple[float, float, float] | None = None
+    # Decode leg: CRC-32 of the KV bytes received XOR of the bytes a correct transfer
+    # carries (0: correct, or no transfer); it seeds the output (simulator/server.py)
+    kv_seed_delta: int = 0
     timeline: TokenTimeline = field(default_factory=TokenTimeline)
 
     @property

@@ -297,7 +297,14 @@ def _failure(state: SimState, ereq: EngineRequest) -> str:
     )
 
 
+def output_seed(ereq: EngineRequest) -> int:
+    """What seeds a request's tokens: its prompt, and on a decode leg the KV bytes it
+    received (0 delta when they were right: exactly the colocated answer)."""
+    return tokenizer.prompt_seed(ereq.prompt_token_ids) ^ ereq.kv_seed_delta
+
+
 def _texts(ereq: EngineRequest, start: int, end: int, seed: int | None = None) -> list[str]:
+    seed = output_seed(ereq) if seed is None else seed
     ids = tokenizer.output_token_ids(ereq.prompt_token_ids, start, end - start, seed)
     return [tokenizer.token_text(t, start + i == 0) for i, t in enumerate(ids)]
 
@@ -344,13 +351,14 @@ async def _stream(
         await response.write(writer.role_chunk())
     sent = 0
     ended = False  # the finish_reason went out on the last token's chunk, as vLLM sends it
-    seed = tokenizer.prompt_seed(ereq.prompt_token_ids)
+    seed: int | None = None  # known once the KV has arrived (the first token follows it)
     while not ended:
         item = await queue.get()
         if item == FINISHED:
             break
         if item <= sent:
             continue
+        seed = output_seed(ereq) if seed is None else seed
         texts = _texts(ereq, sent, item, seed)
         sent = item
         # The engine finishes a request in the step that makes its last token, so the

@@ -123,6 +123,22 @@
     drawSeries();
     instances(f);
     pdBanner(f.pd);
+    canaryBanner(f.canary);
+  }
+
+  // The correctness canary's last verdict (observe/canary.py writes the line)
+  function canaryBanner(c) {
+    var el = document.getElementById("canary-banner");
+    if (!el || !c) return;
+    el.hidden = false;
+    el.dataset.canary = c.state;
+    el.className = "canary-banner canary-" + c.state;
+    el.setAttribute("role", c.state === "failing" ? "alert" : "status");
+    el.textContent = "";
+    var line = document.createElement(c.state === "failing" ? "b" : "small");
+    line.className = "canary-line";
+    line.textContent = c.line;
+    el.appendChild(line);
   }
 
   // "Is PD happening?" (observe/pd_check.py; web/pd_banner.py draws the first one)

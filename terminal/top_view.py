@@ -5,7 +5,7 @@ most `height` lines of at most `width` characters out. Pure: no terminal, no soc
 The screen is a list of sections (SECTIONS), drawn in that order. Each has a priority, the
 rows it needs to be shown at all and the rows it would like; on a small terminal the least
 important sections shrink, then drop, so nothing ever wraps or scrolls. A new section (issue
-18's "is PD happening" line) is one more entry."""
+18's "is PD happening" and canary lines) is one more entry."""
 
 from __future__ import annotations
 
@@ -172,6 +172,14 @@ def pd_line(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
     return [f"PD happening  {each or 'no decode'}  (prompt tokens by KV transfer, 10 s)"]
 
 
+def canary_line(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
+    """The correctness canary's last verdict (the frame's `canary`, observe/canary.py), so a
+    failing canary shows beside the attainment that still counts those answers as met."""
+    section = (v.frame or {}).get("canary") or {}
+    line = section.get("line") or "canary: not checked yet"
+    return [line.replace("canary FAILING", "CANARY FAILING", 1)]
+
+
 def hist(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
     return histograms(v.frame or {}, width, rows, g)
 
@@ -276,6 +284,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("notice", 2, 1, _one, notice, lambda v: bool(v.notice)),
     Section("headline", 3, 1, headline_rows, headline, lambda v: v.frame is not None),
     Section("pd", 3, 1, _one, pd_line, lambda v: v.frame is not None),
+    Section("canary", 3, 1, _one, canary_line, lambda v: bool((v.frame or {}).get("canary"))),
     Section(
         "histograms",
         5,

@@ -129,6 +129,8 @@ class LiveCollector(Collector):
         yield kv
         yield up
         yield from pd_families(self.observer.latest)
+        runner = getattr(self.observer, "canary", None)  # observe/canary_probe.py
+        yield from canary_families(runner.states if runner is not None else {})
 
 
 def pd_families(latest: dict) -> Iterator[Metric]:
@@ -165,3 +167,32 @@ def pd_families(latest: dict) -> Iterator[Metric]:
     yield share
     yield recomputing
     yield since
+
+
+def canary_families(states: dict) -> Iterator[Metric]:
+    """The correctness canary (observe/canary.py): checks by result, whether it fails now."""
+    checks = CounterMetricFamily(
+        "pdctl_canary_checks",
+        "Correctness canaries judged: ok, mismatch (the answer through the hand-off differs "
+        "from the model's colocated answer) or error (not judged: no answer).",
+        labels=["deployment", "result"],
+    )
+    failing = GaugeMetricFamily(
+        "pdctl_canary_failing",
+        "Pairs whose last canary answer was wrong (0: none).",
+        labels=["deployment"],
+    )
+    last = GaugeMetricFamily(
+        "pdctl_canary_last_check_timestamp_seconds",
+        "Epoch seconds of the last canary verdict.",
+        labels=["deployment"],
+    )
+    for name, state in sorted(states.items()):
+        for result, n in sorted(state.counts.items()):
+            checks.add_metric([name, result], n)
+        failing.add_metric([name], len(state.failing))
+        if state.last is not None:
+            last.add_metric([name], state.last.at)
+    yield checks
+    yield failing
+    yield last

@@ -287,3 +287,34 @@ def test_proxy_retry_settings_out_of_range_name_the_field(field: str, value: flo
     with pytest.raises(ValidationError) as err:
         spec(body)
     assert err.value.errors()[0]["loc"] == ("proxy", field)
+
+
+@pytest.mark.parametrize(
+    ("canary", "phrase"),
+    [
+        ({"interval_s": 0.5}, "must be 0 (off) or at least 1 s"),
+        ({"interval_s": -1}, "greater than or equal to 0"),
+        ({"interval_s": 86_401}, "less than or equal to 86400"),
+        ({"interval_s": float("nan")}, "finite"),
+        ({"max_tokens": 0}, "greater than or equal to 1"),
+        ({"max_tokens": 257}, "less than or equal to 256"),
+        ({"period": 30}, "Extra inputs"),
+    ],
+)
+def test_the_canary_section_is_refused_at_its_field(canary: dict, phrase: str) -> None:
+    from controller.deployment import DeploymentSpec
+
+    body = {**nixl_1p1d(), "canary": canary}
+    with pytest.raises(ValidationError) as err:
+        DeploymentSpec.model_validate(body)
+    error = err.value.errors()[0]
+    assert error["loc"][0] == "canary" and phrase in error["msg"], error
+
+
+def test_the_canary_defaults_to_every_30_s_and_0_turns_it_off() -> None:
+    from controller.deployment import DeploymentSpec
+
+    body = nixl_1p1d()
+    assert DeploymentSpec.model_validate(body).canary.interval_s == 30
+    off = DeploymentSpec.model_validate({**body, "canary": {"interval_s": 0}})
+    assert off.canary.interval_s == 0 and off.canary.max_tokens == 16

@@ -6,6 +6,7 @@ import pytest
 from observe.advisor import RULES, advise
 
 BASE = {
+    "canary_failing_pairs": 0,
     "slo_ttft_ms": 1000,
     "slo_itl_ms": 50,
     "ttft_p99_ms": 400,
@@ -34,6 +35,7 @@ CASES = {
     "light_traffic": {"request_rate": 0.2},
     "prefix_cache_heavy": {"prefix_hit_rate": 0.8},
     "pd_not_happening": {"pd_recomputing_decodes": 1, "pd_transfer_share": 0.0},
+    "canary_failing": {"canary_failing_pairs": 1},
 }
 
 
@@ -89,3 +91,9 @@ def test_pd_not_happening_puts_failing_transfers_first_only_when_some_failed():
     assert "(4) transfers fail and fall back to recompute (none counted" in quiet.advice
     failing = verdict({**case, "pd_failed_transfers": 7}, "pd_not_happening")
     assert "(1) transfers fail and fall back to recompute (7 failed" in failing.advice
+
+
+def test_a_failing_canary_says_attainment_overstates_and_a_passing_one_stays_quiet():
+    bad = verdict({"canary_failing_pairs": 1}, "canary_failing")
+    assert bad.triggered is True and "attainment and goodput overstate" in bad.advice
+    assert verdict({"canary_failing_pairs": 0}, "canary_failing").triggered is False

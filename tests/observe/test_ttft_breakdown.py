@@ -34,7 +34,8 @@ def test_only_the_window_and_served_requests_count():
     old = line(NOW - 120, 500, 10)
     failed = {**line(NOW - 5, 900, 10), "outcome": "failed"}
     no_parts = {"time": NOW - 5, "outcome": "ok", "ttft_ms": 800}
-    rows = window_rows([old, failed, no_parts, line(NOW - 5, 100, 10)], NOW, 60, None)
+    canary = {**line(NOW - 5, 700, 10), "canary": True}
+    rows = window_rows([old, failed, no_parts, canary, line(NOW - 5, 100, 10)], NOW, 60, None)
     assert len(rows) == 1
 
 

@@ -105,9 +105,13 @@ def _modes(spec: DeploymentSpec) -> list[str]:
 
 
 def _pd_section(request: Request, name: str) -> dict[str, Any] | None:
+    return _frame_section(request, name, "pd")
+
+
+def _frame_section(request: Request, name: str, key: str) -> dict[str, Any] | None:
     observer = get_observer(request)
     frame = observer.frame(name) if observer is not None else None
-    return frame.get("pd") if frame else None
+    return frame.get(key) if frame else None
 
 
 def deployment_context(
@@ -136,6 +140,7 @@ def deployment_context(
         demo=name == DEMO_NAME,
         has_controller=controller is not None,
         pd=pd_banner(_pd_section(request, name), current.spec.topology.value == "colocated"),
+        canary=_frame_section(request, name, "canary"),
     )
     if controller is not None and current.spec.connector == "MoRIIOConnector":
         target = extra.pop("forecast_mode", None) or _other_mode(ctx["modes"])
