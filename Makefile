@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run run-cluster test test-vllm test-ray lint bench-core bench-sim bench-proxy bench-ttft bench-switch bench-plan-live bench-events bench-cluster bench-measure soak soak-quick chaos clean system-deps
+.PHONY: run run-cluster test test-live test-vllm test-ray lint bench-core bench-sim bench-proxy bench-ttft bench-switch bench-plan-live bench-events bench-cluster bench-measure soak soak-quick chaos clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -27,7 +27,12 @@ run-cluster: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q -m "not vllm and not ray"
+	$(PY) -m pytest -q -m "not vllm and not ray and not live_window"
+
+# End-to-end tests that wait out a window of live frames on stand-ins (the demo's trade after a
+# minute, PD not happening caught within a window, the canary within a period): ~4 min.
+test-live: $(STAMP)
+	$(PY) -m pytest -q -m live_window tests/e2e
 
 # Tests on a real local Ray cluster (a head and workers on 127.0.0.2-5, started by the tests,
 # every Ray process stopped after them): placement, load, switch, adoption and node loss.

@@ -39,6 +39,7 @@ def proxy_metric(port: int, name: str, **labels: str) -> float:
     return metric_value(raw.decode(), name, **labels)
 
 
+@pytest.mark.live_window
 def test_kv_corruption_is_caught_within_one_period_and_a_healthy_run_is_silent(plane, tmp_path):
     spec = moriio("mori") | {"canary": {"interval_s": PERIOD_S, "max_tokens": 16}}
     status, created = plane.api("POST", "/deployments", spec)
@@ -54,11 +55,14 @@ def test_kv_corruption_is_caught_within_one_period_and_a_healthy_run_is_silent(p
         assert gauge(plane, "pdctl_canary_failing", deployment="mori") == 0
 
         http_post(prefill + "/_fault", {"fault": "corrupt_kv"})
-        began = time.monotonic()
-        wait_until(lambda: checks(plane, "mismatch") >= 1, PERIOD_S + 5, "the mismatch")
+        began, passed_before = time.monotonic(), checks(plane, "ok")
+        wait_until(lambda: checks(plane, "mismatch") >= 1, 2 * PERIOD_S + 10, "the mismatch")
         detected_s = time.monotonic() - began
         print(f"KV corruption detected after {detected_s:.1f} s (period {PERIOD_S:g} s)")
-        assert detected_s <= PERIOD_S + 1.0  # one period, plus one probe's round trip
+        # Within one period, counted in probes rather than seconds (a loaded machine stretches
+        # those): the first probe that started after the fault flagged it; at most one probe
+        # already in flight, its KV moved before the fault, may have passed meanwhile.
+        assert checks(plane, "ok") - passed_before <= 1
         assert gauge(plane, "pdctl_canary_failing", deployment="mori") == 1
         [event] = wait_until(lambda: canary_events(plane), 5, "the mismatch event")
         assert event["kind"] == "canary.mismatch"

@@ -36,6 +36,7 @@ def sigint(plane: ControlPlane) -> str:
     return plane.proc.log_path.read_text()
 
 
+@pytest.mark.live_window
 @pytest.mark.timeout(300)
 def test_demo_shows_the_trade_and_outlives_the_serve(tmp_path):
     plane = ControlPlane(tmp_path, env=DEMO_ENV)

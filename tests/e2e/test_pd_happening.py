@@ -66,6 +66,7 @@ def plane(tmp_path):
         plane.close()
 
 
+@pytest.mark.live_window
 def test_recompute_is_caught_within_one_window_and_a_healthy_run_is_silent(plane, tmp_path):
     status, created = plane.api("POST", "/deployments", moriio("mori"))
     assert status == 201, created
