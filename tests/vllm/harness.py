@@ -96,9 +96,16 @@ def colocated_spec(name: str, model: Path, marker: str) -> dict:
 
 
 def pd_spec(
-    name: str, model: Path, marker: str, connector: str, kv_extra: dict | None = None
+    name: str,
+    model: Path,
+    marker: str,
+    connector: str,
+    kv_extra: dict | None = None,
+    canary_interval_s: float = 0,
 ) -> dict:
-    """1 prefill on core 0, 1 decode on core 1 (no --enforce-eager: bf16 eager crashed)."""
+    """1 prefill on core 0, 1 decode on core 1 (no --enforce-eager: bf16 eager crashed).
+    The canary is off unless asked for: its requests would move KV between a test's
+    before and after metric snapshots (52 prompt tokens more than the test's own request)."""
     spec = {
         "name": name,
         "engine": "vllm",
@@ -109,6 +116,7 @@ def pd_spec(
         "extra_args": ["--dtype", "bfloat16"],
         "env": base_env(marker),
         "unsafe_allow": MARKER_OVERRIDE,
+        "canary": {"interval_s": canary_interval_s},
         "groups": [
             {"name": "prefill", "role": "prefill", "env": {"VLLM_CPU_OMP_THREADS_BIND": "0"}},
             {"name": "decode", "role": "decode", "env": {"VLLM_CPU_OMP_THREADS_BIND": "1"}},

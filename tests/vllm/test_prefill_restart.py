@@ -43,7 +43,7 @@ def test_a_restarted_prefill_leaves_every_decode_serving_correct_answers(
                     greedy(api, vllm_setup.model, "completion", seed)
                     outcomes.append("ok")
                 except openai.APIError as exc:  # 503 while no prefill runs, 502 naming a leg
-                    outcomes.append(str(exc)[:120])
+                    outcomes.append(f"{type(exc).__name__}: {exc}"[:200])
                     time.sleep(0.5)  # a client backing off, not a 503 loop
 
         worker = threading.Thread(target=load, daemon=True)
@@ -77,6 +77,7 @@ def test_a_restarted_prefill_leaves_every_decode_serving_correct_answers(
                 assert greedy(api, vllm_setup.model, *key).text == reference[key].text
         errors = [o for o in outcomes if o != "ok"]
         assert outcomes.count("ok") > 0
-        assert all(("leg to" in e) or ("no instance" in e) for e in errors), errors[:3]
+        unclear = [e for e in errors if "leg to" not in e and "no instance" not in e]
+        assert unclear == [], (len(errors), len(outcomes), unclear[:5])
         _, events = plane.api("GET", f"/events?deployment={live.name}&kind=stale_peer")
         print(f"load: {len(outcomes)} requests, {len(errors)} failed; stale_peer: {events}")
