@@ -15,6 +15,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from controller.canary_spec import CanaryConfig
 from controller.field_error import FieldError
+from controller.kv_extra_spec import KvExtra, check_keys
 from controller.placement_spec import NodeSelector, Placement, check_placement
 from domain import modes
 from domain.modes import Connector, Mode, Role
@@ -50,29 +51,6 @@ OWNED_FLAGS = frozenset(
     }
 )
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
-KvExtraKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")]
-KvExtraValue = (
-    Annotated[str, StringConstraints(max_length=4096)]
-    | Annotated[int, Field(ge=-(1 << 63), le=(1 << 63) - 1)]
-    | float  # finite: allow_inf_nan is off for every model here
-    | bool
-    | list[Annotated[str, StringConstraints(max_length=4096)]]
-)
-# Connector settings whose key says they name code to import (kv_connector_module_path,
-# spec_module_path, cache_policy_module_path, *_cls, *_class, plugins): refused.
-CODE_KEY_WORDS = ("module", "plugin", "class", "cls")
-# kv_connector_extra_config keys pdctl renders itself for MoRIIO (its ports, registry, mode).
-MORIIO_OWNED_KEYS = frozenset(
-    {
-        "proxy_ip",
-        "proxy_ping_port",
-        "http_port",
-        "handshake_port",
-        "notify_port",
-        "read_mode",
-        "host_ip",
-    }
-)
 ExtraArg = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 
 
@@ -116,6 +94,8 @@ class InstanceGroup(_Strict):
         default_factory=dict, max_length=64
     )
     placement: Placement | None = None  # on a cluster: which nodes, GPUs per instance
+    # Over the deployment's kv_connector_extra_config for this group's instances.
+    kv_connector_extra_config: KvExtra = Field(default_factory=dict)
 
     def instance_gpus(self, index: int) -> list[int]:
         return self.gpus[index * self.tp : (index + 1) * self.tp]
@@ -202,9 +182,7 @@ class DeploymentSpec(_Strict):
     start_time_scale: float = Field(0.0, ge=0, le=1000)
     # Merged into --kv-transfer-config's kv_connector_extra_config of prefill and decode
     # instances, e.g. ExampleConnector's shared_storage_path or NIXL's backends.
-    kv_connector_extra_config: dict[KvExtraKey, KvExtraValue] = Field(
-        default_factory=dict, max_length=32
-    )
+    kv_connector_extra_config: KvExtra = Field(default_factory=dict)
     unsafe_allow: UnsafeAllow | None = None
 
     def instance_names(self) -> list[str]:
@@ -240,17 +218,14 @@ def _check_connector(spec: DeploymentSpec) -> None:
             "a colocated deployment has no KV connector to configure",
         )
     moriio = spec.connector == "MoRIIOConnector"
-    for key in spec.kv_connector_extra_config:
-        if code := next((w for w in CODE_KEY_WORDS if w in key.lower()), None):
-            raise FieldError(
-                ("kv_connector_extra_config", key),
-                f"{key} names code to load ({code!r}: a module, plugin or class) and is refused",
-            )
-        if moriio and key in MORIIO_OWNED_KEYS:
-            raise FieldError(
-                ("kv_connector_extra_config", key),
-                f"{key} is set by pdctl from the deployment's ports and modes",
-            )
+    check_keys(("kv_connector_extra_config",), spec.kv_connector_extra_config, moriio)
+    for i, group in enumerate(spec.groups):
+        where = ("groups", i, "kv_connector_extra_config")
+        if group.kv_connector_extra_config and (
+            spec.connector is None or group.role == Role.COLOCATED
+        ):
+            raise FieldError(where, "a colocated group moves no KV: it has no connector to set")
+        check_keys(where, group.kv_connector_extra_config, moriio)
     if moriio and spec.prefix_caching and not spec.prefix_caching_override_reason:
         raise FieldError(
             ("prefix_caching",),

@@ -194,7 +194,7 @@ def kv_transfer_config(
     connector = spec.connector
     if connector is None or group.role == Role.COLOCATED:
         return None
-    extra = dict(spec.kv_connector_extra_config)
+    extra = {**spec.kv_connector_extra_config, **group.kv_connector_extra_config}
     if connector == "NixlConnector":
         # NIXL ignores kv_role (the proxy decides who prefills): kv_both for everyone.
         # On a CPU-only host vLLM's kv_buffer_device defaults to "cpu" (the platform's).

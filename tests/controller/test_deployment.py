@@ -139,6 +139,21 @@ BROKEN = {
         ("kv_connector_extra_config", "Detector_Cls"),
         "names code to load ('cls'",
     ),
+    "group kv extra config in a colocated deployment": (
+        edited(colocated(), ("groups", 0, "kv_connector_extra_config"), {"a": "1"}),
+        ("groups", 0, "kv_connector_extra_config"),
+        "no connector to set",
+    ),
+    "group kv extra config module path": (
+        edited(nixl_1p1d(), ("groups", 1, "kv_connector_extra_config"), {"x_module": "m"}),
+        ("groups", 1, "kv_connector_extra_config", "x_module"),
+        "names code to load",
+    ),
+    "group kv extra config owned by pdctl": (
+        edited(moriio_1p1d(), ("groups", 0, "kv_connector_extra_config"), {"read_mode": "t"}),
+        ("groups", 0, "kv_connector_extra_config", "read_mode"),
+        "set by pdctl",
+    ),
 }
 
 

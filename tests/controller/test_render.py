@@ -318,6 +318,23 @@ def test_kv_connector_extra_config_reaches_both_sides():
         }
 
 
+def test_a_groups_kv_extra_config_wins_over_the_deployments_for_its_instances_only():
+    base = nixl_1p1d(
+        connector="ExampleConnector",
+        kv_connector_extra_config={"shared_storage_path": "/srv/kv", "keep": 1},
+    ).model_dump(mode="json")
+    base["groups"][1]["kv_connector_extra_config"] = {"shared_storage_path": "/srv/other"}
+    spec = DeploymentSpec.model_validate(base)
+    extras = {}
+    for name in ("prefill-0", "decode-0"):
+        argv = by_name(spec)[name].argv
+        extras[name] = json.loads(argv[argv.index("--kv-transfer-config") + 1])[
+            "kv_connector_extra_config"
+        ]
+    assert extras["prefill-0"] == {"shared_storage_path": "/srv/kv", "keep": 1}
+    assert extras["decode-0"] == {"shared_storage_path": "/srv/other", "keep": 1}
+
+
 def test_example_connector_shares_one_absolute_folder_unless_given_one():
     def folder(spec: DeploymentSpec) -> set[str]:
         configs = [
