@@ -20,7 +20,9 @@ FAILED_TRANSFERS = ("vllm:nixl_num_failed_transfers", "vllm:moriio_num_failed_tr
 
 
 class Probe(Protocol):
-    async def healthy(self, url: str) -> bool: ...
+    # True: 200; False: refused, an error or another status; None: no answer in time (a hung
+    # process, or one starved of CPU: controller/probing.py tells which it may be).
+    async def healthy(self, url: str) -> bool | None: ...
 
     async def proxy_instances(
         self, proxy_url: str, token: str | None
@@ -55,11 +57,13 @@ class HttpProbe:
     def _admin(self, proxy_url: str, token: str | None) -> ProxyAdminClient:
         return ProxyAdminClient(proxy_url, lambda: token, self.timeout, session=self._client())
 
-    async def healthy(self, url: str) -> bool:
+    async def healthy(self, url: str) -> bool | None:
         try:
             async with self._client().get(url + "/health") as resp:
                 return resp.status == 200
-        except (TimeoutError, aiohttp.ClientError):
+        except TimeoutError:
+            return None
+        except aiohttp.ClientError:
             return False
 
     async def failed_transfers(self, url: str) -> float | None:

@@ -42,7 +42,8 @@ async def probe_round(
     # All at once: a hung instance holds its probe for the whole timeout, and must not
     # hold up the others' probes by that much each.
     answers = await asyncio.gather(*(probe.healthy(u.launch.url) for u in due))
-    for unit, ok in zip(due, answers, strict=True):
+    for unit, answer in zip(due, answers, strict=True):
+        ok = answer is True
         unit.next_probe = now + interval
         if unit.launch.registers:
             if registrations is None and unit.machine.state is m.State.RUNNING:
@@ -59,7 +60,9 @@ async def probe_round(
         if ok:
             unit.failed_probes = 0
             await feed(dep, unit, m.Healthy())
-        elif unit.machine.state is m.State.RUNNING:
+        elif unit.machine.state is m.State.RUNNING and not (
+            answer is None and starving_peer(dep, unit)
+        ):
             unit.failed_probes += 1
             if unit.failed_probes >= failures:
                 unit.failed_probes = 0
@@ -77,6 +80,24 @@ async def _tell_refusals(dep: Supervised, probe: Probe, clock: Clock, emit: Emit
     refusals = await probe.proxy_refusals(dep.proxy.launch.url, dep.admin_token)
     for message in dep.refusals.news(refusals or [], clock.now()):
         emit("registry.refused", f"{dep.name}: {message}", dep.name)
+
+
+def starving_peer(dep: Supervised, unit: Unit) -> Unit | None:
+    """An instance of the same deployment starting on the same node: loading a model takes
+    every core it can, so a running neighbour's API server may not answer /health in time.
+    Its silence then is not counted (a refusal or an error still is; the start is bounded by
+    the start timeout, and a process that dies is seen by its exit)."""
+    return next(
+        (
+            u
+            for u in dep.units.values()
+            if u is not unit
+            and not u.launch.is_proxy
+            and u.machine.state is m.State.STARTING
+            and u.launch.address == unit.launch.address
+        ),
+        None,
+    )
 
 
 def draining(dep: Supervised) -> list[Unit]:

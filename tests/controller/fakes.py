@@ -119,7 +119,8 @@ class FakeProbe:
     """Every spawned URL is healthy unless listed in `down`; registrations are explicit."""
 
     def __init__(self) -> None:
-        self.down: set[int] = set()  # ports that do not answer
+        self.down: set[int] = set()  # ports that refuse
+        self.silent: set[int] = set()  # ports that give no answer in time
         self.registered: set[int] = set()  # ports the proxy lists (MoRIIO)
         self.outstanding: dict[int, int] = {}
         self.drains: list[tuple[int, bool]] = []
@@ -128,8 +129,9 @@ class FakeProbe:
         self.refusals: list[dict[str, Any]] = []  # what GET /admin/registry lists
         self.transfer_failures: dict[int, float] = {}  # port -> failed KV transfers (/metrics)
 
-    async def healthy(self, url: str) -> bool:
-        return urlsplit(url).port not in self.down
+    async def healthy(self, url: str) -> bool | None:
+        port = urlsplit(url).port
+        return None if port in self.silent else port not in self.down
 
     async def proxy_instances(
         self, proxy_url: str, token: str | None

@@ -539,3 +539,59 @@ def test_a_moriio_proxy_is_handed_the_registrations_it_launched_without_a_restar
         assert [s[0] for s in h.backend.spawned].count("proxy") == 1
 
     run(scenario())
+
+
+async def _restarting_prefill(h, ports):
+    """The prefill crashed and starts again, not yet answering (it stays STARTING)."""
+    h.probe.down.add(ports.instances["prefill-0"].http)
+    h.backend.crash("prefill-0", -9)
+    await h.polls(1, every=0.1)
+    await h.polls(1, every=1.0)  # the 1 s backoff: respawned
+    assert h.states("tiny-pd")["prefill-0"] == "STARTING"
+
+
+def _unhealthy(h) -> list[str]:
+    return [msg for _, kind, msg, _ in h.events if "unhealthy" in msg]
+
+
+def test_a_running_instance_silent_while_a_neighbour_starts_is_not_replaced(tmp_path):
+    """Loading a model starves the host's cores: a running decode's /health may time out
+    then. Its silence is not counted while the prefill starts; once it is up, it is."""
+
+    async def scenario():
+        h = Harness(tmp_path)
+        spec = tiny_pair()
+        ports = allocate(spec)
+        await h.sup.start("tiny-pd", spec, ports)
+        await h.polls(2)
+        await _restarting_prefill(h, ports)
+        h.probe.silent.add(ports.instances["decode-0"].http)
+        await h.polls(12)  # 12 silent probes of the decode, 4 times the limit
+        assert h.states("tiny-pd") == {
+            "proxy": "RUNNING",
+            "prefill-0": "STARTING",
+            "decode-0": "RUNNING",
+        }
+        assert _unhealthy(h) == []
+        h.probe.down.discard(ports.instances["prefill-0"].http)
+        await h.polls(1)
+        assert h.states("tiny-pd")["prefill-0"] == "RUNNING"
+        await h.polls(3)  # no neighbour starts: three silent probes replace it
+        assert [m for m in _unhealthy(h) if "decode-0" in m], h.events[-3:]
+
+    run(scenario())
+
+
+def test_a_running_instance_that_refuses_while_a_neighbour_starts_is_replaced(tmp_path):
+    async def scenario():
+        h = Harness(tmp_path)
+        spec = tiny_pair()
+        ports = allocate(spec)
+        await h.sup.start("tiny-pd", spec, ports)
+        await h.polls(2)
+        await _restarting_prefill(h, ports)
+        h.probe.down.add(ports.instances["decode-0"].http)  # refused: not starvation
+        await h.polls(3)
+        assert [m for m in _unhealthy(h) if "decode-0" in m], h.events[-3:]
+
+    run(scenario())
