@@ -67,7 +67,7 @@ class ResponseWriter:
         return "text_completion"
 
     def role_chunk(self) -> bytes:
-        """Chat streams open with the assistant role (vLLM sends it before any token)."""
+        """Chat streams open with the assistant role (vLLM sends it with the first token)."""
         return _sse(
             {
                 **self._head,

@@ -347,8 +347,9 @@ async def _stream(
 ) -> web.StreamResponse:
     response = web.StreamResponse(headers=SSE_HEADERS)
     await response.prepare(request)
-    if gen.kind == "chat":
-        await response.write(writer.role_chunk())
+    # vLLM sends a chat stream's role chunk with its first output (the first token, after
+    # any KV transfer), not when the stream opens; none before an error instead of a token.
+    role = writer.role_chunk() if gen.kind == "chat" else b""
     sent = 0
     ended = False  # the finish_reason went out on the last token's chunk, as vLLM sends it
     seed: int | None = None  # known once the KV has arrived (the first token follows it)
@@ -372,13 +373,15 @@ async def _stream(
                     last, ereq.finish_reason or "length", _kv_params(state, ereq, handoff)
                 )
             )
-        await response.write(b"".join(chunks))
+        await response.write(role + b"".join(chunks))
+        role = b""
     if not ended and _failed(ereq):
         await response.write(writer.error_chunk(_failure(state, ereq)))
     else:
         if not ended:  # finished without a token of its own: an empty closing chunk
             await response.write(
-                writer.last_chunk(
+                role
+                + writer.last_chunk(
                     "", ereq.finish_reason or "length", _kv_params(state, ereq, handoff)
                 )
             )

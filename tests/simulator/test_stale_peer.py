@@ -4,6 +4,7 @@ transfer through it; `heal` handshakes again (vLLM with PR 50047)."""
 
 import json
 import time
+import urllib.request
 
 import pytest
 
@@ -80,3 +81,39 @@ def test_the_agent_learned_first_stays_until_healed():
     assert stale_reply({"agent": None}, "new") is None
     with pytest.raises(ValueError, match="--kv-stale-peer"):
         PeerAgents("maybe")
+
+
+def test_a_chat_stream_whose_transfer_fails_sends_no_role_chunk_before_the_error(tmp_path):
+    """vLLM sends a chat stream's role chunk with its first output: after the KV arrived, so
+    a stream that fails on its transfer carries the error event alone (a proxy reads any
+    event before the first token as streaming, which a retry may not follow)."""
+    side = free_port()
+    prefill = _nixl(tmp_path, "p1", side)
+    decode = _nixl(tmp_path, "d", free_port(), "--kv-stale-peer", "fail")
+    with running(prefill, decode):
+        assert _pd(prefill, decode)[0] == 200
+        prefill.stop()
+        restarted = _nixl(tmp_path, "p2", side, port=prefill.port)
+        with running(restarted):
+            messages = [{"role": "user", "content": "a b c d"}]
+            _, first = http_post(
+                restarted.url + "/v1/chat/completions",
+                {"messages": messages, "max_tokens": 1, "kv_transfer_params": NIXL_PREFILL},
+            )
+            body = {
+                "messages": messages,
+                "max_tokens": 4,
+                "stream": True,
+                "kv_transfer_params": first["kv_transfer_params"],
+            }
+            req = urllib.request.Request(
+                decode.url + "/v1/chat/completions",
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                status, raw = resp.status, resp.read()
+    events = [e for e in raw.split(b"\n\n") if e]
+    assert status == 200 and events, raw
+    assert b'"role"' not in raw, events[0]
+    assert events[0].startswith(b'data: {"error"'), events[0]
