@@ -34,6 +34,7 @@ def test_a_restarted_prefill_leaves_every_decode_serving_correct_answers(
         api = client(live)
         stop = threading.Event()
         outcomes: list[str] = []
+        stamps: list[float] = []  # when each outcome came
 
         def load() -> None:
             seed = 100
@@ -41,10 +42,12 @@ def test_a_restarted_prefill_leaves_every_decode_serving_correct_answers(
                 seed += 1
                 try:
                     greedy(api, vllm_setup.model, "completion", seed)
-                    outcomes.append("ok")
+                    outcome = "ok"
                 except openai.APIError as exc:  # 503 while no prefill runs, 502 naming a leg
-                    outcomes.append(f"{type(exc).__name__}: {exc}"[:200])
+                    outcome = f"{type(exc).__name__}: {exc}"[:200]
                     time.sleep(0.5)  # a client backing off, not a 503 loop
+                outcomes.append(outcome)
+                stamps.append(time.monotonic())
 
         worker = threading.Thread(target=load, daemon=True)
         worker.start()
@@ -55,6 +58,7 @@ def test_a_restarted_prefill_leaves_every_decode_serving_correct_answers(
             # crash of the engine takes both: a lone API server's orphaned EngineCore would
             # keep the NIXL side-channel port and the new prefill could not start
             os.killpg(os.getpgid(before), signal.SIGKILL)
+            killed = time.monotonic()
             deadline = time.monotonic() + harness.START_TIMEOUT_S
             while time.monotonic() < deadline:
                 units = plane.status(live.name)
@@ -65,6 +69,7 @@ def test_a_restarted_prefill_leaves_every_decode_serving_correct_answers(
                 time.sleep(1)
             else:
                 pytest.fail(f"prefill-0 not back: {plane.status(live.name)}")
+            back = time.monotonic()
             time.sleep(20)  # requests through the new prefill, on both decodes
         finally:
             stop.set()
@@ -76,7 +81,18 @@ def test_a_restarted_prefill_leaves_every_decode_serving_correct_answers(
             for key in REFERENCE_REQUESTS:
                 assert greedy(api, vllm_setup.model, *key).text == reference[key].text
         errors = [o for o in outcomes if o != "ok"]
-        assert outcomes.count("ok") > 0
+        phases = {"before": (0, killed), "down": (killed, back), "back": (back, float("inf"))}
+        counts = {
+            phase: [o == "ok" for o, t in zip(outcomes, stamps, strict=True) if lo <= t < hi]
+            for phase, (lo, hi) in phases.items()
+        }
+        print(
+            "load around the restart (ok/all): "
+            + ", ".join(f"{p} {sum(c)}/{len(c)}" for p, c in counts.items())
+            + f"; prefill back {back - killed:.0f} s after the kill"
+        )
+        # Once the prefill is back, the load recovers: its last requests are all served.
+        assert counts["back"] and all(counts["back"][-3:]), counts["back"]
         unclear = [e for e in errors if "leg to" not in e and "no instance" not in e]
         assert unclear == [], (len(errors), len(outcomes), unclear[:5])
         _, events = plane.api("GET", f"/events?deployment={live.name}&kind=stale_peer")
