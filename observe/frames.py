@@ -88,10 +88,12 @@ class InstanceRow(TypedDict):
     role: str | None
     state: str | None
     url: str | None
+    address: str | None  # its node's address when placed on a cluster
+    node: str | None  # the cluster's id of that node
     mode: str | None
     up: bool
-    running: int
-    waiting: int
+    running: int | None  # None while its /metrics is not scraped (down)
+    waiting: int | None
     kv_cache_usage: float | None
     loop_lag_s: float | None
 
@@ -197,7 +199,7 @@ class HistoryMessage(TypedDict):
 class EventMessage(TypedDict):
     type: Literal["event"]
     id: int
-    ts: float
+    ts: str  # ISO 8601 UTC, as /api/events gives it
     actor: str
     kind: str
     deployment: str | None

@@ -193,8 +193,9 @@
     (f.instances || []).forEach(function (i) {
       var cell = document.querySelector('[data-live-instance="' + i.name + '"]');
       if (!cell) return;
-      cell.textContent = (i.up ? "up" : "down") + " · running " + i.running + " · waiting " +
-        i.waiting + (i.kv_cache_usage === null || i.kv_cache_usage === undefined ? "" :
+      if (!i.up) { cell.textContent = "down"; return; }  // nothing scraped: no counts to show
+      cell.textContent = "up · running " + i.running + " · waiting " + i.waiting +
+        (i.kv_cache_usage === null || i.kv_cache_usage === undefined ? "" :
         " · KV " + fmt(i.kv_cache_usage, "pct"));
     });
   }

@@ -139,8 +139,20 @@ def test_a_down_target_is_up_false_and_the_frame_still_builds() -> None:
     frame = build_frame(INFO, UNITS, {}, "1m", 5.0)
     assert frame["proxy"]["up"] is False
     assert [i["up"] for i in frame["instances"]] == [False, False]
+    # Nothing scraped: no counts, not zeros that read as an idle instance.
+    assert [(i["running"], i["waiting"]) for i in frame["instances"]] == [(None, None)] * 2
     assert frame["ttft"]["count"] == 0 and frame["kv_cache_usage"] is None
     assert frame["engine_ttft"] is None
+
+
+def test_an_instance_row_carries_its_node() -> None:
+    placed = [
+        UNITS[0],
+        {**UNITS[1], "address": "127.0.0.2", "node": "n2"},
+        {**UNITS[2], "address": None, "node": None},
+    ]
+    rows = build_frame(INFO, placed, {}, "1m", 5.0)["instances"]
+    assert [(r["address"], r["node"]) for r in rows] == [("127.0.0.2", "n2"), (None, None)]
 
 
 def test_frames_and_points_serialize_as_json() -> None:
