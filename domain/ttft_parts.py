@@ -12,7 +12,8 @@ the decode's own figures. The parts add up to the TTFT exactly:
   source "engine"): its wait minus the engine's KV-ready-to-first-token, capped by the engine's
   KV wait (in read mode this is the KV wait; in write mode the tail of the push that outlasted
   the prefill's answer). Otherwise an estimate from the window's transfer-time histogram
-  (`with_estimate`, source "estimate"), or None.
+  (`with_estimate`, source "estimate"), or None; 0 for a request its decode recomputed (the
+  "is PD happening?" check says so: `without_transfer`, source "recomputed").
 - decode: the rest of the decode's wait (decode queue, first decode step, the hops); for a
   colocated request, everything after the attempt started.
 
@@ -31,7 +32,7 @@ PARTS_HEADER = "X-Pdctl-Ttft-Parts"
 PARTS_COMMENT = ": ttft_parts "
 
 PARTS = ("queue", "retry", "prefill", "transfer", "decode")
-SOURCES = ("engine", "estimate")
+SOURCES = ("engine", "estimate", "recomputed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +119,16 @@ def with_estimate(parts: TtftParts, mean_xfer: float | None) -> TtftParts:
     wait = (parts.transfer or 0.0) + parts.decode
     transfer = _clamp(mean_xfer, 0.0, wait)
     return TtftParts(parts.queue, parts.retry, parts.prefill, transfer, wait - transfer, "estimate")
+
+
+def without_transfer(parts: TtftParts) -> TtftParts:
+    """A request served by a decode that recomputes its prompts (observe/pd_check.py): no KV
+    moved, so none of its wait was a transfer; labelled "recomputed". A measured one is left
+    as it is (the engine's own figures say what happened)."""
+    if parts.transfer_source is not None or parts.prefill is None:
+        return parts
+    wait = (parts.transfer or 0.0) + parts.decode
+    return TtftParts(parts.queue, parts.retry, parts.prefill, 0.0, wait, "recomputed")
 
 
 def from_json(entry: dict[str, Any]) -> TtftParts | None:

@@ -4,24 +4,32 @@ the mean of each part per time bucket for a stacked chart. Pure: log lines and t
 
 A request whose decode reported no transfer figure gets the window's median transfer time
 (vllm:nixl_/moriio_xfer_time_seconds, the frame's `kv.xfer_p50_ms`) as its transfer, labelled
-"estimate"; with no such histogram its transfer stays unknown (None).
+"estimate"; with no such histogram its transfer stays unknown (None). A request served by a
+decode that recomputes its prompts since before it came ("is PD happening?") moved no KV: its
+transfer is 0, labelled "recomputed", not an estimate of a transfer that did not happen.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from domain.ttft_parts import PARTS, TtftParts, from_json, with_estimate
+from domain.ttft_parts import PARTS, TtftParts, from_json, with_estimate, without_transfer
 
 SLOWEST = 10
 BUCKETS = 12
 
 
 def window_rows(
-    entries: list[dict[str, Any]], now: float, window_s: float, xfer_p50_ms: float | None
+    entries: list[dict[str, Any]],
+    now: float,
+    window_s: float,
+    xfer_p50_ms: float | None,
+    recomputing: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """The log lines of the last `window_s` seconds (wall clock) that carry parts, each with
-    its parts (estimated where the engine said nothing), oldest first."""
+    its parts (estimated where the engine said nothing), oldest first. `recomputing`: the URL
+    of each decode that recomputes its prompts now -> since when (epoch seconds)."""
+    recomputing = recomputing or {}
     mean_xfer = None if xfer_p50_ms is None else xfer_p50_ms / 1000
     rows = []
     for entry in entries:
@@ -33,8 +41,26 @@ def window_rows(
         # The control plane's canaries are no client's requests (observe/canary.py).
         if parts is None or entry.get("outcome") != "ok" or entry.get("canary"):
             continue
-        rows.append({"entry": entry, "parts": with_estimate(parts, mean_xfer)})
+        since = recomputing.get(entry.get("decode") or "")
+        recomputed = since is not None and at >= since
+        parts = without_transfer(parts) if recomputed else with_estimate(parts, mean_xfer)
+        rows.append({"entry": entry, "parts": parts})
     return rows
+
+
+def recomputing_decodes(frame: dict[str, Any] | None) -> dict[str, float]:
+    """From a live frame: the URL of each decode the PD check finds recomputing -> since."""
+    if not frame:
+        return {}
+    urls = {i["name"]: i.get("url") for i in frame.get("instances") or []}
+    pd = frame.get("pd") or {}
+    return {
+        urls[d["instance"]]: d["since"]
+        for d in pd.get("decodes") or []
+        if d.get("status") == "recomputing"
+        and d.get("since") is not None
+        and urls.get(d["instance"])
+    }
 
 
 def slowest(rows: list[dict[str, Any]], n: int = SLOWEST) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from domain.ttft_parts import TtftParts
-from observe.ttft_breakdown import series, slowest, window_rows
+from observe.ttft_breakdown import recomputing_decodes, series, slowest, window_rows
 
 NOW = 1_000.0
 
@@ -58,6 +58,39 @@ def test_slowest_first_with_each_part_and_where_the_transfer_came_from():
 def test_without_a_transfer_histogram_the_transfer_stays_unknown():
     rows = slowest(window_rows([line(NOW - 1, 300, None)], NOW, 60, None))
     assert rows[0]["transfer"] is None and rows[0]["transfer_source"] is None
+
+
+def test_a_request_its_decode_recomputed_moved_no_kv_rather_than_an_estimated_transfer():
+    frame = {
+        "instances": [
+            {"name": "decode-0", "url": "http://d0"},
+            {"name": "decode-1", "url": "http://d1"},
+        ],
+        "pd": {
+            "decodes": [
+                {"instance": "decode-0", "status": "recomputing", "since": NOW - 15},
+                {"instance": "decode-1", "status": "ok", "since": None},
+            ]
+        },
+    }
+    recomputing = recomputing_decodes(frame)
+    assert recomputing == {"http://d0": NOW - 15}
+    entries = [
+        {**line(NOW - 10, 300, None, "after"), "decode": "http://d0"},
+        {**line(NOW - 20, 300, None, "before"), "decode": "http://d0"},  # before the onset
+        {**line(NOW - 10, 300, None, "healthy"), "decode": "http://d1"},
+        {**line(NOW - 5, 300, 12, "measured"), "decode": "http://d0"},  # the engine's own
+    ]
+    rows = {r["request_id"]: r for r in slowest(window_rows(entries, NOW, 60, 50.0, recomputing))}
+    after = rows["after"]
+    assert after["transfer_source"] == "recomputed" and after["transfer"] == 0.0
+    assert after["queue"] + after["retry"] + after["prefill"] + after["decode"] == pytest.approx(
+        300
+    )
+    assert rows["before"]["transfer_source"] == "estimate"
+    assert rows["healthy"]["transfer_source"] == "estimate"
+    assert rows["measured"]["transfer_source"] == "engine"
+    assert recomputing_decodes(None) == {} and recomputing_decodes({"instances": []}) == {}
 
 
 def test_series_buckets_the_window_and_averages_each_part():

@@ -13,7 +13,7 @@ from fastapi.responses import HTMLResponse
 from controller.proxy_admin import ProxyAdminClient, ProxyAdminError
 from domain.ttft_parts import PARTS
 from observe.frames import WINDOW_SECONDS
-from observe.ttft_breakdown import series, slowest, window_rows
+from observe.ttft_breakdown import recomputing_decodes, series, slowest, window_rows
 from web import htmx
 from web.deps import StoreDep, get_controller, get_observer
 from web.routes.page_common import PageActor, deployment_or_404, page_context
@@ -31,7 +31,10 @@ async def ttft_fragment(
     entries, why = await _log(request, name)
     frame = (observer := get_observer(request)) and observer.frame(name, window)
     xfer = frame["kv"]["xfer_p50_ms"] if frame else None
-    ctx = page_context(request, actor, **panel(entries, time.time(), window, xfer, why))
+    recomputing = recomputing_decodes(frame)
+    ctx = page_context(
+        request, actor, **panel(entries, time.time(), window, xfer, why, recomputing)
+    )
     return htmx.fragment(request, "ttft.html", "ttft", ctx)
 
 
@@ -41,10 +44,11 @@ def panel(
     window: str,
     xfer_p50_ms: float | None,
     why: str | None = None,
+    recomputing: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The panel's context: the slowest rows and the chart's bars (percent of the tallest)."""
     seconds = WINDOW_SECONDS[window]
-    rows = window_rows(entries, now, seconds, xfer_p50_ms)
+    rows = window_rows(entries, now, seconds, xfer_p50_ms, recomputing)
     bars = series(rows, now, seconds)
     top = max((sum(b[p] for p in PARTS) for b in bars), default=0.0) or 1.0
     for bar in bars:
