@@ -237,7 +237,9 @@ class Proxy:
             return
         self.metrics.record(outcome, timing, met)
         if timing is not None and flight.route is not None:
-            spikes, lined_up = self.interference.spikes(flight.route.decode.url, flight.token_times)
+            spikes, lined_up = self.interference.spikes(
+                flight.route.decode.url, flight.token_times, timing.sorted_itls
+            )
             self.metrics.itl_spikes += spikes
             self.metrics.itl_spikes_at_prefill += lined_up
         self.requests.append(LoggedRequest(flight, outcome, timing, met))
