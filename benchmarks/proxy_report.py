@@ -136,11 +136,19 @@ def _added_against_router(by: dict[str, Row]) -> list[str]:
         a, b = by.get(ours), by.get(theirs)
         if a is None or a.added is None:
             continue
-        line = f"{ours}: added TTFT p50 {a.added[0]:+.2f} / p99 {a.added[1]:+.2f} ms"
+        line = (
+            f"{ours}: added TTFT p50 {a.added[0]:+.2f} / p99 {a.added[1]:+.2f} ms "
+            f"(rounds: {_spread(a)})"
+        )
         if b is not None and b.added is not None:
             line += (
                 f"; minus {theirs}'s: p50 {a.added[0] - b.added[0]:+.2f} / "
-                f"p99 {a.added[1] - b.added[1]:+.2f} ms"
+                f"p99 {a.added[1] - b.added[1]:+.2f} ms ({theirs} rounds: {_spread(b)})"
             )
         lines.append(line)
     return lines
+
+
+def _spread(row: Row) -> str:
+    """The rounds' paired p50 differences, least to most: the noise a reader judges by."""
+    return " ".join(f"{p:+.1f}" for p in sorted(p for p, _ in row.paired))

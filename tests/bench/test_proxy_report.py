@@ -48,4 +48,5 @@ def test_ratios_name_the_breakdown_and_the_canary_cost() -> None:
     assert "pdctl / pdctl no-parts CPU: 1.111" in text
     assert "pdctl canary / pdctl CPU: 1.050" in text
     assert "1.00 us = 0.00% of pdctl's 100000 us CPU per request" in text
-    assert "minus vllm-router's: p50 +0.50 / p99 +1.00 ms" in text
+    assert "minus vllm-router's: p50 +0.50 / p99 +1.00 ms (vllm-router rounds: +0.5)" in text
+    assert "pdctl: added TTFT p50 +1.00 / p99 +2.00 ms (rounds: +1.0)" in text
