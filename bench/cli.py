@@ -18,7 +18,14 @@ from rich.console import Console
 
 from bench import target
 from bench.client import ServerUnreachable
-from bench.config import BenchConfig, BenchConfigError, parse_itl_stat, parse_rates, validate
+from bench.config import (
+    BenchConfig,
+    BenchConfigError,
+    parse_headers,
+    parse_itl_stat,
+    parse_rates,
+    validate,
+)
 from bench.progress import ProgressFile
 from bench.records import SloTargets
 from bench.report import (
@@ -126,6 +133,10 @@ def bench(
             "for when one event loop cannot keep up; --max-concurrency is split between them"
         ),
     ] = 1,
+    header: Annotated[
+        list[str] | None,
+        typer.Option("--header", help="KEY=VALUE: a header every request carries (repeatable)"),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar")] = False,
     progress_file: Annotated[
         Path | None,
@@ -164,6 +175,7 @@ def bench(
                 prompt_token_ids=prompt_token_ids,
                 arrivals=arrivals,
                 workers=workers,
+                headers=parse_headers(header or []),
             )
         )
     except BenchConfigError as exc:

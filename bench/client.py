@@ -90,6 +90,7 @@ class BenchClient:
         self._slots = asyncio.Semaphore(config.max_concurrency or 1)
         self._limited = config.max_concurrency is not None
         self._bodies: dict[int, bytes] = {}
+        self._headers = {**JSON_HEADERS, **dict(config.headers)}
 
     def prepare(self, requests: Sequence[BenchRequest], indices: Iterable[int]) -> None:
         """Encode the bodies of `requests[i]` for each i in `indices` ahead of the run."""
@@ -128,7 +129,7 @@ class BenchClient:
         """Time each token by the arrival of the chunk that carried it (read before parsing);
         a request's latency ends at its last token, as vLLM's does (not at [DONE])."""
         async with self._session.post(
-            self._config.api_url, data=body, headers=JSON_HEADERS
+            self._config.api_url, data=body, headers=self._headers
         ) as response:
             if response.status != 200:
                 record.error = await _http_error(response)

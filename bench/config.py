@@ -53,6 +53,8 @@ class BenchConfig:
     prompt_token_ids: bool = False
     arrivals: str = "vllm"
     workers: int = 1
+    # extra request headers (`--header KEY=VALUE`, as `vllm bench serve --header`)
+    headers: tuple[tuple[str, str], ...] = ()
 
     @property
     def api_url(self) -> str:
@@ -79,6 +81,17 @@ def parse_rates(text: str) -> tuple[float, ...]:
             raise BenchConfigError("--request-rate", f"must be > 0 or 'inf', got {piece}")
         rates.append(rate)
     return tuple(rates)
+
+
+def parse_headers(items: list[str]) -> tuple[tuple[str, str], ...]:
+    """`--header KEY=VALUE`, repeated: the extra headers each request carries."""
+    headers = []
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise BenchConfigError("--header", f"expected KEY=VALUE, got {item!r}")
+        headers.append((key.strip(), value))
+    return tuple(headers)
 
 
 def parse_itl_stat(text: str) -> str:

@@ -7,7 +7,12 @@ pinned alone to the other core. Rows:
 - pdctl, vllm-router, baseline (FastAPI + httpx, like vLLM's NIXL example proxy): NIXL PD;
 - pdctl / vllm-router over the colocated stand-in: the cost of the hop alone;
 - pdctl no-parts: pdctl with its TTFT breakdown off (`--no-ttft-parts`): the breakdown's cost
-  as the CPU/pdctl ratio.
+  as the CPU/pdctl ratio;
+- pdctl canary: pdctl with an admin token, every request marked a canary with it
+  (`X-Pdctl-Canary`): what a canary request costs against an ordinary one. The check every
+  request pays (connector/canary.mark) is timed apart, against pdctl's CPU per request.
+Each path's round runs beside a direct round (the order alternating by round), and its added
+TTFT is the median of the pairs' differences (benchmarks/proxy_report.py).
 Per proxy: CPU-seconds per 1,000 streamed tokens (utime + stime of the proxy process from
 /proc/<pid>/stat around the measured run), TTFT p50 / p99 added over `direct`, and ratios to
 pdctl; and tokens per second per proxy core at saturation (benchmarks/proxy_saturation.py: wrk
@@ -22,12 +27,13 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+import time
 from pathlib import Path
+
+from aiohttp.test_utils import make_mocked_request
 
 from benchmarks import proxy_saturation
 from benchmarks.proxy_procs import (
@@ -42,6 +48,8 @@ from benchmarks.proxy_procs import (
     router_binary,
     router_installed,
 )
+from benchmarks.proxy_report import CANARY, Row, combine, pair, ratios, table
+from connector import canary
 
 CONCURRENCY = int(os.environ.get("BENCH_PROXY_CONCURRENCY", "50"))
 PROMPTS = int(os.environ.get("BENCH_PROXY_PROMPTS", "200"))
@@ -50,9 +58,10 @@ ROUNDS = int(os.environ.get("BENCH_PROXY_ROUNDS", "3"))
 BEFORE = os.environ.get("BENCH_PROXY_BEFORE")
 ONLY = [n.strip() for n in os.environ.get("BENCH_PROXY_ONLY", "").split(",") if n.strip()]
 INPUT_LEN, OUTPUT_LEN = 128, 64
+CANARY_TOKEN = "bench-proxy-canary-token"
 
 
-def bench(url: str, logs: Path, name: str, prompts: int) -> dict:
+def bench(url: str, logs: Path, name: str, prompts: int, headers: tuple[str, ...] = ()) -> dict:
     out = logs / f"{name}.json"
     subprocess.run(
         [
@@ -76,6 +85,7 @@ def bench(url: str, logs: Path, name: str, prompts: int) -> dict:
                 "--quiet",
                 "--timeout",
                 "60",
+                *(arg for h in headers for arg in ("--header", h)),
             ),
         ],
         cwd=ROOT,
@@ -86,23 +96,50 @@ def bench(url: str, logs: Path, name: str, prompts: int) -> dict:
     return json.loads(out.read_text())
 
 
-@dataclass
-class Row:
-    name: str
-    result: dict
-    cpu: float | None  # proxy CPU-seconds over the measured run
-
-    @property
-    def cpu_per_1k(self) -> float | None:
-        tokens = self.result["total_output_tokens"]
-        return None if self.cpu is None or not tokens else self.cpu / tokens * 1000
-
-
-def measure(name: str, url: str, logs: Path, proxy: Server | None) -> Row:
+def measure(
+    name: str, url: str, logs: Path, proxy: Server | None, headers: tuple[str, ...] = ()
+) -> Row:
     before = proxy.cpu_seconds() if proxy else None
-    result = bench(url, logs, name, PROMPTS)
+    result = bench(url, logs, name, PROMPTS, headers)
     cpu = proxy.cpu_seconds() - before if proxy and before is not None else None
     return Row(name, result, cpu)
+
+
+def paired_round(
+    name: str, i: int, urls: dict[str, str], logs: Path, server: Server
+) -> tuple[Row, Row]:
+    """Round i of a path and the direct round beside it (direct first in even rounds)."""
+    headers = (f"{canary.HEADER}={CANARY_TOKEN}",) if name == CANARY else ()
+    runs: dict[str, Row] = {}
+    for which in ("direct", name) if i % 2 == 0 else (name, "direct"):
+        proxy = server if which == name else None
+        run_headers = headers if which == name else ()
+        runs[which] = measure(f"{which}-{name}-{i}", urls[which], logs, proxy, run_headers)
+    path = runs[name]
+    path.paired.append(pair(path.result, runs["direct"].result))
+    return path, runs["direct"]
+
+
+def check_seconds(n: int = 200_000) -> float:
+    """CPU-seconds of the canary check on one ordinary request's headers (as `pdctl bench`
+    sends them), the least of three timings of n checks each."""
+    headers = {
+        "Host": "127.0.0.1:8000",
+        "User-Agent": "Python/3.11 aiohttp/3",
+        "Accept": "*/*",
+        "Accept-Encoding": "gzip, deflate",
+        "Content-Type": "application/json",
+        "X-Pdctl-Ttft-Parts": "1",
+        "Content-Length": "1000",
+    }
+    request = make_mocked_request("POST", "/v1/completions", headers=headers)
+    best = float("inf")
+    for _ in range(3):
+        start = time.process_time()
+        for _ in range(n):
+            canary.mark(request.headers, CANARY_TOKEN)
+        best = min(best, time.process_time() - start)
+    return best / n
 
 
 def main() -> None:
@@ -135,6 +172,7 @@ def main() -> None:
             e.stop()
     saturation = proxy_saturation.run(logs) if not ONLY else {}
     print(table(rows, saturation))
+    print(ratios(rows, check_seconds()))
     if saturation:
         print(proxy_saturation.table(saturation))
 
@@ -180,6 +218,12 @@ def run_all(logs: Path, colocated: Server, prefill: Server, decode: Server) -> l
         *("--port", str(port), "--registry-port", "-1", "--no-ttft-parts"),
         *("--prefill", prefill.url, "--decode", decode.url),
     )
+    # the canary's cost: every request marked with the proxy's admin token
+    proxies[CANARY] = lambda port: pdctl(
+        "proxy",
+        *("--port", str(port), "--registry-port", "-1", "--admin-token", CANARY_TOKEN),
+        *("--prefill", prefill.url, "--decode", decode.url),
+    )
     if BEFORE:
         proxies["pdctl before"] = lambda port: [
             sys.executable,
@@ -203,59 +247,22 @@ def run_all(logs: Path, colocated: Server, prefill: Server, decode: Server) -> l
         urls = {n: colocated.url if s is None else s.url for n, s in servers.items()}
         for name, url in urls.items():
             bench(url, logs, f"{name}-warmup", max(CONCURRENCY, PROMPTS // 4))
-        # Rounds interleave the paths so that a noisy neighbour hurts them all alike.
+        # Rounds interleave the paths so that a noisy neighbour hurts them all alike, and each
+        # path's round runs beside a direct one (alternating which goes first): its added TTFT
+        # is read against the direct run next to it, not one taken at another moment.
         rows: dict[str, list[Row]] = {n: [] for n in servers}
         for i in range(ROUNDS):
             for name, server in servers.items():
-                rows[name].append(measure(f"{name}-{i}", urls[name], logs, server))
+                if server is None:
+                    continue
+                path, direct = paired_round(name, i, urls, logs, server)
+                rows[name].append(path)
+                rows["direct"].append(direct)
     finally:
         for server in servers.values():
             if server is not None:
                 server.stop()
     return [combine(name, runs) for name, runs in rows.items()]
-
-
-def combine(name: str, runs: list[Row]) -> Row:
-    """Medians of the rounds' percentiles; CPU and tokens summed over the rounds."""
-    result = dict(runs[0].result)
-    for key in ("median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "output_throughput"):
-        result[key] = statistics.median(r.result[key] for r in runs)
-    for key in ("completed", "failed", "total_output_tokens"):
-        result[key] = sum(r.result[key] for r in runs)
-    cpu = None if runs[0].cpu is None else sum(r.cpu or 0.0 for r in runs)
-    return Row(name, result, cpu)
-
-
-def table(rows: list[Row], saturation: dict[str, proxy_saturation.Saturation]) -> str:
-    direct = rows[0].result
-    ours = next((r for r in rows if r.name == "pdctl"), None)
-    lines = [
-        f"{'path':<22} {'ok/fail':>8} {'tok/s':>7} {'CPU-s/1k tok':>12} {'TTFT p50':>9} "
-        f"{'TTFT p99':>9} {'+p50 ms':>8} {'+p99 ms':>8} {'ITL p50':>8} {'CPU/pdctl':>9} "
-        f"{'sat tok/s/core':>14}",
-    ]
-    for row in rows:
-        r = row.result
-        added50 = r["median_ttft_ms"] - direct["median_ttft_ms"]
-        added99 = r["p99_ttft_ms"] - direct["p99_ttft_ms"]
-        cpu = row.cpu_per_1k
-        ratio = f"{cpu / ours.cpu_per_1k:9.2f}" if cpu and ours and ours.cpu_per_1k else f"{'-':>9}"
-        sat = saturation.get(row.name)
-        per_core = f"{sat.per_core:.0f}" if sat and sat.per_core else "-"
-        lines.append(
-            f"{row.name:<22} {r['completed']:>4}/{r['failed']:<3} {r['output_throughput']:7.0f} "
-            f"{'-' if cpu is None else f'{cpu:.4f}':>12} {r['median_ttft_ms']:9.2f} "
-            f"{r['p99_ttft_ms']:9.2f} {'-' if row.name == 'direct' else f'{added50:.2f}':>8} "
-            f"{'-' if row.name == 'direct' else f'{added99:.2f}':>8} "
-            f"{r['median_itl_ms']:8.2f} {ratio} {per_core:>14}"
-        )
-    lines.append(
-        "TTFT columns in ms; +p50/+p99: added over direct (colocated stand-in, no "
-        "proxy); PD rows include the hand-off itself (prefill leg + KV pull + the "
-        "decode's first step), the colocated rows only the hop. sat tok/s/core: tokens per "
-        "second per proxy core at saturation (wrk through the proxy to a fixed SSE upstream)."
-    )
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -186,8 +186,7 @@ class AdminRoutes:
             limit = int(request.query.get("limit", "100"))
         except ValueError:
             raise BadRequest("query 'limit' must be an integer", "limit") from None
-        entries = list(self.proxy.requests)
-        return web.json_response({"requests": entries[-limit:] if limit > 0 else []})
+        return web.json_response({"requests": self.proxy.requests.last(limit)})
 
     async def registry(self, request: web.Request) -> web.Response:
         gate = self.proxy.membership.gate

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from connector.instances import Route
-from connector.measure import RequestTiming, SloTargets, itl_figures, judge, summarize
+from connector.measure import RequestTiming, SloTargets, judge, summarize
 from domain.ttft_parts import PARTS_COMMENT, EngineTransfer, TtftParts, split
 
 MAX_EVENT_BYTES = 8 << 20  # one SSE event; vLLM's largest (prompt logprobs) stay well below
@@ -21,12 +21,14 @@ MAX_EVENT_BYTES = 8 << 20  # one SSE event; vLLM's largest (prompt logprobs) sta
 # The clock every time in a Flight is read on. Not loop.time(): uvloop's has millisecond
 # resolution, too coarse for ITL.
 clock = time.perf_counter
+_COMMENT = PARTS_COMMENT.encode()
 
 
 class Flight:
     """One request in flight: what the proxy measures while it passes the bytes through."""
 
     __slots__ = (
+        "_parts",
         "arrival",
         "attempt_at",
         "attempts",
@@ -86,6 +88,7 @@ class Flight:
         self.kv_stats: Any = None  # the decode's own `kv_transfer_stats`, as it sent them
         self.ttft_parts = True  # split the TTFT into its parts (domain/ttft_parts.py)
         self.want_parts = False  # the client asked for them at the end of its stream
+        self._parts: TtftParts | bool | None = False  # the split, once made (False: not yet)
 
     def attempt_starts(self, now: float) -> None:
         """An attempt (the first, or a retry after its backoff) starts now."""
@@ -100,7 +103,7 @@ class Flight:
         self.prefill_start = self.prefill_end = self.end = self.done_at = None
         self.token_times = []
         self.usage_tokens, self.tail, self.malformed, self.kv_stats = None, b"", None, None
-        self.timed_out = self.first_byte_missed = False
+        self.timed_out = self.first_byte_missed = self._parts = False
 
     def scan(self, chunk: bytes, now: float) -> None:
         """Find complete SSE events in the byte stream; timestamp token events, read usage."""
@@ -154,11 +157,14 @@ class Flight:
         return timing, judge(timing, slo)
 
     def parts(self, now: float) -> TtftParts | None:
-        """Where this request's TTFT went, or None (turned off, or no attempt started)."""
+        """Where this request's TTFT went, or None (turned off, or no attempt started). Made
+        once: the comment after [DONE] and the request log carry the same split."""
+        if self._parts is not False:
+            return self._parts  # type: ignore[return-value]
         if not self.ttft_parts or self.first_attempt is None or self.attempt_at is None:
             return None
         first = self.token_times[0] if self.token_times else self.end or now
-        return split(
+        self._parts = split(
             self.arrival,
             self.first_attempt,
             self.attempt_at,
@@ -166,6 +172,7 @@ class Flight:
             first,
             EngineTransfer.from_json(self.kv_stats),
         )
+        return self._parts
 
     def parts_comment(self, now: float) -> bytes:
         """The parts as an SSE comment (`: ttft_parts {...}`) after [DONE], for a client that
@@ -173,45 +180,7 @@ class Flight:
         parts = self.parts(now)
         if parts is None:
             return b""
-        return PARTS_COMMENT.encode() + json.dumps(parts.to_json()).encode() + b"\n\n"
-
-    def log_entry(
-        self, outcome: str, timing: RequestTiming | None, met: dict[str, bool]
-    ) -> dict[str, Any]:
-        """One line of the proxy's recent-requests log (the dashboard reads it)."""
-        route = self.route
-        entry: dict[str, Any] = {
-            "time": self.wall,
-            "request_id": self.request_id,
-            "endpoint": self.endpoint,
-            "stream": self.stream,
-            "group": route.group if route else None,
-            "prefill": route.prefill.url if route and route.prefill else None,
-            "decode": route.decode.url if route else None,
-            "outcome": outcome,
-            "status": self.status,
-            "error": self.error,
-        }
-        if self.attempts:
-            entry["retries"] = len(self.attempts)
-            entry["attempts"] = self.attempts
-        if timing is not None:
-            itls = timing.itl_stats or itl_figures(timing.itls)
-            entry.update(
-                output_tokens=timing.output_tokens,
-                ttft_ms=timing.ttft * 1000,
-                e2e_ms=timing.e2e * 1000,
-                tpot_ms=None if timing.tpot is None else timing.tpot * 1000,
-                itl_mean_ms=_ms(itls["mean"]),
-                itl_p99_ms=_ms(itls["p99"]),
-                itl_max_ms=_ms(itls["max"]),
-                prefill_ms=_ms(timing.prefill_leg),
-                transfer_first_decode_ms=_ms(timing.transfer_first_decode),
-                slo=met,
-            )
-            if timing.parts is not None:
-                entry["ttft_parts"] = timing.parts.to_json()
-        return entry
+        return _COMMENT + json.dumps(parts.to_json()).encode() + b"\n\n"
 
 
 def _json_shaped(data: bytes, i: int, end: int) -> bool:
@@ -231,7 +200,3 @@ def _opens_list_of_objects(data: bytes, i: int, end: int) -> bool:
     while i < end and data[i] in b" \t\r\n":
         i += 1
     return i < end and data[i] == 0x7B  # {
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else seconds * 1000

@@ -40,13 +40,17 @@ class Interference:
     def forget(self, instance: str) -> None:
         self._prefills.pop(instance, None)
 
-    def spikes(self, instance: str, token_times: Sequence[float]) -> tuple[int, int]:
-        """(ITL spikes of one request served by `instance`, those a prefill lines up with)."""
-        gaps = [b - a for a, b in pairwise(token_times)]
-        if len(gaps) < 3:
+    def spikes(
+        self, instance: str, token_times: Sequence[float], ordered: Sequence[float] = ()
+    ) -> tuple[int, int]:
+        """(ITL spikes of one request served by `instance`, those a prefill lines up with);
+        `ordered`: the request's gaps sorted, when the caller has them."""
+        if len(token_times) < 4:  # fewer than 3 gaps: too few to judge
             return 0, 0
-        median = sorted(gaps)[len(gaps) // 2]
-        threshold = SPIKE_FACTOR * median
+        ordered = ordered or sorted(b - a for a, b in pairwise(token_times))
+        threshold = SPIKE_FACTOR * ordered[len(ordered) // 2]  # above the median gap
+        if ordered[-1] <= threshold:  # the largest gap is no spike: none is
+            return 0, 0
         prefills = self._prefills.get(instance, [])
         spikes = lined_up = 0
         for start, end in pairwise(token_times):

@@ -31,6 +31,8 @@ class RequestTiming:
     # each ITL statistic (mean, p99, max) of this request, computed once; None: no gap
     itl_stats: dict[str, float | None] = field(default_factory=dict)
     parts: TtftParts | None = None  # where the TTFT went (domain/ttft_parts.py)
+    # the ITL samples in order, sorted once for the statistics, the histogram and the spikes
+    sorted_itls: list[float] = field(default_factory=list)
 
 
 def summarize(
@@ -44,6 +46,7 @@ def summarize(
     """Timing of one finished request. A non-streamed request has no token times: TTFT = e2e."""
     first = token_times[0] if token_times else end
     itls = [b - a for a, b in itertools.pairwise(token_times)]
+    ordered = sorted(itls)
     tpot = (end - first) / (output_tokens - 1) if output_tokens > 1 else None
     prefill_leg = transfer = None
     if prefill_start is not None and prefill_end is not None:
@@ -57,15 +60,18 @@ def summarize(
         prefill_leg=prefill_leg,
         transfer_first_decode=transfer,
         output_tokens=output_tokens,
-        itl_stats=itl_figures(itls),
+        itl_stats=itl_figures(itls, ordered),
+        sorted_itls=ordered,
     )
 
 
-def itl_figures(itls: list[float]) -> dict[str, float | None]:
-    """Every per-request ITL statistic at once, exactly as `itl_statistic` computes each."""
+def itl_figures(itls: list[float], ordered: list[float] | None = None) -> dict[str, float | None]:
+    """Every per-request ITL statistic at once, exactly as `itl_statistic` computes each;
+    `ordered`: the same samples sorted, when the caller has them."""
     if not itls:
         return {"mean": None, "p99": None, "max": None}
-    return {"mean": sum(itls) / len(itls), "p99": percentile(itls, 99.0), "max": max(itls)}
+    ordered = ordered or sorted(itls)
+    return {"mean": sum(itls) / len(itls), "p99": percentile(ordered, 99.0), "max": ordered[-1]}
 
 
 def judge(timing: RequestTiming, targets: SloTargets) -> dict[str, bool]:

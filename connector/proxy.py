@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections import deque
 from typing import Any
 
 import aiohttp
@@ -36,6 +35,7 @@ from connector.membership import Membership
 from connector.metrics import ProxyMetrics, make_registry
 from connector.policy import make_policy
 from connector.relay import ClientGone, Relay
+from connector.request_log import LoggedRequest, RequestLog
 from connector.settings import ProxySettings
 from connector.upstream import UpstreamPool
 from domain.modes import Mode, Role
@@ -70,7 +70,7 @@ class Proxy:
         self.interference = Interference()
         self.relay = Relay(settings, self.pool, self.interference)
         self.registry = make_registry(self.metrics, self.pool)
-        self.requests: deque[dict[str, Any]] = deque(maxlen=settings.request_log_size)
+        self.requests = RequestLog(settings.request_log_size)
         self.membership = Membership(settings, self.pool, self.metrics)
         self.disaggregated = Disaggregated(settings, self.pool, self.relay, self.metrics)
         self.relay.on_hung = self._hung
@@ -233,14 +233,16 @@ class Proxy:
         timing, met = flight.measure(outcome, self.settings.slo, clock())
         if is_canary:  # served, judged for ejection, logged; never in the SLO figures
             self.metrics.canaries[outcome] = self.metrics.canaries.get(outcome, 0) + 1
-            self.requests.append({**flight.log_entry(outcome, timing, met), "canary": True})
+            self.requests.append(LoggedRequest(flight, outcome, timing, met, canary=True))
             return
         self.metrics.record(outcome, timing, met)
         if timing is not None and flight.route is not None:
-            spikes, lined_up = self.interference.spikes(flight.route.decode.url, flight.token_times)
+            spikes, lined_up = self.interference.spikes(
+                flight.route.decode.url, flight.token_times, timing.sorted_itls
+            )
             self.metrics.itl_spikes += spikes
             self.metrics.itl_spikes_at_prefill += lined_up
-        self.requests.append(flight.log_entry(outcome, timing, met))
+        self.requests.append(LoggedRequest(flight, outcome, timing, met))
 
     def _judge_instances(self, flight: Flight, outcome: str) -> None:
         """Outlier ejection: the instance a failure names counts a failed leg; every instance

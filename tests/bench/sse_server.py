@@ -27,6 +27,7 @@ class FakeEngine:
     hang_seconds: float = 5.0
     served_model: str = "ok"
     payloads: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)  # each request's, as sent
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -41,6 +42,7 @@ class FakeEngine:
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         payload = await request.json()
         self.payloads.append(payload)
+        self.headers.append(dict(request.headers))
         behaviour = payload.get("model", "ok")
         if behaviour == "http-500":
             return web.json_response(

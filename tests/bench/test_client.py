@@ -177,3 +177,11 @@ def test_a_prepared_body_is_sent_as_encoded() -> None:
     assert record.ok and record.prompt_tokens == 3
     assert engine.payloads[0]["prompt"] == "baba babe babi"
     assert engine.payloads[0]["max_tokens"] == 2
+
+
+def test_header_flags_go_with_every_request() -> None:
+    engine = FakeEngine()
+    record = _send(engine, headers=(("X-Pdctl-Canary", "tok"),))
+    assert record.ok, record.error
+    sent = engine.headers[0]
+    assert sent["X-Pdctl-Canary"] == "tok" and sent["Content-Type"] == "application/json"

@@ -7,7 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from bench.config import BenchConfig, BenchConfigError, parse_itl_stat, parse_rates, validate
+from bench.config import (
+    BenchConfig,
+    BenchConfigError,
+    parse_headers,
+    parse_itl_stat,
+    parse_rates,
+    validate,
+)
 from bench.records import SloTargets
 
 GOOD = BenchConfig(base_url="http://127.0.0.1:8000")
@@ -29,6 +36,17 @@ def test_itl_stat_choices() -> None:
     assert parse_itl_stat("max") == "max"
     with pytest.raises(BenchConfigError, match="--itl-slo-stat"):
         parse_itl_stat("p50")
+
+
+def test_headers_parse_key_value_pairs() -> None:
+    assert parse_headers(["X-A=1", "X-B=a=b", "X-C="]) == (
+        ("X-A", "1"),
+        ("X-B", "a=b"),
+        ("X-C", ""),
+    )
+    for bad in ("novalue", "=1"):
+        with pytest.raises(BenchConfigError, match="--header"):
+            parse_headers([bad])
 
 
 def test_good_config_passes() -> None:
