@@ -112,6 +112,12 @@ class RayPlane(Plane):
         self.env |= {"PDCTL_RAY_ADDRESS": cluster_address, "PDCTL_RAY_NODE_IP": HEAD}
 
 
+def last_line(exc: BaseException) -> str:
+    """What a failed `ray start` says last (its tracebacks end with the reason)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:240]
+
+
 def say(message: str) -> None:
     print(f"chaos: {message}", file=sys.stderr, flush=True)
 
@@ -127,7 +133,7 @@ def ray_node_removed(target: Target) -> Row:
         try:
             cluster = stack.enter_context(owned_cluster(PLAN, tmp / "cluster", say=say))
         except CANNOT_START as exc:
-            row.skipped = f"the Ray cluster could not start: {str(exc)[-240:]}"
+            row.skipped = f"the Ray cluster could not start: {last_line(exc)}"
             return row
         row.notes.append(f"cluster up in {time.monotonic() - begin:.0f} s")
         (tmp / "plane").mkdir()
@@ -139,9 +145,12 @@ def ray_node_removed(target: Target) -> Row:
             lose_a_node(plane, cluster, target.prompts, row)
         except (TimeoutError, RuntimeError, OSError) as exc:
             row.check(False, f"{type(exc).__name__}: {str(exc)[-240:]}")
+        stopping = time.monotonic()
     left = leftovers(PLAN, tmp)  # Ray's and pdctl's: whatever names the row's folder
     row.check(not left, f"no process left (pids {left[:5]})")
-    row.notes.append(f"row {time.monotonic() - begin:.0f} s with the cluster's start and stop")
+    row.notes.append(
+        f"stopped in {time.monotonic() - stopping:.0f} s; row {time.monotonic() - begin:.0f} s"
+    )
     return row
 
 
@@ -151,7 +160,9 @@ def lose_a_node(plane: RayPlane, cluster: LocalRayCluster, prompts: int, row: Ro
     if status != 201:
         raise RuntimeError(f"creating the deployment answered {status}: {created}")
     plane.api("POST", f"/deployments/{NAME}/start")
+    starting = time.monotonic()
     units = plane.running(NAME, START_S)
+    row.notes.append(f"2P2D running in {time.monotonic() - starting:.0f} s")
     row.check(not doubled(units), f"one instance per role a node: {doubled(units)}")
     target = Target(plane, units["proxy"]["url"], created["ports"]["registry"], plane.tmp, prompts)
     row.check(routable(target) is not None, "the proxy routes to every instance before the load")

@@ -105,3 +105,12 @@ def test_a_node_takes_a_block_of_its_stride():
     flags = dict(f.split("=", 1) for f in _ports(62000, 2, 800))
     assert flags["--node-manager-port"] == "63600"
     assert flags["--max-worker-port"] == "64399"
+
+
+def test_a_cluster_that_cannot_start_is_skipped_with_the_last_line_of_why():
+    failed = RuntimeError(
+        "ray start (127.0.0.31) failed:\n\nTraceback (most recent call last):\n"
+        '  File "node.py", line 440\nException: The current node timed out during startup.\n'
+    )
+    assert chaos_ray.last_line(failed) == "Exception: The current node timed out during startup."
+    assert chaos_ray.last_line(TimeoutError()) == "TimeoutError"
