@@ -102,6 +102,7 @@ bench-events: $(STAMP)
 	$(PY) -m benchmarks.bench_events --baseline $(EVENTS_BASELINE)
 
 # A fault campaign on real processes under load (about 5 minutes); QUICK=1 for the short one.
+# LAYOUT=2p2d: with spares, and last a worker of a local Ray cluster (127.0.0.31-34) lost.
 chaos: $(STAMP)
 	$(PY) -m benchmarks.chaos $(if $(QUICK),--quick) $(if $(LAYOUT),--layout $(LAYOUT))
 

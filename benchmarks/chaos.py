@@ -11,7 +11,8 @@ disk), chaos_registry (heartbeats, modes, a flood) and chaos_canary (KV bytes co
 wire: the correctness canary must say so within one period). The summary table goes to stdout; the
 exit status is 1 when a row's expectation does not hold. `--quick` runs a shorter campaign
 (CI, about 4 minutes on 2 cores). `--layout 2p2d` runs two prefills and two decodes and the
-rows of benchmarks/chaos_spares.py, where only requests already streaming may fail.
+rows of benchmarks/chaos_spares.py, where only requests already streaming may fail, and
+benchmarks/chaos_ray.py's (a worker of a local Ray cluster lost; skipped without Ray).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from benchmarks import (
     chaos_canary,
     chaos_disk,
     chaos_faults,
+    chaos_ray,
     chaos_registry,
     chaos_spares,
     chaos_upstream,
@@ -57,13 +59,15 @@ QUICK = (
     "registration flood at a proxy restart",
     "KV corrupted on the wire",
 )
+SPARES_ROWS = {**chaos_spares.ROWS, **chaos_ray.ROWS}  # the Ray row last: its own cluster
+SPARES_QUICK = (*chaos_spares.QUICK, *chaos_ray.ROWS)
 
 
 def campaign(tmp: Path, quick: bool, only: str | None = None, layout: str = "1p1d") -> list[Row]:
     plane = Plane(tmp, layout).start()
     rows: list[Row] = []
     spares = layout != "1p1d"
-    table, short = (chaos_spares.ROWS, chaos_spares.QUICK) if spares else (ROWS, QUICK)
+    table, short = (SPARES_ROWS, SPARES_QUICK) if spares else (ROWS, QUICK)
     try:
         status, created = plane.api("POST", "/deployments", deployment(layout))
         if status != 201:

@@ -7,7 +7,8 @@ row checks exactly that (`streaming`, counted on the client's side).
 
 The stand-ins run with --kv-stale-peer hang: a decode keeps a restarted prefill's old agent
 and hangs each transfer through it for the KV transfer timeout, as released NIXL and MoRIIO
-do; the controller restarts such a decode (controller/stale_peers.py).
+do; the controller restarts such a decode (controller/stale_peers.py). The row "a Ray node
+removed" is benchmarks/chaos_ray.py's (a cluster of its own).
 """
 
 from __future__ import annotations
@@ -70,15 +71,6 @@ def restart_prefill(target: Target) -> Row:
     return under_load(target, row, inject, prompts=target.prompts * 3)
 
 
-def ray_node_removed(target: Target) -> Row:
-    row = Row("a Ray node removed", "its instances move; the spares serve meanwhile")
-    row.skipped = (
-        "needs a Ray cluster: make test-ray SIGKILLs a worker under load on a NIXL 2P2D "
-        "(tests/ray), nothing lost"
-    )
-    return row
-
-
 def _expect(row: Row, expected: str) -> Row:
     row.expected = expected
     return row
@@ -110,7 +102,6 @@ ROWS: dict[str, Callable[[Target], Row]] = {
     "decode stall at once": lambda t: _stall(t, 0),
     "decode stall mid-stream": lambda t: _stall(t, 3),
     "prefill restart under load": restart_prefill,
-    "a Ray node removed": ray_node_removed,
 }
 QUICK = (
     "SIGKILL decode",
@@ -119,5 +110,4 @@ QUICK = (
     "decode garbage at once",
     "decode stall at once",
     "prefill restart under load",
-    "a Ray node removed",
 )

@@ -19,6 +19,7 @@ from harness.ray_cluster import (
     GCS_PORT,
     HEAD_ADDRESS,
     PORT_BASE,
+    PORT_STRIDE,
     LocalRayCluster,
     all_pids,
     names_node,
@@ -35,12 +36,13 @@ class Worker:
 @dataclass(frozen=True)
 class ClusterPlan:
     """Where the cluster's nodes listen: the head's address and GCS port, the block of ports
-    its nodes take (harness/ray_cluster.py: 1000 per node from port_base), its workers."""
+    its nodes take (harness/ray_cluster.py: port_stride per node from port_base), its workers."""
 
     workers: Sequence[Worker]
     head: str = HEAD_ADDRESS
     gcs_port: int = GCS_PORT
     port_base: int = PORT_BASE
+    port_stride: int = PORT_STRIDE
 
     @property
     def addresses(self) -> list[str]:
@@ -88,7 +90,11 @@ def owned_cluster(plan: ClusterPlan, temp_dir: Path, say=print) -> Iterator[Loca
     if reasons := taken(plan):
         raise AddressesTaken("; ".join(reasons))
     cluster = LocalRayCluster(
-        temp_dir, head=plan.head, gcs_port=plan.gcs_port, port_base=plan.port_base
+        temp_dir,
+        head=plan.head,
+        gcs_port=plan.gcs_port,
+        port_base=plan.port_base,
+        port_stride=plan.port_stride,
     )
     try:
         cluster.start()

@@ -1,8 +1,9 @@
 """A real Ray cluster on this machine, one loopback address per node, for tests, benchmarks and
 `make run-cluster`: a head (no GPUs: the control plane's node) and workers with GPUs declared
 as resources. Each node is started by `ray start` as an operator would (so the cluster is an
-existing one, independent of whoever uses it), with every Ray port fixed in 46000-59999 (out
-of the tests' and deployments' ranges), no dashboard and no usage stats.
+existing one, independent of whoever uses it), with every Ray port fixed out of the tests' and
+deployments' ranges (by default in 46000-59999; a cluster beside others takes its own block),
+no dashboard and no usage stats.
 
 `remove(address)` is a lost node: its raylet and every process it started are SIGKILLed;
 `stop()` takes the whole cluster down and leaves no Ray process behind.
@@ -25,7 +26,8 @@ from controller import procfs
 RAY = str(Path(sys.executable).with_name("ray"))
 HEAD_ADDRESS = "127.0.0.4"  # Ray rewrites a head on 127.0.0.1 to the host's own IP
 GCS_PORT = 46379
-PORT_BASE = 47000  # node i listens in PORT_BASE + 1000 i ... + 999
+PORT_BASE = 47000  # node i listens in PORT_BASE + PORT_STRIDE i ... + PORT_STRIDE - 1
+PORT_STRIDE = 1000
 
 
 @dataclass
@@ -47,9 +49,9 @@ def _ray_env(node_run_dir: Path | None = None) -> dict[str, str]:
     return env
 
 
-def _ports(port_base: int, index: int) -> list[str]:
-    """Every port a node listens on, from its own block of 1000 (index 0: the head)."""
-    base = port_base + index * 1000
+def _ports(port_base: int, index: int, stride: int = PORT_STRIDE) -> list[str]:
+    """Every port a node listens on, from its own block of `stride` (index 0: the head)."""
+    base = port_base + index * stride
     return [
         f"--node-manager-port={base}",
         f"--object-manager-port={base + 1}",
@@ -58,7 +60,7 @@ def _ports(port_base: int, index: int) -> list[str]:
         f"--dashboard-agent-listen-port={base + 4}",
         f"--runtime-env-agent-port={base + 5}",
         f"--min-worker-port={base + 100}",
-        f"--max-worker-port={base + 999}",
+        f"--max-worker-port={base + stride - 1}",
     ]
 
 
@@ -72,10 +74,12 @@ class LocalRayCluster:
         head: str = HEAD_ADDRESS,
         gcs_port: int = GCS_PORT,
         port_base: int = PORT_BASE,
+        port_stride: int = PORT_STRIDE,
     ) -> None:
         """Clusters side by side need their own `head` address, `gcs_port` and `port_base`."""
         self.temp_dir = Path(temp_dir)
         self.head_cpus, self.head, self.port_base = head_cpus, head, port_base
+        self.port_stride = port_stride
         self.nodes: list[RayNode] = []
         self._next_index = 1  # port blocks are never reused, even after a node is removed
         self.address = f"{head}:{gcs_port}"
@@ -110,7 +114,13 @@ class LocalRayCluster:
 
     def _ray_start(self, index: int, address: str, args: list[str]) -> None:
         done = subprocess.run(
-            [RAY, "start", f"--node-ip-address={address}", *_ports(self.port_base, index), *args],
+            [
+                RAY,
+                "start",
+                f"--node-ip-address={address}",
+                *_ports(self.port_base, index, self.port_stride),
+                *args,
+            ],
             env=_ray_env(self.temp_dir / f"node-{address}"),
             capture_output=True,
             text=True,
