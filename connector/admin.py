@@ -106,6 +106,7 @@ class AdminRoutes:
         group = _field(body, "group", str, body.get("mode", self.proxy.settings.mode))
         if not url.startswith(("http://", "https://")):
             raise BadRequest("field 'url' must start with http:// or https://", "url")
+        known = self.pool.get(url.rstrip("/")) is not None
         try:
             check_combination(self.proxy.settings.connector, group)
             inst = self.pool.upsert(
@@ -119,6 +120,8 @@ class AdminRoutes:
             )
         except ValueError as exc:
             raise BadRequest(str(exc), "group" if "mode" in str(exc) else "role") from None
+        if known:  # one it routes to already: its role epoch, if it switches roles (else 404)
+            await self.proxy.roles.refresh(inst)
         return web.json_response(inst.describe(), status=201)
 
     async def _url_of(self, request: web.Request) -> str:
