@@ -10,7 +10,7 @@ import json
 import pytest
 
 from harness.control_plane import ControlPlane
-from harness.processes import http_get
+from harness.processes import http_get, http_post
 from harness.stack import bench_background, bench_finished
 
 pytestmark = pytest.mark.e2e
@@ -131,3 +131,34 @@ def test_every_refused_move_names_its_field(plane):
     bad = {**nixl("odd"), "role_switch": {"serving": {"decode-7": "prefill"}}}
     status, body = plane.api("POST", "/deployments", bad)
     assert status == 422 and body["detail"][0]["loc"][:3] == ["body", "role_switch", "serving"]
+
+
+def test_a_move_the_engine_cannot_drain_fails_naming_the_step_and_serves_on(plane):
+    status, created = plane.api("POST", "/deployments", nixl("flip"))
+    assert status == 201, created
+    plane.api("POST", "/deployments/flip/start")
+    url = plane.running("flip")["decode-1"]["url"]
+    status, moved = move(plane, "decode-1", "prefill")
+    assert status == 200, moved
+    # a prefill leg sent straight to it: it holds that KV for a decode that never comes
+    leg = {
+        "model": "tiny",
+        "prompt": "one two three",
+        "max_tokens": 1,
+        "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False},
+    }
+    headers = {"X-vLLM-PD-Role": "prefill", "X-vLLM-PD-Epoch": "1"}
+    status, answer = http_post(url + "/v1/completions", leg, headers=headers)
+    assert status == 200 and answer["kv_transfer_params"], answer
+    status, body = move(plane, "decode-1", "decode", drain_timeout_s=1)
+    assert status == 502 and "change role on the instance failed" in body["detail"], body
+    status, revision = plane.api("GET", f"/deployments/flip/revisions/{moved['revision'] + 1}")
+    assert revision["state"] == "failed", revision
+    status, current = plane.api("GET", "/deployments/flip")
+    assert current["revision"] == moved["revision"]  # the last applied one is desired again
+    state = json.loads(http_get(url + "/v1/pd_role")[1])
+    assert (state["role"], state["epoch"], state["phase"]) == ("prefill", 1, "ready")
+    entry = proxy_entry(plane, created["ports"]["proxy"], url)
+    assert (entry["role"], entry["draining"]) == ("prefill", False)
+    status, events = plane.api("GET", "/events?deployment=flip&kind=deployment.role_move_failed")
+    assert status == 200 and len(events) == 1, events
