@@ -46,6 +46,7 @@ class Instance:
     # it does not switch roles), and fenced: it answered 409, its role is being read again.
     pd_epoch: int | None = None
     pd_fenced: bool = False
+    pd_read: bool = False  # its /v1/pd_role answered once (a role, or 404: it does not switch)
     _dp_next: int = 0
 
     @property

@@ -190,8 +190,8 @@ class Membership:
     async def _probe(self, inst: Instance) -> None:
         ok, error = await self._health(inst.url)
         self.pool.probed(inst, ok, error)
-        if ok and inst.pd_fenced and self.roles is not None:
-            await self.roles.refresh(inst)  # a 409 fenced it: routed again once it reads ready
+        if ok and (inst.pd_fenced or not inst.pd_read) and self.roles is not None:
+            await self.roles.refresh(inst)  # first sight, or a 409 fenced it until it reads ready
 
     async def _probe_until_up(self, inst: Instance, tries: int = 20, spacing: float = 0.1) -> None:
         for _ in range(tries):

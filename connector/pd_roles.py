@@ -6,8 +6,9 @@ running one that carries stale ones (or arrives while it changes role).
 A 409 is a routing event, not a failure: the instance leaves routing at once (fenced), the
 proxy re-reads its role and epoch, moves it to the role it now serves when it changed, and
 sends the leg elsewhere; it never counts toward ejection. The instance is routed to again once
-its role reads `ready` (here, or at the next health round). An instance whose /v1/pd_role
-answers 404 does not switch roles: it gets no headers.
+its role reads `ready` (here, or at the next health round). Each instance's role is read once
+after its first healthy probe; one whose /v1/pd_role answers 404 does not switch roles: it
+gets no headers.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def fence(pool: InstancePool, inst: Instance) -> None:
 def apply(pool: InstancePool, inst: Instance, status: dict[str, Any] | None) -> None:
     """Take in a GET /v1/pd_role answer (None: the instance has no such endpoint)."""
     if status is None:
-        inst.pd_epoch, inst.pd_fenced = None, False
+        inst.pd_epoch, inst.pd_fenced, inst.pd_read = None, False, True
         pool.on_change()
         return
     role, epoch, phase = status.get("role"), status.get("epoch"), status.get("phase")
@@ -61,7 +62,7 @@ def apply(pool: InstancePool, inst: Instance, status: dict[str, Any] | None) -> 
             tp_size=inst.tp_size,
             source=inst.source,
         )
-    inst.pd_epoch, inst.pd_fenced = epoch, phase != "ready"
+    inst.pd_epoch, inst.pd_fenced, inst.pd_read = epoch, phase != "ready", True
     pool.on_change()
 
 
