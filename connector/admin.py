@@ -106,6 +106,11 @@ class AdminRoutes:
         group = _field(body, "group", str, body.get("mode", self.proxy.settings.mode))
         if not url.startswith(("http://", "https://")):
             raise BadRequest("field 'url' must start with http:// or https://", "url")
+        was = self.pool.get(url.rstrip("/"))
+        # one it routes to already that switches roles (or was configured): read its epoch
+        reread = was is not None and (
+            was.pd_epoch is not None or was.pd_fenced or was.source != "admin"
+        )
         try:
             check_combination(self.proxy.settings.connector, group)
             inst = self.pool.upsert(
@@ -119,6 +124,8 @@ class AdminRoutes:
             )
         except ValueError as exc:
             raise BadRequest(str(exc), "group" if "mode" in str(exc) else "role") from None
+        if reread:
+            await self.proxy.roles.refresh(inst)
         return web.json_response(inst.describe(), status=201)
 
     async def _url_of(self, request: web.Request) -> str:

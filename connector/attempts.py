@@ -25,12 +25,15 @@ from connector.flight import Flight, clock
 from connector.instances import Instance, InstancePool, Route
 from connector.legs import Handoff, Peer, decode_bytes, leg_headers, prefill_body
 from connector.metrics import ProxyMetrics
+from connector.pd_roles import RoleReader, fence
 from connector.relay import Relay
-from connector.retry import EJECT_AT_ONCE, RetryBudget, plan
+from connector.retry import EJECT_AT_ONCE, STALE_ROLE, RetryBudget, plan
 from connector.settings import ProxySettings
 
 log = logging.getLogger("connector.proxy")
 Sent = tuple[Handoff, dict[str, Any] | None]  # a hand-off and the prefill's kv_transfer_params
+# 409s (stale role/epoch) one request may meet and still be routed again, past the budget
+STALE_RETRIES = 4
 
 
 class Disaggregated:
@@ -45,12 +48,13 @@ class Disaggregated:
     ) -> None:
         self.settings, self.pool, self.relay, self.metrics = settings, pool, relay, metrics
         self.budget = RetryBudget(settings.retry, clock())
+        self.roles: RoleReader | None = None  # re-reads a role after a 409 (the proxy's)
 
     def judge_failed(self, inst: Instance, cause: str | None, error: str) -> None:
         """A leg of `inst` failed: count it; a refused connection, garbage or a hang ejects
         it at once when its group has a spare (the share of its role ejected is capped)."""
         s, now = self.settings, time.monotonic()
-        if inst.ejected_until > now:
+        if inst.ejected_until > now or cause == STALE_ROLE:  # a 409 is no failure of it
             return
         inst.last_error = error
         if self.pool.leg_failed(
@@ -78,6 +82,7 @@ class Disaggregated:
         reuse: Sent | None = None  # the hand-off a retried decode gets again (NIXL refused)
         last: list[Sent | None] = [None]  # the attempt's hand-off and the prefill's answer
         attempt = 0
+        stale_left = STALE_RETRIES
         while True:
             attempt += 1
             flight.attempt_starts(clock())
@@ -96,6 +101,16 @@ class Disaggregated:
                 return response
             except UpstreamError as exc:
                 blamed = exc.instance
+                stale = exc.cause == STALE_ROLE and stale_left > 0
+                if exc.cause == STALE_ROLE:
+                    blamed = STALE_ROLE  # a routing event: neither instance failed
+                if stale:  # read its role again, route again
+                    stale_left -= 1
+                    await self._reread(prefill if exc.instance == prefill.url else decode)
+                    for inst in (prefill, decode):
+                        if inst.available:  # its role read ready: it may serve this again
+                            tried_p.discard(inst.url)
+                            tried_d.discard(inst.url)
                 retry = plan(
                     exc.leg,
                     exc.cause,
@@ -122,7 +137,7 @@ class Disaggregated:
                     )
                 if next_p is None or next_d is None:
                     raise
-                why = self.budget.why_not(attempt, flight.arrival, clock())
+                why = None if stale else self.budget.why_not(attempt, flight.arrival, clock())
                 if why is not None:
                     self.metrics.retries_refused[why] = self.metrics.retries_refused.get(why, 0) + 1
                     raise
@@ -151,6 +166,11 @@ class Disaggregated:
                 if run_prefill:
                     prefill_ok = ok or flight.prefill_end is not None
                     on_p.end(prompt_tokens, prefill_ok or _verdict(ok, blamed, on_p))
+
+    async def _reread(self, inst: Instance) -> None:
+        fence(self.pool, inst)
+        if self.roles is not None:
+            await self.roles.refresh(inst)
 
     async def _attempt(
         self,

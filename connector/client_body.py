@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from connector.errors import BadRequest, ProxyError, UpstreamError, UpstreamRefused
+from connector.retry import STALE_ROLE
 
 DEFAULT_MAX_TOKENS = 256  # load estimate only, when the client sets none
 
@@ -64,6 +65,8 @@ def estimate_tokens(body: dict[str, Any]) -> tuple[int, int]:
 def upstream_failure(leg: str, instance: str, status: int, raw: bytes) -> ProxyError:
     """A leg's non-200 answer as the client's error: the engine refusing the request (a 4xx
     about the body) is the client's 4xx with the engine's message; anything else is a 502."""
+    if status == 409:  # a role-switching instance fenced it: routed again (connector/pd_roles.py)
+        return UpstreamError(leg, instance, f"HTTP 409: {upstream_message(raw)}", STALE_ROLE)
     if status not in UpstreamRefused.STATUSES:
         return UpstreamError(leg, instance, f"HTTP {status}: {upstream_message(raw)}")
     param = None

@@ -42,11 +42,17 @@ class Instance:
     probes_failed: int = 0  # active /health probes failed in a row
     ejected_until: float = 0.0
     ejections: int = 0
+    # Runtime role switching (connector/pd_roles.py): the epoch it serves its role in (None:
+    # it does not switch roles), and fenced: it answered 409, its role is being read again.
+    pd_epoch: int | None = None
+    pd_fenced: bool = False
+    pd_read: bool = False  # its /v1/pd_role answered once (a role, or 404: it does not switch)
     _dp_next: int = 0
 
     @property
     def available(self) -> bool:
-        return self.healthy and not self.draining and self.ejected_until <= time.monotonic()
+        ready = self.healthy and not self.draining and not self.pd_fenced
+        return ready and self.ejected_until <= time.monotonic()
 
     def next_dp_rank(self) -> int | None:
         if self.dp_size <= 1:
@@ -89,6 +95,8 @@ class Instance:
             "failed_in_a_row": self.failed_in_a_row,
             "ejected_for_s": round(max(0.0, self.ejected_until - time.monotonic()), 1),
             "ejections": self.ejections,
+            "pd_epoch": self.pd_epoch,
+            "pd_fenced": self.pd_fenced,
         }
 
 
@@ -109,6 +117,7 @@ class Group:
             i
             for i in self.instances.values()
             if i.role == role and i.healthy and not i.draining and i.ejected_until
+            if not i.pd_fenced
         ]
 
     def describe(self) -> dict:

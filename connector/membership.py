@@ -13,6 +13,7 @@ import aiohttp
 
 from connector.instances import Instance, InstancePool
 from connector.metrics import ProxyMetrics
+from connector.pd_roles import RoleReader
 from connector.registry import (
     NEW_INTERVAL,
     OLD_INTERVAL,
@@ -51,6 +52,7 @@ class Membership:
         self._probe_timeout = aiohttp.ClientTimeout(total=settings.health_timeout)
         # A claim holds a pending place while probed: short, so made-up ones free it soon.
         self._admit_timeout = aiohttp.ClientTimeout(total=min(settings.health_timeout, 2.0))
+        self.roles: RoleReader | None = None  # re-reads fenced roles each round (the proxy's)
 
     def start(self, session: aiohttp.ClientSession) -> None:
         self.session = session
@@ -188,6 +190,8 @@ class Membership:
     async def _probe(self, inst: Instance) -> None:
         ok, error = await self._health(inst.url)
         self.pool.probed(inst, ok, error)
+        if ok and (inst.pd_fenced or not inst.pd_read) and self.roles is not None:
+            await self.roles.refresh(inst)  # first sight, or a 409 fenced it until it reads ready
 
     async def _probe_until_up(self, inst: Instance, tries: int = 20, spacing: float = 0.1) -> None:
         for _ in range(tries):

@@ -33,6 +33,7 @@ from connector.interference import Interference
 from connector.legs import colocated_bytes
 from connector.membership import Membership
 from connector.metrics import ProxyMetrics, make_registry
+from connector.pd_roles import RoleReader
 from connector.policy import make_policy
 from connector.relay import ClientGone, Relay
 from connector.request_log import LoggedRequest, RequestLog
@@ -73,6 +74,8 @@ class Proxy:
         self.requests = RequestLog(settings.request_log_size)
         self.membership = Membership(settings, self.pool, self.metrics)
         self.disaggregated = Disaggregated(settings, self.pool, self.relay, self.metrics)
+        self.roles = RoleReader(self.pool, lambda: self.session)  # connector/pd_roles.py
+        self.disaggregated.roles = self.membership.roles = self.roles
         self.relay.on_hung = self._hung
         self.session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task] = []

@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from connector import pd_roles
 from connector.answers import Answer, DirectPost, aiohttp_post
 from connector.client_body import upstream_failure
 from connector.client_stream import ChunkedOut, ClientGone
@@ -150,6 +151,7 @@ class Relay:
     ) -> contextlib.AbstractAsyncContextManager[Answer]:
         """One leg's POST: over the proxy's own client when it speaks to that upstream."""
         upstream = self.upstream
+        headers = {**headers, **pd_roles.headers(inst)}
         if upstream is not None and upstream.speaks(inst.url):
             return DirectPost(upstream, inst.url, path, data, headers, timeout.total)
         return aiohttp_post(self.client(), inst.url + path, data, headers, timeout)

@@ -14,6 +14,8 @@ the one attempt that served, with exactly the tokens it asked for. The decision 
     decode   refused (nothing was sent, so    yes      another decode; NIXL read: the same
              nothing was pulled)                       kv_transfer_params; MoRIIO: a fresh
                                                        prefill (a new transfer_id); write: the pair
+    any      409: a stale role/epoch (the      yes      as for refused (it ran nothing), past the
+             instance changed role)                    budget's tokens: a routing event
     decode   reset, 5xx, garbage, no first    yes      another decode with a fresh prefill (the
              byte within its deadline,                 KV may have been pulled, or the pull is
              silent before its first byte              what hangs); write mode: the pair
@@ -29,7 +31,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # What failed, as an UpstreamError's `cause` says (connector/errors.py).
-CAUSES = ("refused", "reset", "status", "garbage", "timeout", "first_byte")
+CAUSES = ("refused", "reset", "status", "garbage", "timeout", "first_byte", "stale_role")
+# A 409 from an instance that switches roles at runtime (connector/pd_roles.py): it ran
+# nothing, so it is retried like a refused connection and never ejects.
+STALE_ROLE = "stale_role"
 # Causes that say the instance is broken, not busy: with a spare they eject it at once.
 EJECT_AT_ONCE = frozenset({"refused", "garbage", "first_byte"})
 
@@ -82,6 +87,7 @@ def plan(
     retrying is unsafe."""
     if client_has_bytes or client_error:
         return None
+    cause = "refused" if cause == STALE_ROLE else cause
     if mode == "write":  # both legs run at once: whichever failed, the pair is tried again
         return Retry(True, True, False)
     if leg == "prefill":

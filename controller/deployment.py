@@ -17,6 +17,7 @@ from controller.canary_spec import CanaryConfig
 from controller.field_error import FieldError
 from controller.kv_extra_spec import KvExtra, check_keys
 from controller.placement_spec import NodeSelector, Placement, check_placement
+from controller.role_switch_spec import RoleSwitch, check_role_switch
 from domain import modes
 from domain.modes import Connector, Mode, Role
 
@@ -177,13 +178,13 @@ class DeploymentSpec(_Strict):
         default_factory=dict, max_length=64
     )
     time_scale: float = Field(1.0, gt=0, le=1000)  # stand-in only
-    # Stand-in only: its instances open their ports after the modelled start (domain/
-    # start_time.py) x time_scale x this; 0: at once.
+    # Stand-in only: ports open after the modelled start (domain/start_time.py) x time_scale x it
     start_time_scale: float = Field(0.0, ge=0, le=1000)
     # Merged into --kv-transfer-config's kv_connector_extra_config of prefill and decode
     # instances, e.g. ExampleConnector's shared_storage_path or NIXL's backends.
     kv_connector_extra_config: KvExtra = Field(default_factory=dict)
     unsafe_allow: UnsafeAllow | None = None
+    role_switch: RoleSwitch | None = None  # runtime P/D role switching (role_switch_spec.py)
 
     def instance_names(self) -> list[str]:
         return [f"{g.name}-{i}" for g in self.groups for i in range(g.count)]
@@ -197,6 +198,7 @@ def check(spec: DeploymentSpec) -> None:
     check_placement(spec)
     _check_ports(spec)
     _check_extra_args(spec)
+    check_role_switch(spec)
 
 
 def _check_connector(spec: DeploymentSpec) -> None:

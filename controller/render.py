@@ -18,6 +18,7 @@ from controller.launch import VLLM_SERVE, Launch, LaunchSettings
 from controller.placement import PROXY, Addresses, planned
 from controller.ports import AllocatedPorts
 from controller.registry_expect import expected_env
+from controller.role_switch_spec import serving_role
 
 VLLM_CPU_MODULE = ("python", "-m", "vllm.entrypoints.openai.api_server")  # takes --model
 
@@ -102,7 +103,7 @@ def instance_launch(
         command=shlex.join(vllm),
         url=f"http://{reach_address(name, settings, where)}:{own.http}",
         http_port=own.http,
-        role=group.role.value,
+        role=serving_role(spec, group, name).value,
         group=group.name,
         mode=group.mode.value if group.mode else None,
         gpus=group.instance_gpus(index),
@@ -141,6 +142,8 @@ def engine_flags(
         proxy_ip=reach_address(PROXY, settings, where),
         host_ip=where.by_name.get(name),
     )
+    if config is not None and spec.role_switch is not None:  # controller/role_switch_spec.py
+        config["pd_role"] = serving_role(spec, group, name).value
     if config is not None:
         flags += ["--kv-transfer-config", json.dumps(config, separators=(",", ":"))]
     return [*flags, *spec.extra_args, *group.extra_args]
@@ -342,11 +345,11 @@ def proxy_args(
     args += ["--itl-slo-stat", slo.itl_stat]
     if not _moriio(spec):
         for group in spec.groups:
-            flag = {"prefill": "--prefill", "decode": "--decode"}.get(
-                group.role.value, "--instance"
-            )
             for i in range(group.count):
                 name = f"{group.name}-{i}"
+                flag = {"prefill": "--prefill", "decode": "--decode"}.get(
+                    serving_role(spec, group, name).value, "--instance"
+                )
                 address = reach_address(name, settings, where)
                 args += [flag, f"http://{address}:{ports.instances[name].http}"]
     return [*args, *settings.proxy_extra_args]

@@ -14,6 +14,7 @@ from controller.deployment import DeploymentSpec
 from controller.placement import Node
 from controller.placement_log import PlacementLog
 from controller.ports import AllocatedPorts
+from controller.role_move import RoleMover, plan_move
 from controller.supervisor import Supervisor, SupervisorError
 from controller.switch import (
     ACTOR,
@@ -26,7 +27,7 @@ from controller.switch import (
 from controller.switch_preview import preview
 from controller.switch_record import IN_PROGRESS, strategy_of
 from controller.validation import engine_problems
-from domain.errors import ConfigError, Unavailable
+from domain.errors import ConfigError, InvalidTransition, Unavailable
 
 log = logging.getLogger("pdctl.controller")
 # (actor, kind, message, deployment, detail) -> None: how events reach the store.
@@ -57,6 +58,7 @@ class ControlService:
         self.placements = placements  # None: where processes were placed is not kept
         # Each proxy's admin token is the supervisor's to keep (one per proxy it started).
         self.switches = SwitchRunner(supervisor, record)
+        self.role_moves = RoleMover(supervisor, record)  # controller/role_move.py
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -171,6 +173,17 @@ class ControlService:
         record = self.switches.begin(name, spec, ports, target, strategy, actor, reason, revisions)
         record.forecast = next(f for f in told["strategies"] if f["strategy"] == strategy)
         return record
+
+    async def move_role(
+        self, name: str, spec: DeploymentSpec, instance: str, role: str, **how: Any
+    ) -> dict[str, Any]:
+        """Move one instance between prefill and decode (controller/role_move.py); `how`:
+        store, actor, reason, drain_timeout_s."""
+        move = plan_move(spec, instance, role)  # the input first: 422s name the field
+        if not self.known(name):
+            raise InvalidTransition(f"deployment {name!r} has not been started")
+        self.switches.refuse_if_running(name)
+        return await self.role_moves.move(name, move, **how)
 
     def switch_preview(
         self, name: str, spec: DeploymentSpec, target: str, rate: float | None = None

@@ -61,6 +61,8 @@ class KVTransferSettings:
     load_failure_policy: str = "fail"  # fail | recompute
     transfer_timeout_s: float = 30.0
     extra: dict[str, Any] = field(default_factory=dict)
+    # Runtime P/D role switching (simulator/pd_role.py): the role it starts serving, or None
+    pd_role: str | None = None
 
     @property
     def is_moriio(self) -> bool:
@@ -186,6 +188,7 @@ def parse_kv_transfer_config(
     policy = data.get("kv_load_failure_policy", extra.get("kv_load_failure_policy", "fail"))
     if policy not in ("fail", "recompute"):
         raise EngineConfigError("--kv-transfer-config: kv_load_failure_policy: fail | recompute")
+    pd_role = _pd_role(data.get("pd_role"), connector, role)
     if connector == "MoRIIOConnector":
         return _moriio(extra, role, policy, http_port, env)
     side_channel = _port(
@@ -204,7 +207,22 @@ def parse_kv_transfer_config(
         load_failure_policy=policy,
         extra=extra,
         transfer_timeout_s=float(extra.get("transfer_timeout", 30.0)),
+        pd_role=pd_role,
     )
+
+
+def _pd_role(value: object, connector: str, kv_role: str) -> str | None:
+    """Newer vLLM's pd_role: NIXL only (it pulls), on an instance that can do both."""
+    if value is None:
+        return None
+    if value not in ("prefill", "decode"):
+        raise EngineConfigError("--kv-transfer-config: pd_role must be prefill or decode")
+    if connector != "NixlConnector" or kv_role != "kv_both":
+        raise EngineConfigError(
+            "--kv-transfer-config: pd_role (runtime role switching) needs "
+            '"kv_connector": "NixlConnector" and "kv_role": "kv_both"'
+        )
+    return str(value)
 
 
 def _moriio(

@@ -169,6 +169,11 @@ class Scheduler:
         return bool(self.running or self.waiting)
 
     @property
+    def idle(self) -> bool:
+        """Nothing queued, running, awaiting KV, or held for a decode (a role change waits)."""
+        return not (self.running or self.waiting or self.awaiting_kv or self.held)
+
+    @property
     def num_running(self) -> int:
         return len(self.running)
 

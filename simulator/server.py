@@ -16,7 +16,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from domain import profiles, tokenizer
-from simulator import faults, openai_format, openai_request
+from simulator import faults, openai_format, openai_request, pd_role
 from simulator.engine_config import EngineSettings
 from simulator.engine_loop import FINISHED, EngineLoop
 from simulator.faults import Faults
@@ -92,6 +92,8 @@ def create_app(settings: EngineSettings) -> web.Application:
     app.router.add_post("/v1/chat/completions", _chat)
     if settings.fault_injection:
         faults.add_routes(app, Faults())
+    if settings.kv is not None and settings.kv.pd_role is not None:
+        pd_role.install(app, settings.kv.pd_role, lambda: app[STATE].engine.scheduler.idle)
     app.cleanup_ctx.append(_lifespan(settings))
     return app
 

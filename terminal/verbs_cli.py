@@ -1,5 +1,5 @@
 """The operator verbs, each a client of `pdctl serve`'s REST API: `ls`, `show`, `history`,
-`diff`, `apply`, `start`, `stop`, `restart`, `switch`, `events`, `logs`, `advise`; and the
+`diff`, `apply`, `start`, `stop`, `restart`, `switch`, `move`, `events`, `logs`, `advise`; and the
 resolver behind `pdctl bench --deployment` (bench/target.py). Exit codes: terminal/exits.py."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import typer
 
 from bench.target import use_resolver
-from terminal import apply_verb, follow_verbs, lifecycle_verbs, read_verbs, switch_verb
+from terminal import apply_verb, follow_verbs, lifecycle_verbs, move_verb, read_verbs, switch_verb
 from terminal.bench_target import deployment_target
 from terminal.session import command
 
@@ -21,6 +21,7 @@ VERBS = {
     "stop": lifecycle_verbs.stop,
     "restart": lifecycle_verbs.restart,
     "switch": switch_verb.switch,
+    "move": move_verb.move,
     "events": follow_verbs.events,
     "logs": follow_verbs.logs,
     "advise": read_verbs.advise,

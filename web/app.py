@@ -59,6 +59,7 @@ from web.routes import (
     pages,
     plan,
     revisions,
+    role_moves,
     ttft,
 )
 from web.settings import Settings, get_settings
@@ -67,7 +68,19 @@ TEMPLATES = Path(__file__).parent / "templates"
 ROOT = Path(__file__).resolve().parent.parent
 # Each module's `router` goes under /api, behind a token when tokens are set. A new resource
 # (the lifecycle endpoints) is one more module here.
-API_ROUTES = (deployments, revisions, events, lifecycle, live, bench, plan, kv, advice, cluster)
+API_ROUTES = (
+    deployments,
+    revisions,
+    events,
+    lifecycle,
+    role_moves,
+    live,
+    bench,
+    plan,
+    kv,
+    advice,
+    cluster,
+)
 
 
 def create_app(settings: Settings | None = None, backend: ProcessBackend | None = None) -> FastAPI:
