@@ -22,7 +22,10 @@ from observe import canary
 from observe.canary import CanaryState, Transition, Verdict
 
 log = logging.getLogger("pdctl.observe.canary")
-PROBE_TIMEOUT_S = 30.0
+# Generous: a correctness check, not a latency one. Under load the prefill asked alone batches
+# each of its decode steps with other prompts' prefills (the interference PD removes): 16
+# tokens took 52-56 s on the CPU vLLM pair under two streams, against 0.8 s idle.
+PROBE_TIMEOUT_S = 120.0
 
 
 class CanaryError(Exception):
@@ -52,7 +55,8 @@ class CanaryRunner:
         return canary.section(self.states.get(name), spec.canary.interval_s, applies, why)
 
     def tick(self, name: str, dep: Any, units: list[dict[str, Any]], now: float) -> None:
-        """Start a probe of `name` if one is due and its proxy runs."""
+        """Start a probe of `name` if one is due and its proxy and a pair run. Not before:
+        a real engine starts for minutes, and a canary then would only count errors."""
         spec = dep.spec
         state = self.states.setdefault(name, CanaryState())
         if str(spec.topology) == "colocated" or name in self._tasks:
@@ -60,16 +64,14 @@ class CanaryRunner:
         proxy = next((u for u in units if u.get("role") == "proxy"), None)
         if proxy is None or proxy.get("state") != "RUNNING" or not proxy.get("url"):
             return
-        if state.last_sent is None:  # the first canary one period after the proxy runs
+        prefills, decodes = (_running(units, role) for role in ("prefill", "decode"))
+        if not prefills or not decodes:
+            return
+        if state.last_sent is None:  # the first canary one period after a pair runs
             self.states[name] = replace(state, last_sent=now)
             return
         if not canary.due(state.last_sent, spec.canary.interval_s, now):
             return
-        prefills = [
-            u["url"]
-            for u in units
-            if u.get("role") == "prefill" and u.get("state") == "RUNNING" and u.get("url")
-        ]
         self.states[name] = replace(state, last_sent=now)
         body = canary.request_body(spec.model, spec.canary.max_tokens)
         task = asyncio.create_task(
@@ -138,3 +140,12 @@ class CanaryRunner:
         ) as resp:
             payload = await resp.json(content_type=None) if resp.status == 200 else None
             return resp.status, canary.answer_tokens(payload), dict(resp.headers)
+
+
+def _running(units: list[dict[str, Any]], role: str) -> list[str]:
+    """The URLs of the running instances of `role`."""
+    return [
+        u["url"]
+        for u in units
+        if u.get("role") == role and u.get("state") == "RUNNING" and u.get("url")
+    ]

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 CANARY_S = 2.0
 WINDOW_S = 10.0  # observe/pd_check.py's window
 LOAD_LIMIT = 400  # requests, whichever ends first: the test's own stop or this
-RAW_PAIRS = 4
+RAW_PAIRS = 2  # each: the pair, then the prefill alone (~1 min under load)
 RESULTS = ("ok", "mismatch", "error")  # a canary's verdicts (observe/canary.py)
 
 
