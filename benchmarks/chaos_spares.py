@@ -21,6 +21,7 @@ from benchmarks.chaos_faults import kill, routed, signal_unit, stop_decode
 from benchmarks.chaos_load import (
     FIRST_BYTE_TIMEOUT,
     NAME,
+    RATE,
     Row,
     Target,
     recovered,
@@ -28,8 +29,15 @@ from benchmarks.chaos_load import (
     wait_for,
 )
 from benchmarks.chaos_upstream import misbehave
+from controller.health import failed_transfers
+from controller.stale_peers import StaleWatch
+from harness.processes import http_get
 
 SPARE = "the spare serves every request not yet streaming"
+# A stale decode is found by its failures, so only while traffic flows: the restart row's load
+# lasts through the prefill's restart and both decodes' detection (each needs two hangs,
+# ejected between them, and the second waits while the first restarts), not only its start.
+RESTART_LOAD_S = 48.0
 
 
 def routable(target: Target, limit: float = 60.0) -> float | None:
@@ -47,28 +55,68 @@ def stale_events(target: Target) -> list[str]:
     return [e["message"] for e in events] if isinstance(events, list) else []
 
 
+def _decode_failures(target: Target) -> dict[str, tuple[int | None, float | None]]:
+    """Each decode's pid and failed KV transfers (its /metrics; None when unread)."""
+    out: dict[str, tuple[int | None, float | None]] = {}
+    for name, unit in target.plane.units().items():
+        if not name.startswith("decode-"):
+            continue
+        try:
+            status, raw = http_get(unit["url"] + "/metrics", timeout=2)
+            count = failed_transfers(raw.decode()) if status == 200 else None
+        except OSError:
+            count = None
+        out[name] = (unit.get("pid"), count)
+    return out
+
+
+def _wedged(before: dict, now: dict) -> list[str]:
+    """Decodes still the process they were before the fault whose transfers failed as often
+    as makes the controller call them stale (controller/stale_peers.py): left unrestarted."""
+    limit = StaleWatch().failures
+    return [
+        name
+        for name, (pid, count) in now.items()
+        if name in before
+        and pid == before[name][0]
+        and None not in (count, before[name][1])
+        and count - before[name][1] >= limit
+    ]
+
+
 def restart_prefill(target: Target) -> Row:
-    """prefill-0 restarted (SIGKILL, the supervisor starts it again) under load; each decode
-    then holds its old agent and hangs on it until the controller restarts that decode."""
+    """prefill-0 restarted (SIGKILL, the supervisor starts it again) under load; a decode
+    that met the old prefill holds its agent and hangs on it until the controller restarts
+    it. Which decodes met it depends on the routing, so the row asks that at least one was
+    found stale and that none whose transfers kept failing was left running."""
     row = Row(
         "prefill restart under load",
-        f"{SPARE}; each stale decode restarted by the controller, one at a time",
+        f"{SPARE}; each decode whose transfers fail on the stale agent restarted by the "
+        "controller, one at a time",
     )
 
     def inject(row: Row) -> None:
         before = stale_events(target)
+        failures = _decode_failures(target)
         pid = signal_unit(target, "prefill-0", signal.SIGKILL)
         begin = time.monotonic()
         back = wait_for(lambda: target.plane.units()["prefill-0"]["pid"] not in (None, pid), 30)
         row.check(back is not None, "prefill-0 restarted")
-        decodes = [u for u in target.plane.units() if u.startswith("decode-")]
-        told = wait_for(lambda: len(stale_events(target)) - len(before) >= len(decodes), 40, 0.3)
+
+        def settled() -> bool:
+            found = len(stale_events(target)) > len(before)
+            return found and not _wedged(failures, _decode_failures(target))
+
+        told = wait_for(settled, 40, 0.5)
         news = stale_events(target)[: len(stale_events(target)) - len(before)]
         row.notes += [n.split(": restarting: ")[0] + " restarted (stale agent)" for n in news]
-        row.check(told is not None, f"every decode's stale agent found ({len(news)} events)")
+        row.check(bool(news), f"a stale agent found ({len(news)} events)")
+        wedged = _wedged(failures, _decode_failures(target))
+        row.check(told is not None and not wedged, f"no stale decode left running {wedged}")
         row.recovery_s = recovered(target.plane, target.proxy_url, begin)
 
-    return under_load(target, row, inject, prompts=target.prompts * 3)
+    prompts = max(target.prompts * 3, int(RATE * RESTART_LOAD_S))
+    return under_load(target, row, inject, prompts=prompts)
 
 
 def _expect(row: Row, expected: str) -> Row:
