@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from controller import machine as m
 from controller.clock import Clock
 from controller.health import Probe, same_instance
+from controller.procfs import cpu_ticks
 from controller.units import Supervised, Unit
 
 Feed = Callable[[Supervised, Unit, m.Event], Awaitable[None]]  # one event into a unit's machine
@@ -57,11 +58,12 @@ async def probe_round(
                 )
                 ok = ok and unit.registered
         unit.healthy = ok
+        progressed = _made_progress(unit)  # sampled every probe: the next one compares
         if ok:
             unit.failed_probes = 0
             await feed(dep, unit, m.Healthy())
         elif unit.machine.state is m.State.RUNNING and not (
-            answer is None and starving_peer(dep, unit)
+            answer is None and (progressed or starving_peer(dep, unit))
         ):
             unit.failed_probes += 1
             if unit.failed_probes >= failures:
@@ -80,6 +82,19 @@ async def _tell_refusals(dep: Supervised, probe: Probe, clock: Clock, emit: Emit
     refusals = await probe.proxy_refusals(dep.proxy.launch.url, dep.admin_token)
     for message in dep.refusals.news(refusals or [], clock.now()):
         emit("registry.refused", f"{dep.name}: {message}", dep.name)
+
+
+def _made_progress(unit: Unit) -> bool:
+    """A local process whose /health timed out but which used CPU since its last probe: an
+    API server stalled by a busy engine or a starved host (real vLLM on 2 cores went
+    unanswered for 9 s at idle), not a hung one. A stopped (SIGSTOP) or deadlocked process
+    uses none. Unknown for a process on another node: its silence counts."""
+    pid = unit.machine.pid
+    if pid is None or unit.launch.address is not None:
+        return False
+    ticks = cpu_ticks(pid)
+    seen, unit.cpu_seen = unit.cpu_seen, (None if ticks is None else (pid, ticks))
+    return ticks is not None and seen is not None and seen[0] == pid and ticks > seen[1]
 
 
 def starving_peer(dep: Supervised, unit: Unit) -> Unit | None:

@@ -27,6 +27,20 @@ def start_time(pid: int, proc: Path = PROC) -> int | None:
     return int(ticks)
 
 
+def cpu_ticks(pid: int, proc: Path = PROC) -> int | None:
+    """The CPU the process has used (user + system clock ticks, fields 14-15 of
+    /proc/PID/stat); None when it is gone, a zombie, or stopped (SIGSTOP, traced): a stopped
+    process makes no progress, whatever it used before."""
+    try:
+        raw = (proc / str(pid) / "stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    rest = raw[raw.rindex(")") + 2 :].split()
+    if rest[0] in ("Z", "X", "T", "t"):
+        return None
+    return int(rest[11]) + int(rest[12])
+
+
 def is_same_process(pid: int, started: int | None, proc: Path = PROC) -> bool:
     """True if `pid` is alive and is the process that started at `started` ticks."""
     now = start_time(pid, proc)

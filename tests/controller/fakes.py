@@ -28,7 +28,7 @@ class FakeBackend:
         self.procs: dict[tuple[str, str], dict[str, Any]] = {}  # (deployment dir, name)
         self.spawned: list[tuple[str, list[str], dict[str, str]]] = []
         self.signals: list[tuple[str, int]] = []
-        self.next_pid = 1000
+        self.next_pid = (1 << 22) + 1000  # above any pid_max: no /proc entry (probing.py)
         self.held: dict[int, list[PortHolder]] = {}  # ports something else listens on
 
     @staticmethod

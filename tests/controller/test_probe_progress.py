@@ -1,0 +1,52 @@
+"""A /health that times out on a process still using CPU is a stall, not a hang
+(controller/probing.py): real processes, read through /proc."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+from controller.probing import _made_progress
+from controller.procfs import cpu_ticks
+
+
+def unit(pid: int, address: str | None = None) -> SimpleNamespace:
+    return SimpleNamespace(
+        machine=SimpleNamespace(pid=pid), launch=SimpleNamespace(address=address), cpu_seen=None
+    )
+
+
+def used_cpu(pid: int) -> None:
+    start = cpu_ticks(pid) or 0
+    deadline = time.monotonic() + 10
+    while (cpu_ticks(pid) or 0) <= start and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_a_busy_process_made_progress_and_a_stopped_one_did_not():
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        u = unit(busy.pid)
+        assert _made_progress(u) is False  # the first sample: nothing to compare with
+        used_cpu(busy.pid)
+        assert _made_progress(u) is True
+        os.kill(busy.pid, signal.SIGSTOP)
+        time.sleep(0.2)
+        assert cpu_ticks(busy.pid) is None  # stopped: no progress, whatever it used
+        assert _made_progress(u) is False
+        assert _made_progress(unit(busy.pid, address="127.0.0.2")) is False  # another node's
+    finally:
+        busy.kill()
+        busy.wait(10)
+
+
+def test_cpu_ticks_reads_user_and_system_time(tmp_path):
+    stat = "42 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 17 5 0 0 20 0 1 0 99 0 0"
+    (tmp_path / "42").mkdir()
+    (tmp_path / "42" / "stat").write_text(stat)
+    assert cpu_ticks(42, tmp_path) == 22
+    (tmp_path / "42" / "stat").write_text(stat.replace(") S ", ") T "))
+    assert cpu_ticks(42, tmp_path) is None
+    assert cpu_ticks(43, tmp_path) is None
