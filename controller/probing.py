@@ -13,6 +13,9 @@ from controller.health import Probe, same_instance
 from controller.procfs import cpu_ticks
 from controller.units import Supervised, Unit
 
+# How long a local process that keeps using CPU may leave /health unanswered before its silence
+# counts: a stalled API server answers within seconds; a livelocked one never does.
+STALL_LIMIT_S = 60.0
 Feed = Callable[[Supervised, Unit, m.Event], Awaitable[None]]  # one event into a unit's machine
 Emit = Callable[[str, str, str | None], None]  # (kind, message, deployment)
 
@@ -59,11 +62,15 @@ async def probe_round(
                 ok = ok and unit.registered
         unit.healthy = ok
         progressed = _made_progress(unit)  # sampled every probe: the next one compares
+        stalled = answer is None and progressed
+        since = unit.stalled_since
+        unit.stalled_since = (now if since is None else since) if stalled else None
+        excused = stalled and stall_excused(unit.stalled_since, now)
         if ok:
             unit.failed_probes = 0
             await feed(dep, unit, m.Healthy())
         elif unit.machine.state is m.State.RUNNING and not (
-            answer is None and (progressed or starving_peer(dep, unit))
+            excused or (answer is None and starving_peer(dep, unit))
         ):
             unit.failed_probes += 1
             if unit.failed_probes >= failures:
@@ -82,6 +89,11 @@ async def _tell_refusals(dep: Supervised, probe: Probe, clock: Clock, emit: Emit
     refusals = await probe.proxy_refusals(dep.proxy.launch.url, dep.admin_token)
     for message in dep.refusals.news(refusals or [], clock.now()):
         emit("registry.refused", f"{dep.name}: {message}", dep.name)
+
+
+def stall_excused(stalled_since: float | None, now: float) -> bool:
+    """A silence with CPU progress is excused for STALL_LIMIT_S, then counts (a livelock)."""
+    return stalled_since is not None and now - stalled_since < STALL_LIMIT_S
 
 
 def _made_progress(unit: Unit) -> bool:

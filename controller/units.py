@@ -29,6 +29,7 @@ class Unit:
     registered: bool | None = None
     failed_probes: int = 0
     cpu_seen: tuple[int, int] | None = None  # (pid, CPU ticks) at its last probe (probing.py)
+    stalled_since: float | None = None  # silent on /health while using CPU, since (probing.py)
     next_probe: float = 0.0
     refusal: str | None = None  # why the last start was not even tried (its port is held)
     timing_start: bool = False  # spawned by us and not ready yet (an adoption is not timed)

@@ -8,7 +8,7 @@ import sys
 import time
 from types import SimpleNamespace
 
-from controller.probing import _made_progress
+from controller.probing import STALL_LIMIT_S, _made_progress, stall_excused
 from controller.procfs import cpu_ticks
 
 
@@ -50,3 +50,10 @@ def test_cpu_ticks_reads_user_and_system_time(tmp_path):
     (tmp_path / "42" / "stat").write_text(stat.replace(") S ", ") T "))
     assert cpu_ticks(42, tmp_path) is None
     assert cpu_ticks(43, tmp_path) is None
+
+
+def test_a_stall_with_progress_is_excused_for_a_while_then_counts():
+    assert stall_excused(None, 10.0) is False  # not stalled
+    assert stall_excused(10.0, 10.0) is True
+    assert stall_excused(10.0, 10.0 + STALL_LIMIT_S - 1) is True
+    assert stall_excused(10.0, 10.0 + STALL_LIMIT_S) is False  # a livelock: its silence counts
