@@ -7,7 +7,8 @@ row checks exactly that (`streaming`, counted on the client's side).
 
 The stand-ins run with --kv-stale-peer hang: a decode keeps a restarted prefill's old agent
 and hangs each transfer through it for the KV transfer timeout, as released NIXL and MoRIIO
-do; the controller restarts such a decode (controller/stale_peers.py). The row "a Ray node
+do; the controller checks each decode's hand-off with a restarted prefill at once and restarts
+a stale one (controller/pair_check.py, controller/stale_peers.py). The row "a Ray node
 removed" is benchmarks/chaos_ray.py's (a cluster of its own).
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from benchmarks.chaos_faults import kill, routed, signal_unit, stop_decode
 from benchmarks.chaos_load import (
@@ -29,15 +31,13 @@ from benchmarks.chaos_load import (
     wait_for,
 )
 from benchmarks.chaos_upstream import misbehave
-from controller.health import failed_transfers
-from controller.stale_peers import StaleWatch
-from harness.processes import http_get
+from domain.canary_marks import HEADER, PAIR_HEADER
+from harness.processes import http_post
 
 SPARE = "the spare serves every request not yet streaming"
-# A stale decode is found by its failures, so only while traffic flows: the restart row's load
-# lasts through the prefill's restart and both decodes' detection (each needs two hangs,
-# ejected between them, and the second waits while the first restarts), not only its start.
-RESTART_LOAD_S = 48.0
+# The restart row's load lasts through the prefill's restart and both decodes' restarts (the
+# second waits while the first restarts), not only its start.
+RESTART_LOAD_S = 30.0
 
 
 def routable(target: Target, limit: float = 60.0) -> float | None:
@@ -55,64 +55,67 @@ def stale_events(target: Target) -> list[str]:
     return [e["message"] for e in events] if isinstance(events, list) else []
 
 
-def _decode_failures(target: Target) -> dict[str, tuple[int | None, float | None]]:
-    """Each decode's pid and failed KV transfers (its /metrics; None when unread)."""
-    out: dict[str, tuple[int | None, float | None]] = {}
-    for name, unit in target.plane.units().items():
-        if not name.startswith("decode-"):
-            continue
-        try:
-            status, raw = http_get(unit["url"] + "/metrics", timeout=2)
-            count = failed_transfers(raw.decode()) if status == 200 else None
-        except OSError:
-            count = None
-        out[name] = (unit.get("pid"), count)
-    return out
+def _meet(target: Target, prefill: str, decode: str) -> bool:
+    """One request served by exactly this pair (a canary pinned to it, as the controller's
+    pair check sends): the decode now holds the prefill's agent."""
+    token = target.plane.admin_headers(NAME)["Authorization"].split(" ", 1)[1]
+    pin = f"{_listed(target, prefill)} {_listed(target, decode)}"
+    body = {"model": "tiny", "prompt": "meet", "max_tokens": 2, "stream": False}
+    headers = {HEADER: token, PAIR_HEADER: pin}
+    status, _ = http_post(target.proxy_url + "/v1/completions", body, 30, headers)
+    return status == 200
 
 
-def _wedged(before: dict, now: dict) -> list[str]:
-    """Decodes still the process they were before the fault whose transfers failed as often
-    as makes the controller call them stale (controller/stale_peers.py): left unrestarted."""
-    limit = StaleWatch().failures
-    return [
-        name
-        for name, (pid, count) in now.items()
-        if name in before
-        and pid == before[name][0]
-        and None not in (count, before[name][1])
-        and count - before[name][1] >= limit
-    ]
+def _listed(target: Target, unit: str) -> str:
+    """The URL the proxy knows `unit` by."""
+    port = urlsplit(target.unit_url(unit)).port
+    return next(i["url"] for i in target.instances() if urlsplit(i["url"]).port == port)
 
 
 def restart_prefill(target: Target) -> Row:
-    """prefill-0 restarted (SIGKILL, the supervisor starts it again) under load; a decode
-    that met the old prefill holds its agent and hangs on it until the controller restarts
-    it. Which decodes met it depends on the routing, so the row asks that at least one was
-    found stale and that none whose transfers kept failing was left running."""
+    """prefill-0 restarted (SIGKILL, the supervisor starts it again) under load, after every
+    decode met it: each holds its old agent and would hang on it. The routing alone may never
+    pair the new prefill with some decode (the prefill and the decode are picked each in its
+    own turn), so the controller checks each pair at once (controller/pair_check.py) and
+    restarts every stale decode, one at a time, while the spares serve."""
     row = Row(
         "prefill restart under load",
-        f"{SPARE}; each decode whose transfers fail on the stale agent restarted by the "
-        "controller, one at a time",
+        f"{SPARE}; every decode that met the old prefill found stale by a pair check and "
+        "restarted by the controller, one at a time",
     )
+    decodes = sorted(n for n in target.plane.units() if n.startswith("decode-"))
 
     def inject(row: Row) -> None:
+        met = [d for d in decodes if _meet(target, "prefill-0", d)]
+        row.check(met == decodes, f"every decode met prefill-0 first ({met})")
         before = stale_events(target)
-        failures = _decode_failures(target)
+        pids = {d: target.plane.units()[d]["pid"] for d in decodes}
         pid = signal_unit(target, "prefill-0", signal.SIGKILL)
         begin = time.monotonic()
         back = wait_for(lambda: target.plane.units()["prefill-0"]["pid"] not in (None, pid), 30)
         row.check(back is not None, "prefill-0 restarted")
 
-        def settled() -> bool:
-            found = len(stale_events(target)) > len(before)
-            return found and not _wedged(failures, _decode_failures(target))
+        def news() -> list[str]:
+            return stale_events(target)[: len(stale_events(target)) - len(before)]
 
-        told = wait_for(settled, 40, 0.5)
-        news = stale_events(target)[: len(stale_events(target)) - len(before)]
-        row.notes += [n.split(": restarting: ")[0] + " restarted (stale agent)" for n in news]
-        row.check(bool(news), f"a stale agent found ({len(news)} events)")
-        wedged = _wedged(failures, _decode_failures(target))
-        row.check(told is not None and not wedged, f"no stale decode left running {wedged}")
+        def settled() -> bool:
+            units = target.plane.units()
+            fresh = all(units[d]["pid"] not in (None, pids[d]) for d in decodes)
+            return fresh and len(news()) >= len(decodes) and routable(target, 0.1) is not None
+
+        took = wait_for(settled, 60, 0.5)
+        found = news()
+        row.notes += [n.split(": restarting: ")[0] + " restarted (stale agent)" for n in found]
+        if took is not None:
+            took_s = time.monotonic() - begin
+            row.notes.append(f"every decode restarted and routed {took_s:.1f} s after the kill")
+        named = {n.split(": restarting")[0].split("/")[-1] for n in found}
+        row.check(named >= set(decodes), f"each decode found stale ({sorted(named)})")
+        by_check = [n for n in found if "pinned to the restarted" in n]
+        row.check(
+            len(by_check) == len(found),
+            f"found by the pair check ({len(by_check)} of {len(found)})",
+        )
         row.recovery_s = recovered(target.plane, target.proxy_url, begin)
 
     prompts = max(target.prompts * 3, int(RATE * RESTART_LOAD_S))

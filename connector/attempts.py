@@ -101,6 +101,8 @@ class Disaggregated:
                 return response
             except UpstreamError as exc:
                 blamed = exc.instance
+                if flight.pinned:
+                    raise  # a probe of this pair: another pair would answer for it
                 stale = exc.cause == STALE_ROLE and stale_left > 0
                 if exc.cause == STALE_ROLE:
                     blamed = STALE_ROLE  # a routing event: neither instance failed

@@ -43,6 +43,7 @@ class Flight:
         "kv_stats",
         "last_read",
         "malformed",
+        "pinned",
         "prefill_end",
         "prefill_start",
         "prepared",
@@ -83,6 +84,7 @@ class Flight:
         self.cause: str | None = None  # the blamed leg's failure (connector/retry.py CAUSES)
         self.first_byte_missed = False  # the watchdog ended the leg at its first-byte deadline
         self.attempts: list[dict[str, Any]] = []  # the attempts that failed and were retried
+        self.pinned = False  # a canary pinned to one pair (connector/canary.py): never retried
         self.first_attempt: float | None = None  # when the first attempt started (queue ends)
         self.attempt_at: float | None = None  # when the serving attempt started (retry ends)
         self.kv_stats: Any = None  # the decode's own `kv_transfer_stats`, as it sent them

@@ -156,7 +156,9 @@ class Proxy:
             flight.stream = body.get("stream") is True
             if not is_canary:
                 self.metrics.turns[turn_kind(body, request.path)] += 1
-            route = await self.hold.acquire_route()
+            pinned = canary.pinned_route(request.headers, marked, self.pool)
+            flight.pinned = pinned is not None
+            route = pinned or await self.hold.acquire_route()
             flight.route = route
             response = await self._serve(request, raw, body, route, flight)
             outcome = "failed" if flight.error else "ok"

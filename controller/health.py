@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from controller.proxy_admin import InstanceEntry, ProxyAdminClient, ProxyAdminError, Refusal
+from domain.canary_marks import HEADER, PAIR_HEADER
 
 PROBE_TIMEOUT_S = 2.0
 # What an engine's /metrics count as failed KV transfers (NIXL, and newer vLLM's MoRIIO).
@@ -42,6 +43,12 @@ class Probe(Protocol):
 def same_instance(entry: InstanceEntry, url: str) -> bool:
     """A proxy entry is this instance: same port (registrations may name the host by IP)."""
     return urlsplit(str(entry.get("url", ""))).port == urlsplit(url).port
+
+
+def _listed_url(listed: list[InstanceEntry] | None, url: str) -> str | None:
+    """The URL the proxy knows this instance by."""
+    entry = next((e for e in listed or [] if same_instance(e, url)), None)
+    return str(entry["url"]) if entry is not None else None
 
 
 class HttpProbe:
@@ -75,6 +82,36 @@ class HttpProbe:
                 return failed_transfers(await resp.text())
         except (TimeoutError, aiohttp.ClientError, UnicodeDecodeError):
             return None
+
+    async def pair_check(
+        self,
+        proxy_url: str,
+        token: str | None,
+        prefill_url: str,
+        decode_url: str,
+        body: dict,
+        timeout: float,
+    ) -> tuple[int | None, str]:
+        """A canary pinned to the pair through the proxy (controller/pair_check.py): its
+        status and error message; (None, why) when it could not be sent or had no answer."""
+        listed = await self.proxy_instances(proxy_url, token)
+        urls = [_listed_url(listed, u) for u in (prefill_url, decode_url)]
+        if token is None or None in urls:
+            return None, "the proxy lists no such pair (or has no admin token)"
+        headers = {HEADER: token, PAIR_HEADER: " ".join(str(u) for u in urls)}
+        try:
+            async with self._client().post(
+                proxy_url + "/v1/completions",
+                json=body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as resp:
+                answer = await resp.json(content_type=None)
+        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+            return None, f"no answer: {exc or type(exc).__name__}"
+        error = answer.get("error") if isinstance(answer, dict) else None
+        message = error.get("message", "") if isinstance(error, dict) else ""
+        return resp.status, str(message)
 
     async def proxy_refusals(self, proxy_url: str, token: str | None) -> list[Refusal] | None:
         """The registrations the proxy's registry refused lately (GET /admin/registry)."""

@@ -8,7 +8,9 @@ each decode that kept running and whose failures grew by
 only while every other decode runs (the spares serve meanwhile), with an event that says why.
 Its failures: the failed KV transfers its /metrics count (NIXL) plus the failed legs the proxy
 counts on it (/admin/instances; older MoRIIO exports no transfer counter). The proxy
-meanwhile retries elsewhere (connector/retry.py).
+meanwhile retries elsewhere (connector/retry.py). And since the routing may never pair the
+restarted prefill with a stale decode, each decode's hand-off with it is checked at once
+(controller/pair_check.py): a failed check makes the decode stale, a good one clears it.
 
 `StaleWatch.step` is pure (`now` in, the decodes to restart out); `check` is the shell that
 reads the counters, only while a prefill restart is being watched, at most every
@@ -23,12 +25,18 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from controller import machine as m
+from controller import pair_check
 from controller.health import same_instance
+from controller.pair_check import PairProbe
 from controller.proxy_admin import InstanceEntry
 from controller.units import Supervised, Unit
 
 READ_EVERY_S = 1.0
 READ_TIMEOUT_S = 1.0
+_STALE_WHY = (
+    "its handshake with the old {prefill} is stale (a decode keeps the agent of the "
+    "prefill it first met)"
+)
 
 
 @dataclass
@@ -38,6 +46,13 @@ class StaleWatch:
     _pids: dict[str, int] = field(default_factory=dict)  # prefill -> its running pid
     _since: dict[str, tuple[float, dict[str, tuple[int, float]]]] = field(default_factory=dict)
     next_read: float = 0.0  # the shell's: when the counters may be read again
+    # (prefill, decode) -> a pair check's verdict (controller/pair_check.py): "ok", "stale: why"
+    # or "unknown" (inconclusive every try)
+    verdicts: dict[tuple[str, str], str] = field(default_factory=dict)
+    # the shell's: pair checks in flight, tries made, when an inconclusive one may run again
+    pending: dict[tuple[str, str], asyncio.Task] = field(default_factory=dict)
+    tries: dict[tuple[str, str], int] = field(default_factory=dict)
+    retry_at: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def watching(self, now: float) -> bool:
         return any(now - at <= self.window_s for at, _ in self._since.values())
@@ -46,6 +61,18 @@ class StaleWatch:
         """`decode` is being restarted: its agents will be fresh."""
         for _, base in self._since.values():
             base.pop(decode, None)
+        for key in [k for k in self.verdicts if k[1] == decode]:
+            del self.verdicts[key]
+
+    def unchecked(self, now: float) -> list[tuple[str, str]]:
+        """(prefill, decode) pairs watched since the prefill restarted, not yet checked."""
+        return [
+            (prefill, decode)
+            for prefill, (at, base) in self._since.items()
+            if now - at <= self.window_s
+            for decode in base
+            if (prefill, decode) not in self.verdicts
+        ]
 
     def new_process(self, prefills: dict[str, int | None]) -> bool:
         """A prefill runs as another process than the one last seen."""
@@ -70,6 +97,8 @@ class StaleWatch:
                 if not base and decodes:
                     continue  # the counters were not read: it stays new until they are
                 self._since[name] = (now, base)
+                for key in [k for k in self.verdicts if k[0] == name]:
+                    del self.verdicts[key]  # checks of the process before
             self._pids[name] = pid
         out: list[tuple[str, str]] = []
         for prefill, (at, base) in list(self._since.items()):
@@ -77,27 +106,33 @@ class StaleWatch:
                 del self._since[prefill]
                 continue
             for decode, (dpid, count) in decodes.items():
-                if decode not in base or count is None:
+                if decode not in base:
                     continue
                 bpid, before = base[decode]
                 if dpid != bpid:  # restarted meanwhile: fresh agents, nothing stale
                     del base[decode]
+                    continue
+                checked = self.verdicts.get((prefill, decode), "")
+                if checked == "ok":  # its hand-off with the new process works
+                    del base[decode]
+                    continue
+                if checked.startswith("stale: "):
+                    out.append((decode, f"{checked[7:]}: {_STALE_WHY.format(prefill=prefill)}"))
+                    continue
+                if count is None:
                     continue
                 if count - before >= self.failures:
                     out.append(
                         (
                             decode,
                             f"{count - before:g} KV transfers failed since {prefill} restarted "
-                            f"{now - at:.1f} s ago: its handshake with the old {prefill} is "
-                            "stale (a decode keeps the agent of the prefill it first met)",
+                            f"{now - at:.1f} s ago: {_STALE_WHY.format(prefill=prefill)}",
                         )
                     )
         return out
 
 
-class Counters(Protocol):
-    async def failed_transfers(self, url: str) -> float | None: ...
-
+class Counters(PairProbe, Protocol):
     async def proxy_instances(
         self, proxy_url: str, token: str | None
     ) -> list[InstanceEntry] | None: ...
@@ -132,6 +167,8 @@ async def check(dep: Supervised, watch: StaleWatch, probe: Counters, now: float)
         u.launch.name: (u.machine.pid or 0, n) for u, n in zip(decodes_up, counts, strict=True)
     }
     stale = watch.step(prefills, decodes, now)
+    _collect_checks(watch, now)
+    _start_checks(dep, watch, probe, running, now)
     if not stale:
         return []
     decode = stale[0][0]
@@ -172,3 +209,55 @@ async def _failures(
         parts = [v for v in (metric, legs) if isinstance(v, int | float)]
         out.append(float(sum(parts)) if parts else None)
     return out, listed
+
+
+def _start_checks(
+    dep: Supervised, watch: StaleWatch, probe: Counters, running: dict[str, Unit], now: float
+) -> None:
+    """A pair check for each decode watched since a prefill restarted, once the prefill
+    answers its probes (controller/pair_check.py); each runs as its own task."""
+    if dep.proxy.machine.state is not m.State.RUNNING:
+        return
+    for key in watch.unchecked(now):
+        if key in watch.pending or now < watch.retry_at.get(key, 0.0):
+            continue
+        prefill, decode = (running.get(name) for name in key)
+        if prefill is None or decode is None or prefill.healthy is not True:
+            continue
+        if decode.healthy is False:
+            continue  # the health checks' to replace
+        watch.pending[key] = asyncio.create_task(
+            pair_check.run(
+                probe,
+                dep.proxy.launch.url,
+                dep.admin_token,
+                dep.spec.model,
+                (key[0], prefill.launch.url),
+                decode.launch.url,
+            ),
+            name=f"pdctl-pair-check-{dep.name}-{key[0]}-{key[1]}",
+        )
+
+
+def _collect_checks(watch: StaleWatch, now: float) -> None:
+    """Keep the verdicts of the checks that ended; an inconclusive one is tried again."""
+    for key, task in list(watch.pending.items()):
+        if not task.done():
+            continue
+        del watch.pending[key]
+        result = None if task.cancelled() or task.exception() else task.result()
+        if result is not None:
+            watch.verdicts[key] = result
+            continue
+        watch.tries[key] = watch.tries.get(key, 0) + 1
+        if watch.tries[key] >= pair_check.TRIES:
+            watch.verdicts[key] = "unknown"  # the failures alone judge it
+        watch.retry_at[key] = now + pair_check.RETRY_AFTER_S
+
+
+async def cancel_checks(watch: StaleWatch) -> None:
+    """The supervisor stops: no check outlives it."""
+    for task in watch.pending.values():
+        task.cancel()
+    await asyncio.gather(*watch.pending.values(), return_exceptions=True)
+    watch.pending.clear()

@@ -45,7 +45,7 @@ from controller.probing import probe_round
 from controller.process_backend import ProcessBackend, ShimBackend
 from controller.redact import redact_text
 from controller.render import LaunchSettings, render
-from controller.stale_peers import StaleWatch, check
+from controller.stale_peers import StaleWatch, cancel_checks, check
 from controller.units import IDLE, LIVE, Supervised, Unit, describe, note_start
 from domain.errors import NotFound, SpecInvalid
 
@@ -119,6 +119,7 @@ class Supervisor:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        await asyncio.gather(*(cancel_checks(w) for w in self._stale.values()))
         await self.probe.aclose()
 
     async def start(self, name: str, spec: DeploymentSpec, ports: AllocatedPorts) -> None:

@@ -1,7 +1,11 @@
 """The correctness canary's words on the wire, shared by the proxy (connector/canary.py) and
 the control plane that sends it (observe/canary_probe.py): the header that marks a canary
-(its value: the proxy's admin token) and the answer headers that name the pair serving it."""
+(its value: the proxy's admin token), the answer headers that name the pair serving it, and the
+header with which the control plane pins a canary to one pair (controller/pair_check.py)."""
 
 HEADER = "X-Pdctl-Canary"
 PREFILL_HEADER = "X-Pdctl-Prefill"  # the prefill instance's URL ("" when served whole)
 DECODE_HEADER = "X-Pdctl-Decode"  # the decode (or colocated) instance's URL
+# "<prefill url> <decode url>": serve this canary on exactly that pair, never retried (a probe
+# of one hand-off path must not be healed by the proxy taking another).
+PAIR_HEADER = "X-Pdctl-Pair"

@@ -128,6 +128,10 @@ class FakeProbe:
         self.proxy_up = True
         self.refusals: list[dict[str, Any]] = []  # what GET /admin/registry lists
         self.transfer_failures: dict[int, float] = {}  # port -> failed KV transfers (/metrics)
+        # (prefill port, decode port) -> a pinned check's (status, message), or the failed
+        # transfers it adds (a connector that recomputes answers 200)
+        self.pair_answers: dict[tuple[int | None, int | None], Any] = {}
+        self.pair_checks: list[tuple[int | None, int | None]] = []
 
     async def healthy(self, url: str) -> bool | None:
         port = urlsplit(url).port
@@ -152,6 +156,24 @@ class FakeProbe:
 
     async def failed_transfers(self, url: str) -> float | None:
         return self.transfer_failures.get(urlsplit(url).port)
+
+    async def pair_check(
+        self,
+        proxy_url: str,
+        token: str | None,
+        prefill_url: str,
+        decode_url: str,
+        body: dict,
+        timeout: float,
+    ) -> tuple[int | None, str]:
+        """What `pair_answers` says for (prefill port, decode port); no answer by default."""
+        key = (urlsplit(prefill_url).port, urlsplit(decode_url).port)
+        self.pair_checks.append(key)
+        answer = self.pair_answers.get(key, (None, "no answer"))
+        if isinstance(answer, float):  # failed transfers this check adds at the decode
+            self.transfer_failures[key[1]] = self.transfer_failures.get(key[1], 0.0) + answer
+            return 200, ""
+        return answer
 
     async def set_draining(
         self, proxy_url: str, token: str | None, instance_url: str, draining: bool

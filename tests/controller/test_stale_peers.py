@@ -103,3 +103,110 @@ def test_two_stale_decodes_are_restarted_one_at_a_time_never_a_hung_one(tmp_path
         assert {s.split(":")[0] for s in stale} >= {"tiny-pd/decode-0", "tiny-pd/decode-1"}
 
     run(scenario())
+
+
+def test_a_pair_check_judges_the_handshake_and_says_nothing_when_it_cannot():
+    from controller.pair_check import verdict
+
+    assert verdict("p", 200, "", 0.0, 0.0) == "ok"
+    assert verdict("p", 200, "", None, None) == "ok"
+    # a connector that recomputes answers 200 through a stale agent: its counter tells
+    assert verdict("p", 200, "", 1.0, 2.0).startswith("stale: 1 KV transfer(s) failed")
+    stale = verdict("p", 502, "decode leg to http://d failed: timeout", 0.0, 0.0)
+    assert stale.startswith("stale: ") and "decode leg to http://d" in stale
+    for status, message in (
+        (502, "prefill leg to http://p failed: refused"),  # says nothing of the decode
+        (503, "no instance"),
+        (404, "X-Pdctl-Pair: no decode instance"),
+        (None, "no answer"),
+    ):
+        assert verdict("p", status, message, 0.0, 0.0) is None
+
+
+def test_a_checked_pair_decides_before_any_traffic_fails():
+    watch = StaleWatch(failures=2, window_s=60)
+    watch.step({"p": 10}, {"d": (20, 0.0), "e": (30, 0.0)}, now=0)
+    watch.step({"p": 11}, {"d": (20, 0.0), "e": (30, 0.0)}, now=1)
+    assert sorted(watch.unchecked(1)) == [("p", "d"), ("p", "e")]
+    watch.verdicts[("p", "d")] = "stale: a check pinned to the restarted p failed on the decode"
+    watch.verdicts[("p", "e")] = "ok"
+    (restart,) = watch.step({"p": 11}, {"d": (20, 0.0), "e": (30, 0.0)}, now=2)
+    assert restart[0] == "d" and "failed on the decode: its handshake with the old p" in restart[1]
+    assert watch.unchecked(2) == []
+    watch.acted("d")
+    # e checked good: later failures on it are not the old agent's
+    assert watch.step({"p": 11}, {"e": (30, 9.0)}, now=3) == []
+    # the prefill restarts again: the pairs are checked again
+    watch.step({"p": 12}, {"d": (21, 0.0), "e": (30, 9.0)}, now=4)
+    assert sorted(watch.unchecked(4)) == [("p", "d"), ("p", "e")]
+
+
+async def _polls(h, n, every):
+    import asyncio
+
+    for _ in range(n):
+        await h.polls(1, every=every)
+        for _ in range(5):
+            await asyncio.sleep(0)  # the pair checks' tasks run
+
+
+def test_the_supervisor_checks_each_decode_against_the_restarted_prefill(tmp_path):
+    """The routing never paired the new prefill with decode-1 (no failure anywhere): its
+    pinned check fails on the decode leg and it alone is restarted."""
+
+    async def scenario():
+        h = Harness(tmp_path)
+        groups = [
+            {"name": "prefill", "role": "prefill"},
+            {"name": "decode", "role": "decode", "count": 2},
+        ]
+        spec = tiny_pair(groups=groups)
+        ports = allocate(spec)
+        await h.sup.start("tiny-pd", spec, ports)
+        await h.polls(2)
+        prefill = ports.instances["prefill-0"].http
+        port = {d: ports.instances[d].http for d in ("decode-0", "decode-1")}
+        for p in (prefill, *port.values()):
+            h.probe.registered.add(p)
+        for p in port.values():
+            h.probe.transfer_failures[p] = 0.0
+        h.probe.pair_answers[(prefill, port["decode-0"])] = (200, "")
+        h.probe.pair_answers[(prefill, port["decode-1"])] = (502, "decode leg to d failed: x")
+        first = {d: h.backend.pid(d) for d in port}
+        h.backend.crash("prefill-0", -9)
+        await _polls(h, 1, 0.1)
+        await _polls(h, 8, 1.0)
+        assert h.states("tiny-pd")["prefill-0"] == "RUNNING"
+        checked = set(h.probe.pair_checks)
+        assert checked == {(prefill, port["decode-0"]), (prefill, port["decode-1"])}
+        stale = [e[2] for e in h.events if e[1] == "stale_peer"]
+        assert len(stale) == 1 and stale[0].startswith("tiny-pd/decode-1: restarting")
+        assert "pinned to the restarted prefill-0 failed on the decode" in stale[0]
+        assert h.backend.pid("decode-0") == first["decode-0"]
+        assert h.backend.pid("decode-1") != first["decode-1"]
+        assert all(t[0] is not None for t in h.probe.tokens)  # the admin token went along
+
+    run(scenario())
+
+
+def test_an_inconclusive_pair_check_is_tried_again_then_left_to_the_failure_counts(tmp_path):
+    async def scenario():
+        h = Harness(tmp_path)
+        spec = tiny_pair()
+        ports = allocate(spec)
+        await h.sup.start("tiny-pd", spec, ports)
+        await h.polls(2)
+        decode = ports.instances["decode-0"].http
+        h.probe.transfer_failures[decode] = 0.0
+        h.probe.registered |= {decode, ports.instances["prefill-0"].http}
+        first = h.backend.pid("decode-0")
+        h.backend.crash("prefill-0", -9)
+        await _polls(h, 1, 0.1)
+        await _polls(h, 30, 1.0)
+        assert len(h.probe.pair_checks) == 4  # no answer: tried 4 times, 5 s apart
+        assert h.backend.pid("decode-0") == first  # nothing said it was stale
+        h.probe.transfer_failures[decode] = 2.0  # the traffic's failures still count
+        await _polls(h, 3, 1.0)
+        assert h.backend.pid("decode-0") != first
+
+    run(scenario())
