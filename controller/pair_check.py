@@ -6,9 +6,12 @@ restarted prefill may meet one decode only, until a retry shifts the turns and t
 kept the old prefill's agent all along, starts failing requests (the chaos campaign's 2P2D
 prefill-restart row found no stale decode at all that way on a fresh machine).
 
-`verdict` is pure; `PairCheck.run` is the shell: the decode's failed KV transfers read before
-and after (a connector that recomputes on a failed transfer answers 200 through a stale agent),
-the pinned canary between them.
+`verdict` is pure; `run` is the shell: the decode's failed KV transfers read before and after
+(a connector that recomputes on a failed transfer answers 200 through a stale agent), the
+pinned canary between them, and, when its decode leg failed, a control check of the same
+decode pinned to another prefill: only a failure with the restarted prefill alone is a stale
+handshake (a decode busy past its leg timeout fails both, and must not be restarted for it).
+With no other prefill there is no control, and the traffic's failures judge alone.
 """
 
 from __future__ import annotations
@@ -45,9 +48,13 @@ def verdict(
     message: str,
     before: float | None,
     after: float | None,
+    control: int | None = None,
 ) -> str | None:
     """ "ok", "stale: why", or None when the check says nothing about the decode's handshake
-    with `prefill` (the prefill leg failed, the proxy refused the pin, no answer)."""
+    with `prefill` (the prefill leg failed, the proxy refused the pin, no answer). A decode
+    leg that failed is stale only when the same decode served a control check pinned to
+    another prefill (`control`: its status): a busy or broken decode fails both, and is the
+    health checks' to judge, not a restart's."""
     if before is not None and after is not None and after > before:
         return (
             f"stale: {after - before:g} KV transfer(s) failed on a check pinned to the "
@@ -55,9 +62,16 @@ def verdict(
         )
     if status == 200:
         return "ok"
-    if status == 502 and "decode leg" in message:
-        return f"stale: a check pinned to the restarted {prefill} failed on the decode: {message}"
+    if status == 502 and "decode leg" in message and control == 200:
+        return (
+            f"stale: a check pinned to the restarted {prefill} failed on the decode while one "
+            f"pinned to another prefill passed: {message}"
+        )
     return None
+
+
+def _failed_on_decode(status: int | None, message: str) -> bool:
+    return status == 502 and "decode leg" in message
 
 
 async def run(
@@ -67,17 +81,20 @@ async def run(
     model: str,
     prefill: tuple[str, str],
     decode_url: str,
+    control_url: str | None = None,
 ) -> str | None:
-    """Check the hand-off of `prefill` (name, url) to the decode at `decode_url`."""
+    """Check the hand-off of `prefill` (name, url) to the decode at `decode_url`; when its
+    decode leg fails, check the same decode with the prefill at `control_url`."""
     name, prefill_url = prefill
+    body = request_body(model, MAX_TOKENS)
     before = await probe.failed_transfers(decode_url)
     status, message = await probe.pair_check(
-        proxy_url,
-        token,
-        prefill_url,
-        decode_url,
-        request_body(model, MAX_TOKENS),
-        CHECK_TIMEOUT_S,
+        proxy_url, token, prefill_url, decode_url, body, CHECK_TIMEOUT_S
     )
     after = await probe.failed_transfers(decode_url)
-    return verdict(name, status, message, before, after)
+    control = None
+    if _failed_on_decode(status, message) and control_url is not None:
+        control, _ = await probe.pair_check(
+            proxy_url, token, control_url, decode_url, body, CHECK_TIMEOUT_S
+        )
+    return verdict(name, status, message, before, after, control)

@@ -226,6 +226,14 @@ def _start_checks(
             continue
         if decode.healthy is False:
             continue  # the health checks' to replace
+        control = next(
+            (
+                u.launch.url
+                for n, u in running.items()
+                if u.launch.role == "prefill" and n != key[0] and u.healthy is True
+            ),
+            None,
+        )
         watch.pending[key] = asyncio.create_task(
             pair_check.run(
                 probe,
@@ -234,6 +242,7 @@ def _start_checks(
                 dep.spec.model,
                 (key[0], prefill.launch.url),
                 decode.launch.url,
+                control,
             ),
             name=f"pdctl-pair-check-{dep.name}-{key[0]}-{key[1]}",
         )

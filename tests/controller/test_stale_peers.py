@@ -112,8 +112,12 @@ def test_a_pair_check_judges_the_handshake_and_says_nothing_when_it_cannot():
     assert verdict("p", 200, "", None, None) == "ok"
     # a connector that recomputes answers 200 through a stale agent: its counter tells
     assert verdict("p", 200, "", 1.0, 2.0).startswith("stale: 1 KV transfer(s) failed")
-    stale = verdict("p", 502, "decode leg to http://d failed: timeout", 0.0, 0.0)
+    failed = "decode leg to http://d failed: no first byte within 1 s"
+    stale = verdict("p", 502, failed, 0.0, 0.0, control=200)
     assert stale.startswith("stale: ") and "decode leg to http://d" in stale
+    # the same decode failing with another prefill too is busy or broken, not stale
+    assert verdict("p", 502, failed, 0.0, 0.0, control=502) is None
+    assert verdict("p", 502, failed, 0.0, 0.0) is None  # no other prefill to compare with
     for status, message in (
         (502, "prefill leg to http://p failed: refused"),  # says nothing of the decode
         (503, "no instance"),
@@ -150,41 +154,67 @@ async def _polls(h, n, every):
             await asyncio.sleep(0)  # the pair checks' tasks run
 
 
+async def _two_by_two(h):
+    groups = [
+        {"name": "prefill", "role": "prefill", "count": 2},
+        {"name": "decode", "role": "decode", "count": 2},
+    ]
+    spec = tiny_pair(groups=groups)
+    ports = allocate(spec)
+    await h.sup.start("tiny-pd", spec, ports)
+    await h.polls(2)
+    port = {u: ports.instances[u].http for u in ports.instances}
+    for p in port.values():
+        h.probe.registered.add(p)
+    for d in ("decode-0", "decode-1"):
+        h.probe.transfer_failures[port[d]] = 0.0
+    return port
+
+
 def test_the_supervisor_checks_each_decode_against_the_restarted_prefill(tmp_path):
-    """The routing never paired the new prefill with decode-1 (no failure anywhere): its
-    pinned check fails on the decode leg and it alone is restarted."""
+    """The routing never paired the new prefill-0 with decode-1 (no failure anywhere): its
+    pinned check fails on the decode leg while decode-1 serves prefill-1 (the control), and
+    it alone is restarted."""
 
     async def scenario():
         h = Harness(tmp_path)
-        groups = [
-            {"name": "prefill", "role": "prefill"},
-            {"name": "decode", "role": "decode", "count": 2},
-        ]
-        spec = tiny_pair(groups=groups)
-        ports = allocate(spec)
-        await h.sup.start("tiny-pd", spec, ports)
-        await h.polls(2)
-        prefill = ports.instances["prefill-0"].http
-        port = {d: ports.instances[d].http for d in ("decode-0", "decode-1")}
-        for p in (prefill, *port.values()):
-            h.probe.registered.add(p)
-        for p in port.values():
-            h.probe.transfer_failures[p] = 0.0
-        h.probe.pair_answers[(prefill, port["decode-0"])] = (200, "")
-        h.probe.pair_answers[(prefill, port["decode-1"])] = (502, "decode leg to d failed: x")
-        first = {d: h.backend.pid(d) for d in port}
+        port = await _two_by_two(h)
+        p0, p1, d0, d1 = (port[u] for u in ("prefill-0", "prefill-1", "decode-0", "decode-1"))
+        h.probe.pair_answers[(p0, d0)] = (200, "")
+        h.probe.pair_answers[(p0, d1)] = (502, "decode leg to d failed: x")
+        h.probe.pair_answers[(p1, d1)] = (200, "")
+        first = {d: h.backend.pid(d) for d in ("decode-0", "decode-1")}
         h.backend.crash("prefill-0", -9)
         await _polls(h, 1, 0.1)
         await _polls(h, 8, 1.0)
         assert h.states("tiny-pd")["prefill-0"] == "RUNNING"
-        checked = set(h.probe.pair_checks)
-        assert checked == {(prefill, port["decode-0"]), (prefill, port["decode-1"])}
+        assert set(h.probe.pair_checks) == {(p0, d0), (p0, d1), (p1, d1)}
         stale = [e[2] for e in h.events if e[1] == "stale_peer"]
         assert len(stale) == 1 and stale[0].startswith("tiny-pd/decode-1: restarting")
         assert "pinned to the restarted prefill-0 failed on the decode" in stale[0]
         assert h.backend.pid("decode-0") == first["decode-0"]
         assert h.backend.pid("decode-1") != first["decode-1"]
-        assert all(t[0] is not None for t in h.probe.tokens)  # the admin token went along
+        assert all(t is not None for t in h.probe.tokens)  # the admin token went along
+
+    run(scenario())
+
+
+def test_a_decode_failing_with_every_prefill_is_not_restarted_by_the_check(tmp_path):
+    """A decode busy past its leg timeout fails the control check too: not stale."""
+
+    async def scenario():
+        h = Harness(tmp_path)
+        port = await _two_by_two(h)
+        p0, p1, d0, d1 = (port[u] for u in ("prefill-0", "prefill-1", "decode-0", "decode-1"))
+        busy = (502, "decode leg to d failed: no answer within 4 s")
+        h.probe.pair_answers |= {(p0, d0): (200, ""), (p0, d1): busy, (p1, d1): busy}
+        first = h.backend.pid("decode-1")
+        h.backend.crash("prefill-0", -9)
+        await _polls(h, 1, 0.1)
+        await _polls(h, 30, 1.0)
+        assert [e for e in h.events if e[1] == "stale_peer"] == []
+        assert h.backend.pid("decode-1") == first
+        assert h.probe.pair_checks.count((p0, d1)) == 4  # tried again, then left alone
 
     run(scenario())
 

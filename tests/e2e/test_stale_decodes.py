@@ -1,7 +1,8 @@
 """A prefill restart with no traffic at all: each decode that kept the old prefill's agent is
 found by the controller's pair check (a canary pinned to the pair through the proxy) and
-restarted, one at a time, with an event that says so. The stand-ins keep stale agents
-(`--kv-stale-peer hang`, as released NIXL and MoRIIO do)."""
+restarted, one at a time, with an event that says so (prefill-1 is the control: the decodes
+serve it). The stand-ins keep stale agents (`--kv-stale-peer hang`, as released NIXL and
+MoRIIO do)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def spec() -> dict:
         "prefix_caching": False,
         "kv_connector_extra_config": {"transfer_timeout": "3"},
         "groups": [
-            {"name": "prefill", "role": "prefill", "mode": "read"},
+            {"name": "prefill", "role": "prefill", "mode": "read", "count": 2},
             {"name": "decode", "role": "decode", "mode": "read", "count": 2},
         ],
         "proxy": {"decode_timeout_s": 4, "first_byte_timeout_s": 1},
