@@ -18,14 +18,25 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from observe.canary import request_body
-
 # Longer than a real connector's KV transfer timeout (a stale agent hangs that long) plus a
 # short answer on a busy CPU engine.
 CHECK_TIMEOUT_S = 90.0
 MAX_TOKENS = 2
 RETRY_AFTER_S = 5.0  # an inconclusive check (the prefill leg failed, no answer) is tried again
 TRIES = 4
+PROMPT = "pdctl pair check: one hand-off from this prefill to this decode"
+
+
+def request_body(model: str, max_tokens: int) -> dict:
+    """Greedy and short, one whole answer: only whether the pair serves is asked."""
+    return {
+        "model": model,
+        "prompt": PROMPT,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": False,
+    }
 
 
 class PairProbe(Protocol):

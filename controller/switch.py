@@ -99,6 +99,7 @@ class _Switch:
     steps: list[Step]
     revisions: SwitchRevisions
     reached: bool = True  # False: the steps cannot reach the target (settles failed)
+    outcome: str = "failed"  # "done" once every step ran; the record says so once settled
 
 
 class SwitchRunner:
@@ -273,7 +274,7 @@ class SwitchRunner:
                 rec.timings.append(
                     {"step": step.describe(), "seconds": round(self.clock.now() - started, 3)}
                 )
-            rec.state = "done"
+            switch.outcome = "done"
         except asyncio.CancelledError:
             await self._failed(rec, run, "cancelled (the control plane is stopping)")
             raise
@@ -286,7 +287,7 @@ class SwitchRunner:
                 self._running.pop(rec.deployment, None)
 
     async def _failed(self, rec: SwitchRecord, run: Execution, why: str) -> None:
-        rec.state, rec.failed_step = "failed", rec.current
+        rec.failed_step = rec.current
         rec.error = f"{rec.current}: {why}"
         rec.undo_left = await run.undo()
 
@@ -298,6 +299,9 @@ class SwitchRunner:
         host: Addresses,
         rejected_before: int,
     ) -> None:
+        # The record says "running" until all of it is settled: a reader that sees it done or
+        # failed sees its end, timings and revision state too (the CLI printed "done in 0.0 s
+        # (revision 2 in progress)" when it read the record between the two).
         rec = switch.rec
         running = self.supervisor.deployments.get(rec.deployment)
         final = running.spec if running is not None else switch.spec
@@ -308,15 +312,16 @@ class SwitchRunner:
         rec.held_s, rec.degraded_s = run.held_s, run.degraded_s
         rec.rejected = max(0, await _safe(admin.rejected(), rejected_before) - rejected_before)
         await admin.aclose()
-        if rec.state == "done" and switch.reached and modes(final) == modes(switch.target):
+        done = switch.outcome == "done"
+        if done and switch.reached and modes(final) == modes(switch.target):
             state = RevisionState.APPLIED
-        elif rec.state != "done" and not run.applied and not rec.undo_left:
+        elif not done and not run.applied and not rec.undo_left:
             state = RevisionState.ROLLED_BACK  # nothing restarted, routing put back
         else:
-            state = RevisionState.FAILED
-            rec.state = "failed"
+            state, done = RevisionState.FAILED, False
             rec.error = rec.error or f"what runs is not the target: {modes(final)}"
         rec.revision_state = state.value
+        rec.state = "done" if done else "failed"
         switch.revisions.settle(rec.deployment, rec.revision, state, settle_detail(rec))
         kind = "switch.done" if rec.state == "done" else "switch.failed"
         self.record(rec.actor, kind, outcome_message(rec), rec.deployment, rec.to_json())

@@ -359,3 +359,40 @@ def test_a_switch_rolled_back_makes_the_previous_revision_desired_again_in_the_s
     after = store.get("mori")
     assert after.revision == 1 and {g.mode.value for g in after.spec.groups} == {"read"}
     assert store.revision("mori", 2).state == "rolled_back"
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_record_says_running_until_it_is_settled(fails):
+    """A reader polling the record never sees it ended without its end: the CLI once printed
+    'done in 0.0 s (revision 2 in progress)' between the last step and the settling."""
+
+    class SlowToCount(FakeProxyAdmin):
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            self.gate = asyncio.Event()
+            self.counted = 0
+
+        async def rejected(self) -> int:
+            self.counted += 1
+            if self.counted > 1:  # the settling's count: the steps are over
+                await self.gate.wait()
+            return await super().rejected()
+
+    async def scenario():
+        rig = Rig()
+        rig.admin = SlowToCount(rig.fleet, rig.spec.name, rig.log)
+        if fails:
+            _apply_fails(rig)
+        rec = rig.begin("write", "hold")
+        for _ in range(200):
+            await asyncio.sleep(0)
+            if rig.admin.counted > 1:
+                break
+        assert rig.admin.counted > 1  # settling now, held at its count
+        assert rec.state == "running" and rec.revision_state == "in_progress"
+        rig.admin.gate.set()
+        done = await rig.runner.wait(rig.spec.name, rec.id)
+        assert done.ended_at is not None and done.revision_state != "in_progress"
+        assert done.state == ("failed" if fails else "done")
+
+    run(scenario())
