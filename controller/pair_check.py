@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from domain.canary_marks import greedy_body
+
 # Longer than a real connector's KV transfer timeout (a stale agent hangs that long) plus a
 # short answer on a busy CPU engine.
 CHECK_TIMEOUT_S = 90.0
@@ -25,18 +27,6 @@ MAX_TOKENS = 2
 RETRY_AFTER_S = 5.0  # an inconclusive check (the prefill leg failed, no answer) is tried again
 TRIES = 4
 PROMPT = "pdctl pair check: one hand-off from this prefill to this decode"
-
-
-def request_body(model: str, max_tokens: int) -> dict:
-    """Greedy and short, one whole answer: only whether the pair serves is asked."""
-    return {
-        "model": model,
-        "prompt": PROMPT,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": False,
-    }
 
 
 class PairProbe(Protocol):
@@ -97,7 +87,7 @@ async def run(
     """Check the hand-off of `prefill` (name, url) to the decode at `decode_url`; when its
     decode leg fails, check the same decode with the prefill at `control_url`."""
     name, prefill_url = prefill
-    body = request_body(model, MAX_TOKENS)
+    body = greedy_body(model, PROMPT, MAX_TOKENS)
     before = await probe.failed_transfers(decode_url)
     status, message = await probe.pair_check(
         proxy_url, token, prefill_url, decode_url, body, CHECK_TIMEOUT_S

@@ -9,3 +9,15 @@ DECODE_HEADER = "X-Pdctl-Decode"  # the decode (or colocated) instance's URL
 # "<prefill url> <decode url>": serve this canary on exactly that pair, never retried (a probe
 # of one hand-off path must not be healed by the proxy taking another).
 PAIR_HEADER = "X-Pdctl-Pair"
+
+
+def greedy_body(model: str, prompt: str, max_tokens: int) -> dict:
+    """A check's request: greedy, fixed length (ignore_eos), one whole (non-streamed) answer."""
+    return {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": False,
+    }

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from domain.canary_marks import greedy_body
+
 PROMPT = (
     "pdctl canary: repeat after me the fixed sentence that checks the hand-off of the cache "
     "from prefill to decode, word by word, in the same order every time"
@@ -40,14 +42,7 @@ MAX_REFERENCES = 4  # accepted answers kept per deployment
 
 def request_body(model: str, max_tokens: int) -> dict[str, Any]:
     """The canary's request: greedy, fixed length, one whole (non-streamed) answer."""
-    return {
-        "model": model,
-        "prompt": PROMPT,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": False,
-    }
+    return greedy_body(model, PROMPT, max_tokens)
 
 
 def answer_tokens(body: Any) -> list[str] | None:
