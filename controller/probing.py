@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from controller import machine as m
 from controller.clock import Clock
 from controller.health import Probe, same_instance
-from controller.procfs import cpu_ticks
+from controller.procfs import cpu_demand
 from controller.units import Supervised, Unit
 
 # How long a local process that keeps using CPU may leave /health unanswered before its silence
@@ -97,14 +97,16 @@ def stall_excused(stalled_since: float | None, now: float) -> bool:
 
 
 def _made_progress(unit: Unit) -> bool:
-    """A local process whose /health timed out but which used CPU since its last probe: an
-    API server stalled by a busy engine or a starved host (real vLLM on 2 cores went
-    unanswered for 9 s at idle), not a hung one. A stopped (SIGSTOP) or deadlocked process
-    uses none. Unknown for a process on another node: its silence counts."""
+    """A local process whose /health timed out but which used CPU, or waited on a run queue
+    for it, since its last probe: an API server stalled by a busy engine or a starved host
+    (real vLLM on 2 cores went unanswered for 9 s at idle, and for 20 s at a load average of
+    10, scheduled too little to use a tick), not a hung one. A stopped (SIGSTOP) or
+    deadlocked process does neither. Unknown for a process on another node: its silence
+    counts."""
     pid = unit.machine.pid
     if pid is None or unit.launch.address is not None:
         return False
-    ticks = cpu_ticks(pid)
+    ticks = cpu_demand(pid)
     seen, unit.cpu_seen = unit.cpu_seen, (None if ticks is None else (pid, ticks))
     return ticks is not None and seen is not None and seen[0] == pid and ticks > seen[1]
 

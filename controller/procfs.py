@@ -41,6 +41,29 @@ def cpu_ticks(pid: int, proc: Path = PROC) -> int | None:
     return int(rest[11]) + int(rest[12])
 
 
+def cpu_demand(pid: int, proc: Path = PROC) -> int | None:
+    """The CPU the process used or waited for on a run queue, in ns, over all its threads
+    (/proc/PID/task/*/schedstat: run time, run-queue wait). A process starved on a busy host
+    waits on the run queue and this grows although it ran little; a hung (deadlocked, blocked)
+    one sleeps, and a stopped one is off the queue: neither grows. None when it is gone, a
+    zombie or stopped; its CPU ticks where the kernel keeps no schedstat."""
+    ticks = cpu_ticks(pid, proc)
+    if ticks is None:
+        return None
+    total, seen = 0, False
+    try:
+        tasks = list((proc / str(pid) / "task").iterdir())
+    except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
+        tasks = []
+    for task in tasks:
+        try:
+            run_ns, wait_ns, *_ = (task / "schedstat").read_text().split()
+        except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError):
+            continue
+        total, seen = total + int(run_ns) + int(wait_ns), True
+    return total if seen else ticks
+
+
 def is_same_process(pid: int, started: int | None, proc: Path = PROC) -> bool:
     """True if `pid` is alive and is the process that started at `started` ticks."""
     now = start_time(pid, proc)

@@ -9,7 +9,7 @@ import time
 from types import SimpleNamespace
 
 from controller.probing import STALL_LIMIT_S, _made_progress, stall_excused
-from controller.procfs import cpu_ticks
+from controller.procfs import cpu_demand, cpu_ticks
 
 
 def unit(pid: int, address: str | None = None) -> SimpleNamespace:
@@ -57,3 +57,36 @@ def test_a_stall_with_progress_is_excused_for_a_while_then_counts():
     assert stall_excused(10.0, 10.0) is True
     assert stall_excused(10.0, 10.0 + STALL_LIMIT_S - 1) is True
     assert stall_excused(10.0, 10.0 + STALL_LIMIT_S) is False  # a livelock: its silence counts
+
+
+def test_cpu_demand_sums_run_and_queue_time_over_threads(tmp_path):
+    stat = "42 (vllm) S 1 2 3 4 5 6 7 8 9 10 17 5 0 0 20 0 1 0 99 0 0"
+    (tmp_path / "42" / "task" / "42").mkdir(parents=True)
+    (tmp_path / "42" / "task" / "43").mkdir()
+    (tmp_path / "42" / "stat").write_text(stat)
+    (tmp_path / "42" / "task" / "42" / "schedstat").write_text("100 50 3\n")
+    (tmp_path / "42" / "task" / "43" / "schedstat").write_text("7 3 1\n")
+    assert cpu_demand(42, tmp_path) == 160
+    # waiting on the run queue alone (a starved host) is demand too
+    (tmp_path / "42" / "task" / "43" / "schedstat").write_text("7 900 1\n")
+    assert cpu_demand(42, tmp_path) == 1057
+    (tmp_path / "42" / "stat").write_text(stat.replace(") S ", ") T "))
+    assert cpu_demand(42, tmp_path) is None  # stopped
+    (tmp_path / "42" / "stat").write_text(stat)
+    for task in ("42", "43"):
+        (tmp_path / "42" / "task" / task / "schedstat").unlink()
+    assert cpu_demand(42, tmp_path) == 22  # no schedstat: its CPU ticks
+    assert cpu_demand(43, tmp_path) is None
+
+
+def test_a_sleeping_process_makes_no_demand():
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(1.0)  # past its start
+        u = unit(idle.pid)
+        _made_progress(u)
+        time.sleep(0.3)
+        assert _made_progress(u) is False  # blocked: neither runs nor waits to
+    finally:
+        idle.kill()
+        idle.wait(10)
