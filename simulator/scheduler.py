@@ -351,10 +351,12 @@ class Scheduler:
             reason = "length" if req.num_output_tokens >= req.max_tokens else "stop"
             self.running.remove(req)
             hold = req.kv_role is KVRole.REMOTE_DECODE and reason == "length"
+            hold = hold or req.keep_kv_s is not None
             self._finish(req, t, reason, free=not hold)
             if hold:
                 req.status = RequestStatus.HELD
-                req.kv_hold_deadline = t + self.config.kv_hold_timeout_s
+                lease = self.config.kv_hold_timeout_s if req.keep_kv_s is None else req.keep_kv_s
+                req.kv_hold_deadline = t + lease
                 self.held[req.request_id] = req
             out.finished.append(req)
 
