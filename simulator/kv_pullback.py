@@ -91,6 +91,7 @@ def keep_for_next_turn(
     modelled = held_tokens * agent.model.kv_bytes_per_token
     # Private to kv_transfer.py, whose read server serves it like a prefill's held KV; that
     # module is at its size limit, so the decode's side of the hand-off lives here.
+    _sweep(agent)
     agent._held[ereq.request_id] = _Held(
         ereq.request_id, modelled, len(ereq.block_ids), kv_digest(sequence)
     )
@@ -106,6 +107,16 @@ def keep_for_next_turn(
         "remote_num_tokens": held_tokens,
         "transfer_mode": "pull",
     }
+
+
+def _sweep(agent: KVTransferAgent) -> None:
+    """Drop held entries whose blocks the scheduler freed without telling the agent (a kept
+    turn that gave way to a request, scheduler._room): only a read would have found them
+    out, and a kept turn is often never read. Amortised: only once they outnumber the live."""
+    live = agent.engine.scheduler.held
+    if len(agent._held) > 2 * len(live) + 64:
+        for key in [k for k, h in agent._held.items() if h.request_id not in live]:
+            del agent._held[key]
 
 
 async def pull_back(agent: KVTransferAgent, ereq: EngineRequest, pull: PullBack) -> None:

@@ -50,3 +50,25 @@ def test_a_prefill_leg_held_for_its_decode_never_gives_way():
     newcomer = request("new", 300, 2, at=leg.finish_time)  # 19 blocks: only 10 free
     run_engine(s, [newcomer], until=leg.finish_time + 1.0)
     assert "p" in s.held and newcomer.num_output_tokens == 0
+
+
+def test_held_entries_of_turns_that_gave_way_are_swept():
+    from types import SimpleNamespace
+
+    from domain import profiles
+    from simulator.kv_pullback import keep_for_next_turn
+    from simulator.kv_transfer import _Held
+
+    s = scheduler(num_gpu_blocks=1000, block_size=16)
+    turn = kept("live", 32)
+    run_engine(s, [turn])
+    agent = SimpleNamespace(
+        _held={f"gone{i}": _Held(f"gone{i}", 1.0, 1, b"") for i in range(100)},
+        engine=SimpleNamespace(scheduler=s),
+        model=profiles.model("qwen3-235b-a22b-fp8"),
+        advertised_host="127.0.0.1",
+        kv=SimpleNamespace(kv_port=1),
+    )
+    params = keep_for_next_turn(agent, turn, "engine-1", 4)
+    assert params["remote_request_id"] == "live" and params["remote_num_tokens"] == 32 + 4 - 1
+    assert set(agent._held) == {"live"}  # the 100 whose blocks are gone were swept
