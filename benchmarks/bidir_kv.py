@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -58,6 +59,23 @@ async def _measure(tmp: Path, on: bool, config: MultiTurnConfig) -> list[TurnSum
     return summaries
 
 
+def pooled(rounds: list[list[TurnSummary]]) -> list[TurnSummary]:
+    """Each turn's means over the rounds (ok: summed)."""
+    out = []
+    for turn in zip(*rounds, strict=True):
+        keys = {k for s in turn for k in s.extra}
+        out.append(
+            TurnSummary(
+                turn[0].turn,
+                sum(s.ok for s in turn),
+                statistics.fmean(s.mean_ttft_ms for s in turn),
+                statistics.fmean(s.mean_prompt_tokens for s in turn),
+                {k: statistics.fmean(s.extra.get(k, 0.0) for s in turn) for k in keys},
+            )
+        )
+    return out
+
+
 def _ratio(on: float, off: float) -> str:
     if off == 0 or math.isnan(on) or math.isnan(off):
         return "   -"
@@ -91,18 +109,25 @@ def main() -> None:
     parser.add_argument("--first-len", type=int, default=2000)
     parser.add_argument("--user-len", type=int, default=100)
     parser.add_argument("--output-len", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     config = MultiTurnConfig(
         args.conversations, args.turns, args.first_len, args.user_len, args.output_len
     )
+    runs: dict[bool, list[list[TurnSummary]]] = {True: [], False: []}
     with tempfile.TemporaryDirectory(prefix="pdctl-bidir-") as tmp:
-        on = asyncio.run(_measure(Path(tmp), True, config))
-        off = asyncio.run(_measure(Path(tmp), False, config))
+        for r in range(args.rounds):  # on, off, off, on, ...: a drifting machine hits both
+            for on in (True, False) if r % 2 == 0 else (False, True):
+                where = Path(tmp) / f"round{r}"
+                where.mkdir(exist_ok=True)
+                runs[on].append(asyncio.run(_measure(where, on, config)))
     print(
         f"bidirectional KV, {config.conversations} conversations x {config.turns} turns: first "
         f"{config.first_len} tokens, then +{config.user_len} user, {config.output_len} answer "
-        "(llama-3.1-70b on H100 TP4, stand-ins; per-turn means over conversations)"
+        f"(llama-3.1-70b on H100 TP4, stand-ins; per-turn means over conversations and "
+        f"{args.rounds} rounds, on and off interleaved)"
     )
+    on, off = pooled(runs[True]), pooled(runs[False])
     print(report(on, off))
 
 
