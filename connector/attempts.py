@@ -207,7 +207,7 @@ class Disaggregated:
                 params = await self.relay.prefill(
                     prefill,
                     request.path,
-                    json.dumps(prefill_body(body, h)).encode(),
+                    json.dumps(prefill_body(body, h, flight.pull_params)).encode(),
                     leg_headers(h, "prefill"),
                     flight,
                 )

@@ -47,6 +47,20 @@ def proxy(
             help="Split each request's TTFT into queue, retry, prefill, transfer and decode.",
         ),
     ] = True,
+    bidirectional_kv: Annotated[
+        bool,
+        typer.Option(
+            "--bidirectional-kv/--no-bidirectional-kv",
+            help="NIXL bidirectional KV: a conversation's next prefill pulls the blocks its "
+            "last decode kept (the engines' bidirectional_kv_xfer must be on too).",
+        ),
+    ] = False,
+    kv_blocks_ttl: Annotated[
+        float, typer.Option(help="Seconds a decode keeps a turn's blocks (decoder_kv_blocks_ttl).")
+    ] = 480.0,
+    bidir_max_conversations: Annotated[
+        int, typer.Option(help="Conversations whose KV params the proxy keeps (LRU).")
+    ] = 10_000,
     admin_token: Annotated[
         str | None,
         typer.Option(
@@ -182,6 +196,9 @@ def proxy(
             slo=SloTargets(slo_ttft_ms, slo_itl_ms, slo_tpot_ms, itl_slo_stat),
             policy=policy,
             ttft_parts=ttft_parts,
+            bidirectional_kv=bidirectional_kv,
+            kv_blocks_ttl=kv_blocks_ttl,
+            bidir_max_conversations=bidir_max_conversations,
             admin_token=admin_token,
             prefill_timeout=prefill_timeout,
             decode_timeout=decode_timeout,

@@ -14,6 +14,7 @@ from typing import Any
 
 from connector.instances import Route
 from connector.measure import RequestTiming, SloTargets, judge, summarize
+from connector.turn_kv import answer_part
 from domain.ttft_parts import PARTS_COMMENT, EngineTransfer, TtftParts, split
 
 MAX_EVENT_BYTES = 8 << 20  # one SSE event; vLLM's largest (prompt logprobs) stay well below
@@ -29,6 +30,7 @@ class Flight:
 
     __slots__ = (
         "_parts",
+        "answer",
         "arrival",
         "attempt_at",
         "attempts",
@@ -47,7 +49,9 @@ class Flight:
         "prefill_end",
         "prefill_start",
         "prepared",
+        "pull_params",
         "request_id",
+        "returned_kv",
         "route",
         "status",
         "stream",
@@ -91,6 +95,11 @@ class Flight:
         self.ttft_parts = True  # split the TTFT into its parts (domain/ttft_parts.py)
         self.want_parts = False  # the client asked for them at the end of its stream
         self._parts: TtftParts | bool | None = False  # the split, once made (False: not yet)
+        # Bidirectional KV (connector/turn_kv.py): the answer's text pieces while collected
+        # (None: not collecting), the decode's returned params, an earlier turn's for the prefill
+        self.answer: list[str] | None = None
+        self.returned_kv: Any = None
+        self.pull_params: dict[str, Any] | None = None
 
     def attempt_starts(self, now: float) -> None:
         """An attempt (the first, or a retry after its backoff) starts now."""
@@ -105,6 +114,8 @@ class Flight:
         self.prefill_start = self.prefill_end = self.end = self.done_at = None
         self.token_times = []
         self.usage_tokens, self.tail, self.malformed, self.kv_stats = None, b"", None, None
+        self.answer = [] if self.answer is not None else None
+        self.returned_kv = None
         self.timed_out = self.first_byte_missed = self._parts = False
 
     def scan(self, chunk: bytes, now: float) -> None:
@@ -118,6 +129,8 @@ class Flight:
             choices = find(b'"choices":', start, end)
             if choices >= 0 and _opens_list_of_objects(data, choices + 10, end):
                 self.token_times.append(now)
+                if self.answer is not None:
+                    self.collect(data[start + 5 : end])
             usage = find(b'"usage":', start, end)
             if usage >= 0 and find(b"null", usage + 8, usage + 14) < 0:
                 self._read_usage(data[start:end])
@@ -127,6 +140,19 @@ class Flight:
         self.tail = data[start:] if start < len(data) else b""
         if len(self.tail) > MAX_EVENT_BYTES:
             self.malformed = self.tail[:80]
+
+    def collect(self, raw: bytes | Any) -> None:
+        """Keep the answer's text and returned kv_transfer_params (bidirectional KV only:
+        one JSON parse per event, which the plain path never pays)."""
+        try:
+            message = json.loads(raw) if isinstance(raw, bytes) else raw
+        except (ValueError, RecursionError):
+            return
+        text, params = answer_part(message)
+        if self.answer is not None:
+            self.answer.append(text)
+        if params is not None:
+            self.returned_kv = params
 
     def _read_usage(self, event: bytes) -> None:
         if not event.startswith(b"data:"):

@@ -100,8 +100,11 @@ def check_combination(connector: str, mode: str) -> None:
         raise ValueError("NIXL has no write mode: the decode pulls the KV (use read)")
 
 
-def prefill_body(body: dict[str, Any], h: Handoff) -> dict[str, Any]:
-    """The prefill leg: a copy of the client's body capped at one token, not streamed."""
+def prefill_body(
+    body: dict[str, Any], h: Handoff, pull: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The prefill leg: a copy of the client's body capped at one token, not streamed. `pull`:
+    an earlier turn's blocks for it to pull back (bidirectional KV, connector/turn_kv.py)."""
     out = dict(body)
     for key in _PREFILL_DROP:
         out.pop(key, None)
@@ -121,6 +124,8 @@ def prefill_body(body: dict[str, Any], h: Handoff) -> dict[str, Any]:
         params["transfer_id"] = h.transfer_id
         params["remote_dp_size"] = h.decode.dp_size
         params["remote_tp_size"] = h.decode.tp_size
+    elif pull is not None:
+        params = pull
     out["kv_transfer_params"] = params
     return out
 

@@ -66,6 +66,11 @@ class ProxyMetrics:
         self.itl_spikes = 0
         self.turns = dict.fromkeys(("first", "follow_up", "unknown"), 0)  # client_body.turn_kind
         self.itl_spikes_at_prefill = 0
+        # Bidirectional KV (connector/bidir_kv.py): follow-up turns by what their earlier KV
+        # did (carried to the prefill, missed, expired), turns whose kept KV was filed, and
+        # the prompt tokens the carried params named (the prefill's to pull, not compute)
+        self.bidir = dict.fromkeys(("carried", "missed", "expired", "stored"), 0)
+        self.bidir_tokens_offered = 0
         # The control plane's canaries by outcome, and requests with a forged canary header
         # (connector/canary.py): neither kind is missing from the figures unannounced
         self.canaries: dict[str, int] = {}
@@ -148,6 +153,17 @@ class ProxyCollector(Collector):
             "follow_up; completions are unknown.",
             "kind",
             m.turns,
+        )
+        yield _by(
+            "pdctl_proxy_bidir_kv",
+            "Bidirectional KV: follow-up turns carried, missed or expired; answers stored.",
+            "outcome",
+            m.bidir,
+        )
+        yield CounterMetricFamily(
+            "pdctl_proxy_bidir_prompt_tokens_offered",
+            "Prompt tokens whose KV a decode kept and the next turn's prefill was told to pull.",
+            value=m.bidir_tokens_offered,
         )
         yield CounterMetricFamily(
             "pdctl_proxy_itl_spikes",

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from connector import canary
 from connector.attempts import Disaggregated
+from connector.bidir_kv import BidirectionalKV
 from connector.client_body import estimate_tokens, parse_client_body, turn_kind
 from connector.errors import (
     BadRequest,
@@ -74,6 +75,8 @@ class Proxy:
         self.requests = RequestLog(settings.request_log_size)
         self.membership = Membership(settings, self.pool, self.metrics)
         self.disaggregated = Disaggregated(settings, self.pool, self.relay, self.metrics)
+        # NIXL bidirectional KV for multi-turn, when the deployment turned it on
+        self.bidir = BidirectionalKV(settings, self.metrics) if settings.bidirectional_kv else None
         self.roles = RoleReader(self.pool, lambda: self.session)  # connector/pd_roles.py
         self.disaggregated.roles = self.membership.roles = self.roles
         self.relay.on_hung = self._hung
@@ -156,12 +159,16 @@ class Proxy:
             flight.stream = body.get("stream") is True
             if not is_canary:
                 self.metrics.turns[turn_kind(body, request.path)] += 1
+                if self.bidir is not None:
+                    self.bidir.before(body, request.path, flight)
             pinned = canary.pinned_route(request.headers, marked, self.pool)
             flight.pinned = pinned is not None
             route = pinned or await self.hold.acquire_route()
             flight.route = route
             response = await self._serve(request, raw, body, route, flight)
             outcome = "failed" if flight.error else "ok"
+            if self.bidir is not None and outcome == "ok":
+                self.bidir.after(body, flight)
             if is_canary and not response.prepared:
                 prefill = route.prefill.url if route.prefill is not None else None
                 response.headers.update(canary.pair_headers(prefill, route.decode.url))

@@ -332,6 +332,8 @@ def _read_json_usage(raw: bytes, flight: Flight) -> bool:
     if not isinstance(answer, dict):
         return False
     flight.kv_stats = answer.get("kv_transfer_stats")
+    if flight.answer is not None:  # bidirectional KV: the answer keys the next turn
+        flight.collect(answer)
     usage = answer.get("usage")
     if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
         flight.usage_tokens = usage["completion_tokens"]

@@ -70,6 +70,12 @@ class ProxySettings:
     loop_lag_interval: float = 0.5
     request_log_size: int = 1000
     ttft_parts: bool = True  # split each TTFT into its parts (domain/ttft_parts.py)
+    # NIXL bidirectional KV (connector/turn_kv.py): carry a decode's returned params into the
+    # conversation's next prefill; they last the decode's decoder_kv_blocks_ttl (480 s: vLLM's
+    # VLLM_NIXL_ABORT_REQUEST_TIMEOUT default); at most bidir_max_conversations kept.
+    bidirectional_kv: bool = False
+    kv_blocks_ttl: float = 480.0
+    bidir_max_conversations: int = 10_000
     max_body_bytes: int = 64 << 20  # a client body over this is 413
     header_timeout: float = 10.0  # a request head not complete this long after its first byte
     body_timeout: float = 60.0  # a request body not received in this long is 408
@@ -115,6 +121,13 @@ class ProxySettings:
             raise ValueError("--eject-max-share must be above 0 and at most 1")
         if self.first_byte_timeout is not None and not 0 < self.first_byte_timeout <= 3600:
             raise ValueError("--first-byte-timeout must be above 0 and at most 3600 s")
+        if self.bidirectional_kv and (self.connector != "nixl" or self.mode != "read"):
+            raise ValueError("--bidirectional-kv is NIXL's: it needs --connector nixl --mode read")
+        if not 0 < self.kv_blocks_ttl <= 86_400 or self.bidir_max_conversations < 1:
+            raise ValueError(
+                "--kv-blocks-ttl must be above 0 and at most 86400 s, "
+                "--bidir-max-conversations at least 1"
+            )
         if bad_retry := self.retry.invalid():
             raise ValueError(bad_retry)
         if self.hold_queue < 0 or self.hold_deadline < 0 or self.startup_grace < 0:

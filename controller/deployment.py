@@ -13,6 +13,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
+from controller.bidir_spec import check_bidirectional
 from controller.canary_spec import CanaryConfig
 from controller.field_error import FieldError
 from controller.kv_extra_spec import KvExtra, check_keys
@@ -192,6 +193,7 @@ class DeploymentSpec(_Strict):
 
 def check(spec: DeploymentSpec) -> None:
     """The rules that relate fields to each other; raises FieldError at the first broken one."""
+    check_bidirectional(spec)  # first: a colocated spec asking for it hears about the key
     _check_connector(spec)
     _check_groups(spec)
     _check_gpus(spec)

@@ -13,6 +13,7 @@ import shlex
 from typing import Any
 
 from connector import kv_config
+from controller.bidir_spec import bidirectional
 from controller.deployment import DeploymentSpec, Engine, InstanceGroup, InstancePorts, Role
 from controller.launch import VLLM_SERVE, Launch, LaunchSettings
 from controller.placement import PROXY, Addresses, planned
@@ -343,6 +344,8 @@ def proxy_args(
         if value is not None:
             args += [flag, _number(value)]
     args += ["--itl-slo-stat", slo.itl_stat]
+    if (bidir := bidirectional(spec)).enabled:  # controller/bidir_spec.py
+        args += ["--bidirectional-kv", "--kv-blocks-ttl", _number(bidir.ttl_s)]
     if not _moriio(spec):
         for group in spec.groups:
             for i in range(group.count):

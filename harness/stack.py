@@ -30,8 +30,13 @@ TINY: tuple[str, ...] = ()
 L40S_8B = ("--model-profile", "llama-3.1-8b", "--hardware", "l40s", "--kv-link-gbps", "50")
 
 
-def nixl_sim(tmp: Path, name: str, role: str, *flags: str) -> Process:
-    config = {"kv_connector": "NixlConnector", "kv_role": role}
+def nixl_sim(
+    tmp: Path, name: str, role: str, *flags: str, extra: dict[str, Any] | None = None
+) -> Process:
+    """A NIXL stand-in; `extra`: its kv_connector_extra_config (e.g. bidirectional_kv_xfer)."""
+    config: dict[str, Any] = {"kv_connector": "NixlConnector", "kv_role": role}
+    if extra:
+        config["kv_connector_extra_config"] = extra
     return sim(
         tmp,
         name,

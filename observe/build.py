@@ -24,6 +24,7 @@ from observe.frames import (
 from observe.pd_check import NOT_CHECKED
 from observe.quantiles import histogram, quantile
 from observe.samples import Samples, cumulative_buckets, family_present, total
+from observe.saved_share import prompt_saved_share
 from observe.windows import EMPTY, Delta
 
 ENGINE_ROLES = ("decode", "colocated")  # whose engine TTFT/ITL is the one the client sees
@@ -120,6 +121,10 @@ def build_frame(
         "engines": engine_work([(u.get("role"), t.delta(window)) for u, t in states if t.up]),
         "interference": interference(proxy.delta(window)),
         "multi_turn_share": multi_turn_share(proxy.delta(window)),
+        # bidirectional KV: prefills' prompt tokens pulled back, not computed (saved_share.py)
+        "prompt_saved_share": prompt_saved_share(
+            [(u.get("role"), t.delta(window)) for u, t in states if t.up]
+        ),
         "arrivals": arrivals(proxy.delta(window)),
         "instances": [_instance(u, t) for u, t in states],
         "proxy": {

@@ -176,6 +176,8 @@ class Frame(Requests):
     kv_cache_usage: float | None  # max over instances, 0..1
     # chat requests carrying an earlier answer, of all chat requests (None: none)
     multi_turn_share: float | None
+    # of the prompt tokens prefills saw, the share bidirectional KV pulled back (None: none)
+    prompt_saved_share: float | None
     arrivals: Arrivals
     interference: Interference
     engines: EngineWork

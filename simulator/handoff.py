@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.engine_config import KVTransferSettings
+from simulator.kv_pullback import PullBack, parse_pull_back
 from simulator.kv_transfer import RemoteKV
 from simulator.openai_request import RequestError
 from simulator.request import KVRole
@@ -41,6 +42,7 @@ class Handoff:
     role: KVRole
     key: str | None = None  # how the decode will name this request to the prefill
     remote: RemoteKV | None = None
+    pull_back: PullBack | None = None  # a prefill leg's earlier-turn KV (bidirectional)
 
 
 LOCAL = Handoff(KVRole.LOCAL)
@@ -75,7 +77,7 @@ def plan_handoff(
     if params.get("do_remote_decode"):
         if kv.is_moriio:
             return Handoff(KVRole.REMOTE_DECODE, key=_transfer_id(params))
-        return Handoff(KVRole.REMOTE_DECODE, key=request_id)
+        return Handoff(KVRole.REMOTE_DECODE, key=request_id, pull_back=parse_pull_back(params))
     if not params.get("do_remote_prefill"):
         return LOCAL
     if kv.is_moriio:

@@ -78,6 +78,8 @@ class EngineMetrics:
         self.failed_notifications = 0
         self.wire_bytes = {"sent": 0, "received": 0}
         self.transfers = {"ok": 0, "failed": 0}
+        # A prefill's pull-backs of an earlier turn's KV by outcome (simulator/kv_pullback.py)
+        self.pullbacks = dict.fromkeys(("ok", "failed", "mismatch", "off"), 0)
         self.transfer_overruns = 0
         self.loop_lag_s = 0.0
         self._last_token: dict[str, float] = {}
@@ -166,6 +168,14 @@ class EngineMetrics:
         for direction, value in self.wire_bytes.items():
             wire.add_metric([*values, direction], value)
         yield wire
+        pullbacks = CounterMetricFamily(
+            "pdctl_sim_kv_pullbacks",
+            "Prefills given an earlier turn's KV params (bidirectional KV), by outcome.",
+            labels=[*names, "outcome"],
+        )
+        for outcome, value in self.pullbacks.items():
+            pullbacks.add_metric([*values, outcome], value)
+        yield pullbacks
         overrun = CounterMetricFamily(
             "pdctl_sim_transfer_overrun",
             "Transfers whose wire copy took longer than the modelled transfer.",

@@ -137,6 +137,9 @@ class EngineRequest:
     finish_time: float | None = None
     finish_reason: str | None = None  # length | stop | abort | error
     kv_hold_deadline: float | None = None
+    # Decode leg with bidirectional KV (simulator/kv_pullback.py): keep the blocks this long
+    # after finishing, for the conversation's next prefill to pull back.
+    keep_kv_s: float | None = None
     # a decode's KV transfer on the engine's clock: (waited from, ready at, modelled seconds)
     kv_transfer: tuple[float, float, float] | None = None
     # Decode leg: CRC-32 of the KV bytes received XOR of the bytes a correct transfer

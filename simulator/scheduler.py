@@ -219,7 +219,7 @@ class Scheduler:
             req = self.running[i]
             num_new = min(req.num_tokens - req.num_computed_tokens, budget)
             need = self._blocks_needed(req, req.num_computed_tokens + num_new)
-            while not pool.can_allocate(need):
+            while not self._room(need):
                 victim = self.running.pop()
                 self._preempt(victim)
                 preempted.append(victim)
@@ -245,7 +245,7 @@ class Scheduler:
             computed = max(req.num_computed_tokens, len(hits) * cfg.block_size)
             num_new = min(req.num_tokens - computed, budget)
             need = self._blocks_needed(req, computed + num_new, len(hits))
-            if not pool.can_allocate(need, hits):
+            if not self._room(need, hits):
                 if not self.running and not hits and need > pool.num_free:
                     # Nothing will ever free enough blocks: vLLM refuses such a prompt.
                     self.waiting.popleft()
@@ -283,12 +283,22 @@ class Scheduler:
 
     def _reserve_for_remote_kv(self, req: EngineRequest) -> bool:
         need = self._blocks_needed(req, req.prompt_len)
-        if not self.pool.can_allocate(need):
+        if not self._room(need):
             return False
         req.block_ids.extend(self.pool.allocate(need))
         req.status = RequestStatus.WAITING_FOR_KV
         self.awaiting_kv[req.request_id] = req
         self._new_awaiting.append(req)
+        return True
+
+    def _room(self, need: int, hits: list[int] | tuple = ()) -> bool:
+        """Whether `need` blocks can be had, first freeing blocks decodes kept for a next turn
+        (bidirectional KV), oldest first: a kept turn is only a saving, a request is work."""
+        while not self.pool.can_allocate(need, hits):
+            kept = [r for r in self.held.values() if r.keep_kv_s is not None]
+            if not kept:
+                return False
+            self.release_kv(min(kept, key=lambda r: r.kv_hold_deadline or 0.0).request_id)
         return True
 
     def _blocks_needed(self, req: EngineRequest, tokens: int, extra_held: int = 0) -> int:
@@ -350,13 +360,20 @@ class Scheduler:
         if req.num_output_tokens >= req.output_limit:
             reason = "length" if req.num_output_tokens >= req.max_tokens else "stop"
             self.running.remove(req)
-            hold = req.kv_role is KVRole.REMOTE_DECODE and reason == "length"
-            self._finish(req, t, reason, free=not hold)
-            if hold:
-                req.status = RequestStatus.HELD
-                req.kv_hold_deadline = t + self.config.kv_hold_timeout_s
-                self.held[req.request_id] = req
+            self.finish_or_hold(req, t, reason)
             out.finished.append(req)
+
+    def finish_or_hold(self, req: EngineRequest, t: float, reason: str) -> None:
+        """A prefill leg that ran to length holds its KV for its decode; a decode with a
+        lease (bidirectional KV) for the next turn; anything else frees its blocks."""
+        hold = req.kv_role is KVRole.REMOTE_DECODE and reason == "length"
+        hold = hold or req.keep_kv_s is not None
+        self._finish(req, t, reason, free=not hold)
+        if hold:
+            req.status = RequestStatus.HELD
+            lease = self.config.kv_hold_timeout_s if req.keep_kv_s is None else req.keep_kv_s
+            req.kv_hold_deadline = t + lease
+            self.held[req.request_id] = req
 
     def _finish(self, req: EngineRequest, t: float | None, reason: str, free: bool) -> None:
         req.status = RequestStatus.FINISHED

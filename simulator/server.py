@@ -20,7 +20,8 @@ from simulator import faults, openai_format, openai_request, pd_role
 from simulator.engine_config import EngineSettings
 from simulator.engine_loop import FINISHED, EngineLoop
 from simulator.faults import Faults
-from simulator.handoff import Handoff, plan_handoff, prefill_response_params
+from simulator.handoff import Handoff, plan_handoff
+from simulator.kv_params import before_submit, response_params
 from simulator.kv_transfer import KVTransferAgent
 from simulator.metrics import EngineMetrics, registry_for
 from simulator.openai_format import (
@@ -32,7 +33,7 @@ from simulator.openai_format import (
 )
 from simulator.openai_request import RequestError, error_body
 from simulator.registration import heartbeat, registration_message
-from simulator.request import EngineRequest, KVRole, kv_transfer_stats
+from simulator.request import EngineRequest, kv_transfer_stats
 from simulator.scheduler import Scheduler, SchedulerConfig
 from simulator.stats_log import log_stats
 from simulator.timing import TimingModel
@@ -241,6 +242,7 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         kv_role=handoff.role,
         stop_after=stop_after,
     )
+    await before_submit(state.agent, ereq, handoff)  # simulator/kv_params.py
     try:
         queue = engine.submit(ereq)
     except ValueError as exc:
@@ -263,25 +265,8 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
 
 
 def _kv_params(state: SimState, ereq: EngineRequest, handoff: Handoff) -> dict | None:
-    """A prefill leg that stopped on length hands its KV on (vLLM returns params only then)."""
-    agent = state.agent
-    if handoff.role is not KVRole.REMOTE_DECODE or agent is None or handoff.key is None:
-        return None
-    if ereq.finish_reason != "length":
-        return None
-    agent.prefill_done(handoff.key, ereq)
     s = state.settings
-    return prefill_response_params(
-        s.kv,
-        s.engine_id,
-        agent.advertised_host,
-        ereq.request_id,
-        handoff.key,
-        list(ereq.block_ids),
-        ereq.prompt_len,
-        s.tensor_parallel_size,
-        ereq.num_cached_tokens,
-    )
+    return response_params(state.agent, ereq, handoff, s.engine_id, s.tensor_parallel_size)
 
 
 def _transfer_stats(state: SimState, ereq: EngineRequest) -> dict:

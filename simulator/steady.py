@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 
-from simulator.request import KVRole
 from simulator.scheduler import Scheduler, StepOutput
 from simulator.timing import StepBatch
 
@@ -92,8 +91,7 @@ def advance_steady(sched: Scheduler, now: float, steps: int) -> StepOutput:
         if req.num_output_tokens >= req.output_limit:
             reason = "length" if req.num_output_tokens >= req.max_tokens else "stop"
             sched.running.remove(req)
-            hold = req.kv_role is KVRole.REMOTE_DECODE and reason == "length"
-            sched._finish(req, end, reason, free=not hold)
+            sched.finish_or_hold(req, end, reason)  # a decode with a lease keeps its blocks
             out.finished.append(req)
     return out
 

@@ -170,6 +170,7 @@
     var values = { slo_attainment: f.slo_attainment, request_goodput: f.request_goodput,
       request_rate: f.request_rate, kv_bytes_per_s: kv.bytes_per_s, running: f.running,
       waiting: f.waiting, kv_cache_usage: f.kv_cache_usage, failed: out.failed,
+      prompt_saved_share: f.prompt_saved_share,
       rejected: out.rejected, window: f.window };
     ["ttft", "itl"].forEach(function (m) {
       ["p50", "p90", "p99"].forEach(function (q) { values[m + "_" + q] = f[m] ? f[m][q] : null; });
