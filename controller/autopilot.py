@@ -22,7 +22,7 @@ from typing import Any
 from controller.autopilot_spec import Autopilot
 
 HOUR_S = 3600.0
-SAMPLE_GAP_S = 3.0  # the oldest sample may be this much younger than the window's start
+SAMPLE_GAP_S = 2.0  # the oldest sample may be this much younger than the window start
 TTFT, ITL = "ttft", "itl"
 
 
