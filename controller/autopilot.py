@@ -6,8 +6,9 @@ A sample is the 10 s frame (observe/frames.py) reduced to the numbers that matte
               `prefill_waiting_per_instance` each, while ITL is fine (no ITL pressure)
   ITL-bound   ITL p90 over its SLO, requests waiting on the decodes, or decode KV usage over
               `kv_usage_high`, while TTFT is fine (no TTFT pressure)
-Both or neither: nothing. A move needs every sample of a whole window to be bound the same
-way (hysteresis: one bad sample moves nothing) and the window's SLO attainment below
+Both or neither: nothing. A move needs a whole window bound the same way: no sample fine,
+both or bound the other way (hysteresis: one such sample moves nothing), at least half bound
+(a sample with no answer and no queue says nothing), and the window's SLO attainment below
 `attainment_target`. Guard rails, in order: nothing while a move, switch or restart runs; a
 cooldown since the last move; a budget of moves per hour; each role keeps `min_per_role`.
 Dry-run decisions count as moves for the rails, so a dry run records what a live one does.
@@ -23,7 +24,7 @@ from controller.autopilot_spec import Autopilot
 
 HOUR_S = 3600.0
 SAMPLE_GAP_S = 2.0  # the oldest sample may be this much younger than the window start
-TTFT, ITL = "ttft", "itl"
+TTFT, ITL, BOTH, FINE, IDLE = "ttft", "itl", "both", "fine", "idle"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +103,21 @@ def pressure(s: Sample, ap: Autopilot) -> tuple[bool, bool]:
     return ttft, itl
 
 
-def bound(s: Sample, ap: Autopilot) -> str | None:
-    """ttft or itl when exactly one side is under pressure; None when idle, both or neither."""
-    if s.requests <= 0:
-        return None
+def classify(s: Sample, ap: Autopilot) -> str:
+    """ttft or itl when exactly one side is under pressure; both; fine (requests met every
+    line); idle (no request answered in the 10 s and no queue: no signal either way)."""
     ttft, itl = pressure(s, ap)
-    return TTFT if ttft and not itl else ITL if itl and not ttft else None
+    if ttft and itl:
+        return BOTH
+    if ttft or itl:
+        return TTFT if ttft else ITL
+    return FINE if s.requests > 0 else IDLE
+
+
+def bound(s: Sample, ap: Autopilot) -> str | None:
+    """ttft or itl when exactly one side is under pressure, else None."""
+    kind = classify(s, ap)
+    return kind if kind in (TTFT, ITL) else None
 
 
 def window_numbers(samples: Sequence[Sample], ap: Autopilot) -> dict[str, Any]:
@@ -143,12 +153,17 @@ def window_numbers(samples: Sequence[Sample], ap: Autopilot) -> dict[str, Any]:
 
 
 def held_bound(samples: Sequence[Sample], ap: Autopilot, now: float) -> str | None:
-    """The bound every sample of the whole last window agrees on, else None."""
+    """The bound the whole last window agrees on, else None: no sample says otherwise (fine,
+    both, the other bound), and at least half of them say it (idle ones say nothing)."""
     inside = [s for s in samples if s.ts >= now - ap.window_s]
     if not inside or inside[0].ts > now - ap.window_s + SAMPLE_GAP_S:
         return None  # the window is not covered yet
-    kinds = {bound(s, ap) for s in inside}
-    return kinds.pop() if len(kinds) == 1 else None
+    kinds = [classify(s, ap) for s in inside]
+    said = set(kinds) - {IDLE}
+    if len(said) != 1 or kinds.count(next(iter(said))) * 2 < len(kinds):
+        return None
+    kind = said.pop()
+    return kind if kind in (TTFT, ITL) else None
 
 
 def decide(
@@ -184,9 +199,9 @@ def decide(
 def _no_bound_why(inside: Sequence[Sample], ap: Autopilot, now: float) -> str:
     if not inside or inside[0].ts > now - ap.window_s + SAMPLE_GAP_S:
         return f"not {ap.window_s:g} s of samples yet"
-    kinds = {bound(s, ap) for s in inside}
-    if kinds == {None}:
-        return "neither TTFT- nor ITL-bound (or both, or idle)"
+    said = {classify(s, ap) for s in inside} - {IDLE}
+    if not said & {TTFT, ITL}:
+        return "neither TTFT- nor ITL-bound: " + (", ".join(sorted(said)) or "idle")
     return "the signal did not hold for the whole window"
 
 

@@ -42,6 +42,7 @@ def window(span: float = 60, step: float = 1, **over) -> list[Sample]:
 
 TTFT_BOUND = {"ttft_p90_s": 2.5}
 ITL_BOUND = {"itl_p90_s": 0.09}
+IDLE = {"requests": 0.0, "ttft_p90_s": None, "itl_p90_s": None, "slo_attainment": None}
 
 
 def test_ttft_bound_for_a_whole_window_moves_one_decode_to_prefill():
@@ -71,9 +72,20 @@ def test_itl_bound_moves_one_prefill_to_decode():
 
 
 def test_nothing_when_both_or_neither_side_is_bound_or_idle():
-    for over in ({**TTFT_BOUND, **ITL_BOUND}, {}, {**TTFT_BOUND, "requests": 0.0}):
+    for over in ({**TTFT_BOUND, **ITL_BOUND}, {}, IDLE):
         d = decide(AP, window(**over), ROLES, [], NOW)
         assert d.kind == "none" and d.instance is None, over
+    assert "neither" in decide(AP, window(), ROLES, [], NOW).why
+
+
+def test_idle_samples_say_nothing_but_must_not_be_most_of_the_window():
+    samples = window(**TTFT_BOUND)
+    for i in range(0, len(samples), 3):  # no first token in those 10 s, no queue
+        samples[i] = s(samples[i].ts, **IDLE)
+    assert decide(AP, samples, ROLES, [], NOW).kind == "move"
+    for i in range(0, len(samples), 3):
+        samples[i + 1 if i + 1 < len(samples) else i] = s(samples[i].ts, **IDLE)
+    assert decide(AP, samples, ROLES, [], NOW).kind == "none"
 
 
 def test_one_bad_sample_or_a_short_window_moves_nothing():
