@@ -2,8 +2,8 @@
 it did before, move one decode to prefill, one prefill to decode, or nothing.
 
 A sample is the 10 s frame (observe/frames.py) reduced to the numbers that matter here:
-  TTFT-bound  TTFT p90 over its SLO, or the prefills' waiting queue over
-              `prefill_waiting_per_instance` each, while ITL is fine (no ITL pressure)
+  TTFT-bound  the prefills' waiting queue over `prefill_waiting_per_instance` each, or TTFT
+              p90 over its SLO with no request waiting on a decode, while ITL is fine
   ITL-bound   ITL p90 over its SLO, requests waiting on the decodes, or decode KV usage over
               `kv_usage_high`, while TTFT is fine (no TTFT pressure)
 Both or neither: nothing. A move needs a whole window bound the same way: no sample fine,
@@ -91,10 +91,11 @@ def _over(value: float | None, line: float | None) -> bool:
 
 
 def pressure(s: Sample, ap: Autopilot) -> tuple[bool, bool]:
-    """(TTFT pressure, ITL pressure) of one sample."""
-    ttft = _over(s.ttft_p90_s, s.slo_ttft_s) or (
-        s.prefill_waiting >= ap.prefill_waiting_per_instance * max(s.prefills, 1)
-    )
+    """(TTFT pressure, ITL pressure) of one sample. A queue says where the shortage is: a
+    TTFT over its line counts for prefill only while no request waits on a decode (a first
+    token late because the decodes are full is the decodes' shortage)."""
+    queue = s.prefill_waiting >= ap.prefill_waiting_per_instance * max(s.prefills, 1)
+    ttft = queue or (_over(s.ttft_p90_s, s.slo_ttft_s) and s.decode_waiting == 0)
     itl = (
         _over(s.itl_p90_s, s.slo_itl_s)
         or s.decode_waiting > 0

@@ -69,6 +69,9 @@ def test_itl_bound_moves_one_prefill_to_decode():
     assert d.instance == "prefill-1"  # ties: the last by name
     for over in ({"decode_waiting": 2}, {"decode_kv_usage": 0.95}):
         assert bound(s(0, **over), AP) == "itl"
+    # first tokens late because requests wait on the decodes: the decodes' shortage
+    assert bound(s(0, decode_waiting=3, **TTFT_BOUND), AP) == "itl"
+    assert bound(s(0, decode_waiting=3, prefill_waiting=4), AP) is None  # both queue
 
 
 def test_nothing_when_both_or_neither_side_is_bound_or_idle():
