@@ -3,9 +3,9 @@ it did before, move one decode to prefill, one prefill to decode, or nothing.
 
 A sample is the 10 s frame (observe/frames.py) reduced to the numbers that matter here:
   TTFT-bound  the prefills' waiting queue over `prefill_waiting_per_instance` each, or TTFT
-              p90 over its SLO with no request waiting on a decode, while ITL is fine
-  ITL-bound   ITL p90 over its SLO, requests waiting on the decodes, or decode KV usage over
-              `kv_usage_high`, while TTFT is fine (no TTFT pressure)
+              p90 over its SLO while the decodes are not saturated, and ITL is fine
+  ITL-bound   ITL p90 over its SLO, the decodes saturated (running >= 90% of their
+              max_num_seqs), or decode KV usage over `kv_usage_high`, and TTFT is fine
 Both or neither: nothing. A move needs a whole window bound the same way: no sample fine,
 both or bound the other way (hysteresis: one such sample moves nothing), at least half bound
 (a sample with no answer and no queue says nothing), and the window's SLO attainment below
@@ -21,9 +21,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from controller.autopilot_spec import Autopilot
+from controller.deployment import DeploymentSpec
 
 HOUR_S = 3600.0
 SAMPLE_GAP_S = 2.0  # the oldest sample may be this much younger than the window start
+DEFAULT_MAX_NUM_SEQS = 256  # vLLM's
+SATURATED = 0.9  # of the decodes' sequences running
 TTFT, ITL, BOTH, FINE, IDLE = "ttft", "itl", "both", "fine", "idle"
 
 
@@ -40,8 +43,9 @@ class Sample:
     decodes: int
     prefill_waiting: int
     decode_running: int
-    decode_waiting: int
+    decode_waiting: int  # requests waiting for their KV count here too: a number, no signal
     decode_kv_usage: float | None  # max over decodes, 0..1
+    decode_slots: int = 0  # max_num_seqs summed over the decodes (0: unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +62,18 @@ class Decision:
         return asdict(self)
 
 
-def sample(frame: Mapping[str, Any], ts: float) -> Sample:
-    """One 10 s frame's numbers, per serving role (the instance rows name it)."""
+def instance_slots(spec: DeploymentSpec) -> dict[str, int]:
+    """Each instance's max_num_seqs (vLLM's default 256 where its group sets none)."""
+    return {
+        f"{g.name}-{i}": g.max_num_seqs or DEFAULT_MAX_NUM_SEQS
+        for g in spec.groups
+        for i in range(g.count)
+    }
+
+
+def sample(frame: Mapping[str, Any], ts: float, slots: Mapping[str, int] | None = None) -> Sample:
+    """One 10 s frame's numbers, per serving role (the instance rows name it); `slots`: each
+    instance's max_num_seqs."""
     rows = frame.get("instances") or []
     pre = [r for r in rows if r.get("role") == "prefill"]
     dec = [r for r in rows if r.get("role") == "decode"]
@@ -79,6 +93,7 @@ def sample(frame: Mapping[str, Any], ts: float) -> Sample:
         decode_running=sum(r.get("running") or 0 for r in dec),
         decode_waiting=sum(r.get("waiting") or 0 for r in dec),
         decode_kv_usage=max(kv) if kv else None,
+        decode_slots=sum((slots or {}).get(r.get("name"), 0) for r in dec),
     )
 
 
@@ -91,17 +106,23 @@ def _over(value: float | None, line: float | None) -> bool:
 
 
 def pressure(s: Sample, ap: Autopilot) -> tuple[bool, bool]:
-    """(TTFT pressure, ITL pressure) of one sample. A queue says where the shortage is: a
-    TTFT over its line counts for prefill only while no request waits on a decode (a first
-    token late because the decodes are full is the decodes' shortage)."""
+    """(TTFT pressure, ITL pressure) of one sample. Where the requests pile up says where the
+    shortage is: a TTFT over its line counts for prefill only while the decodes are not
+    saturated (a first token late because the decodes are full is the decodes' shortage)."""
     queue = s.prefill_waiting >= ap.prefill_waiting_per_instance * max(s.prefills, 1)
-    ttft = queue or (_over(s.ttft_p90_s, s.slo_ttft_s) and s.decode_waiting == 0)
+    full = saturated(s)
+    ttft = queue or (_over(s.ttft_p90_s, s.slo_ttft_s) and not full)
     itl = (
         _over(s.itl_p90_s, s.slo_itl_s)
-        or s.decode_waiting > 0
+        or full
         or (s.decode_kv_usage is not None and s.decode_kv_usage >= ap.kv_usage_high)
     )
     return ttft, itl
+
+
+def saturated(s: Sample) -> bool:
+    """The decodes run (nearly) every sequence they may: new requests queue behind them."""
+    return s.decode_slots > 0 and s.decode_running >= SATURATED * s.decode_slots
 
 
 def classify(s: Sample, ap: Autopilot) -> str:
@@ -147,6 +168,8 @@ def window_numbers(samples: Sequence[Sample], ap: Autopilot) -> dict[str, Any]:
         "slo_itl_s": last.slo_itl_s,
         "prefill_waiting_min": min(s.prefill_waiting for s in samples),
         "decode_waiting_min": min(s.decode_waiting for s in samples),
+        "decode_running_min": min(s.decode_running for s in samples),
+        "decode_slots": last.decode_slots,
         "decode_kv_usage_min": worst((s.decode_kv_usage for s in samples), min),
         "prefills": last.prefills,
         "decodes": last.decodes,

@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.autopilot import HOUR_S, Decision, decide, sample
+from controller.autopilot import HOUR_S, Decision, decide, instance_slots, sample
 from controller.role_switch_spec import instance_roles
 from controller.switch_record import IN_PROGRESS
 from domain.errors import PdctlError
@@ -86,7 +86,7 @@ class AutopilotLoop:
         if frame is None or frame["ts"] == pilot.last_ts:
             return
         now = pilot.last_ts = frame["ts"]
-        pilot.samples.append(sample(frame, now))
+        pilot.samples.append(sample(frame, now, instance_slots(dep.spec)))
         while pilot.samples and pilot.samples[0].ts < now - ap.window_s - 10:
             pilot.samples.popleft()
         pilot.moves = [t for t in pilot.moves if now - t < HOUR_S]

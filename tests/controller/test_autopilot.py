@@ -32,6 +32,7 @@ def s(ts: float, **over) -> Sample:
         decode_running=4,
         decode_waiting=0,
         decode_kv_usage=0.3,
+        decode_slots=64,
     )
     return Sample(**{**base, **over})
 
@@ -67,11 +68,14 @@ def test_itl_bound_moves_one_prefill_to_decode():
     d = decide(AP, window(**ITL_BOUND), ROLES, [], NOW)
     assert (d.kind, d.bound, d.source, d.target) == ("move", "itl", "prefill", "decode")
     assert d.instance == "prefill-1"  # ties: the last by name
-    for over in ({"decode_waiting": 2}, {"decode_kv_usage": 0.95}):
+    for over in ({"decode_running": 58}, {"decode_kv_usage": 0.95}):
         assert bound(s(0, **over), AP) == "itl"
-    # first tokens late because requests wait on the decodes: the decodes' shortage
-    assert bound(s(0, decode_waiting=3, **TTFT_BOUND), AP) == "itl"
-    assert bound(s(0, decode_waiting=3, prefill_waiting=4), AP) is None  # both queue
+    # requests waiting for their KV count as waiting on a decode: no signal by themselves
+    assert bound(s(0, decode_waiting=3, **TTFT_BOUND), AP) == "ttft"
+    # first tokens late because the decodes are full: the decodes' shortage
+    assert bound(s(0, decode_running=60, **TTFT_BOUND), AP) == "itl"
+    assert bound(s(0, decode_running=60, prefill_waiting=4), AP) is None  # both short
+    assert bound(s(0, decode_running=60, decode_slots=0), AP) is None  # slots unknown
 
 
 def test_nothing_when_both_or_neither_side_is_bound_or_idle():
@@ -154,9 +158,10 @@ def test_a_frame_becomes_a_sample_per_serving_role():
             },
         ],
     }
-    got = sample(frame, 5.0)
+    got = sample(frame, 5.0, {"decode-0": 16, "prefill-0": 16})
     assert (got.prefills, got.decodes, got.prefill_waiting, got.decode_running) == (2, 1, 5, 5)
     assert (got.slo_ttft_s, got.ttft_p90_s, got.decode_kv_usage) == (1.0, 1.8, 0.4)
+    assert got.decode_slots == 16 and sample(frame, 5.0).decode_slots == 0
 
 
 def spec(**changes) -> dict:

@@ -11,6 +11,7 @@ import contextlib
 import pytest
 
 from harness.control_plane import ControlPlane
+from harness.processes import http_get
 from harness.stack import bench_background, bench_finished, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -103,3 +104,7 @@ def test_dry_run_records_what_it_would_do_and_changes_nothing(plane, tmp_path):
     assert events(plane, "autopilot.move") == [] and events(plane, "deployment.role_move") == []
     status, shown = plane.api("GET", "/deployments/auto/autopilot")
     assert status == 200 and shown["mode"] == "dry-run" and shown["last_move"]["dry_run"], shown
+    status, page = http_get(f"{plane.proc.url}/deployments/auto")
+    assert status == 200 and b'id="autopilot"' in page
+    status, line = http_get(f"{plane.proc.url}/deployments/auto/autopilot")
+    assert status == 200 and line.startswith(b"autopilot: dry-run, would move decode-"), line
