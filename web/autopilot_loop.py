@@ -4,7 +4,9 @@ the window's samples, ask the pure decision (controller/autopilot.py) and act on
 through the role-move machinery (a revision, 0 lost), or in dry-run only an event. Each
 decision that moves, would move, or is held by a guard rail is an event with its numbers
 (`autopilot.move`, `autopilot.dry_run`, `autopilot.held`, `autopilot.move_failed`); a held
-one is written once per rail, not every second. `status(name)` is what the API shows.
+one is written once per rail, not every second. The settings are the current revision's, so
+an autopilot is turned on, off or to dry-run by a new revision, without a restart.
+`status(name)` is what the API shows.
 
 It lives on the web floor because it joins the observer's frames and the controller.
 """
@@ -70,17 +72,26 @@ class AutopilotLoop:
             await asyncio.sleep(self.interval)
 
     async def tick(self) -> None:
+        """Each running deployment whose current revision (the desired state: turning it on,
+        off or to dry-run needs no restart) has an enabled autopilot takes one step."""
         deployments = self.controller.supervisor.deployments
-        for name in list(self.pilots):
-            dep = deployments.get(name)
-            if dep is None or dep.spec.autopilot is None or not dep.spec.autopilot.enabled:
-                del self.pilots[name]
+        for name in set(self.pilots) - set(deployments):
+            del self.pilots[name]
         for name, dep in list(deployments.items()):
-            ap = dep.spec.autopilot
-            if ap is not None and ap.enabled:
-                await self._step(name, dep, ap)
+            current = await asyncio.to_thread(self._current, name)
+            ap = current.spec.autopilot if current is not None else None
+            if ap is None or not ap.enabled:
+                self.pilots.pop(name, None)
+                continue
+            await self._step(name, dep, ap, current)
 
-    async def _step(self, name: str, dep: Any, ap: Any) -> None:
+    def _current(self, name: str) -> Any:
+        try:
+            return self.store.get(name)
+        except PdctlError:  # not stored (gone), or unreadable by today's rules
+            return None
+
+    async def _step(self, name: str, dep: Any, ap: Any, current: Any) -> None:
         frame = (self.observer.latest.get(name) or {}).get(WINDOW)
         pilot = self.pilots.setdefault(name, Pilot())
         if frame is None or frame["ts"] == pilot.last_ts:
@@ -91,7 +102,7 @@ class AutopilotLoop:
             pilot.samples.popleft()
         pilot.moves = [t for t in pilot.moves if now - t < HOUR_S]
         load = {r["name"]: r.get("running") or 0 for r in frame.get("instances") or []}
-        busy = await self._busy(name, pilot)
+        busy = self._busy(name, pilot, current)
         d = decide(ap, list(pilot.samples), instance_roles(dep.spec), pilot.moves, now, busy, load)
         pilot.last = d
         if d.kind == "none":
@@ -113,7 +124,7 @@ class AutopilotLoop:
             else:
                 pilot.moving = asyncio.create_task(self._move(name, pilot, d, now))
 
-    async def _busy(self, name: str, pilot: Pilot) -> str | None:
+    def _busy(self, name: str, pilot: Pilot, current: Any) -> str | None:
         """Why a change is under way now, or None."""
         if pilot.moving is not None and not pilot.moving.done():
             return "an autopilot move is under way"
@@ -125,7 +136,6 @@ class AutopilotLoop:
         restarting = sorted(n for n, s in states.items() if s in BUSY_STATES)
         if restarting:
             return f"not every process is running ({', '.join(restarting)})"
-        current = await asyncio.to_thread(self.store.get, name)
         if current.state == IN_PROGRESS:
             return f"revision {current.revision} is in progress"
         return None

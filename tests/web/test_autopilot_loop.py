@@ -51,6 +51,7 @@ class Fakes:
         self.events: list[tuple] = []
         self.moves: list[tuple] = []
         self.switch_running = False
+        self.stored = dep_spec  # the current revision's spec
         dep = SimpleNamespace(spec=dep_spec)
         self.observer = SimpleNamespace(latest={})
         self.controller = SimpleNamespace(
@@ -65,7 +66,7 @@ class Fakes:
             move_role=self.move_role,
         )
         self.store = SimpleNamespace(
-            get=lambda name: SimpleNamespace(spec=dep_spec, state="applied", revision=1),
+            get=lambda name: SimpleNamespace(spec=self.stored, state="applied", revision=1),
             record=lambda *args: self.events.append(args),
         )
 
@@ -126,3 +127,14 @@ def test_off_when_the_spec_says_so():
     asyncio.run(fakes.run(loop, 8))
     assert fakes.events == [] and loop.pilots == {}
     assert loop.status("auto", spec(enabled=False))["mode"] == "off"
+
+
+def test_the_current_revision_turns_it_to_dry_run_without_a_restart():
+    fakes = Fakes(spec())
+    fakes.stored = spec(dry_run=True)  # a new revision; the running spec is unchanged
+    loop = AutopilotLoop(fakes.controller, fakes.observer, fakes.store)
+    asyncio.run(fakes.run(loop, 5))
+    assert fakes.moves == [] and kinds(fakes) == ["autopilot.dry_run"]
+    fakes.stored = spec(enabled=False)
+    asyncio.run(fakes.run(loop, 3, start=200))
+    assert loop.pilots == {}
