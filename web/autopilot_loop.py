@@ -155,12 +155,27 @@ class AutopilotLoop:
                 drain_timeout_s=DRAIN_TIMEOUT_S,
             )
         except PdctlError as err:
+            self._settled(pilot)
             await self._record("autopilot.move_failed", f"{what} failed: {err}", name, d, None)
             return
-        facts = {"ts": now, "instance": d.instance, "revision": moved["revision"]}
+        self._settled(pilot)
+        seconds = moved.get("seconds")
+        facts = {
+            "ts": now,
+            "instance": d.instance,
+            "revision": moved["revision"],
+            "seconds": seconds,
+        }
         pilot.last_move = {**facts, "from": d.source, "to": d.target, "why": d.why}
         message = f"{what} ({d.why}; revision {moved['revision']})"
         await self._record("autopilot.move", message, name, d, facts)
+
+    def _settled(self, pilot: Pilot) -> None:
+        """A move ended: what was sampled while it ran is not a window after it, and the
+        cooldown counts from now (a failed move too: no retry at once)."""
+        pilot.samples.clear()
+        if pilot.moves:
+            pilot.moves[-1] = max(pilot.moves[-1], pilot.last_ts or 0.0)  # the frames' clock
 
     async def _record(self, kind, message, name, d: Decision, facts) -> None:
         detail = {**d.to_json(), **(facts or {})}
