@@ -4,8 +4,8 @@ it did before, move one decode to prefill, one prefill to decode, or nothing.
 A sample is the 10 s frame (observe/frames.py) reduced to the numbers that matter here:
   TTFT-bound  the prefills' waiting queue over `prefill_waiting_per_instance` each, or TTFT
               p90 over its SLO while the decodes are not saturated, and ITL is fine
-  ITL-bound   ITL p90 over its SLO, the decodes saturated (running >= 90% of their
-              max_num_seqs), or decode KV usage over `kv_usage_high`, and TTFT is fine
+  ITL-bound   ITL p90 over its SLO, the decodes saturated (running + waiting >= 90% of
+              their max_num_seqs), or decode KV usage over `kv_usage_high`, and TTFT is fine
 Both or neither: nothing. A move needs a whole window bound the same way: no sample fine,
 both or bound the other way (hysteresis: one such sample moves nothing), at least half bound
 (a sample with no answer and no queue says nothing), and the window's SLO attainment below
@@ -121,8 +121,11 @@ def pressure(s: Sample, ap: Autopilot) -> tuple[bool, bool]:
 
 
 def saturated(s: Sample) -> bool:
-    """The decodes run (nearly) every sequence they may: new requests queue behind them."""
-    return s.decode_slots > 0 and s.decode_running >= SATURATED * s.decode_slots
+    """More requests at the decodes (running, or waiting: for a slot or their KV) than 90% of
+    the sequences they may run: new requests queue behind them. Requests finish in bursts, so
+    the running count alone dips below the line while dozens wait."""
+    demand = s.decode_running + s.decode_waiting
+    return s.decode_slots > 0 and demand >= SATURATED * s.decode_slots
 
 
 def classify(s: Sample, ap: Autopilot) -> str:

@@ -70,8 +70,10 @@ def test_itl_bound_moves_one_prefill_to_decode():
     assert d.instance == "prefill-1"  # ties: the last by name
     for over in ({"decode_running": 58}, {"decode_kv_usage": 0.95}):
         assert bound(s(0, **over), AP) == "itl"
-    # requests waiting for their KV count as waiting on a decode: no signal by themselves
+    # requests waiting for their KV count as waiting on a decode: a few say nothing
     assert bound(s(0, decode_waiting=3, **TTFT_BOUND), AP) == "ttft"
+    # finishing in a burst: few running for a moment, many waiting
+    assert bound(s(0, decode_running=11, decode_waiting=39, decode_slots=16), AP) == "itl"
     # first tokens late because the decodes are full: the decodes' shortage
     assert bound(s(0, decode_running=60, **TTFT_BOUND), AP) == "itl"
     assert bound(s(0, decode_running=60, prefill_waiting=4), AP) is None  # both short
