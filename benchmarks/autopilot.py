@@ -4,9 +4,9 @@ long prompts and short answers (phase A: TTFT-bound) to short prompts and long a
 (phase B: ITL-bound). A real `pdctl serve` runs the autopilot (1-minute window); `pdctl bench`
 offers each phase's load. Printed: SLO attainment per minute (by arrival, judged as the
 proxy judges), each autopilot move and when (seconds from the start, and from the shift),
-requests sent, completed and lost (0 expected). Bounded: about 7 min of load.
+requests sent, completed and lost (0 expected). Bounded: 8 min of load.
 
-    python -m benchmarks.autopilot [--phase-a-s 180] [--phase-b-s 270] [--json out.json]
+    python -m benchmarks.autopilot [--phase-a-s 180] [--phase-b-s 300] [--json out.json]
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def _run(plane, tmp: Path, loads: list, phase_s: tuple, window_s: float, cooldow
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phase-a-s", type=float, default=180.0, help="seconds of phase A")
-    parser.add_argument("--phase-b-s", type=float, default=270.0, help="seconds of phase B")
+    parser.add_argument("--phase-b-s", type=float, default=300.0, help="seconds of phase B")
     parser.add_argument("--window-s", type=float, default=60.0)
     parser.add_argument("--cooldown-s", type=float, default=60.0)
     parser.add_argument("--json", type=Path, default=None)

@@ -28,7 +28,6 @@ from domain.errors import PdctlError
 log = logging.getLogger("pdctl.autopilot")
 ACTOR = "autopilot"
 WINDOW = "10s"  # each sample: the shortest window, so the decision's window is its own
-DRAIN_TIMEOUT_S = 60.0
 BUSY_STATES = ("STARTING", "BACKOFF", "STOPPING")
 
 
@@ -122,7 +121,7 @@ class AutopilotLoop:
                 what = f"{name}: would move {d.instance} {d.source} -> {d.target} ({d.why})"
                 await self._record("autopilot.dry_run", what, name, d, facts)
             else:
-                pilot.moving = asyncio.create_task(self._move(name, pilot, d, now))
+                pilot.moving = asyncio.create_task(self._move(name, pilot, d, now, ap))
 
     def _busy(self, name: str, pilot: Pilot, current: Any) -> str | None:
         """Why a change is under way now, or None."""
@@ -140,7 +139,7 @@ class AutopilotLoop:
             return f"revision {current.revision} is in progress"
         return None
 
-    async def _move(self, name: str, pilot: Pilot, d: Decision, now: float) -> None:
+    async def _move(self, name: str, pilot: Pilot, d: Decision, now: float, ap: Any) -> None:
         what = f"{name}: move {d.instance} {d.source} -> {d.target}"
         try:
             current = await asyncio.to_thread(self.store.get, name)
@@ -152,7 +151,7 @@ class AutopilotLoop:
                 store=self.store,
                 actor=ACTOR,
                 reason=f"autopilot: {d.why}",
-                drain_timeout_s=DRAIN_TIMEOUT_S,
+                drain_timeout_s=ap.drain_timeout_s,
             )
         except PdctlError as err:
             self._settled(pilot)

@@ -216,6 +216,7 @@ def test_an_autopilot_without_role_switch_names_the_field():
         ("max_moves_per_hour", 1000),
         ("attainment_target", 1.5),
         ("kv_usage_high", 0),
+        ("drain_timeout_s", 0),
         ("enabled", "maybe"),
         ("sometimes", True),
     ],
