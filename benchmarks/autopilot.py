@@ -31,7 +31,7 @@ SLO = {"ttft_ms": 8000.0, "itl_ms": 400.0, "itl_stat": "p99"}  # published x TIM
 # the wall here: 2 prefills serve ~0.63 req/s, 3 ~0.95. A 128-token answer keeps one of a
 # decode's 16 sequences ~25 s: 1 decode serves ~0.65 req/s, 2 ~1.3.
 PHASE_A = (0.75, 6000, 8)  # long prompts, short answers: 2P short, 3P enough
-PHASE_B = (1.0, 128, 128)  # short prompts, long answers: 1D short, 2D enough
+PHASE_B = (0.9, 128, 128)  # short prompts, long answers: 1D short, 2D enough
 MAX_NUM_SEQS = 16
 
 
@@ -49,7 +49,14 @@ def spec(window_s: float, cooldown_s: float) -> dict:
             {"name": "prefill", "role": "prefill", "count": 2, **group},
             {"name": "decode", "role": "decode", "count": 2, **group},
         ],
-        "proxy": {"hold_queue": 512, "hold_deadline_s": 120},
+        # A request queued behind short decodes waits minutes for its first token: the
+        # proxy's 120 s default silence timeout would fail it (a 502, not a lost answer).
+        "proxy": {
+            "hold_queue": 512,
+            "hold_deadline_s": 120,
+            "prefill_timeout_s": 900,
+            "decode_timeout_s": 900,
+        },
         "slo": SLO,
         "role_switch": {},
         "autopilot": {"window_s": window_s, "cooldown_s": cooldown_s, "max_moves_per_hour": 4},
@@ -78,6 +85,8 @@ def bench(proxy: str, tmp: Path, label: str, phase: tuple, seconds: float) -> su
         str(SLO["ttft_ms"]),
         "--slo-itl-ms",
         str(SLO["itl_ms"]),
+        "--timeout",
+        "900",
         "--save-requests",
         "--result-json",
         str(tmp / f"{label}.json"),
@@ -180,7 +189,19 @@ def _run(plane, tmp: Path, loads: list, phase_s: tuple, window_s: float, cooldow
         "completed": completed,
         "failed": result_a["failed"] + result_b["failed"],
         "lost": sent - completed,
+        "errors": errors([result_a, result_b]),
     }
+
+
+def errors(results: list[dict]) -> dict[str, int]:
+    """Failed requests by what went wrong (first 100 characters)."""
+    found: dict[str, int] = {}
+    for result in results:
+        for r in result["requests"]:
+            if not r.get("ok"):
+                key = (r.get("error") or "no answer")[:100]
+                found[key] = found.get(key, 0) + 1
+    return found
 
 
 def main() -> None:
@@ -204,6 +225,8 @@ def main() -> None:
             f"{m['instance']} {m['from']} -> {m['to']} (revision {m['revision']})"
         )
     print(f"sent {report['sent']} completed {report['completed']} lost {report['lost']}")
+    for error, count in report["errors"].items():
+        print(f"  {count} failed: {error}")
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2))
 
