@@ -7,6 +7,11 @@ proxy judges), each autopilot move and when (seconds from the start, and from th
 requests sent, completed and lost (0 expected). Bounded: 8 min of load.
 
     python -m benchmarks.autopilot [--phase-a-s 180] [--phase-b-s 300] [--json out.json]
+
+Measured 2026-12-02 on 2 cores (shift at 180 s): attainment per minute 47%, 0%, 14% | 12%,
+2%, 20%, 26%, 53%; moves decode-1 -> prefill at 119 s (61 s before the shift), prefill-1 ->
+decode at 276 s (+96 s), prefill-0 -> decode at 394 s (+214 s, 1P3D); 405 sent, 405
+completed, 0 lost. A prefill's move waits ~2 min for the short decodes to pull its last KV.
 """
 
 from __future__ import annotations

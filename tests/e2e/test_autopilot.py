@@ -76,7 +76,8 @@ def test_a_ttft_bound_load_moves_one_decode_to_prefill_with_nothing_lost(plane, 
 
     detail = moved[0]["detail"]
     assert (detail["bound"], detail["source"], detail["target"]) == ("ttft", "decode", "prefill")
-    assert detail["numbers"]["ttft_bound_samples"] >= 4 and detail["numbers"]["slo_ttft_s"]
+    numbers = detail["numbers"]
+    assert numbers["ttft_bound_samples"] * 2 >= numbers["samples"] >= 4 and numbers["slo_ttft_s"]
     assert "TTFT-bound" in moved[0]["message"]
     status, revision = plane.api("GET", f"/deployments/auto/revisions/{detail['revision']}")
     assert status == 200 and revision["state"] == "applied", revision
