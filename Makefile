@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run run-cluster test test-live test-vllm test-ray lint bench-core bench-sim bench-proxy bench-ttft bench-switch bench-plan-live bench-events bench-cluster bench-measure bench-bidir soak soak-quick chaos clean system-deps
+.PHONY: run run-cluster test test-live test-vllm test-ray lint bench-core bench-sim bench-proxy bench-ttft bench-switch bench-autopilot bench-plan-live bench-events bench-cluster bench-measure bench-bidir soak soak-quick chaos clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -68,6 +68,9 @@ bench-bidir: $(STAMP)
 
 bench-switch: $(STAMP)
 	$(PY) -m benchmarks.bench_switch
+
+bench-autopilot: $(STAMP)
+	$(PY) -m benchmarks.autopilot
 
 bench-plan-live: $(STAMP)
 	$(PY) -m benchmarks.bench_plan_live

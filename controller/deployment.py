@@ -13,6 +13,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
+from controller.autopilot_spec import Autopilot, check_autopilot
 from controller.bidir_spec import check_bidirectional
 from controller.canary_spec import CanaryConfig
 from controller.field_error import FieldError
@@ -186,6 +187,7 @@ class DeploymentSpec(_Strict):
     kv_connector_extra_config: KvExtra = Field(default_factory=dict)
     unsafe_allow: UnsafeAllow | None = None
     role_switch: RoleSwitch | None = None  # runtime P/D role switching (role_switch_spec.py)
+    autopilot: Autopilot | None = None  # the P:D ratio autopilot (autopilot_spec.py)
 
     def instance_names(self) -> list[str]:
         return [f"{g.name}-{i}" for g in self.groups for i in range(g.count)]
@@ -201,6 +203,7 @@ def check(spec: DeploymentSpec) -> None:
     _check_ports(spec)
     _check_extra_args(spec)
     check_role_switch(spec)
+    check_autopilot(spec)
 
 
 def _check_connector(spec: DeploymentSpec) -> None:

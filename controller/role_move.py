@@ -104,6 +104,10 @@ class RoleMover:
         self.supervisor, self.record = supervisor, record
         self._busy: set[str] = set()
 
+    def busy(self, name: str) -> bool:
+        """Whether a move of `name` is under way."""
+        return name in self._busy
+
     async def move(
         self,
         name: str,

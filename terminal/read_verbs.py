@@ -60,10 +60,11 @@ def show(name: Name, server: ServerOption = None, as_json: JsonOption = False) -
     api = client(server)
     current = api.get(path(name))
     units = status(api, name)
+    pilot = api.get(path(name, "/autopilot")) if current["spec"].get("autopilot") else None
     if as_json:
-        show_json({"deployment": current, "instances": units})
+        show_json({"deployment": current, "instances": units, "autopilot": pilot})
         return
-    typer.echo(views.deployment(current, units))
+    typer.echo(views.deployment(current, units, pilot))
 
 
 def history(name: Name, server: ServerOption = None, as_json: JsonOption = False) -> None:

@@ -68,8 +68,9 @@ def _health(unit: Json) -> str:
     return "healthy" if unit["health"] else "unhealthy"
 
 
-def deployment(d: Json, units: list[Json]) -> str:
-    """`pdctl show`: the spec in a few lines, the revision and its state, then the instances."""
+def deployment(d: Json, units: list[Json], autopilot: Json | None = None) -> str:
+    """`pdctl show`: the spec in a few lines, the revision and its state, then the instances
+    (and the autopilot's mode and last move when the spec has one)."""
     spec = d["spec"]
     groups = ", ".join(
         f"{g['name']} ({g['role']}, {g.get('count', 1)}x tp{g.get('tp', 1)}"
@@ -103,6 +104,8 @@ def deployment(d: Json, units: list[Json]) -> str:
         ("Proxy", f"port {d['ports']['proxy']}, registry {d['ports']['registry']}"),
         ("Ready", ready(units)),
     ]
+    if autopilot is not None:
+        said.append(("Autopilot", autopilot_line(autopilot)))
     width = max(len(k) for k, _ in said) + 1
     head = "\n".join(f"{k + ':':<{width}} {v}" for k, v in said)
     body = (
@@ -174,3 +177,16 @@ def switch_outcome(record: Json) -> str:
     if record.get("error"):
         line += f": failed at {record.get('failed_step')!r}: {record['error']}"
     return line
+
+
+def autopilot_line(a: Json) -> str:
+    """ "on, last move decode-1 decode -> prefill (revision 3): TTFT-bound ..." in one line."""
+    move = a.get("last_move")
+    if move is None:
+        last = a.get("last_decision") or {}
+        return f"{a['mode']}, no move yet" + (f" ({last['why']})" if last.get("why") else "")
+    verb = "would move" if move.get("dry_run") else "last move"
+    rev = f" (revision {move['revision']})" if move.get("revision") else ""
+    return (
+        f"{a['mode']}, {verb} {move['instance']} {move['from']} -> {move['to']}{rev}: {move['why']}"
+    )

@@ -33,6 +33,7 @@ from state.store import Store
 from web import demo, errors, left_running
 from web.admission import Admission
 from web.auth import TokenBook
+from web.autopilot_loop import AutopilotLoop
 from web.bench_runs import BenchRuns
 from web.csrf import CrossOriginProtection
 from web.deps import current_actor, json_body
@@ -44,6 +45,7 @@ from web.metrics import LiveCollector, build_registry
 from web.proxy_url import proxy_url
 from web.routes import (
     advice,
+    autopilot,
     bench,
     bench_pages,
     cluster,
@@ -74,6 +76,7 @@ API_ROUTES = (
     events,
     lifecycle,
     role_moves,
+    autopilot,
     live,
     bench,
     plan,
@@ -110,7 +113,7 @@ def create_app(settings: Settings | None = None, backend: ProcessBackend | None 
     for module in (deployment_forms, pages, page_actions):
         app.include_router(module.router)
     app.include_router(bench_pages.router)
-    for module in (plan, kv, advice, cluster, ttft):  # their pages and fragments
+    for module in (plan, kv, advice, cluster, ttft, autopilot):  # pages and fragments
         app.include_router(module.page_router)
     app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
@@ -149,6 +152,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         lambda name: store.get(name).revision,
         partial(proxy_url, app.state),
     )
+    app.state.autopilot = None  # the P:D ratio autopilot (web/autopilot_loop.py)
     app.state.observer = None  # observe/ scrapes what the controller runs, so only with it
     app.state.demo_load = None
     app.state.left_running = ""  # what the CLI prints once the serve stopped
@@ -159,6 +163,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.observer = await start_observer(settings, app.state.controller, store, hub)
         # Its aggregates and the controller's state on the app's /metrics.
         app.state.registry.register(LiveCollector(app.state.controller, app.state.observer))
+        app.state.autopilot = AutopilotLoop(app.state.controller, app.state.observer, store)
+        app.state.autopilot.start()
         if settings.demo and settings.demo_trade:
             app.state.demo_load = await demo.run_trade(
                 store, app.state.controller, created, partial(proxy_url, app.state)
@@ -170,6 +176,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             await app.state.demo_load.close()
         await app.state.load_runs.close()
         await app.state.bench_runs.close()
+        if app.state.autopilot is not None:
+            await app.state.autopilot.close()
         if app.state.observer is not None:
             await app.state.observer.close()
         if app.state.controller is not None:

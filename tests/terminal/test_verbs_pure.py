@@ -176,6 +176,21 @@ def test_the_views_of_a_deployment_and_its_instances() -> None:
     assert views.modes(solo) == "colocated" and views.ready([]) == "-"
 
 
+def test_show_says_what_the_autopilot_does() -> None:
+    moved = {
+        "mode": "on",
+        "last_move": {"instance": "decode-1", "from": "decode", "to": "prefill",
+                      "revision": 3, "why": "TTFT-bound for 60 s: one decode to prefill"},
+    }  # fmt: skip
+    shown = views.deployment(_deployment(), [], moved)
+    assert "Autopilot: on, last move decode-1 decode -> prefill (revision 3): TTFT-bound" in shown
+    dry = {**moved, "mode": "dry-run", "last_move": {**moved["last_move"], "dry_run": True}}
+    assert "dry-run, would move decode-1" in views.autopilot_line(dry)
+    idle = {"mode": "on", "last_move": None, "last_decision": {"why": "not 60 s of samples yet"}}
+    assert views.autopilot_line(idle) == "on, no move yet (not 60 s of samples yet)"
+    assert "Autopilot" not in views.deployment(_deployment(), [])
+
+
 def test_a_switch_shows_its_step_and_ends_in_one_line() -> None:
     record = {
         "id": "r3", "deployment": "mori", "target": "write", "strategy": "hold",

@@ -1,0 +1,240 @@
+"""`make bench-autopilot`: the P:D ratio autopilot on a 2P2D role-switch stand-in deployment
+(Qwen3-235B-A22B-FP8 TP4 on MI300X, slowed by --time-scale) under a workload that shifts from
+long prompts and short answers (phase A: TTFT-bound) to short prompts and long answers
+(phase B: ITL-bound). A real `pdctl serve` runs the autopilot (1-minute window); `pdctl bench`
+offers each phase's load. Printed: SLO attainment per minute (by arrival, judged as the
+proxy judges), each autopilot move and when (seconds from the start, and from the shift),
+requests sent, completed and lost (0 expected). Bounded: 8 min of load.
+
+    python -m benchmarks.autopilot [--phase-a-s 180] [--phase-b-s 300] [--json out.json]
+
+Measured 2026-12-02 on 2 cores (shift at 180 s): attainment per minute 47%, 0%, 14% | 12%,
+2%, 20%, 26%, 53%; moves decode-1 -> prefill at 119 s (61 s before the shift), prefill-1 ->
+decode at 276 s (+96 s), prefill-0 -> decode at 394 s (+214 s, 1P3D); 405 sent, 405
+completed, 0 lost. A prefill's move waits ~2 min for the short decodes to pull its last KV.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from domain.slo import SloTargets, itl_statistic, judge
+from harness.control_plane import ControlPlane
+from harness.processes import ROOT
+
+NAME = "auto"
+MODEL = "Qwen/Qwen3-235B-A22B-FP8"
+TIME_SCALE = 8.0
+SLO = {"ttft_ms": 8000.0, "itl_ms": 400.0, "itl_stat": "p99"}  # published x TIME_SCALE
+# (rate req/s on the wall, input tokens, output tokens). A 6,000-token prefill takes ~3.2 s on
+# the wall here: 2 prefills serve ~0.63 req/s, 3 ~0.95. A 128-token answer keeps one of a
+# decode's 16 sequences ~25 s: 1 decode serves ~0.65 req/s, 2 ~1.3.
+PHASE_A = (0.75, 6000, 8)  # long prompts, short answers: 2P short, 3P enough
+PHASE_B = (0.9, 128, 128)  # short prompts, long answers: 1D short, 2D enough
+MAX_NUM_SEQS = 16
+
+
+def spec(window_s: float, cooldown_s: float) -> dict:
+    group = {"tp": 4, "max_num_seqs": MAX_NUM_SEQS, "max_num_batched_tokens": 4096}
+    return {
+        "name": NAME,
+        "engine": "sim",
+        "model": MODEL,
+        "hardware": "mi300x",
+        "topology": "disaggregated",
+        "connector": "NixlConnector",
+        "time_scale": TIME_SCALE,
+        "groups": [
+            {"name": "prefill", "role": "prefill", "count": 2, **group},
+            {"name": "decode", "role": "decode", "count": 2, **group},
+        ],
+        # A request queued behind short decodes waits minutes for its first token: the
+        # proxy's 120 s default silence timeout would fail it (a 502, not a lost answer).
+        "proxy": {
+            "hold_queue": 512,
+            "hold_deadline_s": 120,
+            "prefill_timeout_s": 900,
+            "decode_timeout_s": 900,
+        },
+        "slo": SLO,
+        "role_switch": {},
+        "autopilot": {"window_s": window_s, "cooldown_s": cooldown_s, "max_moves_per_hour": 4},
+    }
+
+
+def bench(proxy: str, tmp: Path, label: str, phase: tuple, seconds: float) -> subprocess.Popen:
+    rate, input_len, output_len = phase
+    argv = [
+        sys.executable,
+        str(ROOT / "pdctl.py"),
+        "bench",
+        "--base-url",
+        proxy,
+        "--model",
+        MODEL,
+        "--request-rate",
+        str(rate),
+        "--num-prompts",
+        str(max(1, int(rate * seconds))),
+        "--input-len",
+        str(input_len),
+        "--output-len",
+        str(output_len),
+        "--slo-ttft-ms",
+        str(SLO["ttft_ms"]),
+        "--slo-itl-ms",
+        str(SLO["itl_ms"]),
+        "--timeout",
+        "900",
+        "--save-requests",
+        "--result-json",
+        str(tmp / f"{label}.json"),
+    ]
+    err = (tmp / f"{label}.err").open("w")
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
+
+
+def finished(proc: subprocess.Popen, tmp: Path, label: str, timeout: float) -> dict:
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    if code != 0:
+        raise RuntimeError((tmp / f"{label}.err").read_text()[-2000:])
+    return json.loads((tmp / f"{label}.json").read_text())
+
+
+def per_minute(phases: list[tuple[float, dict]], t0: float, minute_s: float) -> list[dict]:
+    """SLO attainment of the requests that arrived in each minute since t0."""
+    targets = SloTargets(SLO["ttft_ms"], SLO["itl_ms"], None, SLO["itl_stat"])
+    buckets: dict[int, list[bool]] = {}
+    for started, result in phases:
+        for r in result["requests"]:
+            gaps = r.get("itl") or []
+            itl = itl_statistic(gaps, targets.itl_stat) if gaps else None
+            met = judge(targets, r.get("ttft") if r.get("ok") else None, itl, ok=r.get("ok"))
+            minute = int((started + r["start"] - t0) // minute_s)
+            buckets.setdefault(minute, []).append(met.met)
+    return [
+        {"minute": m, "requests": len(v), "slo_attainment": round(sum(v) / len(v), 3)}
+        for m, v in sorted(buckets.items())
+    ]
+
+
+def run(phase_s: tuple[float, float], window_s: float, cooldown_s: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="pdctl-autopilot-") as tmp_name:
+        tmp = Path(tmp_name)
+        plane = ControlPlane(tmp).start()
+        loads: list[subprocess.Popen] = []
+        try:
+            return _run(plane, tmp, loads, phase_s, window_s, cooldown_s)
+        finally:
+            for load in loads:  # an interrupted run leaves no load running
+                if load.poll() is None:
+                    load.kill()
+                    load.wait()
+            code, _ = plane.api("POST", f"/deployments/{NAME}/stop")
+            if code == 202:
+                plane.wait(NAME, lambda us: all(u["state"] != "RUNNING" for u in us.values()), 60)
+            plane.close()
+
+
+def _run(plane, tmp: Path, loads: list, phase_s: tuple, window_s: float, cooldown_s) -> dict:
+    code, created = plane.api("POST", "/deployments", spec(window_s, cooldown_s))
+    if code != 201:
+        raise RuntimeError(f"create: {code} {created}")
+    plane.api("POST", f"/deployments/{NAME}/start")
+    plane.running(NAME, timeout=180)
+    proxy = f"http://127.0.0.1:{created['ports']['proxy']}"
+    t0 = time.time()
+    a = bench(proxy, tmp, "a", PHASE_A, phase_s[0])
+    loads.append(a)
+    time.sleep(phase_s[0])  # phase A's arrivals end: the shift (its last answers overlap B)
+    shift = time.time()
+    b = bench(proxy, tmp, "b", PHASE_B, phase_s[1])
+    loads.append(b)
+    result_a = finished(a, tmp, "a", 300)
+    result_b = finished(b, tmp, "b", phase_s[1] + 300)
+    _, events = plane.api("GET", f"/events?deployment={NAME}&limit=500")
+    moves = [
+        {
+            "at_s": round(e["detail"]["ts"] - t0, 1),
+            "after_shift_s": round(e["detail"]["ts"] - shift, 1),
+            "instance": e["detail"]["instance"],
+            "from": e["detail"]["source"],
+            "to": e["detail"]["target"],
+            "revision": e["detail"].get("revision"),
+            "why": e["message"],
+        }
+        for e in reversed(events)
+        if e["kind"] == "autopilot.move"
+    ]
+    held = [e["message"] for e in reversed(events) if e["kind"] == "autopilot.held"]
+    sent = len(result_a["requests"]) + len(result_b["requests"])
+    completed = result_a["completed"] + result_b["completed"]
+    return {
+        "phase_s": list(phase_s),
+        "shift_at_s": round(shift - t0, 1),
+        "phase_a": {"rate": PHASE_A[0], "input_len": PHASE_A[1], "output_len": PHASE_A[2]},
+        "phase_b": {"rate": PHASE_B[0], "input_len": PHASE_B[1], "output_len": PHASE_B[2]},
+        "slo_attainment_a": result_a.get("slo_attainment"),
+        "slo_attainment_b": result_b.get("slo_attainment"),
+        "per_minute": per_minute([(t0, result_a), (shift, result_b)], t0, 60.0),
+        "moves": moves,
+        "held": held,
+        "sent": sent,
+        "completed": completed,
+        "failed": result_a["failed"] + result_b["failed"],
+        "lost": sent - completed,
+        "errors": errors([result_a, result_b]),
+    }
+
+
+def errors(results: list[dict]) -> dict[str, int]:
+    """Failed requests by what went wrong (first 100 characters)."""
+    found: dict[str, int] = {}
+    for result in results:
+        for r in result["requests"]:
+            if not r.get("ok"):
+                key = (r.get("error") or "no answer")[:100]
+                found[key] = found.get(key, 0) + 1
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--phase-a-s", type=float, default=180.0, help="seconds of phase A")
+    parser.add_argument("--phase-b-s", type=float, default=300.0, help="seconds of phase B")
+    parser.add_argument("--window-s", type=float, default=60.0)
+    parser.add_argument("--cooldown-s", type=float, default=60.0)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    report = run((args.phase_a_s, args.phase_b_s), args.window_s, args.cooldown_s)
+    print(f"shift at {report['shift_at_s']} s")
+    for row in report["per_minute"]:
+        print(
+            f"  minute {row['minute']}: {row['requests']} requests, "
+            f"SLO attainment {row['slo_attainment']:.0%}"
+        )
+    for m in report["moves"]:
+        print(
+            f"  move at {m['at_s']} s ({m['after_shift_s']:+} s from the shift): "
+            f"{m['instance']} {m['from']} -> {m['to']} (revision {m['revision']})"
+        )
+    print(f"sent {report['sent']} completed {report['completed']} lost {report['lost']}")
+    for error, count in report["errors"].items():
+        print(f"  {count} failed: {error}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

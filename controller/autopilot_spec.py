@@ -1,0 +1,55 @@
+"""The P:D ratio autopilot in a deployment's spec: `autopilot` set (opt-in) lets the control
+plane move one instance at a time between prefill and decode by runtime role switching
+(controller/role_move.py) when live signals say the deployment is TTFT-bound or ITL-bound
+(controller/autopilot.py decides, web/autopilot_loop.py runs it). It needs `role_switch`.
+
+Pure: pydantic and the check relating `autopilot` to the rest of the spec.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from controller.field_error import FieldError
+
+if TYPE_CHECKING:
+    from controller.deployment import DeploymentSpec
+
+
+class Autopilot(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    enabled: bool = True
+    dry_run: bool = False  # decide and record what it would do; move nothing
+    window_s: float = Field(60.0, ge=5, le=3600)  # a signal must hold this long (hysteresis)
+    cooldown_s: float = Field(300.0, ge=0, le=86400)  # since the last move
+    min_per_role: int = Field(1, ge=1, le=64)  # instances each of prefill and decode keeps
+    max_moves_per_hour: int = Field(4, ge=1, le=60)
+    # How long a moved instance's legs may take to end: a prefill's last requests wait for a
+    # decode slot when the decodes are short, which is when a prefill is moved to decode.
+    drain_timeout_s: float = Field(300.0, gt=0, le=3600)
+    # A signal: attainment below this share of requests, a queue, a gauge over its line.
+    attainment_target: float = Field(0.9, gt=0, le=1)
+    prefill_waiting_per_instance: float = Field(2.0, gt=0, le=10_000)
+    kv_usage_high: float = Field(0.9, gt=0, le=1)
+
+
+def check_autopilot(spec: DeploymentSpec) -> None:
+    """The autopilot moves instances by runtime role switch: role_switch must be set, and
+    each role must have more instances than it keeps for a move to be possible at all."""
+    ap = spec.autopilot
+    if ap is None:
+        return
+    if spec.role_switch is None:
+        raise FieldError(
+            ("autopilot",),
+            "the autopilot moves instances by runtime role switching: set role_switch: {} too",
+        )
+    if sum(g.count for g in spec.groups) < 2 * ap.min_per_role + 1:
+        raise FieldError(
+            ("autopilot", "min_per_role"),
+            f"with {ap.min_per_role} kept per role the deployment needs at least "
+            f"{2 * ap.min_per_role + 1} prefill and decode instances for a move to be possible",
+        )

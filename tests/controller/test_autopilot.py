@@ -1,0 +1,229 @@
+"""The P:D ratio autopilot's decision (pure, controller/autopilot.py) and its spec section
+(controller/autopilot_spec.py): both directions, nothing when both or neither side is bound,
+hysteresis over the whole window, and every guard rail. tests/e2e/test_autopilot.py runs it."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.autopilot import Sample, bound, decide, sample
+from controller.autopilot_spec import Autopilot
+from controller.deployment import DeploymentSpec, check
+from controller.field_error import FieldError
+
+AP = Autopilot(window_s=60, cooldown_s=300, max_moves_per_hour=2)
+ROLES = {"prefill-0": "prefill", "prefill-1": "prefill", "decode-0": "decode", "decode-1": "decode"}
+NOW = 10_000.0
+
+
+def s(ts: float, **over) -> Sample:
+    """A loaded sample meeting every line unless `over` says otherwise."""
+    base = dict(
+        ts=ts,
+        requests=20.0,
+        slo_attainment=0.5,
+        ttft_p90_s=0.5,
+        itl_p90_s=0.02,
+        slo_ttft_s=1.0,
+        slo_itl_s=0.05,
+        prefills=2,
+        decodes=2,
+        prefill_waiting=0,
+        decode_running=4,
+        decode_waiting=0,
+        decode_kv_usage=0.3,
+        decode_slots=64,
+    )
+    return Sample(**{**base, **over})
+
+
+def window(span: float = 60, step: float = 1, **over) -> list[Sample]:
+    return [s(NOW - span + i * step, **over) for i in range(int(span / step) + 1)]
+
+
+TTFT_BOUND = {"ttft_p90_s": 2.5}
+ITL_BOUND = {"itl_p90_s": 0.09}
+IDLE = {"requests": 0.0, "ttft_p90_s": None, "itl_p90_s": None, "slo_attainment": None}
+
+
+def test_ttft_bound_for_a_whole_window_moves_one_decode_to_prefill():
+    d = decide(AP, window(**TTFT_BOUND), ROLES, [], NOW, load={"decode-0": 1, "decode-1": 3})
+    assert (d.kind, d.bound, d.source, d.target, d.instance) == (
+        "move",
+        "ttft",
+        "decode",
+        "prefill",
+        "decode-0",
+    )
+    assert d.numbers["ttft_p90_s_min"] == 2.5 and d.numbers["ttft_bound_samples"] == 61
+    assert d.numbers["slo_attainment_mean"] == 0.5
+
+
+def test_a_prefill_queue_alone_makes_it_ttft_bound():
+    assert bound(s(0, prefill_waiting=4), AP) == "ttft"
+    assert bound(s(0, prefill_waiting=3), AP) is None  # 2 per prefill, 2 prefills
+
+
+def test_itl_bound_moves_one_prefill_to_decode():
+    d = decide(AP, window(**ITL_BOUND), ROLES, [], NOW)
+    assert (d.kind, d.bound, d.source, d.target) == ("move", "itl", "prefill", "decode")
+    assert d.instance == "prefill-1"  # ties: the last by name
+    for over in ({"decode_running": 58}, {"decode_kv_usage": 0.95}):
+        assert bound(s(0, **over), AP) == "itl"
+    # requests waiting for their KV count as waiting on a decode: a few say nothing
+    assert bound(s(0, decode_waiting=3, **TTFT_BOUND), AP) == "ttft"
+    # finishing in a burst: few running for a moment, many waiting
+    assert bound(s(0, decode_running=11, decode_waiting=39, decode_slots=16), AP) == "itl"
+    # first tokens late because the decodes are full: the decodes' shortage
+    assert bound(s(0, decode_running=60, **TTFT_BOUND), AP) == "itl"
+    assert bound(s(0, decode_running=60, prefill_waiting=4), AP) is None  # both short
+    assert bound(s(0, decode_running=60, decode_slots=0), AP) is None  # slots unknown
+
+
+def test_nothing_when_both_or_neither_side_is_bound_or_idle():
+    for over in ({**TTFT_BOUND, **ITL_BOUND}, {}, IDLE):
+        d = decide(AP, window(**over), ROLES, [], NOW)
+        assert d.kind == "none" and d.instance is None, over
+    assert "neither" in decide(AP, window(), ROLES, [], NOW).why
+
+
+def test_idle_samples_say_nothing_but_must_not_be_most_of_the_window():
+    samples = window(**TTFT_BOUND)
+    for i in range(0, len(samples), 3):  # no first token in those 10 s, no queue
+        samples[i] = s(samples[i].ts, **IDLE)
+    assert decide(AP, samples, ROLES, [], NOW).kind == "move"
+    for i in range(0, len(samples), 3):
+        samples[i + 1 if i + 1 < len(samples) else i] = s(samples[i].ts, **IDLE)
+    assert decide(AP, samples, ROLES, [], NOW).kind == "none"
+
+
+def test_one_bad_sample_or_a_short_window_moves_nothing():
+    samples = window(**TTFT_BOUND)
+    samples[30] = s(samples[30].ts)  # one sample fine in the middle
+    d = decide(AP, samples, ROLES, [], NOW)
+    assert d.kind == "none" and "did not hold" in d.why
+    d = decide(AP, window(span=40, **TTFT_BOUND), ROLES, [], NOW)
+    assert d.kind == "none" and "not 60 s of samples" in d.why
+    # samples older than the window do not count against it
+    old = [s(NOW - 200 + i) for i in range(100)]
+    assert decide(AP, old + window(**TTFT_BOUND), ROLES, [], NOW).kind == "move"
+
+
+def test_met_attainment_moves_nothing_however_bound():
+    d = decide(AP, window(slo_attainment=0.95, **TTFT_BOUND), ROLES, [], NOW)
+    assert d.kind == "none" and d.bound == "ttft" and "meets" in d.why
+
+
+def test_a_move_switch_or_restart_under_way_holds():
+    d = decide(AP, window(**TTFT_BOUND), ROLES, [], NOW, busy="a mode switch runs")
+    assert (d.kind, d.source, d.instance) == ("held", "decode", None)
+    assert "a mode switch runs" in d.why
+
+
+def test_cooldown_since_the_last_move_holds():
+    d = decide(AP, window(**TTFT_BOUND), ROLES, [NOW - 100], NOW)
+    assert d.kind == "held" and "cooldown" in d.why
+    assert decide(AP, window(**TTFT_BOUND), ROLES, [NOW - 301], NOW).kind == "move"
+
+
+def test_the_hourly_budget_holds():
+    moves = [NOW - 3000, NOW - 1000]
+    d = decide(AP, window(**TTFT_BOUND), ROLES, moves, NOW)
+    assert d.kind == "held" and "budget: 2 moves" in d.why
+    assert decide(AP, window(**TTFT_BOUND), ROLES, [NOW - 3700, NOW - 1000], NOW).kind == "move"
+
+
+def test_each_role_keeps_its_minimum():
+    roles = {**ROLES, "decode-1": "prefill"}  # 3P1D: no decode to spare
+    d = decide(AP, window(**TTFT_BOUND), roles, [], NOW)
+    assert d.kind == "held" and "min_per_role: decode would keep 0" in d.why
+    two = Autopilot(min_per_role=2)
+    d = decide(two, window(**ITL_BOUND), ROLES, [], NOW)
+    assert d.kind == "held" and "prefill would keep 1, 2 needed" in d.why
+
+
+def test_a_frame_becomes_a_sample_per_serving_role():
+    frame = {
+        "slo": {"ttft_ms": 1000.0, "itl_ms": 50.0},
+        "slo_attainment": 0.4,
+        "ttft": {"count": 12, "p90": 1.8},
+        "itl": {"count": 300, "p90": 0.01},
+        "instances": [
+            {"name": "prefill-0", "role": "prefill", "waiting": 3, "running": 1},
+            {"name": "decode-1", "role": "prefill", "waiting": 2, "running": 0},
+            {
+                "name": "decode-0",
+                "role": "decode",
+                "waiting": 0,
+                "running": 5,
+                "kv_cache_usage": 0.4,
+            },
+        ],
+    }
+    got = sample(frame, 5.0, {"decode-0": 16, "prefill-0": 16})
+    assert (got.prefills, got.decodes, got.prefill_waiting, got.decode_running) == (2, 1, 5, 5)
+    assert (got.slo_ttft_s, got.ttft_p90_s, got.decode_kv_usage) == (1.0, 1.8, 0.4)
+    assert got.decode_slots == 16 and sample(frame, 5.0).decode_slots == 0
+
+
+def spec(**changes) -> dict:
+    return {
+        "name": "auto",
+        "engine": "sim",
+        "model": "tiny",
+        "topology": "disaggregated",
+        "connector": "NixlConnector",
+        "groups": [
+            {"name": "prefill", "role": "prefill", "count": 2},
+            {"name": "decode", "role": "decode", "count": 2},
+        ],
+        "role_switch": {},
+        **changes,
+    }
+
+
+def checked(body: dict) -> DeploymentSpec:
+    parsed = DeploymentSpec.model_validate(body)
+    check(parsed)
+    return parsed
+
+
+def test_the_spec_takes_an_autopilot_with_role_switch():
+    got = checked(spec(autopilot={"dry_run": True}))
+    assert got.autopilot.enabled and got.autopilot.dry_run and got.autopilot.window_s == 60
+    assert checked(spec()).autopilot is None
+
+
+def test_an_autopilot_without_role_switch_names_the_field():
+    body = spec(autopilot={})
+    del body["role_switch"]
+    with pytest.raises(FieldError) as caught:
+        checked(body)
+    assert caught.value.loc == ("autopilot",) and "role_switch" in caught.value.message
+    with pytest.raises(FieldError) as caught:
+        checked(spec(autopilot={"min_per_role": 2}))
+    assert caught.value.loc == ("autopilot", "min_per_role")
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("window_s", 1),
+        ("window_s", "soon"),
+        ("cooldown_s", -1),
+        ("min_per_role", 0),
+        ("max_moves_per_hour", 0),
+        ("max_moves_per_hour", 1000),
+        ("attainment_target", 1.5),
+        ("kv_usage_high", 0),
+        ("drain_timeout_s", 0),
+        ("enabled", "maybe"),
+        ("sometimes", True),
+    ],
+)
+def test_every_bad_autopilot_value_names_its_field(field, value):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as caught:
+        DeploymentSpec.model_validate(spec(autopilot={field: value}))
+    assert caught.value.errors()[0]["loc"] == ("autopilot", field)

@@ -1,0 +1,111 @@
+"""`pdctl serve` runs the P:D ratio autopilot on a 2P2D role-switch stand-in deployment: a
+load that misses its TTFT target while ITL is fine (a TTFT line no request meets, an ITL line
+every request meets) makes it move one decode to prefill by runtime role switch, with no
+request lost, an `autopilot.move` event with the numbers and a revision; in dry-run it moves
+nothing and records `autopilot.dry_run`."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from harness.control_plane import ControlPlane
+from harness.processes import http_get
+from harness.stack import bench_background, bench_finished, wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+def spec(name: str, dry_run: bool) -> dict:
+    return {
+        "name": name,
+        "engine": "sim",
+        "model": "tiny",
+        "topology": "disaggregated",
+        "connector": "NixlConnector",
+        "groups": [
+            {"name": "prefill", "role": "prefill", "count": 2},
+            {"name": "decode", "role": "decode", "count": 2},
+        ],
+        "proxy": {"hold_queue": 256, "hold_deadline_s": 60},
+        # TTFT-bound by construction: no first token within 0.1 ms, every gap within 10 s
+        "slo": {"ttft_ms": 0.1, "itl_ms": 10000},
+        "role_switch": {},
+        "autopilot": {"window_s": 5, "cooldown_s": 3600, "dry_run": dry_run},
+    }
+
+
+@pytest.fixture
+def plane(tmp_path):
+    plane = ControlPlane(tmp_path).start()
+    try:
+        yield plane
+    finally:
+        status, _ = plane.api("POST", "/deployments/auto/stop")
+        if status == 202:
+            with contextlib.suppress(TimeoutError):
+                plane.wait(
+                    "auto",
+                    lambda us: all(u["state"] in ("STOPPED", "EXITED") for u in us.values()),
+                    30,
+                )
+        plane.close()
+
+
+def events(plane, kind: str) -> list[dict]:
+    status, found = plane.api("GET", f"/events?deployment=auto&kind={kind}")
+    assert status == 200, found
+    return found
+
+
+def started(plane, dry_run: bool) -> int:
+    status, created = plane.api("POST", "/deployments", spec("auto", dry_run))
+    assert status == 201, created
+    plane.api("POST", "/deployments/auto/start")
+    plane.running("auto")
+    return created["ports"]["proxy"]
+
+
+def test_a_ttft_bound_load_moves_one_decode_to_prefill_with_nothing_lost(plane, tmp_path):
+    proxy_port = started(plane, dry_run=False)
+    load = bench_background(f"http://127.0.0.1:{proxy_port}", tmp_path, "auto", 8, 240)
+    moved = wait_until(lambda: events(plane, "autopilot.move"), 60, "an autopilot move")
+    result = bench_finished(load, tmp_path, "auto")
+    assert result["completed"] == 240 and result["failed"] == 0, result
+
+    detail = moved[0]["detail"]
+    assert (detail["bound"], detail["source"], detail["target"]) == ("ttft", "decode", "prefill")
+    numbers = detail["numbers"]
+    assert numbers["ttft_bound_samples"] * 2 >= numbers["samples"] >= 4 and numbers["slo_ttft_s"]
+    assert "TTFT-bound" in moved[0]["message"]
+    status, revision = plane.api("GET", f"/deployments/auto/revisions/{detail['revision']}")
+    assert status == 200 and revision["state"] == "applied", revision
+    assert revision["spec"]["role_switch"]["serving"] == {detail["instance"]: "prefill"}
+    assert revision["actor"] == "autopilot"
+    assert len(events(plane, "autopilot.move")) == 1  # the cooldown holds the next
+    status, shown = plane.api("GET", "/deployments/auto/autopilot")
+    assert status == 200 and shown["mode"] == "on", shown
+    assert shown["last_move"]["instance"] == detail["instance"]
+    roles = {n: u["role"] for n, u in plane.status("auto").items() if n != "proxy"}
+    assert sorted(roles.values()).count("prefill") == 3, roles
+
+
+def test_dry_run_records_what_it_would_do_and_changes_nothing(plane, tmp_path):
+    proxy_port = started(plane, dry_run=True)
+    _, before = plane.api("GET", "/deployments/auto")
+    load = bench_background(f"http://127.0.0.1:{proxy_port}", tmp_path, "auto", 8, 120)
+    would = wait_until(lambda: events(plane, "autopilot.dry_run"), 60, "a dry-run decision")
+    result = bench_finished(load, tmp_path, "auto")
+    assert result["failed"] == 0, result
+    assert would[0]["detail"]["source"] == "decode" and would[0]["detail"]["dry_run"]
+    assert "would move" in would[0]["message"]
+    _, after = plane.api("GET", "/deployments/auto")
+    assert after["revision"] == before["revision"]
+    assert events(plane, "autopilot.move") == [] and events(plane, "deployment.role_move") == []
+    status, shown = plane.api("GET", "/deployments/auto/autopilot")
+    assert status == 200 and shown["mode"] == "dry-run" and shown["last_move"]["dry_run"], shown
+    status, page = http_get(f"{plane.proc.url}/deployments/auto")
+    assert status == 200 and b'id="autopilot"' in page
+    status, line = http_get(f"{plane.proc.url}/deployments/auto/autopilot")
+    assert status == 200 and line.startswith(b"autopilot: dry-run, would move decode-"), line

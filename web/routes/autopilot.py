@@ -1,0 +1,48 @@
+"""GET /api/deployments/{name}/autopilot: the P:D ratio autopilot's mode (on, dry-run, off),
+its settings, its last decision with the numbers that drove it, its last move
+(web/autopilot_loop.py)."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+
+from web.deps import StoreDep
+from web.routes.page_common import PageActor
+
+router = APIRouter(prefix="/deployments/{name}", tags=["lifecycle"])
+page_router = APIRouter(tags=["pages"], include_in_schema=False)
+
+
+@router.get("/autopilot")
+def autopilot(name: str, request: Request, store: StoreDep) -> dict[str, Any]:
+    """What the autopilot does here; `mode` off when the spec has no enabled autopilot."""
+    return _status(request, store, name)
+
+
+@page_router.get("/deployments/{name}/autopilot", response_class=HTMLResponse)
+def autopilot_fragment(name: str, request: Request, store: StoreDep, actor: PageActor):
+    """The deployment page's one line: "autopilot: on, last move ..." (polled)."""
+    return HTMLResponse(escape(line(_status(request, store, name))))
+
+
+def line(status: dict[str, Any]) -> str:
+    move, last = status.get("last_move"), status.get("last_decision") or {}
+    head = f"autopilot: {status['mode']}"
+    if move is None:
+        return head + (f", no move yet ({last['why']})" if last.get("why") else "")
+    verb = "would move" if move.get("dry_run") else "last move"
+    rev = f", revision {move['revision']}" if move.get("revision") else ""
+    return f"{head}, {verb} {move['instance']} {move['from']} -> {move['to']}{rev}: {move['why']}"
+
+
+def _status(request: Request, store: Any, name: str) -> dict[str, Any]:
+    spec = store.get(name).spec  # NotFound: 404
+    loop = getattr(request.app.state, "autopilot", None)
+    if loop is None:
+        mode = "off" if spec.autopilot is None else "not running (no controller here)"
+        return {"mode": mode, "settings": None, "last_decision": None, "last_move": None}
+    return loop.status(name, spec)
