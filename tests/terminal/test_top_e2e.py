@@ -187,10 +187,12 @@ def test_top_in_a_real_80x24_terminal(plane) -> None:
 
 @pytest.mark.skipif(TMUX is None, reason="tmux is not installed (make system-deps)")
 def test_ctrl_c_restores_the_terminal(plane) -> None:
-    with top_pane(plane, "mori", after="stty -a") as pane:
+    # Wait for stty's whole answer, not only the exit line: the screen read between the two
+    # once lacked it (the fresh-clone CI).
+    with top_pane(plane, "mori", after="stty -a; echo STTY DONE") as pane:
         pane.wait_for(r"^pdctl top · mori", 40)
         pane.send("C-c")
-        after = "\n".join(pane.wait_for(r"^EXITED rc=0$", 10))
+        after = "\n".join(pane.wait_for(r"^EXITED rc=0$[\s\S]*^STTY DONE$", 10))
         assert not pane.alternate_screen() and "Traceback" not in after
         assert re.search(r"(^|\s)icanon(\s|$)", after) and re.search(r"(^|\s)echo(\s|$)", after)
 
