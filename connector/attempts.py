@@ -132,11 +132,18 @@ class Disaggregated:
                 next_d = decode if decode.available else None
                 if retry.new_decode:
                     # another decode; else this one again with another prefill, unless the
-                    # failure says the decode itself is broken
-                    same = next_p is not prefill and exc.cause not in EJECT_AT_ONCE
-                    next_d = self.pool.pick_other(group, "decode", tried_d) or (
-                        next_d if same else None
-                    )
+                    # failure says the decode itself is broken. A first byte that never came
+                    # may be the pair's (a decode holding a restarted prefill's stale agent
+                    # hangs on it alone): with no other decode, the same one with another
+                    # prefill is the only chance, ejected or not (the 2P2D chaos row lost a
+                    # request while the other decode restarted).
+                    other = self.pool.pick_other(group, "decode", tried_d)
+                    new_pair = next_p is not prefill and next_p is not None
+                    if other is None and new_pair and exc.cause == "first_byte":
+                        next_d = decode
+                    else:
+                        same = new_pair and exc.cause not in EJECT_AT_ONCE
+                        next_d = other or (next_d if same else None)
                 if next_p is None or next_d is None:
                     raise
                 why = None if stale else self.budget.why_not(attempt, flight.arrival, clock())

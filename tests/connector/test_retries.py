@@ -205,3 +205,31 @@ def test_without_a_spare_a_slow_first_byte_waits_for_the_leg_timeout():
             assert proxy.pool.get(d.url).available and proxy.metrics.retries == {}
 
     run(body())
+
+
+def test_a_first_byte_silence_with_no_other_decode_is_retried_on_it_with_another_prefill():
+    """A decode holding a restarted prefill's stale agent hangs on that pair alone: when the
+    other decode leaves as the retry is planned (drained for its own restart), the same
+    decode with another prefill serves."""
+
+    async def body():
+        p1, p2, d2 = FakeEngine("p1"), FakeEngine("p2"), FakeEngine("d2")
+        d1 = FakeEngine("d1", first_delays=[10.0, 0.0])
+        async with proxied([p1, p2], [d1, d2], first_byte_timeout=0.4) as (base, proxy):
+            pick = proxy.pool.pick_other
+
+            def d2_leaves(mode, role, tried):
+                if role == "decode":
+                    proxy.pool.set_draining(d2.url, True)
+                return pick(mode, role, tried)
+
+            proxy.pool.pick_other = d2_leaves
+            status, _, raw = await post(base, completion(3))
+            assert status == 200 and len(_tokens(raw)) == 3
+            assert _metric(proxy, "decode", "first_byte") == 1
+            entry = proxy.requests[-1]
+            assert entry["attempts"][0]["decode"] == d1.url and entry["decode"] == d1.url
+            assert (entry["attempts"][0]["prefill"], entry["prefill"]) == (p1.url, p2.url)
+            assert d2.seen == []
+
+    run(body())
