@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -32,7 +33,9 @@ RESULTS = ("ok", "mismatch", "error")  # a canary's verdicts (observe/canary.py)
 
 
 def pdctl_metric(plane, name: str, **labels: str) -> float | None:
-    _, raw = http_get(plane.proc.url + "/metrics")
+    # pdctl serve shares two cores with a CPU vLLM pair under load: its answer may take
+    # seconds (the fresh-clone CI once waited past 5 s)
+    _, raw = http_get(plane.proc.url + "/metrics", timeout=30)
     text = raw.decode()
     wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
     if f"{name}{{{wanted}}}" not in text:
@@ -50,8 +53,9 @@ def wait_for(predicate, timeout: float, what) -> None:
     """Until `predicate()`; `what` (text, or a function giving it) says what did not come."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():
-            return
+        with contextlib.suppress(TimeoutError):  # a starved answer: ask again until the end
+            if predicate():
+                return
         time.sleep(1)
     raise AssertionError(f"not within {timeout:g} s: {what() if callable(what) else what}")
 
