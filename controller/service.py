@@ -37,6 +37,9 @@ _STOPPED = ("STOPPED", "EXITED", "FATAL")
 NODES_TIMEOUT_S = 10.0  # a cluster that takes longer to list its nodes is not answering
 
 
+STOP_WAIT_S = 120.0  # a restart on a new layout waits this long for every process to stop
+
+
 class ClusterUnreachable(Unavailable):
     """The backend could not list its nodes just now (the Ray cluster does not answer)."""
 
@@ -140,6 +143,16 @@ class ControlService:
         self.switches.refuse_if_running(name)
         await self.supervisor.stop(name)
         self.record(actor, "deployment.stop", f"{name}: stop" + _why(reason), name, None)
+
+    async def restart_on(
+        self, name: str, spec: DeploymentSpec, ports: AllocatedPorts, revision: int, **who: Any
+    ) -> None:
+        """Run `name` as a new revision whose layout differs (groups added, removed or
+        resized): stop every process, then start the new ones. `who`: actor, reason."""
+        self.switches.refuse_if_running(name)
+        self.refuse_code(name, spec, revision)
+        await self.supervisor.stop(name, wait=STOP_WAIT_S)
+        await self.start(name, spec, ports, who["actor"], who.get("reason"), revision)
 
     async def restart(
         self, name: str, instance: str | None, actor: str, reason: str | None

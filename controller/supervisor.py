@@ -139,6 +139,7 @@ class Supervisor:
             dep = Supervised(name, spec, ports, folder, {})
             self.deployments[name] = dep
         dep.spec, dep.ports, dep.running, dep.placed = spec, ports, True, placed
+        dep.forget_dropped({launch.name for launch in launches})
         placing.save(folder, placed)
         for launch in launches:
             unit = dep.units.get(launch.name)

@@ -72,6 +72,13 @@ class Supervised:
     def instances(self) -> list[Unit]:
         return [u for u in self.units.values() if not u.launch.is_proxy]
 
+    def forget_dropped(self, names: set[str]) -> None:
+        """Forget stopped processes a new spec no longer has (a group removed or made
+        smaller while the deployment was stopped), so a start never revives them."""
+        for name in [n for n, u in self.units.items() if n not in names]:
+            if self.units[name].machine.state not in LIVE:
+                del self.units[name]
+
 
 def _node_of(dep: Supervised, name: str) -> str | None:
     node = dep.placed.nodes.get(name) if dep.placed else None

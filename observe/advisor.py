@@ -11,10 +11,13 @@ Signals (all optional):
   itl_p50_ms              measured
   spike_prefill_overlap   share of ITL spikes (> 2x median) whose step carried prefill work
   prompt_tokens_mean      mean prompt length
+  output_tokens_mean      mean answer length (no rule needs it; the planner's forecast does)
   concurrency_mean        mean requests in flight (running)
   kv_transfer_gbps        measured or derived KV throughput during transfers
   transfer_share_of_ttft  mean (transfer time / TTFT) on disaggregated requests
   multi_turn_share        share of requests that continue a conversation
+  prompt_saved_share      share of prompt tokens pulled back by bidirectional KV (no rule
+                          needs it; the bidirectional proposal watches it)
   frontend_cpu_share      share of a core the serving frontend spends tokenizing/parsing
   request_rate            offered req/s
   burstiness              gamma shape of arrivals (1 = Poisson; < 1 burstier)
@@ -90,9 +93,14 @@ def _ttft_binding(s: Signals) -> tuple[bool, str, dict]:
     ttft_over = s["ttft_p99_ms"] > s["slo_ttft_ms"]
     itl_ok = s["itl_p99_ms"] <= s["slo_itl_ms"]
     hit = ttft_over and itl_ok
+    disaggregated = s.get("topology") == "disaggregated"
     advice = (
-        "TTFT is the binding constraint (ITL is fine): disaggregation adds transfer "
-        "time to TTFT; stay colocated, or measure with `pdctl plan` first"
+        "TTFT is the binding constraint (ITL is fine): the prefills are short of capacity; "
+        "move an instance from decode to prefill, or widen the prefills' TP"
+        if hit and disaggregated
+        else "TTFT is the binding constraint (ITL is fine): disaggregation adds transfer "
+        "time to TTFT; stay colocated (a wider TP speeds prefills), or measure with "
+        "`pdctl plan` first"
         if hit
         else "TTFT is not the only target missed"
     )
@@ -103,6 +111,27 @@ def _ttft_binding(s: Signals) -> tuple[bool, str, dict]:
             "ttft_p99_ms": s["ttft_p99_ms"],
             "slo_ttft_ms": s["slo_ttft_ms"],
             "itl_p99_ms": s["itl_p99_ms"],
+        },
+    )
+
+
+def _itl_binding(s: Signals) -> tuple[bool, str, dict]:
+    itl_over = s["itl_p99_ms"] > s["slo_itl_ms"]
+    ttft_ok = s["ttft_p99_ms"] <= s["slo_ttft_ms"]
+    hit = itl_over and ttft_ok and s.get("topology") == "disaggregated"
+    advice = (
+        "ITL is the binding constraint of this disaggregated deployment (TTFT is fine): the "
+        "decodes are short of capacity; move an instance from prefill to decode"
+        if hit
+        else "ITL is not the only target missed, or the deployment is colocated"
+    )
+    return (
+        hit,
+        advice,
+        {
+            "itl_p99_ms": s["itl_p99_ms"],
+            "slo_itl_ms": s["slo_itl_ms"],
+            "ttft_p99_ms": s["ttft_p99_ms"],
         },
     )
 
@@ -257,7 +286,17 @@ RULES = (
     Rule(
         "itl_interference", ("itl_p99_ms", "slo_itl_ms", "spike_prefill_overlap"), _itl_interference
     ),
-    Rule("ttft_binding", ("ttft_p99_ms", "slo_ttft_ms", "itl_p99_ms", "slo_itl_ms"), _ttft_binding),
+    Rule(
+        "ttft_binding",
+        ("ttft_p99_ms", "slo_ttft_ms", "itl_p99_ms", "slo_itl_ms"),
+        _ttft_binding,
+        reads=("topology",),
+    ),
+    Rule(
+        "itl_binding",
+        ("itl_p99_ms", "slo_itl_ms", "ttft_p99_ms", "slo_ttft_ms", "topology"),
+        _itl_binding,
+    ),
     Rule(
         "long_prompts_high_concurrency",
         ("prompt_tokens_mean", "concurrency_mean", "kv_transfer_gbps"),

@@ -51,6 +51,7 @@ TRACKED_PREFIXES = (
 # Connectors whose engine reports its own transfers, by metric prefix (the engine's figures)
 ENGINE_TRANSFER_SOURCES = ("nixl", "moriio")
 PREFILL_ROLES = ("prefill", "colocated")  # whose prompt tokens are computed, not received
+DECODE_ROLES = ("decode", "colocated")  # whose generated tokens reach the client
 # Below this many gaps the moment estimate is too noisy to act on; at 20, a Poisson stream's
 # shape still reads below the advisor's "bursty" line (0.5) about 2% of the time.
 MIN_ARRIVAL_GAPS = 20
@@ -263,6 +264,9 @@ def engine_work(parts: Sequence[tuple[str | None, Delta]]) -> EngineWork:
     prompts, finished = summed("vllm:prompt_tokens_total"), summed("vllm:request_success_total")
     queries = summed("vllm:prefix_cache_queries_total")
     hits = summed("vllm:prefix_cache_hits_total")
+    answers = [d for role, d in parts if role in DECODE_ROLES]
+    generated = [v for d in answers if (v := total(d.counts, "vllm:generation_tokens_total"))]
+    answered = [v for d in answers if (v := total(d.counts, "vllm:request_success_total"))]
     cores = [d.rate(total(d.counts, "process_cpu_seconds_total")) for _, d in parts]
     cores = [c for c in cores if c is not None]
     return {
@@ -270,6 +274,9 @@ def engine_work(parts: Sequence[tuple[str | None, Delta]]) -> EngineWork:
         if prompts is not None and finished
         else None,
         "prefix_hit_rate": hits / queries if hits is not None and queries else None,
+        "output_tokens_per_request": sum(generated) / sum(answered)
+        if generated and answered
+        else None,
         "cpu_cores_max": max(cores) if cores else None,
     }
 

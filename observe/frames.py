@@ -80,6 +80,7 @@ class Interference(TypedDict):  # from the proxy (connector/interference.py)
 class EngineWork(TypedDict):  # the engines' own counters over the window
     prompt_tokens_per_request: float | None  # prefill and colocated instances
     prefix_hit_rate: float | None  # vllm:prefix_cache_hits / _queries, same instances
+    output_tokens_per_request: float | None  # decode and colocated instances
     cpu_cores_max: float | None  # busiest instance's serving process
 
 

@@ -20,6 +20,8 @@ that window (observe/build.py `point`).
                            prefill and colocated instances; else (disaggregated) KV bytes/s
                            over KV bytes per token over request rate
   prefix_hit_rate          frame["engines"]: vllm:prefix_cache_hits / queries, same instances
+  output_tokens_mean       frame["engines"]: vllm:generation_tokens per vllm:request_success on
+                           the decode and colocated instances (read by the planner's forecast)
   frontend_cpu_share       frame["engines"]: the busiest instance's process_cpu_seconds_total
                            rate (vLLM's API server process: HTTP, tokenizing, detokenizing);
                            absent on the stand-in, whose one process also runs the engine
@@ -30,6 +32,8 @@ that window (observe/build.py `point`).
                            request's prefill finished on the same instance, over all spikes
   multi_turn_share         frame["multi_turn_share"]: the proxy's chat requests that carry an
                            earlier assistant answer, of all its chat requests
+  prompt_saved_share       frame["prompt_saved_share"] (observe/saved_share.py): prompt tokens
+                           a prefill pulled back from a decode, of all its prompt tokens
   burstiness               frame["arrivals"]: gamma shape of the gaps between client requests
                            arriving at the proxy (mean^2 / variance); absent below
                            MIN_ARRIVAL_GAPS gaps in the window
@@ -103,6 +107,7 @@ def from_frame(
             "slo_attainment",
             "concurrency_mean",
             "prompt_tokens_mean",
+            "output_tokens_mean",
             "kv_transfer_gbps",
             "transfer_share_of_ttft",
         ):
@@ -124,6 +129,16 @@ def from_frame(
             f"proxy: chat requests carrying an earlier assistant answer, of all chat "
             f"requests, {window} window",
             f"no chat request in the {window} window (a completion's prompt cannot say)",
+        )
+    if frame is None:
+        d.miss("prompt_saved_share", _NO_FRAME)
+    else:
+        d.put(
+            "prompt_saved_share",
+            frame.get("prompt_saved_share"),
+            "prefills: prompt tokens pulled back from a decode (bidirectional KV) over all "
+            f"prompt tokens, {frame.get('window', '')} window",
+            "no prefill reports pulled-back prompt tokens",
         )
     if frame is None:
         d.miss("burstiness", _NO_FRAME)
@@ -211,6 +226,13 @@ def _engine_work(d: Derived, frame: Mapping[str, Any]) -> None:
         f"vllm:prefix_cache_hits / vllm:prefix_cache_queries on the prefill and colocated "
         f"instances, {window} window",
         f"no prefix-cache queries in the {window} window (prefix caching off, or idle)",
+    )
+    d.put(
+        "output_tokens_mean",
+        work.get("output_tokens_per_request"),
+        f"vllm:generation_tokens / vllm:request_success on the decode and colocated "
+        f"instances, {window} window",
+        f"no request finished on a decoding engine in the {window} window",
     )
     d.put(
         "prompt_tokens_mean",

@@ -60,6 +60,7 @@ from web.routes import (
     page_actions,
     pages,
     plan,
+    proposals,
     revisions,
     role_moves,
     ttft,
@@ -82,6 +83,7 @@ API_ROUTES = (
     plan,
     kv,
     advice,
+    proposals,
     cluster,
 )
 

@@ -28,6 +28,7 @@ BASE = {
 CASES = {
     "itl_interference": {"itl_p99_ms": 150, "spike_prefill_overlap": 0.9},
     "ttft_binding": {"ttft_p99_ms": 1500},
+    "itl_binding": {"itl_p99_ms": 150, "topology": "disaggregated"},
     "long_prompts_high_concurrency": {"prompt_tokens_mean": 4000, "concurrency_mean": 64},
     "multi_turn": {"multi_turn_share": 0.6},
     "frontend_cpu": {"frontend_cpu_share": 0.95},
@@ -97,3 +98,19 @@ def test_a_failing_canary_says_attainment_overstates_and_a_passing_one_stays_qui
     bad = verdict({"canary_failing_pairs": 1}, "canary_failing")
     assert bad.triggered is True and "attainment and goodput overstate" in bad.advice
     assert verdict({"canary_failing_pairs": 0}, "canary_failing").triggered is False
+
+
+def test_itl_binding_is_about_disaggregated_decodes_only():
+    slow = {**BASE, "itl_p99_ms": 150}
+    assert verdict(slow, "itl_binding").triggered is False  # colocated: interference's case
+    both = {**slow, "topology": "disaggregated", "ttft_p99_ms": 1500}
+    assert verdict(both, "itl_binding").triggered is False  # both missed: not ITL alone
+    hit = verdict({**slow, "topology": "disaggregated"}, "itl_binding")
+    assert "prefill to decode" in hit.advice
+
+
+def test_ttft_binding_advice_follows_the_topology():
+    slow = {**BASE, "ttft_p99_ms": 1500}
+    assert "stay colocated" in verdict(slow, "ttft_binding").advice
+    disagg = verdict({**slow, "topology": "disaggregated"}, "ttft_binding")
+    assert disagg.triggered and "decode to prefill" in disagg.advice

@@ -188,12 +188,17 @@ def test_engine_work_counts_prompts_and_prefix_hits_on_prefilling_roles_only() -
     assert work == {
         "prompt_tokens_per_request": 2000.0,
         "prefix_hit_rate": 0.25,
+        "output_tokens_per_request": None,  # the decode counts no generation tokens
         "cpu_cores_max": 0.6,
     }
     assert engine_work([("decode", decode)])["prompt_tokens_per_request"] is None
+    answering = counts(**{"vllm:generation_tokens_total": 640, "vllm:request_success_total": 10})
+    work = engine_work([("prefill", prefill), ("decode", answering)])
+    assert work["output_tokens_per_request"] == 64.0  # the decode's, never the prefill's 1s
     assert engine_work([]) == {
         "prompt_tokens_per_request": None,
         "prefix_hit_rate": None,
+        "output_tokens_per_request": None,
         "cpu_cores_max": None,
     }
 

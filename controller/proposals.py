@@ -1,0 +1,315 @@
+"""The change behind each advisor verdict that recommends one, as desired state an operator
+applies in one step: a new spec (a different P:D ratio, TP, mode, topology, bidirectional KV
+on) and how the controller carries it out (`how`):
+
+    role_move  one instance changes role at runtime (role_switch on; no restart, 0 lost)
+    switch     a zero-loss read/write mode switch (controller/switch.py)
+    revision   the spec is stored as the next revision; a running deployment restarts on it
+
+Each change names the signal its prediction is about (`watch`) and which way it should move.
+Pure: a spec and a rule name in, a `Change` out, or None where the verdict recommends
+nothing this deployment can do (the advice text still says what to look at).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from controller.deployment import DeploymentSpec, InstanceGroup, Topology
+from controller.role_move import plan_move
+from controller.role_switch_spec import NIXL, instance_roles
+from domain.errors import ConfigError
+from domain.modes import Mode, Role
+
+MORIIO = "MoRIIOConnector"
+MAX_TP = 64  # the spec's bound on a group's TP
+RESTART = "the deployment restarts on the new revision: requests in flight then fail"
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    rule: str
+    summary: str  # one line: what changes
+    spec: DeploymentSpec  # the desired state after it
+    how: str  # role_move | switch | revision
+    watch: str  # the advisor signal the prediction is about
+    direction: str  # down | up: which way `watch` should move
+    disruption: str  # what applying costs while it runs
+    instance: str | None = None  # role_move: the instance that changes role
+    role: str | None = None  # role_move: the role it serves after
+    mode: str | None = None  # switch: the mode every group runs after
+
+    def to_json(self) -> dict:
+        return {
+            "rule": self.rule,
+            "summary": self.summary,
+            "how": self.how,
+            "watch": {"signal": self.watch, "direction": self.direction},
+            "disruption": self.disruption,
+            "instance": self.instance,
+            "role": self.role,
+            "mode": self.mode,
+        }
+
+
+def propose(spec: DeploymentSpec, rule: str) -> Change | None:
+    """The change a triggered verdict of `rule` recommends for this deployment, if any."""
+    maker = PROPOSERS.get(rule)
+    return None if maker is None else maker(spec)
+
+
+# -- per rule ----------------------------------------------------------------------------------
+
+
+def _disaggregate_for_itl(spec: DeploymentSpec) -> Change | None:
+    return _disaggregated(spec, "itl_interference", bidirectional=False)
+
+
+# long_prompts_high_concurrency also says "disaggregate", but it needs a measured KV link, which
+# only a disaggregated deployment has: live, it never fires where that change applies.
+
+
+def _ttft_bound(spec: DeploymentSpec) -> Change | None:
+    """More prefill capacity: a decode becomes a prefill when there are two or more decodes;
+    else the prefill (or colocated) instances get twice the TP, where no GPU ids pin them."""
+    rule = "ttft_binding"
+    if spec.topology is Topology.DISAGGREGATED and _count(spec, Role.DECODE) >= 2:
+        return _moved(spec, rule, Role.DECODE, Role.PREFILL, "ttft_p99_ms")
+    role = Role.PREFILL if spec.topology is Topology.DISAGGREGATED else Role.COLOCATED
+    return _wider(spec, rule, role)
+
+
+def _itl_bound(spec: DeploymentSpec) -> Change | None:
+    """More decode capacity: a prefill becomes a decode (two or more prefills)."""
+    if spec.topology is Topology.DISAGGREGATED and _count(spec, Role.PREFILL) >= 2:
+        return _moved(spec, "itl_binding", Role.PREFILL, Role.DECODE, "itl_p99_ms")
+    return None
+
+
+def _multi_turn(spec: DeploymentSpec) -> Change | None:
+    rule = "multi_turn"
+    if spec.topology is Topology.COLOCATED:
+        return _disaggregated(spec, rule, bidirectional=True)
+    if spec.connector != NIXL or spec.kv_connector_extra_config.get("bidirectional_kv_xfer"):
+        return None  # only NIXL has it; already on
+    if any(g.kv_connector_extra_config.get("bidirectional_kv_xfer") is False for g in spec.groups):
+        return None  # a group turned it off on purpose: the operator's call
+    extra = {**spec.kv_connector_extra_config, "bidirectional_kv_xfer": True}
+    new = spec.model_copy(update={"kv_connector_extra_config": extra})
+    return Change(
+        rule,
+        "turn on bidirectional KV transfer (kv_connector_extra_config.bidirectional_kv_xfer): "
+        "a turn's prefill pulls back the blocks its decode holds",
+        new,
+        "revision",
+        "prompt_saved_share",
+        "up",
+        RESTART,
+    )
+
+
+def _slow_transfer(spec: DeploymentSpec) -> Change | None:
+    """MoRIIO read mode: write mode pushes KV layer by layer while the prefill computes, so the
+    transfer hides inside the prefill. Otherwise (or already write): colocate."""
+    rule = "slow_kv_transfer"
+    if spec.connector == MORIIO and any(g.mode is Mode.READ for g in spec.groups):
+        groups = [g.model_copy(update={"mode": Mode.WRITE}) for g in spec.groups]
+        return Change(
+            rule,
+            "switch every group to MoRIIO write mode: the prefill pushes KV while it computes",
+            spec.model_copy(update={"groups": groups}),
+            "switch",
+            "transfer_share_of_ttft",
+            "down",
+            "a zero-loss mode switch (held or rolled requests wait, none is lost)",
+            mode=Mode.WRITE.value,
+        )
+    return _colocated(spec, rule)
+
+
+def _light_traffic(spec: DeploymentSpec) -> Change | None:
+    return _colocated(spec, "light_traffic")
+
+
+PROPOSERS: dict[str, Callable[[DeploymentSpec], Change | None]] = {
+    "itl_interference": _disaggregate_for_itl,
+    "ttft_binding": _ttft_bound,
+    "itl_binding": _itl_bound,
+    "multi_turn": _multi_turn,
+    "slow_kv_transfer": _slow_transfer,
+    "light_traffic": _light_traffic,
+}
+
+
+# -- the changes -------------------------------------------------------------------------------
+
+
+def _disaggregated(spec: DeploymentSpec, rule: str, *, bidirectional: bool) -> Change | None:
+    """A colocated deployment as NIXL prefill and decode groups on the same instances (and GPU
+    ids): half prefill (at least one), the rest decode; at least one of each."""
+    if spec.topology is not Topology.COLOCATED:
+        return None
+    group = spec.groups[0]
+    total = sum(g.count for g in spec.groups)
+    prefills = max(1, total // 2)
+    decodes = max(1, total - prefills)
+    gpus = [gpu for g in spec.groups for gpu in g.gpus]
+    if gpus and (len(gpus) < (prefills + decodes) * group.tp or len(spec.groups) > 1):
+        return None  # pinned GPUs that do not split evenly: the operator's layout to draw
+    split = prefills * group.tp
+    base = {"tp": group.tp, "extra_args": group.extra_args, "env": group.env}
+    new_groups = [
+        InstanceGroup(name="prefill", role=Role.PREFILL, count=prefills, gpus=gpus[:split], **base),
+        InstanceGroup(
+            name="decode",
+            role=Role.DECODE,
+            count=decodes,
+            gpus=gpus[split : split + decodes * group.tp],
+            **base,
+        ),
+    ]
+    extra = {"bidirectional_kv_xfer": True} if bidirectional else {}
+    new = spec.model_copy(
+        update={
+            "topology": Topology.DISAGGREGATED,
+            "connector": NIXL,
+            "groups": new_groups,
+            "kv_connector_extra_config": extra,
+            "role_switch": None,
+            "autopilot": None,
+        }
+    )
+    with_bidir = " with bidirectional KV transfer" if bidirectional else ""
+    return Change(
+        rule,
+        f"disaggregate: {prefills} prefill and {decodes} decode instance(s) over NIXL"
+        f"{with_bidir}, TP {group.tp}",
+        new,
+        "revision",
+        "prompt_saved_share" if bidirectional else "itl_p99_ms",
+        "up" if bidirectional else "down",
+        RESTART,
+    )
+
+
+def _colocated(spec: DeploymentSpec, rule: str) -> Change | None:
+    """A disaggregated deployment as one colocated group on the same GPUs: as many instances
+    as fit at the decodes' TP."""
+    if spec.topology is not Topology.DISAGGREGATED:
+        return None
+    tp = next(g.tp for g in spec.groups if g.role is Role.DECODE)
+    gpus = [gpu for g in spec.groups for gpu in g.gpus]
+    width = sum(g.count * g.tp for g in spec.groups)
+    count = max(1, width // tp)
+    group = InstanceGroup(
+        name="colocated",
+        role=Role.COLOCATED,
+        count=count,
+        tp=tp,
+        gpus=gpus[: count * tp] if gpus else [],
+    )
+    new = spec.model_copy(
+        update={
+            "topology": Topology.COLOCATED,
+            "connector": None,
+            "groups": [group],
+            "kv_connector_extra_config": {},
+            "role_switch": None,
+            "autopilot": None,
+        }
+    )
+    return Change(
+        rule,
+        f"colocate: {count} instance(s) serving whole requests, TP {tp} (no KV hand-off)",
+        new,
+        "revision",
+        "ttft_p99_ms",
+        "down",
+        RESTART,
+    )
+
+
+def _moved(
+    spec: DeploymentSpec, rule: str, source: Role, target: Role, watch: str
+) -> Change | None:
+    """One instance of `source` serves `target`: by a runtime role move where role_switch is
+    on, else as a new revision with one instance moved between the groups."""
+    if spec.role_switch is not None:
+        roles = instance_roles(spec)
+        instance = [n for n, r in roles.items() if r is source][-1]
+        try:
+            move = plan_move(spec, instance, target.value)
+        except ConfigError:
+            return None
+        return Change(
+            rule,
+            f"move {instance} from {source} to {target} (runtime role switch)",
+            move.spec,
+            "role_move",
+            watch,
+            "down",
+            f"{instance} drains its legs, then serves {target}; no restart, no request lost",
+            instance=instance,
+            role=target.value,
+        )
+    groups = _regrouped(spec, source, target)
+    if groups is None:
+        return None
+    return Change(
+        rule,
+        f"one {source} instance becomes a {target} instance "
+        f"({_count(spec, source) - 1} {source}, {_count(spec, target) + 1} {target})",
+        spec.model_copy(update={"groups": groups}),
+        "revision",
+        watch,
+        "down",
+        RESTART,
+    )
+
+
+def _regrouped(spec: DeploymentSpec, source: Role, target: Role) -> list[InstanceGroup] | None:
+    """The groups with the last `source` group one instance smaller and the first `target`
+    group one larger (same TP, its GPU ids moving along); None where that cannot be drawn."""
+    groups = list(spec.groups)
+    si = max(i for i, g in enumerate(groups) if g.role is source)
+    ti = min(i for i, g in enumerate(groups) if g.role is target)
+    src, dst = groups[si], groups[ti]
+    if src.count < 2 and sum(1 for g in groups if g.role is source) < 2:
+        return None
+    if src.tp != dst.tp or src.ports or dst.ports or bool(src.gpus) != bool(dst.gpus):
+        return None  # different TP or pinned ports: the operator's layout to redraw
+    moved = src.gpus[-src.tp :] if src.gpus else []
+    new_dst = dst.model_copy(update={"count": dst.count + 1, "gpus": [*dst.gpus, *moved]})
+    if src.count == 1:
+        groups[ti] = new_dst
+        del groups[si]
+        return groups
+    new_src = src.model_copy(
+        update={"count": src.count - 1, "gpus": src.gpus[: -src.tp] if src.gpus else []}
+    )
+    groups[si], groups[ti] = new_src, new_dst
+    return groups
+
+
+def _wider(spec: DeploymentSpec, rule: str, role: Role) -> Change | None:
+    """Twice the TP for every group of `role` (faster prefill); not where GPU ids are pinned
+    (the new ones are the operator's to pick) or past the spec's bound."""
+    picked = [g for g in spec.groups if g.role is role]
+    if not picked or any(g.gpus or g.tp * 2 > MAX_TP for g in picked):
+        return None
+    groups = [g.model_copy(update={"tp": g.tp * 2}) if g.role is role else g for g in spec.groups]
+    tps = ", ".join(f"{g.name} TP {g.tp} -> {g.tp * 2}" for g in picked)
+    return Change(
+        rule,
+        f"twice the tensor parallelism for the {role} instances ({tps}): faster prefills",
+        spec.model_copy(update={"groups": groups}),
+        "revision",
+        "ttft_p99_ms",
+        "down",
+        RESTART,
+    )
+
+
+def _count(spec: DeploymentSpec, role: Role) -> int:
+    return sum(1 for r in instance_roles(spec).values() if r is role)

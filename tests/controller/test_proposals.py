@@ -1,0 +1,166 @@
+"""Each verdict that recommends a change gets one that this deployment can run: a spec that
+passes every check, carried out the right way, watching the signal its rule is about; and
+none where the change cannot be drawn (pinned GPUs that do not split, already on)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controller.deployment import DeploymentSpec, check
+from controller.proposals import PROPOSERS, propose
+from controller.role_switch_spec import instance_roles
+from domain.modes import Role
+from tests.controller.factories import mori_blog
+
+
+def spec(**changes: Any) -> DeploymentSpec:
+    base = {
+        "name": "d",
+        "engine": "sim",
+        "model": "tiny",
+        "topology": "disaggregated",
+        "connector": "NixlConnector",
+        "groups": [
+            {"name": "prefill", "role": "prefill", "count": 2},
+            {"name": "decode", "role": "decode", "count": 2},
+        ],
+    }
+    return DeploymentSpec.model_validate({**base, **changes})
+
+
+def colocated(count: int = 2, **group: Any) -> DeploymentSpec:
+    return spec(
+        topology="colocated",
+        connector=None,
+        groups=[{"name": "c", "role": "colocated", "count": count, **group}],
+    )
+
+
+def roles(s: DeploymentSpec) -> list[str]:
+    return sorted(r.value for r in instance_roles(s).values())
+
+
+def test_interference_disaggregates_a_colocated_deployment_on_the_same_gpus():
+    change = propose(colocated(4, tp=2, gpus=list(range(8))), "itl_interference")
+    assert change is not None and change.how == "revision"
+    check(change.spec)
+    assert change.spec.connector == "NixlConnector"
+    assert roles(change.spec) == ["decode", "decode", "prefill", "prefill"]
+    assert [g.gpus for g in change.spec.groups] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert (change.watch, change.direction) == ("itl_p99_ms", "down")
+    assert propose(spec(), "itl_interference") is None  # already disaggregated
+
+
+def test_one_colocated_instance_becomes_one_prefill_and_one_decode():
+    change = propose(colocated(1), "itl_interference")
+    check(change.spec)
+    assert roles(change.spec) == ["decode", "prefill"]
+
+
+def test_pinned_gpus_that_do_not_cover_both_roles_propose_nothing():
+    assert propose(colocated(1, gpus=[3]), "itl_interference") is None
+
+
+def test_ttft_bound_moves_a_decode_to_prefill_by_role_switch_when_it_is_on():
+    change = propose(spec(role_switch={}), "ttft_binding")
+    assert change.how == "role_move" and (change.instance, change.role) == ("decode-1", "prefill")
+    check(change.spec)
+    assert roles(change.spec) == ["decode", "prefill", "prefill", "prefill"]
+    assert (change.watch, change.direction) == ("ttft_p99_ms", "down")
+
+
+def test_ttft_bound_without_role_switch_is_a_revision_with_one_instance_regrouped():
+    change = propose(spec(), "ttft_binding")
+    assert change.how == "revision"
+    check(change.spec)
+    assert [(g.role.value, g.count) for g in change.spec.groups] == [
+        ("prefill", 3),
+        ("decode", 1),
+    ]
+
+
+def test_regrouping_moves_gpu_ids_along_and_drops_an_emptied_group():
+    s = spec(
+        groups=[
+            {"name": "p", "role": "prefill", "count": 1, "tp": 2, "gpus": [0, 1]},
+            {"name": "d", "role": "decode", "count": 1, "tp": 2, "gpus": [2, 3]},
+            {"name": "d2", "role": "decode", "count": 1, "tp": 2, "gpus": [4, 5]},
+        ]
+    )
+    change = propose(s, "ttft_binding")
+    check(change.spec)
+    assert [(g.name, g.count, g.gpus) for g in change.spec.groups] == [
+        ("p", 2, [0, 1, 4, 5]),
+        ("d", 1, [2, 3]),
+    ]
+
+
+def test_ttft_bound_with_one_decode_widens_the_prefills_tp_unless_gpus_are_pinned():
+    one_each = spec(
+        groups=[
+            {"name": "prefill", "role": "prefill"},
+            {"name": "decode", "role": "decode"},
+        ]
+    )
+    change = propose(one_each, "ttft_binding")
+    check(change.spec)
+    assert [(g.role.value, g.tp) for g in change.spec.groups] == [("prefill", 2), ("decode", 1)]
+    assert propose(mori_blog(), "ttft_binding") is None  # 1P1D on pinned GPUs
+
+
+def test_colocated_ttft_bound_widens_its_tp():
+    change = propose(colocated(2), "ttft_binding")
+    check(change.spec)
+    assert change.spec.groups[0].tp == 2
+
+
+def test_itl_bound_moves_a_prefill_to_decode_and_never_the_last_one():
+    change = propose(spec(role_switch={}), "itl_binding")
+    assert (change.instance, change.role) == ("prefill-1", "decode")
+    check(change.spec)
+    assert (change.watch, change.direction) == ("itl_p99_ms", "down")
+    lone = spec(groups=[{"name": "p", "role": "prefill"}, {"name": "d", "role": "decode"}])
+    assert propose(lone, "itl_binding") is None
+    assert propose(colocated(), "itl_binding") is None
+
+
+def test_multi_turn_turns_on_bidirectional_kv_for_nixl_only():
+    change = propose(spec(), "multi_turn")
+    check(change.spec)
+    assert change.spec.kv_connector_extra_config["bidirectional_kv_xfer"] is True
+    assert (change.watch, change.direction) == ("prompt_saved_share", "up")
+    assert propose(change.spec, "multi_turn") is None  # already on
+    assert propose(mori_blog(), "multi_turn") is None  # MoRIIO has no such feature
+    off = spec(kv_connector_extra_config={"bidirectional_kv_xfer": False})
+    assert propose(off, "multi_turn").spec.kv_connector_extra_config["bidirectional_kv_xfer"]
+
+
+def test_multi_turn_on_a_colocated_deployment_disaggregates_with_bidirectional_kv():
+    change = propose(colocated(2), "multi_turn")
+    check(change.spec)
+    assert change.spec.kv_connector_extra_config == {"bidirectional_kv_xfer": True}
+
+
+def test_slow_transfer_switches_moriio_read_to_write_and_colocates_otherwise():
+    change = propose(mori_blog("read"), "slow_kv_transfer")
+    assert change.how == "switch" and change.mode == "write"
+    check(change.spec)
+    assert {g.mode.value for g in change.spec.groups} == {"write"}
+    nixl = propose(spec(), "slow_kv_transfer")
+    assert nixl.how == "revision" and nixl.spec.topology.value == "colocated"
+
+
+def test_light_traffic_colocates_on_the_same_gpus():
+    change = propose(mori_blog(), "light_traffic")
+    check(change.spec)
+    group = change.spec.groups[0]
+    assert (group.role, group.count, group.tp, group.gpus) == (Role.COLOCATED, 2, 4, list(range(8)))
+    assert change.spec.connector is None and change.spec.kv_connector_extra_config == {}
+    assert propose(colocated(), "light_traffic") is None
+
+
+@pytest.mark.parametrize("rule", ["pd_not_happening", "canary_failing", "prefix_cache_heavy"])
+def test_diagnostic_verdicts_carry_no_change(rule):
+    assert rule not in PROPOSERS and propose(spec(), rule) is None

@@ -1,0 +1,213 @@
+"""The advisor's verdicts as changes an operator applies in one step:
+`GET /api/deployments/{name}/proposals` (each triggered verdict that recommends a change, the
+change as a diff of the spec, how it is carried out, and the planner's forecast of its effect
+on this deployment's measured workload) and `POST .../proposals/apply` (the change, made from
+the revision it was shown on, audited as an `advisor.apply` event).
+
+The change comes from controller/proposals.py, the forecast from web/proposal_forecast.py; a
+verdict is read again when applied, so nothing is applied on advice that no longer holds."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from controller.proposals import PROPOSERS, Change, propose
+from controller.switch import StoreRevisions
+from domain.errors import ConfigError, InvalidTransition
+from state.errors import StaleRevision
+from state.store import Current, Store
+from web.deps import Operator, ServiceDep, StoreDep
+from web.diff import diff
+from web.proposal_forecast import forecast
+from web.routes.advice import live
+from web.schemas import ChangeOut
+
+router = APIRouter(prefix="/deployments/{name}", tags=["advice"])
+
+Window = Literal["10s", "1m", "5m"]
+FORECAST_TTL_S = 30.0  # a page polling its panel replays the planner at most this often
+ROLE_MOVE_DRAIN_S = 300.0  # saturated decodes take minutes to pull a prefill's last KV
+
+
+def proposals_of(request: Request, store: Store, name: str, window: str) -> dict[str, Any]:
+    """The triggered verdicts that carry a change for this deployment, without forecasts."""
+    current = store.get(name)
+    advice = live(request, store, name, window)
+    items = []
+    for verdict in advice["verdicts"]:
+        change = propose(current.spec, verdict["rule"]) if verdict["triggered"] else None
+        if change is not None:
+            items.append({**_shown(verdict, change, current), "change_obj": change})
+    return {"current": current, "advice": advice, "items": items}
+
+
+@router.get("/proposals")
+async def list_proposals(
+    name: str,
+    request: Request,
+    store: StoreDep,
+    window: Annotated[Window, Query(description="the live frame's window")] = "1m",
+) -> dict[str, Any]:
+    """Each triggered verdict that recommends a change: the change (summary, how it is
+    carried out, what it costs while it runs, the spec fields it changes), the signal it is
+    predicted to move, and the planner's forecast on the measured workload."""
+    found = proposals_of(request, store, name, window)
+    current, signals = found["current"], found["advice"]["signals"]
+    out = []
+    for item in found["items"]:
+        change = item.pop("change_obj")
+        item["forecast"] = await _forecast(request, current, change, signals)
+        out.append(item)
+    return {
+        "deployment": name,
+        "revision": current.revision,
+        "window": window,
+        "live": found["advice"]["live"],
+        "proposals": out,
+    }
+
+
+class ApplyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    rule: str = Field(min_length=1, max_length=80, description="The verdict's rule.")
+    revision: int = Field(ge=1, description="The revision the proposal was shown on.")
+    reason: str | None = Field(None, max_length=500, description="Kept with the change.")
+    window: Window = Field("1m", description="The window whose verdict must still hold.")
+
+
+@router.post("/proposals/apply")
+async def apply_proposal(
+    name: str,
+    body: ApplyRequest,
+    request: Request,
+    store: StoreDep,
+    controller: ServiceDep,
+    actor: Operator,
+) -> dict[str, Any]:
+    """Apply one proposal: a runtime role move, a zero-loss mode switch, or the new spec as
+    the next revision (a running deployment restarts on it). 409 when the deployment has
+    moved past `revision` or the verdict no longer holds; 422 for a rule that proposes no
+    change here."""
+    if body.rule not in PROPOSERS:
+        known = ", ".join(sorted(PROPOSERS))
+        raise ConfigError.at(("rule",), f"rule {body.rule!r} proposes no change; these do: {known}")
+    current = store.get(name)
+    if current.revision != body.revision:
+        raise StaleRevision(
+            f"deployment {name!r} is at revision {current.revision}; the proposal was shown on "
+            f"revision {body.revision}: read the proposals again",
+            current.revision,
+        )
+    found = proposals_of(request, store, name, body.window)
+    verdict = next(v for v in found["advice"]["verdicts"] if v["rule"] == body.rule)
+    if not verdict["triggered"]:
+        raise InvalidTransition(
+            f"the {body.rule} verdict does not hold in the {body.window} window now "
+            f"({verdict['advice']}): nothing applied"
+        )
+    item = next((i for i in found["items"] if i["rule"] == body.rule), None)
+    if item is None:
+        raise ConfigError.at(
+            ("rule",), f"the {body.rule} verdict recommends no change this deployment can make"
+        )
+    change: Change = item.pop("change_obj")
+    predicted = await _forecast(request, current, change, found["advice"]["signals"])
+    reason = body.reason or f"advisor: {body.rule}"
+    applied = await _carry_out(store, controller, current, change, actor.label, reason)
+    detail = {
+        "rule": body.rule,
+        "how": change.how,
+        "summary": change.summary,
+        "from_revision": current.revision,
+        **applied,
+        "evidence": verdict["evidence"],
+        "watch": {"signal": change.watch, "direction": change.direction},
+        "forecast": predicted,
+    }
+    controller.record(
+        actor.label,
+        "advisor.apply",
+        f"{name}: applied the {body.rule} advice: {change.summary} ({reason})",
+        name,
+        detail,
+    )
+    return {"deployment": name, **item, "forecast": predicted, **applied}
+
+
+async def _carry_out(
+    store: Store, controller: Any, current: Current, change: Change, actor: str, reason: str
+) -> dict[str, Any]:
+    name = current.name
+    if change.how == "role_move":
+        moved = await controller.move_role(
+            name,
+            current.spec,
+            change.instance,
+            change.role,
+            store=store,
+            actor=actor,
+            reason=reason,
+            drain_timeout_s=ROLE_MOVE_DRAIN_S,
+        )
+        return {"revision": moved.get("revision"), "move": moved}
+    if change.how == "switch":
+        roles = [g.role.value for g in current.spec.groups for _ in range(g.count)]
+        strategy = "roll" if roles.count("prefill") >= 2 and roles.count("decode") >= 2 else "hold"
+        record = controller.switch(
+            name,
+            current.spec,
+            current.ports,
+            change.mode,
+            strategy,
+            actor,
+            reason,
+            StoreRevisions(store),
+        )
+        shown = record.to_json()
+        return {"revision": shown.get("revision"), "switch": shown}
+    saved = store.update(name, change.spec, actor, reason, based_on=current.revision)
+    restarted = controller.known(name) and controller.is_active(name)
+    if restarted:
+        await controller.restart_on(
+            name, saved.spec, saved.ports, saved.revision, actor=actor, reason=reason
+        )
+    return {"revision": saved.revision, "restarted": restarted}
+
+
+def _shown(verdict: dict[str, Any], change: Change, current: Current) -> dict[str, Any]:
+    changes = diff(current.spec.model_dump(mode="json"), change.spec.model_dump(mode="json"))
+    return {
+        "rule": verdict["rule"],
+        "advice": verdict["advice"],
+        "evidence": verdict["evidence"],
+        **change.to_json(),
+        "changes": [ChangeOut.of(c).model_dump() for c in changes],
+    }
+
+
+async def _forecast(
+    request: Request, current: Current, change: Change, signals: dict[str, Any]
+) -> dict[str, Any]:
+    """The planner's forecast, cached per deployment revision, rule and workload."""
+    cache: dict[tuple, tuple[float, dict]] | None = getattr(request.app.state, "forecasts", None)
+    if cache is None:
+        cache = request.app.state.forecasts = {}
+    workload = tuple(
+        round(float(signals.get(k) or 0), 1)
+        for k in ("prompt_tokens_mean", "output_tokens_mean", "request_rate", "burstiness")
+    )
+    key = (current.name, current.revision, change.rule, workload)
+    hit = cache.get(key)
+    if hit is not None and time.monotonic() - hit[0] < FORECAST_TTL_S:
+        return hit[1]
+    result = await asyncio.to_thread(forecast, current.spec, change, signals)
+    if len(cache) > 256:
+        cache.clear()
+    cache[key] = (time.monotonic(), result)
+    return result
