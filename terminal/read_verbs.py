@@ -12,7 +12,7 @@ import typer
 from terminal import spec_diff, views
 from terminal.client import ApiClient, ApiError
 from terminal.config import ConfigProblem, resolve
-from terminal.session import JsonOption, ServerOption, Usage, client, show_json
+from terminal.session import JsonOption, ServerOption, client, show_json
 
 WINDOWS = ("10s", "1m", "5m")
 COMPLETION_TIMEOUT_S = 2.0
@@ -96,19 +96,3 @@ def diff(
     typer.echo(f"revision {rev1} -> {rev2}: " + (f"{len(found)} change(s)" if found else "none"))
     for line in found:
         typer.echo(f"  {line}")
-
-
-def advise(
-    name: Name,
-    window: Annotated[str, typer.Option(help="The frame's window: 10s, 1m or 5m.")] = "1m",
-    server: ServerOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """The advisor's verdicts on a deployment's live measurements, with their numbers."""
-    if window not in WINDOWS:
-        raise Usage(f"--window {window!r}: one of {', '.join(WINDOWS)}")
-    answer = client(server).get(path(name, "/advice"), window=window)
-    if as_json:
-        show_json(answer)
-        return
-    typer.echo(views.advice(answer))

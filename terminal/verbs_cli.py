@@ -7,7 +7,15 @@ from __future__ import annotations
 import typer
 
 from bench.target import use_resolver
-from terminal import apply_verb, follow_verbs, lifecycle_verbs, move_verb, read_verbs, switch_verb
+from terminal import (
+    advise_verb,
+    apply_verb,
+    follow_verbs,
+    lifecycle_verbs,
+    move_verb,
+    read_verbs,
+    switch_verb,
+)
 from terminal.bench_target import deployment_target
 from terminal.session import command
 
@@ -24,7 +32,7 @@ VERBS = {
     "move": move_verb.move,
     "events": follow_verbs.events,
     "logs": follow_verbs.logs,
-    "advise": read_verbs.advise,
+    "advise": advise_verb.advise,
 }
 
 

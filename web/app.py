@@ -115,7 +115,7 @@ def create_app(settings: Settings | None = None, backend: ProcessBackend | None 
     for module in (deployment_forms, pages, page_actions):
         app.include_router(module.router)
     app.include_router(bench_pages.router)
-    for module in (plan, kv, advice, cluster, ttft, autopilot):  # pages and fragments
+    for module in (plan, kv, advice, proposals, cluster, ttft, autopilot):  # pages, fragments
         app.include_router(module.page_router)
     app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

@@ -173,3 +173,37 @@ def test_viewers_see_proposals_and_only_operators_apply(make_client):
     assert client.post("/api/deployments/pd/proposals/apply", json=body).status_code == 401
     done = client.post("/api/deployments/pd/proposals/apply", json=body, headers=AS_OPERATOR)
     assert done.status_code == 200 and done.json()["revision"] == 2
+
+
+# -- the advisor panel ----------------------------------------------------------------------
+
+HX = {"HX-Request": "true"}
+
+
+def test_the_panel_lists_each_proposal_with_its_forecast_and_an_apply_button(plane):
+    fragment = plane.get("/deployments/pd/advice", headers=HX).text
+    assert 'data-proposal="ttft_binding" data-how="revision"' in fragment
+    assert 'data-forecast="planner"' in fragment and "1P-TP1+1D-TP1 read" in fragment
+    assert 'data-apply="ttft_binding"' in fragment and '"revision": "1"' in fragment
+
+
+def test_the_panels_apply_stores_the_revision_and_says_so(plane):
+    form = {"rule": "ttft_binding", "revision": "1", "window": "1m"}
+    answer = plane.post("/deployments/pd/proposals/apply", data=form, headers=HX)
+    assert answer.status_code == 200 and "<html" not in answer.text
+    assert "applied ttft_binding" in answer.text and "(revision 2)" in answer.text
+    assert plane.get("/api/deployments/pd").json()["revision"] == 2
+    again = plane.post("/deployments/pd/proposals/apply", data=form, headers=HX)
+    assert 'role="alert"' in again.text and "at revision 2" in again.text
+
+
+def test_a_viewer_sees_no_apply_button_and_its_post_is_refused_in_the_panel(make_client):
+    client = make_client(operator_tokens=[OPERATOR], viewer_tokens=[VIEWER])
+    client.post("/api/deployments", json=nixl_1p1d(), headers=AS_OPERATOR)
+    observe(client, {"pd": ttft_bound("pd")})
+    fragment = client.get("/deployments/pd/advice", headers={**HX, **AS_VIEWER}).text
+    assert 'data-proposal="ttft_binding"' in fragment and "data-apply" not in fragment
+    form = {"rule": "ttft_binding", "revision": "1"}
+    refused = client.post("/deployments/pd/proposals/apply", data=form, headers={**HX, **AS_VIEWER})
+    assert "may only read" in refused.text
+    assert client.get("/api/deployments/pd", headers=AS_VIEWER).json()["revision"] == 1

@@ -7,7 +7,6 @@ the signals it read and where each came from, or why it is absent."""
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -15,48 +14,20 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from controller.deployment import Engine
 from observe import signals
-from observe.frames import WINDOW_SECONDS, WINDOWS
-from observe.scraper import DEFAULT_WINDOW, kv_bytes_per_token
-from state.history import History
-from state.store import Store
+from observe.frames import WINDOWS
+from observe.scraper import DEFAULT_WINDOW
 from web import htmx
-from web.deps import StoreDep, get_observer
+from web.deps import StoreDep
+from web.live_advice import live
 from web.routes.page_common import PageActor, page_context
+from web.routes.proposals import shown_proposals
 
 router = APIRouter(tags=["advice"])  # under /api, behind a token
 page_router = APIRouter(tags=["pages"], include_in_schema=False)
 
 Window = Annotated[Literal["10s", "1m", "5m"], Query(description="the frame's window")]
 MAX_RESULTS = 200
-
-
-def live(request: Request, store: Store, name: str, window: str) -> dict[str, Any]:
-    """Advice from the deployment's latest frame and the history of that window."""
-    spec = store.get(name).spec  # NotFound: 404
-    observer = get_observer(request)
-    frame = observer.frame(name, window) if observer is not None else None
-    points = (
-        History(store.engine).read(name, time.time() - WINDOW_SECONDS[window])
-        if frame is not None
-        else []
-    )
-    derived = signals.from_frame(
-        frame,
-        points,
-        topology=spec.topology.value,
-        slo={"ttft_ms": spec.slo.ttft_ms, "itl_ms": spec.slo.itl_ms},
-        kv_bytes_per_token=kv_bytes_per_token(spec.model),
-        time_scale=spec.time_scale if spec.engine is Engine.SIM else 1.0,
-    )
-    return {
-        "deployment": name,
-        "window": window,
-        "live": frame is not None,
-        "ts": frame["ts"] if frame else None,
-        **signals.advice(derived),
-    }
 
 
 @router.get("/deployments/{name}/advice")
@@ -196,7 +167,7 @@ def _results(items: list[tuple[str, signals.Derived]], field: str) -> list[dict[
 
 
 @page_router.get("/deployments/{name}/advice", response_class=HTMLResponse)
-def advice_fragment(
+async def advice_fragment(
     name: str,
     request: Request,
     store: StoreDep,
@@ -205,5 +176,12 @@ def advice_fragment(
 ) -> HTMLResponse:
     """The advisor panel's content; the whole of _advice.html is the fragment."""
     window = window if window in WINDOWS else DEFAULT_WINDOW
-    ctx = page_context(request, actor, advice=live(request, store, name, window))
+    found = await shown_proposals(request, store, name, window)
+    ctx = page_context(
+        request,
+        actor,
+        advice=found["advice"],
+        proposals=found["proposals"],
+        revision=found["revision"],
+    )
     return htmx.page(request, "_advice.html", ctx)  # NotFound: web/errors.py answers it

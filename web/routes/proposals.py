@@ -14,20 +14,24 @@ import time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi.responses import HTMLResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from controller.proposals import PROPOSERS, Change, propose
 from controller.switch import StoreRevisions
-from domain.errors import ConfigError, InvalidTransition
+from domain.errors import ConfigError, InvalidTransition, PdctlError
 from state.errors import StaleRevision
 from state.store import Current, Store
-from web.deps import Operator, ServiceDep, StoreDep
+from web import htmx
+from web.deps import Operator, ServiceDep, StoreDep, get_service
 from web.diff import diff
+from web.live_advice import live
 from web.proposal_forecast import forecast
-from web.routes.advice import live
+from web.routes.page_common import PageActor, page_context, require_operator
 from web.schemas import ChangeOut
 
 router = APIRouter(prefix="/deployments/{name}", tags=["advice"])
+page_router = APIRouter(tags=["pages"], include_in_schema=False)
 
 Window = Literal["10s", "1m", "5m"]
 FORECAST_TTL_S = 30.0  # a page polling its panel replays the planner at most this often
@@ -46,6 +50,18 @@ def proposals_of(request: Request, store: Store, name: str, window: str) -> dict
     return {"current": current, "advice": advice, "items": items}
 
 
+async def shown_proposals(request: Request, store: Store, name: str, window: str) -> dict:
+    """The advice and its proposals, each with its forecast (the API and the page's panel)."""
+    found = proposals_of(request, store, name, window)
+    current, signals = found["current"], found["advice"]["signals"]
+    out = []
+    for item in found["items"]:
+        change = item.pop("change_obj")
+        item["forecast"] = await _forecast(request, current, change, signals)
+        out.append(item)
+    return {"advice": found["advice"], "revision": current.revision, "proposals": out}
+
+
 @router.get("/proposals")
 async def list_proposals(
     name: str,
@@ -56,19 +72,13 @@ async def list_proposals(
     """Each triggered verdict that recommends a change: the change (summary, how it is
     carried out, what it costs while it runs, the spec fields it changes), the signal it is
     predicted to move, and the planner's forecast on the measured workload."""
-    found = proposals_of(request, store, name, window)
-    current, signals = found["current"], found["advice"]["signals"]
-    out = []
-    for item in found["items"]:
-        change = item.pop("change_obj")
-        item["forecast"] = await _forecast(request, current, change, signals)
-        out.append(item)
+    found = await shown_proposals(request, store, name, window)
     return {
         "deployment": name,
-        "revision": current.revision,
+        "revision": found["revision"],
         "window": window,
         "live": found["advice"]["live"],
-        "proposals": out,
+        "proposals": found["proposals"],
     }
 
 
@@ -211,3 +221,47 @@ async def _forecast(
         cache.clear()
     cache[key] = (time.monotonic(), result)
     return result
+
+
+# -- the advisor panel's Apply button ----------------------------------------------------------
+
+
+@page_router.post("/deployments/{name}/proposals/apply", response_class=HTMLResponse)
+async def apply_from_page(
+    name: str, request: Request, store: StoreDep, actor: PageActor
+) -> HTMLResponse:
+    """Apply from the panel's form; the panel comes back with what happened in a notice (a
+    refusal too: a viewer, a stale revision, a verdict that no longer holds)."""
+    form = {k: str(v) for k, v in (await request.form()).items()}
+    window = form.get("window") if form.get("window") in ("10s", "1m", "5m") else "1m"
+    try:
+        require_operator(actor)
+        body = ApplyRequest.model_validate(
+            {
+                "rule": form.get("rule", ""),
+                "revision": form.get("revision") or 0,
+                "reason": form.get("reason", "").strip() or None,
+                "window": window,
+            }
+        )
+        applied = await apply_proposal(name, body, request, store, get_service(request), actor)
+        notice, ok = (
+            f"applied {body.rule}: {applied['summary']} (revision {applied['revision']})",
+            True,
+        )
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        notice, ok = f"{'.'.join(map(str, first['loc']))}: {first['msg']}", False
+    except PdctlError as exc:
+        notice, ok = exc.message, False
+    found = await shown_proposals(request, store, name, window)
+    ctx = page_context(
+        request,
+        actor,
+        advice=found["advice"],
+        proposals=found["proposals"],
+        revision=found["revision"],
+        proposal_notice=notice,
+        proposal_ok=ok,
+    )
+    return htmx.page(request, "_advice.html", ctx)

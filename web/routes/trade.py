@@ -13,7 +13,7 @@ from state.store import Store
 from web import trade_panel
 from web.demo_trade import COLOCATED_NAME, DISAGG_NAME
 from web.deps import get_observer
-from web.routes import advice
+from web.live_advice import live
 
 WINDOW = "1m"
 
@@ -28,7 +28,7 @@ def panel(request: Request, store: Store, state_of: Callable[[str], str]) -> dic
     cards = []
     for name in (COLOCATED_NAME, DISAGG_NAME):
         frame = observer.frame(name, WINDOW) if observer is not None else None
-        verdicts = advice.live(request, store, name, WINDOW) if frame is not None else None
+        verdicts = live(request, store, name, WINDOW) if frame is not None else None
         cards.append(trade_panel.card(store.get(name).spec, state_of(name), frame, verdicts))
     colocated, disagg = cards
     return {
