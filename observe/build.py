@@ -44,6 +44,7 @@ TRACKED_PREFIXES = (
     "vllm:num_requests_waiting",
     "vllm:kv_cache_usage_perc",
     "vllm:prompt_tokens",
+    "vllm:generation_tokens",
     "vllm:request_success",
     "vllm:prefix_cache_",
     "process_cpu_seconds",

@@ -1,0 +1,214 @@
+"""Each advisor verdict that proposes a change, on running stand-ins under `pdctl serve`: a load
+that makes the verdict hold, the proposal read from the live advice (with the planner's
+forecast), applied through the API from the revision it was shown on; then the new revision
+is checked, the same load runs again, and the signal the proposal watches must have moved the
+way the forecast said (the direction the change is built for where the planner cannot say).
+
+About 40 s each: a window of load before, the change, a window of load after."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import pytest
+
+from bench.multi_turn import MultiTurnConfig, run_multi_turn
+from harness.control_plane import ControlPlane
+from harness.stack import bench_background, bench_finished, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.live_window]
+WINDOW = "10s"
+SETTLE_S = 12.0  # a whole 10 s window of the load, and the scrape after it
+
+
+@pytest.fixture
+def plane(tmp_path):
+    plane = ControlPlane(tmp_path).start()
+    names: list[str] = []
+    plane.names = names  # type: ignore[attr-defined]
+    try:
+        yield plane
+    finally:
+        for name in names:
+            status, _ = plane.api("POST", f"/deployments/{name}/stop")
+            if status == 202:
+                with contextlib.suppress(TimeoutError):
+                    plane.wait(
+                        name,
+                        lambda us: all(u["state"] in ("STOPPED", "EXITED") for u in us.values()),
+                        30,
+                    )
+        plane.close()
+
+
+def started(plane: ControlPlane, spec: dict[str, Any]) -> str:
+    status, created = plane.api("POST", "/deployments", spec)
+    assert status == 201, created
+    plane.names.append(spec["name"])  # type: ignore[attr-defined]
+    plane.api("POST", f"/deployments/{spec['name']}/start")
+    plane.running(spec["name"])
+    return f"http://127.0.0.1:{created['ports']['proxy']}"
+
+
+def proposal(plane: ControlPlane, name: str, rule: str, window: str = WINDOW) -> dict | None:
+    status, found = plane.api("GET", f"/deployments/{name}/proposals?window={window}")
+    assert status == 200, found
+    return next((p for p in found["proposals"] if p["rule"] == rule), None)
+
+
+def signal(plane: ControlPlane, name: str, which: str, window: str = WINDOW) -> float | None:
+    status, advice = plane.api("GET", f"/deployments/{name}/advice?window={window}")
+    assert status == 200, advice
+    return advice["signals"].get(which)
+
+
+def apply(plane: ControlPlane, name: str, rule: str, window: str = WINDOW) -> dict:
+    _, current = plane.api("GET", f"/deployments/{name}")
+    body = {"rule": rule, "revision": current["revision"], "reason": "e2e", "window": window}
+    status, applied = plane.api("POST", f"/deployments/{name}/proposals/apply", body)
+    assert status == 200, applied
+    assert applied["revision"] == current["revision"] + 1
+    plane.running(name)
+    return applied
+
+
+def measured_under_load(plane, tmp_path, name, url, label, rate, prompts, flags, rule=None):
+    """Run the load; after a full window of it, the proposal (when `rule`) and the watched
+    signal; then the load's result, which must have lost nothing."""
+    load = bench_background(url, tmp_path, label, rate, prompts, *flags)
+    time.sleep(SETTLE_S)
+    found = wait_until(lambda: proposal(plane, name, rule), 30, rule) if rule else None
+    result = bench_finished(load, tmp_path, label)
+    assert result["completed"] == prompts and result["failed"] == 0, result
+    return found
+
+
+def expected_direction(found: dict, planner: bool = True) -> str:
+    """The forecast's direction; with `planner`, the planner must have made it and back it."""
+    forecast = found["forecast"]
+    if planner:
+        assert forecast["source"] == "planner" and forecast["predicted"]["agrees"], forecast
+        return forecast["predicted"]["direction"]
+    assert forecast["source"] is None and forecast["why"], forecast
+    return found["watch"]["direction"]
+
+
+def moved(before: float, after: float, direction: str) -> bool:
+    return after < before if direction == "down" else after > before
+
+
+def sim(name: str, **over: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "engine": "sim",
+        "model": "tiny",
+        "proxy": {"hold_queue": 256, "hold_deadline_s": 60},
+        **over,
+    }
+
+
+def test_ttft_binding_moves_a_decode_to_prefill_and_ttft_falls(plane, tmp_path):
+    spec = sim(
+        "ttft",
+        topology="disaggregated",
+        connector="NixlConnector",
+        groups=[
+            {"name": "prefill", "role": "prefill", "count": 2},
+            {"name": "decode", "role": "decode", "count": 2},
+        ],
+        slo={"ttft_ms": 100, "itl_ms": 10000},
+        role_switch={},
+    )
+    url = started(plane, spec)
+    flags = ("--input-len", "1900", "--output-len", "4")
+    found = measured_under_load(plane, tmp_path, "ttft", url, "b", 16, 240, flags, "ttft_binding")
+    assert found["how"] == "role_move" and found["watch"]["signal"] == "ttft_p99_ms"
+    before = signal(plane, "ttft", "ttft_p99_ms")
+    applied = apply(plane, "ttft", "ttft_binding")
+    _, revision = plane.api("GET", f"/deployments/ttft/revisions/{applied['revision']}")
+    assert revision["spec"]["role_switch"]["serving"] == {found["instance"]: "prefill"}
+    measured_under_load(plane, tmp_path, "ttft", url, "a", 16, 240, flags)
+    after = signal(plane, "ttft", "ttft_p99_ms")
+    assert moved(before, after, expected_direction(found)), (before, after, found["forecast"])
+
+
+def test_light_traffic_colocates_and_ttft_falls(plane, tmp_path):
+    spec = sim(
+        "light",
+        topology="disaggregated",
+        connector="NixlConnector",
+        groups=[{"name": "prefill", "role": "prefill"}, {"name": "decode", "role": "decode"}],
+    )
+    url = started(plane, spec)
+    found = measured_under_load(plane, tmp_path, "light", url, "b", 4, 60, (), "light_traffic")
+    before = signal(plane, "light", "ttft_p99_ms")
+    applied = apply(plane, "light", "light_traffic")
+    assert applied["restarted"] is True
+    _, current = plane.api("GET", "/deployments/light")
+    assert current["revision"] == applied["revision"]
+    assert current["spec"]["topology"] == "colocated" and current["spec"]["connector"] is None
+    assert sorted(plane.status("light")) == ["colocated-0", "colocated-1", "proxy"]
+    url = f"http://127.0.0.1:{current['ports']['proxy']}"
+    measured_under_load(plane, tmp_path, "light", url, "a", 4, 60, ())
+    after = signal(plane, "light", "ttft_p99_ms")
+    assert moved(before, after, expected_direction(found)), (before, after, found["forecast"])
+
+
+def test_itl_interference_disaggregates_and_itl_falls(plane, tmp_path):
+    spec = sim(
+        "mixed",
+        topology="colocated",
+        groups=[{"name": "c", "role": "colocated", "count": 2}],
+        slo={"ttft_ms": 100000, "itl_ms": 50},
+    )
+    url = started(plane, spec)
+    flags = ("--input-len", "1900", "--output-len", "64")
+    found = measured_under_load(
+        plane, tmp_path, "mixed", url, "b", 8, 120, flags, "itl_interference"
+    )
+    before = signal(plane, "mixed", "itl_p99_ms")
+    applied = apply(plane, "mixed", "itl_interference")
+    _, current = plane.api("GET", "/deployments/mixed")
+    assert current["revision"] == applied["revision"]
+    assert current["spec"]["topology"] == "disaggregated"
+    assert sorted(plane.status("mixed")) == ["decode-0", "prefill-0", "proxy"]
+    url = f"http://127.0.0.1:{current['ports']['proxy']}"
+    measured_under_load(plane, tmp_path, "mixed", url, "a", 8, 120, flags)
+    after = signal(plane, "mixed", "itl_p99_ms")
+    assert moved(before, after, expected_direction(found)), (before, after, found["forecast"])
+
+
+def test_multi_turn_turns_on_bidirectional_kv_and_prompt_tokens_are_saved(plane, tmp_path):
+    spec = sim(
+        "chat",
+        model="llama-3.1-70b",
+        hardware="h100",
+        topology="disaggregated",
+        connector="NixlConnector",
+        groups=[
+            {"name": "prefill", "role": "prefill", "tp": 4},
+            {"name": "decode", "role": "decode", "tp": 4},
+        ],
+    )
+    url = started(plane, spec)
+    config = MultiTurnConfig(conversations=4, turns=4, first_len=1000, user_len=50, output_len=40)
+
+    def chats() -> None:
+        records, _ = asyncio.run(run_multi_turn(url, "llama-3.1-70b", config))
+        assert all(r.ok for r in records), [r.error for r in records if not r.ok]
+
+    chats()
+    found = wait_until(lambda: proposal(plane, "chat", "multi_turn", "1m"), 30, "multi_turn")
+    assert found["watch"] == {"signal": "prompt_saved_share", "direction": "up"}
+    before = signal(plane, "chat", "prompt_saved_share", "1m") or 0.0
+    applied = apply(plane, "chat", "multi_turn", "1m")
+    _, current = plane.api("GET", "/deployments/chat")
+    assert current["revision"] == applied["revision"]
+    assert current["spec"]["kv_connector_extra_config"]["bidirectional_kv_xfer"] is True
+    url = f"http://127.0.0.1:{current['ports']['proxy']}"
+    chats()
+    after = wait_until(lambda: signal(plane, "chat", "prompt_saved_share", "1m"), 15, "savings")
+    assert moved(before, after, expected_direction(found, planner=False)), (before, after)
