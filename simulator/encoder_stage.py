@@ -5,8 +5,9 @@ An instance with an EC producer config writes one record per image where ECExamp
 writes its tensor: `<shared_storage_path>/<mm hash>/encoder_cache.safetensors` (a real, tiny
 safetensors file: an `ec_cache` tensor of one BF16 zero per vision token). A consumer that
 finds an image's record skips that image's encoder time; one that does not computes it
-itself, and each is counted (`pdctl_sim_encoder_images_total{source}`). Without any EC config
-the instance pays the encoder for every image, as a colocated vLLM does.
+itself (a producer, too, skips what is stored), and each is counted
+(`pdctl_sim_encoder_images_total{source}`). Without any EC config the instance pays the
+encoder for every image, as a colocated vLLM does.
 
 Model, stated: images go through the encoder one after another (a lane per instance, FIFO:
 a compute-bound encoder gains little from batching), before the request's prefill, and the
@@ -76,9 +77,11 @@ class EncoderStage:
         self.records_written = 0
 
     def split(self, urls: Iterable[str]) -> tuple[list[str], int]:
-        """(keys the encoder must compute, how many a consumer found stored)."""
+        """(keys the encoder must compute, how many were found stored). vLLM's scheduler
+        asks the EC connector first whatever the role (has_cache_item): a producer too skips
+        an image already stored."""
         keys = [mm_hash(self.model, url) for url in urls]
-        if self.ec is None or not self.ec.consumer:
+        if self.ec is None:
             return keys, 0
         todo = [k for k in keys if not record_path(self.ec.storage_path, k).is_file()]
         return todo, len(keys) - len(todo)
