@@ -202,3 +202,23 @@ def test_extra_args_may_not_set_the_ec_config() -> None:
     with pytest.raises(FieldError) as err:
         check(spec(body))
     assert err.value.loc == ("extra_args", 0)
+
+
+def test_compose_and_kubernetes_render_the_encoders_too() -> None:
+    from controller.compose import render_compose
+    from controller.k8s import K8sSettings, render_k8s
+
+    epd = spec(epd_1e1p1d(engine="vllm", model="Qwen/Qwen2.5-VL-7B-Instruct"))
+    check(epd)
+    services = render_compose(epd, allocate(epd))["services"]
+    assert "--ec-transfer-config" in services["encode-0"]["command"]
+    docs = render_k8s(epd, allocate(epd), K8sSettings())
+    labels = [d["metadata"].get("labels", {}).get("llm-d.ai/role") for d in docs]
+    assert "encode" in labels
+    body = moriio_1p1d(model="Qwen/Qwen2.5-VL-7B-Instruct", engine="vllm", ec_transfer=EC)
+    body["groups"].insert(0, ENCODE)
+    mori = spec(body)
+    check(mori)
+    docs = render_k8s(mori, allocate(mori), K8sSettings())
+    [policy] = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    assert "encode" not in json.dumps(policy)  # encoders never register over ZMQ
