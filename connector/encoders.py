@@ -6,7 +6,12 @@ items spread round-robin over the encoders and sent at once; the request goes on
 decode only when every one succeeded. The encoders leave the embeddings in their EC
 connector's store, where the prefill (an ec_consumer) finds them. Text-only requests skip it.
 
-The rewriting is pure (`mm_items`, `encoder_body`, `EncoderRing`); `prime` is the I/O.
+The encoders are instances of the proxy's pool (role encode: given by --encode or added
+through /admin/instances), so health probes, drains and /admin/instances cover them. With
+none available the request goes on without them: the prefill, an ec_consumer that finds no
+embedding, runs the encoder itself (slower, never lost).
+
+The rewriting is pure (`mm_items`, `encoder_body`, `EncoderRing.pick`); `prime` is the I/O.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from typing import Any
 import aiohttp
 
 from connector.errors import UpstreamError, UpstreamTimeout
+from connector.instances import Instance, InstancePool
+from domain.modes import Role
 
 # The content part types the example proxy sends to an encoder.
 MM_TYPES = frozenset({"image_url", "audio_url", "input_audio"})
@@ -53,21 +60,23 @@ def child_request_id(parent: str, index: int) -> str:
 
 
 class EncoderRing:
-    """The encode instances, taken round-robin per item across requests."""
+    """The pool's encode instances, taken round-robin per item across requests."""
 
-    def __init__(self, urls: tuple[str, ...] = ()) -> None:
-        self.urls = [u.rstrip("/") for u in urls]
+    def __init__(self, pool: InstancePool) -> None:
+        self.pool = pool
         self._next = 0
         self.items = 0  # items sent to an encoder
         self.failed = 0  # of them, failed
+        self.skipped = 0  # items of requests that found no encoder available
         self.seconds = 0.0  # wall seconds requests spent waiting on their encoders
 
-    def __bool__(self) -> bool:
-        return bool(self.urls)
-
-    def pick(self, count: int) -> list[str]:
+    def pick(self, count: int) -> list[Instance]:
+        """An encoder per item, round-robin; [] when none is available."""
+        encoders = self.pool.encoders()
+        if not encoders:
+            return []
         start, self._next = self._next, self._next + count
-        return [self.urls[(start + i) % len(self.urls)] for i in range(count)]
+        return [encoders[(start + i) % len(encoders)] for i in range(count)]
 
     async def prime(
         self,
@@ -79,14 +88,17 @@ class EncoderRing:
     ) -> int:
         """Send a chat request's items to the encoders and wait for all; the items sent.
         Raises UpstreamError (a 502 naming the encoder) if any fails."""
-        items = mm_items(body) if path == CHAT_PATH and self.urls else []
-        if not items:
+        items = mm_items(body) if path == CHAT_PATH else []
+        targets = self.pick(len(items)) if items else []
+        if not targets:  # none available (of some): the prefill will encode them itself
+            if any(i.role is Role.ENCODE for i in self.pool):
+                self.skipped += len(items)
             return 0
         loop = asyncio.get_running_loop()
         started = loop.time()
         sends = [
-            self._send(session, url, encoder_body(body, item), child_request_id(request_id, i))
-            for i, (item, url) in enumerate(zip(items, self.pick(len(items)), strict=True))
+            self._send(session, inst, encoder_body(body, item), child_request_id(request_id, i))
+            for i, (item, inst) in enumerate(zip(items, targets, strict=True))
         ]
         self.items += len(items)
         try:
@@ -94,27 +106,36 @@ class EncoderRing:
                 await asyncio.gather(*sends)
         except TimeoutError:
             self.failed += 1
-            raise UpstreamTimeout("encode", ",".join(self.urls), timeout_s) from None
+            names = ",".join(sorted({inst.url for inst in targets}))
+            raise UpstreamTimeout("encode", names, timeout_s) from None
         finally:
             self.seconds += loop.time() - started
         return len(items)
 
     async def _send(
-        self, session: aiohttp.ClientSession, url: str, body: dict[str, Any], request_id: str
+        self, session: aiohttp.ClientSession, inst: Instance, body: dict[str, Any], rid: str
     ) -> None:
-        headers = {"Content-Type": "application/json", "X-Request-Id": request_id}
+        headers = {"Content-Type": "application/json", "X-Request-Id": rid}
+        inst.begin(0)
+        ok = False
         try:
             async with session.post(
-                url + CHAT_PATH, data=json.dumps(body), headers=headers
+                inst.url + CHAT_PATH, data=json.dumps(body), headers=headers
             ) as resp:
                 text = await resp.read()
                 if resp.status != 200:
-                    self.failed += 1
                     detail = text[:300].decode("utf-8", "replace")
-                    raise UpstreamError("encode", url, f"HTTP {resp.status}: {detail}")
+                    raise UpstreamError("encode", inst.url, f"HTTP {resp.status}: {detail}")
+            ok = True
+            self.pool.leg_ok(inst)
         except aiohttp.ClientError as exc:
-            self.failed += 1
-            raise UpstreamError("encode", url, str(exc) or type(exc).__name__, "connect") from None
+            why = str(exc) or type(exc).__name__
+            raise UpstreamError("encode", inst.url, why, "connect") from None
+        finally:
+            inst.end(0, ok)
+            if not ok:
+                self.failed += 1
+                inst.last_error = "encode leg failed"
 
     def collect(self):
         """pdctl_proxy_encode_* families (a prometheus collector on the proxy's registry)."""
@@ -127,6 +148,7 @@ class EncoderRing:
         )
         items.add_metric(["ok"], self.items - self.failed)
         items.add_metric(["failed"], self.failed)
+        items.add_metric(["no_encoder"], self.skipped)  # the prefill encoded them itself
         seconds = CounterMetricFamily(
             "pdctl_proxy_encode_wait_seconds",
             "Seconds requests waited on their encoders before their prefill (part of TTFT).",

@@ -79,9 +79,8 @@ class Proxy:
         # NIXL bidirectional KV for multi-turn, when the deployment turned it on
         self.bidir = BidirectionalKV(settings, self.metrics) if settings.bidirectional_kv else None
         self.roles = RoleReader(self.pool, lambda: self.session)  # connector/pd_roles.py
-        self.encoders = EncoderRing(tuple(f.url for f in settings.encode))  # E -> P -> D
-        if self.encoders:
-            self.registry.register(self.encoders)  # type: ignore[arg-type]
+        self.encoders = EncoderRing(self.pool)  # E -> P -> D (connector/encoders.py)
+        self.registry.register(self.encoders)  # type: ignore[arg-type]
         self.disaggregated.roles = self.membership.roles = self.roles
         self.relay.on_hung = self._hung
         self.session: aiohttp.ClientSession | None = None
@@ -92,6 +91,8 @@ class Proxy:
             self.pool.upsert(flag.url, "decode", settings.mode, zmq_address=flag.zmq_address)
         for flag in settings.instance:
             self.pool.upsert(flag.url, Role.COLOCATED, Mode.COLOCATED)
+        for flag in settings.encode:
+            self.pool.upsert(flag.url, Role.ENCODE, settings.mode)
 
     @property
     def registry_port(self) -> int | None:
@@ -210,7 +211,7 @@ class Proxy:
     ) -> web.StreamResponse:
         self.metrics.in_flight += 1
         try:
-            if self.encoders and self.session is not None:  # images first (encoders.py)
+            if self.session is not None:  # a chat's images go to the encoders first
                 timeout = self.settings.prefill_timeout
                 await self.encoders.prime(self.session, request.path, body, _hex(), timeout)
             if route.prefill is not None:

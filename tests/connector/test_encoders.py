@@ -10,6 +10,8 @@ import time
 import aiohttp
 
 from connector.encoders import EncoderRing, child_request_id, encoder_body, mm_items
+from connector.instances import InstancePool
+from connector.policy import RoundRobin
 from connector.settings import FlagInstance
 from tests.connector.fakes import FakeEngine, completion, engines, proxied, run
 
@@ -41,11 +43,19 @@ def test_items_are_every_multimodal_part_and_each_goes_alone_without_text():
     assert (parent, index, len(tail)) == ("abc", "2", 6)
 
 
-def test_the_ring_spreads_items_across_requests():
-    ring = EncoderRing(("http://e0/", "http://e1"))
-    assert ring.pick(3) == ["http://e0", "http://e1", "http://e0"]
-    assert ring.pick(1) == ["http://e1"]
-    assert not EncoderRing()
+def test_the_ring_spreads_items_across_requests_over_available_encoders():
+    pool = InstancePool(RoundRobin())
+    e0, e1 = (pool.upsert(u, "encode", "read") for u in ("http://e0/", "http://e1"))
+    pool.upsert("http://p", "prefill", "read")
+    ring = EncoderRing(pool)
+    assert ring.pick(3) == [e0, e1, e0]
+    assert ring.pick(1) == [e1]
+    pool.set_draining(e1.url, True)
+    assert ring.pick(2) == [e0, e0]
+    pool.set_draining(e0.url, True)
+    assert ring.pick(1) == []
+    # an encoder sits in a colocated group too (E + PD)
+    assert pool.upsert("http://e2", "encode", "colocated").mode == "colocated"
 
 
 async def _post(base: str, body: dict, path: str = "/v1/chat/completions"):
@@ -109,5 +119,21 @@ def test_a_failed_encoder_is_a_502_naming_it_and_the_prefill_never_hears():
                 assert status == 502 and error["leg"] == "encode"
                 assert error["instance"] == broken.url and prefill.seen == []
                 assert proxy.encoders.failed == 1
+
+    run(body())
+
+
+def test_with_every_encoder_drained_the_request_goes_on_and_the_prefill_encodes():
+    async def body():
+        enc, prefill = FakeEngine("e"), FakeEngine("p")
+        async with engines(enc):
+            encode = (FlagInstance(enc.url),)
+            async with proxied([prefill], [FakeEngine("d")], encode=encode) as (base, proxy):
+                proxy.pool.set_draining(enc.url, True)
+                assert (await _post(base, chat(IMG, IMG)))[0] == 200
+                assert enc.seen == [] and len(prefill.seen) == 1
+                assert proxy.encoders.skipped == 2
+                listed = [i for i in proxy.pool.describe()["instances"] if i["role"] == "encode"]
+                assert [i["url"] for i in listed] == [enc.url]
 
     run(body())
