@@ -16,7 +16,7 @@ from controller.deployment import DeploymentSpec, check
 from controller.launch import VLLM_SERVE, LaunchSettings
 from controller.ports import allocate
 from controller.render import render
-from tests.specs import epd_1e1p1d, moriio_1p1d
+from tests.specs import colocated, epd_1e1p1d, moriio_1p1d
 from tests.vllm import harness
 
 pytestmark = pytest.mark.vllm
@@ -84,9 +84,17 @@ def test_vllms_parser_reads_every_epd_command_as_we_meant_it():
     epd["groups"][0]["count"] = 2
     mori = moriio_1p1d(model=model, engine="vllm", ec_transfer=epd["ec_transfer"])
     mori["groups"].insert(0, {"name": "encode", "role": "encode"})
+    e_pd = colocated(
+        name="e-pd",
+        engine="vllm",
+        model=model,
+        ec_transfer=epd["ec_transfer"],
+        groups=[{"name": "encode", "role": "encode"}, {"name": "main", "role": "colocated"}],
+    )
     launches = _engines(epd) + [
         launch for launch in _engines({**mori, "name": "mori-epd"}) if launch.role == "encode"
     ]
+    launches += [launch for launch in _engines(e_pd) if launch.role == "colocated"]
     parsed = _parsed(python, launches)
     extra = epd["ec_transfer"]["ec_connector_extra_config"]
     for launch in launches:
@@ -97,6 +105,9 @@ def test_vllms_parser_reads_every_epd_command_as_we_meant_it():
             assert ec is not None and ec["ec_role"] == "ec_producer", got
             assert ec["encode_only"] and not ec["consumer"], got
             assert got["kv_connector"] is None and got["prefix_caching"] is False, got
+        elif launch.role == "colocated":  # E + PD: the one language-model instance consumes
+            assert ec is not None and ec["ec_role"] == "ec_consumer" and ec["consumer"], got
+            assert got["kv_connector"] is None, got
         elif launch.role == "prefill":
             assert ec is not None and ec["ec_role"] == "ec_consumer" and ec["consumer"], got
             assert not ec["encode_only"] and got["kv_connector"] == "NixlConnector", got
