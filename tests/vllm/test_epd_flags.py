@@ -118,3 +118,49 @@ def test_vllms_parser_reads_every_epd_command_as_we_meant_it():
             assert ec["ec_connector"] == "ECExampleConnector" and ec["registered"], got
             assert ec["extra"] == extra, got
     assert sum(launch.role == "encode" for launch in launches) == 3
+
+
+# Runs inside the vLLM venv: argv[1] is a JSON list of argv lists; each becomes vLLM's whole
+# engine config (model config, parallel, cache, KV and EC transfer) as `vllm serve` builds it.
+BUILD = """
+import json, sys
+from vllm.engine.arg_utils import EngineArgs
+from vllm.entrypoints.cli.serve import ServeSubcommand
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+parser = ServeSubcommand().subparser_init(FlexibleArgumentParser(prog="vllm").add_subparsers())
+out = []
+for argv in json.loads(sys.argv[1]):
+    ns = parser.parse_args(argv)
+    ns.model = ns.model_tag
+    try:
+        config = EngineArgs.from_cli_args(ns).create_engine_config()
+        out.append({"ec_role": config.ec_transfer_config.ec_role,
+                    "encoder_only": config.is_mm_encoder_only})
+    except Exception as exc:
+        out.append({"error": str(exc)})
+print(json.dumps(out))
+"""
+
+
+def test_on_the_cpu_build_a_consumer_builds_and_a_text_only_encoder_is_refused_as_we_refuse():
+    """The tiny Llama is text-only: vLLM builds the rendered prefill (ec_consumer and NIXL) in
+    full, and refuses the rendered encoder with the reason controller/ec_spec.py gives at
+    `model` for a text-only profile."""
+    python, model = harness.vllm_python(), harness.tiny_model()
+    if not python.exists() or not (model / "config.json").exists():
+        pytest.skip(f"no vLLM venv ({python}) or tiny model ({model}): run `make test-vllm`")
+    body = epd_1e1p1d(engine="vllm", model=str(model))
+    launches = {launch.role: launch for launch in _engines(body)}
+    argvs = [shlex.split(launches[role].command)[2:] for role in ("prefill", "encode")]
+    done = subprocess.run(
+        [str(python), "-c", BUILD, json.dumps(argvs)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    prefill, encode = json.loads(done.stdout.strip().splitlines()[-1])
+    assert prefill == {"ec_role": "ec_consumer", "encoder_only": False}, prefill
+    assert "An EC producer-only instance requires a multimodal model" in encode["error"], encode
