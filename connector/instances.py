@@ -163,7 +163,8 @@ class InstancePool:
         role = parse_role(role)  # the admin API's older "both" is a colocated one
         if mode not in self.groups:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if (mode == Mode.COLOCATED) != (role == Role.COLOCATED):
+        # An encoder (connector/encoders.py) moves no KV: it sits in any group, routed apart.
+        if role is not Role.ENCODE and (mode == Mode.COLOCATED) != (role == Role.COLOCATED):
             raise ValueError("colocated instances have role 'colocated', and only they do")
         url = url.rstrip("/")
         inst = self._by_url.get(url)
@@ -202,6 +203,10 @@ class InstancePool:
             inst.whole = whole
             self.on_change()
         return inst
+
+    def encoders(self) -> list[Instance]:
+        """The encode instances that take requests, across groups (Group.available's rule)."""
+        return [i for g in self.groups.values() for i in g.available(Role.ENCODE)]
 
     def _whole_candidates(self) -> list[Instance]:
         """Colocated instances, plus prefill/decode instances told to serve whole requests."""

@@ -19,6 +19,7 @@ from connector import canary
 from connector.attempts import Disaggregated
 from connector.bidir_kv import BidirectionalKV
 from connector.client_body import estimate_tokens, parse_client_body, turn_kind
+from connector.encoders import EncoderRing
 from connector.errors import (
     BadRequest,
     BodyTooSlow,
@@ -78,6 +79,8 @@ class Proxy:
         # NIXL bidirectional KV for multi-turn, when the deployment turned it on
         self.bidir = BidirectionalKV(settings, self.metrics) if settings.bidirectional_kv else None
         self.roles = RoleReader(self.pool, lambda: self.session)  # connector/pd_roles.py
+        self.encoders = EncoderRing(self.pool)  # E -> P -> D (connector/encoders.py)
+        self.registry.register(self.encoders)  # type: ignore[arg-type]
         self.disaggregated.roles = self.membership.roles = self.roles
         self.relay.on_hung = self._hung
         self.session: aiohttp.ClientSession | None = None
@@ -88,6 +91,8 @@ class Proxy:
             self.pool.upsert(flag.url, "decode", settings.mode, zmq_address=flag.zmq_address)
         for flag in settings.instance:
             self.pool.upsert(flag.url, Role.COLOCATED, Mode.COLOCATED)
+        for flag in settings.encode:
+            self.pool.upsert(flag.url, Role.ENCODE, settings.mode)
 
     @property
     def registry_port(self) -> int | None:
@@ -206,6 +211,9 @@ class Proxy:
     ) -> web.StreamResponse:
         self.metrics.in_flight += 1
         try:
+            if self.session is not None:  # a chat's images go to the encoders first
+                timeout = self.settings.prefill_timeout
+                await self.encoders.prime(self.session, request.path, body, _hex(), timeout)
             if route.prefill is not None:
                 return await self.disaggregated.serve(request, raw, body, route, flight)
             return await self._colocated(request, raw, body, route.decode, flight)
@@ -269,6 +277,10 @@ class Proxy:
                 self.disaggregated.judge_failed(inst, flight.cause, flight.error or "")
             elif outcome == "ok":
                 self.pool.leg_ok(inst)
+
+
+def _hex() -> str:
+    return os.urandom(16).hex()
 
 
 def _hung_up(flight: Flight) -> str:

@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from controller.autopilot_spec import Autopilot, check_autopilot
 from controller.bidir_spec import check_bidirectional
 from controller.canary_spec import CanaryConfig
+from controller.ec_spec import EcTransfer, check_encode
 from controller.field_error import FieldError
 from controller.kv_extra_spec import KvExtra, check_keys
 from controller.placement_spec import NodeSelector, Placement, check_placement
@@ -32,6 +33,7 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 # start: domain/modes.py's, as plain strings (the spec stores the name vLLM reads).
 CONNECTORS = tuple(c.value for c in Connector)
 MODE_CONNECTORS = frozenset(c.value for c in modes.MODE_CONNECTORS)
+ENCODE = Role.ENCODE  # an encode group moves no KV (controller/ec_spec.py)
 # Flags pdctl renders itself; an operator's extra args may not set them.
 OWNED_FLAGS = frozenset(
     {
@@ -39,6 +41,7 @@ OWNED_FLAGS = frozenset(
         "--host",
         "--served-model-name",
         "--kv-transfer-config",
+        "--ec-transfer-config",
         "-tp",
         "--tensor-parallel-size",
         "--max-num-seqs",
@@ -188,6 +191,7 @@ class DeploymentSpec(_Strict):
     unsafe_allow: UnsafeAllow | None = None
     role_switch: RoleSwitch | None = None  # runtime P/D role switching (role_switch_spec.py)
     autopilot: Autopilot | None = None  # the P:D ratio autopilot (autopilot_spec.py)
+    ec_transfer: EcTransfer | None = None  # encode groups' EC connector (ec_spec.py)
 
     def instance_names(self) -> list[str]:
         return [f"{g.name}-{i}" for g in self.groups for i in range(g.count)]
@@ -196,6 +200,7 @@ class DeploymentSpec(_Strict):
 def check(spec: DeploymentSpec) -> None:
     """The rules that relate fields to each other; raises FieldError at the first broken one."""
     check_bidirectional(spec)  # first: a colocated spec asking for it hears about the key
+    check_encode(spec)  # before the KV rules: an encode group hears why it has no KV
     _check_connector(spec)
     _check_groups(spec)
     _check_gpus(spec)
@@ -247,7 +252,7 @@ def _check_groups(spec: DeploymentSpec) -> None:
     for i, group in enumerate(spec.groups):
         if names.count(group.name) > 1:
             raise FieldError(("groups", i, "name"), f"group name {group.name!r} is used twice")
-        if spec.topology is Topology.COLOCATED and group.role is not Role.COLOCATED:
+        if spec.topology is Topology.COLOCATED and group.role not in (Role.COLOCATED, ENCODE):
             raise FieldError(
                 ("groups", i, "role"), "a colocated deployment has only colocated groups"
             )
@@ -266,7 +271,7 @@ def _check_groups(spec: DeploymentSpec) -> None:
                 f"{spec.connector or 'no connector'} has "
                 "no read/write modes (only MoRIIOConnector does)",
             )
-        if spec.connector in MODE_CONNECTORS and group.mode is None:
+        if spec.connector in MODE_CONNECTORS and group.mode is None and group.role is not ENCODE:
             raise FieldError(
                 ("groups", i, "mode"), "MoRIIOConnector groups need a mode: read or write"
             )
@@ -275,14 +280,13 @@ def _check_groups(spec: DeploymentSpec) -> None:
                 ("groups", i, "ports"), f"give ports for all {group.count} instances or for none"
             )
     if spec.topology is Topology.DISAGGREGATED:
-        roles = {g.role for g in spec.groups}
-        if roles != {Role.PREFILL, Role.DECODE}:
+        if {g.role for g in spec.groups} - {ENCODE} != {Role.PREFILL, Role.DECODE}:
             raise FieldError(
                 ("groups",),
                 "a disaggregated deployment needs at least one prefill group and one decode group",
             )
         if spec.connector in MODE_CONNECTORS:
-            for mode in {g.mode for g in spec.groups}:
+            for mode in {g.mode for g in spec.groups if g.role is not ENCODE}:
                 if {g.role for g in spec.groups if g.mode == mode} != {Role.PREFILL, Role.DECODE}:
                     raise FieldError(
                         ("groups",),

@@ -221,7 +221,9 @@ def _registry_policy(spec: DeploymentSpec, ports: AllocatedPorts) -> dict[str, A
             {
                 "key": ROLE_LABEL,
                 "operator": "In",
-                "values": sorted({g.role.value for g in spec.groups if g.role != Role.COLOCATED}),
+                "values": sorted(
+                    {g.role.value for g in spec.groups if g.role in (Role.PREFILL, Role.DECODE)}
+                ),
             }
         ],
     }

@@ -19,7 +19,12 @@ POD_IP_PLACEHOLDER = "pod-ip.pdctl.invalid"
 POD_IP = "POD_IP"
 ROLE_LABEL = "llm-d.ai/role"
 GROUP_LABEL = "pdctl/group"
-LLM_D_ROLES = {Role.PREFILL: "prefill", Role.DECODE: "decode", Role.COLOCATED: "both"}
+LLM_D_ROLES = {
+    Role.PREFILL: "prefill",
+    Role.DECODE: "decode",
+    Role.COLOCATED: "both",
+    Role.ENCODE: "encode",  # an EPD encoder (controller/ec_spec.py)
+}
 
 
 class NotOnKubernetes(FieldError):

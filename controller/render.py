@@ -15,6 +15,7 @@ from typing import Any
 from connector import kv_config
 from controller.bidir_spec import bidirectional
 from controller.deployment import DeploymentSpec, Engine, InstanceGroup, InstancePorts, Role
+from controller.ec_spec import ec_transfer_config
 from controller.launch import VLLM_SERVE, Launch, LaunchSettings
 from controller.placement import PROXY, Addresses, planned
 from controller.ports import AllocatedPorts
@@ -109,7 +110,7 @@ def instance_launch(
         mode=group.mode.value if group.mode else None,
         gpus=group.instance_gpus(index),
         ports=own,
-        registers=_moriio(spec),
+        registers=_moriio(spec) and group.role is not Role.ENCODE,
         address=where.by_name.get(name),
     )
 
@@ -133,7 +134,7 @@ def engine_flags(
         flags += ["--max-num-batched-tokens", str(group.max_num_batched_tokens)]
     if spec.max_model_len is not None:
         flags += ["--max-model-len", str(spec.max_model_len)]
-    if not prefix_caching(spec):
+    if not prefix_caching(spec) or group.role is Role.ENCODE:  # vLLM turns it off there too
         flags.append("--no-enable-prefix-caching")
     config = kv_transfer_config(
         spec,
@@ -147,6 +148,8 @@ def engine_flags(
         config["pd_role"] = serving_role(spec, group, name).value
     if config is not None:
         flags += ["--kv-transfer-config", json.dumps(config, separators=(",", ":"))]
+    if (ec := ec_transfer_config(spec, group)) is not None:  # controller/ec_spec.py
+        flags += ["--ec-transfer-config", json.dumps(ec, separators=(",", ":"))]
     return [*flags, *spec.extra_args, *group.extra_args]
 
 
@@ -196,7 +199,7 @@ def kv_transfer_config(
     own (what it advertises for its handshake and notify ports), given only when placed on a
     cluster node (on one host vLLM's default, the host's IP, is the same place)."""
     connector = spec.connector
-    if connector is None or group.role == Role.COLOCATED:
+    if connector is None or group.role in (Role.COLOCATED, Role.ENCODE):
         return None
     extra = {**spec.kv_connector_extra_config, **group.kv_connector_extra_config}
     if connector == "NixlConnector":
@@ -346,15 +349,17 @@ def proxy_args(
     args += ["--itl-slo-stat", slo.itl_stat]
     if (bidir := bidirectional(spec)).enabled:  # controller/bidir_spec.py
         args += ["--bidirectional-kv", "--kv-blocks-ttl", _number(bidir.ttl_s)]
-    if not _moriio(spec):
-        for group in spec.groups:
-            for i in range(group.count):
-                name = f"{group.name}-{i}"
-                flag = {"prefill": "--prefill", "decode": "--decode"}.get(
-                    serving_role(spec, group, name).value, "--instance"
-                )
-                address = reach_address(name, settings, where)
-                args += [flag, f"http://{address}:{ports.instances[name].http}"]
+    # MoRIIO prefills and decodes register themselves; encoders never do (they move no KV).
+    for group in spec.groups:
+        if _moriio(spec) and group.role is not Role.ENCODE:
+            continue
+        for i in range(group.count):
+            name = f"{group.name}-{i}"
+            flag = {"prefill": "--prefill", "decode": "--decode", "encode": "--encode"}.get(
+                serving_role(spec, group, name).value, "--instance"
+            )
+            address = reach_address(name, settings, where)
+            args += [flag, f"http://{address}:{ports.instances[name].http}"]
     return [*args, *settings.proxy_extra_args]
 
 

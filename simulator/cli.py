@@ -13,6 +13,7 @@ from domain import profiles
 from domain.engine_defaults import engine_defaults
 from domain.start_time import CACHES
 from simulator import stats_log
+from simulator.ec_config import ec_settings
 from simulator.engine_config import EngineConfigError, EngineSettings, parse_kv_transfer_config
 from simulator.kv_peers import STALE_PEER
 
@@ -118,6 +119,7 @@ def sim(
     gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
     num_gpu_blocks_override: int | None = typer.Option(None, "--num-gpu-blocks-override"),
     kv_transfer_config: str | None = typer.Option(None, "--kv-transfer-config"),
+    ec_transfer_config: str | None = typer.Option(None, "--ec-transfer-config"),
     time_scale: float = typer.Option(
         1.0, "--time-scale", help="Run K times slower than modelled; report modelled."
     ),
@@ -197,6 +199,7 @@ def sim(
             fault_injection=fault_injection,
             kv_stale_peer=_stale_peer(kv_stale_peer),
             moriio_metrics=_moriio_metrics(moriio_metrics),
+            ec=ec_settings(ec_transfer_config, settings.model_profile),  # simulator/ec_config.py
             log_stats_interval_s=None if disable_log_stats else stats_log.interval_from(os.environ),
         )
     except (EngineConfigError, profiles.UnknownProfile) as exc:

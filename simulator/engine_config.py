@@ -11,12 +11,15 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from domain import profiles
 from domain.vllm_metrics import TRANSFER_METRIC_PREFIXES
 from simulator.handoff_model import HandoffLink
 from simulator.handoff_paths import P2P, choose_path, path_bandwidth
+
+if TYPE_CHECKING:
+    from simulator.ec_config import EcSettings
 
 KNOWN_CONNECTORS = (
     "NixlConnector",
@@ -114,6 +117,7 @@ class EngineSettings:
     # (older MoRIIO, e.g. the blog's vLLM 0.16, exports none: pdctl derives the figure)
     moriio_metrics: str = "stats"
     engine_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    ec: EcSettings | None = None  # --ec-transfer-config (simulator/ec_config.py)
 
     @property
     def transfer_metrics_prefix(self) -> str | None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from domain import tokenizer
+from simulator.encoder_time import image_url, image_urls, mm_hash, placeholder_ids
 
 # vLLM holds token ids as int32: a larger one is out of any vocabulary (its 400 wording).
 MAX_TOKEN_ID = 1 << 31
@@ -79,12 +80,20 @@ class GenerationRequest:
     ignore_eos: bool
     kv_transfer_params: dict[str, Any] | None
     echo: bool = False
+    images: tuple[str, ...] = ()  # chat image parts' URLs (a multimodal profile's only)
 
 
 def parse(
-    kind: str, raw: bytes, content_type: str, served_model: str, max_model_len: int
+    kind: str,
+    raw: bytes,
+    content_type: str,
+    served_model: str,
+    max_model_len: int,
+    vision_tokens: int = 0,
 ) -> GenerationRequest:
-    """Validate in vLLM's order: media type, JSON, body fields, model, prompt, max_tokens."""
+    """Validate in vLLM's order: media type, JSON, body fields, model, prompt, max_tokens.
+    `vision_tokens`: the prompt tokens an image becomes (0: a text-only model, whose image
+    parts are passed over)."""
     if content_type.split(";", 1)[0].strip().lower() != "application/json":
         raise RequestError(
             "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed",
@@ -104,8 +113,10 @@ def parse(
             param="model",
             err_type="NotFoundError",
         )
+    images: tuple[str, ...] = ()
     if kind == "chat":
-        prompt_ids = _chat_prompt(body["messages"])
+        images = tuple(image_urls(body["messages"])) if vision_tokens else ()
+        prompt_ids = _chat_prompt(body["messages"], vision_tokens if images else 0, served_model)
     else:
         prompt_ids = _completion_prompt(body.get("prompt"))
     if len(prompt_ids) > max_model_len:
@@ -148,6 +159,7 @@ def parse(
         ignore_eos=bool(body.get("ignore_eos", False)),
         kv_transfer_params=params,
         echo=bool(body.get("echo", False)) and kind == "completion",
+        images=images,
     )
 
 
@@ -223,7 +235,7 @@ def _completion_prompt(prompt: Any) -> list[int]:
     return ids
 
 
-def _chat_prompt(messages: Any) -> list[int]:
+def _chat_prompt(messages: Any, vision_tokens: int = 0, model: str = "") -> list[int]:
     if not isinstance(messages, list):
         raise validation_error(
             "body.messages", "list_type", "Input should be a valid list", messages
@@ -237,6 +249,10 @@ def _chat_prompt(messages: Any) -> list[int]:
                 f"messages[{i}] must be an object with a role", param=f"messages[{i}]"
             )
         content = message.get("content") or ""
+        images: list[int] = []
+        if isinstance(content, list) and vision_tokens:  # each image: its vision tokens
+            for url in filter(None, map(image_url, content)):
+                images += placeholder_ids(mm_hash(model, url), vision_tokens)
         if isinstance(content, list):  # content parts: keep the text ones
             content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
         if not isinstance(content, str):
@@ -245,6 +261,7 @@ def _chat_prompt(messages: Any) -> list[int]:
             )
         # A tiny chat template: one token for the role, then the content's tokens.
         ids.extend(tokenizer.encode(str(message["role"])))
+        ids.extend(images)
         ids.extend(tokenizer.encode(content))
     ids.extend(tokenizer.encode("assistant"))
     return ids

@@ -17,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from domain import profiles, tokenizer
 from simulator import faults, openai_format, openai_request, pd_role
+from simulator.encoder_stage import EncoderStage, encoder_for
 from simulator.engine_config import EngineSettings
 from simulator.engine_loop import FINISHED, EngineLoop
 from simulator.faults import Faults
@@ -55,6 +56,7 @@ class SimState:
     created: int
     fingerprint: str
     faults: Faults | None = None  # only with --enable-fault-injection
+    encoder: EncoderStage | None = None  # a multimodal profile's (simulator/encoder_stage.py)
 
 
 STATE = web.AppKey("state", SimState)
@@ -142,6 +144,7 @@ def _lifespan(settings: EngineSettings):
             )
         if settings.log_stats_interval_s is not None:
             tasks.append(asyncio.create_task(log_stats(scheduler, settings.log_stats_interval_s)))
+        encoder = encoder_for(settings, engine.now)
         app[STATE] = SimState(
             settings,
             engine,
@@ -151,7 +154,10 @@ def _lifespan(settings: EngineSettings):
             int(time.time()),
             system_fingerprint(_config_key(settings)),
             injected,
+            encoder,
         )
+        if encoder is not None:
+            app[STATE].registry.register(encoder)  # type: ignore[attr-defined]
         yield
         for task in tasks:
             task.cancel()
@@ -223,6 +229,7 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
             request.headers.get("Content-Type", ""),
             settings.served_model_name,
             settings.model_len,
+            state.encoder.vision_tokens if state.encoder is not None else 0,
         )
         writer = ResponseWriter(gen, state.fingerprint)
         request_id = internal_request_id(kind, writer.id)
@@ -233,12 +240,18 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
     if fault is not None:
         return await faults.answer(request, fault, gen.stream, writer)
     engine = state.engine
+    arrival = engine.now()  # the encoder's time counts in TTFT, as inside vLLM's step
+    if (encoder := state.encoder) is not None:
+        if gen.images and handoff.remote is None:  # a decode leg's prompt arrives as KV
+            await encoder.encode(gen.images)
+        if encoder.encode_only:  # vLLM 0.32: an ec_producer runs no language model
+            return _json(writer.body("", "stop", len(gen.prompt_token_ids), 0, None))
     stop_after = None if gen.ignore_eos else natural_length(gen.prompt_token_ids)
     ereq = EngineRequest(
         request_id,
         gen.prompt_token_ids,
         gen.max_tokens,
-        engine.now(),
+        arrival,
         kv_role=handoff.role,
         stop_after=stop_after,
     )

@@ -61,3 +61,28 @@ def edited(body: dict, path: tuple, value: Any) -> dict:
 
 def spec(body: dict) -> DeploymentSpec:
     return DeploymentSpec.model_validate(body)
+
+
+EC_STORE = "/tmp/pdctl-ec-test"
+
+
+def epd_1e1p1d(name: str = "epd", **over: Any) -> dict:
+    """Encode -> prefill -> decode on the multimodal stand-in profile (controller/ec_spec.py)."""
+    return {
+        "name": name,
+        "engine": "sim",
+        "model": "qwen2.5-vl-7b-instruct",
+        "hardware": "h100",
+        "topology": "disaggregated",
+        "connector": "NixlConnector",
+        "groups": [
+            {"name": "encode", "role": "encode"},
+            {"name": "prefill", "role": "prefill"},
+            {"name": "decode", "role": "decode"},
+        ],
+        "ec_transfer": {
+            "ec_connector": "ECExampleConnector",
+            "ec_connector_extra_config": {"shared_storage_path": EC_STORE},
+        },
+        **over,
+    }

@@ -7,7 +7,7 @@ validated records and derives what the timing model needs (KV bytes per token, w
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from functools import cache
 from pathlib import Path
 
@@ -92,6 +92,16 @@ class ModelProfile:
     weight_dtype: str
     kv_dtype: str
     max_model_len: int
+    # A vision encoder (multimodal models only; 0 for text-only ones). An image becomes
+    # vision_tokens_per_image prompt tokens (at the profile's stated reference size), each
+    # costing vision_flops_per_token in the encoder (simulator/encoder_time.py).
+    vision_params: float = 0.0
+    vision_tokens_per_image: int = 0
+    vision_flops_per_token: float = 0.0
+
+    @property
+    def is_multimodal(self) -> bool:
+        return self.vision_tokens_per_image > 0
 
     @property
     def is_moe(self) -> bool:
@@ -136,10 +146,11 @@ def _load(kind: str, name: str, record: type) -> object:
         raise UnknownProfile(f"unknown {kind} profile {name!r}; known: {known}")
     data = tomllib.loads(path.read_text())
     wanted = {f.name for f in fields(record)}
-    missing = wanted - data.keys()
+    required = {f.name for f in fields(record) if f.default is MISSING}
+    missing = required - data.keys()
     if missing:
         raise ValueError(f"{path}: missing fields {sorted(missing)}")
-    return record(**{k: data[k] for k in wanted})
+    return record(**{k: data[k] for k in wanted if k in data})
 
 
 def for_model(model_name: str) -> str | None:
