@@ -150,16 +150,18 @@ def _disaggregated(spec: DeploymentSpec, rule: str, *, bidirectional: bool) -> C
     ids): half prefill (at least one), the rest decode; at least one of each."""
     if spec.topology is not Topology.COLOCATED:
         return None
-    group = spec.groups[0]
-    total = sum(g.count for g in spec.groups)
+    serving = [g for g in spec.groups if g.role is Role.COLOCATED]
+    group = serving[0]
+    total = sum(g.count for g in serving)
     prefills = max(1, total // 2)
     decodes = max(1, total - prefills)
-    gpus = [gpu for g in spec.groups for gpu in g.gpus]
-    if gpus and (len(gpus) < (prefills + decodes) * group.tp or len(spec.groups) > 1):
+    gpus = [gpu for g in serving for gpu in g.gpus]
+    if gpus and (len(gpus) < (prefills + decodes) * group.tp or len(serving) > 1):
         return None  # pinned GPUs that do not split evenly: the operator's layout to draw
     split = prefills * group.tp
     base = {"tp": group.tp, "extra_args": group.extra_args, "env": group.env}
     new_groups = [
+        *_encoders(spec),
         InstanceGroup(name="prefill", role=Role.PREFILL, count=prefills, gpus=gpus[:split], **base),
         InstanceGroup(
             name="decode",
@@ -199,8 +201,9 @@ def _colocated(spec: DeploymentSpec, rule: str) -> Change | None:
     if spec.topology is not Topology.DISAGGREGATED:
         return None
     tp = next(g.tp for g in spec.groups if g.role is Role.DECODE)
-    gpus = [gpu for g in spec.groups for gpu in g.gpus]
-    width = sum(g.count * g.tp for g in spec.groups)
+    serving = [g for g in spec.groups if g.role in (Role.PREFILL, Role.DECODE)]
+    gpus = [gpu for g in serving for gpu in g.gpus]
+    width = sum(g.count * g.tp for g in serving)
     count = max(1, width // tp)
     group = InstanceGroup(
         name="colocated",
@@ -213,7 +216,7 @@ def _colocated(spec: DeploymentSpec, rule: str) -> Change | None:
         update={
             "topology": Topology.COLOCATED,
             "connector": None,
-            "groups": [group],
+            "groups": [*_encoders(spec), group],
             "kv_connector_extra_config": {},
             "role_switch": None,
             "autopilot": None,
@@ -309,6 +312,11 @@ def _wider(spec: DeploymentSpec, rule: str, role: Role) -> Change | None:
         "down",
         RESTART,
     )
+
+
+def _encoders(spec: DeploymentSpec) -> list[InstanceGroup]:
+    """Encode groups stay as they are: their consumers change role, not their encoders."""
+    return [g for g in spec.groups if g.role is Role.ENCODE]
 
 
 def _count(spec: DeploymentSpec, role: Role) -> int:

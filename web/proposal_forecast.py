@@ -83,11 +83,12 @@ def plan_config(spec: DeploymentSpec) -> planner.PlanConfig:
     """The planner's layout for what a spec runs: serving roles (role moves included), the
     first group's TP per role, and the mode (NIXL pulls: read)."""
     if spec.topology is Topology.COLOCATED:
+        serving = [g for g in spec.groups if g.role is Role.COLOCATED]
         return planner.PlanConfig(
-            "colocated", count=sum(g.count for g in spec.groups), tp=spec.groups[0].tp
+            "colocated", count=sum(g.count for g in serving), tp=serving[0].tp
         )
     roles = list(instance_roles(spec).values())
-    tp = {g.role: g.tp for g in reversed(spec.groups)}
+    tp = {g.role: g.tp for g in reversed(spec.groups)}  # encode groups: not in the planner
     modes = {g.mode for g in spec.groups if g.mode is not None}
     mode = Mode.WRITE.value if modes == {Mode.WRITE} else Mode.READ.value
     return planner.PlanConfig(

@@ -164,3 +164,16 @@ def test_light_traffic_colocates_on_the_same_gpus():
 @pytest.mark.parametrize("rule", ["pd_not_happening", "canary_failing", "prefix_cache_heavy"])
 def test_diagnostic_verdicts_carry_no_change(rule):
     assert rule not in PROPOSERS and propose(spec(), rule) is None
+
+
+def test_encode_groups_stay_as_they_are_when_the_topology_changes():
+    from tests.specs import epd_1e1p1d
+
+    epd = DeploymentSpec.model_validate(epd_1e1p1d())
+    colocated_epd = propose(epd, "light_traffic")
+    check(colocated_epd.spec)
+    assert [g.role.value for g in colocated_epd.spec.groups] == ["encode", "colocated"]
+    assert colocated_epd.spec.groups[1].count == 2  # the prefill and the decode
+    back = propose(colocated_epd.spec, "itl_interference")
+    check(back.spec)
+    assert [g.role.value for g in back.spec.groups] == ["encode", "prefill", "decode"]
