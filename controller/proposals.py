@@ -120,7 +120,7 @@ def _slow_transfer(spec: DeploymentSpec) -> Change | None:
             "switch every group to MoRIIO write mode: the prefill pushes KV while it computes",
             spec.model_copy(update={"groups": groups}),
             "switch",
-            "transfer_share_of_ttft",
+            "ttft_p99_ms",  # the transfer stays as long; the TTFT it adds is what goes
             "down",
             "a zero-loss mode switch (held or rolled requests wait, none is lost)",
             mode=Mode.WRITE.value,

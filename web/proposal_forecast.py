@@ -25,7 +25,6 @@ ROW_FIELD = {
     "ttft_p99_ms": "p99_ttft_ms",
     "itl_p99_ms": "p99_itl_ms",
     "slo_attainment": "slo_attainment",
-    "transfer_share_of_ttft": "p99_ttft_ms",  # the planner's TTFT carries the exposed transfer
 }
 NOT_MODELLED = {
     "prompt_saved_share": "the planner does not model multi-turn KV reuse: bidirectional KV "

@@ -212,3 +212,69 @@ def test_multi_turn_turns_on_bidirectional_kv_and_prompt_tokens_are_saved(plane,
     chats()
     after = wait_until(lambda: signal(plane, "chat", "prompt_saved_share", "1m"), 15, "savings")
     assert moved(before, after, expected_direction(found, planner=False)), (before, after)
+
+
+def test_itl_binding_moves_a_prefill_to_decode_and_itl_falls(plane, tmp_path):
+    spec = sim(
+        "itl",
+        model="llama-3.1-8b",
+        hardware="l40s",
+        topology="disaggregated",
+        connector="NixlConnector",
+        groups=[
+            {"name": "prefill", "role": "prefill", "count": 2},
+            {"name": "decode", "role": "decode", "count": 2},
+        ],
+        slo={"ttft_ms": 600000, "itl_ms": 1},
+        role_switch={},
+    )
+    url = started(plane, spec)
+    flags = ("--input-len", "4000", "--output-len", "128", "--model", "llama-3.1-8b")
+    found = measured_under_load(plane, tmp_path, "itl", url, "b", 16, 240, flags, "itl_binding")
+    assert found["how"] == "role_move" and found["role"] == "decode"
+    before = signal(plane, "itl", "itl_p99_ms")
+    applied = apply(plane, "itl", "itl_binding")
+    _, revision = plane.api("GET", f"/deployments/itl/revisions/{applied['revision']}")
+    assert revision["spec"]["role_switch"]["serving"] == {found["instance"]: "decode"}
+    measured_under_load(plane, tmp_path, "itl", url, "a", 16, 240, flags)
+    after = signal(plane, "itl", "itl_p99_ms")
+    assert moved(before, after, expected_direction(found)), (before, after, found["forecast"])
+
+
+def test_slow_kv_transfer_switches_moriio_to_write_and_ttft_falls(plane, tmp_path):
+    group = {"mode": "read", "extra_args": ["--kv-link-gbps", "1"]}  # a slow link, modelled
+    spec = sim(
+        "slow",
+        model="llama-3.1-8b",
+        hardware="l40s",
+        topology="disaggregated",
+        connector="MoRIIOConnector",
+        prefix_caching=False,
+        groups=[
+            {"name": "prefill", "role": "prefill", **group},
+            {"name": "decode", "role": "decode", **group},
+        ],
+    )
+    url = started(plane, spec)
+    flags = ("--input-len", "1900", "--output-len", "16", "--model", "llama-3.1-8b")
+    found = measured_under_load(plane, tmp_path, "slow", url, "b", 2, 30, flags, "slow_kv_transfer")
+    assert found["how"] == "switch" and found["mode"] == "write"
+    before = signal(plane, "slow", "ttft_p99_ms")
+    applied = apply(plane, "slow", "slow_kv_transfer")
+    switch = applied["switch"]
+    done = wait_until(
+        lambda: (
+            (r := plane.api("GET", f"/deployments/slow/switches/{switch['id']}")[1])["state"]
+            != "running"
+            and r
+        ),
+        120,
+        "the switch",
+    )
+    assert done["state"] == "done" and done["revision_state"] == "applied", done
+    _, current = plane.api("GET", "/deployments/slow")
+    assert {g["mode"] for g in current["spec"]["groups"]} == {"write"}
+    plane.running("slow")
+    measured_under_load(plane, tmp_path, "slow", url, "a", 2, 30, flags)
+    after = signal(plane, "slow", "ttft_p99_ms")
+    assert moved(before, after, expected_direction(found)), (before, after, found["forecast"])
