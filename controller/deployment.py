@@ -19,6 +19,7 @@ from controller.canary_spec import CanaryConfig
 from controller.field_error import FieldError
 from controller.kv_extra_spec import KvExtra, check_keys
 from controller.placement_spec import NodeSelector, Placement, check_placement
+from controller.render_tier_spec import check_render_tier
 from controller.role_switch_spec import RoleSwitch, check_role_switch
 from domain import modes
 from domain.modes import Connector, Mode, Role
@@ -196,6 +197,7 @@ class DeploymentSpec(_Strict):
 def check(spec: DeploymentSpec) -> None:
     """The rules that relate fields to each other; raises FieldError at the first broken one."""
     check_bidirectional(spec)  # first: a colocated spec asking for it hears about the key
+    check_render_tier(spec)  # before the groups: a render group is none of theirs
     _check_connector(spec)
     _check_groups(spec)
     _check_gpus(spec)
@@ -247,6 +249,8 @@ def _check_groups(spec: DeploymentSpec) -> None:
     for i, group in enumerate(spec.groups):
         if names.count(group.name) > 1:
             raise FieldError(("groups", i, "name"), f"group name {group.name!r} is used twice")
+        if group.role is Role.RENDER:  # checked by controller/render_tier_spec.py
+            continue
         if spec.topology is Topology.COLOCATED and group.role is not Role.COLOCATED:
             raise FieldError(
                 ("groups", i, "role"), "a colocated deployment has only colocated groups"
@@ -275,14 +279,14 @@ def _check_groups(spec: DeploymentSpec) -> None:
                 ("groups", i, "ports"), f"give ports for all {group.count} instances or for none"
             )
     if spec.topology is Topology.DISAGGREGATED:
-        roles = {g.role for g in spec.groups}
+        roles = {g.role for g in spec.groups} - {Role.RENDER}
         if roles != {Role.PREFILL, Role.DECODE}:
             raise FieldError(
                 ("groups",),
                 "a disaggregated deployment needs at least one prefill group and one decode group",
             )
         if spec.connector in MODE_CONNECTORS:
-            for mode in {g.mode for g in spec.groups}:
+            for mode in {g.mode for g in spec.groups if g.role is not Role.RENDER}:
                 if {g.role for g in spec.groups if g.mode == mode} != {Role.PREFILL, Role.DECODE}:
                     raise FieldError(
                         ("groups",),

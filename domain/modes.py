@@ -25,6 +25,7 @@ class Role(enum.StrEnum):
     PREFILL = "prefill"
     DECODE = "decode"
     COLOCATED = "colocated"
+    RENDER = "render"
 
 
 # The proxy's admin API and registry have long said "both" for a colocated instance.
