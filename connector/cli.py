@@ -28,6 +28,10 @@ def proxy(
     instance: Annotated[
         list[str] | None, typer.Option(help="Colocated instance URL (repeat; --mode colocated).")
     ] = None,
+    render: Annotated[
+        list[str] | None,
+        typer.Option(help="Render tier URL (repeat): completions are rendered to token ids there."),
+    ] = None,
     registry_port: Annotated[
         int, typer.Option(help="ZMQ registry port (MoRIIO proxy_ping_port); -1 disables.")
     ] = 36367,
@@ -191,6 +195,7 @@ def proxy(
             prefill=tuple(FlagInstance.parse(u) for u in prefill or ()),
             decode=tuple(FlagInstance.parse(u) for u in decode or ()),
             instance=tuple(FlagInstance.parse(u) for u in instance or ()),
+            render=tuple(FlagInstance.parse(u) for u in render or ()),
             registry_port=None if registry_port < 0 else registry_port,
             default_registry_mode=mode if mode != "colocated" else "read",
             slo=SloTargets(slo_ttft_ms, slo_itl_ms, slo_tpot_ms, itl_slo_stat),

@@ -37,6 +37,7 @@ from connector.metrics import ProxyMetrics, make_registry
 from connector.pd_roles import RoleReader
 from connector.policy import make_policy
 from connector.relay import ClientGone, Relay
+from connector.render_tier import RenderTier
 from connector.request_log import LoggedRequest, RequestLog
 from connector.settings import ProxySettings
 from connector.upstream import UpstreamPool
@@ -88,6 +89,7 @@ class Proxy:
             self.pool.upsert(flag.url, "decode", settings.mode, zmq_address=flag.zmq_address)
         for flag in settings.instance:
             self.pool.upsert(flag.url, Role.COLOCATED, Mode.COLOCATED)
+        self.render = RenderTier(tuple(flag.url for flag in settings.render))
 
     @property
     def registry_port(self) -> int | None:
@@ -157,6 +159,8 @@ class Proxy:
             raw = await self._read_body(request)
             body = parse_client_body(raw, request.path)
             flight.stream = body.get("stream") is True
+            if self.render.renders(request.path):  # token ids from the render tier
+                raw, body = await self.render.render(self.relay.client(), request.path, raw, body)
             if not is_canary:
                 self.metrics.turns[turn_kind(body, request.path)] += 1
                 if self.bidir is not None:

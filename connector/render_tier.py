@@ -1,0 +1,105 @@
+"""The render tier in front of the engines (PROTOCOL.md section 4b): when the proxy knows a
+render instance, a client's completion request is rendered there to token ids
+(`POST /v1/completions/render`, vLLM's GenerateRequest list) and the prefill and decode legs
+generate on those ids (`prompt` as a list of token ids, which vLLM's /v1/completions takes).
+The engines' answer is already the OpenAI response vLLM builds for a token-id prompt, so it
+goes back to the client as it streams: the text is the text of the no-render-tier path, and
+TTFT, ITL and the SLO verdict are measured exactly as before, with the render time inside
+TTFT (the request's clock starts when it arrives, before the render call).
+
+Chat requests are not rendered here yet (their legs would have to answer in the chat shape from
+a token-id prompt); they go to the engines as they came.
+
+`tokens_body` is pure; `RenderTier.render` is the one I/O call.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import aiohttp
+
+from connector.client_body import upstream_failure
+from connector.errors import UpstreamError
+
+RENDERED_PATHS = {"/v1/completions": "/v1/completions/render"}
+
+
+def tokens_body(body: dict[str, Any], rendered: Any) -> dict[str, Any] | None:
+    """The client's body with its prompt replaced by the rendered token ids; None when the
+    render tier's answer is not one GenerateRequest with token ids."""
+    if isinstance(rendered, list) and len(rendered) == 1:
+        rendered = rendered[0]
+    ids = rendered.get("token_ids") if isinstance(rendered, dict) else None
+    if not isinstance(ids, list) or not ids or not all(type(t) is int for t in ids):
+        return None
+    return {**body, "prompt": ids}
+
+
+class RenderTier:
+    """The render instances the proxy knows (round-robin), and what rendering cost."""
+
+    def __init__(self, urls: tuple[str, ...] = ()) -> None:
+        self.urls: list[str] = [u.rstrip("/") for u in urls]
+        self._next = 0
+        self.rendered = 0
+        self.render_seconds = 0.0
+
+    def add(self, url: str) -> bool:
+        url = url.rstrip("/")
+        if url in self.urls:
+            return False
+        self.urls.append(url)
+        return True
+
+    def remove(self, url: str) -> bool:
+        url = url.rstrip("/")
+        if url not in self.urls:
+            return False
+        self.urls.remove(url)
+        return True
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [{"url": u, "role": "render"} for u in self.urls]
+
+    def renders(self, path: str) -> bool:
+        return bool(self.urls) and path in RENDERED_PATHS
+
+    def _pick(self) -> str:
+        self._next = (self._next + 1) % len(self.urls)
+        return self.urls[self._next]
+
+    async def render(
+        self, session: aiohttp.ClientSession, path: str, raw: bytes, body: dict[str, Any]
+    ) -> tuple[bytes, dict[str, Any]]:
+        """The client's request as token ids, from one render instance; errors name it."""
+        url = self._pick()
+        started = time.perf_counter()
+        try:
+            async with session.post(
+                url + RENDERED_PATHS[path],
+                data=raw,
+                headers={"Content-Type": "application/json"},
+                timeout=aiohttp.ClientTimeout(total=30.0),
+            ) as r:
+                answer = await r.read()
+                if r.status != 200:
+                    raise upstream_failure("render", url, r.status, answer)
+        except TimeoutError:
+            raise UpstreamError("render", url, "no answer within 30 s", "timeout") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamError("render", url, f"{type(exc).__name__}: {exc}") from None
+        finally:
+            self.render_seconds += time.perf_counter() - started
+        try:
+            rewritten = tokens_body(body, json.loads(answer))
+        except (ValueError, RecursionError):
+            rewritten = None
+        if rewritten is None:
+            raise UpstreamError(
+                "render", url, f"answered 200 without token ids: {answer[:60]!r}", "garbage"
+            )
+        self.rendered += 1
+        return json.dumps(rewritten, separators=(",", ":")).encode(), rewritten
