@@ -69,3 +69,18 @@ def test_moriio_engines_register_but_the_render_tier_is_given_by_flag() -> None:
     assert "--prefill" not in proxy and "--decode" not in proxy
     assert proxy[proxy.index("--render") + 1] == out["render-0"].url
     assert out["render-0"].ports.handshake is None and out["render-0"].registers is False
+
+
+def test_docker_compose_runs_it_and_kubernetes_refuses_it_naming_the_field() -> None:
+    import pytest
+
+    from controller.compose import render_compose
+    from controller.k8s import NotOnKubernetes, render_k8s
+
+    s = spec(with_render(nixl_1p1d()))
+    services = render_compose(s, allocate(s))["services"]
+    assert services["render-0"]["command"][-1] == "--render"
+    assert "--render" in services["proxy"]["command"]
+    with pytest.raises(NotOnKubernetes) as caught:
+        render_k8s(s, allocate(s))
+    assert caught.value.loc == ("groups", 2, "role")
