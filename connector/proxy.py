@@ -37,7 +37,7 @@ from connector.metrics import ProxyMetrics, make_registry
 from connector.pd_roles import RoleReader
 from connector.policy import make_policy
 from connector.relay import ClientGone, Relay
-from connector.render_tier import RenderTier
+from connector.render_tier import RenderTier, legs_of
 from connector.request_log import LoggedRequest, RequestLog
 from connector.settings import ProxySettings
 from connector.upstream import UpstreamPool
@@ -159,17 +159,19 @@ class Proxy:
             raw = await self._read_body(request)
             body = parse_client_body(raw, request.path)
             flight.stream = body.get("stream") is True
-            if self.render.renders(request.path):  # token ids from the render tier
-                raw, body = await self.render.render(self.relay.client(), request.path, raw, body)
             if not is_canary:
                 self.metrics.turns[turn_kind(body, request.path)] += 1
                 if self.bidir is not None:
                     self.bidir.before(body, request.path, flight)
+            legs = body
+            if self.render.renders(request.path):  # token ids from the render tier
+                raw, legs = await self.render.render(self.relay.client(), request.path, raw, body)
+                flight.leg_path, flight.reshape = legs_of(request.path)
             pinned = canary.pinned_route(request.headers, marked, self.pool)
             flight.pinned = pinned is not None
             route = pinned or await self.hold.acquire_route()
             flight.route = route
-            response = await self._serve(request, raw, body, route, flight)
+            response = await self._serve(request, raw, legs, route, flight)
             outcome = "failed" if flight.error else "ok"
             if self.bidir is not None and outcome == "ok":
                 self.bidir.after(body, flight)

@@ -7,8 +7,9 @@ goes back to the client as it streams: the text is the text of the no-render-tie
 TTFT, ITL and the SLO verdict are measured exactly as before, with the render time inside
 TTFT (the request's clock starts when it arrives, before the render call).
 
-Chat requests are not rendered here yet (their legs would have to answer in the chat shape from
-a token-id prompt); they go to the engines as they came.
+A chat request is rendered by `/v1/chat/completions/render` (its chat template applied there);
+its legs go to /v1/completions with the ids, and the answer is put back in the chat shape
+(connector/chat_shape.py), scanned for measurement as the client receives it.
 
 `tokens_body` is pure; `RenderTier.render` is the one I/O call.
 """
@@ -21,21 +22,36 @@ from typing import Any
 
 import aiohttp
 
+from connector.chat_shape import COMPLETIONS, ChatShape, legs_body
 from connector.client_body import upstream_failure
 from connector.errors import UpstreamError
 
-RENDERED_PATHS = {"/v1/completions": "/v1/completions/render"}
+RENDERED_PATHS = {
+    "/v1/completions": "/v1/completions/render",
+    "/v1/chat/completions": "/v1/chat/completions/render",
+}
 
 
 def tokens_body(body: dict[str, Any], rendered: Any) -> dict[str, Any] | None:
-    """The client's body with its prompt replaced by the rendered token ids; None when the
-    render tier's answer is not one GenerateRequest with token ids."""
+    """The legs' body: the client's with its prompt (a chat's messages) replaced by the
+    rendered token ids; None when the render tier's answer is not one GenerateRequest with
+    token ids."""
     if isinstance(rendered, list) and len(rendered) == 1:
         rendered = rendered[0]
     ids = rendered.get("token_ids") if isinstance(rendered, dict) else None
     if not isinstance(ids, list) or not ids or not all(type(t) is int for t in ids):
         return None
+    if "messages" in body:
+        return legs_body(body, ids)
     return {**body, "prompt": ids}
+
+
+def legs_of(path: str) -> tuple[str | None, ChatShape | None]:
+    """Where the legs of a rendered request go and how their answer is reshaped: a chat
+    request's to /v1/completions, answered in the chat shape; a completion's as it came."""
+    if path == COMPLETIONS:
+        return None, None
+    return COMPLETIONS, ChatShape()
 
 
 class RenderTier:

@@ -63,22 +63,44 @@ def test_both_legs_generate_on_the_rendered_token_ids() -> None:
     run(body())
 
 
-def test_without_a_render_tier_and_for_chat_nothing_changes() -> None:
-    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-
+def test_without_a_render_tier_nothing_changes() -> None:
     async def body() -> None:
+        async with (
+            engines(FakeEngine("p"), FakeEngine("d")) as (p, d),
+            running(settings_for([p], [d])) as (base, _),
+        ):
+            assert (await post(base, completion(2)))[0] == 200
+        assert d.seen[0].body["prompt"] == "hello there"
+
+    run(body())
+
+
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+
+
+def test_a_chat_is_rendered_served_on_completion_legs_and_answered_as_a_chat() -> None:
+    async def body() -> tuple:
         async with (
             render_tier() as render,
             engines(FakeEngine("p"), FakeEngine("d")) as (p, d),
-            running(settings_for([p], [d])) as (base, _),
-            running(settings_for([p], [d], render=(FlagInstance(render),))) as (rbase, _),
+            running(settings_for([p], [d], render=(FlagInstance(render),))) as (base, _),
         ):
-            assert (await post(base, completion(2)))[0] == 200
-            assert (await post(rbase, chat, path="/v1/chat/completions"))[0] == 200
-        assert d.seen[0].body["prompt"] == "hello there"
-        assert d.seen[1].body["messages"] == chat["messages"]
+            streamed = await post(base, {**CHAT, "stream": True}, path="/v1/chat/completions")
+            whole = await post(base, CHAT, path="/v1/chat/completions")
+        return p, d, streamed, whole
 
-    run(body())
+    p, d, streamed, whole = run(body())
+    ids = tokenizer.encode("user hi assistant")
+    assert p.seen[0].body["prompt"] == ids and "messages" not in d.seen[0].body
+    assert d.seen[0].body["max_tokens"] == 3
+    assert p.seen[0].path == "/v1/completions" and d.seen[0].path == "/v1/completions"
+    events = [e for e in sse_events(streamed[2]) if isinstance(e, dict)]
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert all(e["object"] == "chat.completion.chunk" for e in events)
+    assert all("text" not in c and "content" in c["delta"] for e in events for c in e["choices"])
+    answer = json.loads(whole[2])
+    assert answer["object"] == "chat.completion"
+    assert answer["choices"][0]["message"]["role"] == "assistant"
 
 
 def test_a_render_tier_added_over_admin_is_used_and_listed_and_removed() -> None:

@@ -1,7 +1,8 @@
 """A render tier on loopback, real processes: NIXL stand-ins (prefill, decode), `pdctl sim
 --render`, and two proxies over the same engines, one with the render tier (--render) and one
 without. The same request gives the same completion text through both, whole and streamed;
-only the render tier's proxy had it rendered, and its TTFT includes the render."""
+only the render tier's proxy had it rendered. Chat too: rendered with the chat template, served
+on completion legs, answered in the chat shape."""
 
 from __future__ import annotations
 
@@ -76,11 +77,31 @@ def test_the_render_tiers_proxy_measures_ttft_from_arrival(fronts) -> None:
     assert metric_value(text, "pdctl_proxy_ttft_seconds_count") >= 2
 
 
-def test_chat_through_the_render_tiers_proxy_is_served_as_it_came(fronts) -> None:
-    plain, rendered, _ = fronts
-    ask = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
-    answers = [
-        client(f).chat.completions.create(**ask).choices[0].message.content
-        for f in (plain, rendered)
-    ]
-    assert answers[0] == answers[1]
+def test_the_same_chat_answer_with_and_without_the_render_tier(fronts) -> None:
+    plain, rendered, render = fronts
+    chat = {"handler": "/v1/chat/completions/render", "status": "2xx"}
+
+    def chats() -> float:
+        text = http_get(render.url + "/metrics")[1].decode()
+        return metric_value(text, "http_requests_total", **chat)
+
+    before = chats()
+    ask = {"model": "tiny", "messages": [{"role": "user", "content": "hi there"}]}
+    ask["max_completion_tokens"] = 9
+    whole = [client(f).chat.completions.create(**ask) for f in (plain, rendered)]
+    assert whole[0].choices[0].message.content == whole[1].choices[0].message.content
+    assert whole[1].choices[0].message.role == "assistant" and whole[1].object == "chat.completion"
+    assert whole[0].usage.prompt_tokens == whole[1].usage.prompt_tokens
+    streamed, counts = [], []
+    for front in (plain, rendered):
+        chunks = list(
+            client(front).chat.completions.create(
+                **ask, stream=True, stream_options={"include_usage": True}
+            )
+        )
+        streamed.append("".join(c.choices[0].delta.content or "" for c in chunks if c.choices))
+        assert chunks[0].choices[0].delta.role == "assistant"
+        counts.append((len(chunks), chunks[-1].usage.completion_tokens))
+    assert streamed[0] == streamed[1] == whole[0].choices[0].message.content
+    assert counts[0] == counts[1]  # the same events: the proxy counts the same token events
+    assert chats() - before == 2
