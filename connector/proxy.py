@@ -37,7 +37,7 @@ from connector.metrics import ProxyMetrics, make_registry
 from connector.pd_roles import RoleReader
 from connector.policy import make_policy
 from connector.relay import ClientGone, Relay
-from connector.render_tier import RenderTier, legs_of
+from connector.render_tier import RenderCollector, RenderTier, legs_of
 from connector.request_log import LoggedRequest, RequestLog
 from connector.settings import ProxySettings
 from connector.upstream import UpstreamPool
@@ -90,6 +90,7 @@ class Proxy:
         for flag in settings.instance:
             self.pool.upsert(flag.url, Role.COLOCATED, Mode.COLOCATED)
         self.render = RenderTier(tuple(flag.url for flag in settings.render))
+        self.registry.register(RenderCollector(self.render))
 
     @property
     def registry_port(self) -> int | None:

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from connector.chat_shape import COMPLETIONS, ChatShape, legs_body
 from connector.client_body import upstream_failure
@@ -119,3 +121,26 @@ class RenderTier:
             )
         self.rendered += 1
         return json.dumps(rewritten, separators=(",", ":")).encode(), rewritten
+
+
+class RenderCollector:
+    """The render tier as the proxy's /metrics shows it: instances known, requests rendered,
+    and the seconds the proxy waited on render calls (inside the clients' TTFT)."""
+
+    def __init__(self, tier: RenderTier) -> None:
+        self.tier = tier
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "pdctl_proxy_render_instances", "Render tier instances known.", len(self.tier.urls)
+        )
+        yield CounterMetricFamily(
+            "pdctl_proxy_rendered_requests",
+            "Requests rendered to token ids by the render tier.",
+            self.tier.rendered,
+        )
+        yield CounterMetricFamily(
+            "pdctl_proxy_render_seconds",
+            "Seconds spent waiting on the render tier (part of the clients' TTFT).",
+            self.tier.render_seconds,
+        )

@@ -9,10 +9,12 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 from aiohttp import web
+from prometheus_client import generate_latest
 
 from connector.render_tier import tokens_body
 from connector.settings import FlagInstance
 from domain import tokenizer
+from harness.processes import metric_value
 from simulator.render_server import RenderSettings, create_render_app
 from tests.connector.fakes import (
     FakeEngine,
@@ -59,6 +61,10 @@ def test_both_legs_generate_on_the_rendered_token_ids() -> None:
         assert p.seen[0].body["prompt"] == ids and d.seen[0].body["prompt"] == ids
         assert len([e for e in sse_events(raw) if isinstance(e, dict) and e.get("choices")]) == 4
         assert proxy.render.rendered == 1 and proxy.render.render_seconds > 0
+        text = generate_latest(proxy.registry).decode()
+        assert metric_value(text, "pdctl_proxy_rendered_requests_total") == 1
+        assert metric_value(text, "pdctl_proxy_render_seconds_total") > 0
+        assert metric_value(text, "pdctl_proxy_render_instances") == 1
 
     run(body())
 
