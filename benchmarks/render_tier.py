@@ -43,22 +43,28 @@ def prompt(i: int, words: int) -> str:
 
 
 async def one(session: aiohttp.ClientSession, url: str, i: int, args: argparse.Namespace) -> str:
+    chat = args.endpoint == "chat"
     body = {
         "model": "tiny",
-        "prompt": prompt(i, args.input_len),
         "max_tokens": args.output_len,
         "stream": True,
         "stream_options": {"include_usage": True},
         "ignore_eos": True,
     }
+    if chat:
+        body["messages"] = [{"role": "user", "content": prompt(i, args.input_len)}]
+    else:
+        body["prompt"] = prompt(i, args.input_len)
     text = []
-    async with session.post(url + "/v1/completions", json=body) as r:
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    async with session.post(url + path, json=body) as r:
         if r.status != 200:
             raise RuntimeError(f"HTTP {r.status}: {(await r.read())[:200]!r}")
         async for line in r.content:
             if line.startswith(b"data: {"):
                 event = json.loads(line[6:])
-                text += [c["text"] for c in event.get("choices") or ()]
+                for c in event.get("choices") or ():
+                    text.append(c["delta"].get("content") or "" if chat else c["text"])
     return "".join(text)
 
 
@@ -92,6 +98,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0, help="Time limit per path.")
     parser.add_argument("--input-len", type=int, default=256, help="Prompt words (tokens).")
     parser.add_argument("--output-len", type=int, default=16)
+    parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -119,7 +126,8 @@ def report(args, texts_plain, cpu_plain, texts_render, cpu_render) -> None:
     engines_render = (cpu_render[0] + cpu_render[1]) / n_render
     render_per = cpu_render[2] / n_render
     print(
-        f"workload: {args.input_len}-token prompts, {args.output_len} streamed tokens, "
+        f"workload: {args.endpoint}, {args.input_len}-token prompts, {args.output_len} streamed "
+        f"tokens, "
         f"concurrency {args.concurrency}; {n_plain} requests without the render tier, "
         f"{n_render} with it"
     )

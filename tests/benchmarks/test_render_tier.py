@@ -17,7 +17,7 @@ def test_cpu_is_utime_plus_stime_of_the_process_itself() -> None:
 
 
 def test_the_report_gives_per_request_figures_and_the_ratio(capsys) -> None:
-    args = argparse.Namespace(input_len=8, output_len=4, concurrency=2)
+    args = argparse.Namespace(input_len=8, output_len=4, concurrency=2, endpoint="chat")
     texts = {0: "a", 1: "b"}
     report(args, texts, [0.02, 0.02, 0.0, 0.01], {0: "a", 1: "c"}, [0.02, 0.02, 0.004, 0.012])
     out = capsys.readouterr().out
