@@ -53,7 +53,6 @@ def whole(raw: bytes) -> bytes:
         if isinstance(choice, dict):
             message = {"role": "assistant", "content": choice.pop("text", "")}
             message.update(dict.fromkeys(_MESSAGE_NULLS))
-            message["tool_calls"] = []
             choice.pop("prompt_logprobs", None)
             choice.pop("prompt_token_ids", None)
             choice["message"] = message

@@ -13,7 +13,7 @@ engines agree on every token, and the text derendered is the text the engine wou
 
 from __future__ import annotations
 
-import json
+import time
 import uuid
 from typing import Any
 
@@ -23,27 +23,45 @@ from simulator.openai_request import GenerationRequest, RequestError
 
 
 def generate_request(req: GenerationRequest, body: dict[str, Any]) -> dict[str, Any]:
-    """vLLM's GenerateRequest for one parsed request: what an engine generates on."""
+    """vLLM's GenerateRequest for one parsed request: what an engine generates on. Keys as
+    vLLM 0.32's render server answers (tests/fixtures/vllm/render_tier); its sampling_params
+    leave out what is at vLLM's default (ignore_eos appears only when set)."""
     prefix = "chatcmpl-" if req.kind == "chat" else "cmpl-"
+    sampling: dict[str, Any] = {
+        "presence_penalty": body.get("presence_penalty", 0.0),
+        "frequency_penalty": body.get("frequency_penalty", 0.0),
+        "repetition_penalty": body.get("repetition_penalty", 1.0),
+        "temperature": body.get("temperature", 1.0),
+        "top_p": body.get("top_p", 1.0),
+        "min_p": body.get("min_p", 0.0),
+        "stop": [],
+        "stop_token_ids": [],
+        "max_tokens": req.max_tokens,
+        "output_kind": 1 if req.stream else 2,  # vLLM's RequestOutputKind: DELTA, FINAL_ONLY
+        "skip_clone": True,
+        "bad_words": [],
+        "skip_reading_prefix_cache": False,
+    }
+    if req.ignore_eos:
+        sampling["ignore_eos"] = True
     return {
-        "request_id": prefix + uuid.uuid4().hex,
+        "request_id": prefix + uuid.uuid4().hex[:16],
         "token_ids": req.prompt_token_ids,
+        "token_offsets": None,
         "features": None,
-        "sampling_params": {
-            "n": 1,
-            "max_tokens": req.max_tokens,
-            "temperature": body.get("temperature", 1.0),
-            "top_p": body.get("top_p", 1.0),
-            "ignore_eos": req.ignore_eos,
-            "skip_special_tokens": True,
-            "detokenize": True,
-        },
+        "content_parts": None,
+        "sampling_params": sampling,
         "model": req.model,
+        "reasoning_ended": None,
+        "reasoning_parser_kwargs": None,
+        "return_token_ids": None,
+        "output_mode": "tokens",
         "stream": req.stream,
         "stream_options": body.get("stream_options") if req.stream else None,
         "cache_salt": body.get("cache_salt"),
         "priority": body.get("priority", 0),
         "kv_transfer_params": req.kv_transfer_params,
+        "ec_transfer_params": None,
     }
 
 
@@ -105,37 +123,58 @@ def derender(kind: str, body: dict[str, Any], model: str) -> dict[str, Any]:
         responses[0].get("kv_transfer_params"),
     )
     out["id"] = responses[0].get("request_id") or out["id"]
+    out["system_fingerprint"] = None  # a render server runs no engine config
     return out
 
 
 def derender_chunk(kind: str, body: dict[str, Any], model: str) -> dict[str, Any]:
-    """One streamed generate chunk as the OpenAI stream chunk, and the state for the next."""
+    """One streamed generate chunk as the OpenAI stream chunk, and the state for the next
+    (vLLM's DerenderStreamState keys; the stand-in's tokenizer needs only whether a token went
+    out before, which `prev_tokens` says)."""
     chunk = body.get("generate_chunk")
     ids, finish = _choice_ids(chunk, "generate_chunk")
     state = body.get("stream_state") or {}
     if not isinstance(state, dict):
         raise RequestError("stream_state must be an object or null", param="stream_state")
     seen = state.get("prev_tokens") or []
-    writer = _writer(kind, model)
-    writer.id = chunk.get("request_id") or writer.id
     text = output_text(ids, first=not seen)
-    if finish is not None:
-        raw = writer.last_chunk(text, finish, chunk.get("kv_transfer_params"))
+    chat = kind == "chat"
+    choice: dict[str, Any] = {"index": 0}
+    if chat:
+        delta: dict[str, Any] = {} if state.get("role_sent") else {"role": "assistant"}
+        choice["delta"] = {**delta, "content": text, "reasoning": None}
+        choice.update(logprobs=None, finish_reason=finish, stop_reason=None, token_ids=None)
     else:
-        raw = writer.token_chunk(text)
-    out = json.loads(raw[len(b"data: ") :])
-    out["id"] = writer.id
-    if kind == "chat" and not state.get("role_sent"):
-        out["choices"][0]["delta"] = {"role": "assistant", **out["choices"][0]["delta"]}
-    if isinstance(chunk.get("usage"), dict):
-        out["usage"] = chunk["usage"]
+        choice.update(text=text, logprobs=None, finish_reason=finish, stop_reason=None)
+        choice.update(prompt_token_ids=None, token_ids=None)
+    out: dict[str, Any] = {
+        "id": chunk.get("request_id") or ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": chunk.get("usage") if isinstance(chunk.get("usage"), dict) else None,
+        "system_fingerprint": None,
+    }
+    if chat:
+        out.update(prompt_token_ids=None, prompt_text=None)
+    out["metrics"] = None
+    if chunk.get("kv_transfer_params") is not None:
+        out["kv_transfer_params"] = chunk["kv_transfer_params"]
     last = [tokenizer.token_text(ids[-1], not seen and len(ids) == 1)] if ids else seen[-1:]
+    offset = int(state.get("logprob_text_offset") or 0) + (0 if chat else len(text))
     return {
         "chunk": out,
         "stream_state": {
             "prev_tokens": last,
             "prefix_offset": 0,
             "read_offset": len(last),
-            "role_sent": True,
+            "role_sent": chat,
+            "logprob_context_token_ids": ([*state.get("logprob_context_token_ids", []), *ids])[-4:],
+            "logprob_text_offset": offset,
+            "output_token_ids": [],
+            "output_chunk_lens": [],
+            "tools_streamed": False,
+            "last_tool_call_ids": [],
         },
     }

@@ -4,6 +4,8 @@ OpenAI request, and the OpenAI answer out of token ids, whole and chunk by chunk
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,13 +85,17 @@ def test_the_first_chat_chunk_carries_the_role() -> None:
     assert first["chunk"]["choices"][0]["delta"] == {
         "role": "assistant",
         "content": tokenizer.decode([1]),
+        "reasoning": None,
     }
     later = render_format.derender_chunk(
         "chat",
         {"generate_chunk": generate_response([2], None), "stream_state": first["stream_state"]},
         "tiny",
     )
-    assert later["chunk"]["choices"][0]["delta"] == {"content": " " + tokenizer.decode([2])}
+    assert later["chunk"]["choices"][0]["delta"] == {
+        "content": " " + tokenizer.decode([2]),
+        "reasoning": None,
+    }
 
 
 BAD = {
@@ -118,3 +124,60 @@ def test_a_bad_derender_body_is_a_400_naming_the_field(body: dict, kind: str, pa
     with pytest.raises(RequestError) as err:
         render_format.derender(kind, body, "tiny")
     assert err.value.status == 400 and err.value.param == param
+
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "vllm" / "render_tier"
+
+
+def recorded(name: str) -> Any:
+    return json.loads((FIXTURES / name).read_text())
+
+
+def keys(obj: Any) -> Any:
+    """The shape of a JSON value: dict keys (recursively), the first item's shape of a list."""
+    if isinstance(obj, dict):
+        return {k: keys(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [keys(obj[0])] if obj and isinstance(obj[0], dict | list) else []
+    return None
+
+
+def test_render_has_vllm_0_32s_keys() -> None:
+    req, body = parsed("completion", {"model": "tiny", "prompt": "hello there", "max_tokens": 5})
+    [real] = recorded("completions_render.json")
+    assert keys(render_format.generate_request(req, body)) == keys(real)
+    messages = [{"role": "user", "content": "hi"}]
+    req, body = parsed("chat", {"model": "tiny", "messages": messages, "stream": True})
+    made = render_format.generate_request(req, body)
+    real = recorded("chat_render.json")
+    assert set(made) == set(real) and made["stream_options"] is real["stream_options"] is None
+    assert set(made["sampling_params"]) == set(real["sampling_params"])
+    assert made["sampling_params"]["output_kind"] == real["sampling_params"]["output_kind"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "body"),
+    [
+        (
+            "completion",
+            "completions_derender.json",
+            {"generate_responses": [generate_response([1])]},
+        ),
+        ("chat", "chat_derender.json", {"generate_response": generate_response([1])}),
+    ],
+)
+def test_derender_has_vllm_0_32s_keys(kind: str, name: str, body: dict) -> None:
+    assert keys(render_format.derender(kind, body, "tiny")) == keys(recorded(name))
+
+
+@pytest.mark.parametrize(
+    ("kind", "name"),
+    [("completion", "completions_derender_chunk.json"), ("chat", "chat_derender_chunk.json")],
+)
+def test_a_derendered_chunk_has_vllm_0_32s_keys(kind: str, name: str) -> None:
+    out = render_format.derender_chunk(
+        kind, {"generate_chunk": generate_response([1], None)}, "tiny"
+    )
+    real = recorded(name)
+    assert keys(out) == keys(real)
+    assert out["stream_state"]["role_sent"] is real["stream_state"]["role_sent"]
