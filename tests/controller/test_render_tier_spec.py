@@ -85,3 +85,21 @@ def test_a_render_group_does_not_count_as_the_missing_decode() -> None:
         check(spec(body))
     assert err.value.loc == ("groups",)
     assert "one prefill group and one decode group" in err.value.message
+
+
+def test_a_mode_switch_leaves_the_render_group_alone() -> None:
+    from controller.switch_plan import plan, target_spec
+
+    s = spec(with_render(moriio_1p1d(mode="write")))
+    steps = plan(s, "read", "hold")
+    target = target_spec(s, steps)
+    check(target)
+    assert [g.mode for g in target.groups][2] is None
+    assert all("render-0" not in step.instances for step in steps)
+
+
+def test_the_autopilot_counts_no_render_instance_as_movable() -> None:
+    body = with_render(nixl_1p1d(role_switch={}, autopilot={"min_per_role": 1}), count=3)
+    with pytest.raises(FieldError) as err:
+        check(spec(body))
+    assert err.value.loc == ("autopilot", "min_per_role")
