@@ -28,6 +28,7 @@ from connector.chat_shape import COMPLETIONS, ChatShape, legs_body
 from connector.client_body import upstream_failure
 from connector.errors import UpstreamError
 
+RENDER_TIMEOUT_S = 30.0
 RENDERED_PATHS = {
     "/v1/completions": "/v1/completions/render",
     "/v1/chat/completions": "/v1/chat/completions/render",
@@ -63,6 +64,7 @@ class RenderTier:
         self.urls: list[str] = [u.rstrip("/") for u in urls]
         self._next = 0
         self.rendered = 0
+        self.failed = 0  # render calls that got no answer (tried on the next instance)
         self.render_seconds = 0.0
 
     def add(self, url: str) -> bool:
@@ -92,23 +94,20 @@ class RenderTier:
     async def render(
         self, session: aiohttp.ClientSession, path: str, raw: bytes, body: dict[str, Any]
     ) -> tuple[bytes, dict[str, Any]]:
-        """The client's request as token ids, from one render instance; errors name it."""
-        url = self._pick()
+        """The client's request as token ids. A render instance that cannot be reached (or
+        does not answer) is skipped for the next one, since rendering changes nothing
+        anywhere; an answer (a refusal, garbage) is the request's. Errors name the instance."""
         started = time.perf_counter()
         try:
-            async with session.post(
-                url + RENDERED_PATHS[path],
-                data=raw,
-                headers={"Content-Type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=30.0),
-            ) as r:
-                answer = await r.read()
-                if r.status != 200:
-                    raise upstream_failure("render", url, r.status, answer)
-        except TimeoutError:
-            raise UpstreamError("render", url, "no answer within 30 s", "timeout") from None
-        except aiohttp.ClientError as exc:
-            raise UpstreamError("render", url, f"{type(exc).__name__}: {exc}") from None
+            for tries_left in range(len(self.urls) - 1, -1, -1):
+                url = self._pick()
+                try:
+                    answer = await self._post(session, url, RENDERED_PATHS[path], raw)
+                    break
+                except RenderUnreachable:
+                    self.failed += 1
+                    if not tries_left:
+                        raise
         finally:
             self.render_seconds += time.perf_counter() - started
         try:
@@ -121,6 +120,32 @@ class RenderTier:
             )
         self.rendered += 1
         return json.dumps(rewritten, separators=(",", ":")).encode(), rewritten
+
+    async def _post(self, session: aiohttp.ClientSession, url: str, path: str, raw: bytes) -> bytes:
+        """One render call's answer. An answer that is an error is the client's error (not
+        tried elsewhere); no answer is RenderUnreachable (tried on the next instance)."""
+        try:
+            async with session.post(
+                url + path,
+                data=raw,
+                headers={"Content-Type": "application/json"},
+                timeout=aiohttp.ClientTimeout(total=RENDER_TIMEOUT_S),
+            ) as r:
+                answer = await r.read()
+                status = r.status
+        except TimeoutError:
+            raise RenderUnreachable(
+                "render", url, f"no answer within {RENDER_TIMEOUT_S:g} s", "timeout"
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise RenderUnreachable("render", url, f"{type(exc).__name__}: {exc}") from None
+        if status != 200:
+            raise upstream_failure("render", url, status, answer)
+        return answer
+
+
+class RenderUnreachable(UpstreamError):
+    """No answer from a render instance (refused, reset, timed out): the next one is tried."""
 
 
 class RenderCollector:
@@ -138,6 +163,11 @@ class RenderCollector:
             "pdctl_proxy_rendered_requests",
             "Requests rendered to token ids by the render tier.",
             self.tier.rendered,
+        )
+        yield CounterMetricFamily(
+            "pdctl_proxy_render_unreachable",
+            "Render calls that got no answer and were tried on the next render instance.",
+            self.tier.failed,
         )
         yield CounterMetricFamily(
             "pdctl_proxy_render_seconds",

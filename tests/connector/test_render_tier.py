@@ -134,23 +134,27 @@ def test_a_render_tier_added_over_admin_is_used_and_listed_and_removed() -> None
     run(body())
 
 
-def test_render_refusals_and_failures_name_the_render_leg() -> None:
-    async def body() -> None:
+def test_an_unreachable_render_instance_is_skipped_and_a_refusal_is_the_clients() -> None:
+    dead = FlagInstance("http://127.0.0.1:9")
+
+    async def body() -> tuple:
         async with (
             render_tier() as render,
             engines(FakeEngine("p"), FakeEngine("d")) as (p, d),
-            running(
-                settings_for(
-                    [p], [d], render=(FlagInstance(render), FlagInstance("http://127.0.0.1:9"))
-                )
-            ) as (base, _),
+            running(settings_for([p], [d], render=(FlagInstance(render), dead))) as (base, proxy),
+            running(settings_for([p], [d], render=(dead,))) as (lone, _),
         ):
             first = await post(base, completion(2))  # the dead one is picked first
             refused = await post(base, {**completion(2), "model": "other"})
-        status, _, raw = first
-        assert status == 502
-        assert json.loads(raw)["error"]["leg"] == "render"
-        assert refused[0] == 404 and b"other" in refused[2]
-        assert p.seen == [] and d.seen == []
+            nowhere = await post(lone, completion(2))
+            text = generate_latest(proxy.registry).decode()
+        return p, d, first, refused, nowhere, text
 
-    run(body())
+    p, d, first, refused, nowhere, text = run(body())
+    assert first[0] == 200 and d.seen[0].body["prompt"] == tokenizer.encode("hello there")
+    assert metric_value(text, "pdctl_proxy_render_unreachable_total") == 2  # one per request
+    assert refused[0] == 404 and b"other" in refused[2]
+    assert nowhere[0] == 502
+    error = json.loads(nowhere[2])["error"]
+    assert error["leg"] == "render" and error["instance"] == "http://127.0.0.1:9"
+    assert len(p.seen) == len(d.seen) == 1
