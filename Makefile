@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run run-cluster test test-live test-vllm test-ray lint bench-core bench-sim bench-proxy bench-ttft bench-switch bench-autopilot bench-plan-live bench-events bench-cluster bench-measure bench-bidir soak soak-quick chaos clean system-deps
+.PHONY: run run-cluster test test-live test-vllm test-ray lint bench-core bench-sim bench-proxy bench-ttft bench-switch bench-autopilot bench-plan-live bench-events bench-cluster bench-measure bench-bidir bench-render soak soak-quick chaos clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -65,6 +65,9 @@ bench-sim: $(STAMP)
 
 bench-bidir: $(STAMP)
 	$(PY) -m benchmarks.bidir_kv
+
+bench-render: $(STAMP)
+	$(PY) -m benchmarks.render_tier
 
 bench-switch: $(STAMP)
 	$(PY) -m benchmarks.bench_switch

@@ -2,7 +2,8 @@
 
 GET  /admin/instances                      instances with group, health and load, and the groups
 POST /admin/instances                      add or update one instance:
-    {url, role, group, zmq_address?, dp_size?, tp_size?}
+    {url, role, group, zmq_address?, dp_size?, tp_size?}; role "render": a render tier
+    instance (connector/render_tier.py), listed under "render"
 POST /admin/instances/remove|drain|undrain {url}
 GET  /admin/groups                         groups with paused flag and instance counts
 POST /admin/groups/{group}/pause|resume    hold or release dispatch for one group
@@ -25,6 +26,7 @@ from aiohttp import web
 from connector.errors import BadRequest, NotFound, ProxyError, Unauthorized
 from connector.legs import MODES, check_combination
 from connector.registry_trust import Expectations
+from domain.modes import Role
 
 if TYPE_CHECKING:
     from connector.proxy import Proxy
@@ -97,7 +99,7 @@ class AdminRoutes:
         self.pool = proxy.pool
 
     async def list_instances(self, request: web.Request) -> web.Response:
-        return web.json_response(self.pool.describe())
+        return web.json_response({**self.pool.describe(), "render": self.proxy.render.describe()})
 
     async def add_instance(self, request: web.Request) -> web.Response:
         body = await _json_object(request)
@@ -106,6 +108,9 @@ class AdminRoutes:
         group = _field(body, "group", str, body.get("mode", self.proxy.settings.mode))
         if not url.startswith(("http://", "https://")):
             raise BadRequest("field 'url' must start with http:// or https://", "url")
+        if role == Role.RENDER:  # the render tier: no group, no KV (connector/render_tier.py)
+            self.proxy.render.add(url)
+            return web.json_response({"url": url.rstrip("/"), "role": "render"}, status=201)
         was = self.pool.get(url.rstrip("/"))
         # one it routes to already that switches roles (or was configured): read its epoch
         reread = was is not None and (
@@ -133,6 +138,8 @@ class AdminRoutes:
 
     async def remove_instance(self, request: web.Request) -> web.Response:
         url = await self._url_of(request)
+        if self.proxy.render.remove(url):
+            return web.json_response({"url": url.rstrip("/"), "role": "render"})
         inst = self.pool.remove(url)
         if inst is None:
             raise NotFound(f"no instance {url}")

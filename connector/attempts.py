@@ -213,7 +213,7 @@ class Disaggregated:
             if reuse is None:
                 params = await self.relay.prefill(
                     prefill,
-                    request.path,
+                    flight.leg_path or request.path,
                     json.dumps(prefill_body(body, h, flight.pull_params)).encode(),
                     leg_headers(h, "prefill"),
                     flight,
@@ -244,7 +244,7 @@ class Disaggregated:
         prefill_task = asyncio.create_task(
             self.relay.prefill(
                 prefill,
-                request.path,
+                flight.leg_path or request.path,
                 json.dumps(prefill_body(body, h)).encode(),
                 leg_headers(h, "prefill"),
                 flight,

@@ -32,6 +32,10 @@ def proxy(
         list[str] | None,
         typer.Option(help="Encode instance URL (repeat): chat images go there before prefill."),
     ] = None,
+    render: Annotated[
+        list[str] | None,
+        typer.Option(help="Render tier URL (repeat): completions are rendered to token ids there."),
+    ] = None,
     registry_port: Annotated[
         int, typer.Option(help="ZMQ registry port (MoRIIO proxy_ping_port); -1 disables.")
     ] = 36367,
@@ -196,6 +200,7 @@ def proxy(
             decode=tuple(FlagInstance.parse(u) for u in decode or ()),
             instance=tuple(FlagInstance.parse(u) for u in instance or ()),
             encode=tuple(FlagInstance.parse(u) for u in encode or ()),
+            render=tuple(FlagInstance.parse(u) for u in render or ()),
             registry_port=None if registry_port < 0 else registry_port,
             default_registry_mode=mode if mode != "colocated" else "read",
             slo=SloTargets(slo_ttft_ms, slo_itl_ms, slo_tpot_ms, itl_slo_stat),

@@ -44,6 +44,7 @@ class Flight:
         "first_byte_missed",
         "kv_stats",
         "last_read",
+        "leg_path",
         "malformed",
         "pinned",
         "prefill_end",
@@ -51,6 +52,7 @@ class Flight:
         "prepared",
         "pull_params",
         "request_id",
+        "reshape",
         "returned_kv",
         "route",
         "status",
@@ -100,6 +102,10 @@ class Flight:
         self.answer: list[str] | None = None
         self.returned_kv: Any = None
         self.pull_params: dict[str, Any] | None = None
+        # A chat request rendered to token ids (connector/render_tier.py): the legs' path and
+        # the answer's reshaping into the chat shape (connector/chat_shape.py); None: as sent
+        self.leg_path: str | None = None
+        self.reshape: Any = None
 
     def attempt_starts(self, now: float) -> None:
         """An attempt (the first, or a retry after its backoff) starts now."""
@@ -117,6 +123,8 @@ class Flight:
         self.answer = [] if self.answer is not None else None
         self.returned_kv = None
         self.timed_out = self.first_byte_missed = self._parts = False
+        if self.reshape is not None:
+            self.reshape.reset()
 
     def scan(self, chunk: bytes, now: float) -> None:
         """Find complete SSE events in the byte stream; timestamp token events, read usage."""

@@ -38,6 +38,7 @@ from connector.metrics import ProxyMetrics, make_registry
 from connector.pd_roles import RoleReader
 from connector.policy import make_policy
 from connector.relay import ClientGone, Relay
+from connector.render_tier import RenderCollector, RenderTier, legs_of
 from connector.request_log import LoggedRequest, RequestLog
 from connector.settings import ProxySettings
 from connector.upstream import UpstreamPool
@@ -93,6 +94,8 @@ class Proxy:
             self.pool.upsert(flag.url, Role.COLOCATED, Mode.COLOCATED)
         for flag in settings.encode:
             self.pool.upsert(flag.url, Role.ENCODE, settings.mode)
+        self.render = RenderTier(tuple(flag.url for flag in settings.render))
+        self.registry.register(RenderCollector(self.render))
 
     @property
     def registry_port(self) -> int | None:
@@ -166,11 +169,15 @@ class Proxy:
                 self.metrics.turns[turn_kind(body, request.path)] += 1
                 if self.bidir is not None:
                     self.bidir.before(body, request.path, flight)
+            legs = body
+            if self.render.renders(request.path):  # token ids from the render tier
+                raw, legs = await self.render.render(self.relay.client(), request.path, raw, body)
+                flight.leg_path, flight.reshape = legs_of(request.path)
             pinned = canary.pinned_route(request.headers, marked, self.pool)
             flight.pinned = pinned is not None
             route = pinned or await self.hold.acquire_route()
             flight.route = route
-            response = await self._serve(request, raw, body, route, flight)
+            response = await self._serve(request, raw, legs, route, flight)
             outcome = "failed" if flight.error else "ok"
             if self.bidir is not None and outcome == "ok":
                 self.bidir.after(body, flight)

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from connector import pd_roles
+from connector import chat_shape, pd_roles
 from connector.answers import Answer, DirectPost, aiohttp_post
 from connector.client_body import upstream_failure
 from connector.client_stream import ChunkedOut, ClientGone
@@ -172,7 +172,10 @@ class Relay:
         prefill_task: asyncio.Task | None = None,
     ) -> web.StreamResponse:
         """Send the streaming leg and pass its bytes through to the client as they arrive."""
-        post = self._post(inst, request.path, data, headers, self._decode_timeout)
+        post = self._post(
+            inst, flight.leg_path or request.path, data, headers, self._decode_timeout
+        )
+        reshape = flight.reshape  # a chat answer from completion legs (connector/chat_shape.py)
         resp: web.StreamResponse | None = None
         out: ChunkedOut | None = None  # the fast path to the client, once its head is out
         task = asyncio.current_task()
@@ -195,7 +198,7 @@ class Relay:
                             "garbage",
                         )
                     return web.Response(
-                        body=raw,
+                        body=raw if reshape is None else chat_shape.whole(raw),
                         status=200,
                         headers={"Content-Type": up.header("Content-Type", "application/json")},
                     )
@@ -211,6 +214,8 @@ class Relay:
                 scan, read = flight.scan, up.read_some
                 while out is None and (chunk := await read()):
                     flight.last_read = now = clock()
+                    if reshape is not None:  # whole chat events, scanned as the client gets them
+                        chunk = reshape.chunk(chunk)
                     scan(chunk, now)
                     if flight.malformed is not None:  # garbage is never passed on
                         break
@@ -235,7 +240,8 @@ class Relay:
                         await resp.write(chunk)
                     except ConnectionError:  # the client's socket, not the upstream's
                         raise ClientGone from None
-                    out = ChunkedOut.of(request.transport, resp._payload_writer)
+                    if reshape is None:  # reshaped bytes keep to this loop
+                        out = ChunkedOut.of(request.transport, resp._payload_writer)
                 if out is not None and flight.malformed is None:
                     await up.stream(flight, out)  # the rest, straight to the client
                 if flight.malformed is not None:

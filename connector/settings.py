@@ -36,6 +36,7 @@ class ProxySettings:
     decode: tuple[FlagInstance, ...] = ()
     instance: tuple[FlagInstance, ...] = ()  # colocated
     encode: tuple[FlagInstance, ...] = ()  # encoders of E -> P -> D (connector/encoders.py)
+    render: tuple[FlagInstance, ...] = ()  # the render tier (connector/render_tier.py)
     registry_port: int | None = 36367  # None: no registry; 0: any free port
     default_registry_mode: str = "read"  # for registrations without transfer_mode
     heartbeat_scale: float = 1.0  # tests shrink the 3 s / 5 s heartbeat intervals

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from controller.field_error import FieldError
+from domain.modes import Role
 
 if TYPE_CHECKING:
     from controller.deployment import DeploymentSpec
@@ -47,7 +48,7 @@ def check_autopilot(spec: DeploymentSpec) -> None:
             ("autopilot",),
             "the autopilot moves instances by runtime role switching: set role_switch: {} too",
         )
-    if sum(g.count for g in spec.groups) < 2 * ap.min_per_role + 1:
+    if sum(g.count for g in spec.groups if g.role is not Role.RENDER) < 2 * ap.min_per_role + 1:
         raise FieldError(
             ("autopilot", "min_per_role"),
             f"with {ap.min_per_role} kept per role the deployment needs at least "

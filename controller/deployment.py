@@ -20,6 +20,7 @@ from controller.ec_spec import EcTransfer, check_encode
 from controller.field_error import FieldError
 from controller.kv_extra_spec import KvExtra, check_keys
 from controller.placement_spec import NodeSelector, Placement, check_placement
+from controller.render_tier_spec import check_render_tier
 from controller.role_switch_spec import RoleSwitch, check_role_switch
 from domain import modes
 from domain.modes import Connector, Mode, Role
@@ -201,6 +202,7 @@ def check(spec: DeploymentSpec) -> None:
     """The rules that relate fields to each other; raises FieldError at the first broken one."""
     check_bidirectional(spec)  # first: a colocated spec asking for it hears about the key
     check_encode(spec)  # before the KV rules: an encode group hears why it has no KV
+    check_render_tier(spec)  # before the groups: a render group is none of theirs
     _check_connector(spec)
     _check_groups(spec)
     _check_gpus(spec)
@@ -252,6 +254,8 @@ def _check_groups(spec: DeploymentSpec) -> None:
     for i, group in enumerate(spec.groups):
         if names.count(group.name) > 1:
             raise FieldError(("groups", i, "name"), f"group name {group.name!r} is used twice")
+        if group.role is Role.RENDER:  # checked by controller/render_tier_spec.py
+            continue
         if spec.topology is Topology.COLOCATED and group.role not in (Role.COLOCATED, ENCODE):
             raise FieldError(
                 ("groups", i, "role"), "a colocated deployment has only colocated groups"
@@ -280,13 +284,13 @@ def _check_groups(spec: DeploymentSpec) -> None:
                 ("groups", i, "ports"), f"give ports for all {group.count} instances or for none"
             )
     if spec.topology is Topology.DISAGGREGATED:
-        if {g.role for g in spec.groups} - {ENCODE} != {Role.PREFILL, Role.DECODE}:
+        if {g.role for g in spec.groups} - {ENCODE, Role.RENDER} != {Role.PREFILL, Role.DECODE}:
             raise FieldError(
                 ("groups",),
                 "a disaggregated deployment needs at least one prefill group and one decode group",
             )
         if spec.connector in MODE_CONNECTORS:
-            for mode in {g.mode for g in spec.groups if g.role is not ENCODE}:
+            for mode in {g.mode for g in spec.groups if g.role not in (ENCODE, Role.RENDER)}:
                 if {g.role for g in spec.groups if g.mode == mode} != {Role.PREFILL, Role.DECODE}:
                     raise FieldError(
                         ("groups",),

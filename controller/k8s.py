@@ -91,6 +91,13 @@ def render_k8s(
             "ExampleConnector hands KV over a directory both instances see, and pods share "
             "none: use a connector that moves KV over the network (NixlConnector, ...)",
         )
+    for i, group in enumerate(spec.groups):
+        if group.role is Role.RENDER:
+            raise NotOnKubernetes(
+                ("groups", i, "role"),
+                "a render tier is not rendered for Kubernetes yet: run it with pdctl's own "
+                "backend (local processes) or docker compose",
+            )
     ports = _shared_ports(spec, ports)
     moriio = spec.connector == "MoRIIOConnector"
     registry_allow = [a for net in settings.pod_networks for a in ("--registry-allow", net)]

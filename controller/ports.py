@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from controller.deployment import DeploymentSpec, InstancePorts
 from domain.errors import Conflict
+from domain.modes import Role
 
 DEFAULT_RANGE = (20000, 29999)
 
@@ -72,13 +73,14 @@ def allocate(
     moriio = spec.connector == "MoRIIOConnector"
     nixl = spec.connector == "NixlConnector"
     for group in spec.groups:
+        kv = group.role is not Role.RENDER  # a render instance moves no KV: HTTP only
         for i in range(group.count):
             p = group.ports[i] if group.ports else InstancePorts()
             instances[f"{group.name}-{i}"] = InstancePorts(
                 http=p.http or cursor.take(),
-                handshake=p.handshake or (cursor.take(group.tp) if moriio else None),
-                notify=p.notify or (cursor.take(group.tp) if moriio else None),
-                side_channel=p.side_channel or (cursor.take() if nixl else None),
+                handshake=p.handshake or (cursor.take(group.tp) if moriio and kv else None),
+                notify=p.notify or (cursor.take(group.tp) if moriio and kv else None),
+                side_channel=p.side_channel or (cursor.take() if nixl and kv else None),
             )
     return AllocatedPorts(proxy, registry, instances)
 

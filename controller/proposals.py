@@ -161,7 +161,7 @@ def _disaggregated(spec: DeploymentSpec, rule: str, *, bidirectional: bool) -> C
     split = prefills * group.tp
     base = {"tp": group.tp, "extra_args": group.extra_args, "env": group.env}
     new_groups = [
-        *_encoders(spec),
+        *_beside(spec),
         InstanceGroup(name="prefill", role=Role.PREFILL, count=prefills, gpus=gpus[:split], **base),
         InstanceGroup(
             name="decode",
@@ -216,7 +216,7 @@ def _colocated(spec: DeploymentSpec, rule: str) -> Change | None:
         update={
             "topology": Topology.COLOCATED,
             "connector": None,
-            "groups": [*_encoders(spec), group],
+            "groups": [*_beside(spec), group],
             "kv_connector_extra_config": {},
             "role_switch": None,
             "autopilot": None,
@@ -314,9 +314,9 @@ def _wider(spec: DeploymentSpec, rule: str, role: Role) -> Change | None:
     )
 
 
-def _encoders(spec: DeploymentSpec) -> list[InstanceGroup]:
-    """Encode groups stay as they are: their consumers change role, not their encoders."""
-    return [g for g in spec.groups if g.role is Role.ENCODE]
+def _beside(spec: DeploymentSpec) -> list[InstanceGroup]:
+    """Encode and render groups stay as they are: the engines beside them change layout."""
+    return [g for g in spec.groups if g.role in (Role.ENCODE, Role.RENDER)]
 
 
 def _count(spec: DeploymentSpec, role: Role) -> int:

@@ -20,6 +20,7 @@ from controller.launch import VLLM_SERVE, Launch, LaunchSettings
 from controller.placement import PROXY, Addresses, planned
 from controller.ports import AllocatedPorts
 from controller.registry_expect import expected_env
+from controller.render_tier_launch import render_launch
 from controller.role_switch_spec import serving_role
 
 VLLM_CPU_MODULE = ("python", "-m", "vllm.entrypoints.openai.api_server")  # takes --model
@@ -86,6 +87,10 @@ def instance_launch(
     name = f"{group.name}-{index}"
     where = where or Addresses(settings.host)
     own = ports.instances[name]
+    if group.role is Role.RENDER and own.http is not None:  # controller/render_tier_launch.py
+        url = f"http://{reach_address(name, settings, where)}:{own.http}"
+        bind = bind_address(name, settings, where)
+        return render_launch(spec, group, name, own, bind, url, settings, sim_flags(spec))
     flags = engine_flags(spec, group, own, ports.registry, settings, where, name)
     vllm = [*VLLM_SERVE, spec.model, *flags]
     if spec.engine == Engine.SIM:
@@ -349,15 +354,18 @@ def proxy_args(
     args += ["--itl-slo-stat", slo.itl_stat]
     if (bidir := bidirectional(spec)).enabled:  # controller/bidir_spec.py
         args += ["--bidirectional-kv", "--kv-blocks-ttl", _number(bidir.ttl_s)]
-    # MoRIIO prefills and decodes register themselves; encoders never do (they move no KV).
+    # MoRIIO prefills and decodes register themselves; encoders and render instances never do.
     for group in spec.groups:
-        if _moriio(spec) and group.role is not Role.ENCODE:
+        if _moriio(spec) and group.role not in (Role.ENCODE, Role.RENDER):
             continue
         for i in range(group.count):
             name = f"{group.name}-{i}"
-            flag = {"prefill": "--prefill", "decode": "--decode", "encode": "--encode"}.get(
-                serving_role(spec, group, name).value, "--instance"
-            )
+            flag = {
+                "prefill": "--prefill",
+                "decode": "--decode",
+                "encode": "--encode",
+                "render": "--render",
+            }.get(serving_role(spec, group, name).value, "--instance")
             address = reach_address(name, settings, where)
             args += [flag, f"http://{address}:{ports.instances[name].http}"]
     return [*args, *settings.proxy_extra_args]

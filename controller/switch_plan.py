@@ -123,7 +123,7 @@ def plan(spec: DeploymentSpec, target: str, strategy: str) -> list[Step]:
             f"{spec.connector or 'a colocated deployment'} has no read/write "
             "modes to switch (only MoRIIOConnector does)"
         )
-    todo = [g for g in spec.groups if g.mode != mode]
+    todo = [g for g in spec.groups if g.mode != mode and g.role is not Role.RENDER]
     if not todo:
         raise SwitchRejected(f"every instance group already runs in {mode} mode")
     prefills = [g for g in spec.groups if g.role is Role.PREFILL]

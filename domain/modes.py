@@ -26,6 +26,7 @@ class Role(enum.StrEnum):
     DECODE = "decode"
     COLOCATED = "colocated"
     ENCODE = "encode"
+    RENDER = "render"
 
 
 # The proxy's admin API and registry have long said "both" for a colocated instance.

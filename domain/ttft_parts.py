@@ -1,7 +1,8 @@
 """Where one request's TTFT went: pure arithmetic over the proxy's clock and, for the transfer,
 the decode's own figures. The parts add up to the TTFT exactly:
 
-- queue: arrival -> the first attempt starts (body read, hold/admission); proxy clock.
+- queue: arrival -> the first attempt starts (body read, a render tier's call,
+  hold/admission); proxy clock.
 - retry: the first attempt starts -> the serving attempt starts (failed attempts and their
   backoff); proxy clock; 0 without a retry.
 - prefill: the serving attempt starts -> the prefill's answer (or the first token, if that came

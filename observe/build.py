@@ -53,6 +53,7 @@ TRACKED_PREFIXES = (
 ENGINE_TRANSFER_SOURCES = ("nixl", "moriio")
 PREFILL_ROLES = ("prefill", "colocated")  # whose prompt tokens are computed, not received
 DECODE_ROLES = ("decode", "colocated")  # whose generated tokens reach the client
+RENDER = "render"  # a render tier instance: all frontend (controller/render_tier_spec.py)
 # Below this many gaps the moment estimate is too noisy to act on; at 20, a Poisson stream's
 # shape still reads below the advisor's "bursty" line (0.5) about 2% of the time.
 MIN_ARRIVAL_GAPS = 20
@@ -268,8 +269,11 @@ def engine_work(parts: Sequence[tuple[str | None, Delta]]) -> EngineWork:
     answers = [d for role, d in parts if role in DECODE_ROLES]
     generated = [v for d in answers if (v := total(d.counts, "vllm:generation_tokens_total"))]
     answered = [v for d in answers if (v := total(d.counts, "vllm:request_success_total"))]
-    cores = [d.rate(total(d.counts, "process_cpu_seconds_total")) for _, d in parts]
+    cores = [d.rate(total(d.counts, "process_cpu_seconds_total")) for r, d in parts if r != RENDER]
     cores = [c for c in cores if c is not None]
+    # A render tier's process is all frontend (no engine in it): its CPU is the real figure.
+    render = [d.rate(total(d.counts, "process_cpu_seconds_total")) for r, d in parts if r == RENDER]
+    render_cores = [c for c in render if c is not None]
     return {
         "prompt_tokens_per_request": prompts / finished
         if prompts is not None and finished
@@ -279,6 +283,8 @@ def engine_work(parts: Sequence[tuple[str | None, Delta]]) -> EngineWork:
         if generated and answered
         else None,
         "cpu_cores_max": max(cores) if cores else None,
+        "render_instances": len(render),
+        "render_cpu_cores_max": max(render_cores) if render_cores else None,
     }
 
 

@@ -81,7 +81,9 @@ class EngineWork(TypedDict):  # the engines' own counters over the window
     prompt_tokens_per_request: float | None  # prefill and colocated instances
     prefix_hit_rate: float | None  # vllm:prefix_cache_hits / _queries, same instances
     output_tokens_per_request: float | None  # decode and colocated instances
-    cpu_cores_max: float | None  # busiest instance's serving process
+    cpu_cores_max: float | None  # busiest engine instance's serving process
+    render_instances: int  # render tier instances up (0: no render tier)
+    render_cpu_cores_max: float | None  # the busiest render instance's whole process
 
 
 class InstanceRow(TypedDict):

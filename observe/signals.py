@@ -22,9 +22,11 @@ that window (observe/build.py `point`).
   prefix_hit_rate          frame["engines"]: vllm:prefix_cache_hits / queries, same instances
   output_tokens_mean       frame["engines"]: vllm:generation_tokens per vllm:request_success on
                            the decode and colocated instances (read by the planner's forecast)
-  frontend_cpu_share       frame["engines"]: the busiest instance's process_cpu_seconds_total
-                           rate (vLLM's API server process: HTTP, tokenizing, detokenizing);
-                           absent on the stand-in, whose one process also runs the engine
+  frontend_cpu_share       frame["engines"]: with a render tier, the busiest render instance's
+                           process_cpu_seconds_total rate (its whole process is the frontend,
+                           the stand-in's too); else the busiest engine instance's (vLLM's API
+                           server process: HTTP, tokenizing, detokenizing), absent on the
+                           stand-in, whose one process also runs the engine
   kv_transfer_gbps         the engine's own times (NIXL, newer MoRIIO): KV bytes per request
                            over the median transfer time
   transfer_share_of_ttft   the same: median transfer time over median TTFT
@@ -241,6 +243,15 @@ def _engine_work(d: Derived, frame: Mapping[str, Any]) -> None:
         f"{window} window",
         f"no request finished on a prefilling engine in the {window} window",
     )
+    if work.get("render_instances"):  # a render tier: its processes are the frontend
+        d.put(
+            "frontend_cpu_share",
+            work.get("render_cpu_cores_max"),
+            f"process_cpu_seconds_total rate of the busiest render tier instance (the whole "
+            f"process is the frontend: rendering, derendering, HTTP), {window} window",
+            "the render tier exports no process_cpu_seconds_total (not scraped yet)",
+        )
+        return
     if frame.get("simulated"):
         d.miss(
             "frontend_cpu_share",

@@ -16,6 +16,7 @@ from simulator import stats_log
 from simulator.ec_config import ec_settings
 from simulator.engine_config import EngineConfigError, EngineSettings, parse_kv_transfer_config
 from simulator.kv_peers import STALE_PEER
+from simulator.render_server import run_render
 
 # vLLM flags the stand-in accepts and ignores (they change nothing it models), with whether
 # they take a value. Anything else is refused, naming the flag.
@@ -169,6 +170,7 @@ def sim(
         help="stats: export vllm:moriio_* transfer metrics as newer vLLM does; none: as older "
         "MoRIIO (vLLM 0.16), which exports none.",
     ),
+    render: bool = typer.Option(False, "--render", help="Serve the render tier only, no engine."),
 ) -> None:
     try:
         _check_extra(list(ctx.args))
@@ -207,7 +209,7 @@ def sim(
         raise typer.Exit(2) from None
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     try:
-        run(settings)
+        run_render(settings) if render else run(settings)  # render: simulator/render_server.py
     except OSError as exc:  # a port taken: say which setting chose it, not a traceback
         typer.echo(
             f"pdctl sim: error: cannot listen ({exc.strerror or exc}); the ports come "

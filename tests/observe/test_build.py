@@ -190,16 +190,24 @@ def test_engine_work_counts_prompts_and_prefix_hits_on_prefilling_roles_only() -
         "prefix_hit_rate": 0.25,
         "output_tokens_per_request": None,  # the decode counts no generation tokens
         "cpu_cores_max": 0.6,
+        "render_instances": 0,
+        "render_cpu_cores_max": None,
     }
     assert engine_work([("decode", decode)])["prompt_tokens_per_request"] is None
     answering = counts(**{"vllm:generation_tokens_total": 640, "vllm:request_success_total": 10})
     work = engine_work([("prefill", prefill), ("decode", answering)])
     assert work["output_tokens_per_request"] == 64.0  # the decode's, never the prefill's 1s
+    render = counts(**{"process_cpu_seconds_total": 9.0})
+    with_render = engine_work([("prefill", prefill), ("decode", decode), ("render", render)])
+    assert with_render["cpu_cores_max"] == 0.6  # the engines' frontends, as before
+    assert with_render["render_instances"] == 1 and with_render["render_cpu_cores_max"] == 0.9
     assert engine_work([]) == {
         "prompt_tokens_per_request": None,
         "prefix_hit_rate": None,
         "output_tokens_per_request": None,
         "cpu_cores_max": None,
+        "render_instances": 0,
+        "render_cpu_cores_max": None,
     }
 
 

@@ -148,6 +148,16 @@ def test_the_stand_ins_cpu_is_not_frontend_cpu_and_no_queries_is_no_hit_rate():
     assert "prefix caching off" in d.absent["prefix_hit_rate"]
 
 
+def test_a_render_tiers_cpu_is_the_frontend_cpu_even_on_the_stand_in():
+    engines = {**ENGINES, "render_instances": 2, "render_cpu_cores_max": 0.85}
+    d = from_frame(frame(engines=engines), topology="disaggregated")
+    assert d.values["frontend_cpu_share"] == 0.85
+    assert "busiest render tier instance" in d.sources["frontend_cpu_share"]
+    assert verdict(advice(d), "frontend_cpu")["triggered"] is True
+    unscraped = from_frame(frame(engines={**engines, "render_cpu_cores_max": None}))
+    assert "render tier exports no" in unscraped.absent["frontend_cpu_share"]
+
+
 def test_an_idle_window_gives_no_latencies_rather_than_zeros():
     d = from_frame(
         frame(

@@ -112,8 +112,8 @@ def test_a_spec_the_api_refuses_is_one_line_per_field(plane, tmp_path) -> None:
     out = pdctl("apply", "-f", str(bad), server=plane.proc.url)
     assert out.returncode == 1
     assert out.stderr.splitlines() == [
-        f"pdctl apply: error: {bad}: groups.0.role: Input should be 'prefill', 'decode' or "
-        "'colocated'",
+        f"pdctl apply: error: {bad}: groups.0.role: Input should be 'prefill', 'decode', "
+        "'colocated', 'encode' or 'render'",
         f"pdctl apply: error: {bad}: slo.ttft_ms: Input should be greater than 0",
     ]
     broken = spec_file(tmp_path, "broken", "{name: [", suffix=".json")
