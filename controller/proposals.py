@@ -1,6 +1,6 @@
 """The change behind each advisor verdict that recommends one, as desired state an operator
 applies in one step: a new spec (a different P:D ratio, TP, mode, topology, bidirectional KV
-on) and how the controller carries it out (`how`):
+on, a render tier) and how the controller carries it out (`how`):
 
     role_move  one instance changes role at runtime (role_switch on; no restart, 0 lost)
     switch     a zero-loss read/write mode switch (controller/switch.py)
@@ -109,6 +109,26 @@ def _multi_turn(spec: DeploymentSpec) -> Change | None:
     )
 
 
+def _frontend_cpu(spec: DeploymentSpec) -> Change | None:
+    """A render tier, one instance per engine that renders prompts today (the prefills, or the
+    colocated instances): they tokenize and parse there instead, on CPU, and scale apart."""
+    if any(g.role is Role.RENDER for g in spec.groups):
+        return None  # there is one: scale it by hand (the rule reads its busiest instance)
+    renders = sum(g.count for g in spec.groups if g.role in (Role.PREFILL, Role.COLOCATED))
+    name = next(n for n in ("render", "render-tier", "frontend") if n not in _names(spec))
+    group = InstanceGroup(name=name, role=Role.RENDER, count=max(1, renders))
+    return Change(
+        "frontend_cpu",
+        f"add a render tier: {group.count} render instance(s) (vllm launch render) turn requests "
+        "into token ids and answers back, so the engines' API servers only relay token ids",
+        spec.model_copy(update={"groups": [*spec.groups, group]}),
+        "revision",
+        "frontend_cpu_share",
+        "down",
+        RESTART,
+    )
+
+
 def _slow_transfer(spec: DeploymentSpec) -> Change | None:
     """MoRIIO read mode: write mode pushes KV layer by layer while the prefill computes, so the
     transfer hides inside the prefill. Otherwise (or already write): colocate."""
@@ -137,6 +157,7 @@ PROPOSERS: dict[str, Callable[[DeploymentSpec], Change | None]] = {
     "ttft_binding": _ttft_bound,
     "itl_binding": _itl_bound,
     "multi_turn": _multi_turn,
+    "frontend_cpu": _frontend_cpu,
     "slow_kv_transfer": _slow_transfer,
     "light_traffic": _light_traffic,
 }
@@ -317,6 +338,10 @@ def _wider(spec: DeploymentSpec, rule: str, role: Role) -> Change | None:
 def _beside(spec: DeploymentSpec) -> list[InstanceGroup]:
     """Encode and render groups stay as they are: the engines beside them change layout."""
     return [g for g in spec.groups if g.role in (Role.ENCODE, Role.RENDER)]
+
+
+def _names(spec: DeploymentSpec) -> set[str]:
+    return {g.name for g in spec.groups}
 
 
 def _count(spec: DeploymentSpec, role: Role) -> int:

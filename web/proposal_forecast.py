@@ -27,6 +27,9 @@ ROW_FIELD = {
     "slo_attainment": "slo_attainment",
 }
 NOT_MODELLED = {
+    "frontend_cpu_share": "the planner does not model the serving frontend: a render tier "
+    "takes tokenizing, parsing and detokenizing off the engines' API servers, each render "
+    "instance carrying about what one engine's frontend did (make bench-render measures it)",
     "prompt_saved_share": "the planner does not model multi-turn KV reuse: bidirectional KV "
     "transfer turns it from none to the share of each later turn's prompt that its decode "
     "still holds (make bench-bidir measures it)",

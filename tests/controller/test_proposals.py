@@ -177,3 +177,17 @@ def test_encode_groups_stay_as_they_are_when_the_topology_changes():
     back = propose(colocated_epd.spec, "itl_interference")
     check(back.spec)
     assert [g.role.value for g in back.spec.groups] == ["encode", "prefill", "decode"]
+
+
+def test_a_busy_frontend_gets_a_render_tier_one_instance_per_prefill():
+    change = propose(spec(), "frontend_cpu")
+    check(change.spec)
+    render = change.spec.groups[-1]
+    assert (render.role, render.count, render.name) == (Role.RENDER, 2, "render")
+    assert (change.watch, change.direction) == ("frontend_cpu_share", "down")
+    assert propose(change.spec, "frontend_cpu") is None  # one already
+    colocated_tier = propose(colocated(3), "frontend_cpu")
+    check(colocated_tier.spec)
+    assert colocated_tier.spec.groups[-1].count == 3
+    named = spec(groups=[{"name": "render", "role": "prefill"}, {"name": "d", "role": "decode"}])
+    assert propose(named, "frontend_cpu").spec.groups[-1].name == "render-tier"

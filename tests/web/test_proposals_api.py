@@ -207,3 +207,27 @@ def test_a_viewer_sees_no_apply_button_and_its_post_is_refused_in_the_panel(make
     refused = client.post("/deployments/pd/proposals/apply", data=form, headers={**HX, **AS_VIEWER})
     assert "may only read" in refused.text
     assert client.get("/api/deployments/pd", headers=AS_VIEWER).json()["revision"] == 1
+
+
+def test_a_busy_frontend_is_proposed_a_render_tier_and_applying_adds_the_group(make_client):
+    """Not on stand-ins (their one process also runs the engine, so the rule has no signal):
+    a real engine's frame, its busiest API server at 0.95 of a core."""
+    client = make_client()
+    client.post("/api/deployments", json=nixl_1p1d())
+    frame = ttft_bound("pd")
+    frame["engines"] = {**frame["engines"], "cpu_cores_max": 0.95}
+    observe(client, {"pd": frame})
+    found = client.get("/api/deployments/pd/proposals").json()
+    p = proposal(found, "frontend_cpu")
+    assert p["how"] == "revision" and "render tier" in p["summary"]
+    assert p["forecast"]["source"] is None and "frontend" in p["forecast"]["why"]
+    assert p["forecast"]["predicted"] == {
+        "signal": "frontend_cpu_share",
+        "direction": "down",
+        "now_measured": 0.95,
+    }
+    body = {"rule": "frontend_cpu", "revision": 1}
+    applied = client.post("/api/deployments/pd/proposals/apply", json=body)
+    assert applied.status_code == 200, applied.text
+    groups = client.get("/api/deployments/pd").json()["spec"]["groups"]
+    assert [(g["name"], g["role"], g["count"]) for g in groups][-1] == ("render", "render", 1)
