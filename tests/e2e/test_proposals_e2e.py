@@ -110,29 +110,43 @@ def sim(name: str, **over: Any) -> dict[str, Any]:
     }
 
 
-def test_ttft_binding_moves_a_decode_to_prefill_and_ttft_falls(plane, tmp_path):
-    spec = sim(
-        "ttft",
+def two_by_two(name: str, slo: dict[str, float], **over: Any) -> dict[str, Any]:
+    """2P2D NIXL stand-ins with runtime role switching, TTFT- or ITL-bound by their SLO."""
+    return sim(
+        name,
         topology="disaggregated",
         connector="NixlConnector",
         groups=[
             {"name": "prefill", "role": "prefill", "count": 2},
             {"name": "decode", "role": "decode", "count": 2},
         ],
-        slo={"ttft_ms": 100, "itl_ms": 10000},
+        slo=slo,
         role_switch={},
+        **over,
     )
+
+
+def role_moved(plane, tmp_path, spec: dict, rule: str, role: str, watch: str, flags) -> None:
+    """The load, the proposal (a role move to `role`), applied, the load again: `watch` moves
+    the way the planner said."""
+    name = spec["name"]
     url = started(plane, spec)
-    flags = ("--input-len", "1900", "--output-len", "4")
-    found = measured_under_load(plane, tmp_path, "ttft", url, "b", 16, 240, flags, "ttft_binding")
-    assert found["how"] == "role_move" and found["watch"]["signal"] == "ttft_p99_ms"
-    before = signal(plane, "ttft", "ttft_p99_ms")
-    applied = apply(plane, "ttft", "ttft_binding")
-    _, revision = plane.api("GET", f"/deployments/ttft/revisions/{applied['revision']}")
-    assert revision["spec"]["role_switch"]["serving"] == {found["instance"]: "prefill"}
-    measured_under_load(plane, tmp_path, "ttft", url, "a", 16, 240, flags)
-    after = signal(plane, "ttft", "ttft_p99_ms")
+    found = measured_under_load(plane, tmp_path, name, url, "b", 16, 240, flags, rule)
+    assert found["how"] == "role_move" and found["role"] == role
+    assert found["watch"]["signal"] == watch
+    before = signal(plane, name, watch)
+    applied = apply(plane, name, rule)
+    _, revision = plane.api("GET", f"/deployments/{name}/revisions/{applied['revision']}")
+    assert revision["spec"]["role_switch"]["serving"] == {found["instance"]: role}
+    measured_under_load(plane, tmp_path, name, url, "a", 16, 240, flags)
+    after = signal(plane, name, watch)
     assert moved(before, after, expected_direction(found)), (before, after, found["forecast"])
+
+
+def test_ttft_binding_moves_a_decode_to_prefill_and_ttft_falls(plane, tmp_path):
+    spec = two_by_two("ttft", {"ttft_ms": 100, "itl_ms": 10000})
+    flags = ("--input-len", "1900", "--output-len", "4")
+    role_moved(plane, tmp_path, spec, "ttft_binding", "prefill", "ttft_p99_ms", flags)
 
 
 def test_light_traffic_colocates_and_ttft_falls(plane, tmp_path):
@@ -215,30 +229,11 @@ def test_multi_turn_turns_on_bidirectional_kv_and_prompt_tokens_are_saved(plane,
 
 
 def test_itl_binding_moves_a_prefill_to_decode_and_itl_falls(plane, tmp_path):
-    spec = sim(
-        "itl",
-        model="llama-3.1-8b",
-        hardware="l40s",
-        topology="disaggregated",
-        connector="NixlConnector",
-        groups=[
-            {"name": "prefill", "role": "prefill", "count": 2},
-            {"name": "decode", "role": "decode", "count": 2},
-        ],
-        slo={"ttft_ms": 600000, "itl_ms": 1},
-        role_switch={},
+    spec = two_by_two(
+        "itl", {"ttft_ms": 600000, "itl_ms": 1}, model="llama-3.1-8b", hardware="l40s"
     )
-    url = started(plane, spec)
     flags = ("--input-len", "4000", "--output-len", "128", "--model", "llama-3.1-8b")
-    found = measured_under_load(plane, tmp_path, "itl", url, "b", 16, 240, flags, "itl_binding")
-    assert found["how"] == "role_move" and found["role"] == "decode"
-    before = signal(plane, "itl", "itl_p99_ms")
-    applied = apply(plane, "itl", "itl_binding")
-    _, revision = plane.api("GET", f"/deployments/itl/revisions/{applied['revision']}")
-    assert revision["spec"]["role_switch"]["serving"] == {found["instance"]: "decode"}
-    measured_under_load(plane, tmp_path, "itl", url, "a", 16, 240, flags)
-    after = signal(plane, "itl", "itl_p99_ms")
-    assert moved(before, after, expected_direction(found)), (before, after, found["forecast"])
+    role_moved(plane, tmp_path, spec, "itl_binding", "decode", "itl_p99_ms", flags)
 
 
 def test_slow_kv_transfer_switches_moriio_to_write_and_ttft_falls(plane, tmp_path):
