@@ -30,7 +30,8 @@ test: $(STAMP)
 	$(PY) -m pytest -q -m "not vllm and not ray and not live_window"
 
 # End-to-end tests that wait out a window of live frames on stand-ins (the demo's trade after a
-# minute, PD not happening caught within a window, the canary within a period): ~4 min.
+# minute, PD not happening caught within a window, the canary within a period, each advisor
+# proposal applied and its signal measured before and after): ~9 min.
 test-live: $(STAMP)
 	$(PY) -m pytest -q -m live_window tests/e2e
 
