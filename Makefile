@@ -27,13 +27,14 @@ run-cluster: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q -m "not vllm and not ray and not live_window"
+	$(PY) -m pytest -q -m "not vllm and not ray and not live_window and not tiers"
 
 # End-to-end tests that wait out a window of live frames on stand-ins (the demo's trade after a
 # minute, PD not happening caught within a window, the canary within a period, each advisor
-# proposal applied and its signal measured before and after): ~9 min.
+# proposal applied and its signal measured before and after), and the encode and render tiers
+# end to end: ~10 min.
 test-live: $(STAMP)
-	$(PY) -m pytest -q -m live_window tests/e2e
+	$(PY) -m pytest -q -m "live_window or tiers" tests/e2e
 
 # Tests on a real local Ray cluster (a head and workers on 127.0.0.2-5, started by the tests,
 # every Ray process stopped after them): placement, load, switch, adoption and node loss.

@@ -17,7 +17,7 @@ import pytest
 from harness.processes import metric_value, running, sim
 from harness.stack import nixl_sim, proxy
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.tiers]
 
 VL = ("--model", "qwen2.5-vl-7b-instruct", "--hardware", "h100", "--time-scale", "10")
 IMAGES = 4

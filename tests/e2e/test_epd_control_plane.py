@@ -12,7 +12,7 @@ from harness.control_plane import ControlPlane
 from harness.processes import http_get, http_post, metric_value
 from tests.specs import epd_1e1p1d
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.tiers]
 
 
 def test_serve_starts_epd_and_routes_images_through_the_encoder(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from harness.processes import http_get, metric_value, running, sim
 from harness.stack import nixl_sim, proxy
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.tiers]
 
 RENDERED = {"handler": "/v1/completions/render", "status": "2xx"}
 

@@ -16,7 +16,7 @@ from harness.processes import http_get, http_post, metric_value
 from harness.stack import wait_until
 from tests.specs import nixl_1p1d
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.tiers]
 
 
 @pytest.fixture
