@@ -108,7 +108,16 @@ class LocalRayCluster:
             import json
 
             args.append(f"--resources={json.dumps(resources)}")
-        self._ray_start(index, address, args)
+        try:
+            self._ray_start(index, address, args)
+        except RuntimeError:
+            # A node re-added at a lost node's address sometimes times out registering with a
+            # busy GCS ("Failed to get node info: Deadline Exceeded"): clear what it started
+            # and try once more on fresh ports.
+            self.remove(address)
+            time.sleep(2.0)
+            index, self._next_index = self._next_index, self._next_index + 1
+            self._ray_start(index, address, args)
         self.nodes.append(RayNode(address, gpus, dict(resources or {})))
         self.wait_nodes(len(self.nodes) + 1)
 
