@@ -12,7 +12,7 @@ from pathlib import Path
 from controller import machine as m
 from controller import placing, procfs, run_state
 from controller.clock import Clock
-from controller.process_backend import ProcessBackend, ProcessRecord
+from controller.process_backend import ProcessBackend, ProcessRecord, settled
 from controller.render import Launch, LaunchSettings, render
 from controller.units import Supervised, Unit
 
@@ -64,6 +64,8 @@ def adopt_unit(
         return unit
     restarts = run_state.read_restarts(dep.folder, launch.name)
     alive = backend.running(record)
+    if not alive:
+        record = settled(backend, dep.folder, launch.name, record)
     unit.record = record if alive else None
     if alive and record.argv and list(record.argv) != list(launch.argv):
         # It runs what an earlier start wanted (a switch cut short): keep that as its

@@ -289,3 +289,11 @@ def log_tail(path: Path, lines: int) -> list[str]:
             for line in f.read().decode(errors="replace").splitlines():
                 tail.append(line)
     return list(tail)
+
+
+def settled(
+    backend: ProcessBackend, run_dir: Path, name: str, seen: ProcessRecord
+) -> ProcessRecord:
+    """The record of a process `running` said is gone, read once more: its shim may have
+    written the exit code down, and gone, between the read of `seen` and that check."""
+    return backend.read(run_dir, name) or seen

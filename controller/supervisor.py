@@ -14,9 +14,8 @@ otherwise mean one directory to us and another to a shim started elsewhere. File
 one launched (pid, start time and command line); an instance whose port is already held is
 never started twice: its own process found there is adopted, anything else is reported.
 
-Each proxy gets a fresh admin token when it is started, in its environment (PDCTL_ADMIN_TOKEN;
-argv is world-readable in /proc), kept in the run dir for a later supervisor, never in an
-event, a log line or a preview.
+Each proxy gets a fresh admin token at start, in its environment (PDCTL_ADMIN_TOKEN; argv is
+world-readable in /proc), kept in the run dir for a later supervisor, never in an event or log.
 
 Start order: the proxy first (MoRIIO instances register with it; the NIXL proxy takes the
 instances' URLs by flag and health-checks them), then every instance. Stop: instances (drain
@@ -42,7 +41,7 @@ from controller.health import HttpProbe, Probe
 from controller.placement import Addresses, Node, PlacementError
 from controller.ports import AllocatedPorts
 from controller.probing import probe_round
-from controller.process_backend import ProcessBackend, ShimBackend
+from controller.process_backend import ProcessBackend, ShimBackend, settled
 from controller.redact import redact_text
 from controller.render import LaunchSettings, render
 from controller.stale_peers import StaleWatch, cancel_checks, check
@@ -300,6 +299,7 @@ class Supervisor:
                 continue  # not ours (yet)
             unit.record = record
             if not self.backend.running(record):
+                record = settled(self.backend, dep.folder, unit.launch.name, record)
                 code = record.exit_code if record.exited else None
                 if record.lost:
                     # Its node gone (the event names it), or only its keeper on the node.

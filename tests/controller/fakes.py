@@ -79,6 +79,9 @@ class FakeBackend:
         proc = self.procs.get(self._key(run_dir, name))
         if proc is None:
             return None
+        if proc.get("stale_reads", 0) > 0:  # the shim has not yet written the exit down
+            proc["stale_reads"] -= 1
+            return replace(proc["record"], exited=False, exit_code=None)
         return replace(proc["record"], exited=not proc["alive"], exit_code=proc["code"])
 
     def _by_pid(self, pid: int | None) -> dict[str, Any] | None:
@@ -107,9 +110,11 @@ class FakeBackend:
     def port_holders(self, port: int) -> list[PortHolder]:
         return self.held.get(port, [])
 
-    def crash(self, name: str, code: int = -9) -> None:
+    def crash(self, name: str, code: int = -9, stale_reads: int = 0) -> None:
+        """`stale_reads`: that many reads still show it alive-looking, as when the state file
+        is read just before the shim writes the exit code down and goes."""
         proc = next(p for (_, n), p in self.procs.items() if n == name)
-        proc["alive"], proc["code"] = False, code
+        proc["alive"], proc["code"], proc["stale_reads"] = False, code, stale_reads
 
     def pid(self, name: str) -> int:
         return next(p["record"].child_pid for (_, n), p in self.procs.items() if n == name)

@@ -595,3 +595,20 @@ def test_a_running_instance_that_refuses_while_a_neighbour_starts_is_replaced(tm
         assert [m for m in _unhealthy(h) if "decode-0" in m], h.events[-3:]
 
     run(scenario())
+
+
+def test_an_exit_the_shim_writes_down_just_after_the_read_still_carries_its_code(tmp_path):
+    # The state file was read while the shim was still writing the exit code (and then went):
+    # the code must not be lost as "unknown" (a fresh-clone CI run saw last_exit_code None).
+    async def scenario():
+        h = Harness(tmp_path)
+        spec = tiny_pair()
+        ports = allocate(spec)
+        await h.sup.start("tiny-pd", spec, ports)
+        await h.polls(2)
+        h.backend.crash("decode-0", -9, stale_reads=1)
+        await h.polls(1, every=0.1)
+        decode = next(u for u in h.sup.status("tiny-pd") if u["name"] == "decode-0")
+        assert decode["state"] == "BACKOFF" and decode["last_exit_code"] == -9
+
+    run(scenario())
