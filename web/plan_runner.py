@@ -1,5 +1,6 @@
 """Running a plan request, bounded: at most MAX_ROWS (configuration, rate) runs, and a sweep
-or search stops starting runs after DEADLINE_S (the result says it was cut short; one run at
+or search stops starting runs after a deadline (DEADLINE_S unless the server's
+PDCTL_PLAN_DEADLINE_S says otherwise; the result says it was cut short; one run at
 the request caps takes up to ~9 s). Blocking CPU work: the routes call it in a thread. A
 built-in scenario runs whole (the MORI-IO one ~12 s)."""
 
@@ -66,8 +67,10 @@ def _configs(req: PlanRequest, setup: planner.PlanSetup) -> list[planner.PlanCon
     return configs
 
 
-def execute(req: PlanRequest) -> dict[str, Any]:
-    """Run the plan (blocking CPU work: call it in a thread)."""
+def execute(req: PlanRequest, deadline_s: float | None = None) -> dict[str, Any]:
+    """Run the plan (blocking CPU work: call it in a thread); a sweep or search starts no
+    run after `deadline_s` (DEADLINE_S when not given)."""
+    deadline_s = DEADLINE_S if deadline_s is None else deadline_s
     started = time.perf_counter()
     if req.scenario is not None:
         result = {**SCENARIOS[req.scenario](), "scenario": req.scenario}
@@ -78,7 +81,7 @@ def execute(req: PlanRequest) -> dict[str, Any]:
         configs = _configs(req, setup)
         workload = planner.Workload(**req.workload.model_dump())
         rates = list(req.rates)  # type: ignore[arg-type]  # the validator made it a list
-        result = (_search if req.search else _sweep)(setup, configs, workload, rates)
+        result = (_search if req.search else _sweep)(setup, configs, workload, rates, deadline_s)
         result.update(_context_of(setup, configs, workload))
     result["wall_s"] = round(time.perf_counter() - started, 3)
     return result
@@ -89,9 +92,10 @@ def _sweep(
     configs: list[planner.PlanConfig],
     workload: planner.Workload,
     rates: list[float],
+    deadline_s: float,
 ) -> dict[str, Any]:
-    result = planner.sweep(setup, configs, workload, rates, _deadline())
-    return {"mode": "sweep", **_stopped(result)}
+    result = planner.sweep(setup, configs, workload, rates, _deadline(deadline_s))
+    return {"mode": "sweep", **_stopped(result, deadline_s)}
 
 
 def _search(
@@ -99,19 +103,20 @@ def _search(
     configs: list[planner.PlanConfig],
     workload: planner.Workload,
     rates: list[float],
+    deadline_s: float,
 ) -> dict[str, Any]:
-    result = planner.sweep(setup, configs, workload, rates, _deadline())
-    return {"mode": "search", **_stopped(result), **planner.rank(result, setup)}
+    result = planner.sweep(setup, configs, workload, rates, _deadline(deadline_s))
+    return {"mode": "search", **_stopped(result, deadline_s), **planner.rank(result, setup)}
 
 
-def _deadline() -> Callable[[], bool]:
-    stop_at = time.perf_counter() + DEADLINE_S
+def _deadline(deadline_s: float) -> Callable[[], bool]:
+    stop_at = time.perf_counter() + deadline_s
     return lambda: time.perf_counter() > stop_at
 
 
-def _stopped(result: dict[str, Any]) -> dict[str, Any]:
+def _stopped(result: dict[str, Any], deadline_s: float) -> dict[str, Any]:
     if "truncated" in result:
-        result["truncated"] = f"stopped after {DEADLINE_S:g} s: {result['truncated']}"
+        result["truncated"] = f"stopped after {deadline_s:g} s: {result['truncated']}"
     return result
 
 

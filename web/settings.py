@@ -67,6 +67,8 @@ class Settings(BaseSettings):
     # Host names (any port) answered when no tokens are set; a DNS-rebinding page's requests
     # carry its own name. Default: the loopback names (web/hosts.py).
     allowed_hosts: TokenList = Field(default_factory=list)
+    # A plan's sweep or search starts no run after this many seconds (web/plan_runner.py).
+    plan_deadline_s: float = Field(15.0, gt=0, le=3600)
     # Seconds a client may take to send a request's head, and then its body (web/deadlines.py).
     header_timeout_s: float = Field(10.0, gt=0, le=3600)
     body_timeout_s: float = Field(30.0, gt=0, le=3600)

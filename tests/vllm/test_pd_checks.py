@@ -181,7 +181,14 @@ def test_an_example_pair_whose_decode_reads_another_folder_is_caught_as_not_happ
             share = pdctl_metric(plane, "pdctl_pd_transfer_share", **decode)
             events = pd_events(plane, live.name)
             _, advice = plane.api("GET", f"/deployments/{live.name}/advice")
-            ok, mismatch = canaries(plane, live.name, "ok"), canaries(plane, live.name, "mismatch")
+        # A canary's reference (the prefill asked alone) may take a minute under load, and the
+        # recomputing decode may be caught before the first canary is judged: wait for one.
+        wait_for(
+            lambda: sum(canaries(plane, live.name, r) for r in ("ok", "mismatch")) >= 1,
+            150,
+            lambda: f"a canary judged: {[canaries(plane, live.name, r) for r in RESULTS]}",
+        )
+        ok, mismatch = canaries(plane, live.name, "ok"), canaries(plane, live.name, "mismatch")
         assert share is not None and share < 0.5, share
         assert [e["kind"] for e in events] == ["pd.recomputing"], events
         assert "decode-0 recomputes its prompts" in events[0]["message"]

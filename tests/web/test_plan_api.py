@@ -112,9 +112,16 @@ def test_the_saturation_scenario_runs_as_built_in(api):
 
 
 def test_a_sweep_past_its_deadline_stops_starting_runs_and_says_so(api, monkeypatch):
-    monkeypatch.setattr(plan_runner, "DEADLINE_S", 0.0)
+    monkeypatch.setattr(api.app.state.settings, "plan_deadline_s", 1e-9)  # PDCTL_PLAN_DEADLINE_S
     result = api.post("/api/plan", json={**SMALL, "configs": ["2xtp4"], "rates": [4, 8]}).json()
     assert result["rows"] == [] and "2 of 2 runs not started" in result["truncated"]
+    assert "stopped after 1e-09 s" in result["truncated"]
+
+
+def test_the_runner_stops_at_its_own_deadline_when_none_is_given(monkeypatch):
+    monkeypatch.setattr(plan_runner, "DEADLINE_S", 0.0)
+    req = plan_schema.PlanRequest(**{**SMALL, "configs": ["2xtp4"], "rates": [4]})
+    assert "1 of 1 runs not started" in plan_runner.execute(req)["truncated"]
 
 
 def test_one_plan_at_a_time_the_next_is_told_to_retry(api):

@@ -44,7 +44,7 @@ async def run(request: Request, req: PlanRequest) -> dict[str, Any]:
         raise PlannerBusy("a plan is already running on this server; try again in a few seconds")
     state.plan_running = True
     try:
-        return await run_in_threadpool(execute, req)
+        return await run_in_threadpool(execute, req, state.settings.plan_deadline_s)
     finally:
         state.plan_running = False
 
