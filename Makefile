@@ -24,17 +24,22 @@ run: $(STAMP)
 run-cluster: $(STAMP)
 	$(PY) -m harness.run_cluster
 
+# Most tests wait on subprocesses, sockets and browsers rather than compute: four workers on
+# two cores run them in about 40% of the time. Each worker draws ports from its own slice
+# (harness/processes.py worker_share); a file's tests stay on one worker (module fixtures).
+XDIST := -n 4 --dist loadfile
+
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q -m "not vllm and not ray and not live_window and not tiers"
+	$(PY) -m pytest -q $(XDIST) -m "not vllm and not ray and not live_window and not tiers"
 
 # End-to-end tests that wait out a window of live frames on stand-ins (the demo's trade after a
 # minute, PD not happening caught within a window, the canary within a period, each advisor
 # proposal applied and its signal measured before and after), and the encode and render tiers
-# end to end: ~10 min.
+# end to end: ~3 min (four workers: the tests wait out windows, they do not compute).
 test-live: $(STAMP)
-	$(PY) -m pytest -q -m "live_window or tiers" tests/e2e
+	$(PY) -m pytest -q -n 4 --dist load -m "live_window or tiers" tests/e2e
 
 # Tests on a real local Ray cluster (a head and workers on 127.0.0.2-5, started by the tests,
 # every Ray process stopped after them): placement, load, switch, adoption and node loss.

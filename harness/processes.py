@@ -19,6 +19,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 _HANDED_OUT: set[int] = set()
+_RANGES: list[int] = []  # PDCTL_PORT_RANGE bases not yet handed out
+
+
+def worker_share(low: int, high: int) -> tuple[int, int]:
+    """This test worker's slice of [low, high): under pytest-xdist each worker
+    draws ports from its own slice, so two workers never hand out one port (each worker's
+    memory of what it handed out is its own)."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    index = int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else 0
+    size = (high - low) // max(count, 1)
+    return low + index * size, low + (index + 1) * size
 
 
 def free_port() -> int:
@@ -27,8 +39,9 @@ def free_port() -> int:
     would be free to any outgoing connection between this check and the server's bind.
     Never the same port twice in one run: a test drawing several ports before starting
     anything would otherwise, once in a few hundred draws, get one port for two servers."""
+    low, high = worker_share(10000, 20000)
     for _ in range(200):
-        port = random.randrange(10000, 20000)
+        port = random.randrange(low, high)
         if port in _HANDED_OUT:
             continue
         with socket.socket() as sock:
@@ -38,14 +51,17 @@ def free_port() -> int:
                 continue
             _HANDED_OUT.add(port)
             return port
-    raise RuntimeError("no free port in 10000-19999")
+    raise RuntimeError(f"no free port in {low}-{high - 1}")
 
 
 def port_range() -> str:
     """A PDCTL_PORT_RANGE of 500 ports for one control plane: below Linux's ephemeral range
     (32768-60999), where every outgoing connection takes its port, and above free_port()'s,
     so an instance's allocated port is never one another socket happens to hold."""
-    base = random.randrange(20000, 32000, 500)
+    if not _RANGES:  # every base once, in a random order: two planes in a test never share
+        low, high = worker_share(20000, 32000)
+        _RANGES.extend(random.sample(range(low, high - 499, 500), (high - low) // 500))
+    base = _RANGES.pop()
     return f"{base}-{base + 499}"
 
 

@@ -103,7 +103,7 @@ def test_the_browser_starts_a_run_and_overlays_two(plane, two_sweeps):
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         try:
             page.goto(plane.proc.url + "/deployments/mori")
-            page.wait_for_selector(f"#bench-runs tr[data-run-id='{write['id']}']", timeout=15_000)
+            page.wait_for_selector(f"#bench-runs tr[data-run-id='{write['id']}']", timeout=60_000)
 
             # a short run from the form: its progress bar, then its row in the list
             page.fill("#bench-rates", "8")
@@ -111,9 +111,9 @@ def test_the_browser_starts_a_run_and_overlays_two(plane, two_sweeps):
             page.fill("#bench-input_len", "16")
             page.fill("#bench-output_len", "4")
             page.click("button[data-action=bench-start]")
-            page.wait_for_selector("#bench-progress", timeout=10_000)
-            page.wait_for_selector("#bench-form", timeout=30_000)  # ended: the form is back
-            page.wait_for_selector("#bench-runs tr[data-status=done] >> nth=2", timeout=10_000)
+            page.wait_for_selector("#bench-progress", timeout=60_000)
+            page.wait_for_selector("#bench-form", timeout=60_000)  # ended: the form is back
+            page.wait_for_selector("#bench-runs tr[data-status=done] >> nth=2", timeout=60_000)
 
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             page.locator("#bench-section").screenshot(path=str(ARTIFACTS / "bench-panel.png"))
@@ -122,8 +122,8 @@ def test_the_browser_starts_a_run_and_overlays_two(plane, two_sweeps):
             page.check(f"#bench-runs input[name=id][value='{read['id']}']")
             page.check(f"#bench-runs input[name=id][value='{write['id']}']")
             page.click("button[data-action=bench-compare]")
-            page.wait_for_url("**/bench/compare?*", timeout=10_000)
-            page.wait_for_selector("#chart-attainment[data-curves='2'] canvas", timeout=10_000)
+            page.wait_for_url("**/bench/compare?*", timeout=60_000)
+            page.wait_for_selector("#chart-attainment[data-curves='2'] canvas", timeout=60_000)
             legend = page.inner_text("#chart-attainment .u-legend")
             assert "mori r1 · read 1P1D" in legend and "mori r2 · write 1P1D" in legend
             assert page.locator("figure[data-chart=bench] canvas").count() == 3

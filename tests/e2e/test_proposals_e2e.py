@@ -4,7 +4,8 @@ forecast), applied through the API from the revision it was shown on; then the n
 is checked, the same load runs again, and the signal the proposal watches must have moved the
 way the forecast said (the direction the change is built for where the planner cannot say).
 
-About 40 s each: a window of load before, the change, a window of load after."""
+About 40 s each (the ITL-bound one ~110 s): a window of load before, the change, a window
+of load after."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from bench.multi_turn import MultiTurnConfig, run_multi_turn
 from harness.control_plane import ControlPlane
 from harness.stack import bench_background, bench_finished, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.live_window]
+# A 2P2D stand-in pair serving 4,000-token prompts at 16 req/s takes ~110 s for both loads.
+pytestmark = [pytest.mark.e2e, pytest.mark.live_window, pytest.mark.timeout(300)]
 WINDOW = "10s"
 SETTLE_S = 12.0  # a whole 10 s window of the load, and the scrape after it
 

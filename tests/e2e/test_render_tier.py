@@ -72,9 +72,17 @@ def test_the_same_streamed_completion_and_usage(fronts) -> None:
 
 def test_the_render_tiers_proxy_measures_ttft_from_arrival(fronts) -> None:
     _, rendered, _ = fronts
+    before = rendered.metrics()
+    ask = {"model": "tiny", "prompt": "measured from arrival", "max_tokens": 4}
+    for _ in range(2):
+        client(rendered).completions.create(**ask)
     text = rendered.metrics()
-    assert metric_value(text, "pdctl_proxy_requests_total", outcome="ok") >= 2
-    assert metric_value(text, "pdctl_proxy_ttft_seconds_count") >= 2
+    for family, labels in (
+        ("pdctl_proxy_requests_total", {"outcome": "ok"}),
+        ("pdctl_proxy_ttft_seconds_count", {}),
+    ):
+        grew = metric_value(text, family, **labels) - metric_value(before, family, **labels)
+        assert grew == 2, (family, grew)
 
 
 def test_the_same_chat_answer_with_and_without_the_render_tier(fronts) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from harness.processes import worker_share
 from state import migrate
 from web.app import create_app
 from web.settings import Settings
@@ -19,6 +20,7 @@ OPERATOR, VIEWER = "alice:op-secret", "bob:view-secret"
 AS_OPERATOR = {"Authorization": "Bearer op-secret"}
 AS_VIEWER = {"Authorization": "Bearer view-secret"}
 MakeClient = Callable[..., TestClient]
+PORTS = worker_share(41000, 42000)  # the instances this worker's apps start
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +39,7 @@ def _clients(folder: Path, template: Path) -> Iterator[MakeClient]:
         settings = Settings(
             **{
                 "db": db,
-                "port_range": (41000, 41999),
+                "port_range": (PORTS[0], PORTS[1] - 1),
                 "runtime_dir": folder / f"runs-{len(clients)}",
                 "migrate_on_start": False,
                 # The name TestClient sends as Host (web/hosts.py refuses it otherwise).
