@@ -268,11 +268,32 @@ def marked(pid: int, marker: str) -> bool:
     return False
 
 
+def foreign(pid: int, marker: str) -> bool:
+    """`pid` carries another session's marker: another test worker's deployment."""
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError, PermissionError):
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        return f"{MARKER}=".encode() in environ and not marked(pid, marker)
+    return False
+
+
+def ancestors() -> set[int]:
+    """This process and those above it (the make recipe's shell names the model too)."""
+    out, pid = set(), os.getpid()
+    while pid > 1 and pid not in out:
+        out.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return out
+
+
 def leftovers(live: Live, model: Path, marker: str) -> list[ProcInfo]:
     """Processes of `live` still there: in one of its groups or sessions, carrying its marker,
     or any vLLM server or engine core (they retitle themselves `VLLM::EngineCore`) or process
-    naming the model."""
-    mine = {os.getpid(), os.getppid()}
+    naming the model that is not another test worker's."""
+    mine = ancestors()
     found = []
     for info in processes():
         if info.pid in mine:
@@ -280,7 +301,7 @@ def leftovers(live: Live, model: Path, marker: str) -> list[ProcInfo]:
         ours = info.pgid in live.groups or info.sid in live.sessions or marked(info.pid, marker)
         text = info.cmdline.lower()
         engine = str(model) in info.cmdline or "vllm::" in text or "vllm.entrypoints" in text
-        if ours or engine:
+        if ours or (engine and not foreign(info.pid, marker)):
             found.append(info)
     return found
 
