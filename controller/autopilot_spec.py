@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from controller.field_error import FieldError
 from domain.modes import Role
+from domain.role_moves import DRAIN_TIMEOUT_S
 
 if TYPE_CHECKING:
     from controller.deployment import DeploymentSpec
@@ -28,9 +29,7 @@ class Autopilot(BaseModel):
     cooldown_s: float = Field(300.0, ge=0, le=86400)  # since the last move
     min_per_role: int = Field(1, ge=1, le=64)  # instances each of prefill and decode keeps
     max_moves_per_hour: int = Field(4, ge=1, le=60)
-    # How long a moved instance's legs may take to end: a prefill's last requests wait for a
-    # decode slot when the decodes are short, which is when a prefill is moved to decode.
-    drain_timeout_s: float = Field(300.0, gt=0, le=3600)
+    drain_timeout_s: float = Field(DRAIN_TIMEOUT_S, gt=0, le=3600)  # see domain/role_moves
     # A signal: attainment below this share of requests, a queue, a gauge over its line.
     attainment_target: float = Field(0.9, gt=0, le=1)
     prefill_waiting_per_instance: float = Field(2.0, gt=0, le=10_000)

@@ -10,10 +10,12 @@ from typing import Annotated
 
 import typer
 
+from domain.role_moves import DRAIN_TIMEOUT_S
 from terminal.read_verbs import Name, path
 from terminal.session import JsonOption, ServerOption, Usage, client, show_json
 
 ROLES = ("prefill", "decode")
+ANSWER_MARGIN_S = 60.0  # the role call, routing it in its new role, the revision
 
 
 def move(
@@ -23,7 +25,7 @@ def move(
     reason: Annotated[str, typer.Option(help="Why: recorded with the revision and its events.")],
     drain_timeout: Annotated[
         float, typer.Option(help="Seconds its legs and its engine may take to drain.", min=1)
-    ] = 60.0,
+    ] = DRAIN_TIMEOUT_S,
     server: ServerOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -31,7 +33,10 @@ def move(
     if role not in ROLES:
         raise Usage(f"--role {role!r}: one of {', '.join(ROLES)}")
     body = {"instance": instance, "role": role, "reason": reason, "drain_timeout_s": drain_timeout}
-    moved = client(server).post(path(name, "/role-moves"), body)
+    api = client(server)
+    # The answer comes once the instance serves its new role: after the drain at the most.
+    api.timeout_s = max(api.timeout_s, drain_timeout + ANSWER_MARGIN_S)
+    moved = api.post(path(name, "/role-moves"), body)
     if as_json:
         show_json(moved)
     else:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
+from domain.role_moves import DRAIN_TIMEOUT_S
 from web.deps import Operator, ServiceDep, StoreDep
 
 router = APIRouter(prefix="/deployments/{name}", tags=["lifecycle"])
@@ -20,7 +21,10 @@ class RoleMoveRequest(BaseModel):
     role: Literal["prefill", "decode"] = Field(description="The role it serves after the move.")
     reason: str = Field(min_length=1, max_length=500, description="Why: kept with the revision.")
     drain_timeout_s: float = Field(
-        60.0, gt=0, le=3600, description="How long its legs and its engine may take to drain."
+        DRAIN_TIMEOUT_S,
+        gt=0,
+        le=3600,
+        description="How long its legs and its engine may take to drain.",
     )
 
 
