@@ -191,6 +191,9 @@ class Frame(Requests):
     pd: PdHappening
     # The correctness canary's last verdict and counts (observe/canary.py section)
     canary: NotRequired[dict[str, Any]]
+    # The P:D autopilot's mode, last decision and move, and its one `line`, while one steers
+    # the deployment (web/autopilot_loop.py section, added through Observer.sections)
+    autopilot: NotRequired[dict[str, Any]]
     windows: NotRequired[dict[str, Headline]]  # every window's headline
 
 

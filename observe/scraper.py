@@ -108,6 +108,9 @@ class Observer:
         self.pd_states: dict[str, dict[str, DecodeState]] = {}
         self._pd_events: list[tuple[str, Transition]] = []
         self.canary = CanaryRunner(clock)  # the correctness canary (observe/canary.py)
+        # Sections a layer above adds to every frame: key -> f(deployment) -> dict or None
+        # (web/autopilot_loop.py's "autopilot"), so the live frames carry them too.
+        self.sections: dict[str, Callable[[str], dict[str, Any] | None]] = {}
         self._last_point: dict[str, float] = {}
         self._last_prune = 0.0
         self._session: aiohttp.ClientSession | None = None
@@ -196,8 +199,10 @@ class Observer:
         pd = self._check_pd(name, str(spec.topology) == "colocated", units, targets, now)
         frames = {w: build_frame(info, units, targets, w, now, pd) for w in WINDOWS}
         self.canary.tick(name, dep, units, now)
+        extra = {key: value for key, f in self.sections.items() if (value := f(name)) is not None}
         for frame in frames.values():  # the last canary verdict beside the SLO figures
             frame["canary"] = self.canary.section(name, spec)
+            frame.update(extra)
         self.latest[name] = frames
         for window, frame in frames.items():
             topic = frame_topic(name, window)

@@ -124,9 +124,17 @@
     instances(f);
     pdBanner(f.pd);
     canaryBanner(f.canary);
+    autopilotLine(f.autopilot);
   }
 
   // The correctness canary's last verdict (observe/canary.py writes the line)
+  function autopilotLine(a) {
+    // the frame's autopilot section: the line the fragment poll also fills, a second fresher
+    var el = document.getElementById("autopilot");
+    if (!el || !a || typeof a.line !== "string") return;
+    el.textContent = a.line;
+    el.dataset.mode = a.mode || "";
+  }
   function canaryBanner(c) {
     var el = document.getElementById("canary-banner");
     if (!el || !c) return;

@@ -268,6 +268,13 @@ def event_time(ts: Any) -> str:
     return moment.astimezone().strftime("%H:%M:%S")
 
 
+def autopilot_line(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
+    """The P:D autopilot's mode and last move (the frame's `autopilot`, web/autopilot_loop.py),
+    so a ratio that changes under the on-call engineer says who changed it and why."""
+    section = (v.frame or {}).get("autopilot") or {}
+    return [section.get("line") or f"autopilot: {section.get('mode', 'on')}"]
+
+
 def keys(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
     windows = " ".join(
         f"{k} {'[' + w + ']' if w == v.window else w}" for k, w in WINDOW_KEYS.items()
@@ -285,6 +292,9 @@ SECTIONS: tuple[Section, ...] = (
     Section("headline", 3, 1, headline_rows, headline, lambda v: v.frame is not None),
     Section("pd", 3, 1, _one, pd_line, lambda v: v.frame is not None),
     Section("canary", 3, 1, _one, canary_line, lambda v: bool((v.frame or {}).get("canary"))),
+    Section(
+        "autopilot", 3, 1, _one, autopilot_line, lambda v: bool((v.frame or {}).get("autopilot"))
+    ),
     Section(
         "histograms",
         5,

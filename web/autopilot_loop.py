@@ -42,6 +42,7 @@ class Pilot:
     last_move: dict[str, Any] | None = None
     held_key: str | None = None
     moving: asyncio.Task | None = None
+    settings: Any = None  # the current revision's autopilot, as last read
 
 
 class AutopilotLoop:
@@ -50,6 +51,8 @@ class AutopilotLoop:
         self.interval = interval
         self.pilots: dict[str, Pilot] = {}
         self._task: asyncio.Task | None = None
+        if observer is not None and hasattr(observer, "sections"):
+            observer.sections["autopilot"] = self.section  # the live frames carry it
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="pdctl-autopilot")
@@ -93,6 +96,7 @@ class AutopilotLoop:
     async def _step(self, name: str, dep: Any, ap: Any, current: Any) -> None:
         frame = (self.observer.latest.get(name) or {}).get(WINDOW)
         pilot = self.pilots.setdefault(name, Pilot())
+        pilot.settings = ap
         if frame is None or frame["ts"] == pilot.last_ts:
             return
         now = pilot.last_ts = frame["ts"]
@@ -182,14 +186,37 @@ class AutopilotLoop:
 
     def status(self, name: str, spec: Any) -> dict[str, Any]:
         """The autopilot as the API and `pdctl show` give it."""
-        ap = spec.autopilot
-        mode = "off" if ap is None or not ap.enabled else "dry-run" if ap.dry_run else "on"
+        return _status(spec.autopilot, self.pilots.get(name))
+
+    def section(self, name: str) -> dict[str, Any] | None:
+        """The frame's `autopilot` (observe/scraper.py sections): what `status` says, its
+        one line, no settings; None while no enabled autopilot steers the deployment."""
         pilot = self.pilots.get(name)
-        return {
-            "mode": mode,
-            "settings": ap.model_dump() if ap is not None else None,
-            "last_decision": pilot.last.to_json() if pilot and pilot.last else None,
-            "decided_at": pilot.last_ts if pilot else None,
-            "last_move": pilot.last_move if pilot else None,
-            "moves_last_hour": len(pilot.moves) if pilot else 0,
-        }
+        if pilot is None or pilot.settings is None:
+            return None
+        out = _status(pilot.settings, pilot)
+        del out["settings"]
+        return {**out, "line": status_line(out)}
+
+
+def _status(ap: Any, pilot: Pilot | None) -> dict[str, Any]:
+    mode = "off" if ap is None or not ap.enabled else "dry-run" if ap.dry_run else "on"
+    return {
+        "mode": mode,
+        "settings": ap.model_dump() if ap is not None else None,
+        "last_decision": pilot.last.to_json() if pilot and pilot.last else None,
+        "decided_at": pilot.last_ts if pilot else None,
+        "last_move": pilot.last_move if pilot else None,
+        "moves_last_hour": len(pilot.moves) if pilot else 0,
+    }
+
+
+def status_line(status: dict[str, Any]) -> str:
+    """ "autopilot: on, last move decode-1 decode -> prefill, revision 3: TTFT-bound ..." """
+    move, last = status.get("last_move"), status.get("last_decision") or {}
+    head = f"autopilot: {status['mode']}"
+    if move is None:
+        return head + (f", no move yet ({last['why']})" if last.get("why") else "")
+    verb = "would move" if move.get("dry_run") else "last move"
+    rev = f", revision {move['revision']}" if move.get("revision") else ""
+    return f"{head}, {verb} {move['instance']} {move['from']} -> {move['to']}{rev}: {move['why']}"

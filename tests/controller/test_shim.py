@@ -19,8 +19,8 @@ CHATTY = (
     "import signal, sys, time\n"
     "signal.signal(signal.SIGTERM, lambda *a: (print('got TERM', flush=True), "
     "sys.exit(3)))\n"
-    "for i in range(100000):\n"
-    "    print(f'line {i}', flush=True)\n"
+    "for i in range(100000):\n"  # one write per line: a TERM between two would split one
+    "    sys.stdout.write(f'line {i}\\n'); sys.stdout.flush()\n"
     "    time.sleep(0.01)\n"
 )
 

@@ -7,10 +7,12 @@ nothing and records `autopilot.dry_run`."""
 from __future__ import annotations
 
 import contextlib
+import html
 
 import pytest
 
 from harness.control_plane import ControlPlane
+from harness.demo_run import frame
 from harness.processes import http_get
 from harness.stack import bench_background, bench_finished, wait_until
 
@@ -109,3 +111,6 @@ def test_dry_run_records_what_it_would_do_and_changes_nothing(plane, tmp_path):
     assert status == 200 and b'id="autopilot"' in page
     status, line = http_get(f"{plane.proc.url}/deployments/auto/autopilot")
     assert status == 200 and line.startswith(b"autopilot: dry-run, would move decode-"), line
+    # the live frames carry it too (the dashboard's line, `pdctl top`)
+    live = frame(plane.proc.url, "auto", "10s")["autopilot"]
+    assert live["mode"] == "dry-run" and live["line"] == html.unescape(line.decode()), live

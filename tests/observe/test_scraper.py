@@ -2,6 +2,7 @@
 failed scrape (a busy engine) and is down after two in a row."""
 
 import asyncio
+import json
 from types import SimpleNamespace
 
 import aiohttp
@@ -47,5 +48,33 @@ def test_one_failed_scrape_keeps_a_target_up_two_bring_it_down():
             (False, False),
             (True, True),
         ]
+
+    asyncio.run(body())
+
+
+def test_a_section_from_above_goes_into_every_windows_frame_and_what_it_publishes():
+    from controller.deployment import DeploymentSpec
+    from observe.scraper import frame_topic
+    from tests.specs import nixl_1p1d
+
+    async def body():
+        dep = SimpleNamespace(spec=DeploymentSpec.model_validate(nixl_1p1d()))
+        controller = SimpleNamespace(
+            supervisor=SimpleNamespace(deployments={"pd": dep}), status=lambda name: []
+        )
+        hub = Hub()
+        hub.bind(asyncio.get_running_loop())
+        observer = Observer(controller, SimpleNamespace(engine=None), hub, ObserveSettings())
+        observer.sections["autopilot"] = lambda name: {"mode": "on", "line": f"{name} steered"}
+        observer.sections["absent"] = lambda name: None  # nothing to say: no key at all
+        with hub.subscribe([frame_topic("pd", "10s")]) as sub:
+            await observer._observe("pd", 100.0)
+            published = json.loads(await asyncio.wait_for(sub.get(), 5))
+        frames = observer.latest["pd"]
+        assert {w: f["autopilot"]["line"] for w, f in frames.items()} == {
+            w: "pd steered" for w in frames
+        }
+        assert all("absent" not in f for f in frames.values())
+        assert published["autopilot"] == {"mode": "on", "line": "pd steered"}
 
     asyncio.run(body())

@@ -69,3 +69,14 @@ def test_healthy_decodes_show_their_share_and_colocated_says_it_does_not_apply()
     }
     assert line(colocated).startswith("PD check  does not apply (colocated: no KV hand-off")
     assert "NOT" not in line(colocated)
+
+
+def test_the_autopilots_line_shows_when_the_frame_carries_it_and_not_otherwise():
+    healthy = {"applies": True, "why": None, "rule": RULE, "decodes": [], "recomputing": []}
+    moved = "autopilot: on, last move decode-1 decode -> prefill, revision 3: TTFT-bound"
+    with_pilot = {**frame(healthy), "autopilot": {"mode": "on", "line": moved}}
+    screen = render(View("pd", "1m", with_pilot, status="live"), 80, 24)
+    assert len(screen) == 24 and all(len(row) <= 80 for row in screen)
+    assert any(row.startswith("autopilot: on, last move decode-1") for row in screen), screen
+    plain = render(View("pd", "1m", frame(healthy), status="live"), 80, 24)
+    assert not any(row.startswith("autopilot") for row in plain)

@@ -138,3 +138,29 @@ def test_the_current_revision_turns_it_to_dry_run_without_a_restart():
     fakes.stored = spec(enabled=False)
     asyncio.run(fakes.run(loop, 3, start=200))
     assert loop.pilots == {}
+
+
+def test_the_live_frames_carry_its_mode_and_last_move_while_it_steers():
+    fakes = Fakes(spec())
+    fakes.observer.sections = {}
+    loop = AutopilotLoop(fakes.controller, fakes.observer, fakes.store)
+    section = fakes.observer.sections["autopilot"]
+    assert section("auto") is None  # nothing decided yet: the frame has no autopilot
+    asyncio.run(fakes.run(loop, 20))
+    shown = section("auto")
+    assert shown["mode"] == "on" and shown["last_move"]["instance"] == "decode-1"
+    assert shown["line"].startswith("autopilot: on, last move decode-1 decode -> prefill, rev")
+    assert "settings" not in shown and shown["moves_last_hour"] == 1
+    assert section("other") is None
+    fakes.stored = spec(enabled=False)  # turned off in a new revision: the frames drop it
+    asyncio.run(fakes.run(loop, 2, start=300))
+    assert section("auto") is None
+
+
+def test_a_dry_runs_frame_line_says_what_it_would_do():
+    fakes = Fakes(spec(dry_run=True))
+    fakes.observer.sections = {}
+    loop = AutopilotLoop(fakes.controller, fakes.observer, fakes.store)
+    asyncio.run(fakes.run(loop, 8))
+    line = fakes.observer.sections["autopilot"]("auto")["line"]
+    assert line.startswith("autopilot: dry-run, would move decode-1 decode -> prefill: ")

@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
+from web.autopilot_loop import status_line
 from web.deps import StoreDep
 from web.routes.page_common import PageActor
 
@@ -26,17 +27,7 @@ def autopilot(name: str, request: Request, store: StoreDep) -> dict[str, Any]:
 @page_router.get("/deployments/{name}/autopilot", response_class=HTMLResponse)
 def autopilot_fragment(name: str, request: Request, store: StoreDep, actor: PageActor):
     """The deployment page's one line: "autopilot: on, last move ..." (polled)."""
-    return HTMLResponse(escape(line(_status(request, store, name))))
-
-
-def line(status: dict[str, Any]) -> str:
-    move, last = status.get("last_move"), status.get("last_decision") or {}
-    head = f"autopilot: {status['mode']}"
-    if move is None:
-        return head + (f", no move yet ({last['why']})" if last.get("why") else "")
-    verb = "would move" if move.get("dry_run") else "last move"
-    rev = f", revision {move['revision']}" if move.get("revision") else ""
-    return f"{head}, {verb} {move['instance']} {move['from']} -> {move['to']}{rev}: {move['why']}"
+    return HTMLResponse(escape(status_line(_status(request, store, name))))
 
 
 def _status(request: Request, store: Any, name: str) -> dict[str, Any]:
