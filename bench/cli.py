@@ -16,7 +16,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 from rich.console import Console
 
-from bench import target
+from bench import chat_sessions, target
 from bench.client import ServerUnreachable
 from bench.config import (
     BenchConfig,
@@ -79,10 +79,19 @@ def bench(
     range_ratio: Annotated[
         float, typer.Option(help="Lengths drawn uniformly from [L*(1-r), L*(1+r)], r in [0, 1)")
     ] = 0.0,
-    dataset: Annotated[str, typer.Option(help="random | shared-prefix | multi-turn")] = "random",
+    dataset: Annotated[
+        str,
+        typer.Option(
+            help="random | shared-prefix | multi-turn | chat-sessions (each turn sends the "
+            "server's own answers: what bidirectional KV needs; --num-prompts conversations)"
+        ),
+    ] = "random",
     prefix_len: Annotated[int, typer.Option(help="shared-prefix: tokens of each prefix")] = 256,
     num_prefixes: Annotated[int, typer.Option(help="shared-prefix: distinct prefixes")] = 1,
     turns: Annotated[int, typer.Option(help="multi-turn: turns per conversation")] = 4,
+    user_len: Annotated[
+        int, typer.Option(help="chat-sessions: tokens of each later user message")
+    ] = 100,
     endpoint: Annotated[str, typer.Option(help="completions | chat")] = "completions",
     model: Annotated[str | None, typer.Option(help="Model name (default: ask /v1/models)")] = None,
     burstiness: Annotated[
@@ -150,6 +159,12 @@ def bench(
     except BenchConfigError as exc:
         _fail(f"invalid value for {exc}")
     base_url, slo = _where(base_url, deployment, server, slo, itl_slo_stat is not None)
+    if dataset == chat_sessions.NAME:
+        flags = chat_sessions.SessionFlags(
+            request_rate, num_prompts, turns, input_len, user_len, output_len, seed, timeout
+        )
+        _chat_sessions(base_url, model, flags, result_json)
+        return
     try:
         config = validate(
             BenchConfig(
@@ -215,6 +230,28 @@ def bench(
         save_requests,
     )
     _show(outcomes, document, console)
+    if result_json is not None:
+        _write(result_json, document)
+
+
+def _chat_sessions(
+    base_url: str, model: str | None, flags: chat_sessions.SessionFlags, result_json: Path | None
+) -> None:
+    if problem := chat_sessions.check(flags):
+        _fail(problem)
+    if result_json is not None and not result_json.parent.is_dir():
+        _fail(f"--result-json: directory {result_json.parent} does not exist")
+    try:
+        model, records, summaries = _run(chat_sessions.run(base_url, model, flags))
+    except ServerUnreachable as exc:
+        _fail(f"--base-url: {exc}")
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        raise typer.Exit(INTERRUPTED) from None
+    document = chat_sessions.document(model, flags, records, summaries)
+    Console().print(chat_sessions.table(document))
+    if document["failed"]:
+        typer.echo(f"{document['failed']} turn(s) failed: {document['errors'][0]}", err=True)
     if result_json is not None:
         _write(result_json, document)
 
