@@ -32,7 +32,10 @@ What differs from `pdctl serve`'s rendering, and why:
   `token`); without one the proxy writes a generated token to /run/pdctl in its pod;
 - KV over RDMA needs the NICs in the pod, which is the cluster's own business (an RDMA device
   plugin's resource, or host networking): add it to the engine pods; they get IPC_LOCK to pin
-  buffers.
+  buffers;
+- a render tier (role `render`) is a StatefulSet of GPU-less pods running `vllm launch render`
+  (no GPU request, no added capabilities): the proxy reaches each at its stable DNS name, as
+  the engines, and a render tier scales as any CPU web service (`replicas`).
 
 Refused, each naming the field: ExampleConnector (its KV directory is per pod), Ray node
 ids, node addresses and Ray resources as node selectors (only labels mean something to the
@@ -91,13 +94,6 @@ def render_k8s(
             "ExampleConnector hands KV over a directory both instances see, and pods share "
             "none: use a connector that moves KV over the network (NixlConnector, ...)",
         )
-    for i, group in enumerate(spec.groups):
-        if group.role is Role.RENDER:
-            raise NotOnKubernetes(
-                ("groups", i, "role"),
-                "a render tier is not rendered for Kubernetes yet: run it with pdctl's own "
-                "backend (local processes) or docker compose",
-            )
     ports = _shared_ports(spec, ports)
     moriio = spec.connector == "MoRIIOConnector"
     registry_allow = [a for net in settings.pod_networks for a in ("--registry-allow", net)]

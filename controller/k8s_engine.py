@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.deployment import DeploymentSpec, Engine, InstanceGroup
+from controller.deployment import DeploymentSpec, Engine, InstanceGroup, Role
 from controller.k8s_meta import (
     POD_IP,
     NotOnKubernetes,
@@ -155,7 +155,10 @@ class _PodShape:
             argv += ["--nnodes", str(self.nodes), "--node-rank", rank]
             argv += ["--master-addr", "$(LWS_LEADER_ADDRESS)"]
             argv += [] if serving else ["--headless"]
-        head = 1 if self.sim else 2  # `pdctl` | `vllm serve`
+        render = self.group.role is Role.RENDER
+        head = (
+            1 if self.sim else 3 if render else 2
+        )  # `pdctl` | `vllm launch render` | `vllm serve`
         container: dict[str, Any] = {
             "name": "engine" if serving else "worker",
             "image": self.image,
@@ -193,7 +196,7 @@ class _PodShape:
         return env
 
     def _security_context(self) -> dict[str, Any] | None:
-        if self.sim:
+        if self.sim or self.group.role is Role.RENDER:  # a render pod has no GPU and no KV
             return None
         add = []
         if self.spec.connector is not None:
@@ -226,7 +229,7 @@ def gpus_per_pod(spec: DeploymentSpec, gi: int) -> int:
     (a spec's GPU ids say how many, not which), split over the nodes of one instance; none for
     the stand-in."""
     group = spec.groups[gi]
-    if spec.engine == Engine.SIM:
+    if spec.engine == Engine.SIM or group.role is Role.RENDER:  # a render tier runs on CPU
         return 0
     placement = group.placement
     nodes = placement.nodes_per_instance if placement else 1

@@ -24,6 +24,7 @@ LLM_D_ROLES = {
     Role.DECODE: "decode",
     Role.COLOCATED: "both",
     Role.ENCODE: "encode",  # an EPD encoder (controller/ec_spec.py)
+    Role.RENDER: "render",  # a render tier instance (controller/render_tier_spec.py)
 }
 
 

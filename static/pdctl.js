@@ -6,6 +6,7 @@
     if (!box) return;
     box.textContent = text;
     box.hidden = !text;
+    box.removeAttribute("data-error-status"); // said here, not a refused request's answer
     if (text) { clearTimeout(box._t); box._t = setTimeout(function () { box.hidden = true; }, 8000); }
   }
   window.pdctlNotice = notice;
@@ -23,8 +24,17 @@
              ". Nothing on this page changed; see the event log or the server's log.");
     }
   });
+  // A success clears the notice, except a poll's while a refused request's answer shows: the
+  // page polls every few seconds, and the operator must get to read why their click failed.
+  // That one stays until their next action succeeds (a button, a form, a link).
   document.addEventListener("htmx:afterRequest", function (e) {
-    if (e.detail.successful) notice("");
+    if (!e.detail.successful) return;
+    var box = document.getElementById("notice");
+    var refused = box && !box.hidden && box.hasAttribute("data-error-status");
+    var elt = e.detail.elt;
+    var byOperator = elt && elt.closest && elt.closest("button, form, a, input, select");
+    if (refused && !byOperator) return;
+    notice("");
   });
   // A JSON error (from /api or a framework 4xx) reaching a fragment target: show its detail.
   document.addEventListener("htmx:beforeSwap", function (e) {

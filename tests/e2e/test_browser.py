@@ -270,6 +270,10 @@ def test_a_refused_action_shows_its_error_in_the_notice_and_the_page_stays(plane
     page.wait_for_selector("#notice[data-error-status='409']:not([hidden])", timeout=60_000)
     assert "has not been started" in page.inner_text("#notice")
     assert page.is_visible("button[data-action=start]")  # the region that asked stays
+    # a poll that succeeds meanwhile (the page polls every few seconds) leaves it to be read
+    page.evaluate("htmx.ajax('GET', '/deployments/web/topology', {target: '#topology'})")
+    assert "has not been started" in page.inner_text("#notice")
+    assert page.is_visible("#notice")
     page.evaluate(
         "htmx.ajax('GET', '/deployments/gone/topology', {target: '#flash'})"
     )  # what a deleted deployment's poll gets: a 404 fragment, not JSON
