@@ -39,20 +39,30 @@ class HoldQueue:
         if route is not None:
             return route
         s = self.settings
+        arrived = asyncio.get_running_loop().time()
         if self._warming():
-            return await self._hold(
-                self._warm_until,
-                self._warming,
-                f"no instance became routable within the proxy's first {s.startup_grace:g} s "
-                "(--startup-grace)",
-            )
+            try:
+                return await self._hold(
+                    self._warm_until,
+                    self._warming,
+                    f"no instance became routable within the proxy's first {s.startup_grace:g} "
+                    "s (--startup-grace)",
+                )
+            except HoldRejected:
+                # A pause (a mode switch) that outlasts the grace holds as any pause does:
+                # the request keeps its hold deadline, counted from its arrival.
+                if not self.pool.any_paused() or self._full():
+                    raise
         if not self.pool.any_paused():
             raise NoInstance(f"no instance can serve this request: {self.pool.why_unroutable()}")
         return await self._hold(
-            asyncio.get_running_loop().time() + s.hold_deadline,
+            arrived + s.hold_deadline,
             self.pool.any_paused,
             f"dispatch stayed paused past the hold deadline ({s.hold_deadline:g} s)",
         )
+
+    def _full(self) -> bool:
+        return self.metrics.held >= self.settings.hold_queue
 
     def _warming(self) -> bool:
         """Just started with a registry: instances come back with their next heartbeat and
@@ -64,7 +74,7 @@ class HoldQueue:
     ) -> Route:
         """Wait for a route while `still_waiting()` and before `deadline` (loop time)."""
         s, m = self.settings, self.metrics
-        if m.held >= s.hold_queue:
+        if self._full():
             raise HoldRejected(
                 f"dispatch is paused and the hold queue is full ({s.hold_queue} requests)",
                 retry_after=s.hold_deadline,
