@@ -24,10 +24,10 @@ run: $(STAMP)
 run-cluster: $(STAMP)
 	$(PY) -m harness.run_cluster
 
-# Most tests wait on subprocesses, sockets and browsers rather than compute: four workers on
-# two cores run them in about 40% of the time. Each worker draws ports from its own slice
+# Most tests wait on subprocesses, sockets and browsers rather than compute: three workers on
+# two cores run them in under half the time (four were faster still, and flakier). Each worker draws ports from its own slice
 # (harness/processes.py worker_share); a file's tests stay on one worker (module fixtures).
-XDIST := -n 4 --dist loadfile
+XDIST := -n 3 --dist loadfile
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .

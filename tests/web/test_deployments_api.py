@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
+from harness.processes import free_port
 from tests.specs import colocated, edited, moriio_1p1d, nixl_1p1d
 
 
@@ -128,7 +129,9 @@ def test_delete_is_refused_while_the_controller_runs_it(client: TestClient) -> N
 
 
 def test_clone_copies_the_spec_with_fresh_ports(client: TestClient) -> None:
-    body = edited(nixl_1p1d(proxy={"port": 41500}), ("groups", 0, "ports"), [{"http": 41501}])
+    # ports nothing holds (another test worker's instances hold some of 41000-41999)
+    proxy_port, http = free_port(), free_port()
+    body = edited(nixl_1p1d(proxy={"port": proxy_port}), ("groups", 0, "ports"), [{"http": http}])
     source = client.post("/api/deployments", json=body).json()
     response = client.post(
         "/api/deployments/pd/clone", json={"name": "pd-copy"}, params={"reason": "try"}
