@@ -25,8 +25,9 @@ run-cluster: $(STAMP)
 	$(PY) -m harness.run_cluster
 
 # Most tests wait on subprocesses, sockets and browsers rather than compute: three workers on
-# two cores run them in under half the time (four were faster still, and flakier). Each worker draws ports from its own slice
-# (harness/processes.py worker_share); a file's tests stay on one worker (module fixtures).
+# two cores run them in under half the time (four were faster still, and flakier). Each
+# worker draws ports from its own slice (harness/processes.py worker_share); a file's tests
+# stay on one worker (module fixtures).
 XDIST := -n 3 --dist loadfile
 
 test: $(STAMP)
