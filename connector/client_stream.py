@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from aiohttp import web
 from aiohttp.http_writer import StreamWriter
 
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 DRAIN_ABOVE = 0x10000  # bytes queued in the transport before waiting for the client to read
 
 
@@ -53,3 +55,21 @@ class ChunkedOut:
             await self.writer.drain()
         except ConnectionError:
             raise ClientGone from None
+
+
+async def open_sse(request: Any) -> Any:
+    """Start the client's event stream: on the proxy's own front (connector/front.py) its
+    FrontStream, else aiohttp's StreamResponse, prepared."""
+    opener = getattr(request, "open_sse", None)
+    if opener is not None:
+        return opener()
+    resp = web.StreamResponse(headers=SSE_HEADERS)
+    await resp.prepare(request)
+    return resp
+
+
+def fast_out(request: Any, resp: Any) -> ChunkedOut | None:
+    """The fast path for the rest of a stream `open_sse` started, once its head is out."""
+    if isinstance(resp, web.StreamResponse):
+        return ChunkedOut.of(request.transport, resp._payload_writer)
+    return resp.out()

@@ -29,6 +29,7 @@ from connector.errors import (
     UpstreamError,
 )
 from connector.flight import Flight, clock
+from connector.front_request import FrontRequest
 from connector.hold import HoldQueue
 from connector.instances import Instance, InstancePool, Route
 from connector.interference import Interference
@@ -132,22 +133,38 @@ class Proxy:
             await asyncio.sleep(interval)
             self.metrics.loop_lag = max(0.0, loop.time() - start - interval)
 
-    async def _read_body(self, request: web.Request) -> bytes:
+    async def _read_body(self, request: web.Request | FrontRequest) -> bytes:
+        if isinstance(request, FrontRequest):  # the proxy's own front (connector/front.py)
+            if request.length > self.settings.max_body_bytes:
+                raise self._too_large()
+            if request.body_complete():
+                return await request.body()
+            try:
+                async with asyncio.timeout(self.settings.body_timeout):
+                    return await request.body()
+            except TimeoutError:
+                raise self._too_slow() from None
         try:
             if request.content.is_eof():  # the whole body came with the head: no deadline
                 return await request.read()
             async with asyncio.timeout(self.settings.body_timeout):
                 return await request.read()
         except TimeoutError:
-            raise BodyTooSlow(
-                f"request body not received within {self.settings.body_timeout:g} s "
-                "(the proxy's --body-timeout)"
-            ) from None
+            raise self._too_slow() from None
         except web.HTTPRequestEntityTooLarge:
-            raise TooLarge(
-                f"request body larger than {self.settings.max_body_bytes} bytes "
-                "(the proxy's --max-body-bytes)"
-            ) from None
+            raise self._too_large() from None
+
+    def _too_slow(self) -> BodyTooSlow:
+        return BodyTooSlow(
+            f"request body not received within {self.settings.body_timeout:g} s "
+            "(the proxy's --body-timeout)"
+        )
+
+    def _too_large(self) -> TooLarge:
+        return TooLarge(
+            f"request body larger than {self.settings.max_body_bytes} bytes "
+            "(the proxy's --max-body-bytes)"
+        )
 
     # -- the request path --------------------------------------------------------------------
     async def generate(self, request: web.Request) -> web.StreamResponse:

@@ -4,6 +4,8 @@ for as long as it likes. The body has its own deadline where the proxy reads it.
 
 `HeadDeadlineSite` is a TCPSite whose connections run `deadline_handler(seconds)`: from the
 first byte of a request, its head must be complete within `seconds`, or the connection closes.
+Given the proxy's `generate`, each connection starts in the proxy's own front
+(connector/front.py), which keeps the same deadline and hands aiohttp what it does not read.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
+
+from connector.front import FrontServer, Generate
 
 
 def deadline_handler(seconds: float) -> type[RequestHandler]:
@@ -49,9 +53,19 @@ def deadline_handler(seconds: float) -> type[RequestHandler]:
 
 
 class HeadDeadlineSite(web.TCPSite):
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, head_seconds: float) -> None:
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        head_seconds: float,
+        generate: Generate | None = None,
+        max_body: int = 1 << 20,
+    ) -> None:
         super().__init__(runner, host, port)
         self._handler_class = deadline_handler(head_seconds)
+        self._head_seconds, self._generate, self._max_body = head_seconds, generate, max_body
+        self.front: FrontServer | None = None
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registers the site with its runner
@@ -63,11 +77,20 @@ class HeadDeadlineSite(web.TCPSite):
             # Exactly what aiohttp's Server builds, with the deadline added.
             return handler_class(server, loop=loop, **server._kwargs)
 
+        factory: Any = protocol
+        if self._generate is not None:
+            self.front = FrontServer(self._generate, protocol, self._head_seconds, self._max_body)
+            factory = self.front
         self._server = await loop.create_server(
-            protocol,
+            factory,
             self._host,
             self._port,
             backlog=self._backlog,
             reuse_address=self._reuse_address,
             reuse_port=self._reuse_port,
         )
+
+    async def stop(self) -> None:
+        await super().stop()
+        if self.front is not None:  # as aiohttp's shutdown: answers in progress may finish
+            await self.front.shutdown(getattr(self._runner, "_shutdown_timeout", 60.0))

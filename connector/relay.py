@@ -16,7 +16,7 @@ from aiohttp import web
 from connector import chat_shape, pd_roles
 from connector.answers import Answer, DirectPost, aiohttp_post
 from connector.client_body import upstream_failure
-from connector.client_stream import ChunkedOut, ClientGone
+from connector.client_stream import ChunkedOut, ClientGone, fast_out, open_sse
 from connector.errors import ProxyError, UpstreamError, UpstreamTimeout
 from connector.flight import Flight, clock
 from connector.instances import Instance, InstancePool
@@ -24,8 +24,6 @@ from connector.interference import Interference
 from connector.legs import returned_params
 from connector.settings import ProxySettings
 from connector.upstream import UpstreamPool
-
-SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 
 __all__ = ["ClientGone", "Relay"]
 
@@ -233,15 +231,14 @@ class Relay:
                             )
                         if flight.route is not None and flight.route.prefill is None:
                             self.interference.prefill_done(inst.url, now)  # it prefilled here
-                        resp = web.StreamResponse(headers=SSE_HEADERS)
                         flight.prepared = True
-                        await resp.prepare(request)
+                        resp = await open_sse(request)
                     try:
                         await resp.write(chunk)
                     except ConnectionError:  # the client's socket, not the upstream's
                         raise ClientGone from None
                     if reshape is None:  # reshaped bytes keep to this loop
-                        out = ChunkedOut.of(request.transport, resp._payload_writer)
+                        out = fast_out(request, resp)
                 if out is not None and flight.malformed is None:
                     await up.stream(flight, out)  # the rest, straight to the client
                 if flight.malformed is not None:
@@ -295,9 +292,8 @@ class Relay:
         finally:
             self._watched.pop(task, None)
         if resp is None:  # a 200 with an empty stream: answer with an empty event stream
-            resp = web.StreamResponse(headers=SSE_HEADERS)
             flight.prepared = True
-            await resp.prepare(request)
+            resp = await open_sse(request)
         try:
             # the parts go out with the stream's last chunk: one write, no extra packet
             await resp.write_eof(flight.parts_comment(clock()) if flight.want_parts else b"")

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 
 from aiohttp import web
 
@@ -16,6 +17,8 @@ from connector.read_deadlines import HeadDeadlineSite
 from connector.settings import ProxySettings
 
 log = logging.getLogger("connector.proxy")
+# "aiohttp": aiohttp's server reads every request (the proxy's own front otherwise)
+FRONT_ENV = "PDCTL_PROXY_FRONT"
 GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections (CPython's default: 700)
 
 
@@ -48,8 +51,14 @@ async def start(settings: ProxySettings) -> tuple[web.AppRunner, web.Application
             await app[PROXY_KEY].cleanup(app)
         raise
     try:
+        front = app[PROXY_KEY].generate if os.environ.get(FRONT_ENV, "pdctl") != "aiohttp" else None
         await HeadDeadlineSite(
-            runner, settings.host, settings.port, settings.header_timeout
+            runner,
+            settings.host,
+            settings.port,
+            settings.header_timeout,
+            generate=front,
+            max_body=settings.max_body_bytes,
         ).start()
     except BaseException:
         await runner.cleanup()
