@@ -269,3 +269,126 @@ def test_shutdown_closes_an_idle_kept_alive_connection():
         writer.close()
 
     run(body())
+
+
+# -- the front alone, with a generate of the test's own --------------------------------------
+
+
+async def _front(generate, head_timeout: float = 5.0):
+    from connector.front import FrontServer
+
+    def delegate():  # what aiohttp would be: answers anything with 418
+        class Teapot(asyncio.Protocol):
+            def connection_made(self, transport):
+                self.transport = transport
+
+            def data_received(self, data):
+                self.transport.write(b"HTTP/1.1 418 I'm a teapot\r\nContent-Length: 0\r\n\r\n")
+
+        return Teapot()
+
+    front = FrontServer(generate, delegate, head_timeout, 1 << 20)
+    server = await asyncio.get_running_loop().create_server(front, "127.0.0.1", 0)
+    return front, server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+def test_a_failure_inside_the_proxy_is_a_500_not_a_hang():
+    async def generate(request):
+        raise RuntimeError("a bug")
+
+    async def body():
+        front, server, base = await _front(generate)
+        try:
+            reader, writer = await _connect(base)
+            writer.write(_post(_completion()))
+            head, data = await _answer(reader)
+            assert head.startswith(b"HTTP/1.1 500") and b"Connection: close" in head
+            assert json.loads(data)["error"]["type"] == "InternalServerError"
+            assert await asyncio.wait_for(reader.read(), 5) == b""
+            writer.close()
+        finally:
+            server.close()
+            await front.shutdown(1)
+
+    run(body())
+
+
+def test_a_hot_head_sent_a_line_at_a_time_is_cut_off_at_the_deadline():
+    async def generate(request):  # never reached
+        raise AssertionError
+
+    async def body():
+        front, server, base = await _front(generate, head_timeout=0.5)
+        try:
+            reader, writer = await _connect(base)
+            writer.write(b"POST /v1/completions HTTP/1.1\r\n")
+            started = asyncio.get_running_loop().time()
+
+            async def drip():
+                for i in range(40):
+                    await asyncio.sleep(0.2)
+                    writer.write(b"X-Slow-%d: a\r\n" % i)
+
+            dripping = asyncio.create_task(drip())
+            data = await asyncio.wait_for(reader.read(), 5)
+            took = asyncio.get_running_loop().time() - started
+            dripping.cancel()
+            writer.close()
+            assert data == b"" and 0.4 < took < 1.5, (took, data)
+        finally:
+            server.close()
+            await front.shutdown(1)
+
+    run(body())
+
+
+def test_what_the_front_does_not_read_goes_to_the_delegate_with_every_byte():
+    async def generate(request):
+        raise AssertionError
+
+    async def body():
+        front, server, base = await _front(generate)
+        try:
+            for first in (b"GE", b"POST /v1/completions HTTP/1.0\r\n", b"POST /v1/completions"):
+                reader, writer = await _connect(base)
+                writer.write(first)
+                await asyncio.sleep(0.05)
+                writer.write(b" HTTP/1.1\r\nHost: x\r\n\r\n")
+                head, _ = await _answer(reader)  # the last: hot until its head had no length
+                writer.close()
+                assert head.startswith(b"HTTP/1.1 418")
+        finally:
+            server.close()
+            await front.shutdown(1)
+
+    run(body())
+
+
+def test_an_idle_kept_alive_connection_closes_after_the_keepalive_timeout(monkeypatch):
+    from connector import front as front_module
+
+    monkeypatch.setattr(front_module, "KEEPALIVE_S", 0.3)
+    monkeypatch.setattr(front_module, "SWEEP_S", 0.1)
+
+    async def generate(request):
+        from aiohttp import web
+
+        await request.body()
+        return web.Response(body=b"{}", content_type="application/json")
+
+    async def body():
+        front, server, base = await _front(generate)
+        try:
+            reader, writer = await _connect(base)
+            writer.write(_post(_completion(stream=False)))
+            head, data = await _answer(reader)
+            assert head.startswith(b"HTTP/1.1 200") and data == b"{}"
+            started = asyncio.get_running_loop().time()
+            assert await asyncio.wait_for(reader.read(), 5) == b""
+            assert asyncio.get_running_loop().time() - started < 2
+            writer.close()
+        finally:
+            server.close()
+            await front.shutdown(1)
+
+    run(body())
