@@ -305,45 +305,43 @@ class InstancePool:
     def any_paused(self) -> bool:
         return any(g.paused for g in self.groups.values())
 
-    def _route_in(self, group: Group) -> Route | None:
-        if group.mode == "colocated":
-            both = self._whole_candidates()
-            if not both:
-                return None
-            return Route(group.mode, None, self.policy.pick("colocated/both", both))
-        prefills, decodes = group.available("prefill"), group.available("decode")
-        if not prefills or not decodes:
-            return None
-        prefill = self.policy.pick(f"{group.mode}/prefill", prefills)
-        decode = self.policy.pick(f"{group.mode}/decode", decodes)
-        return Route(group.mode, prefill, decode)
-
-    def _ready_groups(self) -> list[Group]:
+    def _ready(self) -> list[tuple[Group, list[Instance], list[Instance]]]:
+        """Each unpaused group that can serve now, with its candidates (prefills and decodes;
+        for the colocated group none and the whole-request ones), each read once."""
         ready = []
         for g in self.groups.values():
             if g.paused:
                 continue
             if g.mode == "colocated":
-                if self._whole_candidates():
-                    ready.append(g)
-            elif g.available("prefill") and g.available("decode"):
-                ready.append(g)
+                both = self._whole_candidates()
+                if both:
+                    ready.append((g, [], both))
+                continue
+            prefills = g.available("prefill")
+            if prefills:
+                decodes = g.available("decode")
+                if decodes:
+                    ready.append((g, prefills, decodes))
         return ready
 
     def route_possible(self) -> bool:
-        return bool(self._ready_groups())
+        return bool(self._ready())
 
     def route(self) -> Route | None:
         """A route in an unpaused group that can serve now, or None."""
-        ready = self._ready_groups()
+        ready = self._ready()
         if not ready:
             return None
         if len(ready) > 1 and isinstance(self.policy, LeastTokens):
-            group = min(ready, key=_group_load)
+            group, prefills, decodes = min(ready, key=lambda r: _group_load(r[0]))
         else:
-            group = ready[self._group_turn % len(ready)]
+            group, prefills, decodes = ready[self._group_turn % len(ready)]
             self._group_turn += 1
-        return self._route_in(group)
+        if group.mode == "colocated":
+            return Route(group.mode, None, self.policy.pick("colocated/both", decodes))
+        prefill = self.policy.pick(f"{group.mode}/prefill", prefills)
+        decode = self.policy.pick(f"{group.mode}/decode", decodes)
+        return Route(group.mode, prefill, decode)
 
     def why_unroutable(self) -> str:
         """A plain sentence naming what is missing, for the 503 body."""
