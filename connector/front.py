@@ -59,6 +59,13 @@ class FrontServer:
     def __call__(self) -> FrontConnection:
         return FrontConnection(self)
 
+    def adopt(self, transport: asyncio.Transport, data: bytes) -> None:
+        """A connection aiohttp had, given back at a completion request's first bytes."""
+        conn = FrontConnection(self)
+        transport.set_protocol(conn)
+        conn.connection_made(transport)
+        conn.data_received(data)
+
     async def _sweep(self) -> None:
         """Close connections idle past KEEPALIVE_S (one timer for all, not one per request)."""
         while True:

@@ -17,13 +17,21 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from connector.front import FrontServer, Generate
+from connector.front_head import line_is_hot
 
 
 def deadline_handler(seconds: float) -> type[RequestHandler]:
     class HeadDeadlineHandler(RequestHandler):
         _head_timer: asyncio.TimerHandle | None = None
 
+        _front: FrontServer | None = None  # where a completion request goes back to
+
         def data_received(self, data: bytes) -> None:
+            if self._front is not None and self._idle() and self.transport is not None:
+                line_end = data.find(b"\r\n")
+                if line_end > 0 and line_is_hot(data[:line_end]):
+                    self._hand_back(data)
+                    return
             heads_before = self._request_count
             super().data_received(data)
             if self._request_count > heads_before:  # a whole head arrived
@@ -34,6 +42,27 @@ def deadline_handler(seconds: float) -> type[RequestHandler]:
         def _between_requests(self) -> bool:
             # Not while a request is handled or queued: then these bytes are its body.
             return self._current_request is None and not self._messages
+
+        def _idle(self) -> bool:
+            """Waiting for the next request, with no byte of it read (a parser at a message
+            boundary): the connection can change hands."""
+            waiter = self._waiter
+            return (
+                waiter is not None
+                and not waiter.done()
+                and not self._messages
+                and self._head_timer is None
+                and self._payload_parser is None
+                and not self._upgraded
+            )
+
+        def _hand_back(self, data: bytes) -> None:
+            """A completion request on a connection aiohttp took over (for a GET, say): the
+            front reads it, and the connection is the front's again."""
+            transport, front = self.transport, self._front
+            self.transport = None  # so that closing this handler leaves the socket open
+            self.connection_lost(None)  # ends its task and its keep-alive timer
+            front.adopt(transport, data)  # type: ignore[union-attr]
 
         def _head_too_slow(self) -> None:
             self._head_timer = None
@@ -75,7 +104,9 @@ class HeadDeadlineSite(web.TCPSite):
 
         def protocol() -> RequestHandler:
             # Exactly what aiohttp's Server builds, with the deadline added.
-            return handler_class(server, loop=loop, **server._kwargs)
+            handler = handler_class(server, loop=loop, **server._kwargs)
+            handler._front = self.front  # type: ignore[attr-defined]
+            return handler
 
         factory: Any = protocol
         if self._generate is not None:

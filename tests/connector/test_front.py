@@ -111,7 +111,7 @@ def _tokens(body: bytes) -> int:
     return sum(1 for e in events if json.loads(e[6:]).get("choices"))
 
 
-def test_streamed_whole_and_aiohttp_answers_follow_each_other_on_one_connection():
+def test_front_and_aiohttp_answers_take_turns_on_one_connection():
     async def body():
         async with proxied([FakeEngine("p")], [FakeEngine("d")]) as (base, proxy):
             reader, writer = await _connect(base)
@@ -127,12 +127,18 @@ def test_streamed_whole_and_aiohttp_answers_follow_each_other_on_one_connection(
                 writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")  # aiohttp's from here
                 head, data = await _answer(reader)
                 assert head.startswith(b"HTTP/1.1 200") and b"Server:" in head
-                writer.write(_post(_completion()))  # aiohttp serves the route as well
-                head, data = await _answer(reader)
-                assert head.startswith(b"HTTP/1.1 200") and _tokens(data) == 3
+                for _ in range(2):  # the front's again, then aiohttp's again
+                    writer.write(_post(_completion()))
+                    head, data = await _answer(reader)
+                    assert head.startswith(b"HTTP/1.1 200") and _tokens(data) == 3
+                    assert b"Server:" not in head
+                    writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                    head, data = await _answer(reader)
+                    assert head.startswith(b"HTTP/1.1 200") and b"Server:" in head
+                    assert b"pdctl_proxy" in data
             finally:
                 writer.close()
-            assert [r["outcome"] for r in proxy.requests][-3:] == ["ok"] * 3
+            assert [r["outcome"] for r in proxy.requests][-4:] == ["ok"] * 4
 
     run(body())
 
