@@ -22,12 +22,44 @@ _NOT_READ_HERE = frozenset(
 )
 
 
+# Header lines already read (a client sends the same few with every request), not those
+# whose value changes per request nor those that carry a secret.
+MAX_KNOWN_LINES = 1024
+VARYING_HEADERS = frozenset(
+    {
+        b"x-request-id",
+        b"request-id",
+        b"date",
+        b"traceparent",
+        b"cookie",
+        b"authorization",
+        b"x-pdctl-canary",
+        b"x-pdctl-pair",
+    }
+)
+_KNOWN: dict[bytes, tuple[str, str, bool]] = {}
+
+
 @dataclass(slots=True, frozen=True)
 class RequestHead:
     path: str
     headers: CIMultiDictProxy[str]
     length: int  # Content-Length
     close: bool  # `Connection: close`: the connection ends after the answer
+
+
+def _read_line(lower: bytes, name: bytes, value: bytes) -> tuple[str, str, bool] | None:
+    """A valid header line other than Content-Length: (name, value, says close), or None
+    when its header makes the request aiohttp's."""
+    if lower in _NOT_READ_HERE:
+        return None
+    close = False
+    if lower == b"connection":
+        tokens = {t.strip(b" \t").lower() for t in value.split(b",")}
+        if b"upgrade" in tokens:
+            return None
+        close = b"close" in tokens
+    return name.decode("ascii"), value.decode("ascii"), close
 
 
 def may_be_hot(start: bytes) -> bool:
@@ -51,25 +83,29 @@ def parse_hot_head(raw: bytes) -> RequestHead | None:
     length: int | None = None
     close = False
     for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon or _TOKEN.fullmatch(name) is None:
-            return None  # obs-fold, a bare CR or LF, a bad name: aiohttp's words for it
-        value = value.strip(b" \t")
-        if _FIELD_VALUE.fullmatch(value) is None:
-            return None
-        lower = name.lower()
-        if lower in _NOT_READ_HERE:
-            return None
-        if lower == b"content-length":
-            if length is not None or not value.isdigit() or len(value) > MAX_LENGTH_DIGITS:
+        known = _KNOWN.get(line)
+        if known is None:
+            name, colon, value = line.partition(b":")
+            if not colon or _TOKEN.fullmatch(name) is None:
+                return None  # obs-fold, a bare CR or LF, a bad name: aiohttp's words for it
+            value = value.strip(b" \t")
+            if _FIELD_VALUE.fullmatch(value) is None:
                 return None
-            length = int(value)
-        elif lower == b"connection":
-            tokens = {t.strip(b" \t").lower() for t in value.split(b",")}
-            if b"upgrade" in tokens:
+            lower = name.lower()
+            if lower == b"content-length":
+                if length is not None or not value.isdigit() or len(value) > MAX_LENGTH_DIGITS:
+                    return None
+                length = int(value)
+                headers.add(name.decode("ascii"), value.decode("ascii"))
+                continue
+            read = _read_line(lower, name, value)
+            if read is None:
                 return None
-            close = close or b"close" in tokens
-        headers.add(name.decode("ascii"), value.decode("ascii"))
+            if len(_KNOWN) < MAX_KNOWN_LINES and lower not in VARYING_HEADERS:
+                _KNOWN[line] = read
+            known = read
+        close = close or known[2]
+        headers.add(known[0], known[1])
     if length is None:
         return None
     path = lines[0].split(b" ", 2)[1].decode("ascii")

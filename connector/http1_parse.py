@@ -20,6 +20,13 @@ _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _SIZE, _DATA, _DATA_END, _TRAILER, _DONE = range(5)
 MAX_KNOWN_SIZES = 4096
 _SIZES: dict[bytes, int] = {}  # plain size lines already read (token chunks repeat sizes)
+# Header lines already read: an engine answers every request with the same few lines, and
+# reading one again costs a regex and two decodes. Not those whose value changes per answer.
+MAX_KNOWN_LINES = 1024
+VARYING_HEADERS = frozenset(
+    {b"date", b"content-length", b"x-request-id", b"request-id", b"set-cookie", b"etag", b"age"}
+)
+_LINES: dict[bytes, tuple[bytes, bytes, str, str]] = {}
 
 
 class FramingError(Exception):
@@ -55,18 +62,15 @@ def parse_head(raw: bytes) -> ResponseHead:
     codings: list[bytes] = []
     connection: list[bytes] = []
     for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon or _TOKEN.fullmatch(name) is None:
-            raise FramingError(f"Invalid header line: {line[:60]!r}")
-        value = value.strip(b" \t")
-        lower = name.lower()
+        known = _LINES.get(line)
+        lower, value, key, text = known if known is not None else _header_line(line)
         if lower == b"content-length":
             lengths.add(value)
         elif lower == b"transfer-encoding":
             codings += [c.strip().lower() for c in value.split(b",")]
         elif lower == b"connection":
             connection += [c.strip().lower() for c in value.split(b",")]
-        head.headers.setdefault(lower.decode("latin-1"), value.decode("latin-1"))
+        head.headers.setdefault(key, text)
     if codings:
         if codings[-1] != b"chunked" or codings.count(b"chunked") > 1:
             raise FramingError("Request has invalid `Transfer-Encoding`")
@@ -85,6 +89,20 @@ def parse_head(raw: bytes) -> ResponseHead:
     coding = head.get("content-encoding").strip().lower()
     head.encoding = coding if coding and coding != "identity" else None
     return head
+
+
+def _header_line(line: bytes) -> tuple[bytes, bytes, str, str]:
+    """One header line read: (lower-case name, value, both as str); kept in _LINES when its
+    name is not one whose value changes from answer to answer."""
+    name, colon, value = line.partition(b":")
+    if not colon or _TOKEN.fullmatch(name) is None:
+        raise FramingError(f"Invalid header line: {line[:60]!r}")
+    value = value.strip(b" \t")
+    lower = name.lower()
+    read = (lower, value, lower.decode("latin-1"), value.decode("latin-1"))
+    if lower not in VARYING_HEADERS and len(_LINES) < MAX_KNOWN_LINES:
+        _LINES[line] = read
+    return read
 
 
 def _digits(value: bytes) -> int | None:

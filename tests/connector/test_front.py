@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from connector import front_head
 from connector.front_head import line_is_hot, may_be_hot, parse_hot_head
 from tests.connector.fakes import FakeEngine, proxied, run
 
@@ -62,6 +63,16 @@ def test_connection_close_is_kept():
 )
 def test_anything_unusual_is_aiohttps(raw):
     assert parse_hot_head(raw) is None
+
+
+def test_a_head_read_again_from_known_lines_reads_the_same():
+    raw = _head(b"Connection: close", b"User-Agent: x/1", b"X-Pdctl-Canary: secret")
+    first, again = parse_hot_head(raw), parse_hot_head(raw)
+    assert first == again and again is not None and again.close
+    assert list(again.headers.items())[-1] == ("Content-Length", "10")
+    assert b"X-Pdctl-Canary: secret" not in front_head._KNOWN  # a secret is not kept
+    other = parse_hot_head(_head(b"User-Agent: x/1", length=b"99"))
+    assert other is not None and other.length == 99 and not other.close
 
 
 def test_the_request_line_decides_early():

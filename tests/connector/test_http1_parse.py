@@ -246,3 +246,15 @@ def test_a_whole_chunk_read_is_framed_as_the_client_framing(seed: int) -> None:
     assert body.framed is None
     body.feed(b"a\r\n01234")  # half a chunk
     assert body.framed is None
+
+
+def test_a_head_read_again_from_known_lines_reads_the_same():
+    from connector import http1_parse
+
+    raw = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nDate: x\r\nContent-Length: 5"
+    first, again = parse_head(raw), parse_head(raw)
+    assert first == again and again.length == 5 and again.get("content-type") == "text/event-stream"
+    assert b"Content-Type: text/event-stream" in http1_parse._LINES
+    assert b"Date: x" not in http1_parse._LINES and b"Content-Length: 5" not in http1_parse._LINES
+    with pytest.raises(FramingError):  # a bad line is never known
+        parse_head(b"HTTP/1.1 200 OK\r\nBad Line: x")
