@@ -1,6 +1,7 @@
 """The proxy's side of bidirectional KV for multi-turn (the pure parts: connector/turn_kv.py):
-before a chat request is routed, an earlier turn's kept-KV params are taken for its prefill
-leg; after it was served, the decode's returned params are filed for the next turn."""
+before a chat request (or a completion whose prompt is a single string) is routed, an earlier
+turn's kept-KV params are taken for its prefill leg; after it was served, the decode's
+returned params are filed for the next turn."""
 
 from __future__ import annotations
 
@@ -24,12 +25,17 @@ class BidirectionalKV:
         self.metrics = metrics
 
     def before(self, body: dict[str, Any], endpoint: str, flight: Flight) -> None:
-        """A chat turn collects its answer (to key the next turn); a follow-up takes the KV
-        params its previous turn's decode kept, for its prefill leg."""
-        if not endpoint.endswith("/chat/completions"):
-            return  # a completion prompt cannot say where its last answer ended
-        flight.answer = []
-        key = previous_turn_key(body, endpoint)
+        """A turn collects its answer (to key the next turn); a follow-up takes the KV params
+        its previous turn's decode kept, for its prefill leg. A completion is a follow-up when
+        its prompt starts with an earlier completion's prompt + answer."""
+        if endpoint.endswith("/chat/completions"):
+            flight.answer = []
+            key = previous_turn_key(body, endpoint)
+        elif isinstance(body.get("prompt"), str):
+            flight.answer = []
+            key = self.store.find_prefix(body["prompt"])
+        else:
+            return  # token ids or several prompts: nothing to key a next turn by
         if key is None:
             return
         params, outcome = self.store.take(key, clock())
@@ -45,5 +51,9 @@ class BidirectionalKV:
         carried = carried_params(flight.returned_kv)
         if carried is None or flight.error is not None or flight.answer is None:
             return
-        self.store.put(next_turn_key(body, "".join(flight.answer)), carried, clock())
+        answer = "".join(flight.answer)
+        if "messages" in body:
+            self.store.put(next_turn_key(body, answer), carried, clock())
+        else:
+            self.store.put_text(body["prompt"] + answer, carried, clock())
         self.metrics.bidir["stored"] += 1

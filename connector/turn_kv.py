@@ -7,7 +7,9 @@ that, so the prefill pulls the blocks back instead of computing them.
 The key is the turn detection behind pdctl_proxy_turns_total (client_body.turn_kind): a
 follow-up chat request carries earlier assistant answers, and everything up to and including
 its last one is the previous turn's prompt + answer. A completion prompt cannot say where the
-last answer ended: completions are never carried.
+last answer ended, so a completion's kept KV is filed under its prompt + answer text, and a
+later prompt that starts with exactly that text takes it (`TurnStore.find_prefix`: candidates
+share the text's first characters, then its last ones, then its digest).
 
 The store is bounded (LRU, max entries) and an entry lasts the decode's block TTL
 (decoder_kv_blocks_ttl; vLLM's default lease is VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 480 s):
@@ -86,6 +88,22 @@ class _Entry:
     expires: float
 
 
+ANCHOR_CHARS = 64  # a filed completion text's first and last characters, to find it by
+MAX_PREFIX_PROBES = 4096  # candidates looked at per prompt, newest first
+
+
+def text_key(text: str) -> str:
+    """The key of a completion's prompt + answer text."""
+    return "t:" + hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+@dataclass(slots=True, frozen=True)
+class _Prefix:
+    head: str
+    length: int
+    tail: str
+
+
 class TurnStore:
     """Kept-KV params by conversation key: LRU-bounded, each expiring `ttl_s` after it was
     filed (`now` passed in: a monotonic clock). An entry is taken once: the decode frees the
@@ -97,21 +115,56 @@ class TurnStore:
         self.max_entries, self.ttl_s = max_entries, ttl_s
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self.evicted = 0  # pushed out by the bound before their TTL
+        # completion texts filed: each key's prefix, and the keys by their text's head
+        self._prefixes: dict[str, _Prefix] = {}
+        self._by_head: dict[str, dict[str, None]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def put(self, key: str, params: dict[str, Any], now: float) -> None:
-        self._entries.pop(key, None)
+        self._drop(key)
         self._entries[key] = _Entry(params, now + self.ttl_s)
         self._expire(now)
         while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+            self._drop(next(iter(self._entries)))
             self.evicted += 1
+
+    def put_text(self, text: str, params: dict[str, Any], now: float) -> None:
+        """File a completion's kept KV under its prompt + answer text (not one shorter than
+        ANCHOR_CHARS: too little KV to be worth a pull)."""
+        if len(text) < ANCHOR_CHARS:
+            return
+        key = text_key(text)
+        self.put(key, params, now)
+        if key in self._entries:
+            head = text[:ANCHOR_CHARS]
+            self._prefixes[key] = _Prefix(head, len(text), text[-ANCHOR_CHARS:])
+            self._by_head.setdefault(head, {})[key] = None
+
+    def find_prefix(self, prompt: str) -> str | None:
+        """The key of the longest filed completion text `prompt` starts with, or None."""
+        candidates = self._by_head.get(prompt[:ANCHOR_CHARS])
+        if not candidates:
+            return None
+        best: _Prefix | None = None
+        best_key = None
+        for i, key in enumerate(reversed(candidates)):
+            if i >= MAX_PREFIX_PROBES:
+                break
+            p = self._prefixes[key]
+            if p.length > len(prompt) or (best is not None and p.length <= best.length):
+                continue
+            if prompt[p.length - len(p.tail) : p.length] != p.tail:
+                continue
+            if text_key(prompt[: p.length]) == key:
+                best, best_key = p, key
+        return best_key
 
     def take(self, key: str, now: float) -> tuple[dict[str, Any] | None, str]:
         """(params, outcome): `carried`, `expired` (filed, but past the TTL) or `missed`."""
-        entry = self._entries.pop(key, None)
+        entry = self._entries.get(key)
+        self._drop(key)
         self._expire(now)
         if entry is None:
             return None, "missed"
@@ -126,7 +179,17 @@ class TurnStore:
             key, entry = next(iter(self._entries.items()))
             if entry.expires > now:
                 return
-            del self._entries[key]
+            self._drop(key)
+
+    def _drop(self, key: str) -> None:
+        """Forget a key, with its completion prefix when it has one."""
+        self._entries.pop(key, None)
+        prefix = self._prefixes.pop(key, None)
+        if prefix is not None:
+            keys = self._by_head[prefix.head]
+            keys.pop(key, None)
+            if not keys:
+                del self._by_head[prefix.head]
 
 
 def answer_part(message: Any) -> tuple[str, Any]:

@@ -188,3 +188,46 @@ def test_settings_refuse_bidirectional_where_it_cannot_work(over, phrase):
 def test_settings_take_bidirectional_for_nixl_read():
     s = ProxySettings(connector="nixl", mode="read", bidirectional_kv=True, kv_blocks_ttl=60)
     assert s.bidirectional_kv and s.kv_blocks_ttl == 60
+
+
+# -- completions: a prompt that starts with an earlier prompt + answer --------------------
+
+
+def test_a_prompt_finds_the_longest_filed_text_it_starts_with():
+    store = TurnStore(10, 60.0)
+    base = "system: you are an agent. " * 4
+    store.put_text(base + "step one", {"n": 1}, 0.0)
+    store.put_text(base + "step one, step two", {"n": 2}, 0.0)
+    store.put_text("another conversation " * 5, {"n": 3}, 0.0)
+    key = store.find_prefix(base + "step one, step two, step three")
+    assert key is not None and store.take(key, 1.0) == ({"n": 2}, "carried")
+    key = store.find_prefix(base + "step one, then")  # the shorter one still fits
+    assert key is not None and store.take(key, 1.0) == ({"n": 1}, "carried")
+    assert store.find_prefix(base + "step uno") is None  # same head, another text
+    assert store.find_prefix("short") is None
+    assert len(store) == 1
+
+
+def test_a_text_is_found_only_whole_and_while_it_lives():
+    store = TurnStore(2, 10.0)
+    store.put_text("a" * 100, {"n": 1}, 0.0)
+    assert store.find_prefix("a" * 99) is None  # shorter than what was filed
+    assert store.find_prefix("a" * 100) is not None  # exactly it: continue generating
+    assert store.find_prefix("a" * 150) is not None
+    store.put_text("b" * 100, {"n": 2}, 0.0)
+    store.put_text("c" * 100, {"n": 3}, 0.0)  # the bound pushes "a" out, index and all
+    assert store.find_prefix("a" * 150) is None and store.evicted == 1
+    store.put_text("d" * 100, {"n": 4}, 20.0)  # "b" and "c" expired
+    assert store.find_prefix("b" * 150) is None and store.find_prefix("c" * 150) is None
+    assert len(store) == 1 and store._by_head.keys() == {"d" * 64}
+
+
+def test_a_chat_key_and_a_completion_text_never_meet():
+    store = TurnStore(10, 60.0)
+    store.put("abc", {"n": 1}, 0.0)  # a chat key
+    assert store.find_prefix("abc and more") is None
+    store.put_text("abc " * 20, {"n": 2}, 0.0)
+    assert store.take("abc", 1.0) == ({"n": 1}, "carried")
+    assert store.find_prefix("abc " * 20 + "and more") is not None
+    store.put_text("tiny", {"n": 3}, 0.0)  # too short to be worth a pull: not filed
+    assert store.find_prefix("tiny and more") is None and len(store) == 1

@@ -158,3 +158,54 @@ def test_the_proxy_counts_what_it_carried(stack):
         )
     else:
         assert not carried and not pulled
+
+
+def _complete(front, prompt: str, stream: bool = False) -> tuple[str, int]:
+    """(answer text, prompt tokens) of one completion through the proxy."""
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": ANSWER_TOKENS, "ignore_eos": True}
+    body["stream"] = stream
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    host, port = front.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    raw = resp.read().decode()
+    conn.close()
+    assert resp.status == 200, raw
+    if not stream:
+        answer = json.loads(raw)
+        return answer["choices"][0]["text"], answer["usage"]["prompt_tokens"]
+    text, prompt_tokens = "", None
+    for line in raw.splitlines():
+        if line.startswith("data: {"):
+            event = json.loads(line[6:])
+            if event.get("choices"):
+                text += event["choices"][0].get("text") or ""
+            if event.get("usage"):
+                prompt_tokens = event["usage"]["prompt_tokens"]
+    assert prompt_tokens is not None
+    return text, prompt_tokens
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_completion_that_extends_the_last_one_pulls_its_kv_back(stack, stream):
+    """An agent loop on /v1/completions: the next prompt is the last prompt, its answer and
+    new text. With it on, that prompt's prefill pulls what the decode kept."""
+    on, prefill, _, front = stack
+    prompt = f"the agent looks at the {'streamed' if stream else 'whole'} log " * 12
+    answer, first_len = _complete(front, prompt, stream)
+    before = _by_source(prefill)
+    answer2, second_len = _complete(front, prompt + answer + " " + NEW_TEXT, stream)
+    spent = _delta(_by_source(prefill), before)
+    held = first_len + ANSWER_TOKENS - 1
+    if on:
+        assert spent["external_kv_transfer"] == held
+        assert spent["local_compute"] == second_len - held
+    else:
+        assert spent["external_kv_transfer"] == 0
+    assert len(answer2.split()) == ANSWER_TOKENS
+    # a prompt that only shares the beginning is no follow-up
+    before = _by_source(prefill)
+    _complete(front, prompt + "something else entirely")
+    assert _delta(_by_source(prefill), before)["external_kv_transfer"] == 0
