@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.deployment import CONNECTORS
+from controller.ec_spec import EC_CONNECTORS, STORAGE_KEY
 from domain.modes import TRANSFER_MODES, Role
 from domain.slo import DEFAULT_ITL_STAT
 from domain.slo import ITL_STATS as _ITL_STATS
@@ -27,6 +28,10 @@ POLICIES = ("round-robin", "least-tokens")
 # The form offers the default first.
 ITL_STATS = (DEFAULT_ITL_STAT.value, *(s for s in _ITL_STATS if s != DEFAULT_ITL_STAT))
 CONNECTOR_CHOICES = ("", *CONNECTORS)
+# Encoder disaggregation (controller/ec_spec.py): no connector chosen is no ec_transfer at all.
+EC_CONNECTOR = "ec_transfer.ec_connector"
+EC_STORAGE = f"ec_transfer.ec_connector_extra_config.{STORAGE_KEY}"
+EC_CHOICES = ("", *EC_CONNECTORS)
 
 GROUP_FIELDS = ("name", "role", "count", "tp", "gpus", "mode")
 _TEXT = (
@@ -45,6 +50,7 @@ _TEXT = (
 _BLANK_IS_NONE = ("hardware", "connector", "prefix_caching_override_reason")
 _NUMBERS = ("slo.ttft_ms", "slo.itl_ms")
 _GROUP_SHOWN = frozenset(GROUP_FIELDS)
+_EC = (EC_CONNECTOR, EC_STORAGE)
 
 
 @dataclass
@@ -58,7 +64,7 @@ class FormValues:
     revision: int | None = None  # the revision an edit form was filled from
 
     def input_names(self) -> set[str]:
-        names = {*_TEXT, "prefix_caching", "extra_args", "groups"}
+        names = {*_TEXT, *_EC, "ec_transfer", "prefix_caching", "extra_args", "groups"}
         for i in range(len(self.groups)):
             names |= {f"groups.{i}", *(f"groups.{i}.{f}" for f in GROUP_FIELDS)}
         return names
@@ -91,6 +97,8 @@ def new_values() -> FormValues:
             "slo.ttft_ms": "1000",
             "slo.itl_ms": "50",
             "slo.itl_stat": "p99",
+            EC_CONNECTOR: "",
+            EC_STORAGE: "",
         },
         groups=[
             {**blank_group(0), "name": "prefill", "role": "prefill", "mode": "read"},
@@ -101,7 +109,7 @@ def new_values() -> FormValues:
 
 def values_from_spec(spec: Mapping[str, Any]) -> FormValues:
     """The form filled in from a stored spec (JSON-mode dump)."""
-    fields = {key: _text(_get(spec, key)) for key in _TEXT}
+    fields = {key: _text(_get(spec, key)) for key in (*_TEXT, *_EC)}
     groups = []
     stored_groups = spec.get("groups")
     for g in stored_groups if isinstance(stored_groups, list) else []:
@@ -123,7 +131,7 @@ def values_from_spec(spec: Mapping[str, Any]) -> FormValues:
 
 def values_from_form(form: Mapping[str, str]) -> FormValues:
     """The form as posted (strings only; the browser leaves unchecked boxes out)."""
-    fields = {key: str(form.get(key, "")).strip() for key in _TEXT}
+    fields = {key: str(form.get(key, "")).strip() for key in (*_TEXT, *_EC)}
     indexes = sorted(
         {
             int(k.split(".")[1])
@@ -162,7 +170,26 @@ def spec_from_values(values: FormValues, base: Mapping[str, Any] | None = None) 
     spec["prefix_caching"] = values.prefix_caching
     spec["extra_args"] = [line.strip() for line in values.extra_args.splitlines() if line.strip()]
     spec["groups"] = [_group(row) for row in values.groups]
+    _put_ec(spec, values.fields.get(EC_CONNECTOR, ""), values.fields.get(EC_STORAGE, ""))
     return spec
+
+
+def _put_ec(spec: dict[str, Any], connector: str, storage: str) -> None:
+    """The EC connector the form names, over the stored one (its other extra keys kept); no
+    connector: no encoder disaggregation."""
+    if not connector:
+        spec.pop("ec_transfer", None)
+        return
+    ec = spec.get("ec_transfer")
+    ec = dict(ec) if isinstance(ec, dict) else {}
+    extra = ec.get("ec_connector_extra_config")
+    extra = dict(extra) if isinstance(extra, dict) else {}
+    if storage:
+        extra[STORAGE_KEY] = storage
+    else:
+        extra.pop(STORAGE_KEY, None)
+    ec.update(ec_connector=connector, ec_connector_extra_config=extra)
+    spec["ec_transfer"] = ec
 
 
 def _group(row: Mapping[str, str]) -> dict[str, Any]:

@@ -286,3 +286,55 @@ def test_demo_is_stored_only_into_an_empty_store(make_client):
     assert ensure_demo(store) is False
     assert make_client().get("/api/deployments").json() == []
     assert demo_spec().name == DEMO_NAME
+
+
+def _epd_form(**changes: str) -> dict[str, str]:
+    data = form(
+        name="epd",
+        model="qwen2.5-vl-7b-instruct",
+        hardware="h100",
+        connector="NixlConnector",
+        **{
+            "ec_transfer.ec_connector": "ECExampleConnector",
+            "ec_transfer.ec_connector_extra_config.shared_storage_path": "/tmp/pdctl-ec-form",
+            "groups.2.name": "encode",
+            "groups.2.role": "encode",
+            "groups.2.count": "1",
+            "groups.2.tp": "1",
+            "groups.2.gpus": "",
+            "groups.2.mode": "",
+            "groups.2._rest": "{}",
+            "groups.0.mode": "",
+            "groups.1.mode": "",
+        },
+    )
+    data.update(changes)
+    return data
+
+
+def test_form_creates_an_encode_prefill_decode_deployment(client):
+    response = client.post("/deployments/new", data=_epd_form(), headers=HX)
+    assert response.status_code == 200, field_errors(response.text)
+    spec = client.get("/api/deployments/epd").json()["spec"]
+    assert spec["ec_transfer"] == {
+        "ec_connector": "ECExampleConnector",
+        "ec_connector_extra_config": {"shared_storage_path": "/tmp/pdctl-ec-form"},
+    }
+    assert [g["role"] for g in spec["groups"]] == ["prefill", "decode", "encode"]
+    page = client.get("/deployments/epd/edit").text  # the edit form shows them back
+    assert '<option value="ECExampleConnector" selected>' in page
+    assert 'value="/tmp/pdctl-ec-form"' in page
+
+
+def test_form_places_the_encoder_rules_at_their_fields(client):
+    no_ec = _epd_form(**{"ec_transfer.ec_connector": ""})
+    errors = field_errors(client.post("/deployments/new", data=no_ec, headers=HX).text)
+    assert "needs ec_transfer" in errors["groups.2.role"]
+    storage = "ec_transfer.ec_connector_extra_config.shared_storage_path"
+    no_path = _epd_form(**{storage: ""})
+    errors = field_errors(client.post("/deployments/new", data=no_path, headers=HX).text)
+    assert "shared_storage_path" in errors[storage]
+    no_encoder = form(**{"ec_transfer.ec_connector": "ECExampleConnector"})
+    errors = field_errors(client.post("/deployments/new", data=no_encoder, headers=HX).text)
+    assert "no producer" in errors["ec_transfer"]
+    assert client.get("/api/deployments").json() == []

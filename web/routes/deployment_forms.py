@@ -19,6 +19,7 @@ from web import htmx
 from web.auth import Actor
 from web.deployment_form import (
     CONNECTOR_CHOICES,
+    EC_CHOICES,
     ENGINES,
     ITL_STATS,
     MODES,
@@ -51,6 +52,7 @@ FORM_CHOICES = {
     "policies": POLICIES,
     "itl_stats": ITL_STATS,
     "connectors": CONNECTOR_CHOICES,
+    "ec_connectors": EC_CHOICES,
 }
 
 
