@@ -38,6 +38,18 @@ def stack(request, tmp_path_factory):
             yield request.param, prefill, decode, front
 
 
+def _post(front, path: str, body: dict) -> str:
+    """POST a JSON body through the proxy; the 200 answer's text."""
+    host, port = front.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    raw = resp.read().decode()
+    conn.close()
+    assert resp.status == 200, raw
+    return raw
+
+
 def _chat(front, messages, stream=False) -> tuple[str, int]:
     """(answer text, prompt tokens) of one turn through the proxy."""
     body = {
@@ -50,13 +62,7 @@ def _chat(front, messages, stream=False) -> tuple[str, int]:
     }
     if not stream:
         body.pop("stream_options")
-    host, port = front.url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=30)
-    conn.request("POST", CHAT, json.dumps(body), {"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    raw = resp.read().decode()
-    conn.close()
-    assert resp.status == 200, raw
+    raw = _post(front, CHAT, body)
     if not stream:
         answer = json.loads(raw)
         return answer["choices"][0]["message"]["content"], answer["usage"]["prompt_tokens"]
@@ -166,13 +172,7 @@ def _complete(front, prompt: str, stream: bool = False) -> tuple[str, int]:
     body["stream"] = stream
     if stream:
         body["stream_options"] = {"include_usage": True}
-    host, port = front.url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=30)
-    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    raw = resp.read().decode()
-    conn.close()
-    assert resp.status == 200, raw
+    raw = _post(front, "/v1/completions", body)
     if not stream:
         answer = json.loads(raw)
         return answer["choices"][0]["text"], answer["usage"]["prompt_tokens"]
