@@ -1,14 +1,17 @@
 """`make bench-measure`: does `pdctl bench` measure what vLLM's own client measures?
 
 Both clients against the same stand-in servers and workload, in one run: 256 in / 64 out
-completions, seed 0, at several rates, for the direct case (a colocated stand-in) and the
-proxied one (NIXL prefill and decode stand-ins behind `pdctl proxy`; benchmarks/
+completions, a seed per round, at several rates, for the direct case (a colocated stand-in)
+and the proxied one (NIXL prefill and decode stand-ins behind `pdctl proxy`; benchmarks/
 measure_runs.py). vLLM's client is `vllm bench serve` in the real-vLLM venv
 (benchmarks/vllm_client.py, with a tokenizer that counts the stand-in's way); `pdctl bench
 --arrivals vllm` offers the same arrival times. Per case and rate, rounds of three runs
 (vLLM, pdctl, vLLM) interleave the clients, and each client's own per-request figures are
 pooled over the rounds (benchmarks/client_records.py): pdctl against vLLM's first runs is
-the difference, vLLM's other runs against its first ones the A/A noise floor. Prompt lengths
+the difference, vLLM's other runs against its first ones the A/A noise floor. The runs of a
+round offer the same requests at the same times, so their TTFTs are also compared request by
+request (the median of those differences is a client's own offset, without the server's
+run-to-run noise). Prompt lengths
 are the server's count (`usage.prompt_tokens`, which both clients record per request).
 Servers are pinned to one core, the clients to the other. Without the vLLM venv it says how
 to get it and skips. Environment: BENCH_MEASURE_RATES (default 3,6,12),
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.bench_proxy import LOAD_CORE, PROXY_CORE, pinned
-from benchmarks.client_records import Pooled
+from benchmarks.client_records import Pooled, paired
 from benchmarks.measure_runs import INPUT_LEN, OUTPUT_LEN, SEED, Clients, start_servers
 from benchmarks.vllm_client import (
     HOW_TO_GET_IT,
@@ -35,6 +38,7 @@ from benchmarks.vllm_client import (
     vllm_python,
     write_standin_tokenizer,
 )
+from domain.slo import percentile
 
 RATES = [float(r) for r in os.environ.get("BENCH_MEASURE_RATES", "3,6,12").split(",")]
 SECONDS = float(os.environ.get("BENCH_MEASURE_SECONDS", "5"))
@@ -67,6 +71,13 @@ class Comparison:
     def pdctl_minus_vllm(self) -> dict[str, float]:
         return difference(self.pdctl.stats(), self.vllm.stats())
 
+    def paired_ms(self) -> tuple[float, float]:
+        """Medians of the per-request TTFT differences: pdctl minus vLLM, and vLLM's A/A."""
+        return tuple(
+            (percentile(paired(ours, self.vllm), 50) or 0.0) * 1000
+            for ours in (self.pdctl, self.vllm_again)
+        )
+
     def same_prompts(self) -> bool:
         return self.vllm.lengths() == self.pdctl.lengths() == f"{INPUT_LEN}"
 
@@ -86,7 +97,9 @@ class Comparison:
 def measure(clients: Clients, urls: dict[str, str]) -> tuple[list[Comparison], dict[str, dict]]:
     """Per case and rate, ROUNDS rounds of three runs: vLLM's client (a), `pdctl bench`, vLLM's
     client again (b), a and b swapping places every round, so pdctl's run always sits between
-    two vLLM runs and drift on the machine falls on both sides alike."""
+    two vLLM runs and drift on the machine falls on both sides alike. Each round has its own
+    seed (the three runs share it): with one seed for all, every round's slowest requests are
+    the same arrival burst, and the pooled p99 is a few samples of that one burst."""
     rows = []
     for case, url in urls.items():
         clients.pdctl_run(url, RATES[0], 20, f"{case}-warmup-pdctl")  # warm both paths
@@ -94,12 +107,12 @@ def measure(clients: Clients, urls: dict[str, str]) -> tuple[list[Comparison], d
         for rate in RATES:
             row = Comparison(case, rate, prompts_at(rate))
             for i in range(ROUNDS):
-                tag = f"{case}-{rate:g}-{i}"
+                tag, seed, n = f"{case}-{rate:g}-{i}", SEED + i, row.prompts
                 first, last = ("a", "b") if i % 2 == 0 else ("b", "a")
                 pooled = {"a": row.vllm, "b": row.vllm_again}
-                pooled[first].add(clients.vllm_run(url, rate, row.prompts, f"{tag}-vllm-{first}"))
-                row.pdctl.add(clients.pdctl_run(url, rate, row.prompts, f"{tag}-pdctl"))
-                pooled[last].add(clients.vllm_run(url, rate, row.prompts, f"{tag}-vllm-{last}"))
+                pooled[first].add(clients.vllm_run(url, rate, n, f"{tag}-vllm-{first}", seed=seed))
+                row.pdctl.add(clients.pdctl_run(url, rate, n, f"{tag}-pdctl", seed))
+                pooled[last].add(clients.vllm_run(url, rate, n, f"{tag}-vllm-{last}", seed=seed))
             rows.append(row)
             print(f"  {case} @ {rate:g} req/s: {ROUNDS} x {row.prompts} requests", flush=True)
     return rows, diagnose(clients, urls["direct"])
@@ -153,6 +166,15 @@ def table(rows: list[Comparison], diagnosis: dict[str, dict]) -> str:
             line(row, "A/A", aa, len(row.vllm_again.ttft), row.vllm_again.lengths()),
         ]  # fmt: skip
     lines.append(
+        "TTFT paired by arrival (the same request in the same round; median of the per-request "
+        "differences, ms): "
+        + "; ".join(
+            f"{row.case} @ {row.rate:g} pdctl-vllm {ours:+.2f}, A/A {again:+.2f}"
+            for row in rows
+            for ours, again in [row.paired_ms()]
+        )
+    )
+    lines.append(
         f"ms, each client's own per-request figures pooled over {ROUNDS} interleaved rounds "
         f"(n: successful requests); prompt tok: usage.prompt_tokens of every request as the "
         f"server counted them; verdict: |TTFT p50| <= {TTFT_P50_MS:g} ms, |TTFT p99| <= "
@@ -186,8 +208,8 @@ def main() -> None:
     began = time.monotonic()
     logs = Path(tempfile.mkdtemp(prefix="bench-measure-"))
     print(
-        f"bench-measure: {INPUT_LEN} in / {OUTPUT_LEN} out, seed {SEED}, rates "
-        f"{', '.join(f'{r:g}' for r in RATES)} req/s; servers on core {PROXY_CORE}, clients "
+        f"bench-measure: {INPUT_LEN} in / {OUTPUT_LEN} out, seeds {SEED}-{SEED + ROUNDS - 1}, "
+        f"rates {', '.join(f'{r:g}' for r in RATES)} req/s; servers on core {PROXY_CORE}, clients "
         f"on core {LOAD_CORE}; logs in {logs}",
         flush=True,
     )

@@ -11,8 +11,9 @@ pinned alone to the other core. Rows:
 - pdctl canary: pdctl with an admin token, every request marked a canary with it
   (`X-Pdctl-Canary`): what a canary request costs against an ordinary one. The check every
   request pays (connector/canary.mark) is timed apart, against pdctl's CPU per request.
-Each path's round runs beside a direct round (the order alternating by round), and its added
-TTFT is the median of the pairs' differences (benchmarks/proxy_report.py).
+Each path's round runs beside a direct round (the order alternating by round, both with the
+round's seed), and its added TTFT is the median of the pairs' differences at p50, and the
+pooled rounds' difference at p99 (benchmarks/proxy_report.py says why).
 Per proxy: CPU-seconds per 1,000 streamed tokens (utime + stime of the proxy process from
 /proc/<pid>/stat around the measured run), TTFT p50 / p99 added over `direct`, and ratios to
 pdctl; and tokens per second per proxy core at saturation (benchmarks/proxy_saturation.py: wrk
@@ -48,7 +49,7 @@ from benchmarks.proxy_procs import (
     router_binary,
     router_installed,
 )
-from benchmarks.proxy_report import CANARY, Row, combine, pair, ratios, table
+from benchmarks.proxy_report import CANARY, Row, answered_ttfts, combine, pair, ratios, table
 from connector import canary
 
 CONCURRENCY = int(os.environ.get("BENCH_PROXY_CONCURRENCY", "50"))
@@ -61,7 +62,9 @@ INPUT_LEN, OUTPUT_LEN = 128, 64
 CANARY_TOKEN = "bench-proxy-canary-token"
 
 
-def bench(url: str, logs: Path, name: str, prompts: int, headers: tuple[str, ...] = ()) -> dict:
+def bench(
+    url: str, logs: Path, name: str, prompts: int, headers: tuple[str, ...] = (), seed: int = 0
+) -> dict:
     out = logs / f"{name}.json"
     subprocess.run(
         [
@@ -80,8 +83,11 @@ def bench(url: str, logs: Path, name: str, prompts: int, headers: tuple[str, ...
                 str(INPUT_LEN),
                 "--output-len",
                 str(OUTPUT_LEN),
+                "--seed",
+                str(seed),
                 "--result-json",
                 str(out),
+                "--save-requests",
                 "--quiet",
                 "--timeout",
                 "60",
@@ -97,26 +103,33 @@ def bench(url: str, logs: Path, name: str, prompts: int, headers: tuple[str, ...
 
 
 def measure(
-    name: str, url: str, logs: Path, proxy: Server | None, headers: tuple[str, ...] = ()
+    name: str,
+    url: str,
+    logs: Path,
+    proxy: Server | None,
+    headers: tuple[str, ...] = (),
+    seed: int = 0,
 ) -> Row:
     before = proxy.cpu_seconds() if proxy else None
-    result = bench(url, logs, name, PROMPTS, headers)
+    result = bench(url, logs, name, PROMPTS, headers, seed)
     cpu = proxy.cpu_seconds() - before if proxy and before is not None else None
-    return Row(name, result, cpu)
+    return Row(name, result, cpu, ttfts=answered_ttfts(result))
 
 
 def paired_round(
     name: str, i: int, urls: dict[str, str], logs: Path, server: Server
 ) -> tuple[Row, Row]:
-    """Round i of a path and the direct round beside it (direct first in even rounds)."""
+    """Round i of a path and the direct round beside it (direct first in even rounds), both
+    with seed i: the same prompts at the same times."""
     headers = (f"{canary.HEADER}={CANARY_TOKEN}",) if name == CANARY else ()
     runs: dict[str, Row] = {}
     for which in ("direct", name) if i % 2 == 0 else (name, "direct"):
         proxy = server if which == name else None
         run_headers = headers if which == name else ()
-        runs[which] = measure(f"{which}-{name}-{i}", urls[which], logs, proxy, run_headers)
+        runs[which] = measure(f"{which}-{name}-{i}", urls[which], logs, proxy, run_headers, i)
     path = runs[name]
     path.paired.append(pair(path.result, runs["direct"].result))
+    path.direct_ttfts += runs["direct"].ttfts
     return path, runs["direct"]
 
 

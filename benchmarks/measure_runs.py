@@ -32,6 +32,7 @@ class Clients:
         tag: str,
         tokenizer: Path | None = None,
         trust_env: bool = True,
+        seed: int = SEED,
     ) -> dict:
         self.vllm.run(
             [
@@ -39,7 +40,7 @@ class Clients:
                 *("--model", MODEL, "--tokenizer", str(tokenizer or self.tokenizer)),
                 *("--dataset-name", "random", "--random-input-len", str(INPUT_LEN)),
                 *("--random-output-len", str(OUTPUT_LEN), "--num-prompts", str(prompts)),
-                *("--request-rate", f"{rate:g}", "--seed", str(SEED), "--ignore-eos"),
+                *("--request-rate", f"{rate:g}", "--seed", str(seed), "--ignore-eos"),
                 *("--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99"),
                 *("--save-result", "--save-detailed", "--result-dir", str(self.logs)),
                 *("--result-filename", f"{tag}.json", "--num-warmups", "0", "--disable-tqdm"),
@@ -48,12 +49,12 @@ class Clients:
         )
         return json.loads((self.logs / f"{tag}.json").read_text())
 
-    def pdctl_run(self, url: str, rate: float, prompts: int, tag: str) -> dict:
+    def pdctl_run(self, url: str, rate: float, prompts: int, tag: str, seed: int = SEED) -> dict:
         out = self.logs / f"{tag}.json"
         argv = pdctl(
             *("bench", "--base-url", url, "--model", MODEL, "--request-rate", f"{rate:g}"),
             *("--num-prompts", str(prompts), "--input-len", str(INPUT_LEN)),
-            *("--output-len", str(OUTPUT_LEN), "--seed", str(SEED), "--arrivals", "vllm"),
+            *("--output-len", str(OUTPUT_LEN), "--seed", str(seed), "--arrivals", "vllm"),
             *("--save-requests", "--result-json", str(out), "--quiet", "--timeout", "60"),
         )
         with open(self.logs / f"{tag}.log", "wb") as log:

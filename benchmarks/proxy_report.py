@@ -2,8 +2,12 @@
 and the ratios (CPU against pdctl, the breakdown's and the canary's cost), all from one run.
 
 Pure: the rows come in measured. Each path's round is run back to back with a direct round (the
-order alternating by round), so a path's added TTFT is the median over rounds of its round's
-percentile minus the paired direct round's: noise that moves both runs of a pair cancels.
+order alternating by round), so a path's added TTFT at p50 is the median over rounds of its
+round's p50 minus the paired direct round's: noise that moves both runs of a pair cancels. At
+p99 one round says little (200 requests: its p99 is its second slowest, one arrival burst
+queueing on the stand-in), so the p99 is read over all rounds pooled: every answered request
+of the path's runs against every one of the direct runs beside them, each round with its own
+seed, so the tail is many bursts rather than copies of one.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from benchmarks import proxy_saturation
+from domain.slo import percentile
 
 # the rows the ratios read, by name (benchmarks/bench_proxy.py runs them)
 PDCTL, ROUTER, NO_PARTS, CANARY = "pdctl", "vllm-router", "pdctl no-parts", "pdctl canary"
@@ -25,6 +30,8 @@ class Row:
     cpu: float | None  # proxy CPU-seconds over the measured run
     # per round: (TTFT p50, p99) minus those of the direct round paired with it, ms
     paired: list[tuple[float, float]] = field(default_factory=list)
+    ttfts: list[float] = field(default_factory=list)  # s, every answered request of its runs
+    direct_ttfts: list[float] = field(default_factory=list)  # those of the direct runs beside
 
     @property
     def cpu_per_1k(self) -> float | None:
@@ -38,13 +45,17 @@ class Row:
 
     @property
     def added(self) -> tuple[float, float] | None:
-        """Median over rounds of the paired added TTFT (p50, p99), ms."""
-        if not self.paired:
+        """Added TTFT (p50, p99), ms: the median over rounds of the paired p50 differences;
+        the pooled p99 of the path's requests minus the pooled p99 of the direct ones."""
+        ours, theirs = percentile(self.ttfts, 99), percentile(self.direct_ttfts, 99)
+        if not self.paired or ours is None or theirs is None:
             return None
-        return (
-            statistics.median(p for p, _ in self.paired),
-            statistics.median(q for _, q in self.paired),
-        )
+        return statistics.median(p for p, _ in self.paired), (ours - theirs) * 1000
+
+
+def answered_ttfts(result: dict) -> list[float]:
+    """The TTFTs (s) of a `pdctl bench --save-requests` result's answered requests."""
+    return [t for t, error in zip(result["ttfts"], result["errors"], strict=True) if not error]
 
 
 def pair(path: dict, direct: dict) -> tuple[float, float]:
@@ -63,7 +74,10 @@ def combine(name: str, runs: list[Row]) -> Row:
     for key in ("completed", "failed", "total_output_tokens"):
         result[key] = sum(r.result[key] for r in runs)
     cpu = None if runs[0].cpu is None else sum(r.cpu or 0.0 for r in runs)
-    return Row(name, result, cpu, [p for r in runs for p in r.paired])
+    row = Row(name, result, cpu, [p for r in runs for p in r.paired])
+    row.ttfts = [t for r in runs for t in r.ttfts]
+    row.direct_ttfts = [t for r in runs for t in r.direct_ttfts]
+    return row
 
 
 def table(rows: list[Row], saturation: dict[str, proxy_saturation.Saturation]) -> str:
@@ -88,8 +102,9 @@ def table(rows: list[Row], saturation: dict[str, proxy_saturation.Saturation]) -
             f"{r['median_itl_ms']:8.2f} {ratio} {per_core:>14}"
         )
     lines.append(
-        "TTFT columns in ms; +p50/+p99: added over direct (colocated stand-in, no proxy), "
-        "the median over rounds of each round minus the direct round run beside it; PD rows "
+        "TTFT columns in ms; +p50/+p99: added over direct (colocated stand-in, no proxy): "
+        "+p50 the median over rounds of each round minus the direct round run beside it, "
+        "+p99 over all rounds' requests pooled, against the direct rounds beside them; PD rows "
         "include the hand-off itself (prefill leg + KV pull + the decode's first step), the "
         "colocated rows only the hop. sat tok/s/core: tokens per second per proxy core at "
         "saturation (wrk through the proxy to a fixed SSE upstream)."

@@ -10,7 +10,7 @@ import pytest
 
 from bench.records import RequestRecord
 from bench.report import request_details
-from benchmarks.client_records import Pooled
+from benchmarks.client_records import Pooled, paired
 from benchmarks.vllm_client import write_standin_tokenizer
 from domain.tokenizer import VOCAB, encode
 
@@ -47,3 +47,25 @@ def test_standin_tokenizer_has_the_standin_words_in_id_order(tmp_path: Path) -> 
     assert all(vocab[word] == i for i, word in enumerate(VOCAB))
     assert encode(" ".join(VOCAB[:5])) == [vocab[w] for w in VOCAB[:5]]
     assert json.loads((folder / "tokenizer_config.json").read_text())["tokenizer_class"]
+
+
+def test_paired_compares_the_same_request_of_each_round() -> None:
+    def run(ttfts: list[float], errors: list[str]) -> dict:
+        n = len(ttfts)
+        return {
+            "errors": errors, "ttfts": ttfts, "itls": [[]] * n, "latencies": ttfts,
+            "output_lens": [1] * n, "input_lens": [4] * n,
+        }  # fmt: skip
+
+    ours, theirs = Pooled(), Pooled()
+    ours.add(run([0.010, 0.050, 0.020], ["", "", ""]))
+    theirs.add(run([0.011, 0.040, 0.0], ["", "", "boom"]))
+    ours.add(run([0.030], [""]))
+    theirs.add(run([0.032], [""]))
+    assert paired(ours, theirs) == pytest.approx([-0.001, 0.010, -0.002])  # the failed one left out
+    theirs.add(run([0.030], [""]))
+    with pytest.raises(ValueError, match="2 runs against 3"):
+        paired(ours, theirs)
+    ours.add(run([0.030, 0.031], ["", ""]))
+    with pytest.raises(ValueError, match="2 requests against one of 1"):
+        paired(ours, theirs)

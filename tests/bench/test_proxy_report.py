@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.proxy_report import Row, combine, pair, ratios
+from benchmarks.proxy_report import Row, answered_ttfts, combine, pair, ratios
 
 
 def _result(p50: float, p99: float, tokens: int = 1000, done: int = 10) -> dict:
@@ -22,17 +22,40 @@ def _result(p50: float, p99: float, tokens: int = 1000, done: int = 10) -> dict:
 def _row(name: str, cpu: float, rounds: list[tuple[tuple[float, float], tuple[float, float]]]):
     runs = []
     for path, direct in rounds:
-        run = Row(name, _result(*path), cpu / len(rounds))
+        run = Row(name, _result(*path), cpu / len(rounds), ttfts=[path[1] / 1000])
         run.paired.append(pair(run.result, _result(*direct)))
+        run.direct_ttfts.append(direct[1] / 1000)
         runs.append(run)
     return combine(name, runs)
 
 
-def test_added_ttft_is_the_median_of_each_round_minus_its_own_direct_round() -> None:
+def test_added_ttft_p50_is_the_median_of_each_round_minus_its_own_direct_round() -> None:
     # the machine slowed down in round 2: both runs of that pair moved, the difference did not
     row = _row("pdctl", 1.0, [((11, 20), (10, 18)), ((31, 45), (30, 43)), ((12, 21), (10, 19))])
-    assert row.added == (pytest.approx(1.0), pytest.approx(2.0))
+    assert row.added[0] == pytest.approx(1.0)
     assert row.result["completed"] == 30 and row.cpu == pytest.approx(1.0)
+
+
+def test_added_ttft_p99_pools_every_round_against_the_direct_rounds_beside_them() -> None:
+    # Three rounds of 100 requests, 5 of each run slow (a burst): the pooled p99 is in the
+    # slowest run's burst on either side, whichever round it fell in.
+    def row(path_tails: tuple, direct_tails: tuple):
+        runs = []
+        for ours, theirs in zip(path_tails, direct_tails, strict=True):
+            run = Row("pdctl", _result(10, 0), 1.0, ttfts=[0.010] * 95 + [ours / 1000] * 5)
+            run.paired.append((0.0, 0.0))
+            run.direct_ttfts += [0.010] * 95 + [theirs / 1000] * 5
+            runs.append(run)
+        return combine("pdctl", runs)
+
+    assert row((30, 12, 21), (12, 30, 20)).added[1] == pytest.approx(0.0)
+    assert row((30, 12, 21), (12, 25, 20)).added[1] == pytest.approx(5.0)
+
+
+def test_a_row_without_answered_requests_adds_nothing() -> None:
+    assert Row("pdctl", _result(10, 20), 1.0, [(1.0, 2.0)]).added is None
+    result = {"ttfts": [0.01, 0.0], "errors": ["", "HTTP 500"]}
+    assert answered_ttfts(result) == [0.01]
 
 
 def test_ratios_name_the_breakdown_and_the_canary_cost() -> None:
