@@ -12,8 +12,8 @@ pinned alone to the other core. Rows:
   (`X-Pdctl-Canary`): what a canary request costs against an ordinary one. The check every
   request pays (connector/canary.mark) is timed apart, against pdctl's CPU per request.
 Each path's round runs beside a direct round (the order alternating by round, both with the
-round's seed), and its added TTFT is the median of the pairs' differences at p50, and the
-pooled rounds' difference at p99 (benchmarks/proxy_report.py says why).
+round's seed), and its added TTFT is the median of the pairs' differences at p50, and at p99
+its pooled rounds against all direct runs pooled (benchmarks/proxy_report.py says why).
 Per proxy: CPU-seconds per 1,000 streamed tokens (utime + stime of the proxy process from
 /proc/<pid>/stat around the measured run), TTFT p50 / p99 added over `direct`, and ratios to
 pdctl; and tokens per second per proxy core at saturation (benchmarks/proxy_saturation.py: wrk
@@ -49,7 +49,16 @@ from benchmarks.proxy_procs import (
     router_binary,
     router_installed,
 )
-from benchmarks.proxy_report import CANARY, Row, answered_ttfts, combine, pair, ratios, table
+from benchmarks.proxy_report import (
+    CANARY,
+    Row,
+    against_direct,
+    answered_ttfts,
+    combine,
+    pair,
+    ratios,
+    table,
+)
 from connector import canary
 
 CONCURRENCY = int(os.environ.get("BENCH_PROXY_CONCURRENCY", "50"))
@@ -129,7 +138,6 @@ def paired_round(
         runs[which] = measure(f"{which}-{name}-{i}", urls[which], logs, proxy, run_headers, i)
     path = runs[name]
     path.paired.append(pair(path.result, runs["direct"].result))
-    path.direct_ttfts += runs["direct"].ttfts
     return path, runs["direct"]
 
 
@@ -275,7 +283,9 @@ def run_all(logs: Path, colocated: Server, prefill: Server, decode: Server) -> l
         for server in servers.values():
             if server is not None:
                 server.stop()
-    return [combine(name, runs) for name, runs in rows.items()]
+    combined = [combine(name, runs) for name, runs in rows.items()]
+    against_direct(combined)
+    return combined
 
 
 if __name__ == "__main__":

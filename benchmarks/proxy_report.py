@@ -5,9 +5,10 @@ Pure: the rows come in measured. Each path's round is run back to back with a di
 order alternating by round), so a path's added TTFT at p50 is the median over rounds of its
 round's p50 minus the paired direct round's: noise that moves both runs of a pair cancels. At
 p99 one round says little (200 requests: its p99 is its second slowest, one arrival burst
-queueing on the stand-in), so the p99 is read over all rounds pooled: every answered request
-of the path's runs against every one of the direct runs beside them, each round with its own
-seed, so the tail is many bursts rather than copies of one.
+queueing on the stand-ins), and a pair's direct run adds its own tail noise rather than
+cancelling any, so the p99 is read over all rounds pooled (each round with its own seed: the
+tail is many bursts rather than copies of one) against one baseline for every row, all the
+direct runs pooled: two rows' added p99 then differ by exactly their own p99s' difference.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class Row:
     # per round: (TTFT p50, p99) minus those of the direct round paired with it, ms
     paired: list[tuple[float, float]] = field(default_factory=list)
     ttfts: list[float] = field(default_factory=list)  # s, every answered request of its runs
-    direct_ttfts: list[float] = field(default_factory=list)  # those of the direct runs beside
+    direct_ttfts: list[float] = field(default_factory=list)  # the baseline: all direct runs'
 
     @property
     def cpu_per_1k(self) -> float | None:
@@ -46,7 +47,7 @@ class Row:
     @property
     def added(self) -> tuple[float, float] | None:
         """Added TTFT (p50, p99), ms: the median over rounds of the paired p50 differences;
-        the pooled p99 of the path's requests minus the pooled p99 of the direct ones."""
+        the pooled p99 of the path's requests minus that of the baseline (`against_direct`)."""
         ours, theirs = percentile(self.ttfts, 99), percentile(self.direct_ttfts, 99)
         if not self.paired or ours is None or theirs is None:
             return None
@@ -74,10 +75,17 @@ def combine(name: str, runs: list[Row]) -> Row:
     for key in ("completed", "failed", "total_output_tokens"):
         result[key] = sum(r.result[key] for r in runs)
     cpu = None if runs[0].cpu is None else sum(r.cpu or 0.0 for r in runs)
-    row = Row(name, result, cpu, [p for r in runs for p in r.paired])
-    row.ttfts = [t for r in runs for t in r.ttfts]
-    row.direct_ttfts = [t for r in runs for t in r.direct_ttfts]
-    return row
+    return Row(
+        name, result, cpu, [p for r in runs for p in r.paired], [t for r in runs for t in r.ttfts]
+    )
+
+
+def against_direct(rows: list[Row], direct: str = "direct") -> None:
+    """Give every row the pooled direct runs as its p99 baseline."""
+    base = next(r for r in rows if r.name == direct).ttfts
+    for row in rows:
+        if row.name != direct:
+            row.direct_ttfts = base
 
 
 def table(rows: list[Row], saturation: dict[str, proxy_saturation.Saturation]) -> str:
@@ -104,7 +112,7 @@ def table(rows: list[Row], saturation: dict[str, proxy_saturation.Saturation]) -
     lines.append(
         "TTFT columns in ms; +p50/+p99: added over direct (colocated stand-in, no proxy): "
         "+p50 the median over rounds of each round minus the direct round run beside it, "
-        "+p99 over all rounds' requests pooled, against the direct rounds beside them; PD rows "
+        "+p99 over all rounds' requests pooled, against all direct runs pooled; PD rows "
         "include the hand-off itself (prefill leg + KV pull + the decode's first step), the "
         "colocated rows only the hop. sat tok/s/core: tokens per second per proxy core at "
         "saturation (wrk through the proxy to a fixed SSE upstream)."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.proxy_report import Row, answered_ttfts, combine, pair, ratios
+from benchmarks.proxy_report import Row, against_direct, answered_ttfts, combine, pair, ratios
 
 
 def _result(p50: float, p99: float, tokens: int = 1000, done: int = 10) -> dict:
@@ -24,9 +24,10 @@ def _row(name: str, cpu: float, rounds: list[tuple[tuple[float, float], tuple[fl
     for path, direct in rounds:
         run = Row(name, _result(*path), cpu / len(rounds), ttfts=[path[1] / 1000])
         run.paired.append(pair(run.result, _result(*direct)))
-        run.direct_ttfts.append(direct[1] / 1000)
         runs.append(run)
-    return combine(name, runs)
+    row = combine(name, runs)
+    row.direct_ttfts = [direct[1] / 1000 for _, direct in rounds]  # the rounds' tails, pooled
+    return row
 
 
 def test_added_ttft_p50_is_the_median_of_each_round_minus_its_own_direct_round() -> None:
@@ -36,20 +37,27 @@ def test_added_ttft_p50_is_the_median_of_each_round_minus_its_own_direct_round()
     assert row.result["completed"] == 30 and row.cpu == pytest.approx(1.0)
 
 
-def test_added_ttft_p99_pools_every_round_against_the_direct_rounds_beside_them() -> None:
+def test_added_ttft_p99_pools_every_round_against_all_direct_runs() -> None:
     # Three rounds of 100 requests, 5 of each run slow (a burst): the pooled p99 is in the
     # slowest run's burst on either side, whichever round it fell in.
-    def row(path_tails: tuple, direct_tails: tuple):
-        runs = []
-        for ours, theirs in zip(path_tails, direct_tails, strict=True):
-            run = Row("pdctl", _result(10, 0), 1.0, ttfts=[0.010] * 95 + [ours / 1000] * 5)
-            run.paired.append((0.0, 0.0))
-            run.direct_ttfts += [0.010] * 95 + [theirs / 1000] * 5
-            runs.append(run)
-        return combine("pdctl", runs)
+    def rows(path_tails: tuple, direct_tails: tuple) -> list[Row]:
+        def runs(name: str, tails: tuple) -> list[Row]:
+            return [
+                Row(name, _result(10, 0), 1.0, [(0.0, 0.0)], [0.010] * 95 + [t / 1000] * 5)
+                for t in tails
+            ]
 
-    assert row((30, 12, 21), (12, 30, 20)).added[1] == pytest.approx(0.0)
-    assert row((30, 12, 21), (12, 25, 20)).added[1] == pytest.approx(5.0)
+        out = [
+            combine("direct", runs("direct", direct_tails)),
+            combine("pdctl", runs("pdctl", path_tails)),
+        ]
+        against_direct(out)
+        return out
+
+    assert rows((30, 12, 21), (12, 30, 20))[1].added[1] == pytest.approx(0.0)
+    direct, pdctl = rows((30, 12, 21), (12, 25, 20))
+    assert pdctl.added[1] == pytest.approx(5.0)
+    assert direct.added is None  # the baseline adds nothing to itself
 
 
 def test_a_row_without_answered_requests_adds_nothing() -> None:
