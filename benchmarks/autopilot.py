@@ -2,11 +2,15 @@
 (Qwen3-235B-A22B-FP8 TP4 on MI300X, slowed by --time-scale) under a workload that shifts from
 long prompts and short answers (phase A: TTFT-bound) to short prompts and long answers
 (phase B: ITL-bound). A real `pdctl serve` runs the autopilot (1-minute window); `pdctl bench`
-offers each phase's load. Printed: SLO attainment per minute (by arrival, judged as the
-proxy judges), each autopilot move and when (seconds from the start, and from the shift),
-requests sent, completed and lost (0 expected). Bounded: 8 min of load.
+offers each phase's load. The same load runs first with the autopilot in dry run (the fixed
+2P2D, the baseline: what the moves are worth, measured in the same run; --no-baseline skips
+it), then live. Printed: SLO attainment per minute (by arrival, judged as the proxy judges),
+live and the baseline's beside it, each autopilot move and when (seconds from the start, and
+from the shift) and what the dry run would have done, requests sent, completed and lost
+(0 expected). Bounded: 8 min of load per run.
 
-    python -m benchmarks.autopilot [--phase-a-s 180] [--phase-b-s 300] [--json out.json]
+    python -m benchmarks.autopilot [--phase-a-s 180] [--phase-b-s 300] [--no-baseline]
+                                   [--json out.json]
 
 Measured 2026-12-02 on 2 cores (shift at 180 s): attainment per minute 47%, 0%, 14% | 12%,
 2%, 20%, 26%, 53%; moves decode-1 -> prefill at 119 s (61 s before the shift), prefill-1 ->
@@ -40,7 +44,7 @@ PHASE_B = (0.9, 128, 128)  # short prompts, long answers: 1D short, 2D enough
 MAX_NUM_SEQS = 16
 
 
-def spec(window_s: float, cooldown_s: float) -> dict:
+def spec(window_s: float, cooldown_s: float, dry_run: bool = False) -> dict:
     group = {"tp": 4, "max_num_seqs": MAX_NUM_SEQS, "max_num_batched_tokens": 4096}
     return {
         "name": NAME,
@@ -64,7 +68,12 @@ def spec(window_s: float, cooldown_s: float) -> dict:
         },
         "slo": SLO,
         "role_switch": {},
-        "autopilot": {"window_s": window_s, "cooldown_s": cooldown_s, "max_moves_per_hour": 4},
+        "autopilot": {
+            "window_s": window_s,
+            "cooldown_s": cooldown_s,
+            "max_moves_per_hour": 4,
+            "dry_run": dry_run,
+        },
     }
 
 
@@ -129,13 +138,13 @@ def per_minute(phases: list[tuple[float, dict]], t0: float, minute_s: float) -> 
     ]
 
 
-def run(phase_s: tuple[float, float], window_s: float, cooldown_s: float) -> dict:
+def run(phase_s: tuple[float, float], window_s: float, cooldown_s: float, dry_run=False) -> dict:
     with tempfile.TemporaryDirectory(prefix="pdctl-autopilot-") as tmp_name:
         tmp = Path(tmp_name)
         plane = ControlPlane(tmp).start()
         loads: list[subprocess.Popen] = []
         try:
-            return _run(plane, tmp, loads, phase_s, window_s, cooldown_s)
+            return _run(plane, tmp, loads, phase_s, spec(window_s, cooldown_s, dry_run))
         finally:
             for load in loads:  # an interrupted run leaves no load running
                 if load.poll() is None:
@@ -147,8 +156,8 @@ def run(phase_s: tuple[float, float], window_s: float, cooldown_s: float) -> dic
             plane.close()
 
 
-def _run(plane, tmp: Path, loads: list, phase_s: tuple, window_s: float, cooldown_s) -> dict:
-    code, created = plane.api("POST", "/deployments", spec(window_s, cooldown_s))
+def _run(plane, tmp: Path, loads: list, phase_s: tuple, body: dict) -> dict:
+    code, created = plane.api("POST", "/deployments", body)
     if code != 201:
         raise RuntimeError(f"create: {code} {created}")
     plane.api("POST", f"/deployments/{NAME}/start")
@@ -175,7 +184,7 @@ def _run(plane, tmp: Path, loads: list, phase_s: tuple, window_s: float, cooldow
             "why": e["message"],
         }
         for e in reversed(events)
-        if e["kind"] == "autopilot.move"
+        if e["kind"] in ("autopilot.move", "autopilot.dry_run")
     ]
     held = [e["message"] for e in reversed(events) if e["kind"] == "autopilot.held"]
     sent = len(result_a["requests"]) + len(result_b["requests"])
@@ -209,31 +218,63 @@ def errors(results: list[dict]) -> dict[str, int]:
     return found
 
 
+def side_by_side(live: dict, baseline: dict | None) -> list[str]:
+    """Attainment per minute, live and (when run) the dry-run baseline beside it."""
+    base = {r["minute"]: r for r in (baseline or {}).get("per_minute", [])}
+    lines = []
+    for row in live["per_minute"]:
+        other = base.get(row["minute"])
+        beside = f"; dry run {other['slo_attainment']:.0%} of {other['requests']}" if other else ""
+        lines.append(
+            f"  minute {row['minute']}: {row['requests']} requests, SLO attainment "
+            f"{row['slo_attainment']:.0%}{beside}"
+        )
+    return lines
+
+
+def moves_of(report: dict) -> list[str]:
+    return [
+        f"  {'would move' if report.get('dry_run') else 'move'} at {m['at_s']} s "
+        f"({m['after_shift_s']:+} s from the shift): {m['instance']} {m['from']} -> {m['to']}"
+        + ("" if report.get("dry_run") else f" (revision {m['revision']})")
+        for m in report["moves"]
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phase-a-s", type=float, default=180.0, help="seconds of phase A")
     parser.add_argument("--phase-b-s", type=float, default=300.0, help="seconds of phase B")
     parser.add_argument("--window-s", type=float, default=60.0)
     parser.add_argument("--cooldown-s", type=float, default=60.0)
+    parser.add_argument(
+        "--no-baseline", action="store_true", help="skip the dry-run run (the fixed 2P2D)"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    report = run((args.phase_a_s, args.phase_b_s), args.window_s, args.cooldown_s)
+    phases = (args.phase_a_s, args.phase_b_s)
+    baseline = None
+    if not args.no_baseline:  # the same load on the fixed ratio: what the moves are worth
+        baseline = {**run(phases, args.window_s, args.cooldown_s, True), "dry_run": True}
+    report = run(phases, args.window_s, args.cooldown_s)
     print(f"shift at {report['shift_at_s']} s")
-    for row in report["per_minute"]:
+    print("\n".join(side_by_side(report, baseline)))
+    print("\n".join(moves_of(report)))
+    for name, one in (("live", report), ("dry run", baseline)):
+        if one is None:
+            continue
         print(
-            f"  minute {row['minute']}: {row['requests']} requests, "
-            f"SLO attainment {row['slo_attainment']:.0%}"
+            f"{name}: attainment phase A {one['slo_attainment_a']:.0%}, phase B "
+            f"{one['slo_attainment_b']:.0%}; sent {one['sent']} completed {one['completed']} "
+            f"lost {one['lost']}"
         )
-    for m in report["moves"]:
-        print(
-            f"  move at {m['at_s']} s ({m['after_shift_s']:+} s from the shift): "
-            f"{m['instance']} {m['from']} -> {m['to']} (revision {m['revision']})"
-        )
-    print(f"sent {report['sent']} completed {report['completed']} lost {report['lost']}")
-    for error, count in report["errors"].items():
-        print(f"  {count} failed: {error}")
+        for error, count in one["errors"].items():
+            print(f"  {count} failed: {error}")
+    if baseline is not None:
+        print("dry run (moves nothing; what it would have done):")
+        print("\n".join(moves_of(baseline)) or "  nothing")
     if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2))
+        args.json.write_text(json.dumps({"live": report, "baseline": baseline}, indent=2))
 
 
 if __name__ == "__main__":
