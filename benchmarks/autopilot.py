@@ -12,10 +12,15 @@ from the shift) and what the dry run would have done, requests sent, completed a
     python -m benchmarks.autopilot [--phase-a-s 180] [--phase-b-s 300] [--no-baseline]
                                    [--json out.json]
 
-Measured 2026-12-02 on 2 cores (shift at 180 s): attainment per minute 47%, 0%, 14% | 12%,
-2%, 20%, 26%, 53%; moves decode-1 -> prefill at 119 s (61 s before the shift), prefill-1 ->
-decode at 276 s (+96 s), prefill-0 -> decode at 394 s (+214 s, 1P3D); 405 sent, 405
-completed, 0 lost. A prefill's move waits ~2 min for the short decodes to pull its last KV.
+Measured 2026-12-03 on 2 cores (shift at 180 s), live / dry-run baseline per minute: 92/92,
+6/6, 14/0 | 35/39, 12/80, 2/100, 19/100, 53/100%; phase A 33% / 28%, phase B 25% / 84%.
+Moves: decode-0 -> prefill at 125 s (-55 s), prefill-1 -> decode at +91 s, prefill-0 ->
+decode at +278 s; 405 sent, 405 completed, 0 lost, both runs. With 3-minute phases the
+autopilot loses to the fixed 2P2D: its phase-A move comes too late to clear phase A's backlog
+and leaves one decode for phase B, and moving back (a window, then the drain) takes longer
+than phase B's own backlog takes to clear on 2P2D. With 7-minute phases (--phase-a-s 420
+--phase-b-s 420) it wins: phase A 50% / 11% (attainment back to 81-90% in minutes 5-6, the
+baseline at 0%), phase B 53% / 63%, all requests 52% / 39%; 693 sent, 0 lost, both runs.
 """
 
 from __future__ import annotations
