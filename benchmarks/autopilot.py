@@ -143,7 +143,9 @@ def per_minute(phases: list[tuple[float, dict]], t0: float, minute_s: float) -> 
     ]
 
 
-def run(phase_s: tuple[float, float], window_s: float, cooldown_s: float, dry_run=False) -> dict:
+def run(
+    phase_s: tuple[float, float], window_s: float, cooldown_s: float, dry_run: bool = False
+) -> dict:
     with tempfile.TemporaryDirectory(prefix="pdctl-autopilot-") as tmp_name:
         tmp = Path(tmp_name)
         plane = ControlPlane(tmp).start()

@@ -11,12 +11,11 @@ pooled over the rounds (benchmarks/client_records.py): pdctl against vLLM's firs
 the difference, vLLM's other runs against its first ones the A/A noise floor. The runs of a
 round offer the same requests at the same times, so their TTFTs are also compared request by
 request (the median of those differences is a client's own offset, without the server's
-run-to-run noise). Prompt lengths
-are the server's count (`usage.prompt_tokens`, which both clients record per request).
-Servers are pinned to one core, the clients to the other. Without the vLLM venv it says how
-to get it and skips. Environment: BENCH_MEASURE_RATES (default 3,6,12),
-BENCH_MEASURE_SECONDS (arrivals per run, default 5 s; at least 30 requests),
-BENCH_MEASURE_ROUNDS (default 4).
+run-to-run noise). Prompt lengths are the server's count (`usage.prompt_tokens`, which both
+clients record per request). Servers are pinned to one core, the clients to the other.
+Without the vLLM venv it says how to get it and skips. Environment: BENCH_MEASURE_RATES
+(default 3,6,12), BENCH_MEASURE_SECONDS (arrivals per run, default 5 s; at least 30
+requests), BENCH_MEASURE_ROUNDS (default 4).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from benchmarks.vllm_client import VllmBenchServe
 
 ROOT = Path(__file__).resolve().parent.parent
 INPUT_LEN, OUTPUT_LEN, SEED, MODEL = 256, 64, 0, "tiny"
-# Every run sends the same seeded prompts: with prefix caching on, a run would prefill less
-# for what the runs before it left in the cache, and the later of two clients would win.
+# The runs of a round send the same seeded prompts: with prefix caching on, a run would
+# prefill less for what the runs before it left in the cache, and the later client would win.
 FRESH = ("--no-enable-prefix-caching",)
 
 

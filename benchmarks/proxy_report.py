@@ -29,8 +29,8 @@ class Row:
     name: str
     result: dict
     cpu: float | None  # proxy CPU-seconds over the measured run
-    # per round: (TTFT p50, p99) minus those of the direct round paired with it, ms
-    paired: list[tuple[float, float]] = field(default_factory=list)
+    # per round: TTFT p50 minus that of the direct round paired with it, ms
+    paired: list[float] = field(default_factory=list)
     ttfts: list[float] = field(default_factory=list)  # s, every answered request of its runs
     direct_ttfts: list[float] = field(default_factory=list)  # the baseline: all direct runs'
 
@@ -51,7 +51,7 @@ class Row:
         ours, theirs = percentile(self.ttfts, 99), percentile(self.direct_ttfts, 99)
         if not self.paired or ours is None or theirs is None:
             return None
-        return statistics.median(p for p, _ in self.paired), (ours - theirs) * 1000
+        return statistics.median(self.paired), (ours - theirs) * 1000
 
 
 def answered_ttfts(result: dict) -> list[float]:
@@ -59,12 +59,9 @@ def answered_ttfts(result: dict) -> list[float]:
     return [t for t, error in zip(result["ttfts"], result["errors"], strict=True) if not error]
 
 
-def pair(path: dict, direct: dict) -> tuple[float, float]:
-    """One round's added TTFT: the path's p50 and p99 minus its paired direct run's."""
-    return (
-        path["median_ttft_ms"] - direct["median_ttft_ms"],
-        path["p99_ttft_ms"] - direct["p99_ttft_ms"],
-    )
+def pair(path: dict, direct: dict) -> float:
+    """One round's added TTFT at p50: the path's p50 minus its paired direct run's."""
+    return path["median_ttft_ms"] - direct["median_ttft_ms"]
 
 
 def combine(name: str, runs: list[Row]) -> Row:
@@ -174,4 +171,4 @@ def _added_against_router(by: dict[str, Row]) -> list[str]:
 
 def _spread(row: Row) -> str:
     """The rounds' paired p50 differences, least to most: the noise a reader judges by."""
-    return " ".join(f"{p:+.1f}" for p in sorted(p for p, _ in row.paired))
+    return " ".join(f"{p:+.1f}" for p in sorted(row.paired))

@@ -43,8 +43,7 @@ def test_added_ttft_p99_pools_every_round_against_all_direct_runs() -> None:
     def rows(path_tails: tuple, direct_tails: tuple) -> list[Row]:
         def runs(name: str, tails: tuple) -> list[Row]:
             return [
-                Row(name, _result(10, 0), 1.0, [(0.0, 0.0)], [0.010] * 95 + [t / 1000] * 5)
-                for t in tails
+                Row(name, _result(10, 0), 1.0, [0.0], [0.010] * 95 + [t / 1000] * 5) for t in tails
             ]
 
         out = [
@@ -61,7 +60,7 @@ def test_added_ttft_p99_pools_every_round_against_all_direct_runs() -> None:
 
 
 def test_a_row_without_answered_requests_adds_nothing() -> None:
-    assert Row("pdctl", _result(10, 20), 1.0, [(1.0, 2.0)]).added is None
+    assert Row("pdctl", _result(10, 20), 1.0, [1.0]).added is None
     result = {"ttfts": [0.01, 0.0], "errors": ["", "HTTP 500"]}
     assert answered_ttfts(result) == [0.01]
 
