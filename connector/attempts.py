@@ -19,7 +19,6 @@ from typing import Any
 
 from aiohttp import web
 
-from connector.client_body import estimate_tokens
 from connector.errors import ProxyError, UpstreamError
 from connector.flight import Flight, clock
 from connector.instances import Instance, InstancePool, Route
@@ -73,7 +72,7 @@ class Disaggregated:
     async def serve(
         self, request: web.Request, raw: bytes, body: dict[str, Any], route: Route, flight: Flight
     ) -> web.StreamResponse:
-        prompt_tokens, output_tokens = estimate_tokens(body)
+        prompt_tokens, output_tokens = flight.estimate
         group, decode, prefill = route.group, route.decode, route.prefill
         if prefill is None:
             raise ProxyError("a colocated route has no prefill leg to split")

@@ -40,6 +40,7 @@ class Flight:
         "end",
         "endpoint",
         "error",
+        "estimate",
         "first_attempt",
         "first_byte_missed",
         "kv_stats",
@@ -61,6 +62,7 @@ class Flight:
         "timed_out",
         "token_times",
         "ttft_parts",
+        "usage_prompt",
         "usage_tokens",
         "wall",
         "want_parts",
@@ -77,6 +79,8 @@ class Flight:
         self.prefill_end: float | None = None
         self.token_times: list[float] = []
         self.usage_tokens: int | None = None
+        self.usage_prompt: int | None = None  # the usage's prompt_tokens
+        self.estimate = (1, 1)  # (prompt, output) tokens as judged at arrival (client_body)
         self.tail = b""
         self.end: float | None = None
         self.done_at: float | None = None  # when `data: [DONE]` passed through
@@ -120,6 +124,7 @@ class Flight:
         self.prefill_start = self.prefill_end = self.end = self.done_at = None
         self.token_times = []
         self.usage_tokens, self.tail, self.malformed, self.kv_stats = None, b"", None, None
+        self.usage_prompt = None
         self.answer = [] if self.answer is not None else None
         self.returned_kv = None
         self.timed_out = self.first_byte_missed = self._parts = False
@@ -171,8 +176,16 @@ class Flight:
         except (ValueError, AttributeError):
             return
         self.kv_stats = message.get("kv_transfer_stats")
+        self.read_usage(usage)
+
+    def read_usage(self, usage: Any) -> None:
+        """The token counts of a usage object (streamed last, or in a whole answer)."""
+        if not isinstance(usage, dict):
+            return
         if isinstance(usage.get("completion_tokens"), int):
             self.usage_tokens = usage["completion_tokens"]
+        if isinstance(usage.get("prompt_tokens"), int):
+            self.usage_prompt = usage["prompt_tokens"]
 
     def measure(
         self, outcome: str, slo: SloTargets, now: float

@@ -17,6 +17,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from connector.demand import KINDS as DEMAND_KINDS
+from connector.demand import ArrivalDemand
 from connector.instances import InstancePool
 from connector.measure import RequestTiming
 from domain.vllm_metrics import (
@@ -80,6 +82,7 @@ class ProxyMetrics:
         self.arrival_gap_seconds = 0.0
         self.arrival_gap_seconds_squared = 0.0
         self.last_arrival: float | None = None
+        self.demand = ArrivalDemand()  # the tokens arriving requests bring (connector/demand.py)
 
     def arrived(self, now: float) -> None:
         """A client request arrived at `now` (connector.flight.clock); the first has no gap."""
@@ -201,6 +204,7 @@ class ProxyCollector(Collector):
         yield GaugeMetricFamily(
             "pdctl_proxy_held_requests", "Requests held for a paused group.", value=m.held
         )
+        yield from _demand_families(m.demand)
         refused = CounterMetricFamily(
             "pdctl_proxy_registry_rejected",
             "ZMQ registrations refused: malformed, or the registry full.",
@@ -272,3 +276,22 @@ def _by(name: str, doc: str, label: str, counts: dict[str, int]) -> CounterMetri
     for key, n in counts.items():
         family.add_metric([key], n)
     return family
+
+
+def _demand_families(demand: ArrivalDemand) -> Iterator[Metric]:
+    arrived = CounterMetricFamily(
+        "pdctl_proxy_arrived_tokens",
+        "Tokens the arriving client requests bring, as judged at arrival: prompt (its "
+        "characters) and output (max_tokens), each scaled by what finished requests used.",
+        labels=["kind"],
+    )
+    ratio = GaugeMetricFamily(
+        "pdctl_proxy_arrived_tokens_ratio",
+        "Usage over the estimate at arrival, over recently finished requests (decayed).",
+        labels=["kind"],
+    )
+    for kind in DEMAND_KINDS:
+        arrived.add_metric([kind], demand.tokens[kind])
+        ratio.add_metric([kind], demand.ratio[kind])
+    yield arrived
+    yield ratio

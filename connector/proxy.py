@@ -182,7 +182,9 @@ class Proxy:
             raw = await self._read_body(request)
             body = parse_client_body(raw, request.path)
             flight.stream = body.get("stream") is True
+            flight.estimate = estimate_tokens(body)
             if not is_canary:
+                self.metrics.demand.arrived(*flight.estimate)
                 self.metrics.turns[turn_kind(body, request.path)] += 1
                 if self.bidir is not None:
                     self.bidir.before(body, request.path, flight)
@@ -252,8 +254,7 @@ class Proxy:
         inst: Instance,
         flight: Flight,
     ) -> web.StreamResponse:
-        prompt_tokens, output_tokens = estimate_tokens(body)
-        load = prompt_tokens + output_tokens
+        load = sum(flight.estimate)
         inst.begin(load)
         ok = False
         try:
@@ -280,6 +281,13 @@ class Proxy:
             self.requests.append(LoggedRequest(flight, outcome, timing, met, canary=True))
             return
         self.metrics.record(outcome, timing, met)
+        if outcome == "ok":
+            demand = self.metrics.demand
+            demand.finished("prompt", flight.estimate[0], flight.usage_prompt)
+            answered = flight.usage_tokens
+            if answered is None and flight.stream:  # no usage asked for: its token events
+                answered = len(flight.token_times)
+            demand.finished("output", flight.estimate[1], answered)
         if timing is not None and flight.route is not None:
             spikes, lined_up = self.interference.spikes(
                 flight.route.decode.url, flight.token_times, timing.sorted_itls

@@ -336,9 +336,7 @@ def _read_json_usage(raw: bytes, flight: Flight) -> bool:
     flight.kv_stats = answer.get("kv_transfer_stats")
     if flight.answer is not None:  # bidirectional KV: the answer keys the next turn
         flight.collect(answer)
-    usage = answer.get("usage")
-    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-        flight.usage_tokens = usage["completion_tokens"]
+    flight.read_usage(answer.get("usage"))
     return True
 
 

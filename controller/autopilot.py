@@ -12,6 +12,12 @@ both or bound the other way (hysteresis: one such sample moves nothing), at leas
 `attainment_target`. Guard rails, in order: nothing while a move, switch or restart runs; a
 cooldown since the last move; a budget of moves per hour; each role keeps `min_per_role`.
 Dry-run decisions count as moves for the rails, so a dry run records what a live one does.
+
+Leading (`lead_from_arrivals`, controller/autopilot_demand.py): where a capacity model of the
+deployment exists, the window's arrivals say what each role must give; a role they outrun,
+while the other could spare one, moves one instance at once, without waiting for the backlog
+(and whatever the attainment: it can only fall). A backlog-led move that the arrivals say
+would leave its source short is not made.
 """
 
 from __future__ import annotations
@@ -20,6 +26,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from controller.autopilot_demand import (
+    Capacity,
+    Demand,
+    leaves_short,
+    short_role,
+    window_demand,
+)
 from controller.autopilot_spec import Autopilot
 from controller.deployment import DeploymentSpec
 
@@ -46,6 +59,10 @@ class Sample:
     decode_waiting: int  # requests waiting for their KV count here too: a number, no signal
     decode_kv_usage: float | None  # max over decodes, 0..1
     decode_slots: int = 0  # max_num_seqs summed over the decodes (0: unknown)
+    # Client requests arriving at the proxy and the tokens they bring (frame["arrivals"])
+    arrivals_per_s: float | None = None
+    prompt_tokens_per_s: float | None = None
+    output_tokens_per_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +96,7 @@ def sample(frame: Mapping[str, Any], ts: float, slots: Mapping[str, int] | None 
     dec = [r for r in rows if r.get("role") == "decode"]
     slo = frame.get("slo") or {}
     kv = [r["kv_cache_usage"] for r in dec if r.get("kv_cache_usage") is not None]
+    arrivals = frame.get("arrivals") or {}
     return Sample(
         ts=ts,
         requests=float((frame.get("ttft") or {}).get("count") or 0.0),
@@ -94,6 +112,9 @@ def sample(frame: Mapping[str, Any], ts: float, slots: Mapping[str, int] | None 
         decode_waiting=sum(r.get("waiting") or 0 for r in dec),
         decode_kv_usage=max(kv) if kv else None,
         decode_slots=sum((slots or {}).get(r.get("name"), 0) for r in dec),
+        arrivals_per_s=arrivals.get("per_s"),
+        prompt_tokens_per_s=arrivals.get("prompt_tokens_per_s"),
+        output_tokens_per_s=arrivals.get("output_tokens_per_s"),
     )
 
 
@@ -179,12 +200,17 @@ def window_numbers(samples: Sequence[Sample], ap: Autopilot) -> dict[str, Any]:
     }
 
 
+def covered(inside: Sequence[Sample], ap: Autopilot, now: float) -> bool:
+    """Do the window's samples reach back to its start?"""
+    return bool(inside) and inside[0].ts <= now - ap.window_s + SAMPLE_GAP_S
+
+
 def held_bound(samples: Sequence[Sample], ap: Autopilot, now: float) -> str | None:
     """The bound the whole last window agrees on, else None: no sample says otherwise (fine,
     both, the other bound), and at least half of them say it (idle ones say nothing)."""
     inside = [s for s in samples if s.ts >= now - ap.window_s]
-    if not inside or inside[0].ts > now - ap.window_s + SAMPLE_GAP_S:
-        return None  # the window is not covered yet
+    if not covered(inside, ap, now):
+        return None
     kinds = [classify(s, ap) for s in inside]
     said = set(kinds) - {IDLE}
     if len(said) != 1 or kinds.count(next(iter(said))) * 2 < len(kinds):
@@ -201,12 +227,29 @@ def decide(
     now: float,
     busy: str | None = None,
     load: Mapping[str, int] | None = None,
+    capacity: Capacity | None = None,
 ) -> Decision:
     """`roles`: each instance's serving role; `moves`: when earlier moves (dry-run ones too)
     were made; `busy`: why a change is under way (None: nothing runs); `load`: running
-    requests per instance, to pick the one that drains fastest."""
+    requests per instance, to pick the one that drains fastest; `capacity`: the model of one
+    instance per role (controller/role_capacity.py; None: backlog signals only)."""
     inside = [s for s in samples if s.ts >= now - ap.window_s]
     numbers = window_numbers(inside, ap)
+    have = {role: sum(1 for r in roles.values() if r == role) for role in ("prefill", "decode")}
+    demand = None
+    if ap.lead_from_arrivals and covered(inside, ap, now):
+        demand = window_demand(inside, capacity, ap.window_s)
+    if demand is not None:
+        numbers["demand"] = demand.numbers(have["prefill"], have["decode"])
+    short = _led(ap, inside, demand, have)
+    if short is not None:
+        kind = TTFT if short == "prefill" else ITL
+        source = "decode" if short == "prefill" else "prefill"
+        what = (
+            f"the arrivals need {demand.prefill:.1f} prefills and {demand.decode:.1f} decodes, "
+            f"{have['prefill']} and {have['decode']} serve: one {source} to {short}"
+        )
+        return _move(ap, roles, moves, now, busy, load, kind, what, numbers)
     kind = held_bound(samples, ap, now)
     if kind is None:
         return Decision("none", _no_bound_why(inside, ap, now), numbers=numbers)
@@ -216,6 +259,30 @@ def decide(
         return Decision("none", why, bound=kind, numbers=numbers)
     source, target = ("decode", "prefill") if kind == TTFT else ("prefill", "decode")
     what = f"{kind.upper()}-bound for {ap.window_s:g} s: one {source} to {target}"
+    if demand is not None and leaves_short(demand, source, have[source], ap.demand_high):
+        need = demand.prefill if source == "prefill" else demand.decode
+        left = have[source] - 1
+        why = f"{what}, not made: the arrivals need {need:.1f} {source}s, {left} would be left"
+        return Decision("none", why, kind, None, source, target, numbers)
+    return _move(ap, roles, moves, now, busy, load, kind, what, numbers)
+
+
+def _led(
+    ap: Autopilot, inside: Sequence[Sample], demand: Demand | None, have: Mapping[str, int]
+) -> str | None:
+    """The role the arrivals say is short now, unless the newest sample shows pressure on
+    the role that would give it an instance (its own backlog first)."""
+    if demand is None:
+        return None
+    short = short_role(demand, have["prefill"], have["decode"], ap.demand_high)
+    if short is None:
+        return None
+    ttft, itl = pressure(inside[-1], ap)
+    return None if (itl if short == "prefill" else ttft) else short
+
+
+def _move(ap, roles, moves, now, busy, load, kind, what, numbers) -> Decision:
+    source, target = ("decode", "prefill") if kind == TTFT else ("prefill", "decode")
     held = _rail(ap, roles, moves, now, busy, source)
     if held is not None:
         return Decision("held", f"{what}, held: {held}", kind, None, source, target, numbers)

@@ -34,6 +34,10 @@ class Autopilot(BaseModel):
     attainment_target: float = Field(0.9, gt=0, le=1)
     prefill_waiting_per_instance: float = Field(2.0, gt=0, le=10_000)
     kv_usage_high: float = Field(0.9, gt=0, le=1)
+    # Lead from the arrivals' mix where a capacity model exists (controller/autopilot_demand):
+    # a role whose arrivals need more than `demand_high` of what it gives is short now.
+    lead_from_arrivals: bool = True
+    demand_high: float = Field(1.0, gt=0, le=10)
 
 
 def check_autopilot(spec: DeploymentSpec) -> None:

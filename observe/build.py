@@ -223,6 +223,12 @@ def arrivals(delta: Delta) -> Arrivals:
         "per_s": delta.rate(gaps),
         "gaps": None if gaps is None else round(gaps),
         "burstiness": shape,
+        "prompt_tokens_per_s": delta.rate(
+            total(counts, "pdctl_proxy_arrived_tokens_total", kind="prompt")
+        ),
+        "output_tokens_per_s": delta.rate(
+            total(counts, "pdctl_proxy_arrived_tokens_total", kind="output")
+        ),
     }
 
 

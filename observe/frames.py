@@ -69,6 +69,10 @@ class Arrivals(TypedDict):
     # than 20 gaps, or no spread). The gap ending the window's first arrival counts whole,
     # so load that starts after an idle spell reads bursty.
     burstiness: float | None
+    # Tokens those requests bring, as the proxy judged them at arrival (connector/demand.py):
+    # prompt tokens, and the answer tokens they will cost
+    prompt_tokens_per_s: float | None
+    output_tokens_per_s: float | None
 
 
 class Interference(TypedDict):  # from the proxy (connector/interference.py)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.autopilot import HOUR_S, Decision, decide, instance_slots, sample
+from controller.role_capacity import capacity_of
 from controller.role_switch_spec import instance_roles
 from controller.switch_record import IN_PROGRESS
 from domain.errors import PdctlError
@@ -43,6 +44,10 @@ class Pilot:
     held_key: str | None = None
     moving: asyncio.Task | None = None
     settings: Any = None  # the current revision's autopilot, as last read
+    # The capacity model of the running spec (controller/role_capacity.py), and why none
+    capacity: Any = None
+    capacity_note: str = ""
+    capacity_spec: Any = None
 
 
 class AutopilotLoop:
@@ -106,7 +111,11 @@ class AutopilotLoop:
         pilot.moves = [t for t in pilot.moves if now - t < HOUR_S]
         load = {r["name"]: r.get("running") or 0 for r in frame.get("instances") or []}
         busy = self._busy(name, pilot, current)
-        d = decide(ap, list(pilot.samples), instance_roles(dep.spec), pilot.moves, now, busy, load)
+        if pilot.capacity_spec is not dep.spec:  # a new revision runs: its shapes
+            pilot.capacity_spec = dep.spec
+            pilot.capacity, pilot.capacity_note = capacity_of(dep.spec)
+        roles = instance_roles(dep.spec)
+        d = decide(ap, list(pilot.samples), roles, pilot.moves, now, busy, load, pilot.capacity)
         pilot.last = d
         if d.kind == "none":
             pilot.held_key = None
@@ -208,6 +217,10 @@ def _status(ap: Any, pilot: Pilot | None) -> dict[str, Any]:
         "decided_at": pilot.last_ts if pilot else None,
         "last_move": pilot.last_move if pilot else None,
         "moves_last_hour": len(pilot.moves) if pilot else 0,
+        # what leads the decision besides the backlog: the arrivals against this model
+        "capacity": (pilot.capacity.source if pilot.capacity else pilot.capacity_note)
+        if pilot
+        else None,
     }
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from controller.deployment import DeploymentSpec, Engine, Topology
 from controller.proposals import Change
 from controller.role_switch_spec import instance_roles
-from domain import profiles
+from controller.timed_spec import timed_spec
 from domain.modes import Mode, Role
 from domain.slo import SloTargets
 from simulator import planner
@@ -104,16 +104,11 @@ def plan_config(spec: DeploymentSpec) -> planner.PlanConfig:
 
 
 def _setup(spec: DeploymentSpec, proposed: DeploymentSpec) -> tuple[planner.PlanSetup | None, str]:
-    model = profiles.for_model(spec.model)
-    if model is None:
-        return None, f"no model profile for {spec.model!r}: the planner cannot time it"
-    hardware = spec.hardware or (
-        profiles.default_hardware(model) if spec.engine is Engine.SIM else None
-    )
-    if hardware is None:
-        return None, "the deployment names no hardware profile (spec field hardware)"
+    timed = timed_spec(spec)
+    if isinstance(timed, str):
+        return None, f"{timed}: the planner cannot time it"
+    model, hardware, scale = timed.model, timed.hardware, timed.time_scale
     gpus = max(plan_config(spec).gpus, plan_config(proposed).gpus)
-    scale = spec.time_scale if spec.engine is Engine.SIM else 1.0
 
     def per_model(ms: float | None) -> float | None:
         return None if ms is None else ms / scale  # the SLO in the planner's (modelled) time

@@ -227,3 +227,105 @@ def test_every_bad_autopilot_value_names_its_field(field, value):
     with pytest.raises(ValidationError) as caught:
         DeploymentSpec.model_validate(spec(autopilot={field: value}))
     assert caught.value.errors()[0]["loc"] == ("autopilot", field)
+
+
+class LinearCapacity:
+    """A prefill computes 1,000 prompt tokens a second; a decode gives 100 answer tokens a
+    second (over all its sequences)."""
+
+    source = "linear test model"
+
+    def prefill_seconds(self, prompt: float) -> float:
+        return prompt / 1000
+
+    def decode_seconds(self, prompt: float, output: float) -> float:
+        return output / 100
+
+
+CAP = LinearCapacity()
+
+
+def arriving(rate: float, prompt: int, output: int) -> dict:
+    return {
+        "arrivals_per_s": rate,
+        "prompt_tokens_per_s": rate * prompt,
+        "output_tokens_per_s": rate * output,
+    }
+
+
+LONG_PROMPTS = arriving(1.0, 2400, 8)  # 2.4 prefills and 0.08 decodes needed
+LONG_ANSWERS = arriving(1.0, 100, 150)  # 0.1 prefills and 1.5 decodes needed
+
+
+def test_arrivals_that_outrun_the_prefills_move_a_decode_before_any_backlog_shows():
+    d = decide(AP, window(slo_attainment=1.0, **LONG_PROMPTS), ROLES, [], NOW, capacity=CAP)
+    assert (d.kind, d.bound, d.source, d.target) == ("move", "ttft", "decode", "prefill")
+    assert "need 2.4 prefills and 0.1 decodes, 2 and 2 serve" in d.why
+    demand = d.numbers["demand"]
+    assert demand["prefill_share"] == 1.2 and demand["capacity"] == "linear test model"
+    assert demand["prompt_tokens_mean"] == 2400 and demand["arrivals_per_s"] == 1.0
+
+
+def test_arrivals_that_outrun_the_decodes_move_a_prefill_back():
+    roles = {**ROLES, "decode-1": "prefill"}  # 3P1D after a phase of long prompts
+    d = decide(AP, window(**LONG_ANSWERS), roles, [], NOW, capacity=CAP)
+    assert (d.kind, d.bound, d.source, d.target) == ("move", "itl", "prefill", "decode")
+    assert d.instance == "prefill-1"
+
+
+def test_arrivals_a_ratio_already_serves_move_nothing():
+    d = decide(AP, window(**LONG_ANSWERS), ROLES, [], NOW, capacity=CAP)  # 2 decodes: 0.75
+    assert d.kind == "none"
+    over_both = arriving(1.0, 2400, 300)  # 2.4 prefills and 3 decodes: moving cannot help
+    assert decide(AP, window(**over_both), ROLES, [], NOW, capacity=CAP).kind == "none"
+    # the other side would be short after giving one up: 1.2 prefills from 1
+    tight = arriving(1.0, 1200, 300)
+    assert decide(AP, window(**tight), ROLES, [], NOW, capacity=CAP).kind == "none"
+
+
+def test_the_arrivals_lead_only_with_a_model_a_whole_window_and_enough_requests():
+    assert decide(AP, window(**LONG_PROMPTS), ROLES, [], NOW).kind == "none"  # no capacity
+    assert decide(AP, window(span=40, **LONG_PROMPTS), ROLES, [], NOW, capacity=CAP).kind == (
+        "none"
+    )
+    sparse = arriving(0.1, 24000, 8)  # 6 requests in the window
+    assert decide(AP, window(**sparse), ROLES, [], NOW, capacity=CAP).kind == "none"
+    off = Autopilot(window_s=60, lead_from_arrivals=False)
+    assert decide(off, window(**LONG_PROMPTS), ROLES, [], NOW, capacity=CAP).kind == "none"
+
+
+def test_a_backlog_on_the_giving_role_holds_the_lead():
+    # the decodes are saturated now: they give nothing away, whatever the arrivals say
+    d = decide(AP, window(decode_running=60, **LONG_PROMPTS), ROLES, [], NOW, capacity=CAP)
+    assert d.kind == "none" and d.source == "prefill"  # and the backlog's move is vetoed
+    assert "not made: the arrivals need 2.4 prefills" in d.why
+    roles = {**ROLES, "decode-1": "prefill"}
+    # a prefill queue left from the last phase: no prefill leaves until it clears
+    d = decide(AP, window(prefill_waiting=9, **LONG_ANSWERS), roles, [], NOW, capacity=CAP)
+    assert d.kind == "none"
+
+
+def test_the_arrivals_lead_still_respects_every_guard_rail():
+    d = decide(AP, window(**LONG_PROMPTS), ROLES, [NOW - 100], NOW, capacity=CAP)
+    assert d.kind == "held" and "cooldown" in d.why and "need 2.4 prefills" in d.why
+
+
+def test_a_backlog_led_move_the_arrivals_say_would_leave_its_source_short_is_not_made():
+    # ITL-bound by the backlog, but the arrivals need 1.2 prefills: one would be short
+    d = decide(AP, window(**ITL_BOUND, **arriving(1.0, 1200, 8)), ROLES, [], NOW, capacity=CAP)
+    assert (d.kind, d.bound, d.source) == ("none", "itl", "prefill")
+    assert "not made: the arrivals need 1.2 prefills, 1 would be left" in d.why
+    # where they need less, the backlog's move stands
+    d = decide(AP, window(**ITL_BOUND, **arriving(1.0, 200, 8)), ROLES, [], NOW, capacity=CAP)
+    assert d.kind == "move" and d.source == "prefill"
+
+
+def test_a_frame_s_arrivals_reach_the_sample():
+    frame = {"arrivals": {"per_s": 2.0, "prompt_tokens_per_s": 900.0, "output_tokens_per_s": 64}}
+    got = sample(frame, 1.0)
+    assert (got.arrivals_per_s, got.prompt_tokens_per_s, got.output_tokens_per_s) == (
+        2.0,
+        900.0,
+        64,
+    )
+    assert sample({}, 1.0).arrivals_per_s is None

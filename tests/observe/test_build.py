@@ -292,7 +292,25 @@ def test_the_frame_reads_the_window_s_arrivals_from_the_proxy_s_own_export() -> 
     assert frame["arrivals"]["gaps"] == 400 and frame["arrivals"]["per_s"] == 40.0
     assert frame["arrivals"]["burstiness"] == pytest.approx(gamma_shape(*moments(later)))
     assert frame["arrivals"]["burstiness"] < 0.5
-    assert arrivals(Delta(10.0, {})) == {"per_s": None, "gaps": None, "burstiness": None}
+    assert arrivals(Delta(10.0, {})) == {
+        "per_s": None,
+        "gaps": None,
+        "burstiness": None,
+        "prompt_tokens_per_s": None,
+        "output_tokens_per_s": None,
+    }
+
+
+def test_the_tokens_arriving_requests_bring_are_a_rate_over_the_window():
+    metrics = ProxyMetrics()
+    registry = make_registry(metrics, InstancePool(make_policy("round-robin")))
+    before = generate_latest(registry).decode()
+    for _ in range(20):
+        metrics.demand.arrived(3000, 16)
+    proxy = target([(0.0, before), (10.0, generate_latest(registry).decode())])
+    frame = build_frame(INFO, UNITS, {"proxy": proxy}, "10s", 10.0)
+    assert frame["arrivals"]["prompt_tokens_per_s"] == pytest.approx(6000.0)
+    assert frame["arrivals"]["output_tokens_per_s"] == pytest.approx(32.0)
 
 
 def _keys_match(value, typed) -> list[str]:
