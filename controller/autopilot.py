@@ -238,7 +238,8 @@ def decide(
     have = {role: sum(1 for r in roles.values() if r == role) for role in ("prefill", "decode")}
     demand = None
     if ap.lead_from_arrivals and covered(inside, ap, now):
-        demand = window_demand(inside, capacity, ap.window_s)
+        span = min(ap.lead_window_s, ap.window_s)
+        demand = window_demand(inside, capacity, span, ap.window_s)
     if demand is not None:
         numbers["demand"] = demand.numbers(have["prefill"], have["decode"])
     short = _led(ap, inside, demand, have)

@@ -8,6 +8,11 @@ the instances of each role they keep busy. A role that needs more than it has
 (`demand_high`, 1.0: the arrivals outrun it, so its queue can only grow) while the other role
 would keep enough after giving one up is short now: move before the queue says so.
 
+Each role's need also carries its queue: the requests waiting at its instances now, each
+costing what an arrival of the window's mix costs, to be cleared within a window. Without it a
+role that the arrivals alone no longer outrun would look served while its backlog still grows
+old requests past their targets.
+
 The same figures veto a backlog-led move that would leave the role it takes from short.
 """
 
@@ -33,9 +38,11 @@ class Demand:
     rate: float  # client requests per second arriving
     prompt_mean: float  # tokens per request, as the proxy judged them at arrival
     output_mean: float
-    prefill: float  # prefill instances the arrivals keep busy
+    prefill: float  # prefill instances the arrivals and the queue keep busy
     decode: float  # decode instances likewise
     source: str
+    prefill_queued: float = 0.0  # of which the queue now, cleared within a window
+    decode_queued: float = 0.0
 
     def share(self, role: str, instances: int) -> float:
         """The arrivals' need of `role` over what `instances` of it give (1: all of it)."""
@@ -49,6 +56,8 @@ class Demand:
             "output_tokens_mean": round(self.output_mean, 1),
             "prefills_needed": round(self.prefill, 2),
             "decodes_needed": round(self.decode, 2),
+            "prefills_for_queue": round(self.prefill_queued, 2),
+            "decodes_for_queue": round(self.decode_queued, 2),
             "prefill_share": round(self.share("prefill", prefills), 3),
             "decode_share": round(self.share("decode", decodes), 3),
             "capacity": self.source,
@@ -56,18 +65,27 @@ class Demand:
 
 
 class ArrivalSample(Protocol):
+    ts: float
     arrivals_per_s: float | None
     prompt_tokens_per_s: float | None
     output_tokens_per_s: float | None
+    prefill_waiting: int
+    decode_waiting: int
 
 
 def window_demand(
-    samples: Sequence[ArrivalSample], capacity: Capacity | None, window_s: float
+    samples: Sequence[ArrivalSample],
+    capacity: Capacity | None,
+    span_s: float,
+    clear_s: float,
 ) -> Demand | None:
-    """The window's arrivals as instances of each role, or None: no capacity model, no
-    arrival counts, or fewer than MIN_ARRIVALS requests."""
-    if capacity is None:
+    """The arrivals of the last `span_s` (and the newest sample's queues, cleared within
+    `clear_s`) as instances of each role, or None: no capacity model, no arrival counts, or
+    fewer than MIN_ARRIVALS requests."""
+    if capacity is None or not samples:
         return None
+    newest = samples[-1]
+    samples = [s for s in samples if s.ts >= newest.ts - span_s]
     rows = [
         (s.arrivals_per_s, s.prompt_tokens_per_s, s.output_tokens_per_s)
         for s in samples
@@ -78,17 +96,23 @@ def window_demand(
     if not rows:
         return None
     rate = sum(r[0] for r in rows) / len(rows)
-    if rate <= 0 or rate * window_s < MIN_ARRIVALS:
+    if rate <= 0 or rate * span_s < MIN_ARRIVALS:
         return None
     prompt = sum(r[1] for r in rows) / len(rows) / rate
     output = sum(r[2] for r in rows) / len(rows) / rate
+    per_prefill = capacity.prefill_seconds(prompt)
+    per_decode = capacity.decode_seconds(prompt, output)
+    p_queue = newest.prefill_waiting * per_prefill / clear_s
+    d_queue = newest.decode_waiting * per_decode / clear_s
     return Demand(
         rate,
         prompt,
         output,
-        rate * capacity.prefill_seconds(prompt),
-        rate * capacity.decode_seconds(prompt, output),
+        rate * per_prefill + p_queue,
+        rate * per_decode + d_queue,
         capacity.source,
+        p_queue,
+        d_queue,
     )
 
 

@@ -38,6 +38,9 @@ class Autopilot(BaseModel):
     # a role whose arrivals need more than `demand_high` of what it gives is short now.
     lead_from_arrivals: bool = True
     demand_high: float = Field(1.0, gt=0, le=10)
+    # The arrivals' mix is read over this much of the window (the newest part): a shorter
+    # span follows a shift sooner, with more noise; a longer one than window_s reads it all.
+    lead_window_s: float = Field(30.0, ge=5, le=3600)
 
 
 def check_autopilot(spec: DeploymentSpec) -> None:

@@ -217,6 +217,9 @@ def test_an_autopilot_without_role_switch_names_the_field():
         ("attainment_target", 1.5),
         ("kv_usage_high", 0),
         ("drain_timeout_s", 0),
+        ("demand_high", 0),
+        ("lead_window_s", 1),
+        ("lead_from_arrivals", "often"),
         ("enabled", "maybe"),
         ("sometimes", True),
     ],
@@ -329,3 +332,25 @@ def test_a_frame_s_arrivals_reach_the_sample():
         64,
     )
     assert sample({}, 1.0).arrivals_per_s is None
+
+
+def test_a_queue_the_arrivals_alone_would_not_explain_counts_toward_its_role():
+    # 2 decodes serve the arrivals (0.75 each), but 40 requests wait at them: each costs 1.5
+    # decode-seconds, cleared within the 60 s window that is one more decode's worth
+    samples = window(decode_waiting=40, **LONG_ANSWERS)
+    d = decide(AP, samples, ROLES, [], NOW, capacity=CAP)
+    assert (d.kind, d.source, d.target) == ("move", "prefill", "decode")
+    demand = d.numbers["demand"]
+    assert demand["decodes_for_queue"] == 1.0 and demand["decodes_needed"] == 2.5
+    assert decide(AP, window(**LONG_ANSWERS), ROLES, [], NOW, capacity=CAP).kind == "none"
+
+
+def test_the_mix_is_read_over_the_newest_half_window_so_a_shift_is_followed_sooner():
+    roles = {**ROLES, "decode-1": "prefill"}  # 3P1D from the long prompts before
+    before = [s(NOW - 60 + i, **LONG_PROMPTS) for i in range(30)]
+    after = [s(NOW - 30 + i, **LONG_ANSWERS) for i in range(31)]
+    d = decide(AP, before + after, roles, [], NOW, capacity=CAP)
+    assert (d.kind, d.source, d.target) == ("move", "prefill", "decode")
+    assert d.numbers["demand"]["output_tokens_mean"] == 150
+    whole = Autopilot(window_s=60, cooldown_s=300, max_moves_per_hour=2, lead_window_s=60)
+    assert decide(whole, before + after, roles, [], NOW, capacity=CAP).kind == "none"

@@ -114,3 +114,45 @@ def test_dry_run_records_what_it_would_do_and_changes_nothing(plane, tmp_path):
     # the live frames carry it too (the dashboard's line, `pdctl top`)
     live = frame(plane.proc.url, "auto", "10s")["autopilot"]
     assert live["mode"] == "dry-run" and live["line"] == html.unescape(line.decode()), live
+
+
+@pytest.mark.live_window
+def test_arrivals_that_outrun_the_prefills_move_a_decode_before_any_target_is_missed(
+    plane, tmp_path
+):
+    """Qwen3-235B on MI300X stand-ins (x4 slower): 6,000-token prompts at 2 req/s need ~3.2
+    prefills where 2 serve. No target is missed yet (the lines are far), so only the arrivals'
+    mix can say so: the autopilot moves one decode to prefill within its first window."""
+    group = {"tp": 4, "max_num_seqs": 16, "max_num_batched_tokens": 4096}
+    body = {
+        **spec("auto", dry_run=False),
+        "model": "Qwen/Qwen3-235B-A22B-FP8",
+        "hardware": "mi300x",
+        "time_scale": 4.0,
+        "groups": [
+            {"name": "prefill", "role": "prefill", "count": 2, **group},
+            {"name": "decode", "role": "decode", "count": 2, **group},
+        ],
+        "slo": {"ttft_ms": 600000, "itl_ms": 600000},
+        "autopilot": {"window_s": 10, "cooldown_s": 3600},
+    }
+    status, created = plane.api("POST", "/deployments", body)
+    assert status == 201, created
+    plane.api("POST", "/deployments/auto/start")
+    plane.running("auto")
+    shape = ("--model", "Qwen/Qwen3-235B-A22B-FP8", "--input-len", "6000", "--output-len", "8")
+    url = f"http://127.0.0.1:{created['ports']['proxy']}"
+    load = bench_background(url, tmp_path, "auto", 2, 30, *shape)
+    moved = wait_until(lambda: events(plane, "autopilot.move"), 60, "an autopilot move")
+    result = bench_finished(load, tmp_path, "auto")
+    assert result["completed"] == 30 and result["failed"] == 0, result
+
+    detail = moved[0]["detail"]
+    assert (detail["bound"], detail["source"], detail["target"]) == ("ttft", "decode", "prefill")
+    assert "the arrivals need" in detail["why"] and "2 and 2 serve" in detail["why"]
+    demand = detail["numbers"]["demand"]
+    assert 1.2 < demand["prefill_share"] < 2.5, demand  # ~1.6 by the model
+    assert demand["decode_share"] < 0.2 and "qwen3-235b-a22b-fp8 on mi300x" in demand["capacity"]
+    assert detail["numbers"]["slo_attainment_mean"] in (None, 1.0)  # no target missed
+    status, shown = plane.api("GET", "/deployments/auto/autopilot")
+    assert status == 200 and "timing model" in shown["capacity"], shown
