@@ -144,14 +144,18 @@ def per_minute(phases: list[tuple[float, dict]], t0: float, minute_s: float) -> 
 
 
 def run(
-    phase_s: tuple[float, float], window_s: float, cooldown_s: float, dry_run: bool = False
+    phase_s: tuple[float, float],
+    window_s: float,
+    cooldown_s: float,
+    dry_run: bool = False,
+    shapes: tuple[tuple, tuple] = (PHASE_A, PHASE_B),
 ) -> dict:
     with tempfile.TemporaryDirectory(prefix="pdctl-autopilot-") as tmp_name:
         tmp = Path(tmp_name)
         plane = ControlPlane(tmp).start()
         loads: list[subprocess.Popen] = []
         try:
-            return _run(plane, tmp, loads, phase_s, spec(window_s, cooldown_s, dry_run))
+            return _run(plane, tmp, loads, phase_s, spec(window_s, cooldown_s, dry_run), shapes)
         finally:
             for load in loads:  # an interrupted run leaves no load running
                 if load.poll() is None:
@@ -163,7 +167,8 @@ def run(
             plane.close()
 
 
-def _run(plane, tmp: Path, loads: list, phase_s: tuple, body: dict) -> dict:
+def _run(plane, tmp: Path, loads: list, phase_s: tuple, body: dict, shapes: tuple) -> dict:
+    phase_a, phase_b = shapes
     code, created = plane.api("POST", "/deployments", body)
     if code != 201:
         raise RuntimeError(f"create: {code} {created}")
@@ -171,11 +176,11 @@ def _run(plane, tmp: Path, loads: list, phase_s: tuple, body: dict) -> dict:
     plane.running(NAME, timeout=180)
     proxy = f"http://127.0.0.1:{created['ports']['proxy']}"
     t0 = time.time()
-    a = bench(proxy, tmp, "a", PHASE_A, phase_s[0])
+    a = bench(proxy, tmp, "a", phase_a, phase_s[0])
     loads.append(a)
     time.sleep(phase_s[0])  # phase A's arrivals end: the shift (its last answers overlap B)
     shift = time.time()
-    b = bench(proxy, tmp, "b", PHASE_B, phase_s[1])
+    b = bench(proxy, tmp, "b", phase_b, phase_s[1])
     loads.append(b)
     result_a = finished(a, tmp, "a", 300)
     result_b = finished(b, tmp, "b", phase_s[1] + 300)
@@ -199,8 +204,8 @@ def _run(plane, tmp: Path, loads: list, phase_s: tuple, body: dict) -> dict:
     return {
         "phase_s": list(phase_s),
         "shift_at_s": round(shift - t0, 1),
-        "phase_a": {"rate": PHASE_A[0], "input_len": PHASE_A[1], "output_len": PHASE_A[2]},
-        "phase_b": {"rate": PHASE_B[0], "input_len": PHASE_B[1], "output_len": PHASE_B[2]},
+        "phase_a": {"rate": phase_a[0], "input_len": phase_a[1], "output_len": phase_a[2]},
+        "phase_b": {"rate": phase_b[0], "input_len": phase_b[1], "output_len": phase_b[2]},
         "slo_attainment_a": result_a.get("slo_attainment"),
         "slo_attainment_b": result_b.get("slo_attainment"),
         "per_minute": per_minute([(t0, result_a), (shift, result_b)], t0, 60.0),
@@ -212,6 +217,19 @@ def _run(plane, tmp: Path, loads: list, phase_s: tuple, body: dict) -> dict:
         "lost": sent - completed,
         "errors": errors([result_a, result_b]),
     }
+
+
+def phase_shape(text: str) -> tuple[float, int, int]:
+    """`RATE,IN,OUT` of --phase-a / --phase-b."""
+    try:
+        rate, prompt, answer = text.split(",")
+        shape = (float(rate), int(prompt), int(answer))
+    except ValueError:
+        why = f"{text!r}: expected RATE,IN,OUT, e.g. 0.75,6000,8"
+        raise argparse.ArgumentTypeError(why) from None
+    if not (0 < shape[0] <= 50 and 1 <= shape[1] <= 100_000 and 1 <= shape[2] <= 10_000):
+        raise argparse.ArgumentTypeError(f"{text!r}: rate in (0, 50], IN 1-100000, OUT 1-10000")
+    return shape
 
 
 def errors(results: list[dict]) -> dict[str, int]:
@@ -257,13 +275,24 @@ def main() -> None:
     parser.add_argument(
         "--no-baseline", action="store_true", help="skip the dry-run run (the fixed 2P2D)"
     )
+    for name, default in (("a", PHASE_A), ("b", PHASE_B)):
+        parser.add_argument(
+            f"--phase-{name}",
+            type=phase_shape,
+            default=default,
+            metavar="RATE,IN,OUT",
+            help=f"phase {name.upper()}'s load: req/s, prompt and answer tokens "
+            f"(default {','.join(str(v) for v in default)})",
+        )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     phases = (args.phase_a_s, args.phase_b_s)
+    shapes = (args.phase_a, args.phase_b)
     baseline = None
     if not args.no_baseline:  # the same load on the fixed ratio: what the moves are worth
-        baseline = {**run(phases, args.window_s, args.cooldown_s, True), "dry_run": True}
-    report = run(phases, args.window_s, args.cooldown_s)
+        dry = run(phases, args.window_s, args.cooldown_s, True, shapes)
+        baseline = {**dry, "dry_run": True}
+    report = run(phases, args.window_s, args.cooldown_s, shapes=shapes)
     print(f"shift at {report['shift_at_s']} s")
     print("\n".join(side_by_side(report, baseline)))
     print("\n".join(moves_of(report)))

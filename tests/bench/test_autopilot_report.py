@@ -3,7 +3,12 @@ the dry-run baseline beside the live run, and the moves each made or would have 
 
 from __future__ import annotations
 
-from benchmarks.autopilot import SLO, moves_of, per_minute, side_by_side
+import argparse
+import re
+
+import pytest
+
+from benchmarks.autopilot import SLO, moves_of, per_minute, phase_shape, side_by_side
 
 
 def _request(start: float, ttft: float | None, ok: bool = True) -> dict:
@@ -44,3 +49,15 @@ def test_the_baseline_stands_beside_each_live_minute_and_dry_moves_say_would() -
     dry = {**live, "dry_run": True}
     assert moves_of(dry)[0].startswith("  would move at 119.0 s")
     assert "revision" not in moves_of(dry)[0]
+
+
+def test_a_phase_shape_is_rate_prompt_and_answer_and_a_bad_one_says_what_it_takes() -> None:
+    assert phase_shape("0.9,4500,16") == (0.9, 4500, 16)
+    for bad, said in (
+        ("1,2", "expected RATE,IN,OUT"),
+        ("fast,1,1", "expected RATE,IN,OUT"),
+        ("0,100,10", "rate in (0, 50]"),
+        ("1,0,10", "IN 1-100000"),
+    ):
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(said)):
+            phase_shape(bad)
