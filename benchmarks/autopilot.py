@@ -10,17 +10,15 @@ from the shift) and what the dry run would have done, requests sent, completed a
 (0 expected). Bounded: 8 min of load per run.
 
     python -m benchmarks.autopilot [--phase-a-s 180] [--phase-b-s 300] [--no-baseline]
+                                   [--phase-a RATE,IN,OUT] [--phase-b RATE,IN,OUT]
                                    [--json out.json]
 
-Measured 2026-12-03 on 2 cores (shift at 180 s), live / dry-run baseline per minute: 92/92,
-6/6, 14/0 | 35/39, 12/80, 2/100, 19/100, 53/100%; phase A 33% / 28%, phase B 25% / 84%.
-Moves: decode-0 -> prefill at 125 s (-55 s), prefill-1 -> decode at +91 s, prefill-0 ->
-decode at +278 s; 405 sent, 405 completed, 0 lost, both runs. With 3-minute phases the
-autopilot loses to the fixed 2P2D: its phase-A move comes too late to clear phase A's backlog
-and leaves one decode for phase B, and moving back (a window, then the drain) takes longer
-than phase B's own backlog takes to clear on 2P2D. With 7-minute phases (--phase-a-s 420
---phase-b-s 420) it wins: phase A 50% / 11% (attainment back to 81-90% in minutes 5-6, the
-baseline at 0%), phase B 53% / 63%, all requests 52% / 39%; 693 sent, 0 lost, both runs.
+Measured 2026-12-04 on 2 cores, leading from the arrivals (controller/autopilot_demand.py),
+SLO attainment live / dry-run baseline: default load (shift at 180 s) phase A 76% / 28%, phase
+B 90% / 85%, all 85% / 66%, moves decode -> prefill at 58 s and back at +28 s; --phase-a
+0.9,4500,16 --phase-b 1.0,256,96 --phase-a-s 240 --phase-b-s 240: phase A 97% / 30%, phase B
+91% / 97%, all 94% / 65%, moves at 54 s and +43 s. 0 lost in every run. With the backlog
+signal alone (2026-12-03) the default load gave 28% / 65%: it lost to doing nothing.
 """
 
 from __future__ import annotations
