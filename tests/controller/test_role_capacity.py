@@ -10,25 +10,11 @@ from controller.deployment import DeploymentSpec
 from controller.role_capacity import capacity_of
 from domain import profiles
 from simulator.timing import TimingModel
+from tests.specs import qwen3_2p2d
 
 
 def spec(**changes) -> DeploymentSpec:
-    group = {"tp": 4, "max_num_seqs": 16, "max_num_batched_tokens": 4096}
-    body = {
-        "name": "cap",
-        "engine": "sim",
-        "model": "Qwen/Qwen3-235B-A22B-FP8",
-        "hardware": "mi300x",
-        "topology": "disaggregated",
-        "connector": "NixlConnector",
-        "time_scale": 8.0,
-        "groups": [
-            {"name": "prefill", "role": "prefill", "count": 2, **group},
-            {"name": "decode", "role": "decode", "count": 2, **group},
-        ],
-        **changes,
-    }
-    return DeploymentSpec.model_validate(body)
+    return DeploymentSpec.model_validate(qwen3_2p2d(**changes))
 
 
 def timing(tp: int = 4) -> TimingModel:

@@ -15,6 +15,7 @@ from harness.control_plane import ControlPlane
 from harness.demo_run import frame
 from harness.processes import http_get
 from harness.stack import bench_background, bench_finished, wait_until
+from tests.specs import qwen3_2p2d
 
 pytestmark = pytest.mark.e2e
 
@@ -123,16 +124,9 @@ def test_arrivals_that_outrun_the_prefills_move_a_decode_before_any_target_is_mi
     """Qwen3-235B on MI300X stand-ins (x4 slower): 6,000-token prompts at 2 req/s need ~3.2
     prefills where 2 serve. No target is missed yet (the lines are far), so only the arrivals'
     mix can say so: the autopilot moves one decode to prefill within its first window."""
-    group = {"tp": 4, "max_num_seqs": 16, "max_num_batched_tokens": 4096}
     body = {
         **spec("auto", dry_run=False),
-        "model": "Qwen/Qwen3-235B-A22B-FP8",
-        "hardware": "mi300x",
-        "time_scale": 4.0,
-        "groups": [
-            {"name": "prefill", "role": "prefill", "count": 2, **group},
-            {"name": "decode", "role": "decode", "count": 2, **group},
-        ],
+        **qwen3_2p2d("auto", time_scale=4.0),
         "slo": {"ttft_ms": 600000, "itl_ms": 600000},
         "autopilot": {"window_s": 10, "cooldown_s": 3600},
     }
