@@ -35,10 +35,10 @@ from controller.autopilot_demand import (
 )
 from controller.autopilot_spec import Autopilot
 from controller.deployment import DeploymentSpec
+from controller.role_capacity import group_max_num_seqs
 
 HOUR_S = 3600.0
 SAMPLE_GAP_S = 2.0  # the oldest sample may be this much younger than the window start
-DEFAULT_MAX_NUM_SEQS = 256  # vLLM's
 SATURATED = 0.9  # of the decodes' sequences running
 TTFT, ITL, BOTH, FINE, IDLE = "ttft", "itl", "both", "fine", "idle"
 
@@ -80,12 +80,10 @@ class Decision:
 
 
 def instance_slots(spec: DeploymentSpec) -> dict[str, int]:
-    """Each instance's max_num_seqs (vLLM's default 256 where its group sets none)."""
-    return {
-        f"{g.name}-{i}": g.max_num_seqs or DEFAULT_MAX_NUM_SEQS
-        for g in spec.groups
-        for i in range(g.count)
-    }
+    """Each instance's max_num_seqs (where its group sets none, vLLM's default on the spec's
+    hardware: controller/role_capacity.py)."""
+    seqs = {g.name: group_max_num_seqs(spec, g) for g in spec.groups}
+    return {f"{g.name}-{i}": seqs[g.name] for g in spec.groups for i in range(g.count)}
 
 
 def sample(frame: Mapping[str, Any], ts: float, slots: Mapping[str, int] | None = None) -> Sample:

@@ -82,6 +82,22 @@ def capacity_of(spec: DeploymentSpec) -> tuple[RoleCapacity | None, str]:
     return _capacity(timed.model, timed.hardware, *shapes, timed.time_scale)
 
 
+UNTIMED_MAX_NUM_SEQS = 256  # where no profile names the hardware: vLLM's smaller tiers
+
+
+def group_max_num_seqs(spec: DeploymentSpec, group: InstanceGroup) -> int:
+    """The sequences one instance of `group` runs at once: its flag, else vLLM's default on
+    the spec's hardware (domain/engine_defaults.py: 1024 on an H100 or MI300X, 128 per CPU
+    socket), else UNTIMED_MAX_NUM_SEQS."""
+    if group.max_num_seqs:
+        return group.max_num_seqs
+    timed = timed_spec(spec)
+    if isinstance(timed, str):
+        return UNTIMED_MAX_NUM_SEQS
+    length = spec.max_model_len or profiles.model(timed.model).max_model_len
+    return _shape(group, timed.hardware, length).max_num_seqs
+
+
 def _group(spec: DeploymentSpec, role: Role) -> InstanceGroup | None:
     return next((g for g in spec.groups if g.role is role), None)
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from controller.autopilot import instance_slots
 from controller.deployment import DeploymentSpec
-from controller.role_capacity import capacity_of
+from controller.role_capacity import UNTIMED_MAX_NUM_SEQS, capacity_of
 from domain import profiles
 from simulator.timing import TimingModel
-from tests.specs import qwen3_2p2d
+from tests.specs import nixl_1p1d, qwen3_2p2d
 
 
 def spec(**changes) -> DeploymentSpec:
@@ -79,3 +80,15 @@ def test_real_vllm_is_modelled_on_its_named_hardware_at_its_own_speed():
 def test_no_capacity_model_says_why(changes, why):
     cap, said = capacity_of(spec(**changes))
     assert cap is None and why in said
+
+
+def test_each_instance_runs_its_flag_s_sequences_else_vllm_s_default_on_its_hardware():
+    unset = [
+        {"name": "prefill", "role": "prefill", "count": 1, "tp": 4},
+        {"name": "decode", "role": "decode", "count": 2, "tp": 4, "max_num_seqs": 16},
+    ]
+    assert instance_slots(spec(groups=unset)) == {"prefill-0": 1024, "decode-0": 16, "decode-1": 16}
+    tiny = DeploymentSpec.model_validate(nixl_1p1d())  # the tiny model plays a CPU: 128
+    assert set(instance_slots(tiny).values()) == {128}
+    untimed = spec(engine="vllm", hardware=None, groups=unset)
+    assert instance_slots(untimed)["prefill-0"] == UNTIMED_MAX_NUM_SEQS == 256
