@@ -87,8 +87,8 @@ UNTIMED_MAX_NUM_SEQS = 256  # where no profile names the hardware: vLLM's smalle
 
 def group_max_num_seqs(spec: DeploymentSpec, group: InstanceGroup) -> int:
     """The sequences one instance of `group` runs at once: its flag, else vLLM's default on
-    the spec's hardware (domain/engine_defaults.py: 1024 on an H100 or MI300X, 128 per CPU
-    socket), else UNTIMED_MAX_NUM_SEQS."""
+    the spec's hardware (domain/engine_defaults.py: 1024 on an H100 or MI300X, 128 on a
+    CPU), else UNTIMED_MAX_NUM_SEQS."""
     if group.max_num_seqs:
         return group.max_num_seqs
     timed = timed_spec(spec)
