@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from connector.errors import HoldRejected, NoInstance
 from connector.instances import InstancePool, Route
@@ -21,6 +21,9 @@ class HoldQueue:
         self.settings, self.pool, self.metrics = settings, pool, metrics
         self._changed = asyncio.Event()
         self._warm_until = 0.0  # loop time until which an empty pool waits (startup grace)
+        # Probes the instances marked down, now (connector/membership.py reprobe_down); True
+        # when it probed any. None: nothing to ask.
+        self.reprobe: Callable[[], Awaitable[bool]] | None = None
 
     def start(self) -> None:
         """On the running loop: a fresh event, and the startup grace when a registry is on."""
@@ -38,8 +41,13 @@ class HoldQueue:
         route = self.pool.route()
         if route is not None:
             return route
-        s = self.settings
         arrived = asyncio.get_running_loop().time()
+        # An instance may have come up since its last probe: ask it before refusing.
+        if self.reprobe is not None and await self.reprobe():
+            route = self.pool.route()
+            if route is not None:
+                return route
+        s = self.settings
         if self._warming():
             try:
                 return await self._hold(

@@ -28,6 +28,7 @@ from connector.settings import ProxySettings
 log = logging.getLogger("connector.proxy")  # one log for the proxy's routing decisions
 ADMIT_TRIES = 5
 ADMIT_SPACING_S = 0.1
+REPROBE_GAP_S = 0.5  # between on-demand rounds of probes of down instances (reprobe_down)
 
 
 class Membership:
@@ -52,7 +53,11 @@ class Membership:
         self._probe_timeout = aiohttp.ClientTimeout(total=settings.health_timeout)
         # A claim holds a pending place while probed: short, so made-up ones free it soon.
         self._admit_timeout = aiohttp.ClientTimeout(total=min(settings.health_timeout, 2.0))
+        # A request waits on it: an instance that cannot answer /health this fast stays down.
+        self._reprobe_timeout = aiohttp.ClientTimeout(total=min(settings.health_timeout, 1.0))
         self.roles: RoleReader | None = None  # re-reads fenced roles each round (the proxy's)
+        self._reprobe: asyncio.Future | None = None  # the round of probes requests share
+        self._reprobed_at = -REPROBE_GAP_S
 
     def start(self, session: aiohttp.ClientSession) -> None:
         self.session = session
@@ -187,11 +192,27 @@ class Membership:
         except (aiohttp.ClientError, TimeoutError) as exc:
             return False, f"/health: {type(exc).__name__}"
 
-    async def _probe(self, inst: Instance) -> None:
-        ok, error = await self._health(inst.url)
+    async def _probe(self, inst: Instance, timeout: aiohttp.ClientTimeout | None = None) -> None:
+        ok, error = await self._health(inst.url, timeout)
         self.pool.probed(inst, ok, error)
         if ok and (inst.pd_fenced or not inst.pd_read) and self.roles is not None:
             await self.roles.refresh(inst)  # first sight, or a 409 fenced it until it reads ready
+
+    async def reprobe_down(self) -> bool:
+        """Probe every instance marked down once, now, with a short deadline: a request that
+        found no routable instance asks, since a process that came up since its last probe
+        (up to --health-interval ago) would otherwise cost it a 503. The requests that ask at
+        once share one round, and rounds are REPROBE_GAP_S apart. True when a round ran."""
+        loop = asyncio.get_running_loop()
+        if self._reprobe is None or self._reprobe.done():
+            down = [i for i in self.pool if not i.healthy]
+            if not down or loop.time() - self._reprobed_at < REPROBE_GAP_S:
+                return False
+            self._reprobed_at = loop.time()
+            probes = (self._probe(i, self._reprobe_timeout) for i in down)
+            self._reprobe = asyncio.gather(*probes, return_exceptions=True)
+        await asyncio.shield(self._reprobe)
+        return True
 
     async def _probe_until_up(self, inst: Instance, tries: int = 20, spacing: float = 0.1) -> None:
         for _ in range(tries):

@@ -84,6 +84,7 @@ class Proxy:
         self.encoders = EncoderRing(self.pool)  # E -> P -> D (connector/encoders.py)
         self.registry.register(self.encoders)  # type: ignore[arg-type]
         self.disaggregated.roles = self.membership.roles = self.roles
+        self.hold.reprobe = self.membership.reprobe_down
         self.relay.on_hung = self._hung
         self.session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task] = []
