@@ -48,6 +48,7 @@ class Pilot:
     capacity: Any = None
     capacity_note: str = ""
     capacity_spec: Any = None
+    slots: dict[str, int] = field(default_factory=dict)  # each instance's max_num_seqs
 
 
 class AutopilotLoop:
@@ -105,15 +106,16 @@ class AutopilotLoop:
         if frame is None or frame["ts"] == pilot.last_ts:
             return
         now = pilot.last_ts = frame["ts"]
-        pilot.samples.append(sample(frame, now, instance_slots(dep.spec)))
+        if pilot.capacity_spec is not dep.spec:  # a new revision runs: its shapes
+            pilot.capacity_spec = dep.spec
+            pilot.capacity, pilot.capacity_note = capacity_of(dep.spec)
+            pilot.slots = instance_slots(dep.spec)
+        pilot.samples.append(sample(frame, now, pilot.slots))
         while pilot.samples and pilot.samples[0].ts < now - ap.window_s - 10:
             pilot.samples.popleft()
         pilot.moves = [t for t in pilot.moves if now - t < HOUR_S]
         load = {r["name"]: r.get("running") or 0 for r in frame.get("instances") or []}
         busy = self._busy(name, pilot, current)
-        if pilot.capacity_spec is not dep.spec:  # a new revision runs: its shapes
-            pilot.capacity_spec = dep.spec
-            pilot.capacity, pilot.capacity_note = capacity_of(dep.spec)
         roles = instance_roles(dep.spec)
         d = decide(ap, list(pilot.samples), roles, pilot.moves, now, busy, load, pilot.capacity)
         pilot.last = d
