@@ -34,6 +34,7 @@ from pathlib import Path
 from domain.slo import SloTargets, itl_statistic, judge
 from harness.control_plane import ControlPlane
 from harness.processes import ROOT
+from harness.sim_specs import qwen3_2p2d
 
 NAME = "auto"
 MODEL = "Qwen/Qwen3-235B-A22B-FP8"
@@ -44,23 +45,11 @@ SLO = {"ttft_ms": 8000.0, "itl_ms": 400.0, "itl_stat": "p99"}  # published x TIM
 # decode's 16 sequences ~25 s: 1 decode serves ~0.65 req/s, 2 ~1.3.
 PHASE_A = (0.75, 6000, 8)  # long prompts, short answers: 2P short, 3P enough
 PHASE_B = (0.9, 128, 128)  # short prompts, long answers: 1D short, 2D enough
-MAX_NUM_SEQS = 16
 
 
 def spec(window_s: float, cooldown_s: float, dry_run: bool = False) -> dict:
-    group = {"tp": 4, "max_num_seqs": MAX_NUM_SEQS, "max_num_batched_tokens": 4096}
     return {
-        "name": NAME,
-        "engine": "sim",
-        "model": MODEL,
-        "hardware": "mi300x",
-        "topology": "disaggregated",
-        "connector": "NixlConnector",
-        "time_scale": TIME_SCALE,
-        "groups": [
-            {"name": "prefill", "role": "prefill", "count": 2, **group},
-            {"name": "decode", "role": "decode", "count": 2, **group},
-        ],
+        **qwen3_2p2d(NAME, TIME_SCALE),
         # A request queued behind short decodes waits minutes for its first token: the
         # proxy's 120 s default silence timeout would fail it (a 502, not a lost answer).
         "proxy": {

@@ -10,8 +10,9 @@ from controller.autopilot import instance_slots
 from controller.deployment import DeploymentSpec
 from controller.role_capacity import UNTIMED_MAX_NUM_SEQS, capacity_of
 from domain import profiles
+from harness.sim_specs import qwen3_2p2d
 from simulator.timing import TimingModel
-from tests.specs import nixl_1p1d, qwen3_2p2d
+from tests.specs import nixl_1p1d
 
 
 def spec(**changes) -> DeploymentSpec:

@@ -14,8 +14,8 @@ import pytest
 from harness.control_plane import ControlPlane
 from harness.demo_run import frame
 from harness.processes import http_get
+from harness.sim_specs import qwen3_2p2d
 from harness.stack import bench_background, bench_finished, wait_until
-from tests.specs import qwen3_2p2d
 
 pytestmark = pytest.mark.e2e
 
