@@ -1,6 +1,8 @@
 """The proxy's Prometheus export: plain counters kept by the proxy, turned into metric families
 by a custom collector on the app's own CollectorRegistry (never the global default one).
-Buckets are vLLM's (PROTOCOL.md section 4).
+Buckets are vLLM's (PROTOCOL.md section 4), but for TTFT, ITL and TPOT, which add finer ones
+in the range SLOs are set in (domain/latency_buckets.py) so that the advisor's percentiles can
+tell a change inside one of vLLM's wide buckets.
 """
 
 from __future__ import annotations
@@ -21,12 +23,8 @@ from connector.demand import KINDS as DEMAND_KINDS
 from connector.demand import ArrivalDemand
 from connector.instances import InstancePool
 from connector.measure import RequestTiming
-from domain.vllm_metrics import (
-    ITL_BUCKETS,
-    REQUEST_BUCKETS,
-    TTFT_BUCKETS,
-    BucketHistogram,
-)
+from domain.latency_buckets import PROXY_ITL_BUCKETS, PROXY_TTFT_BUCKETS
+from domain.vllm_metrics import REQUEST_BUCKETS, TTFT_BUCKETS, BucketHistogram
 
 # vLLM's own buckets (PROTOCOL.md section 4), shared with the stand-in's /metrics.
 E2E_BUCKETS = REQUEST_BUCKETS
@@ -40,9 +38,9 @@ def _family(hist: BucketHistogram, name: str, doc: str) -> HistogramMetricFamily
 
 
 _HISTOGRAMS = {
-    "ttft": (TTFT_BUCKETS, "Time to first token as the client sees it."),
-    "itl": (ITL_BUCKETS, "Each gap between streamed tokens as the client sees it."),
-    "tpot": (ITL_BUCKETS, "Per request: (end - first token) / (output tokens - 1)."),
+    "ttft": (PROXY_TTFT_BUCKETS, "Time to first token as the client sees it."),
+    "itl": (PROXY_ITL_BUCKETS, "Each gap between streamed tokens as the client sees it."),
+    "tpot": (PROXY_ITL_BUCKETS, "Per request: (end - first token) / (output tokens - 1)."),
     "e2e": (E2E_BUCKETS, "End-to-end request time as the client sees it."),
     "prefill_leg": (E2E_BUCKETS, "Prefill leg: request sent to prefill's answer."),
     "transfer_first_decode": (TTFT_BUCKETS, "Prefill's answer to the first decode token."),

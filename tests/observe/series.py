@@ -3,7 +3,7 @@ counters the test sets directly."""
 
 from __future__ import annotations
 
-from connector.metrics import TTFT_BUCKETS
+from domain.latency_buckets import PROXY_TTFT_BUCKETS as TTFT_BUCKETS
 
 
 def proxy_text(

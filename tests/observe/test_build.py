@@ -65,7 +65,9 @@ def test_slo_attainment_goodput_and_rates_from_the_proxy() -> None:
     assert frame["request_goodput"] == pytest.approx(3.0)
     assert frame["request_rate"] == pytest.approx(5.0)
     assert frame["outcomes"] == {"ok": 4.0, "failed": 1.0, "rejected": 0.5}
-    assert frame["ttft"]["count"] == 50 and frame["ttft"]["p50"] == pytest.approx(0.09)
+    assert frame["ttft"]["count"] == 50 and frame["ttft"]["p50"] == pytest.approx(
+        0.095
+    )  # mid (0.09, 0.1]
     assert frame["proxy"]["up"] is True
 
 
