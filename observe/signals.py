@@ -22,11 +22,13 @@ that window (observe/build.py `point`).
   prefix_hit_rate          frame["engines"]: vllm:prefix_cache_hits / queries, same instances
   output_tokens_mean       frame["engines"]: vllm:generation_tokens per vllm:request_success on
                            the decode and colocated instances (read by the planner's forecast)
-  frontend_cpu_share       frame["engines"]: with a render tier, the busiest render instance's
-                           process_cpu_seconds_total rate (its whole process is the frontend,
-                           the stand-in's too); else the busiest engine instance's (vLLM's API
-                           server process: HTTP, tokenizing, detokenizing), absent on the
-                           stand-in, whose one process also runs the engine
+  frontend_cpu_share       frame["engines"]: the busiest engine instance's
+                           process_cpu_seconds_total rate (vLLM's API server process: HTTP,
+                           tokenizing, detokenizing); with a render tier, the busiest render
+                           instance's (its whole process is the frontend, the stand-in's too)
+                           or, on real vLLM, the engines' when higher (they still stream);
+                           the stand-in's engines never count: their one process also runs
+                           the engine
   kv_transfer_gbps         the engine's own times (NIXL, newer MoRIIO): KV bytes per request
                            over the median transfer time
   transfer_share_of_ttft   the same: median transfer time over median TTFT
@@ -243,16 +245,11 @@ def _engine_work(d: Derived, frame: Mapping[str, Any]) -> None:
         f"{window} window",
         f"no request finished on a prefilling engine in the {window} window",
     )
-    if work.get("render_instances"):  # a render tier: its processes are the frontend
-        d.put(
-            "frontend_cpu_share",
-            work.get("render_cpu_cores_max"),
-            f"process_cpu_seconds_total rate of the busiest render tier instance (the whole "
-            f"process is the frontend: rendering, derendering, HTTP), {window} window",
-            "the render tier exports no process_cpu_seconds_total (not scraped yet)",
-        )
+    simulated = bool(frame.get("simulated"))
+    if work.get("render_instances"):
+        _frontend_with_render_tier(d, work, window, simulated)
         return
-    if frame.get("simulated"):
+    if simulated:
         d.miss(
             "frontend_cpu_share",
             "the stand-in's one process also runs its simulated "
@@ -265,6 +262,36 @@ def _engine_work(d: Derived, frame: Mapping[str, Any]) -> None:
         f"process_cpu_seconds_total rate of the busiest instance's API server process, "
         f"{window} window",
         "no instance exports process_cpu_seconds_total",
+    )
+
+
+def _frontend_with_render_tier(
+    d: Derived, work: Mapping[str, Any], window: str, simulated: bool
+) -> None:
+    """A render tier's processes are all frontend (rendering, derendering, HTTP); the engines'
+    API servers still parse token ids, detokenize and stream, so on real vLLM the busiest of
+    both is the frontend's bottleneck (a tier that took the prompts off them can leave the
+    streaming hot). The stand-in's engines run the engine in the same process: not counted."""
+    render, engines = work.get("render_cpu_cores_max"), work.get("cpu_cores_max")
+    if render is None:
+        d.miss(
+            "frontend_cpu_share",
+            "the render tier exports no process_cpu_seconds_total (not scraped yet)",
+        )
+        return
+    source = (
+        f"process_cpu_seconds_total rate of the busiest render tier instance (the whole "
+        f"process is the frontend: rendering, derendering, HTTP), {window} window"
+    )
+    if simulated or engines is None:
+        d.put("frontend_cpu_share", render, source)
+        return
+    busiest = "render tier" if render >= engines else "engine API server"
+    d.put(
+        "frontend_cpu_share",
+        max(render, engines),
+        f"{source}, or of the busiest engine's API server process (token ids in, text "
+        f"streamed out) when higher: here the {busiest}",
     )
 
 

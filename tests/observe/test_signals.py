@@ -158,6 +158,28 @@ def test_a_render_tiers_cpu_is_the_frontend_cpu_even_on_the_stand_in():
     assert "render tier exports no" in unscraped.absent["frontend_cpu_share"]
 
 
+@pytest.mark.parametrize(
+    ("render", "engine", "share", "named"),
+    [(0.3, 0.9, 0.9, "engine API server"), (0.85, 0.4, 0.85, "render tier")],
+)
+def test_with_a_render_tier_real_engines_api_servers_still_count(render, engine, share, named):
+    """A tier that took the prompts off vLLM's API servers can leave their streaming hot: the
+    busiest of the two is the frontend's figure, and the source says which it was."""
+    engines = {
+        **ENGINES,
+        "cpu_cores_max": engine,
+        "render_instances": 1,
+        "render_cpu_cores_max": render,
+    }
+    d = from_frame(frame(engines=engines, simulated=False), topology="disaggregated")
+    assert d.values["frontend_cpu_share"] == share
+    assert f"here the {named}" in d.sources["frontend_cpu_share"]
+    assert verdict(advice(d), "frontend_cpu")["triggered"] is True
+    no_engine_cpu = {**engines, "cpu_cores_max": None}
+    alone = from_frame(frame(engines=no_engine_cpu, simulated=False), topology="disaggregated")
+    assert alone.values["frontend_cpu_share"] == render
+
+
 def test_an_idle_window_gives_no_latencies_rather_than_zeros():
     d = from_frame(
         frame(
