@@ -240,11 +240,14 @@ class BenchRuns:
     ) -> None:
         if self._active.get(active.deployment) is not active:
             return  # ended already
-        del self._active[active.deployment]
-        shutil.rmtree(active.folder, ignore_errors=True)
         done = active.total if status == "done" else active.done
         error = _join(error, self._revision_note(active))
         run = self.store.finish(active.run_id, status, done=done, result=result, error=error)
+        # Only now is it no longer current: the pages read both from a worker thread, and one
+        # that saw no current run while the row still said "running" showed the form beside a
+        # running row, and stopped polling, so the row never changed.
+        del self._active[active.deployment]
+        shutil.rmtree(active.folder, ignore_errors=True)
         mgr = (result or {}).get("max_goodput_rate")
         best = f"max_goodput_rate {mgr} req/s" if mgr is not None else None
         # a stopped run says what it kept before what its kept rates sustained

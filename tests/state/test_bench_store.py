@@ -161,3 +161,28 @@ def test_a_run_that_spans_a_switch_says_its_figures_mix_two_revisions(
         runs._end(active, "done", result=sweep((2.0, 1.0)))
         error = store.get(run.id).error
         assert (error is None) if expected is None else (expected in error)
+
+
+def test_a_run_is_finished_in_the_store_before_it_stops_being_current(
+    store: BenchStore, tmp_path: Path
+) -> None:
+    """The panel reads the current run and the stored rows from another thread: whenever it
+    sees no current run, the row must already say how the run ended."""
+    from web.bench_runs import BenchRuns, _Active
+
+    runs = BenchRuns(store, lambda *a, **k: None)
+    seen: list[tuple[str, int | None]] = []
+    finish = store.finish
+
+    def finishing(run_id: int, status: str, **kw):
+        seen.append((status, runs.current("mori")))
+        return finish(run_id, status, **kw)
+
+    store.finish = finishing  # type: ignore[method-assign]
+    for status in ("done", "failed", "stopped"):
+        run = _run(store)
+        active = _Active(run.id, "mori", "alice", None, tmp_path / "gone", 0.0, 20, 2)  # type: ignore[arg-type]
+        runs._active["mori"] = active
+        runs._end(active, status, result=sweep((2.0, 1.0)))
+        assert seen[-1] == (status, run.id)  # still current while the row was finished
+        assert runs.current("mori") is None and store.get(run.id).status == status
