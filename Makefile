@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run run-cluster test test-live test-vllm test-ray lint bench-core bench-sim bench-proxy bench-ttft bench-switch bench-autopilot bench-plan-live bench-events bench-cluster bench-measure bench-bidir bench-render soak soak-quick chaos clean system-deps
+.PHONY: run run-cluster test test-live test-vllm test-ray lint bench-core bench-sim bench-proxy bench-ttft bench-switch bench-autopilot bench-plan-live bench-events bench-cluster bench-measure bench-bidir bench-render bench-frontend soak soak-quick chaos clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -95,6 +95,9 @@ bench-ttft: $(STAMP)
 
 # vLLM's own client (`vllm bench serve`, from the real-vLLM venv) and `pdctl bench` against the
 # same stand-ins and workload, direct and through the proxy, at several rates.
+bench-frontend: $(STAMP)
+	$(PY) -m benchmarks.frontend_cpu
+
 bench-measure: $(STAMP)
 	$(PY) -m benchmarks.bench_measure
 
