@@ -1,14 +1,16 @@
 """Pure: vLLM's API server CPU per request split into a fixed part, a part per prompt token
 (parsing, tokenizing: what a render tier takes over) and a part per output token (detokenizing,
 building and writing each chunk: what stays on the engines' API servers), from runs of the
-same server at a short and a long prompt and at one output token and many.
+same server at a short and a long prompt and at one output token and many
+(domain/frontend_cost.py holds the split and what it says of a workload).
 
-`split` takes runs as (prompt tokens, output tokens, CPU ms per request) means; `render_share`
-is the part of one workload's API-server CPU that is prompt-side."""
+`split` takes runs as (prompt tokens, output tokens, CPU ms per request) means."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from domain.frontend_cost import FrontendCost
 
 
 @dataclass(frozen=True)
@@ -16,23 +18,6 @@ class Run:
     prompt_tokens: float
     output_tokens: float
     cpu_ms: float  # the API server process's CPU per request
-
-
-@dataclass(frozen=True)
-class FrontendCost:
-    base_ms: float  # per request: HTTP, parsing, the response around the tokens
-    prompt_us: float  # per prompt token
-    output_us: float  # per output token
-
-    def cpu_ms(self, prompt_tokens: float, output_tokens: float) -> float:
-        return (
-            self.base_ms + (self.prompt_us * prompt_tokens + self.output_us * output_tokens) / 1e3
-        )
-
-    def render_share(self, prompt_tokens: float, output_tokens: float) -> float:
-        """The prompt side's share of a request's API-server CPU (0 to 1)."""
-        total = self.cpu_ms(prompt_tokens, output_tokens)
-        return self.prompt_us * prompt_tokens / 1e3 / total if total > 0 else 0.0
 
 
 def split(short: Run, long_prompt: Run, long_output: Run) -> FrontendCost:

@@ -120,7 +120,8 @@ def _frontend_cpu(spec: DeploymentSpec) -> Change | None:
     return Change(
         "frontend_cpu",
         f"add a render tier: {group.count} render instance(s) (vllm launch render) turn requests "
-        "into token ids and answers back, so the engines' API servers only relay token ids",
+        "into token ids, so the engines' API servers no longer parse, template or tokenize "
+        "prompts (they still detokenize and stream the answers)",
         spec.model_copy(update={"groups": [*spec.groups, group]}),
         "revision",
         "frontend_cpu_share",

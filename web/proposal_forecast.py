@@ -15,6 +15,7 @@ from controller.deployment import DeploymentSpec, Engine, Topology
 from controller.proposals import Change
 from controller.role_switch_spec import instance_roles
 from controller.timed_spec import timed_spec
+from domain.frontend_cost import VLLM_API_SERVER
 from domain.modes import Mode, Role
 from domain.slo import SloTargets
 from simulator import planner
@@ -28,8 +29,9 @@ ROW_FIELD = {
 }
 NOT_MODELLED = {
     "frontend_cpu_share": "the planner does not model the serving frontend: a render tier "
-    "takes tokenizing, parsing and detokenizing off the engines' API servers, each render "
-    "instance carrying about what one engine's frontend did (make bench-render measures it)",
+    "takes the prompt side (parsing, chat template, tokenizing) off the engines' API servers, "
+    "each render instance carrying what one engine's prompt side was; detokenizing and "
+    "streaming stay on the engines",
     "prompt_saved_share": "the planner does not model multi-turn KV reuse: bidirectional KV "
     "transfer turns it from none to the share of each later turn's prompt that its decode "
     "still holds (make bench-bidir measures it)",
@@ -43,7 +45,10 @@ def forecast(spec: DeploymentSpec, change: Change, signals: dict[str, Any]) -> d
     direction_only = {"signal": watch, "direction": change.direction, "now_measured": None}
     direction_only["now_measured"] = signals.get(watch)
     if watch in NOT_MODELLED:
-        return {"source": None, "why": NOT_MODELLED[watch], "predicted": direction_only}
+        why = NOT_MODELLED[watch]
+        if watch == "frontend_cpu_share":
+            why += frontend_estimate(signals)
+        return {"source": None, "why": why, "predicted": direction_only}
     setup, why = _setup(spec, change.spec)
     workload, rate, missing = _workload(signals)
     if setup is None or workload is None:
@@ -79,6 +84,31 @@ def forecast(spec: DeploymentSpec, change: Change, signals: dict[str, Any]) -> d
             "now_measured": signals.get(watch),
         },
     }
+
+
+def frontend_estimate(signals: dict[str, Any]) -> str:
+    """How much of the busiest API server's CPU a render tier would take at this workload, by
+    real vLLM's measured costs (domain/frontend_cost.py): the prompt side's share. The busiest
+    frontend after is the larger of what the engine keeps and what its render instance takes."""
+    prompt, output = signals.get("prompt_tokens_mean"), signals.get("output_tokens_mean")
+    if not prompt or not output:
+        return (
+            "; without the workload's prompt and answer lengths, how much it would take is unknown"
+        )
+    cost = VLLM_API_SERVER
+    share = cost.render_share(prompt, output)
+    text = (
+        f"; by vLLM's API server costs (make bench-frontend: a streamed answer token costs "
+        f"{cost.output_us / cost.prompt_us:.0f}x a prompt token) the prompt side is {share:.0%} "
+        f"of its CPU at this workload's {prompt:.0f} in / {output:.0f} out"
+    )
+    now = signals.get("frontend_cpu_share")
+    if isinstance(now, int | float):
+        after = now * max(share, 1 - share)
+        text += f": the busiest frontend from {now:.2f} to about {after:.2f} cores"
+    if share < 0.25:
+        text += "; too little to be worth a restart: the streaming stays where it is"
+    return text
 
 
 def plan_config(spec: DeploymentSpec) -> planner.PlanConfig:

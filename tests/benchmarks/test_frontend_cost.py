@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.frontend_cost import FrontendCost, Run, split
+from benchmarks.frontend_cost import Run, split
+from domain.frontend_cost import FrontendCost
 
 
 def test_three_runs_give_the_parts_they_were_made_of() -> None:
