@@ -28,6 +28,7 @@ import urllib.request
 from pathlib import Path
 
 from benchmarks.frontend_cost import Run, split
+from benchmarks.proxy_procs import cpu_seconds
 from benchmarks.vllm_client import HOW_TO_GET_IT, tiny_llama, vllm_python
 from harness.processes import free_port
 
@@ -35,16 +36,9 @@ REQUESTS = int(os.environ.get("BENCH_FRONTEND_REQUESTS", "40"))
 CONCURRENCY = 4
 START_TIMEOUT_S = 420.0
 REQUEST_TIMEOUT_S = 120.0
-TICK = os.sysconf("SC_CLK_TCK")
 WORDS = ("the", "cache", "block", "token", "layer", "prefill", "decode", "engine", "request")
 SHORT_WORDS, LONG_WORDS, OUTPUT = 20, 600, 128  # 600 words: ~1,450 tiny-Llama tokens
 SHAPES = ((8000, 16), (4000, 128), (1000, 256), (256, 1024))  # (prompt, output) tokens
-
-
-def cpu_seconds(pid: int) -> float:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def children(pid: int) -> list[int]:

@@ -18,24 +18,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
 
 import aiohttp
 
+from benchmarks.proxy_procs import cpu_seconds as pid_cpu_seconds
 from harness.processes import Process, running, sim
 from harness.stack import nixl_sim, proxy
 
-TICK = os.sysconf("SC_CLK_TCK")
-
 
 def cpu_seconds(proc: Process) -> float:
-    """utime + stime of the process, from /proc (fields 14 and 15 of its stat line)."""
-    stat = Path(f"/proc/{proc.proc.pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    """utime + stime of the process, from /proc."""
+    return pid_cpu_seconds(proc.proc.pid)
 
 
 def prompt(i: int, words: int) -> str:
