@@ -33,6 +33,7 @@ CANARY_PERIOD_S = 5.0  # the correctness canary's period here (benchmarks/chaos_
 LAYOUTS = {"1p1d": 1, "2p2d": 2}  # instances per role
 # Set to run this campaign against a pdctl from before retries (the figures' "before").
 BASELINE = bool(os.environ.get("PDCTL_CHAOS_BASELINE"))
+REFUSED = "pdctl_proxy_retries_refused_total"
 # What the proxy's errors say (the leg and its instance, or why nothing could serve): an
 # error carrying none of these does not say what failed.
 CLEAR = (
@@ -142,16 +143,20 @@ class Target:
 
     def retries(self) -> float:
         """pdctl_proxy_retries_total over every leg and cause, from the proxy's /metrics."""
+        return sum(self.counted("pdctl_proxy_retries_total").values())
+
+    def counted(self, name: str) -> dict[str, float]:
+        """One of the proxy's counters by its label set, from its /metrics ({} unreachable)."""
         try:
             status, raw = http_get(self.proxy_url + "/metrics", timeout=5)
         except OSError:
-            return 0.0
+            return {}
         lines = raw.decode().splitlines() if status == 200 else []
-        return sum(
-            float(line.rsplit(" ", 1)[1])
+        return {
+            line[len(name) : line.rindex("}") + 1]: float(line.rsplit(" ", 1)[1])
             for line in lines
-            if line.startswith("pdctl_proxy_retries_total{")
-        )
+            if line.startswith(name + "{")
+        }
 
 
 def served(proxy_url: str) -> bool:
@@ -253,12 +258,25 @@ def judge(requests: list[dict], prompts: int, row: Row) -> None:
         ):
             row.failed_clear += 1
             row.errors.append(r)
-            errors[error[:90]] = errors.get(error[:90], 0) + 1
+            why = error[error.find(" (not retried") :] if "(not retried" in error else ""
+            said = error[:90] + why  # the reason a retry was refused is worth the length
+            errors[said] = errors.get(said, 0) + 1
         else:  # no answer, or an error that does not say what failed: counts against the row
             row.lost += 1
             row.notes.append(f"unclear error: {error[:90] or 'none'}")
     row.lost += prompts - len(requests)
     row.notes += [f"{n}x {e}" for e, n in sorted(errors.items(), key=lambda x: -x[1])[:2]]
+
+
+def refusals(before: dict[str, float], after: dict[str, float]) -> list[str]:
+    """The retries the proxy refused during a row, by reason (a note each)."""
+    notes = []
+    for labels, value in sorted(after.items()):
+        n = round(value - before.get(labels, 0.0))
+        if n > 0:
+            reason = labels.split('reason="', 1)[-1].split('"', 1)[0]
+            notes.append(f"{n} retries refused ({reason})")
+    return notes
 
 
 def under_load(
@@ -270,6 +288,7 @@ def under_load(
     )
     time.sleep(2.0)  # mid-load
     retried = target.retries()
+    refused = target.counted(REFUSED)
     begin = time.monotonic()
     try:
         inject(row)
@@ -278,6 +297,7 @@ def under_load(
             row.recovery_s = recovered(target.plane, target.proxy_url, begin)
         load.finish(row)
         row.retried = round(target.retries() - retried)
+        row.notes += refusals(refused, target.counted(REFUSED))
     row.check(row.lost == 0, "nothing lost")
     row.check(row.recovery_s is not None, "recovered")
     if not row.may_fail:

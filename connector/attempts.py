@@ -33,6 +33,14 @@ log = logging.getLogger("connector.proxy")
 Sent = tuple[Handoff, dict[str, Any] | None]  # a hand-off and the prefill's kv_transfer_params
 # 409s (stale role/epoch) one request may meet and still be routed again, past the budget
 STALE_RETRIES = 4
+# Why a retryable failure was not retried (pdctl_proxy_retries_refused_total's reason label)
+NOT_RETRIED = {
+    "attempts": "the request's attempts are spent",
+    "deadline": "the request is past its retry deadline",
+    "budget": "the proxy's retry budget is spent",
+    "no_prefill": "no other prefill is available",
+    "no_decode": "no decode is available",
+}
 
 
 class Disaggregated:
@@ -126,7 +134,8 @@ class Disaggregated:
                 if retry.new_prefill:
                     other = self.pool.pick_other(group, "prefill", tried_p)
                     if other is None and exc.leg == "prefill":
-                        raise  # no other prefill: the client gets this one's error
+                        # no other prefill: the client gets this one's error
+                        raise self._not_retried(exc, attempt, "no_prefill") from None
                     next_p = other or (prefill if prefill.available else None)
                 next_d = decode if decode.available else None
                 if retry.new_decode:
@@ -144,11 +153,11 @@ class Disaggregated:
                         same = new_pair and exc.cause not in EJECT_AT_ONCE
                         next_d = other or (next_d if same else None)
                 if next_p is None or next_d is None:
-                    raise
+                    spare = "no_prefill" if next_p is None else "no_decode"
+                    raise self._not_retried(exc, attempt, spare) from None
                 why = None if stale else self.budget.why_not(attempt, flight.arrival, clock())
                 if why is not None:
-                    self.metrics.retries_refused[why] = self.metrics.retries_refused.get(why, 0) + 1
-                    raise
+                    raise self._not_retried(exc, attempt, why) from None
                 # judged now (fast ejection) when retried; when not, the request's end judges
                 failed = prefill if exc.instance == prefill.url else decode
                 self.judge_failed(failed, exc.cause, exc.message)
@@ -174,6 +183,15 @@ class Disaggregated:
                 if run_prefill:
                     prefill_ok = ok or flight.prefill_end is not None
                     on_p.end(prompt_tokens, prefill_ok or _verdict(ok, blamed, on_p))
+
+    def _not_retried(self, exc: UpstreamError, attempts: int, why: str) -> UpstreamError:
+        """A retryable failure that is not retried: counted by why, and the client's error
+        (and the request log) say why, so an operator can tell a spent budget from no spare."""
+        self.metrics.retries_refused[why] = self.metrics.retries_refused.get(why, 0) + 1
+        tried = f"{attempts} attempts" if attempts > 1 else "1 attempt"
+        exc.message = f"{exc.message} (not retried after {tried}: {NOT_RETRIED[why]})"
+        exc.args = (exc.message,)
+        return exc
 
     async def _reread(self, inst: Instance) -> None:
         fence(self.pool, inst)

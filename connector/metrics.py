@@ -59,7 +59,8 @@ class ProxyMetrics:
         self.held = 0
         self.registry_rejected: dict[str, int] = {}  # reason -> registrations refused
         self.retries: dict[tuple[str, str], int] = {}  # (leg, cause) -> attempts retried
-        self.retries_refused: dict[str, int] = {}  # attempts | deadline | budget -> not retried
+        # attempts | deadline | budget | no_prefill | no_decode -> not retried (attempts.py)
+        self.retries_refused: dict[str, int] = {}
         self.ejections: dict[str, int] = {}  # cause -> instances ejected
         # ITL gaps above twice their request's median, and those that ended with another
         # request's prefill on the same instance (connector/interference.py)
@@ -246,7 +247,7 @@ def _retry_families(m: ProxyMetrics) -> Iterator[Metric]:
     )
     yield _counted(
         "pdctl_proxy_retries_refused",
-        "Retryable failures not retried: attempts, deadline or budget spent.",
+        "Retryable failures not retried: attempts, deadline or budget spent, or no spare.",
         ["reason"],
         m.retries_refused,
     )

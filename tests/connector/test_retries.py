@@ -137,6 +137,27 @@ def test_no_retry_when_the_budget_allows_one_attempt():
             assert status == 502 and b"decode leg to " + d1.url.encode() in raw
             assert d2.seen == []
             assert proxy.metrics.retries_refused == {"attempts": 1}
+            assert b"not retried after 1 attempt: the request's attempts are spent" in raw
+            assert "attempts are spent" in proxy.requests[-1]["error"]
+
+    run(body())
+
+
+def test_a_failure_with_no_spare_says_which_role_had_none():
+    async def body():
+        # one prefill that fails: no other to retry on; one decode that fails: none left
+        p_bad, d = FakeEngine("p", prefill_status=500), FakeEngine("d")
+        async with proxied([p_bad], [d]) as (base, proxy):
+            status, _, raw = await post(base, completion(3))
+            assert status == 502 and b"no other prefill is available" in raw
+            assert proxy.metrics.retries_refused == {"no_prefill": 1}
+        p, d_bad = FakeEngine("p"), FakeEngine("d", decode_status=500)
+        async with proxied([p], [d_bad]) as (base, proxy):
+            status, _, raw = await post(base, completion(3))
+            assert status == 502 and b"no decode is available" in raw
+            assert proxy.metrics.retries_refused == {"no_decode": 1}
+            text = (await _metrics_text(base)).decode()
+            assert 'pdctl_proxy_retries_refused_total{reason="no_decode"} 1.0' in text
 
     run(body())
 
