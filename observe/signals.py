@@ -24,11 +24,9 @@ that window (observe/build.py `point`).
                            the decode and colocated instances (read by the planner's forecast)
   frontend_cpu_share       frame["engines"]: the busiest engine instance's
                            process_cpu_seconds_total rate (vLLM's API server process: HTTP,
-                           tokenizing, detokenizing); with a render tier, the busiest render
-                           instance's (its whole process is the frontend, the stand-in's too)
-                           or, on real vLLM, the engines' when higher (they still stream);
-                           the stand-in's engines never count: their one process also runs
-                           the engine
+                           tokenizing, detokenizing; the stand-in models it:
+                           simulator/frontend_clock.py); with a render tier, the busiest of
+                           the render instances' and the engines' (they still stream)
   kv_transfer_gbps         the engine's own times (NIXL, newer MoRIIO): KV bytes per request
                            over the median transfer time
   transfer_share_of_ttft   the same: median transfer time over median TTFT
@@ -245,16 +243,8 @@ def _engine_work(d: Derived, frame: Mapping[str, Any]) -> None:
         f"{window} window",
         f"no request finished on a prefilling engine in the {window} window",
     )
-    simulated = bool(frame.get("simulated"))
     if work.get("render_instances"):
-        _frontend_with_render_tier(d, work, window, simulated)
-        return
-    if simulated:
-        d.miss(
-            "frontend_cpu_share",
-            "the stand-in's one process also runs its simulated "
-            "engine, so its CPU is not the frontend's",
-        )
+        _frontend_with_render_tier(d, work, window)
         return
     d.put(
         "frontend_cpu_share",
@@ -265,13 +255,11 @@ def _engine_work(d: Derived, frame: Mapping[str, Any]) -> None:
     )
 
 
-def _frontend_with_render_tier(
-    d: Derived, work: Mapping[str, Any], window: str, simulated: bool
-) -> None:
+def _frontend_with_render_tier(d: Derived, work: Mapping[str, Any], window: str) -> None:
     """A render tier's processes are all frontend (rendering, derendering, HTTP); the engines'
-    API servers still parse token ids, detokenize and stream, so on real vLLM the busiest of
-    both is the frontend's bottleneck (a tier that took the prompts off them can leave the
-    streaming hot). The stand-in's engines run the engine in the same process: not counted."""
+    API servers still parse token ids, detokenize and stream, so the busiest of both is the
+    frontend's bottleneck (a tier that took the prompts off them can leave the streaming
+    hot)."""
     render, engines = work.get("render_cpu_cores_max"), work.get("cpu_cores_max")
     if render is None:
         d.miss(
@@ -283,7 +271,7 @@ def _frontend_with_render_tier(
         f"process_cpu_seconds_total rate of the busiest render tier instance (the whole "
         f"process is the frontend: rendering, derendering, HTTP), {window} window"
     )
-    if simulated or engines is None:
+    if engines is None:
         d.put("frontend_cpu_share", render, source)
         return
     busiest = "render tier" if render >= engines else "engine API server"

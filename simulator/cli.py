@@ -11,10 +11,12 @@ import typer
 
 from domain import profiles
 from domain.engine_defaults import engine_defaults
+from domain.frontend_cost import FrontendCost
 from domain.start_time import CACHES
 from simulator import stats_log
 from simulator.ec_config import ec_settings
 from simulator.engine_config import EngineConfigError, EngineSettings, parse_kv_transfer_config
+from simulator.frontend_clock import parse_cost
 from simulator.kv_peers import STALE_PEER
 from simulator.render_server import run_render
 
@@ -74,6 +76,13 @@ def _moriio_metrics(value: str) -> str:
     if value not in MORIIO_METRICS:
         raise EngineConfigError(f"--moriio-metrics must be one of {', '.join(MORIIO_METRICS)}")
     return value
+
+
+def _frontend_cost(value: str) -> FrontendCost:
+    try:
+        return parse_cost(value)
+    except ValueError as exc:
+        raise EngineConfigError(str(exc)) from None
 
 
 def _check_extra(args: list[str]) -> None:
@@ -171,6 +180,14 @@ def sim(
         "MoRIIO (vLLM 0.16), which exports none.",
     ),
     render: bool = typer.Option(False, "--render", help="Serve the render tier only, no engine."),
+    frontend_cost: str | None = typer.Option(
+        None,
+        "--frontend-cost",
+        envvar="PDCTL_SIM_FRONTEND_COST",
+        help="The modelled API server's CPU (process_cpu_seconds_total): BASE_MS,PROMPT_US,"
+        "OUTPUT_US per request, text prompt token and output token. Default: vLLM's, "
+        "measured by make bench-frontend.",
+    ),
 ) -> None:
     try:
         _check_extra(list(ctx.args))
@@ -204,6 +221,8 @@ def sim(
             ec=ec_settings(ec_transfer_config, settings.model_profile),  # simulator/ec_config.py
             log_stats_interval_s=None if disable_log_stats else stats_log.interval_from(os.environ),
         )
+        if frontend_cost is not None:
+            settings = replace(settings, frontend_cost=_frontend_cost(frontend_cost))
     except (EngineConfigError, profiles.UnknownProfile) as exc:
         typer.echo(f"pdctl sim: error: {exc}", err=True)
         raise typer.Exit(2) from None

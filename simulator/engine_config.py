@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from domain import profiles
+from domain.frontend_cost import VLLM_API_SERVER, FrontendCost
 from domain.vllm_metrics import TRANSFER_METRIC_PREFIXES
 from simulator.handoff_model import HandoffLink
 from simulator.handoff_paths import P2P, choose_path, path_bandwidth
@@ -118,6 +119,14 @@ class EngineSettings:
     moriio_metrics: str = "stats"
     engine_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     ec: EcSettings | None = None  # --ec-transfer-config (simulator/ec_config.py)
+    # What vLLM's API server spends CPU on (simulator/frontend_clock.py); --frontend-cost
+    frontend_cost: FrontendCost = VLLM_API_SERVER
+
+    @property
+    def frontend_wall_cost(self) -> FrontendCost:
+        """The frontend's cost on this machine's clock: slowed time_scale times, like the
+        engine, so its CPU share at a wall rate is the modelled host's at the modelled rate."""
+        return self.frontend_cost.scaled(self.time_scale)
 
     @property
     def transfer_metrics_prefix(self) -> str | None:

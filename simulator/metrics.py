@@ -27,6 +27,7 @@ from domain.vllm_metrics import (
     BucketHistogram,
     length_buckets,
 )
+from simulator.frontend_clock import FrontendClock
 from simulator.metric_families import gauge
 from simulator.request import EngineRequest
 from simulator.scheduler import Scheduler, StepOutput
@@ -201,12 +202,37 @@ class EngineMetrics:
         )
 
 
-def registry_for(metrics: EngineMetrics) -> CollectorRegistry:
+def registry_for(
+    metrics: EngineMetrics, frontend: FrontendClock | None = None
+) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(metrics)  # type: ignore[arg-type]
     # vLLM serves prometheus_client's default registry, so its /metrics opens with the
     # process_* and python_* families (process CPU is what tells a busy frontend).
-    ProcessCollector(registry=registry)
+    if frontend is None:
+        ProcessCollector(registry=registry)
+    else:
+        registry.register(ApiServerProcess(frontend))  # type: ignore[arg-type]
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
     return registry
+
+
+class ApiServerProcess:
+    """prometheus_client's process_* families, with process_cpu_seconds_total the modelled
+    API server's (simulator/frontend_clock.py): vLLM's API server process holds no engine."""
+
+    def __init__(self, frontend: FrontendClock) -> None:
+        self.frontend = frontend
+        self.process = ProcessCollector(registry=None)
+
+    def collect(self) -> Iterable[Metric]:
+        for family in self.process.collect():
+            if family.name != "process_cpu_seconds":
+                yield family
+                continue
+            yield CounterMetricFamily(
+                "process_cpu_seconds",
+                "Total user and system CPU time spent in seconds.",
+                value=self.frontend.cpu_seconds(),
+            )

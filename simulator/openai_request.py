@@ -81,6 +81,7 @@ class GenerationRequest:
     kv_transfer_params: dict[str, Any] | None
     echo: bool = False
     images: tuple[str, ...] = ()  # chat image parts' URLs (a multimodal profile's only)
+    text_prompt: bool = True  # False: the prompt came as token ids (nothing to tokenize)
 
 
 def parse(
@@ -158,6 +159,7 @@ def parse(
         include_usage=bool(options.get("include_usage", False)),
         ignore_eos=bool(body.get("ignore_eos", False)),
         kv_transfer_params=params,
+        text_prompt=kind == "chat" or not _token_ids(body.get("prompt")),
         echo=bool(body.get("echo", False)) and kind == "completion",
         images=images,
     )
@@ -209,6 +211,13 @@ def _bool(body: dict[str, Any], field: str) -> bool:
     if value is None or isinstance(value, bool):
         return bool(value)
     raise validation_error(f"body.{field}", "bool_type", "Input should be a valid boolean", value)
+
+
+def _token_ids(prompt: Any) -> bool:
+    """Whether a completion's prompt is token ids (alone, or a batch of one)."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
+        prompt = prompt[0]
+    return isinstance(prompt, list) and not any(isinstance(t, str | list) for t in prompt)
 
 
 def _completion_prompt(prompt: Any) -> list[int]:

@@ -3,9 +3,11 @@ engine and no GPU: /v1/completions/render, /v1/chat/completions/render (OpenAI r
 token ids), /v1/completions/derender, /v1/chat/completions/derender (token ids -> OpenAI
 response, streaming chunks too), /health, /v1/models, /metrics.
 
-/metrics carries what the observer reads of a render tier: the process's own CPU
-(`process_cpu_seconds_total`, from /proc as prometheus_client's process collector reads it)
-and `http_requests_total{handler,method,status}`, the counter vLLM's API server exports.
+/metrics carries what the observer reads of a render tier: the process CPU vLLM's render
+process would spend (`process_cpu_seconds_total`, modelled as the engines' stand-ins model
+their API servers': simulator/frontend_clock.py; rendering is the prompt side, per request
+and per text prompt token) and `http_requests_total{handler,method,status}`, the counter
+vLLM's API server exports.
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ import time
 from dataclasses import dataclass
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, ProcessCollector, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from domain.frontend_cost import VLLM_API_SERVER, FrontendCost
 from simulator import openai_format, openai_request, render_format
 from simulator.engine_config import EngineSettings
+from simulator.frontend_clock import FrontendClock
+from simulator.metrics import ApiServerProcess
 from simulator.openai_request import RequestError, error_body
 
 JSON_HEADERS = {"Content-Type": "application/json", "Vary": "Origin"}
@@ -38,12 +43,14 @@ class RenderSettings:
     max_model_len: int
     host: str = "127.0.0.1"
     port: int = 8100
+    frontend_cost: FrontendCost = VLLM_API_SERVER
 
 
 class RenderMetrics:
-    def __init__(self) -> None:
+    def __init__(self, cost: FrontendCost = VLLM_API_SERVER) -> None:
         self.registry = CollectorRegistry()
-        ProcessCollector(registry=self.registry)
+        self.frontend = FrontendClock(cost)
+        self.registry.register(ApiServerProcess(self.frontend))  # type: ignore[arg-type]
         self.requests = Counter(
             "http_requests_total",
             "Requests served, by handler, method and status class.",
@@ -59,7 +66,8 @@ CREATED = web.AppKey("render_created", int)
 
 def create_render_app(settings: RenderSettings) -> web.Application:
     app = web.Application(client_max_size=32 * 1024 * 1024)
-    app[SETTINGS], app[METRICS], app[CREATED] = settings, RenderMetrics(), int(time.time())
+    metrics = RenderMetrics(settings.frontend_cost)
+    app[SETTINGS], app[METRICS], app[CREATED] = settings, metrics, int(time.time())
     app.router.add_get("/health", _health)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/metrics", _metrics)
@@ -87,22 +95,28 @@ async def _metrics(request: web.Request) -> web.Response:
 
 async def _serve(request: web.Request) -> web.Response:
     kind, verb = ROUTES[request.path]
+    frontend = request.app[METRICS].frontend
     try:
         raw = await request.read()
-        out = _answer(request.app[SETTINGS], kind, verb, raw, request.content_type)
+        out, prompt_tokens = _answer(request.app[SETTINGS], kind, verb, raw, request.content_type)
         response = _json(out)
     except RequestError as err:
-        response = _json(error_body(err), err.status)
+        prompt_tokens, response = 0, _json(error_body(err), err.status)
+    frontend.request(prompt_tokens)
     status = f"{response.status // 100}xx"
     request.app[METRICS].requests.labels(request.path, "POST", status).inc()
     return response
 
 
-def _answer(s: RenderSettings, kind: str, verb: str, raw: bytes, content_type: str) -> object:
+def _answer(
+    s: RenderSettings, kind: str, verb: str, raw: bytes, content_type: str
+) -> tuple[object, int]:
+    """The answer, and the text prompt tokens it took to make (its modelled CPU)."""
     if verb == "render":
         req = openai_request.parse(kind, raw, content_type, s.served_model_name, s.max_model_len)
         made = render_format.generate_request(req, json.loads(raw))
-        return made if kind == "chat" else [made]
+        tokens = len(req.prompt_token_ids) if req.text_prompt else 0
+        return (made if kind == "chat" else [made]), tokens
     try:
         body = json.loads(raw)
     except ValueError:
@@ -118,8 +132,8 @@ def _answer(s: RenderSettings, kind: str, verb: str, raw: bytes, content_type: s
             err_type="NotFoundError",
         )
     if body.get("stream") is True:
-        return render_format.derender_chunk(kind, body, model)
-    return render_format.derender(kind, body, model)
+        return render_format.derender_chunk(kind, body, model), 0
+    return render_format.derender(kind, body, model), 0
 
 
 def _json(body: object, status: int = 200) -> web.Response:
@@ -132,7 +146,12 @@ def run_render(engine: EngineSettings) -> None:
     from simulator.cli import use_uvloop
 
     settings = RenderSettings(
-        engine.served_model_name, engine.model_profile, engine.model_len, engine.host, engine.port
+        engine.served_model_name,
+        engine.model_profile,
+        engine.model_len,
+        engine.host,
+        engine.port,
+        engine.frontend_wall_cost,
     )
     use_uvloop()
     print(

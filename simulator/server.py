@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -21,6 +21,7 @@ from simulator.encoder_stage import EncoderStage, encoder_for
 from simulator.engine_config import EngineSettings
 from simulator.engine_loop import FINISHED, EngineLoop
 from simulator.faults import Faults
+from simulator.frontend_clock import FrontendClock
 from simulator.handoff import Handoff, plan_handoff
 from simulator.kv_params import before_submit, response_params
 from simulator.kv_transfer import KVTransferAgent
@@ -57,6 +58,8 @@ class SimState:
     fingerprint: str
     faults: Faults | None = None  # only with --enable-fault-injection
     encoder: EncoderStage | None = None  # a multimodal profile's (simulator/encoder_stage.py)
+    # vLLM's API server CPU, modelled (simulator/frontend_clock.py)
+    frontend: FrontendClock = field(default_factory=FrontendClock)
 
 
 STATE = web.AppKey("state", SimState)
@@ -145,16 +148,18 @@ def _lifespan(settings: EngineSettings):
         if settings.log_stats_interval_s is not None:
             tasks.append(asyncio.create_task(log_stats(scheduler, settings.log_stats_interval_s)))
         encoder = encoder_for(settings, engine.now)
+        frontend = FrontendClock(settings.frontend_wall_cost)
         app[STATE] = SimState(
             settings,
             engine,
             metrics,
-            registry_for(metrics),
+            registry_for(metrics, frontend),
             agent,
             int(time.time()),
             system_fingerprint(_config_key(settings)),
             injected,
             encoder,
+            frontend,
         )
         if encoder is not None:
             app[STATE].registry.register(encoder)  # type: ignore[attr-defined]
@@ -235,7 +240,9 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         request_id = internal_request_id(kind, writer.id)
         handoff = plan_handoff(gen.kv_transfer_params, settings.kv, request_id, request.headers)
     except RequestError as err:
+        state.frontend.request(0)
         return _error(err)
+    state.frontend.request(len(gen.prompt_token_ids) if gen.text_prompt else 0)
     fault = state.faults.for_requests() if state.faults is not None else None
     if fault is not None:
         return await faults.answer(request, fault, gen.stream, writer)
@@ -269,6 +276,7 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
             return await _stream(request, state, gen, writer, ereq, handoff, queue)
         return await _whole(state, gen, writer, ereq, handoff, queue)
     finally:
+        state.frontend.output(ereq.num_output_tokens)
         if not ereq.is_finished:
             engine.abort(ereq.request_id)  # the client went away
         if state.agent is not None:

@@ -142,14 +142,19 @@ def test_engine_counts_beat_the_kv_derived_prompt_length_when_disaggregated():
     assert d.values["prompt_tokens_mean"] == 3000.0
 
 
-def test_the_stand_ins_cpu_is_not_frontend_cpu_and_no_queries_is_no_hit_rate():
+def test_the_stand_ins_modelled_api_server_is_the_frontend_and_no_queries_is_no_hit_rate():
+    """The stand-in exports the CPU vLLM's API server would spend (simulator/frontend_clock.py),
+    so it is read as real vLLM's is."""
     d = from_frame(frame(engines={**ENGINES, "prefix_hit_rate": None}), topology="colocated")
-    assert "frontend_cpu_share" not in d.values and "stand-in" in d.absent["frontend_cpu_share"]
+    assert d.values["frontend_cpu_share"] == 0.9
+    assert "API server process" in d.sources["frontend_cpu_share"]
     assert "prefix caching off" in d.absent["prefix_hit_rate"]
+    no_cpu = from_frame(frame(engines={**ENGINES, "cpu_cores_max": None}), topology="colocated")
+    assert "no instance exports process_cpu_seconds_total" in no_cpu.absent["frontend_cpu_share"]
 
 
-def test_a_render_tiers_cpu_is_the_frontend_cpu_even_on_the_stand_in():
-    engines = {**ENGINES, "render_instances": 2, "render_cpu_cores_max": 0.85}
+def test_a_render_tiers_cpu_is_the_frontend_cpu_on_the_stand_in_too():
+    engines = {**ENGINES, "cpu_cores_max": 0.3, "render_instances": 2, "render_cpu_cores_max": 0.85}
     d = from_frame(frame(engines=engines), topology="disaggregated")
     assert d.values["frontend_cpu_share"] == 0.85
     assert "busiest render tier instance" in d.sources["frontend_cpu_share"]

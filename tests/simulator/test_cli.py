@@ -65,6 +65,10 @@ def app():
         (["--block-size", "48"], {}, "--block-size must be one of"),
         (["--max-num-seqs", "0"], {}, "--max-num-seqs"),
         (["--moriio-metrics", "some"], {}, "--moriio-metrics must be one of stats, none"),
+        (["--frontend-cost", "2,3"], {}, "--frontend-cost must be BASE_MS,PROMPT_US,OUTPUT_US"),
+        (["--frontend-cost", "2,x,3"], {}, "--frontend-cost must be"),
+        (["--frontend-cost", "2,-1,3"], {}, "--frontend-cost must be"),
+        ([], {"PDCTL_SIM_FRONTEND_COST": "fast"}, "--frontend-cost must be"),
         (
             ["--kv-transfer-config", '{"kv_connector":"NixlConnector"}'],
             {"VLLM_NIXL_ABORT_REQUEST_TIMEOUT": "soon"},

@@ -7,19 +7,12 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
+from tests.clock import ManualClock
 from tests.specs import nixl_1p1d
 from tests.web.conftest import OPERATOR, VIEWER, MakeClient
 from web.auth import TokenBook
 from web.ratelimit import FailureWindow
 from web.settings import Settings
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_the_window_refuses_after_the_limit_until_the_oldest_failure_expires() -> None:
@@ -60,7 +53,7 @@ def test_silly_limits_are_refused() -> None:
 
 
 def test_the_book_counts_unknown_tokens_and_refuses_even_a_right_one_past_the_limit() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     book = TokenBook(Settings(operator_tokens=[OPERATOR], login_attempts_per_minute=2), clock=clock)
     assert book.check("op-secret", "a").label == "operator:alice"  # successes are free
     assert book.check("nope", "a") is None
@@ -172,7 +165,7 @@ def test_a_device_cookie_gives_no_guesses_and_no_answer_for_other_tokens(
 def test_a_forged_or_old_device_cookie_is_worth_nothing() -> None:
     from web import device
 
-    clock, wall = FakeClock(), FakeClock()
+    clock, wall = ManualClock(), ManualClock()
     book = TokenBook(
         Settings(operator_tokens=[OPERATOR], login_attempts_per_minute=1), clock=clock, wall=wall
     )
