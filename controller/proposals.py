@@ -7,19 +7,22 @@ on, a render tier) and how the controller carries it out (`how`):
     revision   the spec is stored as the next revision; a running deployment restarts on it
 
 Each change names the signal its prediction is about (`watch`) and which way it should move.
-Pure: a spec and a rule name in, a `Change` out, or None where the verdict recommends
-nothing this deployment can do (the advice text still says what to look at).
+Pure: a spec, a rule name and the verdict's evidence in, a `Change` out, or None where the
+verdict recommends nothing this deployment can do (the advice text still says what to look at).
+Most changes follow from the spec alone; a render tier is sized from the evidence.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from controller.deployment import DeploymentSpec, InstanceGroup, Topology
 from controller.role_move import plan_move
 from controller.role_switch_spec import NIXL, instance_roles
 from domain.errors import ConfigError
+from domain.frontend_cost import render_instances
 from domain.modes import Mode, Role
 
 MORIIO = "MoRIIOConnector"
@@ -53,8 +56,12 @@ class Change:
         }
 
 
-def propose(spec: DeploymentSpec, rule: str) -> Change | None:
+def propose(
+    spec: DeploymentSpec, rule: str, evidence: Mapping[str, Any] | None = None
+) -> Change | None:
     """The change a triggered verdict of `rule` recommends for this deployment, if any."""
+    if rule in SIZED:
+        return SIZED[rule](spec, evidence or {})
     maker = PROPOSERS.get(rule)
     return None if maker is None else maker(spec)
 
@@ -109,25 +116,37 @@ def _multi_turn(spec: DeploymentSpec) -> Change | None:
     )
 
 
-def _frontend_cpu(spec: DeploymentSpec) -> Change | None:
-    """A render tier, one instance per engine that renders prompts today (the prefills, or the
-    colocated instances): they tokenize and parse there instead, on CPU, and scale apart."""
+def _frontend_cpu(spec: DeploymentSpec, evidence: Mapping[str, Any]) -> Change | None:
+    """A render tier sized to the hot frontend it relieves (domain/frontend_cost.py): enough
+    instances that each runs at most half a core taking the prompt side off the decode or
+    colocated API servers; without the workload's lengths, one per such instance."""
     if any(g.role is Role.RENDER for g in spec.groups):
         return None  # there is one: scale it by hand (the rule reads its busiest instance)
-    renders = sum(g.count for g in spec.groups if g.role in (Role.PREFILL, Role.COLOCATED))
+    fronts = front_instances(spec)
+    busiest, share = evidence.get("frontend_cpu_share"), evidence.get("render_load_share")
+    if isinstance(busiest, int | float) and isinstance(share, int | float):
+        count, sized = render_instances(busiest, share, fronts), "sized to half a core each"
+    else:
+        count, sized = fronts, "one per decode or colocated instance"
     name = next(n for n in ("render", "render-tier", "frontend") if n not in _names(spec))
-    group = InstanceGroup(name=name, role=Role.RENDER, count=max(1, renders))
+    group = InstanceGroup(name=name, role=Role.RENDER, count=count)
     return Change(
         "frontend_cpu",
-        f"add a render tier: {group.count} render instance(s) (vllm launch render) turn requests "
-        "into token ids, so the engines' API servers no longer parse, template or tokenize "
-        "prompts (they still detokenize and stream the answers)",
+        f"add a render tier: {count} render instance(s) ({sized}; vllm launch render) turn "
+        "requests into token ids, so the engines' API servers no longer parse, template or "
+        "tokenize prompts (they still detokenize and stream the answers)",
         spec.model_copy(update={"groups": [*spec.groups, group]}),
         "revision",
         "frontend_cpu_share",
         "down",
         RESTART,
     )
+
+
+def front_instances(spec: DeploymentSpec) -> int:
+    """The engines whose API servers tokenize each request once between them (a request's
+    decode or colocated instance; its prefill tokenizes it again, which a render tier ends)."""
+    return max(1, sum(g.count for g in spec.groups if g.role in (Role.DECODE, Role.COLOCATED)))
 
 
 def _slow_transfer(spec: DeploymentSpec) -> Change | None:
@@ -158,10 +177,15 @@ PROPOSERS: dict[str, Callable[[DeploymentSpec], Change | None]] = {
     "ttft_binding": _ttft_bound,
     "itl_binding": _itl_bound,
     "multi_turn": _multi_turn,
-    "frontend_cpu": _frontend_cpu,
     "slow_kv_transfer": _slow_transfer,
     "light_traffic": _light_traffic,
 }
+
+# Proposers that size their change from the verdict's evidence
+SIZED: dict[str, Callable[[DeploymentSpec, Mapping[str, Any]], Change | None]] = {
+    "frontend_cpu": _frontend_cpu,
+}
+PROPOSING_RULES = frozenset(PROPOSERS) | frozenset(SIZED)
 
 
 # -- the changes -------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ Signals (all optional):
   itl_p50_ms              measured
   spike_prefill_overlap   share of ITL spikes (> 2x median) whose step carried prefill work
   prompt_tokens_mean      mean prompt length
-  output_tokens_mean      mean answer length (no rule needs it; the planner's forecast does)
+  output_tokens_mean      mean answer length (frontend_cpu reads it; the planner's forecast too)
   concurrency_mean        mean requests in flight (running)
   kv_transfer_gbps        measured or derived KV throughput during transfers
   transfer_share_of_ttft  mean (transfer time / TTFT) on disaggregated requests
@@ -34,6 +34,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from domain.frontend_cost import RENDER_WORTH, VLLM_API_SERVER
 
 Signals = dict[str, Any]
 
@@ -170,13 +172,33 @@ def _multi_turn(s: Signals) -> tuple[bool, str, dict]:
 
 
 def _frontend_cpu(s: Signals) -> tuple[bool, str, dict]:
-    hit = s["frontend_cpu_share"] >= 0.8
-    advice = (
-        "the serving frontend spends most of a core tokenizing and parsing: split off a render tier"
-        if hit
-        else "frontend CPU is not a bottleneck"
+    """A hot frontend is worth a render tier only where the prompt side (parsing, template,
+    tokenizing) is a fair share of it: a streamed answer token costs vLLM's API server ~100x
+    a prompt token (domain/frontend_cost.py), and the engines keep the streaming."""
+    hot = s["frontend_cpu_share"] >= 0.8
+    evidence: dict[str, Any] = {"frontend_cpu_share": s["frontend_cpu_share"]}
+    prompt, output = s.get("prompt_tokens_mean"), s.get("output_tokens_mean")
+    share = VLLM_API_SERVER.render_share(prompt, output) if prompt and output else None
+    if share is not None:
+        evidence["prompt_side_share"] = round(share, 3)
+        # what a render instance would carry of it (a render tier is sized from this)
+        evidence["render_load_share"] = round(VLLM_API_SERVER.render_load_share(prompt, output), 3)
+    if not hot:
+        return False, "frontend CPU is not a bottleneck", evidence
+    if share is not None and share < RENDER_WORTH:
+        return (
+            False,
+            f"the serving frontend spends most of a core, but mostly streaming answers (the "
+            f"prompt side is {share:.0%} of it at {prompt:.0f} in / {output:.0f} out): a render "
+            f"tier would not cool it; more API server processes (--api-server-count) would",
+            evidence,
+        )
+    return (
+        True,
+        "the serving frontend spends most of a core tokenizing and parsing: split off a render "
+        "tier",
+        evidence,
     )
-    return hit, advice, {"frontend_cpu_share": s["frontend_cpu_share"]}
 
 
 def _slow_transfer(s: Signals) -> tuple[bool, str, dict]:
@@ -303,7 +325,12 @@ RULES = (
         _long_prompts,
     ),
     Rule("multi_turn", ("multi_turn_share",), _multi_turn),
-    Rule("frontend_cpu", ("frontend_cpu_share",), _frontend_cpu),
+    Rule(
+        "frontend_cpu",
+        ("frontend_cpu_share",),
+        _frontend_cpu,
+        reads=("prompt_tokens_mean", "output_tokens_mean"),
+    ),
     Rule("slow_kv_transfer", ("transfer_share_of_ttft",), _slow_transfer),
     Rule(
         "light_traffic",

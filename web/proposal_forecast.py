@@ -12,14 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 from controller.deployment import DeploymentSpec, Engine, Topology
-from controller.proposals import Change
+from controller.proposals import Change, front_instances
 from controller.role_switch_spec import instance_roles
 from controller.timed_spec import timed_spec
-from domain.frontend_cost import VLLM_API_SERVER
+from domain.frontend_cost import RENDER_WORTH, VLLM_API_SERVER, busiest_after
 from domain.modes import Mode, Role
 from domain.slo import SloTargets
 from simulator import planner
 
+SATURATED = 0.98  # cores: an API server at its one core, its demand unseen beyond it
 PROMPTS = 60  # requests per forecast run: enough for a p99, each run under a few seconds
 # The advisor signal each watch reads, and the planner row's field that predicts it.
 ROW_FIELD = {
@@ -30,8 +31,7 @@ ROW_FIELD = {
 NOT_MODELLED = {
     "frontend_cpu_share": "the planner does not model the serving frontend: a render tier "
     "takes the prompt side (parsing, chat template, tokenizing) off the engines' API servers, "
-    "each render instance carrying what one engine's prompt side was; detokenizing and "
-    "streaming stay on the engines",
+    "shared by its render instances; detokenizing and streaming stay on the engines",
     "prompt_saved_share": "the planner does not model multi-turn KV reuse: bidirectional KV "
     "transfer turns it from none to the share of each later turn's prompt that its decode "
     "still holds (make bench-bidir measures it)",
@@ -47,7 +47,9 @@ def forecast(spec: DeploymentSpec, change: Change, signals: dict[str, Any]) -> d
     if watch in NOT_MODELLED:
         why = NOT_MODELLED[watch]
         if watch == "frontend_cpu_share":
-            why += frontend_estimate(signals)
+            fronts = front_instances(change.spec)
+            renders = sum(g.count for g in change.spec.groups if g.role is Role.RENDER)
+            why += frontend_estimate(signals, fronts, renders)
         return {"source": None, "why": why, "predicted": direction_only}
     setup, why = _setup(spec, change.spec)
     workload, rate, missing = _workload(signals)
@@ -86,17 +88,18 @@ def forecast(spec: DeploymentSpec, change: Change, signals: dict[str, Any]) -> d
     }
 
 
-def frontend_estimate(signals: dict[str, Any]) -> str:
+def frontend_estimate(signals: dict[str, Any], fronts: int = 1, renders: int = 1) -> str:
     """How much of the busiest API server's CPU a render tier would take at this workload, by
     real vLLM's measured costs (domain/frontend_cost.py): the prompt side's share. The busiest
-    frontend after is the larger of what the engine keeps and what its render instance takes."""
+    frontend after is the larger of what an engine keeps and what a render instance takes
+    (`renders` of them sharing the prompt side of `fronts` engines)."""
     prompt, output = signals.get("prompt_tokens_mean"), signals.get("output_tokens_mean")
     if not prompt or not output:
         return (
             "; without the workload's prompt and answer lengths, how much it would take is unknown"
         )
     cost = VLLM_API_SERVER
-    share = cost.render_share(prompt, output)
+    share, load = cost.render_share(prompt, output), cost.render_load_share(prompt, output)
     text = (
         f"; by vLLM's API server costs (make bench-frontend: a streamed answer token costs "
         f"{cost.output_us / cost.prompt_us:.0f}x a prompt token) the prompt side is {share:.0%} "
@@ -104,9 +107,14 @@ def frontend_estimate(signals: dict[str, Any]) -> str:
     )
     now = signals.get("frontend_cpu_share")
     if isinstance(now, int | float):
-        after = now * max(share, 1 - share)
-        text += f": the busiest frontend from {now:.2f} to about {after:.2f} cores"
-    if share < 0.25:
+        after = busiest_after(now, share, load, fronts, renders)
+        text += (
+            f": with {renders} render instance(s) the busiest frontend from {now:.2f} to about "
+            f"{after:.2f} cores"
+        )
+        if now >= SATURATED:
+            text += " (or more: a saturated API server hides how much more it was asked for)"
+    if share < RENDER_WORTH:
         text += "; too little to be worth a restart: the streaming stays where it is"
     return text
 

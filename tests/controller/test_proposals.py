@@ -179,15 +179,38 @@ def test_encode_groups_stay_as_they_are_when_the_topology_changes():
     assert [g.role.value for g in back.spec.groups] == ["encode", "prefill", "decode"]
 
 
-def test_a_busy_frontend_gets_a_render_tier_one_instance_per_prefill():
+def test_a_busy_frontend_gets_a_render_tier_one_instance_per_decode_without_evidence():
     change = propose(spec(), "frontend_cpu")
     check(change.spec)
     render = change.spec.groups[-1]
     assert (render.role, render.count, render.name) == (Role.RENDER, 2, "render")
     assert (change.watch, change.direction) == ("frontend_cpu_share", "down")
+    assert "one per decode or colocated instance" in change.summary
     assert propose(change.spec, "frontend_cpu") is None  # one already
     colocated_tier = propose(colocated(3), "frontend_cpu")
     check(colocated_tier.spec)
     assert colocated_tier.spec.groups[-1].count == 3
     named = spec(groups=[{"name": "render", "role": "prefill"}, {"name": "d", "role": "decode"}])
     assert propose(named, "frontend_cpu").spec.groups[-1].name == "render-tier"
+
+
+@pytest.mark.parametrize(
+    ("groups", "busiest", "share", "count"),
+    [
+        # 1P1D: the decode's render load, 0.9 x 0.8 = 0.72 cores, over half a core each
+        ([{"role": "prefill"}, {"role": "decode"}], 0.9, 0.8, 2),
+        ([{"role": "prefill"}, {"role": "decode"}], 0.9, 0.5, 1),
+        # two decodes: twice the load to take
+        ([{"role": "prefill"}, {"role": "decode", "count": 2}], 0.9, 0.5, 2),
+        ([{"role": "prefill", "count": 3}, {"role": "decode"}], 0.95, 0.3, 1),
+        # a runaway figure is capped
+        ([{"role": "prefill"}, {"role": "decode", "count": 40}], 1.0, 1.0, 16),
+    ],
+)
+def test_a_render_tier_is_sized_from_the_evidence(groups, busiest, share, count):
+    named = [{"name": f"g{i}", **g} for i, g in enumerate(groups)]
+    evidence = {"frontend_cpu_share": busiest, "render_load_share": share}
+    change = propose(spec(groups=named), "frontend_cpu", evidence)
+    check(change.spec)
+    assert change.spec.groups[-1].count == count
+    assert f"{count} render instance(s) (sized to half a core each" in change.summary

@@ -275,3 +275,41 @@ def test_slow_kv_transfer_switches_moriio_to_write_and_ttft_falls(plane, tmp_pat
     measured_under_load(plane, tmp_path, "slow", url, "a", 2, 30, flags)
     after = signal(plane, "slow", "ttft_p99_ms")
     assert moved(before, after, expected_direction(found)), (before, after, found["forecast"])
+
+
+def test_frontend_cpu_adds_a_render_tier_and_the_busiest_frontend_cools(plane, tmp_path):
+    """Long prompts and short answers at ~90 req/s (modelled: the tiny model on an H100,
+    slowed 12x, its API server too: simulator/frontend_clock.py), so the decode's API server
+    runs at a core, tokenizing half the time: the render tier, sized from the evidence, takes
+    the prompts; the busiest frontend after (a render instance or an engine's streaming) is
+    cooler, as the estimate said."""
+    spec = sim(
+        "front",
+        topology="disaggregated",
+        connector="NixlConnector",
+        hardware="h100",
+        time_scale=12,
+        groups=[{"name": "prefill", "role": "prefill"}, {"name": "decode", "role": "decode"}],
+    )
+    url = started(plane, spec)
+    flags = ("--input-len", "1900", "--output-len", "16")
+    found = measured_under_load(plane, tmp_path, "front", url, "b", 7.5, 120, flags, "frontend_cpu")
+    assert found["how"] == "revision" and found["watch"]["signal"] == "frontend_cpu_share"
+    assert found["evidence"]["prompt_side_share"] > 0.25
+    before = signal(plane, "front", "frontend_cpu_share")
+    applied = apply(plane, "front", "frontend_cpu")
+    assert applied["restarted"] is True
+    _, current = plane.api("GET", "/deployments/front")
+    assert current["revision"] == applied["revision"]
+    render = current["spec"]["groups"][-1]
+    assert render["role"] == "render" and render["count"] >= 1
+    units = plane.status("front")
+    assert sorted(units) == sorted(
+        ["decode-0", "prefill-0", "proxy", *(f"render-{i}" for i in range(render["count"]))]
+    )
+    url = f"http://127.0.0.1:{current['ports']['proxy']}"
+    measured_under_load(plane, tmp_path, "front", url, "a", 7.5, 120, flags)
+    after = signal(plane, "front", "frontend_cpu_share")
+    direction = expected_direction(found, planner=False)
+    assert moved(before, after, direction), (before, after, found["forecast"])
+    assert after < 0.8, (before, after)  # no longer a hot frontend

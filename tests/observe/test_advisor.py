@@ -114,3 +114,23 @@ def test_ttft_binding_advice_follows_the_topology():
     assert "stay colocated" in verdict(slow, "ttft_binding").advice
     disagg = verdict({**slow, "topology": "disaggregated"}, "ttft_binding")
     assert disagg.triggered and "decode to prefill" in disagg.advice
+
+
+@pytest.mark.parametrize(
+    ("prompt", "output", "fires"), [(8000, 16, True), (4000, 128, False), (256, 1024, False)]
+)
+def test_a_hot_frontend_gets_a_render_tier_only_where_the_prompt_side_is_worth_it(
+    prompt, output, fires
+):
+    """vLLM's measured costs (domain/frontend_cost.py): the prompt side is 77%, 22% and 0%."""
+    signals = {**BASE, "frontend_cpu_share": 0.95}
+    v = verdict(
+        {**signals, "prompt_tokens_mean": prompt, "output_tokens_mean": output}, "frontend_cpu"
+    )
+    assert v.triggered is fires
+    assert "output_tokens_mean" in v.signals and "prompt_side_share" in v.evidence
+    assert v.evidence["render_load_share"] > v.evidence["prompt_side_share"]
+    if not fires:
+        assert "--api-server-count" in v.advice and "mostly streaming" in v.advice
+    # without the answer length the rule cannot weigh it, and goes by the frontend alone
+    assert verdict(signals, "frontend_cpu").triggered is True

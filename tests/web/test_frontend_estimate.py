@@ -21,7 +21,9 @@ def test_long_prompts_and_short_answers_are_mostly_prompt_side() -> None:
     )
     share = VLLM_API_SERVER.render_share(8000, 16)
     assert 0.7 < share < 0.85 and f"the prompt side is {share:.0%}" in text
-    assert after_cores(text) == pytest.approx(0.9 * share, abs=0.006)  # the render instance
+    load = VLLM_API_SERVER.render_load_share(8000, 16)  # the prompt side and the request's own
+    assert share < load < share + 0.1
+    assert after_cores(text) == pytest.approx(0.9 * load, abs=0.006)  # the render instance
     assert "too little" not in text
 
 
@@ -44,3 +46,24 @@ def test_the_split_itself() -> None:
     cost = FrontendCost(base_ms=2.0, prompt_us=3.0, output_us=300.0)
     assert cost.cpu_ms(1000, 10) == pytest.approx(2.0 + 3.0 + 3.0)
     assert cost.render_share(1000, 10) == pytest.approx(3.0 / 8.0)
+    assert cost.render_load_share(1000, 10) == pytest.approx(5.0 / 8.0)
+    assert cost.scaled(2.0) == FrontendCost(4.0, 6.0, 600.0)
+    assert FrontendCost(0, 0, 0).render_load_share(1000, 10) == 0.0
+
+
+def test_more_render_instances_share_the_prompt_side() -> None:
+    signals = {"prompt_tokens_mean": 8000, "output_tokens_mean": 16, "frontend_cpu_share": 0.9}
+    load = VLLM_API_SERVER.render_load_share(8000, 16)
+    two = frontend_estimate(signals, fronts=1, renders=2)
+    assert "with 2 render instance(s)" in two
+    assert after_cores(two) == pytest.approx(0.9 * load / 2, abs=0.006)
+    # two decodes' requests on one render instance: hotter than either engine was
+    crowded = frontend_estimate(signals, fronts=2, renders=1)
+    assert after_cores(crowded) == pytest.approx(0.9 * load * 2, abs=0.006)
+
+
+def test_a_saturated_api_server_is_a_floor() -> None:
+    signals = {"prompt_tokens_mean": 8000, "output_tokens_mean": 16, "frontend_cpu_share": 1.0}
+    assert "or more: a saturated API server" in frontend_estimate(signals)
+    signals["frontend_cpu_share"] = 0.9
+    assert "saturated" not in frontend_estimate(signals)

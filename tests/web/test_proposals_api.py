@@ -210,12 +210,13 @@ def test_a_viewer_sees_no_apply_button_and_its_post_is_refused_in_the_panel(make
 
 
 def test_a_busy_frontend_is_proposed_a_render_tier_and_applying_adds_the_group(make_client):
-    """Not on stand-ins (their one process also runs the engine, so the rule has no signal):
-    a real engine's frame, its busiest API server at 0.95 of a core."""
+    """An engine's frame with its busiest API server at 0.95 of a core and short answers, so
+    the prompt side (which a render tier takes) is a fair share of that core."""
     client = make_client()
     client.post("/api/deployments", json=nixl_1p1d())
     frame = ttft_bound("pd")
-    frame["engines"] = {**frame["engines"], "cpu_cores_max": 0.95}
+    frame["engines"] = {**frame["engines"], "output_tokens_per_request": 16.0}
+    frame["engines"]["cpu_cores_max"] = 0.95
     observe(client, {"pd": frame})
     found = client.get("/api/deployments/pd/proposals").json()
     p = proposal(found, "frontend_cpu")
@@ -230,4 +231,6 @@ def test_a_busy_frontend_is_proposed_a_render_tier_and_applying_adds_the_group(m
     applied = client.post("/api/deployments/pd/proposals/apply", json=body)
     assert applied.status_code == 200, applied.text
     groups = client.get("/api/deployments/pd").json()["spec"]["groups"]
-    assert [(g["name"], g["role"], g["count"]) for g in groups][-1] == ("render", "render", 1)
+    # 0.95 cores x the render load share at 2,000 in / 16 out (~0.62): two at half a core each
+    assert [(g["name"], g["role"], g["count"]) for g in groups][-1] == ("render", "render", 2)
+    assert "2 render instance(s) (sized to half a core each" in p["summary"]

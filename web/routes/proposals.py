@@ -17,7 +17,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from controller.proposals import PROPOSERS, Change, propose
+from controller.proposals import PROPOSING_RULES, Change, propose
 from controller.switch import StoreRevisions
 from domain.errors import ConfigError, InvalidTransition, PdctlError
 from state.errors import StaleRevision
@@ -44,7 +44,8 @@ def proposals_of(request: Request, store: Store, name: str, window: str) -> dict
     advice = live(request, store, name, window)
     items = []
     for verdict in advice["verdicts"]:
-        change = propose(current.spec, verdict["rule"]) if verdict["triggered"] else None
+        triggered = verdict["triggered"]
+        change = propose(current.spec, verdict["rule"], verdict["evidence"]) if triggered else None
         if change is not None:
             items.append({**_shown(verdict, change, current), "change_obj": change})
     return {"current": current, "advice": advice, "items": items}
@@ -104,8 +105,8 @@ async def apply_proposal(
     the next revision (a running deployment restarts on it). 409 when the deployment has
     moved past `revision` or the verdict no longer holds; 422 for a rule that proposes no
     change here."""
-    if body.rule not in PROPOSERS:
-        known = ", ".join(sorted(PROPOSERS))
+    if body.rule not in PROPOSING_RULES:
+        known = ", ".join(sorted(PROPOSING_RULES))
         raise ConfigError.at(("rule",), f"rule {body.rule!r} proposes no change; these do: {known}")
     current = store.get(name)
     if current.revision != body.revision:
