@@ -86,19 +86,25 @@ class LocalRayCluster:
         self.gcs_port = gcs_port
 
     def start(self) -> LocalRayCluster:
-        self._ray_start(
-            0,
-            self.head,
-            [
-                "--head",
-                f"--port={self.gcs_port}",
-                "--include-dashboard=false",
-                f"--num-cpus={self.head_cpus}",
-                "--num-gpus=0",
-                f"--temp-dir={self.temp_dir}",
-                "--disable-usage-stats",
-            ],
-        )
+        args = [
+            "--head",
+            f"--port={self.gcs_port}",
+            "--include-dashboard=false",
+            f"--num-cpus={self.head_cpus}",
+            "--num-gpus=0",
+            f"--temp-dir={self.temp_dir}",
+            "--disable-usage-stats",
+        ]
+        try:
+            self._ray_start(0, self.head, args)
+        except RuntimeError:
+            # On a busy machine (real vLLM just stopped) the head sometimes times out waiting
+            # for its own GCS ("Failed to get node info: Deadline Exceeded"), as a re-added
+            # worker does: clear what it started and try once more on fresh node ports.
+            self.stop()
+            time.sleep(2.0)
+            index, self._next_index = self._next_index, self._next_index + 1
+            self._ray_start(index, self.head, args)
         return self
 
     def add_worker(self, address: str, gpus: int, resources: dict[str, float] | None = None):
