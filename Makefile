@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 
 # The dashboard on http://127.0.0.1:8000 with the demo (stand-in engine): into an empty
 # database it stores the tiny 'demo' (not started) and starts the simulated trade pair
-# (web/demo_trade.py) under load; a later run adopts the pair and resumes its load.
+# (services/demo/trade.py) under load; a later run adopts the pair and resumes its load.
 run: $(STAMP)
 	@echo "pdctl dashboard: http://127.0.0.1:8000/  (simulated trade: sim-qwen3-colocated vs sim-qwen3-disagg under load, figures after a minute; tiny 'demo': Start, then Run load)"
 	PDCTL_DEMO=1 PDCTL_DEMO_TRADE=1 $(PY) pdctl.py serve --host 127.0.0.1 --port 8000
@@ -75,7 +75,7 @@ bench-bidir: $(STAMP)
 	$(PY) -m benchmarks.bidir_kv
 
 bench-render: $(STAMP)
-	$(PY) -m benchmarks.render_tier
+	$(PY) -m benchmarks.frontend.render_tier
 
 bench-switch: $(STAMP)
 	$(PY) -m benchmarks.bench_switch
@@ -87,7 +87,7 @@ bench-plan-live: $(STAMP)
 	$(PY) -m benchmarks.bench_plan_live
 
 bench-proxy: $(STAMP)
-	$(PY) -m benchmarks.bench_proxy
+	$(PY) -m benchmarks.proxy.bench
 
 # Where each TTFT went: 100 requests through a MoRIIO read pair and a write pair of stand-ins.
 bench-ttft: $(STAMP)
@@ -96,20 +96,20 @@ bench-ttft: $(STAMP)
 # vLLM's own client (`vllm bench serve`, from the real-vLLM venv) and `pdctl bench` against the
 # same stand-ins and workload, direct and through the proxy, at several rates.
 bench-frontend: $(STAMP)
-	$(PY) -m benchmarks.frontend_cpu
+	$(PY) -m benchmarks.frontend.cpu
 
 bench-measure: $(STAMP)
-	$(PY) -m benchmarks.bench_measure
+	$(PY) -m benchmarks.measure.run
 
 # A deployment under `pdctl serve` at 8 req/s for SOAK_MINUTES (default 30): RSS and open file
 # descriptors of every process, sampled; fails when one grows past its bound after warm-up.
 SOAK_MINUTES ?= 30
 soak: $(STAMP)
-	$(PY) -m benchmarks.soak --minutes $(SOAK_MINUTES)
+	$(PY) -m benchmarks.soak.run --minutes $(SOAK_MINUTES)
 
 # The short form CI runs.
 soak-quick: $(STAMP)
-	$(PY) -m benchmarks.soak --quick
+	$(PY) -m benchmarks.soak.run --quick
 
 # Ray against local processes: start-to-serving of a 1P1D, pdctl serve's CPU with 32 instances
 # on 4 Ray nodes (a local cluster on 127.0.0.21-25, about 10 minutes).
@@ -124,7 +124,7 @@ bench-events: $(STAMP)
 # A fault campaign on real processes under load (about 5 minutes); QUICK=1 for the short one.
 # LAYOUT=2p2d: with spares, and last a worker of a local Ray cluster (127.0.0.31-34) lost.
 chaos: $(STAMP)
-	$(PY) -m benchmarks.chaos $(if $(QUICK),--quick) $(if $(LAYOUT),--layout $(LAYOUT))
+	$(PY) -m benchmarks.chaos.campaign $(if $(QUICK),--quick) $(if $(LAYOUT),--layout $(LAYOUT))
 
 # Debian packages some tests use (they skip without them); needs root, as CI has.
 SYSTEM_PACKAGES := docker-compose prometheus chromium wrk tmux

@@ -18,14 +18,14 @@ app = typer.Typer(
 # The modules whose `register(app)` adds verbs, in the order `pdctl --help` lists them.
 VERB_MODULES = (
     "simulator.cli",
-    "simulator.plan_cli",
+    "simulator.plan.cli",
     "connector.cli",
     "bench.cli",
     "controller.cli",
     "web.cli",
     "web.nodes_cli",
-    "terminal.verbs_cli",
-    "terminal.top_cli",
+    "terminal.verbs.cli",
+    "terminal.top.cli",
 )
 
 

@@ -16,7 +16,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 from rich.console import Console
 
-from bench import chat_sessions, target
+from bench import target
 from bench.client import ServerUnreachable
 from bench.config import (
     BenchConfig,
@@ -36,6 +36,7 @@ from bench.report import (
     sweep_table,
 )
 from bench.runner import RunOutcome, run_bench
+from bench.turns import chat_sessions
 from bench.whole_file import write_whole
 
 T = TypeVar("T")

@@ -19,8 +19,8 @@ import aiohttp
 from bench.config import BenchConfig
 from bench.records import RequestRecord
 from bench.sse import NOTHING, LineSplitter, error_message, parse_line, ttft_parts
-from domain.datasets import BenchRequest
 from domain.ttft_parts import PARTS_HEADER
+from domain.workload.datasets import BenchRequest
 
 # PARTS_HEADER: a pdctl proxy adds the TTFT's parts after [DONE]; other servers ignore it
 AFTER_DONE_S = 1.0

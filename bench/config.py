@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from bench.records import ITL_STATS, SloTargets
-from domain.datasets import DATASETS
+from domain.workload.datasets import DATASETS
 
 ENDPOINTS = ("completions", "chat")
 # vllm (the default): the times `vllm bench serve --seed S` offers at, which `pdctl plan`
-# replays too (domain/vllm_arrivals.py); pdctl: free seeded gamma gaps (domain/arrivals.py),
-# whose realized rate over a short run wanders from the one asked for
+# replays too (domain/workload/vllm_arrivals.py); pdctl: free seeded gamma gaps
+# (domain/workload/arrivals.py), whose realized rate over a short run wanders from the one asked for
 ARRIVALS = ("pdctl", "vllm")
 MAX_WORKERS = 64
 

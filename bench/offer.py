@@ -15,7 +15,7 @@ from typing import Protocol
 
 from bench.records import RequestRecord
 from bench.summary import LoopLag, loop_lag
-from domain.datasets import BenchRequest
+from domain.workload.datasets import BenchRequest
 
 LAG_TICK = 0.010
 

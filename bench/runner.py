@@ -1,7 +1,7 @@
 """Running a bench: the dataset, each rate's arrival schedule, the progress bar, rate sweeps.
 
 One rate's load is offered by bench/offer.py from this process, or by worker processes
-(bench/workers.py) with `--workers N`.
+(bench/workers/pool.py) with `--workers N`.
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ from bench.config import BenchConfig
 from bench.offer import LAG_TICK, Sender, run_once, watch_loop_lag
 from bench.records import RequestRecord
 from bench.summary import LoopLag, summarize
-from bench.workers import WorkerLag, WorkerPool
-from domain.arrivals import arrival_times
-from domain.datasets import (
+from bench.workers.pool import WorkerLag, WorkerPool
+from domain.workload.arrivals import arrival_times
+from domain.workload.datasets import (
     BenchRequest,
     multi_turn_requests,
     random_requests,
     shared_prefix_requests,
 )
-from domain.vllm_arrivals import vllm_arrival_times
+from domain.workload.vllm_arrivals import vllm_arrival_times
 
 __all__ = [
     "LAG_TICK",
@@ -117,7 +117,7 @@ async def run_bench(
     """Run every rate of `config.request_rates` in order; `on_request` hears of each finished
     request (`--progress-file`), `on_rate` of the rates measured so far after each one
     (before the next starts). With `config.workers` > 1 the worker processes offer the load
-    (bench/workers.py) and report their requests when each rate ends."""
+    (bench/workers/pool.py) and report their requests when each rate ends."""
     requests = build_requests(config)
     outcomes = []
     async with open_session(config) as session:

@@ -13,7 +13,7 @@ from the shift) and what the dry run would have done, requests sent, completed a
                                    [--phase-a RATE,IN,OUT] [--phase-b RATE,IN,OUT]
                                    [--json out.json]
 
-Measured 2026-12-04 on 2 cores, leading from the arrivals (controller/autopilot_demand.py),
+Measured 2026-12-04 on 2 cores, leading from the arrivals (controller/autopilot/demand.py),
 SLO attainment live / dry-run baseline: default load (shift at 180 s) phase A 76% / 28%, phase
 B 90% / 85%, all 85% / 66%, moves decode -> prefill at 58 s and back at +28 s; --phase-a
 0.9,4500,16 --phase-b 1.0,256,96 --phase-a-s 240 --phase-b-s 240: phase A 97% / 30%, phase B

@@ -15,7 +15,7 @@ The cluster is a local one (harness/owned_cluster.py), apart from the Ray tests'
 127.0.0.24 (GCS 56379, Ray's ports from 57000), workers 127.0.0.21-23 and 127.0.0.25 (flags
 move them). Every process is stopped at the end. Run it in a checkout nobody edits meanwhile:
 a Ray node refuses to start a process once pdctl's sources on disk differ from those `pdctl
-serve` started with (the fingerprint check of controller/ray_host.py).
+serve` started with (the fingerprint check of controller/backends/ray_host.py).
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ import statistics
 import time
 
 from domain import profiles
-from simulator.request import EngineRequest, KVRole
-from simulator.scheduler import Scheduler, SchedulerConfig
-from simulator.timing import TimingModel
-from simulator.virtual import run_engine
+from simulator.engine.request import EngineRequest, KVRole
+from simulator.engine.scheduler import Scheduler, SchedulerConfig
+from simulator.engine.virtual_clock import run_engine
+from simulator.model.timing import TimingModel
 
 MODEL, HARDWARE, TP = "qwen3-235b-a22b-fp8", "mi300x", 4
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from domain.slo import SloTargets
 from harness.processes import running
 from harness.stack import bench, nixl_sim, proxy
-from simulator.planner import EngineFlags, PlanSetup, Workload, parse_config, run
+from simulator.plan.planner import EngineFlags, PlanSetup, Workload, parse_config, run
 
 MODEL, HARDWARE = "llama-3.1-8b", "l40s"
 TIME_SCALE = 2.0

@@ -2,7 +2,7 @@
 
 The server is pinned to core 0 with taskset, the load (this process) to core 1. The baseline,
 measured in the same run and the same way, is a bare aiohttp SSE server with no engine
-(benchmarks/sse_floor.py): the ratio says what the engine model costs on top of HTTP.
+(benchmarks/proxy/sse_floor.py): the ratio says what the engine model costs on top of HTTP.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def main() -> None:
         f"one server on core 0, load on core 1: {STREAMS} streams x {MAX_TOKENS} tokens, "
         f"{DURATION_S:.0f} s"
     )
-    floor = measure(["-m", "benchmarks.sse_floor"])
+    floor = measure(["-m", "benchmarks.proxy.sse_floor"])
     engine = measure(["pdctl.py", "sim"])
     print(f"{'server':<28}{'start s':>9}{'RSS MB':>9}{'tokens/s':>11}{'x floor':>9}")
     for name, (start, rss, rate) in (

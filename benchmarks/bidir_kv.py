@@ -2,7 +2,7 @@
 
 Two NIXL stand-in pairs behind two `pdctl proxy`s, the same everywhere except for
 bidirectional KV (the engines' `bidirectional_kv_xfer`, the proxy's `--bidirectional-kv`),
-each given the same growing-context chat workload (bench/multi_turn.py: turn k = turn k-1 +
+each given the same growing-context chat workload (bench/turns/multi_turn.py: turn k = turn k-1 +
 its real answer + new user text). Printed per turn: the client's TTFT and the prefill's
 prompt tokens computed (vllm:prompt_tokens_by_source{local_compute}) and pulled back
 (external_kv_transfer), as ratios on / off.
@@ -23,7 +23,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from bench.multi_turn import MultiTurnConfig, TurnSummary, run_multi_turn
+from bench.turns.multi_turn import MultiTurnConfig, TurnSummary, run_multi_turn
 from harness.processes import Process, metric_value, running
 from harness.stack import nixl_sim, proxy
 

@@ -1,0 +1,16 @@
+"""The PD proxy (`pdctl proxy`): each request split into a prefill and a decode leg, routed
+within one mode's instance group, measured as the client sees it.
+
+Its rooms, floor by floor (a room imports only rooms below it; tests/test_layers.py):
+
+1. `errors` (the proxy's error tree), `registry/` (MoRIIO's ZMQ registry: messages, trust,
+   the heartbeat table), `http/` (the HTTP/1.1 client to the engines), `kv_config`
+2. `legs/`      pure: rewriting a request into its legs, the client's body, retries,
+                chat on token ids, multi-turn KV
+3. `pool/`      instance groups, pair selection policies, runtime P/D roles
+4. `measure/`   per-request timing, arrivals' demand, interference, the Prometheus export;
+   `settings`   the proxy's settings
+5. `dispatch/`  the legs' I/O: attempts, relay, hold queue, flights, canaries, tiers;
+   `membership` who the proxy routes to beyond its flags
+6. `proxy`      the request path; `api/` its admin, info and OpenAPI routes
+7. `server` (the aiohttp app) and `cli`"""

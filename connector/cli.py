@@ -178,9 +178,9 @@ def proxy(
     ] = 5.0,
 ) -> None:
     """Run the prefill/decode proxy: split, stream, measure."""
-    from connector.admin_token import runtime_dir, write_generated_token
-    from connector.registry_trust import LOOPBACK, Expectations
-    from connector.retry import RetrySettings
+    from connector.api.admin_token import runtime_dir, write_generated_token
+    from connector.legs.retry import RetrySettings
+    from connector.registry.trust import LOOPBACK, Expectations
     from connector.server import ListenError, serve
     from connector.settings import FlagInstance, ProxySettings
 

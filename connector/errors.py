@@ -12,7 +12,8 @@
      |   +- NoInstance          503  no healthy, undrained instance (or pair) for this request
      |   +- HoldRejected        503  hold queue full, or the hold deadline passed
      +- UpstreamError           502  a leg failed; names the leg (prefill|decode) and its instance,
-         |                          and its `cause` (connector/retry.py: refused, reset, status,
+         |                          and its `cause` (connector/legs/retry.py: refused, reset,
+         status,
          |                          garbage, timeout, first_byte) for the retry decision
          +- UpstreamTimeout     502  a leg did not answer in time
 

@@ -1,7 +1,7 @@
 """Who the proxy routes to, beyond its flags: instances that register over ZMQ (a claim,
-routed to only once their /health answers; connector/registry_gate.py decides what to believe)
+routed to only once their /health answers; connector/registry/gate.py decides what to believe)
 and the active /health probes that take instances out of routing and bring them back. The pool
-(connector/instances.py) holds the routing state; this is the I/O around it.
+(connector/pool/instances.py) holds the routing state; this is the I/O around it.
 """
 
 from __future__ import annotations
@@ -11,18 +11,18 @@ import logging
 
 import aiohttp
 
-from connector.instances import Instance, InstancePool
-from connector.metrics import ProxyMetrics
-from connector.pd_roles import RoleReader
-from connector.registry import (
+from connector.measure.metrics import ProxyMetrics
+from connector.pool.instances import Instance, InstancePool
+from connector.pool.pd_roles import RoleReader
+from connector.registry.gate import RegistryGate
+from connector.registry.table import (
     NEW_INTERVAL,
     OLD_INTERVAL,
     Registration,
     RegistryListener,
     RegistryTable,
 )
-from connector.registry_gate import RegistryGate
-from connector.registry_trust import Expectations, SenderAllowlist
+from connector.registry.trust import Expectations, SenderAllowlist
 from connector.settings import ProxySettings
 
 log = logging.getLogger("connector.proxy")  # one log for the proxy's routing decisions

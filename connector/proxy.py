@@ -1,7 +1,8 @@
 """The PD proxy's request path: each request split into a prefill and a decode leg (or
 balanced whole over a colocated group), and measured as the client sees it.
 
-Kept cheap on purpose: one long-lived ClientSession; the legs' I/O (connector/relay.py) forwards
+Kept cheap on purpose: one long-lived ClientSession; the legs' I/O (connector/dispatch/relay.py)
+forwards
 decode SSE bytes untouched and only scans them for event boundaries, token events and usage.
 """
 
@@ -15,11 +16,15 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from connector import canary
-from connector.attempts import Disaggregated
-from connector.bidir_kv import BidirectionalKV
-from connector.client_body import estimate_tokens, parse_client_body, turn_kind
-from connector.encoders import EncoderRing
+from connector.dispatch import canary
+from connector.dispatch.attempts import Disaggregated
+from connector.dispatch.bidir_kv import BidirectionalKV
+from connector.dispatch.encoders import EncoderRing
+from connector.dispatch.flight import Flight, clock
+from connector.dispatch.hold import HoldQueue
+from connector.dispatch.relay import ClientGone, Relay
+from connector.dispatch.render_tier import RenderCollector, RenderTier, legs_of
+from connector.dispatch.request_log import LoggedRequest, RequestLog
 from connector.errors import (
     BadRequest,
     BodyTooSlow,
@@ -28,21 +33,17 @@ from connector.errors import (
     Unavailable,
     UpstreamError,
 )
-from connector.flight import Flight, clock
-from connector.front_request import FrontRequest
-from connector.hold import HoldQueue
-from connector.instances import Instance, InstancePool, Route
-from connector.interference import Interference
-from connector.legs import colocated_bytes
+from connector.http.front_request import FrontRequest
+from connector.http.upstream import UpstreamPool
+from connector.legs.client_body import estimate_tokens, parse_client_body, turn_kind
+from connector.legs.rewrite import colocated_bytes
+from connector.measure.interference import Interference
+from connector.measure.metrics import ProxyMetrics, make_registry
 from connector.membership import Membership
-from connector.metrics import ProxyMetrics, make_registry
-from connector.pd_roles import RoleReader
-from connector.policy import make_policy
-from connector.relay import ClientGone, Relay
-from connector.render_tier import RenderCollector, RenderTier, legs_of
-from connector.request_log import LoggedRequest, RequestLog
+from connector.pool.instances import Instance, InstancePool, Route
+from connector.pool.pd_roles import RoleReader
+from connector.pool.policy import make_policy
 from connector.settings import ProxySettings
-from connector.upstream import UpstreamPool
 from domain.modes import Mode, Role
 from domain.ttft_parts import PARTS_HEADER
 
@@ -80,8 +81,8 @@ class Proxy:
         self.disaggregated = Disaggregated(settings, self.pool, self.relay, self.metrics)
         # NIXL bidirectional KV for multi-turn, when the deployment turned it on
         self.bidir = BidirectionalKV(settings, self.metrics) if settings.bidirectional_kv else None
-        self.roles = RoleReader(self.pool, lambda: self.session)  # connector/pd_roles.py
-        self.encoders = EncoderRing(self.pool)  # E -> P -> D (connector/encoders.py)
+        self.roles = RoleReader(self.pool, lambda: self.session)  # connector/pool/pd_roles.py
+        self.encoders = EncoderRing(self.pool)  # E -> P -> D (connector/dispatch/encoders.py)
         self.registry.register(self.encoders)  # type: ignore[arg-type]
         self.disaggregated.roles = self.membership.roles = self.roles
         self.hold.reprobe = self.membership.reprobe_down
@@ -135,7 +136,7 @@ class Proxy:
             self.metrics.loop_lag = max(0.0, loop.time() - start - interval)
 
     async def _read_body(self, request: web.Request | FrontRequest) -> bytes:
-        if isinstance(request, FrontRequest):  # the proxy's own front (connector/front.py)
+        if isinstance(request, FrontRequest):  # the proxy's own front (connector/http/front.py)
             if request.length > self.settings.max_body_bytes:
                 raise self._too_large()
             if request.body_complete():
@@ -173,7 +174,7 @@ class Proxy:
         flight.ttft_parts = self.settings.ttft_parts
         flight.want_parts = flight.ttft_parts and PARTS_HEADER in request.headers
         marked = canary.mark(request.headers, self.settings.admin_token)
-        is_canary = marked == "canary"  # left out of the SLO figures (connector/canary.py)
+        is_canary = marked == "canary"  # left out of the SLO figures (connector/dispatch/canary.py)
         if marked == "forged":
             self.metrics.canaries["forged"] = self.metrics.canaries.get("forged", 0) + 1
         if not is_canary:
@@ -271,7 +272,8 @@ class Proxy:
             inst.end(load, ok)
 
     def _hung(self, inst: Instance, why: str) -> None:
-        """The watchdog found `inst` hung (connector/relay.py): out at once, with a spare."""
+        """The watchdog found `inst` hung (connector/dispatch/relay.py): out at once, with a
+        spare."""
         self.disaggregated.judge_failed(inst, "first_byte", why)
 
     def _finish(self, flight: Flight, outcome: str, is_canary: bool = False) -> None:

@@ -10,10 +10,10 @@ import os
 
 from aiohttp import web
 
-from connector import admin, openapi
-from connector.info_routes import InfoRoutes
+from connector.api import admin, openapi
+from connector.api.info import InfoRoutes
+from connector.http.read_deadlines import HeadDeadlineSite
 from connector.proxy import PROXY_KEY, RUNNER_KWARGS, Proxy
-from connector.read_deadlines import HeadDeadlineSite
 from connector.settings import ProxySettings
 
 log = logging.getLogger("connector.proxy")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from connector.legs import check_combination
-from connector.policy import POLICIES
-from connector.registry_trust import LOOPBACK, ExpectedInstance, SenderAllowlist
-from connector.retry import RetrySettings
+from connector.legs.retry import RetrySettings
+from connector.legs.rewrite import check_combination
+from connector.pool.policy import POLICIES
+from connector.registry.trust import LOOPBACK, ExpectedInstance, SenderAllowlist
 from domain.slo import SloTargets
 
 
@@ -35,8 +35,10 @@ class ProxySettings:
     prefill: tuple[FlagInstance, ...] = ()
     decode: tuple[FlagInstance, ...] = ()
     instance: tuple[FlagInstance, ...] = ()  # colocated
-    encode: tuple[FlagInstance, ...] = ()  # encoders of E -> P -> D (connector/encoders.py)
-    render: tuple[FlagInstance, ...] = ()  # the render tier (connector/render_tier.py)
+    encode: tuple[
+        FlagInstance, ...
+    ] = ()  # encoders of E -> P -> D (connector/dispatch/encoders.py)
+    render: tuple[FlagInstance, ...] = ()  # the render tier (connector/dispatch/render_tier.py)
     registry_port: int | None = 36367  # None: no registry; 0: any free port
     default_registry_mode: str = "read"  # for registrations without transfer_mode
     heartbeat_scale: float = 1.0  # tests shrink the 3 s / 5 s heartbeat intervals
@@ -64,7 +66,7 @@ class ProxySettings:
     # spare, the request is tried elsewhere and the instance ejected. None: only the leg's
     # silence timeout applies. Apart from decode_timeout: a slow TTFT is not a hang.
     first_byte_timeout: float | None = None
-    retry: RetrySettings = field(default_factory=RetrySettings)  # connector/retry.py
+    retry: RetrySettings = field(default_factory=RetrySettings)  # connector/legs/retry.py
     health_interval: float | None = 5.0  # None: no active health checks
     # A /health answer slower than this counts as a failed probe. Generous: an engine's API
     # server busy tokenizing on a loaded host can stall its event loop for seconds.
@@ -72,7 +74,7 @@ class ProxySettings:
     loop_lag_interval: float = 0.5
     request_log_size: int = 1000
     ttft_parts: bool = True  # split each TTFT into its parts (domain/ttft_parts.py)
-    # NIXL bidirectional KV (connector/turn_kv.py): carry a decode's returned params into the
+    # NIXL bidirectional KV (connector/legs/turn_kv.py): carry a decode's returned params into the
     # conversation's next prefill; they last the decode's decoder_kv_blocks_ttl (480 s: vLLM's
     # VLLM_NIXL_ABORT_REQUEST_TIMEOUT default); at most bidir_max_conversations kept.
     bidirectional_kv: bool = False

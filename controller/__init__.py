@@ -1,0 +1,177 @@
+"""The controller: desired state -> running instances, on a backend (local processes or an
+existing Ray cluster), and the manifests for engines pdctl does not drive (compose, Kubernetes).
+
+Its rooms, floor by floor (a room imports only rooms on floors below it; tests/test_layers.py
+keeps this true):
+
+1. `spec/`       a deployment as an operator writes it (pydantic), and its checks
+2. `launch/`     pure: what runs for a spec (argv, env, ports, placement), secrets masked
+3. `manifests/`  pure: the spec as docker compose and Kubernetes manifests
+   `backends/`   the seam to processes: local spawns under the shim, Ray actors, /proc
+   `clients/`    the seam to HTTP: instances' /health, the proxy's admin API, pair checks
+   `autopilot/`  pure: the P:D ratio autopilot's decision and the capacity it reads
+4. `supervise/`  the process state machine and the asyncio supervisor around it
+5. `switch/`     changing a running deployment: mode switches, their plan, steps, forecast
+                 and record, and runtime role moves
+6. `proposals.py` (the change behind an advisor verdict), `service.py` (the controller as
+   the REST API sees it), `cli.py` (`pdctl run-instance`, `pdctl deploy compose|k8s`)
+
+This module is the door the floors above (services/, web/) use: each name below is imported
+from here, lazily, so that a process which needs one room (the shim, a Ray actor) does not
+load them all.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from controller.autopilot.capacity import capacity_of
+    from controller.autopilot.decide import HOUR_S, Decision, decide, instance_slots, sample
+    from controller.backends.local import ProcessBackend
+    from controller.backends.ray import RayBackend, RayUnreachable
+    from controller.clients.proxy_admin import ProxyAdminClient, ProxyAdminError
+    from controller.launch.child_env import child_environment
+    from controller.launch.cluster_view import NodeView
+    from controller.launch.ports import DEFAULT_RANGE, AllocatedPorts, PortsExhausted, allocate
+    from controller.launch.render import LaunchSettings
+    from controller.launch.stored_spec import StoredSpec
+    from controller.proposals import PROPOSING_RULES, Change, front_instances, propose
+    from controller.service import ControlService
+    from controller.spec.deployment import (
+        CONNECTORS,
+        DeploymentSpec,
+        Engine,
+        InstancePorts,
+        Slug,
+        Topology,
+    )
+    from controller.spec.encode import EC_CONNECTORS, STORAGE_KEY
+    from controller.spec.redact import (
+        UNCHANGED,
+        holds_mask,
+        redact_spec,
+        redact_text,
+        restore_secrets,
+    )
+    from controller.spec.role_switch import instance_roles
+    from controller.spec.timing import timed_spec
+    from controller.spec.validation import given_ports, host_port_busy, validate
+    from controller.supervise.placement_log import PlacementLog
+    from controller.supervise.supervisor import Supervisor, SupervisorSettings
+    from controller.switch.record import IN_PROGRESS, SwitchRecord, from_revision, revision_of
+    from controller.switch.runner import StoreRevisions
+
+# Each exported name -> the module that defines it.
+_EXPORTS = {
+    "AllocatedPorts": "controller.launch.ports",
+    "CONNECTORS": "controller.spec.deployment",
+    "Change": "controller.proposals",
+    "ControlService": "controller.service",
+    "DEFAULT_RANGE": "controller.launch.ports",
+    "Decision": "controller.autopilot.decide",
+    "DeploymentSpec": "controller.spec.deployment",
+    "EC_CONNECTORS": "controller.spec.encode",
+    "Engine": "controller.spec.deployment",
+    "HOUR_S": "controller.autopilot.decide",
+    "IN_PROGRESS": "controller.switch.record",
+    "InstancePorts": "controller.spec.deployment",
+    "LaunchSettings": "controller.launch.render",
+    "NodeView": "controller.launch.cluster_view",
+    "PROPOSING_RULES": "controller.proposals",
+    "PlacementLog": "controller.supervise.placement_log",
+    "PortsExhausted": "controller.launch.ports",
+    "ProcessBackend": "controller.backends.local",
+    "ProxyAdminClient": "controller.clients.proxy_admin",
+    "ProxyAdminError": "controller.clients.proxy_admin",
+    "RayBackend": "controller.backends.ray",
+    "RayUnreachable": "controller.backends.ray",
+    "STORAGE_KEY": "controller.spec.encode",
+    "Slug": "controller.spec.deployment",
+    "StoreRevisions": "controller.switch.runner",
+    "StoredSpec": "controller.launch.stored_spec",
+    "Supervisor": "controller.supervise.supervisor",
+    "SupervisorSettings": "controller.supervise.supervisor",
+    "SwitchRecord": "controller.switch.record",
+    "Topology": "controller.spec.deployment",
+    "UNCHANGED": "controller.spec.redact",
+    "allocate": "controller.launch.ports",
+    "capacity_of": "controller.autopilot.capacity",
+    "child_environment": "controller.launch.child_env",
+    "decide": "controller.autopilot.decide",
+    "from_revision": "controller.switch.record",
+    "front_instances": "controller.proposals",
+    "given_ports": "controller.spec.validation",
+    "holds_mask": "controller.spec.redact",
+    "host_port_busy": "controller.spec.validation",
+    "instance_roles": "controller.spec.role_switch",
+    "instance_slots": "controller.autopilot.decide",
+    "propose": "controller.proposals",
+    "redact_spec": "controller.spec.redact",
+    "redact_text": "controller.spec.redact",
+    "restore_secrets": "controller.spec.redact",
+    "revision_of": "controller.switch.record",
+    "sample": "controller.autopilot.decide",
+    "timed_spec": "controller.spec.timing",
+    "validate": "controller.spec.validation",
+}
+__all__ = [
+    "CONNECTORS",
+    "DEFAULT_RANGE",
+    "EC_CONNECTORS",
+    "HOUR_S",
+    "IN_PROGRESS",
+    "PROPOSING_RULES",
+    "STORAGE_KEY",
+    "UNCHANGED",
+    "AllocatedPorts",
+    "Change",
+    "ControlService",
+    "Decision",
+    "DeploymentSpec",
+    "Engine",
+    "InstancePorts",
+    "LaunchSettings",
+    "NodeView",
+    "PlacementLog",
+    "PortsExhausted",
+    "ProcessBackend",
+    "ProxyAdminClient",
+    "ProxyAdminError",
+    "RayBackend",
+    "RayUnreachable",
+    "Slug",
+    "StoreRevisions",
+    "StoredSpec",
+    "Supervisor",
+    "SupervisorSettings",
+    "SwitchRecord",
+    "Topology",
+    "allocate",
+    "capacity_of",
+    "child_environment",
+    "decide",
+    "from_revision",
+    "front_instances",
+    "given_ports",
+    "holds_mask",
+    "host_port_busy",
+    "instance_roles",
+    "instance_slots",
+    "propose",
+    "redact_spec",
+    "redact_text",
+    "restore_secrets",
+    "revision_of",
+    "sample",
+    "timed_spec",
+    "validate",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'controller' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

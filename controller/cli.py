@@ -35,7 +35,7 @@ def run_instance(
     ] = None,
 ) -> None:
     """Keep one instance: own its output and logs, record its pid and exit (for pdctl serve)."""
-    from controller import shim
+    from controller.backends import shim
 
     if "/" in name or name in ("", ".", ".."):
         raise typer.BadParameter("--name must be a plain name", param_hint="--name")
@@ -79,8 +79,8 @@ def compose(
     ] = None,
 ) -> None:
     """Render docker compose for a GPU node: vLLM (ROCm image), proxy, Prometheus, Grafana."""
-    from controller.compose import compose_yaml, prometheus_yaml, render_compose
-    from controller.k8s_meta import field_path
+    from controller.manifests.compose import compose_yaml, prometheus_yaml, render_compose
+    from controller.manifests.k8s_meta import field_path
 
     if (name is None) == (spec is None):
         typer.echo("pdctl deploy compose: error: give a deployment NAME or --spec FILE", err=True)
@@ -132,8 +132,8 @@ def k8s(
     """Render Kubernetes manifests: engines, the proxy and its Service, a PodMonitor."""
     import ipaddress
 
-    from controller.k8s import PRIVATE_NETWORKS, K8sSettings, manifests_yaml, render_k8s
-    from controller.k8s_meta import field_path
+    from controller.manifests.k8s import PRIVATE_NETWORKS, K8sSettings, manifests_yaml, render_k8s
+    from controller.manifests.k8s_meta import field_path
 
     def fail(message: str) -> typer.Exit:
         typer.echo(f"pdctl deploy k8s: error: {message}", err=True)
@@ -176,10 +176,10 @@ def _spec_and_ports(name: str | None, db: Path, spec: Path | None):
     unsafe_allow honoured: whoever applies the manifests is the cluster's operator)."""
     from pydantic import ValidationError
 
-    from controller.deployment import DeploymentSpec, FieldError, check
-    from controller.k8s_meta import field_path
-    from controller.ports import allocate
-    from controller.validation import engine_problems
+    from controller.launch.ports import allocate
+    from controller.manifests.k8s_meta import field_path
+    from controller.spec.deployment import DeploymentSpec, FieldError, check
+    from controller.spec.validation import engine_problems
 
     if name is not None:
         try:
@@ -204,7 +204,7 @@ def _spec_and_ports(name: str | None, db: Path, spec: Path | None):
 
 def _stored(name: str, db: Path):
     """A stored deployment's spec and ports, read without migrating or writing anything."""
-    from controller.stored_spec import StoredSpec
+    from controller.launch.stored_spec import StoredSpec
     from state.db import create_engine
     from state.errors import NotFound
     from state.store import Store

@@ -3,7 +3,7 @@ applies in one step: a new spec (a different P:D ratio, TP, mode, topology, bidi
 on, a render tier) and how the controller carries it out (`how`):
 
     role_move  one instance changes role at runtime (role_switch on; no restart, 0 lost)
-    switch     a zero-loss read/write mode switch (controller/switch.py)
+    switch     a zero-loss read/write mode switch (controller/switch/runner.py)
     revision   the spec is stored as the next revision; a running deployment restarts on it
 
 Each change names the signal its prediction is about (`watch`) and which way it should move.
@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.deployment import DeploymentSpec, InstanceGroup, Topology
-from controller.role_move import plan_move
-from controller.role_switch_spec import NIXL, instance_roles
+from controller.spec.deployment import DeploymentSpec, InstanceGroup, Topology
+from controller.spec.role_switch import NIXL, instance_roles
+from controller.switch.role_move import plan_move
 from domain.errors import ConfigError
 from domain.frontend_cost import render_instances
 from domain.modes import Mode, Role

@@ -1,6 +1,7 @@
 """The controller as the REST API sees it: lifecycle, status, logs, previews and mode switches
 of stored deployments, every operator action recorded as an event; the cluster's nodes with
-what runs on each, and where each started process was placed (controller/placement_log.py)."""
+what runs on each, and where each started process was placed
+(controller/supervise/placement_log.py)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,17 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from controller.cluster_view import NodeView, cluster_view
-from controller.deployment import DeploymentSpec
-from controller.placement import Node
-from controller.placement_log import PlacementLog
-from controller.ports import AllocatedPorts
-from controller.role_move import RoleMover, plan_move
-from controller.supervisor import Supervisor, SupervisorError
-from controller.switch import (
+from controller.launch.cluster_view import NodeView, cluster_view
+from controller.launch.placement import Node
+from controller.launch.ports import AllocatedPorts
+from controller.spec.deployment import DeploymentSpec
+from controller.spec.validation import engine_problems
+from controller.supervise.placement_log import PlacementLog
+from controller.supervise.supervisor import Supervisor, SupervisorError
+from controller.switch import preview
+from controller.switch.record import IN_PROGRESS, strategy_of
+from controller.switch.role_move import RoleMover, plan_move
+from controller.switch.runner import (
     ACTOR,
     ChangeStore,
     StoreRevisions,
@@ -24,9 +28,6 @@ from controller.switch import (
     SwitchRevisions,
     SwitchRunner,
 )
-from controller.switch_preview import preview
-from controller.switch_record import IN_PROGRESS, strategy_of
-from controller.validation import engine_problems
 from domain.errors import ConfigError, InvalidTransition, Unavailable
 
 log = logging.getLogger("pdctl.controller")
@@ -61,7 +62,7 @@ class ControlService:
         self.placements = placements  # None: where processes were placed is not kept
         # Each proxy's admin token is the supervisor's to keep (one per proxy it started).
         self.switches = SwitchRunner(supervisor, record)
-        self.role_moves = RoleMover(supervisor, record)  # controller/role_move.py
+        self.role_moves = RoleMover(supervisor, record)  # controller/switch/role_move.py
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -190,7 +191,7 @@ class ControlService:
     async def move_role(
         self, name: str, spec: DeploymentSpec, instance: str, role: str, **how: Any
     ) -> dict[str, Any]:
-        """Move one instance between prefill and decode (controller/role_move.py); `how`:
+        """Move one instance between prefill and decode (controller/switch/role_move.py); `how`:
         store, actor, reason, drain_timeout_s."""
         move = plan_move(spec, instance, role)  # the input first: 422s name the field
         if not self.known(name):

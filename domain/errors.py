@@ -4,12 +4,13 @@ control plane turns any of them into JSON, an htmx fragment or a page in one pla
 lives with the code that raises it (in brackets).
 
     PdctlError                   500  anything pdctl itself cannot do
-     +- BenchStartFailed         500  pdctl bench could not be started      [web/bench_runs.py]
+     +- BenchStartFailed         500  pdctl bench could not be started
+                                       [services/bench_runs/runs.py]
      +- BadRequest               400  a malformed header the API reads (If-Match)
-     |   +- HostRefused          400  a Host not allowed without tokens     [web/hosts.py]
+     |   +- HostRefused          400  a Host not allowed without tokens     [web/security/hosts.py]
      +- Unauthorized             401  no token, or an unknown one           [web/errors.py]
      +- Forbidden                403  a viewer asking to change something   [web/errors.py]
-     |   +- CrossOriginRefused   403  a write from another site             [web/csrf.py]
+     |   +- CrossOriginRefused   403  a write from another site             [web/security/csrf.py]
      +- NotFound                 404  no such deployment, revision, instance, switch, run
      |   +- SupervisorError      404  no such supervised deployment or instance [controller]
      +- Conflict                 409  a name taken, a run already going
@@ -27,7 +28,7 @@ lives with the code that raises it (in brackets).
      |   +- RequestInvalid       422  FastAPI's own validation of a request [web/errors.py]
      |   +- TooMany              422  more bench runs than a chart compares [web/routes/bench.py]
      +- TooManyRequests          429  try again later; carries Retry-After
-     |   +- TooManyAttempts      429  failed sign-ins from one address       [web/auth.py]
+     |   +- TooManyAttempts      429  failed sign-ins from one address       [web/security/auth.py]
      |   +- PlannerBusy          429  a plan is running already              [web/routes/plan.py]
      +- UpstreamError            502  a process pdctl drives answered wrongly (a proxy, an engine)
      |   +- ProxyAdminError      502  the proxy's admin API failed          [controller]

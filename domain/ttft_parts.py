@@ -19,7 +19,7 @@ the decode's own figures. The parts add up to the TTFT exactly:
   colocated request, everything after the attempt started.
 
 How a client asks the proxy for its TTFT's parts, and how they come back: one spelling for
-the proxy (connector/flight.py) and `pdctl bench` (bench/sse.py).
+the proxy (connector/dispatch/flight.py) and `pdctl bench` (bench/sse.py).
 """
 
 from __future__ import annotations

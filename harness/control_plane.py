@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from controller import run_state
+from controller.supervise import run_state
 from harness.processes import Process, free_port, http_get, http_post, port_range, reap_instances
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 
 from harness.control_plane import ControlPlane
-from web.demo_trade import COLOCATED_NAME, DISAGG_NAME, TRADE_NAMES
+from services.demo.trade import COLOCATED_NAME, DISAGG_NAME, TRADE_NAMES
 
 DEMO_ENV = {"PDCTL_DEMO": "1", "PDCTL_DEMO_TRADE": "1"}
 TICKS = os.sysconf("SC_CLK_TCK")

@@ -17,7 +17,7 @@ from pathlib import Path
 from harness.control_plane import ControlPlane
 from harness.demo_run import DEMO_ENV, trade_lines, wait_filled
 from harness.processes import ROOT
-from web.demo_trade import TRADE_NAMES
+from services.demo.trade import TRADE_NAMES
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from controller import procfs
+from controller.backends import procfs
 from harness.ray_cluster import (
     GCS_PORT,
     HEAD_ADDRESS,

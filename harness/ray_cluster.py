@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from controller import procfs
+from controller.backends import procfs
 
 RAY = str(Path(sys.executable).with_name("ray"))
 HEAD_ADDRESS = "127.0.0.4"  # Ray rewrites a head on 127.0.0.1 to the host's own IP

@@ -3,7 +3,8 @@ prefill and decode run on different nodes.
 
 It starts a Ray cluster on this machine (a head without GPUs and two workers with 2 GPUs
 declared each, every node on its own loopback address), then `pdctl serve --ray-address` on
-it, creates the cluster demo of web/demo.py through the API and starts it. Ctrl-C stops
+it, creates the cluster demo of services/demo/deployments.py through the API and starts it. Ctrl-C
+stops
 `pdctl serve`, then every process of the cluster, and says whether any was left. Its database,
 run directories and Ray's files live in a temporary folder, removed at the end.
 
@@ -30,7 +31,12 @@ from pathlib import Path
 from harness.owned_cluster import AddressesTaken, ClusterPlan, Worker, owned_cluster
 from harness.processes import ROOT, http_get, http_post
 from harness.ray_cluster import GCS_PORT, HEAD_ADDRESS, PORT_BASE
-from web.demo import DECODE_NODE_RESOURCE, DEMO_NAME, PREFILL_NODE_RESOURCE, cluster_demo_body
+from services.demo.deployments import (
+    DECODE_NODE_RESOURCE,
+    DEMO_NAME,
+    PREFILL_NODE_RESOURCE,
+    cluster_demo_body,
+)
 
 WORKERS = ("127.0.0.2", "127.0.0.3")
 GPUS_PER_WORKER = 2

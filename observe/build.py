@@ -53,7 +53,7 @@ TRACKED_PREFIXES = (
 ENGINE_TRANSFER_SOURCES = ("nixl", "moriio")
 PREFILL_ROLES = ("prefill", "colocated")  # whose prompt tokens are computed, not received
 DECODE_ROLES = ("decode", "colocated")  # whose generated tokens reach the client
-RENDER = "render"  # a render tier instance: all frontend (controller/render_tier_spec.py)
+RENDER = "render"  # a render tier instance: all frontend (controller/spec/render_tier.py)
 # Below this many gaps the moment estimate is too noisy to act on; at 20, a Poisson stream's
 # shape still reads below the advisor's "bursty" line (0.5) about 2% of the time.
 MIN_ARRIVAL_GAPS = 20

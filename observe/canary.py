@@ -1,8 +1,9 @@
 """The correctness canary, pure: is the answer that came through the hand-off the model's own?
 
-Every `canary.interval_s` (controller/canary_spec.py; 30 s by default, 0 off) the control
+Every `canary.interval_s` (controller/spec/canary.py; 30 s by default, 0 off) the control
 plane sends one fixed greedy prompt (temperature 0, ignore_eos, fixed max_tokens) through the
-proxy, marked as a canary (connector/canary.py), and compares the answer token by token with
+proxy, marked as a canary (connector/dispatch/canary.py), and compares the answer token by token
+with
 a reference answer of the same model colocated: the prefill instance that served the canary,
 asked alone, which moves no KV. A mismatch names the pair (from the proxy's answer headers)
 and the first differing token (index, expected, got).

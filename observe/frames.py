@@ -69,13 +69,13 @@ class Arrivals(TypedDict):
     # than 20 gaps, or no spread). The gap ending the window's first arrival counts whole,
     # so load that starts after an idle spell reads bursty.
     burstiness: float | None
-    # Tokens those requests bring, as the proxy judged them at arrival (connector/demand.py):
-    # prompt tokens, and the answer tokens they will cost
+    # Tokens those requests bring, as the proxy judged them at arrival
+    # (connector/measure/demand.py): prompt tokens, and the answer tokens they will cost
     prompt_tokens_per_s: float | None
     output_tokens_per_s: float | None
 
 
-class Interference(TypedDict):  # from the proxy (connector/interference.py)
+class Interference(TypedDict):  # from the proxy (connector/measure/interference.py)
     spikes_per_s: float | None  # token gaps above twice their request's median
     at_prefill_share: float | None  # of those, ended as another request's prefill finished
     #                                 on the same instance (0.0: no spikes)
@@ -196,7 +196,7 @@ class Frame(Requests):
     # The correctness canary's last verdict and counts (observe/canary.py section)
     canary: NotRequired[dict[str, Any]]
     # The P:D autopilot's mode, last decision and move, and its one `line`, while one steers
-    # the deployment (web/autopilot_loop.py section, added through Observer.sections)
+    # the deployment (services/autopilot_loop.py section, added through Observer.sections)
     autopilot: NotRequired[dict[str, Any]]
     windows: NotRequired[dict[str, Headline]]  # every window's headline
 

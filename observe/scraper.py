@@ -109,7 +109,7 @@ class Observer:
         self._pd_events: list[tuple[str, Transition]] = []
         self.canary = CanaryRunner(clock)  # the correctness canary (observe/canary.py)
         # Sections a layer above adds to every frame: key -> f(deployment) -> dict or None
-        # (web/autopilot_loop.py's "autopilot"), so the live frames carry them too.
+        # (services/autopilot_loop.py's "autopilot"), so the live frames carry them too.
         self.sections: dict[str, Callable[[str], dict[str, Any] | None]] = {}
         self._last_point: dict[str, float] = {}
         self._last_prune = 0.0

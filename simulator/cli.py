@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from dataclasses import replace
@@ -13,12 +12,13 @@ from domain import profiles
 from domain.engine_defaults import engine_defaults
 from domain.frontend_cost import FrontendCost
 from domain.start_time import CACHES
-from simulator import stats_log
-from simulator.ec_config import ec_settings
-from simulator.engine_config import EngineConfigError, EngineSettings, parse_kv_transfer_config
-from simulator.frontend_clock import parse_cost
-from simulator.kv_peers import STALE_PEER
-from simulator.render_server import run_render
+from simulator.config.encoder import ec_settings
+from simulator.config.engine import EngineConfigError, EngineSettings, parse_kv_transfer_config
+from simulator.engine import stats_log
+from simulator.kv.peers import STALE_PEER
+from simulator.model.frontend_clock import parse_cost
+from simulator.server.event_loop import use_uvloop
+from simulator.server.render import run_render
 
 # vLLM flags the stand-in accepts and ignores (they change nothing it models), with whether
 # they take a value. Anything else is refused, naming the flag.
@@ -218,7 +218,9 @@ def sim(
             fault_injection=fault_injection,
             kv_stale_peer=_stale_peer(kv_stale_peer),
             moriio_metrics=_moriio_metrics(moriio_metrics),
-            ec=ec_settings(ec_transfer_config, settings.model_profile),  # simulator/ec_config.py
+            ec=ec_settings(
+                ec_transfer_config, settings.model_profile
+            ),  # simulator/config/encoder.py
             log_stats_interval_s=None if disable_log_stats else stats_log.interval_from(os.environ),
         )
         if frontend_cost is not None:
@@ -228,7 +230,7 @@ def sim(
         raise typer.Exit(2) from None
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     try:
-        run_render(settings) if render else run(settings)  # render: simulator/render_server.py
+        run_render(settings) if render else run(settings)  # render: simulator/server/render.py
     except OSError as exc:  # a port taken: say which setting chose it, not a traceback
         typer.echo(
             f"pdctl sim: error: cannot listen ({exc.strerror or exc}); the ports come "
@@ -352,7 +354,7 @@ def _settings(
         kv_hold_timeout_s=_hold_timeout(kv, os.environ),
         defaults_applied=chosen.explain(),
     )
-    from simulator.server import build_scheduler
+    from simulator.server.app import build_scheduler
 
     if (
         build_scheduler(settings).pool.num_blocks * settings.block_size < settings.model_len
@@ -384,8 +386,8 @@ def _hold_timeout(kv, env) -> float:
 def run(settings: EngineSettings) -> None:
     from aiohttp import web
 
-    from simulator.server import create_app
-    from simulator.start_delay import wait_modelled_start
+    from simulator.server.app import create_app
+    from simulator.server.start_delay import wait_modelled_start
 
     use_uvloop()
     print(
@@ -408,12 +410,3 @@ def run(settings: EngineSettings) -> None:
         # with_cancellation); without this only a streaming write would notice.
         handler_cancellation=True,
     )
-
-
-def use_uvloop() -> None:
-    """uvloop halves the per-token CPU of the servers; plain asyncio works too."""
-    try:
-        import uvloop
-    except ImportError:
-        return
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())

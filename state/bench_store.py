@@ -18,7 +18,7 @@ FINISHED = ("done", "failed", "stopped")
 
 
 def snapshot(spec: Any) -> dict[str, Any]:
-    """What about the deployment (a controller.deployment.DeploymentSpec) decides its curve:
+    """What about the deployment (a controller.spec.deployment.DeploymentSpec) decides its curve:
     topology, connector, modes and P:D."""
     count = {role: sum(g.count for g in spec.groups if g.role == role) for role in Role}
     modes = sorted({g.mode.value for g in spec.groups if g.mode is not None})

@@ -6,8 +6,8 @@ cannot interleave between two requests of this server. Each event, once committe
 handed to `publish` (the live hub): one `pdctl serve` per database (web/db_lock.py) means
 every write passes here, so nobody polls the table.
 
-The store knows no spec: it is given the rules (`SpecRules`, controller/stored_spec.py and
-web/admission.py) that read, admit and show one. A stored revision is read back through
+The store knows no spec: it is given the rules (`SpecRules`, controller/launch/stored_spec.py and
+services/admission.py) that read, admit and show one. A stored revision is read back through
 today's rules: one they refuse (NaN or Infinity written before they were refused, a field
 since removed) is `Unreadable`, a 409 naming the field that says to replace it, never a 500;
 it can still be replaced, deleted and listed.
@@ -68,8 +68,8 @@ class Current:
     revision: int
     created_at: datetime
     updated_at: datetime
-    spec: Any  # controller.deployment.DeploymentSpec
-    ports: Any  # controller.ports.AllocatedPorts
+    spec: Any  # controller.spec.deployment.DeploymentSpec
+    ports: Any  # controller.launch.ports.AllocatedPorts
     actor: str
     reason: str | None
     state: str = RevisionState.APPLIED.value

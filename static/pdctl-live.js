@@ -149,7 +149,7 @@
     el.appendChild(line);
   }
 
-  // "Is PD happening?" (observe/pd_check.py; web/pd_banner.py draws the first one)
+  // "Is PD happening?" (observe/pd_check.py; web/views/pd_banner.py draws the first one)
   function pdBanner(pd) {
     var el = document.getElementById("pd-banner");
     if (!el || !pd || !pd.applies) return; // colocated: the page's note stands

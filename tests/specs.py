@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from controller.deployment import DeploymentSpec
+from controller.spec.deployment import DeploymentSpec
 
 
 def nixl_1p1d(name: str = "pd", **over: Any) -> dict:
@@ -67,7 +67,8 @@ EC_STORE = "/tmp/pdctl-ec-test"
 
 
 def epd_1e1p1d(name: str = "epd", **over: Any) -> dict:
-    """Encode -> prefill -> decode on the multimodal stand-in profile (controller/ec_spec.py)."""
+    """Encode -> prefill -> decode on the multimodal stand-in profile
+    (controller/spec/encode.py)."""
     return {
         "name": name,
         "engine": "sim",

@@ -17,54 +17,56 @@ from fastapi import APIRouter, Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from controller.placement_log import PlacementLog
-from controller.process_backend import ProcessBackend
-from controller.render import LaunchSettings
-from controller.service import ControlService
-from controller.supervisor import Supervisor, SupervisorSettings
-from controller.validation import host_port_busy
+from controller import (
+    ControlService,
+    LaunchSettings,
+    PlacementLog,
+    ProcessBackend,
+    Supervisor,
+    SupervisorSettings,
+    host_port_busy,
+)
 from observe.scraper import start_observer
+from services.admission import Admission
+from services.autopilot_loop import AutopilotLoop
+from services.bench_runs.runs import BenchRuns
+from services.demo import deployments as demo
+from services.load import LoadRuns
 from state import db, migrate
 from state.bench_store import BenchStore
 from state.db import create_engine
 from state.hub import Hub
 from state.placement_store import PlacementStore
 from state.store import Store
-from web import demo, errors, left_running
-from web.admission import Admission
-from web.auth import TokenBook
-from web.autopilot_loop import AutopilotLoop
-from web.bench_runs import BenchRuns
-from web.csrf import CrossOriginProtection
+from web import errors, left_running
 from web.deps import current_actor, json_body
 from web.event_relay import event_publisher
-from web.hosts import HostAllowlist, allowed_names
-from web.limits import BodyLimit
-from web.load import LoadRuns
 from web.metrics import LiveCollector, build_registry
+from web.pages import actions as page_actions
+from web.pages import bench as bench_pages
+from web.pages import deployment_forms, login, ttft
+from web.pages import main as pages
 from web.proxy_url import proxy_url
 from web.routes import (
     advice,
     autopilot,
     bench,
-    bench_pages,
     cluster,
-    deployment_forms,
     deployments,
     events,
     kv,
     lifecycle,
     live,
-    login,
     ops,
-    page_actions,
-    pages,
     plan,
     proposals,
     revisions,
     role_moves,
-    ttft,
 )
+from web.security.auth import TokenBook
+from web.security.csrf import CrossOriginProtection
+from web.security.hosts import HostAllowlist, allowed_names
+from web.security.limits import BodyLimit
 from web.settings import Settings, get_settings
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -154,7 +156,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         lambda name: store.get(name).revision,
         partial(proxy_url, app.state),
     )
-    app.state.autopilot = None  # the P:D ratio autopilot (web/autopilot_loop.py)
+    app.state.autopilot = None  # the P:D ratio autopilot (services/autopilot_loop.py)
     app.state.observer = None  # observe/ scrapes what the controller runs, so only with it
     app.state.demo_load = None
     app.state.left_running = ""  # what the CLI prints once the serve stopped

@@ -30,9 +30,10 @@ def serve(
     import uvicorn
     from pydantic import ValidationError
 
-    from web import db_lock, deadlines, serve_logs
+    from web import db_lock, serve_logs
     from web.app import create_app
-    from web.auth import is_loopback
+    from web.security import deadlines
+    from web.security.auth import is_loopback
     from web.settings import Settings
 
     given = {"host": host, "port": port, "db": db, "ray_address": ray_address}
@@ -81,7 +82,7 @@ def _cluster_backend(settings: object) -> object | None:
     address = getattr(settings, "ray_address", None)
     if not address:
         return None
-    from controller.ray_backend import RayBackend, RayUnreachable
+    from controller import RayBackend, RayUnreachable
 
     backend = RayBackend(
         address,

@@ -10,18 +10,18 @@ from fastapi import Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.requests import HTTPConnection
 
-from controller.service import ControlService
+from controller import ControlService
 from domain import finite
 from observe.scraper import Observer
+from services.bench_runs.runs import BenchRuns
+from services.load import LoadRuns
 from state.hub import Hub
 from state.placement_store import PlacementStore
 from state.store import Store
 from web import errors
-from web.auth import ANONYMOUS, COOKIE, Actor, TokenBook, bearer
-from web.bench_runs import BenchRuns
-from web.device import DEVICE_COOKIE
 from web.errors import Forbidden, NotJson, Unauthorized
-from web.load import LoadRuns
+from web.security.auth import ANONYMOUS, COOKIE, Actor, TokenBook, bearer
+from web.security.device import DEVICE_COOKIE
 from web.settings import Settings
 
 

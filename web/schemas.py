@@ -1,4 +1,4 @@
-"""Request and response bodies of the REST API (the spec itself is controller.deployment's)."""
+"""Request and response bodies of the REST API (the spec itself is controller.spec.deployment's)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from controller.deployment import DeploymentSpec, InstancePorts, Slug
-from controller.redact import redact_spec, redact_text
+from controller import DeploymentSpec, InstancePorts, Slug, redact_spec, redact_text
 from domain.finite import json_safe
 from state.models import Event, Revision
 from state.store import Current

@@ -14,7 +14,7 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from controller.ports import DEFAULT_RANGE
+from controller import DEFAULT_RANGE
 
 TokenList = Annotated[list[str], NoDecode]
 
@@ -42,10 +42,11 @@ class Settings(BaseSettings):
     ray_node_ip: str | None = None
     # Stand-in MoRIIO instances' registration heartbeat (vLLM's is 3 s); tests shorten it.
     sim_registration_interval: float | None = Field(None, gt=0)
-    # Store the demo deployment (web/demo.py) when there is none; `make run` sets PDCTL_DEMO=1.
+    # Store the demo deployment (services/demo/deployments.py) when there is none; `make run` sets
+    # PDCTL_DEMO=1.
     demo: bool = False
     # With demo: also store (into an empty store) and start the pair that shows the trade,
-    # and offer load to it while it runs (web/demo_trade.py); `make run` sets
+    # and offer load to it while it runs (services/demo/trade.py); `make run` sets
     # PDCTL_DEMO_TRADE=1. Off by default, so no test starts it unless it asks.
     demo_trade: bool = False
     # observe/: scrape every instance and proxy this often; keep a point per history_step_s.
@@ -65,11 +66,12 @@ class Settings(BaseSettings):
     # forwarded_allow_ips, "*" for any); none by default: the socket's peer is the client.
     forwarded_allow_ips: TokenList = Field(default_factory=list)
     # Host names (any port) answered when no tokens are set; a DNS-rebinding page's requests
-    # carry its own name. Default: the loopback names (web/hosts.py).
+    # carry its own name. Default: the loopback names (web/security/hosts.py).
     allowed_hosts: TokenList = Field(default_factory=list)
-    # A plan's sweep or search starts no run after this many seconds (web/plan_runner.py).
+    # A plan's sweep or search starts no run after this many seconds (services/plan_runner.py).
     plan_deadline_s: float = Field(15.0, gt=0, le=3600)
-    # Seconds a client may take to send a request's head, and then its body (web/deadlines.py).
+    # Seconds a client may take to send a request's head, and then its body
+    # (web/security/deadlines.py).
     header_timeout_s: float = Field(10.0, gt=0, le=3600)
     body_timeout_s: float = Field(30.0, gt=0, le=3600)
 

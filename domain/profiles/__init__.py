@@ -94,7 +94,7 @@ class ModelProfile:
     max_model_len: int
     # A vision encoder (multimodal models only; 0 for text-only ones). An image becomes
     # vision_tokens_per_image prompt tokens (at the profile's stated reference size), each
-    # costing vision_flops_per_token in the encoder (simulator/encoder_time.py).
+    # costing vision_flops_per_token in the encoder (simulator/model/encoder.py).
     vision_params: float = 0.0
     vision_tokens_per_image: int = 0
     vision_flops_per_token: float = 0.0

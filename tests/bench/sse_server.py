@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from domain.tokenizer import count_tokens, output_token_ids, token_text
+from domain.workload.tokenizer import count_tokens, output_token_ids, token_text
 
 
 @dataclass

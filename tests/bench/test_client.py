@@ -10,7 +10,7 @@ import pytest
 from bench.client import BenchClient, ServerUnreachable, fetch_model, open_session
 from bench.config import BenchConfig
 from bench.records import RequestRecord
-from domain.datasets import BenchRequest, Message
+from domain.workload.datasets import BenchRequest, Message
 from tests.bench.sse_server import FakeEngine, serving
 
 

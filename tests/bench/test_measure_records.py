@@ -1,5 +1,5 @@
 """`make bench-measure`'s reading of both clients' result files, and the tokenizer it gives
-vLLM's client (benchmarks/client_records.py, benchmarks/vllm_client.py)."""
+vLLM's client (benchmarks/measure/client_records.py, benchmarks/measure/vllm_client.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 
 from bench.records import RequestRecord
 from bench.report import request_details
-from benchmarks.client_records import Pooled, paired
-from benchmarks.vllm_client import write_standin_tokenizer
-from domain.tokenizer import VOCAB, encode
+from benchmarks.measure.client_records import Pooled, paired
+from benchmarks.measure.vllm_client import write_standin_tokenizer
+from domain.workload.tokenizer import VOCAB, encode
 
 
 def test_pdctl_and_vllm_result_files_pool_alike() -> None:

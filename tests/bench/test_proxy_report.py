@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.proxy_report import Row, against_direct, answered_ttfts, combine, pair, ratios
+from benchmarks.proxy.report import Row, against_direct, answered_ttfts, combine, pair, ratios
 
 
 def _result(p50: float, p99: float, tokens: int = 1000, done: int = 10) -> dict:

@@ -14,7 +14,7 @@ from rich.console import Console
 from bench.config import BenchConfig
 from bench.records import RequestRecord, SloTargets
 from bench.runner import build_requests, run_bench, run_once, watch_loop_lag
-from domain.datasets import BenchRequest, Message
+from domain.workload.datasets import BenchRequest, Message
 from tests.bench.sse_server import FakeEngine, serving
 
 

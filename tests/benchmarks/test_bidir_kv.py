@@ -1,6 +1,6 @@
 """make bench-bidir's pure parts: rounds pooled per turn, the on/off table."""
 
-from bench.multi_turn import TurnSummary
+from bench.turns.multi_turn import TurnSummary
 from benchmarks.bidir_kv import pooled, report
 
 

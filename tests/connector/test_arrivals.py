@@ -7,8 +7,8 @@ import time
 import aiohttp
 import pytest
 
-from connector.demand import ArrivalDemand
-from connector.metrics import ProxyMetrics
+from connector.measure.demand import ArrivalDemand
+from connector.measure.metrics import ProxyMetrics
 from harness.processes import metric_value
 from tests.connector.fakes import FakeEngine, engines, run, running, settings_for
 from tests.connector.test_proxy import post

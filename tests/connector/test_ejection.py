@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from connector.instances import Instance, InstancePool
-from connector.policy import RoundRobin
+from connector.pool.instances import Instance, InstancePool
+from connector.pool.policy import RoundRobin
 from tests.connector.fakes import FakeEngine, completion, engines, run, running, settings_for
 from tests.connector.test_proxy import post
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from connector.flight import MAX_EVENT_BYTES, Flight
+from connector.dispatch.flight import MAX_EVENT_BYTES, Flight
 from tests.connector.fakes import FakeEngine, completion, engines, run, running, settings_for
 from tests.connector.test_proxy import post, sse_events, tokens
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import random
 from itertools import pairwise
 
-from connector.interference import SPIKE_FACTOR, Interference
-from connector.measure import summarize
-from connector.metrics import _observe_gaps
+from connector.measure.interference import SPIKE_FACTOR, Interference
+from connector.measure.metrics import _observe_gaps
+from connector.measure.timing import summarize
 from domain.vllm_metrics import ITL_BUCKETS, BucketHistogram
 
 

@@ -5,7 +5,7 @@ import asyncio
 import socket
 import time
 
-from connector.retry import RetrySettings
+from connector.legs.retry import RetrySettings
 from tests.connector.fakes import FakeEngine, completion, proxied, run, sse_events
 from tests.connector.test_proxy import post, until
 

@@ -4,7 +4,7 @@ continues a conversation; a completion's prompt cannot say."""
 import aiohttp
 import pytest
 
-from connector.client_body import turn_kind
+from connector.legs.client_body import turn_kind
 from harness.processes import metric_value
 from tests.connector.fakes import FakeEngine, engines, run, running, settings_for
 from tests.connector.test_proxy import post

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.deployment import DeploymentSpec
-from controller.placement import Node
+from controller.launch.placement import Node
+from controller.spec.deployment import DeploymentSpec
 
 BLOG_MODEL = "Qwen/Qwen3-235B-A22B-FP8"
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from controller.placement import Addresses, Node
-from controller.process_backend import LOCAL_NODE_ID, PortHolder, ProcessRecord, Where
-from controller.render import LaunchSettings
+from controller.backends.local import LOCAL_NODE_ID, PortHolder, ProcessRecord, Where
+from controller.launch.placement import Addresses, Node
+from controller.launch.render import LaunchSettings
 
 
 class FakeBackend:

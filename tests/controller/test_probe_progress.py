@@ -1,5 +1,5 @@
 """A /health that times out on a process still using CPU is a stall, not a hang
-(controller/probing.py): real processes, read through /proc."""
+(controller/supervise/probing.py): real processes, read through /proc."""
 
 import os
 import signal
@@ -8,8 +8,8 @@ import sys
 import time
 from types import SimpleNamespace
 
-from controller.probing import STALL_LIMIT_S, _made_progress, stall_excused
-from controller.procfs import cpu_demand, cpu_ticks
+from controller.backends.procfs import cpu_demand, cpu_ticks
+from controller.supervise.probing import STALL_LIMIT_S, _made_progress, stall_excused
 
 
 def unit(pid: int, address: str | None = None) -> SimpleNamespace:

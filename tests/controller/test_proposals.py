@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from controller.deployment import DeploymentSpec, check
 from controller.proposals import PROPOSERS, propose
-from controller.role_switch_spec import instance_roles
+from controller.spec.deployment import DeploymentSpec, check
+from controller.spec.role_switch import instance_roles
 from domain.modes import Role
 from tests.controller.factories import mori_blog
 

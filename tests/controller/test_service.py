@@ -5,11 +5,11 @@ import asyncio
 
 import pytest
 
-from controller.ports import allocate
+from controller.launch.ports import allocate
 from controller.service import ControlService
 from domain.errors import ConfigError
 from tests.controller.factories import tiny_pair
-from tests.controller.test_supervisor import Harness
+from tests.controller.supervise.test_supervisor import Harness
 
 
 def test_a_stored_spec_the_allowlists_refuse_is_not_started(tmp_path):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from controller.ports import PortsExhausted
-from controller.proxy_admin import ProxyAdminError
-from controller.supervisor import SupervisorError
-from controller.switch import SwitchBusy
-from controller.switch_plan import SwitchRejected
+from controller.clients.proxy_admin import ProxyAdminError
+from controller.launch.ports import PortsExhausted
+from controller.supervise.supervisor import SupervisorError
+from controller.switch.plan import SwitchRejected
+from controller.switch.runner import SwitchBusy
 from domain import errors
 from state.errors import ChangeInProgress, StaleRevision, Unreadable
 

@@ -10,8 +10,8 @@ import pytest
 
 from bench.records import RequestRecord
 from bench.records import judge as bench_judge
-from connector.measure import judge as proxy_judge
-from connector.measure import summarize
+from connector.measure.timing import judge as proxy_judge
+from connector.measure.timing import summarize
 from domain.slo import (
     DEFAULT_ITL_STAT,
     ItlStat,
@@ -21,8 +21,8 @@ from domain.slo import (
     max_goodput_rate,
     percentile,
 )
-from simulator.cluster import RequestResult
-from simulator.planner import judge as planner_judge
+from simulator.plan.cluster import RequestResult
+from simulator.plan.planner import judge as planner_judge
 
 
 @pytest.mark.parametrize(
@@ -70,7 +70,7 @@ def test_itl_statistics():
 def test_the_default_statistic_is_p99_everywhere():
     assert SloTargets().itl_stat is ItlStat.P99 is DEFAULT_ITL_STAT
     from connector.settings import ProxySettings
-    from simulator.planner import PLAN_SLO
+    from simulator.plan.planner import PLAN_SLO
 
     assert ProxySettings().slo.itl_stat is ItlStat.P99
     assert PLAN_SLO.itl_stat is ItlStat.P99

@@ -19,9 +19,9 @@ import pytest
 from harness.control_plane import ControlPlane
 from harness.demo_run import DEMO_ENV, frame, itl_ratio, trade, wait_filled
 from harness.processes import ROOT, free_port, http_get, http_post, port_range, reap_instances
+from services.demo.deployments import DEMO_NAME
+from services.demo.trade import TRADE_NAMES
 from tests.specs import colocated
-from web.demo import DEMO_NAME
-from web.demo_trade import TRADE_NAMES
 
 pytestmark = pytest.mark.e2e
 # The claim's margin: quiet runs give ~8x (vLLM's ITL buckets put the colocated spikes in

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bench.multi_turn import MultiTurnConfig, run_multi_turn
+from bench.turns.multi_turn import MultiTurnConfig, run_multi_turn
 from harness.control_plane import ControlPlane
 from harness.stack import bench_background, bench_finished, wait_until
 
@@ -283,7 +283,7 @@ def test_slow_kv_transfer_switches_moriio_to_write_and_ttft_falls(plane, tmp_pat
 
 def test_frontend_cpu_adds_a_render_tier_and_the_busiest_frontend_cools(plane, tmp_path):
     """Long prompts and short answers at ~90 req/s (modelled: the tiny model on an H100,
-    slowed 12x, its API server too: simulator/frontend_clock.py), so the decode's API server
+    slowed 12x, its API server too: simulator/model/frontend_clock.py), so the decode's API server
     runs at a core, tokenizing half the time: the render tier, sized from the evidence, takes
     the prompts; the busiest frontend after (a render instance or an engine's streaming) is
     cooler, as the estimate said."""

@@ -12,7 +12,7 @@ import msgpack
 import pytest
 import zmq
 
-from benchmarks.chaos_load import fault_on
+from benchmarks.chaos.load import fault_on
 from harness.control_plane import ControlPlane
 from harness.processes import free_port, http_get, metric_value, running, sim
 from harness.stack import wait_until

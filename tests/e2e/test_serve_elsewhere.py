@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from controller import procfs
+from controller.backends import procfs
 from harness.control_plane import ControlPlane
 from harness.processes import ROOT, Process, http_post, reap_instances
 

@@ -9,9 +9,9 @@ import random
 import pytest
 from prometheus_client import generate_latest
 
-from connector.instances import InstancePool
-from connector.metrics import ProxyMetrics, make_registry
-from connector.policy import make_policy
+from connector.measure.metrics import ProxyMetrics, make_registry
+from connector.pool.instances import InstancePool
+from connector.pool.policy import make_policy
 from observe.build import (
     MIN_ARRIVAL_GAPS,
     DeploymentInfo,

@@ -53,7 +53,7 @@ def test_one_failed_scrape_keeps_a_target_up_two_bring_it_down():
 
 
 def test_a_section_from_above_goes_into_every_windows_frame_and_what_it_publishes():
-    from controller.deployment import DeploymentSpec
+    from controller.spec.deployment import DeploymentSpec
     from observe.scraper import frame_topic
     from tests.specs import nixl_1p1d
 

@@ -126,7 +126,7 @@ def listening_on(address: str) -> list[int]:
 
 def holders(address: str) -> dict[int, str]:
     """What listens on `address`, by port: for the message of a failed check."""
-    from controller import procfs
+    from controller.backends import procfs
 
     found = {}
     for port in listening_on(address):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 
 from domain import profiles
-from simulator.request import EngineRequest, KVRole
-from simulator.scheduler import Scheduler, SchedulerConfig
-from simulator.timing import TimingModel
+from simulator.engine.request import EngineRequest, KVRole
+from simulator.engine.scheduler import Scheduler, SchedulerConfig
+from simulator.model.timing import TimingModel
 
 
 def timing(model: str = "qwen3-235b-a22b-fp8", hardware: str = "mi300x", tp: int = 4):

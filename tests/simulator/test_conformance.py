@@ -39,8 +39,8 @@ def fixture(name: str) -> dict:
 
 
 # The one field the stand-in adds to vLLM's answers: a decode's own figures for its KV transfer
-# (simulator/request.py kv_transfer_stats; vLLM reports none per request), which pdctl's proxy
-# splits the TTFT with. Clients ignore an unknown field; the shapes are compared without it.
+# (simulator/engine/request.py kv_transfer_stats; vLLM reports none per request), which pdctl's
+# proxy splits the TTFT with. Clients ignore an unknown field; the shapes are compared without it.
 STAND_IN_ONLY = "kv_transfer_stats"
 
 

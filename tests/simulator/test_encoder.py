@@ -15,16 +15,21 @@ from aiohttp.test_utils import TestClient, TestServer
 from domain import profiles
 from harness.processes import metric_value
 from simulator.cli import _settings
-from simulator.ec_config import EcConfigError, EcSettings, ec_settings, parse_ec_transfer_config
-from simulator.encoder_stage import EncoderStage, record_bytes, record_path
-from simulator.encoder_time import (
+from simulator.config.encoder import (
+    EcConfigError,
+    EcSettings,
+    ec_settings,
+    parse_ec_transfer_config,
+)
+from simulator.model.encoder import (
     encoder_seconds_per_image,
     image_urls,
     mm_hash,
     placeholder_ids,
 )
-from simulator.openai_request import parse
-from simulator.server import create_app
+from simulator.protocol.request import parse
+from simulator.server.app import create_app
+from simulator.server.encoder_stage import EncoderStage, record_bytes, record_path
 
 VL = "qwen2.5-vl-7b-instruct"
 IMAGE = "data:image/png;base64,iVBORw0KGgo="

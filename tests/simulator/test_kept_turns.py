@@ -1,8 +1,8 @@
 """A decode's blocks kept for a conversation's next turn (bidirectional KV) in the scheduler:
 held for their lease, then freed; freed first, oldest first, when a request needs the room."""
 
-from simulator.request import KVRole, RequestStatus
-from simulator.virtual import run_engine
+from simulator.engine.request import KVRole, RequestStatus
+from simulator.engine.virtual_clock import run_engine
 from tests.simulator.factories import request, scheduler
 
 
@@ -56,8 +56,8 @@ def test_held_entries_of_turns_that_gave_way_are_swept():
     from types import SimpleNamespace
 
     from domain import profiles
-    from simulator.kv_pullback import keep_for_next_turn
-    from simulator.kv_transfer import _Held
+    from simulator.kv.pullback import keep_for_next_turn
+    from simulator.kv.transfer import _Held
 
     s = scheduler(num_gpu_blocks=1000, block_size=16)
     turn = kept("live", 32)

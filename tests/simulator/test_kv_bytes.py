@@ -8,7 +8,7 @@ import pytest
 
 from harness.processes import http_post, running
 from harness.stack import moriio_sim, nixl_sim, proxy, zmq_address
-from simulator.kv_wire import CHUNK, kv_digest, payload_crc
+from simulator.kv.wire import CHUNK, kv_digest, payload_crc
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.processes import http_post, metric_value, running
-from tests.simulator.test_server_handoff import PROMPT, complete, moriio
+from tests.simulator.server.test_app_handoff import PROMPT, complete, moriio
 
 pytestmark = pytest.mark.e2e
 

@@ -15,12 +15,12 @@ from dataclasses import replace
 import aiohttp
 from aiohttp import web
 
-from connector import legs
+from connector.legs import rewrite as legs
 from harness.processes import free_port
-from simulator.block_pool import BlockPool
-from simulator.engine_config import EngineSettings, KVTransferSettings
-from simulator.kv_wire import read_frame, send_frame
-from simulator.server import STATE, SimState, create_app
+from simulator.config.engine import EngineSettings, KVTransferSettings
+from simulator.engine.block_pool import BlockPool
+from simulator.kv.wire import read_frame, send_frame
+from simulator.server.app import STATE, SimState, create_app
 
 PROMPT = list(range(100, 164))  # 64 tokens: four blocks
 
@@ -88,7 +88,8 @@ async def settle(*states: SimState, limit: float = 5.0) -> None:
 
 
 async def pd_request(session, prefill: EngineSettings, decode: EngineSettings, read: bool) -> int:
-    """One request the way `pdctl proxy` sends it (connector/legs.py); the decode's status."""
+    """One request the way `pdctl proxy` sends it (connector/legs/rewrite.py); the decode's
+    status."""
     h = legs.Handoff(
         "moriio",
         "read" if read else "write",

@@ -1,5 +1,5 @@
 """A prefill restarted at the same address while its decode runs on: the decode keeps the old
-engine's agent (simulator/kv_peers.py) and, as released NIXL/MoRIIO do, hangs or fails every
+engine's agent (simulator/kv/peers.py) and, as released NIXL/MoRIIO do, hangs or fails every
 transfer through it; `heal` handshakes again (vLLM with PR 50047)."""
 
 import json
@@ -9,8 +9,8 @@ import urllib.request
 import pytest
 
 from harness.processes import free_port, http_post, metric_value, running, sim
-from simulator.kv_peers import PeerAgents, stale_reply
-from tests.simulator.test_server_handoff import NIXL_PREFILL
+from simulator.kv.peers import PeerAgents, stale_reply
+from tests.simulator.server.test_app_handoff import NIXL_PREFILL
 
 pytestmark = pytest.mark.e2e
 

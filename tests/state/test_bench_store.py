@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from services.bench_runs import compare as bench_compare
 from state.bench_store import BenchStore, snapshot
 from state.db import create_engine
 from tests.specs import colocated, moriio_1p1d, nixl_1p1d, spec
-from web import bench_compare
 from web.errors import NotFound
 
 
@@ -140,7 +140,7 @@ def test_a_run_stopped_part_way_is_a_partial_curve_of_the_rates_it_measured(
 def test_a_run_that_spans_a_switch_says_its_figures_mix_two_revisions(
     store: BenchStore, tmp_path: Path
 ) -> None:
-    from web.bench_runs import BenchRuns, _Active
+    from services.bench_runs.runs import BenchRuns, _Active
 
     revision = {"mori": 1}
     runs = BenchRuns(store, lambda *a, **k: None, lambda name: revision[name])
@@ -168,7 +168,7 @@ def test_a_run_is_finished_in_the_store_before_it_stops_being_current(
 ) -> None:
     """The panel reads the current run and the stored rows from another thread: whenever it
     sees no current run, the row must already say how the run ended."""
-    from web.bench_runs import BenchRuns, _Active
+    from services.bench_runs.runs import BenchRuns, _Active
 
     runs = BenchRuns(store, lambda *a, **k: None)
     seen: list[tuple[str, int | None]] = []

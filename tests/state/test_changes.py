@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from domain.errors import Conflict
+from services.admission import Admission
 from state import migrate
 from state.changes import RevisionState
 from state.db import create_engine
@@ -17,7 +18,6 @@ from state.errors import ChangeInProgress
 from state.models import Event
 from state.store import Store
 from tests.specs import moriio_1p1d, spec
-from web.admission import Admission
 
 
 def admission() -> Admission:

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from controller.ports import AllocatedPorts
+from controller.launch.ports import AllocatedPorts
+from services.admission import Admission
 from state import migrate
 from state.db import create_engine
 from state.store import Store
 from tests.specs import colocated, edited, moriio_1p1d, nixl_1p1d, spec
-from web.admission import Admission
 from web.errors import Conflict
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from terminal.top_format import ASCII
-from terminal.top_view import View, pd_line, render
+from terminal.top.format import ASCII
+from terminal.top.view import View, pd_line, render
 
 RULE = {"window": "10s"}
 

@@ -13,8 +13,12 @@ from websockets.exceptions import ConnectionClosedError
 from websockets.frames import Close
 
 import bench.cli
-from terminal import exits, follow_verbs, lifecycle_verbs, switch_verb, verbs_cli
+from terminal import exits
 from terminal.event_stream import closed_error, ws_url
+from terminal.verbs import cli as verbs_cli
+from terminal.verbs import follow as follow_verbs
+from terminal.verbs import lifecycle as lifecycle_verbs
+from terminal.verbs import switch as switch_verb
 
 RUNNING = {
     "id": "r2", "deployment": "mori", "target": "write", "strategy": "hold", "state": "running",

@@ -12,13 +12,13 @@ import pytest
 from bench.target import with_defaults
 from domain.slo import SloTargets
 from terminal import log_tail, spec_diff, views
-from terminal.apply_verb import report, story
 from terminal.client import describe, problems
 from terminal.polling import TimedOut, poll
 from terminal.readiness import Goal, summary
 from terminal.spec_file import SpecFileError, parse, read_spec
-from terminal.switch_verb import default_strategy
 from terminal.tables import age, cell, table
+from terminal.verbs.apply import report, story
+from terminal.verbs.switch import default_strategy
 
 
 def test_a_spec_reads_from_json_yaml_and_yml(tmp_path: Path) -> None:

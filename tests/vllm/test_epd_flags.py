@@ -12,10 +12,10 @@ import subprocess
 
 import pytest
 
-from controller.deployment import DeploymentSpec, check
-from controller.launch import VLLM_SERVE, LaunchSettings
-from controller.ports import allocate
-from controller.render import render
+from controller.launch import render
+from controller.launch.ports import allocate
+from controller.launch.process import VLLM_SERVE, LaunchSettings
+from controller.spec.deployment import DeploymentSpec, check
 from tests.specs import colocated, epd_1e1p1d, moriio_1p1d
 from tests.vllm import harness
 
@@ -145,7 +145,7 @@ print(json.dumps(out))
 
 def test_on_the_cpu_build_a_consumer_builds_and_a_text_only_encoder_is_refused_as_we_refuse():
     """The tiny Llama is text-only: vLLM builds the rendered prefill (ec_consumer and NIXL) in
-    full, and refuses the rendered encoder with the reason controller/ec_spec.py gives at
+    full, and refuses the rendered encoder with the reason controller/spec/encode.py gives at
     `model` for a text-only profile."""
     python, model = harness.vllm_python(), harness.tiny_model()
     if not python.exists() or not (model / "config.json").exists():

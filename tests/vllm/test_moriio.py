@@ -116,7 +116,7 @@ def heartbeats(python, registrations: list[dict]):
 
 
 def stand_in_config(proc: Process, registry: int) -> dict:
-    """The config pdctl renders for this stand-in's ports (controller/render.py's path)."""
+    """The config pdctl renders for this stand-in's ports (controller/launch/render.py's path)."""
     config = json.loads(proc.args[proc.args.index("--kv-transfer-config") + 1])
     extra, role = config["kv_connector_extra_config"], config["kv_role"]
     ports = kv_config.MoriioPorts(

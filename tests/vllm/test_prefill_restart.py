@@ -2,7 +2,7 @@
 restarted (its process group SIGKILLed, the supervisor starts it again) while requests flow,
 and afterwards every decode still serves the colocated reference's greedy answers: a prefill
 restart wedges no decode (the proxy retries elsewhere; a decode whose transfers keep failing
-through a stale agent is restarted by the controller, controller/stale_peers.py)."""
+through a stale agent is restarted by the controller, controller/supervise/stale_peers.py)."""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ def _clients(folder: Path, template: Path) -> Iterator[MakeClient]:
                 "port_range": (PORTS[0], PORTS[1] - 1),
                 "runtime_dir": folder / f"runs-{len(clients)}",
                 "migrate_on_start": False,
-                # The name TestClient sends as Host (web/hosts.py refuses it otherwise).
+                # The name TestClient sends as Host (web/security/hosts.py refuses it otherwise).
                 "allowed_hosts": ["testserver"],
                 **overrides,
             }

@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 from fastapi.testclient import TestClient
 
-from controller.redact import UNCHANGED
+from controller.spec.redact import UNCHANGED
 from tests.web.conftest import AS_OPERATOR, AS_VIEWER
 from tests.web.form_fields import form_fields
 

@@ -2,7 +2,8 @@
 history), `POST /api/advice` (a signals dict, a bench result or a plan result), and the
 deployment page's advisor panel (a fragment it polls).
 
-Signals come from observe/signals.py, verdicts from observe/advisor.py; each verdict names
+Signals come from observe/advice/signals.py, verdicts from observe/advice/advisor.py; each verdict
+names
 the signals it read and where each came from, or why it is absent."""
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from observe import signals
+from observe.advice import signals
 from observe.frames import WINDOWS
 from observe.scraper import DEFAULT_WINDOW
 from web import htmx
 from web.deps import StoreDep
-from web.live_advice import live
-from web.routes.page_common import PageActor, page_context
 from web.routes.proposals import shown_proposals
+from web.views.live_advice import live
+from web.views.page import PageActor, page_context
 
 router = APIRouter(tags=["advice"])  # under /api, behind a token
 page_router = APIRouter(tags=["pages"], include_in_schema=False)
@@ -41,7 +42,7 @@ def deployment_advice(
 
 
 class SignalsIn(BaseModel):
-    """The advisor's signals (observe/advisor.py); any may be left out."""
+    """The advisor's signals (observe/advice/advisor.py); any may be left out."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 

@@ -1,6 +1,6 @@
 """GET /api/deployments/{name}/autopilot: the P:D ratio autopilot's mode (on, dry-run, off),
 its settings, its last decision with the numbers that drove it, its last move
-(web/autopilot_loop.py)."""
+(services/autopilot_loop.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from web.autopilot_loop import status_line
+from services.autopilot_loop import status_line
 from web.deps import StoreDep
-from web.routes.page_common import PageActor
+from web.views.page import PageActor
 
 router = APIRouter(prefix="/deployments/{name}", tags=["lifecycle"])
 page_router = APIRouter(tags=["pages"], include_in_schema=False)

@@ -10,10 +10,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Query, Request, status
 from pydantic import BaseModel, Field
 
+from services.bench_runs import compare as bench_compare
+from services.bench_runs.request import BenchRequest
 from state.models import BenchRun
 from state.store import Current
-from web import bench_compare
-from web.bench_request import BenchRequest
 from web.deps import Operator, StoreDep, Unavailable, get_bench_runs, get_controller, get_load_runs
 from web.errors import ConfigError, Conflict
 

@@ -12,11 +12,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, Field
 
-from controller.cluster_view import NodeView
+from controller import NodeView
 from state.models import Placement
 from web import htmx
 from web.deps import PlacementsDep, ServiceDep, StoreDep, get_service
-from web.routes.page_common import PageActor, page_context
+from web.views.page import PageActor, page_context
 
 router = APIRouter(tags=["cluster"])  # under /api, behind a token
 page_router = APIRouter(tags=["pages"], include_in_schema=False)

@@ -11,7 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
 
-from controller.deployment import DeploymentSpec
+from controller import DeploymentSpec
 from web.deps import ControllerDep, Operator, Reason, StoreDep, Viewer
 from web.errors import BadRequest, InvalidTransition
 from web.schemas import CloneRequest, DeploymentEdit, DeploymentOut

@@ -1,7 +1,7 @@
 """The KV calculator: a prompt's KV-cache bytes and how long they take to move over the RDMA
 NICs, inside a node (GPU peer-to-peer, or through host memory without it) and over a given
 link, and the hand-off part by part on each path. `GET /api/kv` and the page `/tools/kv`
-answer from simulator/calculator.py."""
+answer from simulator/model/calculator.py."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from domain import profiles
-from simulator.calculator import kv_report
+from simulator.model.calculator import kv_report
 from web import htmx
-from web.deployment_form import errors_at_fields, pydantic_detail
-from web.routes.page_common import PageActor, page_context
+from web.views.form_fields import errors_at_fields, pydantic_detail
+from web.views.page import PageActor, page_context
 
 router = APIRouter(tags=["tools"])  # under /api, behind a token
 page_router = APIRouter(tags=["pages"], include_in_schema=False)

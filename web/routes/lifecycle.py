@@ -7,9 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, status
 from pydantic import BaseModel, ConfigDict, Field
 
-from controller.service import ControlService
-from controller.switch import StoreRevisions
-from controller.switch_record import SwitchRecord, from_revision, revision_of
+from controller import ControlService, StoreRevisions, SwitchRecord, from_revision, revision_of
 from domain.modes import TransferModeName
 from state.models import Revision
 from web.deps import Operator, Reason, ServiceDep, StoreDep

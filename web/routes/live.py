@@ -5,8 +5,8 @@ Messages are JSON text: {"type": "history", "points": [...]}, {"type": "frame", 
 shape in observe/frames.py) and {"type": "event", ...} (as /api/events gives them).
 The token comes as `Authorization: Bearer`, the login cookie, or `?token=` (kept out of the
 logs by web/serve_logs.py). Close codes: 4401 no valid token, 4429 too many unknown
-tokens from this address, 4403 a cross-origin handshake (web/csrf.py), 4421 a Host this
-server does not answer to without tokens (web/hosts.py), 4404 no such deployment, 4400 bad
+tokens from this address, 4403 a cross-origin handshake (web/security/csrf.py), 4421 a Host this
+server does not answer to without tokens (web/security/hosts.py), 4404 no such deployment, 4400 bad
 window, 1013 too many live connections (try again later).
 """
 
@@ -24,10 +24,10 @@ from observe.frames import WINDOWS
 from observe.scraper import DEFAULT_WINDOW, event_topic, frame_topic
 from state.history import History
 from state.hub import encode
-from web.auth import COOKIE, TokenBook, TooManyAttempts, bearer
 from web.deps import HubDep, ObserverDep, StoreDep
-from web.device import DEVICE_COOKIE
 from web.errors import NotFound
+from web.security.auth import COOKIE, TokenBook, TooManyAttempts, bearer
+from web.security.device import DEVICE_COOKIE
 
 router = APIRouter(tags=["live"])  # under /api, behind a token
 ws_router = APIRouter(tags=["live"])

@@ -1,7 +1,7 @@
 """The what-if planner on the dashboard: `POST /api/plan` (JSON) and the page `/plan` (a form,
 the slo_attainment-vs-rate chart, the rows, max_goodput_rate and the calibration).
 
-Anyone who may read may plan: it changes nothing. It is CPU work, so web/plan_runner.py
+Anyone who may read may plan: it changes nothing. It is CPU work, so services/plan_runner.py
 bounds it, one plan runs at a time per server (another gets 429), in a worker thread.
 """
 
@@ -18,13 +18,13 @@ from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 
 from domain import profiles
-from simulator.scenarios import SCENARIOS
+from services.plan_runner import MAX_ROWS, execute
+from services.plan_schema import MAX_PROMPTS, NAMED, PlanRequest
+from simulator.plan.scenarios import SCENARIOS
 from web import htmx
-from web.deployment_form import errors_at_fields, pydantic_detail
 from web.errors import ErrorOut, TooManyRequests
-from web.plan_runner import MAX_ROWS, execute
-from web.plan_schema import MAX_PROMPTS, NAMED, PlanRequest
-from web.routes.page_common import PageActor, page_context
+from web.views.form_fields import errors_at_fields, pydantic_detail
+from web.views.page import PageActor, page_context
 
 router = APIRouter(tags=["plan"])  # under /api, behind a token
 page_router = APIRouter(tags=["pages"], include_in_schema=False)

@@ -4,7 +4,7 @@ change as a diff of the spec, how it is carried out, and the planner's forecast 
 on this deployment's measured workload) and `POST .../proposals/apply` (the change, made from
 the revision it was shown on, audited as an `advisor.apply` event).
 
-The change comes from controller/proposals.py, the forecast from web/proposal_forecast.py; a
+The change comes from controller/proposals.py, the forecast from services/proposal_forecast.py; a
 verdict is read again when applied, so nothing is applied on advice that no longer holds."""
 
 from __future__ import annotations
@@ -17,18 +17,16 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from controller.proposals import PROPOSING_RULES, Change, propose
-from controller.switch import StoreRevisions
+from controller import PROPOSING_RULES, Change, StoreRevisions, propose
 from domain.errors import ConfigError, InvalidTransition, PdctlError
+from services.proposal_forecast import forecast
 from state.errors import StaleRevision
 from state.store import Current, Store
-from web import htmx
+from web import diff, htmx
 from web.deps import Operator, ServiceDep, StoreDep, get_service
-from web.diff import diff
-from web.live_advice import live
-from web.proposal_forecast import forecast
-from web.routes.page_common import PageActor, page_context, require_operator
 from web.schemas import ChangeOut
+from web.views.live_advice import live
+from web.views.page import PageActor, page_context, require_operator
 
 router = APIRouter(prefix="/deployments/{name}", tags=["advice"])
 page_router = APIRouter(tags=["pages"], include_in_schema=False)

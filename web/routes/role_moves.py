@@ -1,5 +1,6 @@
 """/api/deployments/{name}/role-moves: move one running instance between prefill and decode
-without a restart (runtime P/D role switching, controller/role_move.py), as a new revision."""
+without a restart (runtime P/D role switching, controller/switch/role_move.py), as a new
+revision."""
 
 from __future__ import annotations
 

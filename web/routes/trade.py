@@ -1,5 +1,5 @@
-"""The first screen's trade panel (web/trade_panel.py) from the live frames and the advisor:
-the deployments list (web/routes/pages.py) includes it when the demo pair is stored, and
+"""The first screen's trade panel (web/views/trade_panel.py) from the live frames and the advisor:
+the deployments list (web/pages/main.py) includes it when the demo pair is stored, and
 polls its fragment (GET /demo/trade) to keep it live."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from typing import Any
 
 from fastapi import Request
 
+from services.demo.trade import COLOCATED_NAME, DISAGG_NAME
 from state.store import Store
-from web import trade_panel
-from web.demo_trade import COLOCATED_NAME, DISAGG_NAME
 from web.deps import get_observer
-from web.live_advice import live
+from web.views import trade_panel
+from web.views.live_advice import live
 
 WINDOW = "1m"
 

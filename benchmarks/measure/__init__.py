@@ -1,0 +1,2 @@
+"""`make bench-measure`: pdctl bench and vLLM's own `vllm bench serve` against the same
+stand-ins."""

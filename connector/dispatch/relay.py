@@ -1,0 +1,360 @@
+"""The legs' I/O on the request path: the prefill leg's POST, and the leg whose bytes pass
+through to the client as they arrive, under a watchdog that ends a stream gone silent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from connector.dispatch.answers import Answer, DirectPost, aiohttp_post
+from connector.dispatch.flight import Flight, clock
+from connector.errors import ProxyError, UpstreamError, UpstreamTimeout
+from connector.http.client_stream import ChunkedOut, ClientGone, fast_out, open_sse
+from connector.http.upstream import UpstreamPool
+from connector.legs import chat_shape
+from connector.legs.client_body import upstream_failure
+from connector.legs.rewrite import returned_params
+from connector.measure.interference import Interference
+from connector.pool import pd_roles
+from connector.pool.instances import Instance, InstancePool
+from connector.settings import ProxySettings
+
+__all__ = ["ClientGone", "Relay"]
+
+
+class Relay:
+    """Sends the legs over the proxy's one session; every error names the leg and its instance."""
+
+    def __init__(
+        self, settings: ProxySettings, pool: InstancePool, interference: Interference
+    ) -> None:
+        self.settings, self.pool, self.interference = settings, pool, interference
+        self.session: aiohttp.ClientSession | None = None  # the proxy's, set at its startup
+        self.upstream: UpstreamPool | None = None  # the own client, when startup opens it
+        # streaming legs under the silence watchdog (cheaper than aiohttp's per-read timer)
+        self._watched: dict[asyncio.Task, tuple[Flight, Instance]] = {}
+        # told of an instance whose streams all went silent past the first-byte deadline
+        self.on_hung: Callable[[Instance, str], None] = lambda inst, why: None
+        self._prefill_timeout = aiohttp.ClientTimeout(
+            total=settings.prefill_timeout, sock_connect=settings.connect_timeout
+        )
+        self._decode_timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=settings.connect_timeout
+        )
+
+    def client(self) -> aiohttp.ClientSession:
+        """The proxy's session; it opens at the app's startup, and nothing is sent before."""
+        if self.session is None:
+            raise ProxyError("the proxy's client session is not open (the app has not started)")
+        return self.session
+
+    async def watch_silence(self) -> None:
+        """Cancel streaming legs whose upstream has been silent past --decode-timeout; with
+        --first-byte-timeout, find hung instances too (`hung`)."""
+        limit, first = self.settings.decode_timeout, self.settings.first_byte_timeout
+        period = min(1.0, limit / 4, first / 4 if first else 1.0)
+        while True:
+            await asyncio.sleep(period)
+            now = clock()
+            for task, (flight, _) in list(self._watched.items()):
+                if now - flight.last_read > limit and not flight.timed_out:
+                    flight.timed_out = True
+                    task.cancel()
+            if first:
+                self.hung(now, first)
+
+    def hung(self, now: float, first: float) -> None:
+        """An instance is hung when none of its streams has read a byte for `first` s while
+        one of them waits for its first byte that long (write mode: counted from the
+        prefill's answer), or its streams all went silent that long. A busy engine streams
+        its other requests meanwhile, so a slow first byte there is a slow TTFT, not a hang.
+        With a spare, its legs still waiting for their first byte end now (and are retried
+        elsewhere), and the proxy hears of it (`on_hung`)."""
+        latest: dict[str, float] = {}
+        waiting: dict[str, bool] = {}
+        by_url: dict[str, Instance] = {}
+        for flight, inst in self._watched.values():
+            if flight.route is None or flight.route.prefill is None:
+                continue  # colocated: its first byte waits for its own prefill
+            url = inst.url
+            by_url[url] = inst
+            if flight.prepared:
+                latest[url] = max(latest.get(url, 0.0), flight.last_read)
+                continue
+            if (
+                flight.prefill_end is None
+                and flight.route is not None
+                and (flight.route.group == "write")
+            ):
+                continue  # the decode waits for the KV the prefill pushes: the prefill's time
+            since = max(flight.last_read, flight.prefill_end or 0.0)
+            waiting[url] = waiting.get(url, False) or now - since > first
+        for url, inst in by_url.items():
+            silent = now - latest[url] > first if url in latest else waiting.get(url, False)
+            if not silent or not (waiting.get(url) or url in latest):
+                continue
+            if not self.pool.has_spare(inst):
+                continue  # nowhere else to go: the leg's own timeout decides
+            for task, (flight, other) in list(self._watched.items()):
+                if other is inst and not flight.prepared and not flight.timed_out:
+                    flight.timed_out = flight.first_byte_missed = True
+                    task.cancel()
+            self.on_hung(inst, f"no byte on any of its streams for {first:g} s")
+
+    async def prefill(
+        self, inst: Instance, path: str, data: bytes, headers: dict[str, str], flight: Flight
+    ) -> dict[str, Any] | None:
+        """The prefill leg; returns its kv_transfer_params. Errors name the prefill instance."""
+        post = self._post(inst, path, data, headers, self._prefill_timeout)
+        flight.prefill_start = clock()
+        try:
+            async with post as r:
+                raw = await r.read()
+                if r.status != 200:
+                    raise upstream_failure("prefill", inst.url, r.status, raw)
+        except TimeoutError:
+            raise UpstreamTimeout("prefill", inst.url, self.settings.prefill_timeout) from None
+        except aiohttp.ClientError as exc:
+            self._passive_unhealthy(inst, exc)
+            raise UpstreamError(
+                "prefill", inst.url, f"{type(exc).__name__}: {exc}", _cause(exc)
+            ) from None
+        try:
+            answer = json.loads(raw)
+        except (ValueError, RecursionError):
+            answer = None
+        if not isinstance(answer, dict):
+            raise UpstreamError(
+                "prefill",
+                inst.url,
+                f"answered 200 with a body that is not a JSON object: {raw[:60]!r}",
+                "garbage",
+            )
+        flight.prefill_end = clock()
+        return returned_params(answer)
+
+    def _post(
+        self,
+        inst: Instance,
+        path: str,
+        data: bytes,
+        headers: dict[str, str],
+        timeout: aiohttp.ClientTimeout,
+    ) -> contextlib.AbstractAsyncContextManager[Answer]:
+        """One leg's POST: over the proxy's own client when it speaks to that upstream."""
+        upstream = self.upstream
+        headers = {**headers, **pd_roles.headers(inst)}
+        if upstream is not None and upstream.speaks(inst.url):
+            return DirectPost(upstream, inst.url, path, data, headers, timeout.total)
+        return aiohttp_post(self.client(), inst.url + path, data, headers, timeout)
+
+    def _passive_unhealthy(self, inst: Instance, exc: Exception) -> None:
+        # Only when active checks run, or the instance could never come back.
+        if self.settings.health_interval and isinstance(exc, aiohttp.ClientConnectorError):
+            self.pool.set_health(inst, False, f"{type(exc).__name__}: {exc}")
+
+    async def pass_through(
+        self,
+        request: web.Request,
+        leg: str,
+        inst: Instance,
+        data: bytes,
+        headers: dict[str, str],
+        flight: Flight,
+        prefill_task: asyncio.Task | None = None,
+    ) -> web.StreamResponse:
+        """Send the streaming leg and pass its bytes through to the client as they arrive."""
+        post = self._post(
+            inst, flight.leg_path or request.path, data, headers, self._decode_timeout
+        )
+        reshape = (
+            flight.reshape
+        )  # a chat answer from completion legs (connector/legs/chat_shape.py)
+        resp: web.StreamResponse | None = None
+        out: ChunkedOut | None = None  # the fast path to the client, once its head is out
+        task = asyncio.current_task()
+        if task is None:  # aiohttp runs each handler in a task; the watchdog cancels that task
+            raise ProxyError("a streaming leg runs only inside a task")
+        flight.last_read = clock()
+        self._watched[task] = (flight, inst)
+        try:
+            async with post as up:
+                if up.status != 200:
+                    raise upstream_failure(leg, inst.url, up.status, await up.read())
+                if not flight.stream:
+                    raw = await up.read()
+                    flight.end = clock()
+                    if not _read_json_usage(raw, flight):
+                        raise UpstreamError(
+                            leg,
+                            inst.url,
+                            f"answered 200 with a body that is not a JSON object: {raw[:60]!r}",
+                            "garbage",
+                        )
+                    return web.Response(
+                        body=raw if reshape is None else chat_shape.whole(raw),
+                        status=200,
+                        headers={"Content-Type": up.header("Content-Type", "application/json")},
+                    )
+                kind = up.header("Content-Type")
+                if not kind.startswith("text/event-stream"):
+                    raise UpstreamError(
+                        leg,
+                        inst.url,
+                        "answered a streaming request with "
+                        f"Content-Type {kind[:60]!r}, not an event stream",
+                        "garbage",
+                    )
+                scan, read = flight.scan, up.read_some
+                while out is None and (chunk := await read()):
+                    flight.last_read = now = clock()
+                    if reshape is not None:  # whole chat events, scanned as the client gets them
+                        chunk = reshape.chunk(chunk)
+                    scan(chunk, now)
+                    if flight.malformed is not None:  # garbage is never passed on
+                        break
+                    if resp is None:
+                        if prefill_task is not None and prefill_task.done():
+                            _raise_if_failed(prefill_task)
+                        if not flight.token_times and _error_event(chunk):
+                            # an engine's failure (a KV load that failed) before any token:
+                            # nothing reached the client, so the request may go elsewhere
+                            raise UpstreamError(
+                                leg,
+                                inst.url,
+                                f"answered with an error before any token: {chunk[6:200]!r}",
+                                "status",
+                            )
+                        if flight.route is not None and flight.route.prefill is None:
+                            self.interference.prefill_done(inst.url, now)  # it prefilled here
+                        flight.prepared = True
+                        resp = await open_sse(request)
+                    try:
+                        await resp.write(chunk)
+                    except ConnectionError:  # the client's socket, not the upstream's
+                        raise ClientGone from None
+                    if reshape is None:  # reshaped bytes keep to this loop
+                        out = fast_out(request, resp)
+                if out is not None and flight.malformed is None:
+                    await up.stream(flight, out)  # the rest, straight to the client
+                if flight.malformed is not None:
+                    garbage = UpstreamError(
+                        leg,
+                        inst.url,
+                        f"sent an event that is not JSON: {flight.malformed[:60]!r}",
+                        "garbage",
+                    )
+                    if resp is None:
+                        raise garbage
+                    await _stream_error(resp, garbage, flight)
+                    return resp
+                flight.end = clock()
+        except asyncio.CancelledError:
+            if not flight.timed_out:
+                raise
+            task.uncancel()  # the watchdog's cancel, not the client's: answer with a timeout
+            exc: ProxyError = (
+                UpstreamTimeout(leg, inst.url, self.settings.first_byte_timeout or 0, "first_byte")
+                if flight.first_byte_missed
+                else UpstreamTimeout(leg, inst.url, self.settings.decode_timeout)
+            )
+            starved = prefill_task is not None and not prefill_task.done()
+            if resp is None and not flight.first_byte_missed and starved:
+                exc = self._prefill_starved(inst, flight)
+            if resp is None:
+                raise exc from None
+            await _stream_error(resp, exc, flight)
+            return resp
+        except TimeoutError:
+            exc = UpstreamTimeout(leg, inst.url, self.settings.decode_timeout)
+            if resp is None:
+                raise exc from None
+            await _stream_error(resp, exc, flight)
+            return resp
+        except aiohttp.ClientError as exc:
+            self._passive_unhealthy(inst, exc)
+            err = UpstreamError(
+                leg,
+                inst.url,
+                f"{type(exc).__name__}: {exc}"
+                if resp is None
+                else f"failed mid-stream: {type(exc).__name__}",
+                _cause(exc),
+            )
+            if resp is None:
+                raise err from None
+            await _stream_error(resp, err, flight)
+            return resp
+        finally:
+            self._watched.pop(task, None)
+        if resp is None:  # a 200 with an empty stream: answer with an empty event stream
+            flight.prepared = True
+            resp = await open_sse(request)
+        try:
+            # the parts go out with the stream's last chunk: one write, no extra packet
+            await resp.write_eof(flight.parts_comment(clock()) if flight.want_parts else b"")
+        except ConnectionError:
+            raise ClientGone from None
+        return resp
+
+    def _prefill_starved(self, decode: Instance, flight: Flight) -> ProxyError:
+        """Write mode: a decode silent while its prefill has not answered is waiting for the
+        KV the prefill pushes; the prefill is what failed, so the error names it."""
+        prefill = flight.route.prefill if flight.route is not None else None
+        if prefill is None:
+            return UpstreamTimeout("decode", decode.url, self.settings.decode_timeout)
+        return UpstreamError(
+            "prefill",
+            prefill.url,
+            f"no answer within {self.settings.decode_timeout:g} s while the decode leg to "
+            f"{decode.url} waited for its KV",
+        )
+
+
+async def _stream_error(resp: web.StreamResponse, exc: ProxyError, flight: Flight) -> None:
+    """Headers are gone: the error travels as the stream's last event."""
+    flight.status, flight.error = exc.status, exc.message
+    if isinstance(exc, UpstreamError):
+        flight.blamed, flight.cause = exc.instance, exc.cause
+    with contextlib.suppress(ConnectionError):
+        await resp.write(b"data: " + exc.body_bytes() + b"\n\ndata: [DONE]\n\n")
+        await resp.write_eof()
+
+
+def _read_json_usage(raw: bytes, flight: Flight) -> bool:
+    """Read the usage of a whole answer; False when the answer is not a JSON object."""
+    try:
+        answer = json.loads(raw)
+    except (ValueError, RecursionError):
+        return False
+    if not isinstance(answer, dict):
+        return False
+    flight.kv_stats = answer.get("kv_transfer_stats")
+    if flight.answer is not None:  # bidirectional KV: the answer keys the next turn
+        flight.collect(answer)
+    flight.read_usage(answer.get("usage"))
+    return True
+
+
+def _error_event(chunk: bytes) -> bool:
+    """The stream opens with an error event (`data: {"error": ...}`), as vLLM streams a
+    failure; looked at on the first piece only."""
+    head = chunk[:16].replace(b" ", b"")
+    return head.startswith(b'data:{"error"')
+
+
+def _cause(exc: aiohttp.ClientError) -> str:
+    """A client error's retry cause: refused (nothing reached the instance) or reset."""
+    return "refused" if isinstance(exc, aiohttp.ClientConnectorError) else "reset"
+
+
+def _raise_if_failed(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        raise task.exception()  # type: ignore[misc]

@@ -1,0 +1,2 @@
+"""Who the proxy can route to: instance groups by mode, pair selection policies, runtime P/D
+roles."""

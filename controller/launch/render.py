@@ -1,0 +1,379 @@
+"""Pure: what to run for a deployment. One spec renders the exact `vllm serve` argv and env per
+instance, the `pdctl sim` argv for the stand-in (same flags plus its own), and the proxy argv.
+
+Everything is a list of arguments, never a shell string; `command` (shlex-quoted) is only for
+people to read or copy. What the operator sees as "the command" is always the real
+`vllm serve ...` line, whatever actually runs (PROTOCOL.md section 1, ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from connector import kv_config
+from controller.launch.placement import PROXY, Addresses, planned
+from controller.launch.ports import AllocatedPorts
+from controller.launch.process import VLLM_SERVE, Launch, LaunchSettings
+from controller.launch.registry_expect import expected_env
+from controller.launch.render_tier import render_launch
+from controller.spec.bidir import bidirectional
+from controller.spec.deployment import DeploymentSpec, Engine, InstanceGroup, InstancePorts, Role
+from controller.spec.encode import ec_transfer_config
+from controller.spec.role_switch import serving_role
+
+VLLM_CPU_MODULE = ("python", "-m", "vllm.entrypoints.openai.api_server")  # takes --model
+
+
+def render(
+    spec: DeploymentSpec,
+    ports: AllocatedPorts,
+    settings: LaunchSettings | None = None,
+    placed: Addresses | None = None,
+) -> list[Launch]:
+    """The proxy first, then every instance in group order (the start order). `placed`: the
+    node address of each process placed on a cluster (the rest run on this host)."""
+    settings = settings or LaunchSettings()
+    where = placed or Addresses(settings.host)
+    launches = [proxy_launch(spec, ports, settings, where)]
+    # The spec-to-instances step the Kubernetes renderer shares (controller/launch/placement.py).
+    launches += [
+        instance_launch(spec, inst.group, inst.index, ports, settings, where)
+        for inst in planned(spec)
+    ]
+    return launches
+
+
+def preview(
+    spec: DeploymentSpec,
+    ports: AllocatedPorts,
+    settings: LaunchSettings | None = None,
+    placed: Addresses | None = None,
+) -> dict[str, dict[str, Any]]:
+    from controller.launch.engine_defaults import defaults_note
+
+    groups = {f"{g.name}-{i}": g for g in spec.groups for i in range(g.count)}
+    out = {}
+    for launch in render(spec, ports, settings, placed):
+        out[launch.name] = launch.preview()
+        if launch.name in groups:
+            out[launch.name]["defaults"] = defaults_note(spec, groups[launch.name])
+    return out
+
+
+def reach_address(name: str, settings: LaunchSettings, where: Addresses) -> str:
+    """Where others reach process `name`: its node's address, else the host's."""
+    return where.by_name.get(name, settings.host)
+
+
+def bind_address(name: str, settings: LaunchSettings, where: Addresses) -> str:
+    """What an engine binds: its node's address if placed, else this host's (loopback unless
+    the operator says otherwise); never vLLM's default of every interface."""
+    return where.by_name.get(name) or node_address(settings)
+
+
+# Engine instances -------------------------------------------------------------------------
+
+
+def instance_launch(
+    spec: DeploymentSpec,
+    group: InstanceGroup,
+    index: int,
+    ports: AllocatedPorts,
+    settings: LaunchSettings,
+    where: Addresses | None = None,
+) -> Launch:
+    name = f"{group.name}-{index}"
+    where = where or Addresses(settings.host)
+    own = ports.instances[name]
+    if group.role is Role.RENDER and own.http is not None:  # controller/launch/render_tier.py
+        url = f"http://{reach_address(name, settings, where)}:{own.http}"
+        bind = bind_address(name, settings, where)
+        return render_launch(spec, group, name, own, bind, url, settings, sim_flags(spec))
+    flags = engine_flags(spec, group, own, ports.registry, settings, where, name)
+    vllm = [*VLLM_SERVE, spec.model, *flags]
+    if spec.engine == Engine.SIM:
+        argv = [*settings.pdctl_command, "sim", spec.model, *flags, *sim_flags(spec)]
+        if _moriio(spec) and settings.sim_registration_interval is not None:
+            argv += ["--registration-interval", str(settings.sim_registration_interval)]
+    elif settings.vllm_command[-1:] == ("serve",):
+        argv = [*settings.vllm_command, spec.model, *flags]
+    else:
+        argv = [*settings.vllm_command, "--model", spec.model, *flags]
+    if own.http is None:
+        raise ValueError(f"{name} has no HTTP port: allocate the ports first")
+    return Launch(
+        name=name,
+        argv=argv,
+        env=instance_env(spec, group, index, own, where.by_name.get(name)),
+        command=shlex.join(vllm),
+        url=f"http://{reach_address(name, settings, where)}:{own.http}",
+        http_port=own.http,
+        role=serving_role(spec, group, name).value,
+        group=group.name,
+        mode=group.mode.value if group.mode else None,
+        gpus=group.instance_gpus(index),
+        ports=own,
+        registers=_moriio(spec) and group.role is not Role.ENCODE,
+        address=where.by_name.get(name),
+    )
+
+
+def engine_flags(
+    spec: DeploymentSpec,
+    group: InstanceGroup,
+    own: InstancePorts,
+    registry_port: int,
+    settings: LaunchSettings,
+    where: Addresses | None = None,
+    name: str = "",
+) -> list[str]:
+    """vLLM's flags, in the order an operator writes them; the stand-in takes the same."""
+    where = where or Addresses(settings.host)
+    flags = ["--port", str(own.http), "--host", bind_address(name, settings, where)]
+    flags += ["--served-model-name", spec.model, "-tp", str(group.tp)]
+    if group.max_num_seqs is not None:
+        flags += ["--max-num-seqs", str(group.max_num_seqs)]
+    if group.max_num_batched_tokens is not None:
+        flags += ["--max-num-batched-tokens", str(group.max_num_batched_tokens)]
+    if spec.max_model_len is not None:
+        flags += ["--max-model-len", str(spec.max_model_len)]
+    if not prefix_caching(spec) or group.role is Role.ENCODE:  # vLLM turns it off there too
+        flags.append("--no-enable-prefix-caching")
+    config = kv_transfer_config(
+        spec,
+        group,
+        own,
+        registry_port,
+        proxy_ip=reach_address(PROXY, settings, where),
+        host_ip=where.by_name.get(name),
+    )
+    if config is not None and spec.role_switch is not None:  # controller/spec/role_switch.py
+        config["pd_role"] = serving_role(spec, group, name).value
+    if config is not None:
+        flags += ["--kv-transfer-config", json.dumps(config, separators=(",", ":"))]
+    if (ec := ec_transfer_config(spec, group)) is not None:  # controller/spec/encode.py
+        flags += ["--ec-transfer-config", json.dumps(ec, separators=(",", ":"))]
+    return [*flags, *spec.extra_args, *group.extra_args]
+
+
+def node_address(settings: LaunchSettings) -> str:
+    """The address an engine not placed on a cluster binds: the host's."""
+    return settings.bind_host or settings.host
+
+
+def prefix_caching(spec: DeploymentSpec) -> bool:
+    # MoRIIO runs without it unless an operator overrode that with a reason (validation).
+    if _moriio(spec) and not spec.prefix_caching_override_reason:
+        return False
+    return spec.prefix_caching
+
+
+def sim_flags(spec: DeploymentSpec) -> list[str]:
+    """The stand-in's own flags: which model and hardware it plays, and how slowly."""
+    flags = []
+    profile = sim_model_profile(spec.model)
+    if profile is not None:
+        flags += ["--model-profile", profile]
+    if spec.hardware:
+        flags += ["--hardware", spec.hardware]
+    if spec.start_time_scale:
+        flags += ["--start-time-scale", _number(spec.start_time_scale)]
+    return [*flags, "--time-scale", _number(spec.time_scale)]
+
+
+def sim_model_profile(model: str) -> str | None:
+    """The stand-in profile for a model name or Hugging Face id; None when none matches."""
+    from domain import profiles
+
+    return profiles.for_model(model)
+
+
+def kv_transfer_config(
+    spec: DeploymentSpec,
+    group: InstanceGroup,
+    own: InstancePorts,
+    registry_port: int,
+    *,
+    proxy_ip: str,
+    host_ip: str | None = None,
+) -> dict[str, Any] | None:
+    """The --kv-transfer-config of one instance, for each of the six connectors. MoRIIO's
+    proxy_ip is the proxy's node address (where the registry listens), host_ip the instance's
+    own (what it advertises for its handshake and notify ports), given only when placed on a
+    cluster node (on one host vLLM's default, the host's IP, is the same place)."""
+    connector = spec.connector
+    if connector is None or group.role in (Role.COLOCATED, Role.ENCODE):
+        return None
+    extra = {**spec.kv_connector_extra_config, **group.kv_connector_extra_config}
+    if connector == "NixlConnector":
+        # NIXL ignores kv_role (the proxy decides who prefills): kv_both for everyone.
+        # On a CPU-only host vLLM's kv_buffer_device defaults to "cpu" (the platform's).
+        return kv_config.kv_transfer_config("nixl", group.role.value, extra=extra or None)
+    if connector == "MoRIIOConnector":
+        if not (own.http and own.handshake and own.notify):
+            raise ValueError("a MoRIIO instance needs http, handshake and notify ports")
+        moriio = kv_config.MoriioPorts(
+            http_port=own.http,
+            handshake_port=own.handshake,
+            notify_port=own.notify,
+            proxy_ip=proxy_ip,
+            proxy_ping_port=registry_port,
+        )
+        mode = group.mode.value if group.mode else "read"
+        return kv_config.kv_transfer_config(
+            "moriio",
+            group.role.value,
+            mode=mode,
+            moriio=moriio,
+            extra={**extra, "host_ip": host_ip} if host_ip else extra,
+        )
+    # Mooncake, LMCache, P2pNccl, Example: producer on prefill, consumer on decode, each
+    # connector's own settings left to its defaults or to kv_connector_extra_config.
+    config: dict[str, Any] = {
+        "kv_connector": connector,
+        "kv_role": "kv_producer" if group.role == Role.PREFILL else "kv_consumer",
+    }
+    if connector == "ExampleConnector":
+        # Prefill writes KV files, decode reads them: one absolute path both see (a relative
+        # one would land in the launcher's working directory).
+        extra = {"shared_storage_path": f"/tmp/pdctl-kv-{spec.name}", **extra}
+    if extra:
+        config["kv_connector_extra_config"] = extra
+    return config
+
+
+def instance_env(
+    spec: DeploymentSpec,
+    group: InstanceGroup,
+    index: int,
+    own: InstancePorts,
+    address: str | None = None,
+) -> dict[str, str]:
+    """Deployment env, then group env, then what pdctl owns (GPUs, connector ports, mode)."""
+    env = {**spec.env, **group.env}
+    gpus = group.instance_gpus(index)
+    if gpus:
+        env[gpu_env_name(spec)] = ",".join(str(g) for g in gpus)
+    if spec.connector == "NixlConnector" and own.side_channel is not None:
+        if address:  # on a cluster node: the side channel listens there, decode pulls there
+            env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = address
+        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(own.side_channel)
+    if _moriio(spec) and group.mode is not None:
+        # vLLM 0.32 reads read_mode from the config; older vLLM (the blog's 0.16) only this.
+        env.update(kv_config.kv_env("moriio", group.mode.value))
+    return env
+
+
+def gpu_env_name(spec: DeploymentSpec) -> str:
+    """ROCm picks GPUs by HIP_VISIBLE_DEVICES: AMD hardware, or MoRIIO (AMD only)."""
+    amd = (spec.hardware or "").lower().startswith("mi") or _moriio(spec)
+    return "HIP_VISIBLE_DEVICES" if amd else "CUDA_VISIBLE_DEVICES"
+
+
+# The proxy --------------------------------------------------------------------------------
+
+
+def proxy_launch(
+    spec: DeploymentSpec,
+    ports: AllocatedPorts,
+    settings: LaunchSettings,
+    where: Addresses | None = None,
+) -> Launch:
+    where = where or Addresses(settings.host)
+    argv = [*settings.pdctl_command, *proxy_args(spec, ports, settings, where)]
+    # MoRIIO instances register themselves: the proxy accepts only the ones launched here.
+    handover = expected_env(spec, ports, engine_addresses(settings, where)) if _moriio(spec) else {}
+    return Launch(
+        name=PROXY,
+        argv=argv,
+        env={},
+        handover=handover,
+        command=shlex.join(["pdctl", *argv[len(settings.pdctl_command) :]]),
+        url=f"http://{reach_address(PROXY, settings, where)}:{ports.proxy}",
+        http_port=ports.proxy,
+        address=where.by_name.get(PROXY),
+    )
+
+
+def engine_addresses(settings: LaunchSettings, where: Addresses) -> Addresses:
+    """Where each engine listens (what a MoRIIO registration from it names)."""
+    return Addresses(node_address(settings), where.by_name)
+
+
+def proxy_args(
+    spec: DeploymentSpec,
+    ports: AllocatedPorts,
+    settings: LaunchSettings,
+    where: Addresses | None = None,
+) -> list[str]:
+    where = where or Addresses(settings.host)
+    args = ["proxy", "--port", str(ports.proxy)]
+    if bind := where.by_name.get(PROXY) or settings.bind_host:
+        args += ["--host", bind]
+    colocated = spec.connector is None
+    if colocated:
+        args += ["--mode", "colocated", "--registry-port", "-1"]
+    elif _moriio(spec):
+        # Instances register themselves over ZMQ, each into the group of its mode.
+        args += ["--connector", "moriio", "--registry-port", str(ports.registry)]
+        for allowed in settings.registry_allow:
+            args += ["--registry-allow", allowed]
+    else:
+        # NIXL, and the connectors whose hand-off has NIXL's shape (kv_transfer_params
+        # returned by prefill, relayed to decode), in read mode; no registry.
+        args += ["--connector", "nixl", "--mode", "read", "--registry-port", "-1"]
+    args += [
+        "--policy",
+        spec.proxy.policy,
+        "--hold-queue",
+        str(spec.proxy.hold_queue),
+        "--hold-deadline",
+        _number(spec.proxy.hold_deadline_s),
+    ]
+    for flag, value in (
+        ("--prefill-timeout", spec.proxy.prefill_timeout_s),
+        ("--decode-timeout", spec.proxy.decode_timeout_s),
+        ("--first-byte-timeout", spec.proxy.first_byte_timeout_s),
+        ("--retry-attempts", spec.proxy.retry_attempts),
+        ("--retry-deadline", spec.proxy.retry_deadline_s),
+        ("--retry-budget-ratio", spec.proxy.retry_budget_ratio),
+        ("--eject-max-share", spec.proxy.eject_max_share),
+    ):
+        if value is not None:
+            args += [flag, _number(value)]
+    slo = spec.slo
+    for flag, value in (
+        ("--slo-ttft-ms", slo.ttft_ms),
+        ("--slo-itl-ms", slo.itl_ms),
+        ("--slo-tpot-ms", slo.tpot_ms),
+    ):
+        if value is not None:
+            args += [flag, _number(value)]
+    args += ["--itl-slo-stat", slo.itl_stat]
+    if (bidir := bidirectional(spec)).enabled:  # controller/spec/bidir.py
+        args += ["--bidirectional-kv", "--kv-blocks-ttl", _number(bidir.ttl_s)]
+    # MoRIIO prefills and decodes register themselves; encoders and render instances never do.
+    for group in spec.groups:
+        if _moriio(spec) and group.role not in (Role.ENCODE, Role.RENDER):
+            continue
+        for i in range(group.count):
+            name = f"{group.name}-{i}"
+            flag = {
+                "prefill": "--prefill",
+                "decode": "--decode",
+                "encode": "--encode",
+                "render": "--render",
+            }.get(serving_role(spec, group, name).value, "--instance")
+            address = reach_address(name, settings, where)
+            args += [flag, f"http://{address}:{ports.instances[name].http}"]
+    return [*args, *settings.proxy_extra_args]
+
+
+def _moriio(spec: DeploymentSpec) -> bool:
+    return spec.connector == "MoRIIOConnector"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)

@@ -1,0 +1,388 @@
+"""A PD deployment as an operator describes it: the desired state pdctl stores and reconciles.
+
+Pure pydantic models. Field shapes are checked by pydantic; the rules that relate fields to
+each other are checked by `check(spec)`, each error located at the field it is about (the API
+turns both into 422s naming the field). Checks that need the world (other deployments, busy
+host ports, operator settings) live in controller/spec/validation.py.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+from controller.spec.autopilot import Autopilot, check_autopilot
+from controller.spec.bidir import check_bidirectional
+from controller.spec.canary import CanaryConfig
+from controller.spec.encode import EcTransfer, check_encode
+from controller.spec.field_error import FieldError
+from controller.spec.kv_extra import KvExtra, check_keys
+from controller.spec.placement import NodeSelector, Placement, check_placement
+from controller.spec.render_tier import check_render_tier
+from controller.spec.role_switch import RoleSwitch, check_role_switch
+from domain import modes
+from domain.modes import Connector, Mode, Role
+
+Slug = Annotated[
+    str, StringConstraints(max_length=40, pattern=r"^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$")
+]
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+# The names a spec may give, and those whose instances run in a read or write mode fixed at
+# start: domain/modes.py's, as plain strings (the spec stores the name vLLM reads).
+CONNECTORS = tuple(c.value for c in Connector)
+MODE_CONNECTORS = frozenset(c.value for c in modes.MODE_CONNECTORS)
+ENCODE = Role.ENCODE  # an encode group moves no KV (controller/spec/encode.py)
+# Flags pdctl renders itself; an operator's extra args may not set them.
+OWNED_FLAGS = frozenset(
+    {
+        "--port",
+        "--host",
+        "--served-model-name",
+        "--kv-transfer-config",
+        "--ec-transfer-config",
+        "-tp",
+        "--tensor-parallel-size",
+        "--max-num-seqs",
+        "--max-num-batched-tokens",
+        "--max-model-len",
+        "--enable-prefix-caching",
+        "--no-enable-prefix-caching",
+        "--model",
+        "--hardware",
+        "--model-profile",
+        "--time-scale",
+        "--start-time-scale",
+    }
+)
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+ExtraArg = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+
+
+class Engine(enum.StrEnum):
+    VLLM = "vllm"
+    SIM = "sim"
+
+
+class Topology(enum.StrEnum):
+    COLOCATED = "colocated"
+    DISAGGREGATED = "disaggregated"
+
+
+class _Strict(BaseModel):
+    # No NaN or infinity anywhere: JSON bodies may carry them (Python's json reads Infinity),
+    # and a stored infinite number breaks every page and command that formats it.
+    model_config = ConfigDict(extra="forbid", use_enum_values=False, allow_inf_nan=False)
+
+
+class InstancePorts(_Strict):
+    """One instance's ports; any left out are allocated from the deployment's range."""
+
+    http: Port | None = None
+    handshake: Port | None = None  # MoRIIO handshake base (one port per TP rank)
+    notify: Port | None = None  # MoRIIO notify base (one port per TP rank)
+    side_channel: Port | None = None  # NIXL side channel
+
+
+class InstanceGroup(_Strict):
+    name: Slug
+    role: Role
+    count: int = Field(1, ge=1, le=64)
+    tp: int = Field(1, ge=1, le=64)
+    gpus: list[Annotated[int, Field(ge=0, le=1023)]] = Field(default_factory=list, max_length=1024)
+    mode: Mode | None = None
+    ports: list[InstancePorts] = Field(default_factory=list, max_length=64)
+    max_num_seqs: int | None = Field(None, ge=1, le=65536)
+    max_num_batched_tokens: int | None = Field(None, ge=1, le=1 << 20)
+    extra_args: list[ExtraArg] = Field(default_factory=list, max_length=64)
+    env: dict[EnvName, Annotated[str, StringConstraints(max_length=4096)]] = Field(
+        default_factory=dict, max_length=64
+    )
+    placement: Placement | None = None  # on a cluster: which nodes, GPUs per instance
+    # Over the deployment's kv_connector_extra_config for this group's instances.
+    kv_connector_extra_config: KvExtra = Field(default_factory=dict)
+
+    def instance_gpus(self, index: int) -> list[int]:
+        return self.gpus[index * self.tp : (index + 1) * self.tp]
+
+
+class SloTargets(_Strict):
+    ttft_ms: float | None = Field(1000.0, gt=0, le=3_600_000)  # at most an hour
+    itl_ms: float | None = Field(50.0, gt=0, le=600_000)
+    tpot_ms: float | None = Field(None, gt=0, le=600_000)
+    itl_stat: str = Field("p99", pattern=r"^(mean|p99|max)$")
+
+
+class ProxyConfig(_Strict):
+    port: Port | None = None
+    registry_port: Port | None = None
+    policy: str = Field("round-robin", pattern=r"^(round-robin|least-tokens)$")
+    hold_queue: int = Field(256, ge=0, le=100_000)
+    hold_deadline_s: float = Field(30.0, gt=0, le=3600)
+    # How long the proxy waits on a leg before failing the request with a 502 naming it:
+    # the whole prefill leg, and the longest silence in a decode stream. None: 120 s each.
+    prefill_timeout_s: float | None = Field(None, gt=0, le=3600)
+    decode_timeout_s: float | None = Field(None, gt=0, le=3600)
+    # Retries and ejection (connector/legs/retry.py; None: the proxy's defaults). A decode with no
+    # first byte within first_byte_timeout_s while it streams nothing else is hung.
+    first_byte_timeout_s: float | None = Field(None, gt=0, le=3600)
+    retry_attempts: int | None = Field(None, ge=1, le=10)
+    retry_deadline_s: float | None = Field(None, gt=0, le=3600)
+    retry_budget_ratio: float | None = Field(None, ge=0, le=1)
+    eject_max_share: float | None = Field(None, gt=0, le=1)
+    node: NodeSelector | None = None  # on a cluster: where the proxy runs (None: our node)
+
+
+def _model_name(model: str) -> str:
+    if model.startswith("-"):
+        raise ValueError("a model name may not start with '-': the engine would read it as a flag")
+    if any(c.isspace() or not c.isprintable() for c in model):
+        raise ValueError("a model name may not contain whitespace, newlines or control characters")
+    return model
+
+
+ModelName = Annotated[
+    str, StringConstraints(min_length=1, max_length=200), AfterValidator(_model_name)
+]
+FlagName = Annotated[str, StringConstraints(pattern=r"^--?[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")]
+
+
+class UnsafeAllow(_Strict):
+    """An operator's audited exception to the engine allowlists (controller/spec/engine_flags.py,
+    controller/spec/engine_env.py) for this deployment: the exact env names and flags, and why.
+    Honoured only on a host whose operator setting allow_code_env is on; stored with the spec,
+    so every revision and diff shows it."""
+
+    env: list[EnvName] = Field(default_factory=list, max_length=16)
+    args: list[FlagName] = Field(default_factory=list, max_length=16)
+    reason: Annotated[str, StringConstraints(min_length=10, max_length=500)]
+
+    def summary(self) -> str:
+        """One line for events: what is let through and why."""
+        return f"{', '.join([*self.env, *self.args])} ({self.reason})"
+
+
+class DeploymentSpec(_Strict):
+    name: Slug
+    engine: Engine = Engine.SIM
+    model: ModelName
+    hardware: str | None = Field(None, max_length=64)  # the stand-in's hardware profile
+    topology: Topology
+    connector: str | None = None
+    groups: list[InstanceGroup] = Field(min_length=1, max_length=16)
+    proxy: ProxyConfig = Field(default_factory=ProxyConfig)
+    slo: SloTargets = Field(default_factory=SloTargets)
+    canary: CanaryConfig = Field(default_factory=CanaryConfig)  # controller/spec/canary.py
+    max_model_len: int | None = Field(None, ge=16, le=1 << 21)
+    prefix_caching: bool = True
+    # MoRIIO runs without prefix caching in every published setup; keeping it needs a reason.
+    prefix_caching_override_reason: str | None = Field(None, max_length=500)
+    extra_args: list[ExtraArg] = Field(default_factory=list, max_length=64)
+    env: dict[EnvName, Annotated[str, StringConstraints(max_length=4096)]] = Field(
+        default_factory=dict, max_length=64
+    )
+    time_scale: float = Field(1.0, gt=0, le=1000)  # stand-in only
+    # Stand-in only: ports open after the modelled start (domain/start_time.py) x time_scale x it
+    start_time_scale: float = Field(0.0, ge=0, le=1000)
+    # Merged into --kv-transfer-config's kv_connector_extra_config of prefill and decode
+    # instances, e.g. ExampleConnector's shared_storage_path or NIXL's backends.
+    kv_connector_extra_config: KvExtra = Field(default_factory=dict)
+    unsafe_allow: UnsafeAllow | None = None
+    role_switch: RoleSwitch | None = None  # runtime P/D role switching (role_switch_spec.py)
+    autopilot: Autopilot | None = None  # the P:D ratio autopilot (autopilot_spec.py)
+    ec_transfer: EcTransfer | None = None  # encode groups' EC connector (ec_spec.py)
+
+    def instance_names(self) -> list[str]:
+        return [f"{g.name}-{i}" for g in self.groups for i in range(g.count)]
+
+
+def check(spec: DeploymentSpec) -> None:
+    """The rules that relate fields to each other; raises FieldError at the first broken one."""
+    check_bidirectional(spec)  # first: a colocated spec asking for it hears about the key
+    check_encode(spec)  # before the KV rules: an encode group hears why it has no KV
+    check_render_tier(spec)  # before the groups: a render group is none of theirs
+    _check_connector(spec)
+    _check_groups(spec)
+    _check_gpus(spec)
+    check_placement(spec)
+    _check_ports(spec)
+    _check_extra_args(spec)
+    check_role_switch(spec)
+    check_autopilot(spec)
+
+
+def _check_connector(spec: DeploymentSpec) -> None:
+    if spec.topology is Topology.DISAGGREGATED:
+        if spec.connector is None:
+            raise FieldError(("connector",), "a disaggregated deployment needs a KV connector")
+        if spec.connector not in CONNECTORS:
+            raise FieldError(
+                ("connector",),
+                f"unknown connector {spec.connector!r}; known: {', '.join(CONNECTORS)}",
+            )
+    elif spec.connector is not None:
+        raise FieldError(
+            ("connector",), "a colocated deployment moves no KV: leave connector unset"
+        )
+    if spec.kv_connector_extra_config and spec.connector is None:
+        raise FieldError(
+            ("kv_connector_extra_config",),
+            "a colocated deployment has no KV connector to configure",
+        )
+    moriio = spec.connector == "MoRIIOConnector"
+    check_keys(("kv_connector_extra_config",), spec.kv_connector_extra_config, moriio)
+    for i, group in enumerate(spec.groups):
+        where = ("groups", i, "kv_connector_extra_config")
+        if group.kv_connector_extra_config and (
+            spec.connector is None or group.role == Role.COLOCATED
+        ):
+            raise FieldError(where, "a colocated group moves no KV: it has no connector to set")
+        check_keys(where, group.kv_connector_extra_config, moriio)
+    if moriio and spec.prefix_caching and not spec.prefix_caching_override_reason:
+        raise FieldError(
+            ("prefix_caching",),
+            "MoRIIOConnector runs with prefix caching off "
+            "(every published MORI-IO setup uses --no-enable-prefix-caching); set "
+            "prefix_caching false, or give prefix_caching_override_reason",
+        )
+
+
+def _check_groups(spec: DeploymentSpec) -> None:
+    names = [g.name for g in spec.groups]
+    for i, group in enumerate(spec.groups):
+        if names.count(group.name) > 1:
+            raise FieldError(("groups", i, "name"), f"group name {group.name!r} is used twice")
+        if group.role is Role.RENDER:  # checked by controller/spec/render_tier.py
+            continue
+        if spec.topology is Topology.COLOCATED and group.role not in (Role.COLOCATED, ENCODE):
+            raise FieldError(
+                ("groups", i, "role"), "a colocated deployment has only colocated groups"
+            )
+        if spec.topology is Topology.DISAGGREGATED and group.role is Role.COLOCATED:
+            raise FieldError(
+                ("groups", i, "role"), "a disaggregated deployment has prefill and decode groups"
+            )
+        if group.mode is Mode.COLOCATED:
+            raise FieldError(
+                ("groups", i, "mode"),
+                "a group's mode is read or write; a colocated group has none",
+            )
+        if group.mode is not None and spec.connector not in MODE_CONNECTORS:
+            raise FieldError(
+                ("groups", i, "mode"),
+                f"{spec.connector or 'no connector'} has "
+                "no read/write modes (only MoRIIOConnector does)",
+            )
+        if spec.connector in MODE_CONNECTORS and group.mode is None and group.role is not ENCODE:
+            raise FieldError(
+                ("groups", i, "mode"), "MoRIIOConnector groups need a mode: read or write"
+            )
+        if group.ports and len(group.ports) != group.count:
+            raise FieldError(
+                ("groups", i, "ports"), f"give ports for all {group.count} instances or for none"
+            )
+    if spec.topology is Topology.DISAGGREGATED:
+        if {g.role for g in spec.groups} - {ENCODE, Role.RENDER} != {Role.PREFILL, Role.DECODE}:
+            raise FieldError(
+                ("groups",),
+                "a disaggregated deployment needs at least one prefill group and one decode group",
+            )
+        if spec.connector in MODE_CONNECTORS:
+            for mode in {g.mode for g in spec.groups if g.role not in (ENCODE, Role.RENDER)}:
+                if {g.role for g in spec.groups if g.mode == mode} != {Role.PREFILL, Role.DECODE}:
+                    raise FieldError(
+                        ("groups",),
+                        f"mode {mode} has no prefill/decode pair: "
+                        "a prefill and its decode must run the same mode",
+                    )
+
+
+def _check_gpus(spec: DeploymentSpec) -> None:
+    owner: dict[int, str] = {}
+    for i, group in enumerate(spec.groups):
+        needs_gpus = bool(group.gpus)  # none given: the stand-in, or vLLM on CPU
+        if needs_gpus and len(group.gpus) != group.count * group.tp:
+            raise FieldError(
+                ("groups", i, "gpus"),
+                f"{group.count} instance(s) x TP "
+                f"{group.tp} need {group.count * group.tp} GPU ids, got "
+                f"{len(group.gpus)}",
+            )
+        for j, gpu in enumerate(group.gpus):
+            instance = f"{group.name}-{j // group.tp}"
+            if gpu in owner:
+                raise FieldError(
+                    ("groups", i, "gpus"), f"GPU {gpu} is given to both {owner[gpu]} and {instance}"
+                )
+            owner[gpu] = instance
+
+
+def _check_ports(spec: DeploymentSpec) -> None:
+    used: dict[int, str] = {}
+
+    def claim(port: int | None, width: int, what: str, loc: tuple) -> None:
+        if port is None:
+            return
+        for p in range(port, port + width):
+            if p in used:
+                raise FieldError(loc, f"port {p} ({what}) is also {used[p]}")
+            used[p] = what
+
+    claim(spec.proxy.port, 1, "the proxy's HTTP port", ("proxy", "port"))
+    claim(spec.proxy.registry_port, 1, "the proxy's registry port", ("proxy", "registry_port"))
+    for i, group in enumerate(spec.groups):
+        for j, ports in enumerate(group.ports):
+            where = f"{group.name}-{j}"
+            base = ("groups", i, "ports", j)
+            claim(ports.http, 1, f"{where} HTTP", (*base, "http"))
+            # MoRIIO bases: each TP rank adds its offset, so tp ports from each base.
+            claim(ports.handshake, group.tp, f"{where} handshake", (*base, "handshake"))
+            claim(ports.notify, group.tp, f"{where} notify", (*base, "notify"))
+            claim(ports.side_channel, 1, f"{where} NIXL side channel", (*base, "side_channel"))
+
+
+def _check_extra_args(spec: DeploymentSpec) -> None:
+    lists = [(("extra_args",), spec.extra_args)]
+    lists += [(("groups", i, "extra_args"), g.extra_args) for i, g in enumerate(spec.groups)]
+    for loc, args in lists:
+        for k, arg in enumerate(args):
+            flag = arg.split("=", 1)[0]
+            if owned := _owned_flag(flag):
+                means = f" (vLLM reads it as {owned})" if owned != flag else ""
+                raise FieldError(
+                    (*loc, k),
+                    f"{flag} is set by pdctl from the deployment{means}; change the field instead",
+                )
+            if shell := next((s for s in SHELL_SYNTAX if s in arg), None):
+                raise FieldError(
+                    (*loc, k),
+                    f"extra args go to the engine as they are, never "
+                    f"through a shell: shell syntax ({shell!r}) is refused",
+                )
+            if "kv_connector_module_path" in arg:
+                raise FieldError(
+                    (*loc, k), "kv_connector_module_path loads arbitrary code and is refused"
+                )
+            if any(c in arg for c in "\n\r\x00"):
+                raise FieldError((*loc, k), "extra args may not contain newlines or NUL")
+
+
+# Shell command syntax: no engine flag needs it, so it only shows someone expecting a shell
+# (argv never goes through one; an inline chat template with these needs a file instead).
+SHELL_SYNTAX = (";", "|", "&&", "`", "$(", "${")
+
+
+def _owned_flag(flag: str) -> str | None:
+    """The owned flag `flag` would set: vLLM's parser reads `_` as `-` and, like argparse,
+    takes an unambiguous prefix (`--por` is `--port`); `-tp2` is `-tp 2`."""
+    flag = flag.strip()
+    if flag.startswith("--"):  # `--json-flag.key` sets --json-flag
+        flag = "--" + flag[2:].split(".", 1)[0].replace("_", "-")
+        if len(flag) > 2:
+            return next((o for o in sorted(OWNED_FLAGS) if o.startswith(flag)), None)
+        return None
+    return next(
+        (o for o in sorted(OWNED_FLAGS) if not o.startswith("--") and flag.startswith(o)), None
+    )

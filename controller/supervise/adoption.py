@@ -1,0 +1,114 @@
+"""Adopting processes that already run instead of starting copies of them: after a restart, the
+ones the run dir records (controller/supervise/run_state.py), if still the very process launched
+(pid,
+start time and command line); at a start, the one already holding the instance's port, if it is
+this launch (anything else there is reported, and the start counts as failed)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from controller.backends import procfs
+from controller.backends.local import ProcessBackend, ProcessRecord, settled
+from controller.launch.render import Launch, LaunchSettings, render
+from controller.supervise import machine as m
+from controller.supervise import placing, run_state
+from controller.supervise.clock import Clock
+from controller.supervise.units import Supervised, Unit
+
+Emit = Callable[[str, str, str | None], None]  # (kind, message, deployment)
+
+
+def adopt_saved(
+    run_dir: Path,
+    launch_settings: LaunchSettings,
+    policy: m.Policy,
+    *,
+    backend: ProcessBackend,
+    clock: Clock,
+    emit: Emit,
+) -> dict[str, Supervised]:
+    """Every deployment saved in `run_dir`, each process adopted if it still runs."""
+    deployments: dict[str, Supervised] = {}
+    for path in run_state.saved_deployments(run_dir):
+        try:
+            spec, ports, running = run_state.load_deployment(path)
+        except (ValueError, KeyError) as exc:
+            emit("adopt_failed", f"{path}: {exc}", None)
+            continue
+        dep = Supervised(spec.name, spec, ports, path.parent, {}, running=running)
+        dep.admin_token = run_state.read_admin_token(path.parent)
+        dep.placed = placing.load(path.parent, backend)
+        where = placing.addresses(dep.placed, launch_settings.host)
+        for launch in render(spec, ports, launch_settings, where):
+            dep.units[launch.name] = adopt_unit(
+                dep, launch, policy, backend=backend, clock=clock, emit=emit
+            )
+        deployments[dep.name] = dep
+    return deployments
+
+
+def adopt_unit(
+    dep: Supervised,
+    launch: Launch,
+    policy: m.Policy,
+    *,
+    backend: ProcessBackend,
+    clock: Clock,
+    emit: Emit,
+) -> Unit:
+    """The unit of one launch, its machine told whether the process recorded for it lives."""
+    unit = Unit(launch, m.Machine(policy=policy))
+    record = backend.read(dep.folder, launch.name)
+    if record is None or record.child_pid is None:
+        return unit
+    restarts = run_state.read_restarts(dep.folder, launch.name)
+    alive = backend.running(record)
+    if not alive:
+        record = settled(backend, dep.folder, launch.name, record)
+    unit.record = record if alive else None
+    if alive and record.argv and list(record.argv) != list(launch.argv):
+        # It runs what an earlier start wanted (a switch cut short): keep that as its
+        # launch, so the next start with today's spec restarts it.
+        unit.launch = replace(launch, argv=list(record.argv))
+    if not alive:
+        backend.forget(dep.folder, launch.name)
+    event = m.Adopt(record.child_pid, alive, record.exit_code, restarts)
+    unit.machine, actions = m.step(unit.machine, event, clock.now())
+    for action in actions:
+        if isinstance(action, m.Emit):
+            emit(action.kind, f"{dep.name}/{launch.name}: {action.message}", dep.name)
+    return unit
+
+
+def port_held(dep: Supervised, unit: Unit, backend: ProcessBackend, emit: Emit) -> m.Event | None:
+    """Never a second copy of a process whose port is held: the event that ends this start
+    instead, Spawned if the holder is this very launch (its command line; adopted), else
+    Exited with the holder named (a health probe it answers must not make a copy that cannot
+    bind RUNNING). None: the port is free, start it."""
+    launch, port = unit.launch, unit.launch.http_port
+    holders = backend.port_holders(port)
+    if not holders:
+        return None
+    ours = next(
+        (h for h in holders if h.pid and procfs.launched_as(list(h.cmdline), launch.argv)),
+        None,
+    )
+    where = f"{dep.name}/{launch.name}"
+    if ours is not None and ours.pid is not None:
+        unit.record = ProcessRecord(launch.name, ours.pid, ours.start_time, argv=tuple(launch.argv))
+        emit(
+            "adopted",
+            f"{where}: already serving on port {port} as pid {ours.pid}; adopted, "
+            "not started a second time",
+            dep.name,
+        )
+        return m.Spawned(ours.pid)
+    unit.refusal = (
+        f"port {port} is held by {', '.join(h.describe() for h in holders)}; "
+        "not starting a second copy"
+    )
+    emit("port_held", f"{where}: {unit.refusal}", dep.name)
+    return m.Exited(None)

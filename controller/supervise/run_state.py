@@ -1,0 +1,104 @@
+"""What the run dir remembers of a deployment across supervisors: its spec, ports and desired
+state (RUN_DIR/NAME/deployment.json), its proxy's admin token (RUN_DIR/NAME/proxy-admin-token)
+and each process's restart count, written atomically, 0600 (the spec's env holds secrets)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from controller.backends import private_files
+from controller.launch.ports import AllocatedPorts
+from controller.spec.deployment import DeploymentSpec, InstancePorts
+
+DEPLOYMENT_FILE = "deployment.json"
+RESTARTS_FILE = "restarts"
+PLACEMENT_FILE = "placement.json"
+ADMIN_TOKEN_FILE = "proxy-admin-token"
+
+
+def save_deployment(folder: Path, spec: DeploymentSpec, ports: AllocatedPorts) -> None:
+    """Record `spec` on `ports`, wanted running."""
+    _write_json(
+        folder / DEPLOYMENT_FILE,
+        {
+            "spec": spec.model_dump(mode="json"),
+            "running": True,
+            "ports": {
+                "proxy": ports.proxy,
+                "registry": ports.registry,
+                "instances": {k: v.model_dump() for k, v in ports.instances.items()},
+            },
+        },
+    )
+
+
+def save_stopped(folder: Path) -> None:
+    """Record that the deployment is wanted stopped (a later supervisor leaves it down)."""
+    path = folder / DEPLOYMENT_FILE
+    _write_json(path, {**json.loads(path.read_text()), "running": False})
+
+
+def saved_deployments(run_dir: Path) -> Iterator[Path]:
+    return iter(sorted(run_dir.glob(f"*/{DEPLOYMENT_FILE}")))
+
+
+def load_deployment(path: Path) -> tuple[DeploymentSpec, AllocatedPorts, bool]:
+    """(spec, ports, wanted running); ValueError or KeyError for a file that is not one."""
+    saved = json.loads(path.read_text())
+    spec = DeploymentSpec.model_validate(saved["spec"])
+    ports = saved["ports"]
+    allocated = AllocatedPorts(
+        ports["proxy"],
+        ports["registry"],
+        {k: InstancePorts(**v) for k, v in ports["instances"].items()},
+    )
+    return spec, allocated, bool(saved.get("running", True))
+
+
+def write_restarts(folder: Path, name: str, restarts: int) -> None:
+    folder = private_files.private_dir(folder / name)
+    private_files.replace_text(folder / RESTARTS_FILE, str(restarts))
+
+
+def read_restarts(folder: Path, name: str) -> int:
+    try:
+        return int((folder / name / RESTARTS_FILE).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def write_admin_token(folder: Path, token: str) -> None:
+    """The token the deployment's proxy was started with, for a later supervisor to use."""
+    private_files.replace_text(folder / ADMIN_TOKEN_FILE, token)
+
+
+def read_admin_token(folder: Path) -> str | None:
+    try:
+        return (folder / ADMIN_TOKEN_FILE).read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def write_placement(folder: Path, nodes: dict[str, dict[str, str]]) -> None:
+    """Each process's node ({"id", "address"}) on a cluster: a later supervisor renders the
+    same addresses, so it adopts what runs instead of restarting it."""
+    _write_json(folder / PLACEMENT_FILE, nodes)
+
+
+def read_placement(folder: Path) -> dict[str, dict[str, str]]:
+    try:
+        saved = json.loads((folder / PLACEMENT_FILE).read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return {
+        name: {"id": str(node["id"]), "address": str(node["address"])}
+        for name, node in saved.items()
+        if isinstance(node, dict) and {"id", "address"} <= node.keys()
+    }
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    private_files.replace_text(path, json.dumps(data, indent=1))

@@ -1,0 +1,118 @@
+"""What the supervisor tracks per process and per deployment, and the status row it shows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controller.backends.local import ProcessRecord
+from controller.clients.registry_watch import RefusalWatch
+from controller.launch.placement import Placed
+from controller.launch.ports import AllocatedPorts
+from controller.launch.render import Launch
+from controller.spec.deployment import DeploymentSpec
+from controller.supervise import machine as m
+
+IDLE = (m.State.STOPPED, m.State.EXITED, m.State.FATAL)
+LIVE = (m.State.STARTING, m.State.RUNNING, m.State.STOPPING)
+
+
+@dataclass
+class Unit:
+    """One supervised process and what the shell knows about it."""
+
+    launch: Launch
+    machine: m.Machine
+    record: ProcessRecord | None = None
+    healthy: bool | None = None
+    registered: bool | None = None
+    failed_probes: int = 0
+    cpu_seen: tuple[int, int] | None = None  # (pid, CPU ticks) at its last probe (probing.py)
+    stalled_since: float | None = None  # silent on /health while using CPU, since (probing.py)
+    next_probe: float = 0.0
+    refusal: str | None = None  # why the last start was not even tried (its port is held)
+    timing_start: bool = False  # spawned by us and not ready yet (an adoption is not timed)
+    start_samples: list[float] = field(default_factory=list)  # spawn -> ready, seconds
+
+
+START_SAMPLES = 20  # the latest starts kept per process
+
+
+def note_start(unit: Unit, before: m.State, now: float) -> None:
+    """A process this supervisor spawned became ready: keep how long that took (the switch
+    forecast's measured start time)."""
+    mach = unit.machine
+    ready = before is m.State.STARTING and mach.state is m.State.RUNNING
+    if unit.timing_start and ready and mach.started_at is not None:
+        unit.start_samples = [*unit.start_samples, round(now - mach.started_at, 3)]
+        del unit.start_samples[:-START_SAMPLES]
+    if mach.state is not m.State.STARTING:
+        unit.timing_start = False
+
+
+@dataclass
+class Supervised:
+    """One deployment under supervision."""
+
+    name: str
+    spec: DeploymentSpec
+    ports: AllocatedPorts
+    folder: Path
+    units: dict[str, Unit]  # proxy first, then instances (start order)
+    running: bool = True  # desired state
+    admin_token: str | None = None  # what its proxy's /admin takes; never shown, never logged
+    refusals: RefusalWatch = field(default_factory=RefusalWatch)  # told as events
+    placed: Placed | None = None  # each process's node on a cluster (None: this host)
+
+    @property
+    def proxy(self) -> Unit:
+        return self.units["proxy"]
+
+    def instances(self) -> list[Unit]:
+        return [u for u in self.units.values() if not u.launch.is_proxy]
+
+    def forget_dropped(self, names: set[str]) -> None:
+        """Forget stopped processes a new spec no longer has (a group removed or made
+        smaller while the deployment was stopped), so a start never revives them."""
+        for name in [n for n, u in self.units.items() if n not in names]:
+            if self.units[name].machine.state not in LIVE:
+                del self.units[name]
+
+
+def _node_of(dep: Supervised, name: str) -> str | None:
+    node = dep.placed.nodes.get(name) if dep.placed else None
+    return node.id if node else None
+
+
+def describe(dep: Supervised, unit: Unit, now: float, wall: float) -> dict[str, Any]:
+    """The status row of one process (the REST API's and the dashboard's shape)."""
+    mach, launch = unit.machine, unit.launch
+    uptime = None
+    if mach.state in LIVE and mach.pid is not None:
+        started = unit.record.started_at if unit.record else None
+        # The shim's wall-clock start survives a restart of pdctl; the machine's does not.
+        uptime = (wall - started) if started else m.uptime(mach, now)
+    return {
+        "name": launch.name,
+        "role": launch.role or "proxy",
+        "group": launch.group,
+        "mode": launch.mode,
+        "state": mach.state.value,
+        "pid": mach.pid,
+        "uptime": None if uptime is None else round(max(0.0, uptime), 3),
+        "restarts": mach.restarts,
+        "failures": mach.failures,
+        "health": unit.healthy,
+        "registration": unit.registered if launch.registers else None,
+        "url": launch.url,
+        "ports": launch.ports.model_dump()
+        if launch.ports
+        else {"http": dep.ports.proxy, "registry": dep.ports.registry},
+        "gpus": launch.gpus or (unit.record.gpu_ids if unit.record else []),
+        "node": _node_of(dep, launch.name),
+        "address": launch.address,
+        "last_exit_code": mach.last_exit,
+        "command": launch.command,
+        "log_error": unit.record.log_error if unit.record else None,
+    }

@@ -1,0 +1,207 @@
+"""Pure: the steps of a zero-loss read/write switch, for each strategy.
+
+A switch is a restart (MoRIIO fixes the mode when an instance starts), and a prefill and
+its decode must agree on the mode. The proxy routes each request within one mode group,
+so instances in different modes can serve side by side. Strategies:
+
+- roll: two or more prefill/decode group pairs; one pair at a time is drained, restarted in
+  the new mode and undrained while the others serve. Nothing is held.
+- hold: pause dispatch for the old mode's group (new requests wait in the proxy's bounded
+  queue), let in-flight requests and KV pulls finish, restart prefill and decode together
+  in the new mode; held requests go out as soon as the new group is ready.
+- keep-serving: while one side restarts, the other serves whole requests (an engine serves
+  a request without kv_transfer_params by itself); then the hand-off is restored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from controller.spec.deployment import MODE_CONNECTORS, DeploymentSpec, InstanceGroup, Mode, Role
+from domain.errors import Conflict
+
+STRATEGIES = ("roll", "hold", "keep-serving")
+
+
+class SwitchRejected(Conflict):
+    """This deployment cannot be switched this way; the message says why (a 409)."""
+
+    title = "Switch refused"
+
+
+class StepKind(StrEnum):
+    """What a step does; controller/switch/steps.py performs each kind."""
+
+    DRAIN = "drain"  # the proxy sends the instances nothing new
+    UNDRAIN = "undrain"
+    WHOLE_ON = "whole_on"  # the instances also serve whole requests (no hand-off)
+    WHOLE_OFF = "whole_off"
+    PAUSE = "pause"  # the old mode's group holds new requests in the proxy's queue
+    RESUME = "resume"
+    WAIT_IDLE = "wait_idle"  # until the instances have nothing in flight
+    APPLY = "apply"  # the supervisor runs `spec`: the instances restart in the new mode
+    WAIT_READY = "wait_ready"  # until they run, are healthy and listed in `mode`'s group
+    DEGRADE_BEGIN = "degrade_begin"  # keep-serving: whole requests from here...
+    DEGRADE_END = "degrade_end"  # ...to here
+    HOLD_BEGIN = "hold_begin"  # hold: new requests wait from here...
+    HOLD_END = "hold_end"  # ...to here
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One thing the switch runner does. `instances` are instance names (group-index)."""
+
+    kind: StepKind
+    instances: tuple[str, ...] = ()
+    mode: str | None = None  # pause/resume: the group; wait_ready: the mode to be in
+    spec: DeploymentSpec | None = None  # apply: what the supervisor should run
+
+    def describe(self) -> str:
+        what = ", ".join(self.instances) if self.instances else (self.mode or "")
+        return f"{self.kind} {what}".strip()
+
+
+def _names(groups: list[InstanceGroup]) -> tuple[str, ...]:
+    return tuple(f"{g.name}-{i}" for g in groups for i in range(g.count))
+
+
+def with_modes(spec: DeploymentSpec, groups: set[str], mode: Mode) -> DeploymentSpec:
+    """The spec with the named groups switched to `mode`."""
+    switched = [g.model_copy(update={"mode": mode}) if g.name in groups else g for g in spec.groups]
+    return spec.model_copy(update={"groups": switched})
+
+
+def modes(spec: DeploymentSpec) -> dict[str, str]:
+    """Each prefill and decode group's mode, by group name."""
+    return {
+        g.name: g.mode.value if g.mode else "read"
+        for g in spec.groups
+        if g.role in (Role.PREFILL, Role.DECODE)
+    }
+
+
+def recovery(actual: DeploymentSpec, target: DeploymentSpec, strategy: str | None) -> list[Step]:
+    """The steps after a control plane stopped mid-switch: routing back to normal (neither
+    group held, nothing drained or whole); then, if what runs (`actual`, the modes the proxy
+    routes the instances in) is the target, wait until it is ready; else the switch again,
+    from what runs, by its strategy. SwitchRejected if that cannot be planned."""
+    groups = [g for g in actual.groups if g.role in (Role.PREFILL, Role.DECODE)]
+    names = _names(groups)
+    steps = [
+        Step(StepKind.RESUME, mode=Mode.READ.value),
+        Step(StepKind.RESUME, mode=Mode.WRITE.value),
+        Step(StepKind.WHOLE_OFF, names),
+        Step(StepKind.UNDRAIN, names),
+    ]
+    wanted = set(modes(target).values())
+    if modes(actual) != modes(target):
+        if strategy is None or len(wanted) != 1:
+            raise SwitchRejected("what runs is not the target, and no strategy to reach it")
+        return steps + plan(actual, wanted.pop(), strategy)
+    for mode in sorted(wanted):
+        in_mode = [g for g in groups if (g.mode.value if g.mode else "read") == mode]
+        steps.append(Step(StepKind.WAIT_READY, _names(in_mode), mode=mode))
+    return steps
+
+
+def target_spec(spec: DeploymentSpec, steps: list[Step]) -> DeploymentSpec:
+    """What runs once every step is done: the spec of the last apply step."""
+    applied = [s.spec for s in steps if s.spec is not None]
+    return applied[-1] if applied else spec
+
+
+def plan(spec: DeploymentSpec, target: str, strategy: str) -> list[Step]:
+    if strategy not in STRATEGIES:
+        raise SwitchRejected(f"strategy must be one of {', '.join(STRATEGIES)}")
+    try:
+        mode = Mode(target)
+    except ValueError:
+        raise SwitchRejected("mode must be read or write") from None
+    if spec.connector not in MODE_CONNECTORS:
+        raise SwitchRejected(
+            f"{spec.connector or 'a colocated deployment'} has no read/write "
+            "modes to switch (only MoRIIOConnector does)"
+        )
+    todo = [g for g in spec.groups if g.mode != mode and g.role is not Role.RENDER]
+    if not todo:
+        raise SwitchRejected(f"every instance group already runs in {mode} mode")
+    prefills = [g for g in spec.groups if g.role is Role.PREFILL]
+    decodes = [g for g in spec.groups if g.role is Role.DECODE]
+    if strategy == "roll":
+        return _roll(spec, mode, prefills, decodes)
+    if len(prefills) != 1 or len(decodes) != 1:
+        raise SwitchRejected(
+            f"{strategy} switches one prefill group and one decode group; "
+            "this deployment has several: use roll"
+        )
+    if strategy == "hold":
+        return _hold(spec, mode, prefills[0], decodes[0])
+    return _keep_serving(spec, mode, prefills[0], decodes[0])
+
+
+def _roll(
+    spec: DeploymentSpec, mode: Mode, prefills: list[InstanceGroup], decodes: list[InstanceGroup]
+) -> list[Step]:
+    if len(prefills) < 2 or len(decodes) < 2:
+        raise SwitchRejected(
+            "roll needs at least two prefill groups and two decode groups, "
+            "so that one pair serves while the other restarts; use hold or "
+            "keep-serving"
+        )
+    pairs = min(len(prefills), len(decodes))
+    batches = [[prefills[i], decodes[i]] for i in range(pairs)]
+    batches[-1] += prefills[pairs:] + decodes[pairs:]
+    steps: list[Step] = []
+    done: set[str] = set()
+    for batch in batches:
+        names = _names(batch)
+        done |= {g.name for g in batch}
+        steps += [
+            Step(StepKind.DRAIN, names),
+            Step(StepKind.WAIT_IDLE, names),
+            Step(StepKind.APPLY, names, spec=with_modes(spec, done, mode)),
+            Step(StepKind.WAIT_READY, names, mode=mode.value),
+            Step(StepKind.UNDRAIN, names),
+        ]
+    return steps
+
+
+def _hold(
+    spec: DeploymentSpec, mode: Mode, prefill: InstanceGroup, decode: InstanceGroup
+) -> list[Step]:
+    names = _names([prefill, decode])
+    old = prefill.mode.value if prefill.mode else "read"
+    return [
+        Step(StepKind.HOLD_BEGIN),
+        Step(StepKind.PAUSE, mode=old),
+        Step(StepKind.WAIT_IDLE, names),
+        Step(StepKind.APPLY, names, spec=with_modes(spec, {prefill.name, decode.name}, mode)),
+        Step(StepKind.WAIT_READY, names, mode=mode.value),
+        Step(StepKind.HOLD_END),
+        Step(StepKind.RESUME, mode=old),
+    ]
+
+
+def _keep_serving(
+    spec: DeploymentSpec, mode: Mode, prefill: InstanceGroup, decode: InstanceGroup
+) -> list[Step]:
+    p, d = _names([prefill]), _names([decode])
+    half = with_modes(spec, {prefill.name}, mode)
+    return [
+        Step(StepKind.DEGRADE_BEGIN),
+        Step(StepKind.WHOLE_ON, d),  # decodes serve whole requests...
+        Step(StepKind.DRAIN, p),  # ...while the prefills drain and restart
+        Step(StepKind.WAIT_IDLE, p),
+        Step(StepKind.APPLY, p, spec=half),
+        Step(StepKind.WAIT_READY, p, mode=mode.value),
+        Step(StepKind.UNDRAIN, p),
+        Step(StepKind.WHOLE_ON, p),  # then the new prefills serve whole requests...
+        Step(StepKind.DRAIN, d),  # ...while the decodes drain and restart
+        Step(StepKind.WAIT_IDLE, d),
+        Step(StepKind.APPLY, d, spec=with_modes(half, {decode.name}, mode)),
+        Step(StepKind.WAIT_READY, d, mode=mode.value),
+        Step(StepKind.UNDRAIN, d),  # the hand-off is back: new mode on both sides
+        Step(StepKind.WHOLE_OFF, p + d),
+        Step(StepKind.DEGRADE_END),
+    ]

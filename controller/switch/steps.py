@@ -1,0 +1,215 @@
+"""Perform the steps of controller/switch/plan.py against the supervisor and the deployment's
+proxy, one handler per step kind (the table at the bottom), and remember what to undo.
+
+Seams: the proxy's admin client (controller/clients/proxy_admin.py), the supervisor as `Fleet`, and
+a
+clock (controller/supervise/clock.py); tests pass fakes, no socket and no real time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from controller.clients.proxy_admin import InstanceEntry, ProxyAdminError
+from controller.launch.ports import AllocatedPorts
+from controller.spec.deployment import DeploymentSpec
+from controller.supervise.clock import Clock
+from controller.switch.plan import Step, StepKind, SwitchRejected
+
+
+class AdminCalls(Protocol):
+    """What a switch asks of the proxy (ProxyAdminClient does it over HTTP)."""
+
+    async def instances(self) -> list[InstanceEntry]: ...
+    async def pause(self, group: str) -> None: ...
+    async def resume(self, group: str) -> None: ...
+    async def drain(self, url: str) -> bool: ...
+    async def undrain(self, url: str) -> bool: ...
+    async def set_whole(self, url: str, whole: bool) -> bool: ...
+    async def expect(self, registrations: list[dict[str, Any]] | None) -> None: ...
+    async def rejected(self) -> int: ...
+    async def aclose(self) -> None: ...
+
+
+class Running(Protocol):
+    """A deployment as the supervisor runs it."""
+
+    spec: DeploymentSpec
+    ports: AllocatedPorts
+
+
+class Fleet(Protocol):
+    """What a switch asks of the supervisor (controller/supervise/supervisor.py)."""
+
+    @property
+    def deployments(self) -> Mapping[str, Running]: ...
+    def status(self, name: str) -> list[dict[str, Any]]: ...
+    async def start(self, name: str, spec: DeploymentSpec, ports: AllocatedPorts) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    idle_s: float = 300.0  # in-flight requests finishing (long decodes)
+    ready_s: float = 180.0  # restart, health and registration
+    poll_s: float = 0.1
+
+
+class StepTimeout(TimeoutError):
+    """A wait step whose condition did not come true in time; the message says who waited."""
+
+
+@dataclass
+class Execution:
+    """One switch's steps, performed in order; `undo()` puts routing back as well as it can."""
+
+    fleet: Fleet
+    admin: AdminCalls
+    clock: Clock
+    name: str
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    paused: set[str] = field(default_factory=set)
+    drained: set[str] = field(default_factory=set)
+    whole: set[str] = field(default_factory=set)
+    applied: int = 0  # apply steps begun: instances may run the new mode
+    held_s: float | None = None
+    degraded_s: float | None = None
+    _since: float | None = None
+
+    async def do(self, step: Step) -> None:
+        await HANDLERS[step.kind](self, step)
+
+    async def undo(self) -> list[str]:
+        """Resume paused groups, end whole-request flags, undrain; each call is tried even if
+        another fails. Returns what could not be undone."""
+        left = []
+        for group in sorted(self.paused):
+            left += await self._try(f"resume {group}", self.admin.resume(group))
+        for url in sorted(self.whole):
+            left += await self._try(f"whole off {url}", self.admin.set_whole(url, False))
+        for url in sorted(self.drained):
+            left += await self._try(f"undrain {url}", self.admin.undrain(url))
+        return left
+
+    async def _try(self, what: str, call: Awaitable[Any]) -> list[str]:
+        try:
+            await call
+        except ProxyAdminError as exc:
+            return [f"{what}: {exc}"]
+        return []
+
+    def urls(self, instances: tuple[str, ...]) -> list[str]:
+        by_name = {u["name"]: u["url"] for u in self.fleet.status(self.name)}
+        return [by_name[i] for i in instances]
+
+    # -- handlers ----------------------------------------------------------------------------
+
+    async def _begin_window(self, step: Step) -> None:
+        self._since = self.clock.now()
+
+    def _window(self) -> float:
+        now = self.clock.now()
+        return round(now - (self._since if self._since is not None else now), 3)
+
+    async def _hold_end(self, step: Step) -> None:
+        self.held_s = self._window()
+
+    async def _degrade_end(self, step: Step) -> None:
+        self.degraded_s = self._window()
+
+    async def _pause(self, step: Step) -> None:
+        group = step.mode or ""
+        await self.admin.pause(group)
+        self.paused.add(group)
+
+    async def _resume(self, step: Step) -> None:
+        group = step.mode or ""
+        await self.admin.resume(group)
+        self.paused.discard(group)
+
+    async def _drain(self, step: Step) -> None:
+        for url in self.urls(step.instances):
+            await self.admin.drain(url)
+            self.drained.add(url)
+
+    async def _undrain(self, step: Step) -> None:
+        for url in self.urls(step.instances):
+            await self.admin.undrain(url)
+            self.drained.discard(url)
+
+    async def _whole_on(self, step: Step) -> None:
+        for url in self.urls(step.instances):
+            await self.admin.set_whole(url, True)
+            self.whole.add(url)
+
+    async def _whole_off(self, step: Step) -> None:
+        for url in self.urls(step.instances):
+            await self.admin.set_whole(url, False)
+            self.whole.discard(url)
+
+    async def _apply(self, step: Step) -> None:
+        if step.spec is None:
+            raise SwitchRejected(f"{step.describe()}: an apply step carries the spec to run")
+        self.applied += 1
+        ports = self.fleet.deployments[self.name].ports
+        await self.fleet.start(self.name, step.spec, ports)
+
+    async def _wait_idle(self, step: Step) -> None:
+        urls = self.urls(step.instances)
+
+        async def busy() -> list[str]:
+            listing = {e["url"]: e for e in await self.admin.instances()}
+            return [u for u in urls if listing.get(u, {}).get("outstanding_requests", 0) > 0]
+
+        await self._until(busy, self.timeouts.idle_s, "still serving")
+
+    async def _wait_ready(self, step: Step) -> None:
+        """Restarted (RUNNING, healthy) and listed by the proxy in the new mode's group."""
+        mode = step.mode or ""
+
+        async def waiting() -> list[str]:
+            units = {u["name"]: u for u in self.fleet.status(self.name)}
+            listing = {e["url"]: e for e in await self.admin.instances()}
+            out = []
+            for name in step.instances:
+                unit = units[name]
+                seen = listing.get(unit["url"], {})
+                if (
+                    unit["state"] != "RUNNING"
+                    or seen.get("group") != mode
+                    or not seen.get("healthy")
+                ):
+                    out.append(f"{name} ({unit['state']}, proxy group {seen.get('group', 'none')})")
+            return out
+
+        await self._until(waiting, self.timeouts.ready_s, f"not ready in {mode} mode")
+
+    async def _until(
+        self, pending: Callable[[], Awaitable[list[str]]], timeout: float, what: str
+    ) -> None:
+        deadline = self.clock.now() + timeout
+        while left := await pending():
+            if self.clock.now() > deadline:
+                raise StepTimeout(f"{what} after {timeout:g} s: " + ", ".join(left))
+            await self.clock.sleep(self.timeouts.poll_s)
+
+
+Handler = Callable[[Execution, Step], Awaitable[None]]
+
+# Every step kind and what performs it.
+HANDLERS: dict[StepKind, Handler] = {
+    StepKind.DRAIN: Execution._drain,
+    StepKind.UNDRAIN: Execution._undrain,
+    StepKind.WHOLE_ON: Execution._whole_on,
+    StepKind.WHOLE_OFF: Execution._whole_off,
+    StepKind.PAUSE: Execution._pause,
+    StepKind.RESUME: Execution._resume,
+    StepKind.WAIT_IDLE: Execution._wait_idle,
+    StepKind.APPLY: Execution._apply,
+    StepKind.WAIT_READY: Execution._wait_ready,
+    StepKind.DEGRADE_BEGIN: Execution._begin_window,
+    StepKind.DEGRADE_END: Execution._degrade_end,
+    StepKind.HOLD_BEGIN: Execution._begin_window,
+    StepKind.HOLD_END: Execution._hold_end,
+}

@@ -1,0 +1,2 @@
+"""The advisor: its rules over measured signals, and the signals from live frames or a written bench
+result."""

@@ -1,0 +1,1 @@
+"""The stand-in's settings, parsed from vLLM's flags and JSON configs, and its fault injection."""

@@ -1,0 +1,279 @@
+"""`pdctl plan` and `pdctl kv`: the what-if planner and the KV calculator on the terminal."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from domain import profiles
+from domain.slo import SloTargets
+from simulator.plan.planner import (
+    EngineFlags,
+    PlanError,
+    PlanSetup,
+    Workload,
+    parse_config,
+    search,
+    sweep,
+)
+from simulator.plan.printing import emit, emit_fidelity
+from simulator.plan.scenarios import DEFAULT_SEEDS, SCENARIOS
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan", help="What-if: serve a workload on candidate layouts, virtually.")(plan)
+    app.command("kv", help="KV-cache bytes of a prompt and its transfer time.")(kv)
+
+
+def parse_rates(text: str) -> list[float]:
+    """`8`, `1,2,4` or `0.5:10:0.5` (start:stop:step, inclusive)."""
+    try:
+        if ":" in text:
+            start, stop, step = (float(x) for x in text.split(":"))
+            if step <= 0 or stop < start:
+                raise ValueError
+            count = round((stop - start) / step) + 1
+            return [round(start + i * step, 6) for i in range(count)]
+        rates = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise PlanError(f"--rate {text!r}: expected R, R1,R2,... or start:stop:step") from None
+    if any(r <= 0 for r in rates):
+        raise PlanError("--rate values must be > 0")
+    return rates
+
+
+def plan(
+    scenario: str | None = typer.Option(
+        None, "--scenario", help=f"Built-in: {', '.join(SCENARIOS)}."
+    ),
+    model: str = typer.Option("qwen3-235b-a22b-fp8", "--model"),
+    hardware: str = typer.Option("mi300x", "--hardware"),
+    gpus: int = typer.Option(8, "--gpus"),
+    config: Annotated[
+        list[str] | None, typer.Option("--config", help="2xtp4 or 1p-tp4+1d-tp4:write; repeat.")
+    ] = None,
+    rate: str | None = typer.Option(
+        None,
+        "--rate",
+        help="R, R1,R2 or start:stop:step (default 8; a scenario's own rates unless given).",
+    ),
+    num_prompts: int = typer.Option(100, "--num-prompts"),
+    input_len: int = typer.Option(2000, "--input-len"),
+    output_len: int = typer.Option(1000, "--output-len"),
+    range_ratio: float = typer.Option(0.0, "--range-ratio"),
+    burstiness: float = typer.Option(1.0, "--burstiness"),
+    seed: int = typer.Option(0, "--seed"),
+    shared_prefix_len: int = typer.Option(0, "--shared-prefix-len"),
+    slo_ttft_ms: float = typer.Option(1000.0, "--slo-ttft-ms"),
+    slo_itl_ms: float = typer.Option(50.0, "--slo-itl-ms"),
+    itl_slo_stat: str = typer.Option("p99", "--itl-slo-stat"),
+    goodput_share: float = typer.Option(0.9, "--goodput-share"),
+    link_gbps: float | None = typer.Option(
+        None, "--link-gbps", help="GB/s between P and D (default NICs x TP)."
+    ),
+    max_num_seqs: int | None = typer.Option(
+        None, "--max-num-seqs", help="Colocated engines; default: vLLM's for the device."
+    ),
+    max_num_batched_tokens: int | None = typer.Option(
+        None, "--max-num-batched-tokens", help="Colocated engines; default: vLLM's."
+    ),
+    pd_max_num_seqs: int | None = typer.Option(
+        None, "--pd-max-num-seqs", help="Prefill and decode engines; default: vLLM's."
+    ),
+    pd_max_num_batched_tokens: int | None = typer.Option(
+        None, "--pd-max-num-batched-tokens", help="Prefill and decode engines; default: vLLM's."
+    ),
+    prefix_caching: bool | None = typer.Option(
+        None, "--prefix-caching/--no-prefix-caching", help="Default: on, as vLLM's."
+    ),
+    do_search: bool = typer.Option(False, "--search", help="Rank every one-node layout."),
+    fidelity: bool = typer.Option(
+        False,
+        "--fidelity",
+        help="Every published figure the model is held against, the model's value, the error.",
+    ),
+    seeds: int = typer.Option(
+        DEFAULT_SEEDS, "--seeds", help="Arrival sequences at the published rate (scenarios)."
+    ),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=260)  # a pipe or a file gets whole rows, not wrapped cells
+    try:
+        if fidelity:
+            if not 1 <= seeds <= 200:
+                raise PlanError("--seeds must be between 1 and 200")
+            from simulator.plan.fidelity import fidelity_table
+
+            emit_fidelity(fidelity_table(seeds), as_json, console)
+            return
+        if scenario == "fidelity":
+            raise PlanError("--scenario fidelity: use --fidelity")
+        if scenario is not None:
+            if scenario not in SCENARIOS:
+                raise PlanError(f"--scenario {scenario!r}: known: {', '.join(SCENARIOS)}")
+            if not 1 <= seeds <= 200:
+                raise PlanError("--seeds must be between 1 and 200")
+            result = (
+                SCENARIOS[scenario]()
+                if scenario == "saturation"
+                else SCENARIOS[scenario](rates=parse_rates(rate) if rate else None, seeds=seeds)
+            )
+            emit(result, as_json, console)
+            return
+        _checks(
+            model,
+            hardware,
+            gpus,
+            num_prompts,
+            input_len,
+            output_len,
+            range_ratio,
+            burstiness,
+            goodput_share,
+            itl_slo_stat,
+        )
+        rates = parse_rates(rate or "8")
+        _check_engine_flags(
+            {
+                "--max-num-seqs": max_num_seqs,
+                "--max-num-batched-tokens": max_num_batched_tokens,
+                "--pd-max-num-seqs": pd_max_num_seqs,
+                "--pd-max-num-batched-tokens": pd_max_num_batched_tokens,
+            }
+        )
+        flags = EngineFlags(max_num_seqs, max_num_batched_tokens, prefix_caching)
+        pd_flags = EngineFlags(pd_max_num_seqs, pd_max_num_batched_tokens, prefix_caching)
+        setup = PlanSetup(
+            model,
+            hardware,
+            gpus,
+            flags,
+            pd_flags,
+            pd_flags,
+            link_gbps,
+            slo=SloTargets(slo_ttft_ms, slo_itl_ms, None, itl_slo_stat),
+            goodput_share=goodput_share,
+        )
+        workload = Workload(
+            num_prompts, input_len, output_len, range_ratio, burstiness, seed, shared_prefix_len
+        )
+        started = time.perf_counter()
+        if do_search:
+            result = search(setup, workload, rates)
+        else:
+            configs = [parse_config(c) for c in config or ["1xtp8"]]
+            result = sweep(setup, configs, workload, rates)
+        result["wall_s"] = round(time.perf_counter() - started, 3)
+    except (PlanError, profiles.UnknownProfile) as exc:
+        typer.echo(f"pdctl plan: error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    emit(result, as_json, console)
+
+
+def _check_engine_flags(values: dict[str, int | None]) -> None:
+    for flag, value in values.items():
+        if value is not None and not 1 <= value <= 1_048_576:
+            raise PlanError(f"{flag} must be between 1 and 1048576")
+
+
+def _checks(
+    model,
+    hardware,
+    gpus,
+    num_prompts,
+    input_len,
+    output_len,
+    range_ratio,
+    burstiness,
+    goodput_share,
+    itl_slo_stat,
+) -> None:
+    profiles.model(model)
+    profiles.hardware(hardware)
+    for ok, message in (
+        (1 <= gpus <= 64, "--gpus must be between 1 and 64"),
+        (1 <= num_prompts <= 100_000, "--num-prompts must be between 1 and 100000"),
+        (input_len >= 1 and output_len >= 1, "--input-len and --output-len must be >= 1"),
+        (0 <= range_ratio < 1, "--range-ratio must be in [0, 1)"),
+        (burstiness > 0, "--burstiness must be > 0"),
+        (0 < goodput_share <= 1, "--goodput-share must be in (0, 1]"),
+        (itl_slo_stat in ("mean", "p99", "max"), "--itl-slo-stat must be mean, p99 or max"),
+    ):
+        if not ok:
+            raise PlanError(message)
+
+
+KV_CONNECTORS = {"nixl": "NixlConnector", "moriio": "MoRIIOConnector"}
+
+
+def kv(
+    model: str = typer.Option("llama-3.1-70b", "--model"),
+    tokens: int = typer.Option(10_000, "--tokens"),
+    hardware: str = typer.Option("h100", "--hardware"),
+    tp: int = typer.Option(1, "--tp", help="NICs used (one per TP rank)."),
+    link_gbps: float | None = typer.Option(None, "--link-gbps", help="GB/s, overrides NICs."),
+    connector: str = typer.Option("nixl", "--connector", help="nixl or moriio."),
+    block_size: int | None = typer.Option(
+        None, "--block-size", help="KV block size; default: vLLM's for the device."
+    ),
+    decode_step_ms: float | None = typer.Option(
+        None, "--decode-step-ms", help="The decode's step; default: modelled at batch 32."
+    ),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    try:
+        spec, hw = profiles.model(model), profiles.hardware(hardware)
+    except profiles.UnknownProfile as exc:
+        _kv_error(str(exc))
+    if tokens < 1 or tp < 1 or (link_gbps is not None and link_gbps <= 0):
+        _kv_error("--tokens, --tp and --link-gbps must be positive")
+    if connector not in KV_CONNECTORS:
+        _kv_error(f"--connector must be one of {', '.join(KV_CONNECTORS)}, got {connector!r}")
+    if block_size is not None and block_size < 1:
+        _kv_error(f"--block-size must be a positive number of tokens, got {block_size}")
+    if decode_step_ms is not None and not 0 <= decode_step_ms < 1e6:
+        _kv_error(f"--decode-step-ms must be >= 0, got {decode_step_ms:g}")
+    from simulator.model.calculator import kv_report
+
+    report = kv_report(
+        spec, hw, tokens, tp, link_gbps, KV_CONNECTORS[connector], block_size, decode_step_ms
+    )
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    rows = report.pop("handoff")
+    for key, value in report.items():
+        typer.echo(f"{key:<28} {value}")
+    console = Console(width=140)
+    table = Table(
+        "path",
+        "GB/s",
+        "descriptors",
+        *(f"{part} ms" for part in ("setup", "post", "staging", "wire", "notice", "total")),
+        "x bandwidth",
+        title="The hand-off, part by part (notice: half a decode step, on average)",
+    )
+    for row in rows:
+        table.add_row(
+            row["path"],
+            f"{row['gbps']:g}",
+            f"{row['descriptors']:,}",
+            *(
+                f"{row[f'{part}_ms']:g}"
+                for part in ("setup", "post", "staging", "wire", "notice", "total")
+            ),
+            f"{row['times_bandwidth']:g}",
+        )
+    console.print(table)
+
+
+def _kv_error(message: str) -> None:
+    typer.echo(f"pdctl kv: error: {message}", err=True)
+    raise typer.Exit(2)

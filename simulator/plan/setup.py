@@ -1,0 +1,277 @@
+"""What a plan runs on: the candidate layouts (`PlanConfig`, its `--config` grammar, every
+one-node layout), the engines' flags, and the node (`PlanSetup`), which checks that a layout
+fits and builds its engines and cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from domain import profiles
+from domain.engine_defaults import EngineDefaults, engine_defaults
+from domain.modes import TRANSFER_MODES
+from domain.slo import SloTargets
+from simulator.engine.scheduler import Scheduler, SchedulerConfig
+from simulator.model.handoff import HandoffLink
+from simulator.model.handoff_paths import HandoffPath, choose_path, path_bandwidth
+from simulator.model.timing import TimingModel
+from simulator.plan.cluster import Cluster
+
+_COLOCATED = re.compile(r"^(?P<count>\d+)x-?tp(?P<tp>\d+)$")
+_DISAGG = re.compile(
+    r"^(?P<p>\d+)p-?tp(?P<ptp>\d+)\+(?P<d>\d+)d-?tp(?P<dtp>\d+)"
+    r"(?::(?P<mode>read|write))?$"
+)
+
+
+class PlanError(ValueError):
+    """A configuration or workload the planner cannot run; the message names the option."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanConfig:
+    """One candidate deployment on one node."""
+
+    kind: str  # colocated | disaggregated
+    count: int = 1  # colocated engines
+    tp: int = 1  # colocated TP
+    prefills: int = 0
+    prefill_tp: int = 0
+    decodes: int = 0
+    decode_tp: int = 0
+    mode: str = "write"
+    name: str = ""  # a scenario's own name for it; the label otherwise
+
+    @property
+    def gpus(self) -> int:
+        if self.kind == "colocated":
+            return self.count * self.tp
+        return self.prefills * self.prefill_tp + self.decodes * self.decode_tp
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        if self.kind == "colocated":
+            return f"{self.count}xTP{self.tp}"
+        return (
+            f"{self.prefills}P-TP{self.prefill_tp}+{self.decodes}D-TP{self.decode_tp} {self.mode}"
+        )
+
+
+def parse_config(text: str) -> PlanConfig:
+    """`2xtp4` (colocated) or `1p-tp4+1d-tp4:write` (disaggregated; mode defaults to write)."""
+    spec = text.strip().lower().replace(" ", "")
+    if m := _COLOCATED.match(spec):
+        config = PlanConfig("colocated", count=int(m["count"]), tp=int(m["tp"]))
+    elif m := _DISAGG.match(spec):
+        config = PlanConfig(
+            "disaggregated",
+            prefills=int(m["p"]),
+            prefill_tp=int(m["ptp"]),
+            decodes=int(m["d"]),
+            decode_tp=int(m["dtp"]),
+            mode=m["mode"] or "write",
+        )
+    else:
+        raise PlanError(
+            f"--config {text!r}: expected NxtpM (colocated, e.g. 2xtp4) or "
+            "XPp-tpA+YDd-tpB[:read|write] (e.g. 1p-tp4+1d-tp4:write)"
+        )
+    sizes = (
+        (config.count, config.tp)
+        if config.kind == "colocated"
+        else (config.prefills, config.prefill_tp, config.decodes, config.decode_tp)
+    )
+    if min(sizes) < 1:
+        raise PlanError(f"--config {text!r}: every count and TP must be at least 1")
+    return config
+
+
+@dataclass(frozen=True, slots=True)
+class EngineFlags:
+    """vLLM's engine flags for one role; None: what vLLM picks for the device (resolved by
+    `PlanSetup.engine_settings`, domain/engine_defaults.py)."""
+
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    prefix_caching: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    num_prompts: int = 100
+    input_len: int = 2000
+    output_len: int = 1000
+    range_ratio: float = 0.0
+    burstiness: float = 1.0
+    seed: int = 0
+    shared_prefix_len: int = 0  # >0: prompts open with one of a few shared prefixes
+    num_prefixes: int = 4
+
+
+# The planner's targets unless told otherwise: the MORI-IO blog's (SCENARIOS.md).
+PLAN_SLO = SloTargets(ttft_ms=1000.0, itl_ms=50.0)
+
+
+@dataclass(frozen=True)
+class PlanSetup:
+    model: str
+    hardware: str
+    gpus: int = 8
+    colocated_flags: EngineFlags = field(default_factory=EngineFlags)
+    prefill_flags: EngineFlags = field(default_factory=EngineFlags)
+    decode_flags: EngineFlags = field(default_factory=EngineFlags)
+    link_gbps: float | None = None  # the hand-off's bandwidth part, GB/s; None: its path's
+    link_latency_s: float = 0.0002  # the hand-off's setup part
+    # The KV connector (None: MoRIIO on AMD, NIXL elsewhere) and whether a pair shares a
+    # node: together with the hardware they choose the hand-off's path.
+    connector: str | None = None
+    same_node: bool = True
+    slo: SloTargets = PLAN_SLO
+    goodput_share: float = 0.9
+
+    def check(self, config: PlanConfig) -> None:
+        if config.gpus > self.gpus:
+            raise PlanError(
+                f"--config {config.label}: needs {config.gpus} GPUs, the node has "
+                f"{self.gpus} (--gpus)"
+            )
+        tps = [config.tp] if config.kind == "colocated" else [config.prefill_tp, config.decode_tp]
+        for tp in tps:
+            timing = self._timing(tp)
+            if timing.kv_pool_tokens() < 16:
+                raise PlanError(
+                    f"--config {config.label}: {self.model} does not fit on "
+                    f"TP{tp} x {self.hardware}"
+                )
+
+    def _timing(self, tp: int) -> TimingModel:
+        return TimingModel(profiles.model(self.model), profiles.hardware(self.hardware), tp)
+
+    def engine_settings(self, tp: int, flags: EngineFlags) -> EngineDefaults:
+        """The flags one engine of TP `tp` runs with, vLLM's defaults filling the gaps."""
+        return engine_defaults(
+            profiles.hardware(self.hardware),
+            max_model_len=profiles.model(self.model).max_model_len,
+            world_size=tp,
+            max_num_batched_tokens=flags.max_num_batched_tokens,
+            max_num_seqs=flags.max_num_seqs,
+            enable_prefix_caching=flags.prefix_caching,
+        )
+
+    def engine(self, tp: int, flags: EngineFlags) -> Scheduler:
+        chosen = self.engine_settings(tp, flags)
+        return Scheduler(
+            self._timing(tp),
+            SchedulerConfig(
+                max_num_seqs=chosen.max_num_seqs,
+                max_num_batched_tokens=chosen.max_num_batched_tokens,
+                block_size=chosen.block_size,
+                enable_prefix_caching=chosen.enable_prefix_caching,
+            ),
+        )
+
+    def defaults_applied(self, configs: list[PlanConfig]) -> dict[str, str]:
+        """Per role and TP that the configs use and leave a flag unset: what vLLM's defaults
+        chose and why (shown by `pdctl plan` and the planner page)."""
+        roles = []
+        for config in configs:
+            if config.kind == "colocated":
+                roles.append((f"colocated TP{config.tp}", config.tp, self.colocated_flags))
+            else:
+                roles.append(
+                    (f"prefill TP{config.prefill_tp}", config.prefill_tp, self.prefill_flags)
+                )
+                roles.append((f"decode TP{config.decode_tp}", config.decode_tp, self.decode_flags))
+        out = {}
+        for label, tp, flags in roles:
+            text = self.engine_settings(tp, flags).explain()
+            if text and label not in out:
+                out[label] = text
+        return out
+
+    @property
+    def kv_connector(self) -> str:
+        if self.connector is not None:
+            return self.connector
+        amd = profiles.hardware(self.hardware).vendor == "AMD"
+        return "MoRIIOConnector" if amd else "NixlConnector"
+
+    def handoff_path(self) -> HandoffPath:
+        return choose_path(profiles.hardware(self.hardware), self.kv_connector, self.same_node)
+
+    def link_bytes_per_s(self, config: PlanConfig) -> float:
+        """The hand-off's bandwidth part: a pair moves KV over as many links (one NIC or
+        peer link per GPU) as its smaller side has GPUs."""
+        if self.link_gbps is not None:
+            return self.link_gbps * 1e9
+        ranks = min(config.prefill_tp, config.decode_tp)
+        return path_bandwidth(
+            self.handoff_path(), profiles.hardware(self.hardware), ranks, self.same_node
+        )
+
+    def handoff(self, config: PlanConfig) -> HandoffLink:
+        return HandoffLink(
+            self.handoff_path(),
+            self.link_bytes_per_s(config),
+            ranks=min(config.prefill_tp, config.decode_tp),
+            connector=self.kv_connector,
+            setup_s=self.link_latency_s,
+        )
+
+    def cluster(self, config: PlanConfig) -> Cluster:
+        if config.kind == "colocated":
+            return Cluster(
+                colocated=[
+                    self.engine(config.tp, self.colocated_flags) for _ in range(config.count)
+                ]
+            )
+        return Cluster(
+            prefills=[
+                self.engine(config.prefill_tp, self.prefill_flags) for _ in range(config.prefills)
+            ],
+            decodes=[
+                self.engine(config.decode_tp, self.decode_flags) for _ in range(config.decodes)
+            ],
+            mode=config.mode,
+            link_bytes_per_s=self.link_bytes_per_s(config),
+            link_latency_s=self.link_latency_s,
+            handoff=self.handoff(config),
+        )
+
+
+def candidate_configs(gpus: int, modes: tuple[str, ...] = TRANSFER_MODES) -> list[PlanConfig]:
+    """Every one-node layout: colocated k x TPm and disaggregated xPyD with TP per role."""
+    tps = [t for t in (1, 2, 4, 8) if t <= gpus]
+    out = [PlanConfig("colocated", count=gpus // t, tp=t) for t in tps]
+    for ptp in tps:
+        for dtp in tps:
+            for p in range(1, gpus // ptp + 1):
+                d = (gpus - p * ptp) // dtp
+                if d >= 1 and p * ptp + d * dtp == gpus:
+                    out += [
+                        PlanConfig(
+                            "disaggregated",
+                            prefills=p,
+                            prefill_tp=ptp,
+                            decodes=d,
+                            decode_tp=dtp,
+                            mode=m,
+                        )
+                        for m in modes
+                    ]
+    return out
+
+
+def fitting_configs(setup: PlanSetup, modes: tuple[str, ...] = ("write",)) -> list[PlanConfig]:
+    """The one-node layouts whose every engine holds the model."""
+    out = []
+    for config in candidate_configs(setup.gpus, modes):
+        try:
+            setup.check(config)
+        except PlanError:
+            continue
+        out.append(config)
+    return out

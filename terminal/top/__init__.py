@@ -1,0 +1,1 @@
+"""`pdctl top`: a deployment's live frames in a terminal: feed, layout, histograms, screen."""

@@ -1,0 +1,40 @@
+"""The operator verbs, each a client of `pdctl serve`'s REST API: `ls`, `show`, `history`,
+`diff`, `apply`, `start`, `stop`, `restart`, `switch`, `move`, `events`, `logs`, `advise`; and the
+resolver behind `pdctl bench --deployment` (bench/target.py). Exit codes: terminal/exits.py."""
+
+from __future__ import annotations
+
+import typer
+
+from bench.target import use_resolver
+from terminal.session import command
+from terminal.verbs import advise as advise_verb
+from terminal.verbs import apply as apply_verb
+from terminal.verbs import follow as follow_verbs
+from terminal.verbs import lifecycle as lifecycle_verbs
+from terminal.verbs import move as move_verb
+from terminal.verbs import read as read_verbs
+from terminal.verbs import switch as switch_verb
+from terminal.verbs.bench_target import deployment_target
+
+VERBS = {
+    "ls": read_verbs.ls,
+    "show": read_verbs.show,
+    "history": read_verbs.history,
+    "diff": read_verbs.diff,
+    "apply": apply_verb.apply,
+    "start": lifecycle_verbs.start,
+    "stop": lifecycle_verbs.stop,
+    "restart": lifecycle_verbs.restart,
+    "switch": switch_verb.switch,
+    "move": move_verb.move,
+    "events": follow_verbs.events,
+    "logs": follow_verbs.logs,
+    "advise": advise_verb.advise,
+}
+
+
+def register(app: typer.Typer) -> None:
+    for verb, fn in VERBS.items():
+        command(app, verb, fn)
+    use_resolver(deployment_target)

@@ -1,0 +1,96 @@
+"""`pdctl advise`: the verdicts and the proposed changes with their forecasts, `--apply RULE`
+sending the rule with the revision it read, and a bad --window refused before anything is
+sent (tests/web/routes/test_proposals_api.py covers the API it calls;
+tests/e2e/test_proposals_e2e.py applies proposals on running stand-ins)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from typer.testing import CliRunner
+
+from terminal import exits
+from terminal.verbs import advise as advise_verb
+from terminal.verbs import cli as verbs_cli
+
+PROPOSAL = {
+    "rule": "ttft_binding",
+    "summary": "move decode-1 from decode to prefill (runtime role switch)",
+    "how": "role_move",
+    "disruption": "decode-1 drains its legs, then serves prefill; no restart",
+    "watch": {"signal": "ttft_p99_ms", "direction": "down"},
+    "forecast": {
+        "source": "planner",
+        "workload": {"num_prompts": 60, "input_len": 2000, "output_len": 64, "rate": 4.0},
+        "now": {"config": "2P-TP1+2D-TP1 read"},
+        "after": {"config": "3P-TP1+1D-TP1 read"},
+        "predicted": {"now": 150.9, "after": 118.4, "direction": "down", "agrees": True},
+    },
+}
+ADVICE = {"deployment": "flip", "window": "1m", "live": True, "verdicts": []}
+
+
+class FakeApi:
+    timeout_s = 30.0
+
+    def __init__(self, proposals: list[dict]) -> None:
+        self.proposals, self.sent = proposals, []
+
+    def get(self, path: str, **query: Any) -> Any:
+        if path.endswith("/proposals"):
+            return {"revision": 7, "proposals": self.proposals}
+        return ADVICE
+
+    def post(self, path: str, body: Any = None, **query: Any) -> Any:
+        self.sent.append((path, body))
+        return {**PROPOSAL, "revision": 8, "move": {"revision": 8}}
+
+
+def run(monkeypatch, api: FakeApi, *args: str) -> Any:
+    app = typer.Typer()
+    verbs_cli.register(app)
+    monkeypatch.setattr(advise_verb, "client", lambda server: api)
+    return CliRunner().invoke(app, list(args))
+
+
+def test_advise_shows_each_proposal_with_its_forecast_and_how_to_apply_it(monkeypatch):
+    out = run(monkeypatch, FakeApi([PROPOSAL]), "advise", "flip")
+    assert out.exit_code == 0, out.output
+    assert "proposed changes (from revision 7):" in out.output
+    assert "ttft_binding: move decode-1 from decode to prefill" in out.output
+    assert "ttft_p99_ms 150.9 -> 118.4 (down, as proposed)" in out.output
+    assert "2P-TP1+2D-TP1 read -> 3P-TP1+1D-TP1 read" in out.output
+    assert "apply: pdctl advise flip --apply ttft_binding" in out.output
+
+
+def test_a_forecast_the_planner_cannot_make_says_why(monkeypatch):
+    unmodelled = {
+        **PROPOSAL,
+        "watch": {"signal": "prompt_saved_share", "direction": "up"},
+        "forecast": {"source": None, "why": "the planner does not model multi-turn KV reuse"},
+    }
+    out = run(monkeypatch, FakeApi([unmodelled]), "advise", "flip")
+    assert "prompt_saved_share should go up (the planner does not model" in out.output
+    assert "no change proposed" in run(monkeypatch, FakeApi([]), "advise", "flip").output
+
+
+def test_apply_sends_the_rule_with_the_revision_it_read(monkeypatch):
+    api = FakeApi([PROPOSAL])
+    out = run(monkeypatch, api, "advise", "flip", "--apply", "ttft_binding", "--reason", "p99")
+    assert out.exit_code == 0, out.output
+    assert api.sent == [
+        (
+            "/api/deployments/flip/proposals/apply",
+            {"rule": "ttft_binding", "revision": 7, "window": "1m", "reason": "p99"},
+        )
+    ]
+    assert "flip: applied ttft_binding (role_move)" in out.output and "revision 8" in out.output
+    assert api.timeout_s >= 600  # a role move's drain outlasts the default
+
+
+def test_a_bad_window_is_a_usage_error_before_anything_is_sent(monkeypatch):
+    api = FakeApi([PROPOSAL])
+    out = run(monkeypatch, api, "advise", "flip", "--window", "2h", "--apply", "ttft_binding")
+    assert out.exit_code == exits.USAGE and api.sent == []
+    assert "--window '2h'" in out.output

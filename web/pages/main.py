@@ -1,0 +1,283 @@
+"""The deployments list and the deployment page with its fragments (topology, events, commands,
+log tails); the page's context is built here for page_actions' fragments too."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse
+
+from controller import DeploymentSpec
+from services.demo.deployments import DEMO_NAME
+from services.load import MAX_DURATION_S, MAX_RATE
+from state.store import Current
+from web import htmx
+from web.deps import StoreDep, get_controller, get_load_runs, get_observer, get_service
+from web.routes import events as events_api
+from web.routes import lifecycle, trade
+from web.schemas import EventOut
+from web.security.auth import Actor
+from web.views import pd_banner
+from web.views.page import (
+    PageActor,
+    deployment_or_404,
+    page_context,
+)
+
+router = APIRouter(tags=["pages"], include_in_schema=False)
+_STOPPED = ("STOPPED", "EXITED")
+STRATEGIES = ("hold", "keep-serving", "roll")
+
+
+# -- the deployments list -----------------------------------------------------------------
+
+
+@router.get("/", response_class=HTMLResponse)
+def deployments_page(request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
+    rows = [_summary(request, d) for d in store.deployments()]
+    ctx = page_context(request, actor, rows=rows, unreadable=store.unreadable())
+    if htmx.is_htmx(request):
+        return htmx.fragment(request, "deployments.html", "rows", ctx)
+    states = {r["name"]: r["state"] for r in rows}
+    ctx["trade"] = trade.panel(request, store, lambda name: states.get(name, "stopped"))
+    return htmx.page(request, "deployments.html", ctx)
+
+
+@router.get("/demo/trade", response_class=HTMLResponse)
+def trade_fragment(request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
+    """The trade panel of the list, polled on its own (it reads frames and the advisor)."""
+
+    def state(name: str) -> str:
+        return overall_state(_units(request, name))
+
+    ctx = page_context(request, actor, trade=trade.panel(request, store, state))
+    return htmx.fragment(request, "deployments.html", "trade", ctx)
+
+
+def _summary(request: Request, d: Current) -> dict[str, Any]:
+    units = _units(request, d.name)
+    return {
+        "name": d.name,
+        "revision": d.revision,
+        "spec": d.spec,
+        "ports": d.ports,
+        "state": overall_state(units, _switching(request, d.name)),
+        "modes": _modes(d.spec),
+        "updated_at": d.updated_at,
+        "running": sum(u["state"] == "RUNNING" for u in units),
+        "units": len(units),
+    }
+
+
+def overall_state(units: list[dict[str, Any]], switching: bool = False) -> str:
+    """One word for a deployment's instances, worst first."""
+    states = {u["state"] for u in units}
+    if switching:
+        return "switching"
+    if not units or states <= set(_STOPPED):
+        return "stopped"
+    for word in ("FATAL", "BACKOFF", "STOPPING", "STARTING"):
+        if word in states:
+            return word.lower()
+    return "running" if states == {"RUNNING"} else "degraded"
+
+
+def _units(request: Request, name: str) -> list[dict[str, Any]]:
+    controller = get_controller(request)
+    return controller.status(name) if controller is not None else []
+
+
+def _switching(request: Request, name: str) -> bool:
+    controller = get_controller(request)
+    if controller is None:
+        return False
+    history = controller.switches.history(name)
+    return bool(history) and history[-1].state == "running"
+
+
+def _modes(spec: DeploymentSpec) -> list[str]:
+    return sorted({g.mode.value for g in spec.groups if g.mode is not None})
+
+
+# -- the deployment page ----------------------------------------------------------------------
+
+
+def _pd_section(request: Request, name: str) -> dict[str, Any] | None:
+    return _frame_section(request, name, "pd")
+
+
+def _frame_section(request: Request, name: str, key: str) -> dict[str, Any] | None:
+    observer = get_observer(request)
+    frame = observer.frame(name) if observer is not None else None
+    return frame.get(key) if frame else None
+
+
+def deployment_context(
+    request: Request, actor: Actor, current: Current, **extra: Any
+) -> dict[str, Any]:
+    name = current.name
+    units = _units(request, name)
+    controller = get_controller(request)
+    switches = controller.switches.history(name) if controller is not None else []
+    ctx = page_context(
+        request,
+        actor,
+        d=current,
+        spec=current.spec,
+        ports=current.ports,
+        units=units,
+        topology=topology(current, units),
+        modes=_modes(current.spec),
+        state=overall_state(units, bool(switches) and switches[-1].state == "running"),
+        switch=switches[-1].to_json() if switches else None,
+        load=get_load_runs(request).current(name),
+        max_rate=MAX_RATE,
+        max_duration=MAX_DURATION_S,
+        strategies=STRATEGIES,
+        simulated=current.spec.engine.value == "sim",
+        demo=name == DEMO_NAME,
+        has_controller=controller is not None,
+        pd=pd_banner(_pd_section(request, name), current.spec.topology.value == "colocated"),
+        canary=_frame_section(request, name, "canary"),
+    )
+    if controller is not None and current.spec.connector == "MoRIIOConnector":
+        target = extra.pop("forecast_mode", None) or _other_mode(ctx["modes"])
+        ctx["forecast"] = controller.switch_preview(name, current.spec, target)
+    ctx.update(extra)
+    return ctx
+
+
+def _other_mode(modes: list[str]) -> str:
+    """The mode the switch dialog offers first: the other one when all run in one."""
+    return "write" if modes == ["read"] else "read"
+
+
+def topology(current: Current, units: list[dict[str, Any]]) -> dict[str, Any]:
+    """The proxy and each instance group with its instances: the stored spec and ports, with
+    live state where the supervisor has it."""
+    by_name = {u["name"]: u for u in units}
+    proxy = by_name.get("proxy", {})
+    groups = []
+    for group in current.spec.groups:
+        instances = []
+        for i in range(group.count):
+            iname = f"{group.name}-{i}"
+            unit = by_name.get(iname, {})
+            ports = current.ports.instances.get(iname)
+            instances.append(
+                {
+                    "name": iname,
+                    "gpus": group.instance_gpus(i),
+                    "ports": ports.model_dump(exclude_none=True) if ports else {},
+                    "state": unit.get("state", "STOPPED"),
+                    "pid": unit.get("pid"),
+                    "uptime": unit.get("uptime"),
+                    "restarts": unit.get("restarts", 0),
+                    "health": unit.get("health"),
+                    "registration": unit.get("registration"),
+                    "url": unit.get("url"),
+                    "log_error": unit.get("log_error"),
+                    **node_of(unit),
+                }
+            )
+        groups.append(
+            {
+                "name": group.name,
+                "role": group.role.value,
+                "tp": group.tp,
+                "mode": group.mode.value if group.mode else None,
+                "instances": instances,
+            }
+        )
+    return {
+        "proxy": {
+            "port": current.ports.proxy,
+            "registry": current.ports.registry,
+            "policy": current.spec.proxy.policy,
+            "state": proxy.get("state", "STOPPED"),
+            "pid": proxy.get("pid"),
+            "restarts": proxy.get("restarts", 0),
+            "health": proxy.get("health"),
+            "url": proxy.get("url") or f"http://127.0.0.1:{current.ports.proxy}",
+            **node_of(proxy),
+        },
+        "groups": groups,
+    }
+
+
+def node_of(unit: dict[str, Any]) -> dict[str, Any]:
+    """The node a process is on: its cluster node's id and address, or on one host none and
+    the host its URL names (None before it was ever started)."""
+    address = unit.get("address") or (urlsplit(unit["url"]).hostname if unit.get("url") else None)
+    return {"node_id": unit.get("node"), "node_address": address}
+
+
+@router.get("/deployments/{name}", response_class=HTMLResponse)
+def deployment_page(name: str, request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
+    current = store.get(name)  # NotFound, or Unreadable: web/errors.py answers the page
+    events = [EventOut.of(e) for e in store.events(name, None, 50)]
+    ctx = deployment_context(request, actor, current, events=events)
+    return htmx.page(request, "deployment.html", ctx)
+
+
+@router.get("/deployments/{name}/topology", response_class=HTMLResponse)
+def topology_fragment(
+    name: str, request: Request, store: StoreDep, actor: PageActor
+) -> HTMLResponse:
+    ctx = deployment_context(request, actor, deployment_or_404(store, name))
+    return htmx.fragment(request, "deployment.html", ("topology", "state_oob"), ctx)
+
+
+@router.get("/deployments/{name}/events", response_class=HTMLResponse)
+def events_fragment(
+    name: str,
+    request: Request,
+    store: StoreDep,
+    actor: PageActor,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> HTMLResponse:
+    deployment_or_404(store, name)
+    events = events_api.list_events(store, name, None, limit)
+    return htmx.fragment(
+        request, "deployment.html", "events", page_context(request, actor, events=events)
+    )
+
+
+@router.get("/deployments/{name}/commands", response_class=HTMLResponse)
+def commands_fragment(
+    name: str, request: Request, store: StoreDep, actor: PageActor
+) -> HTMLResponse:
+    current = deployment_or_404(store, name)
+    commands = lifecycle.commands(name, get_service(request), store)
+    return htmx.fragment(
+        request,
+        "deployment.html",
+        "commands",
+        page_context(
+            request,
+            actor,
+            commands=commands,
+            simulated=current.spec.engine.value == "sim",
+        ),
+    )
+
+
+@router.get("/deployments/{name}/logs/{instance}", response_class=HTMLResponse)
+def log_fragment(
+    name: str,
+    instance: str,
+    request: Request,
+    store: StoreDep,
+    actor: PageActor,
+    lines: Annotated[int, Query(ge=1, le=2000)] = 120,
+) -> HTMLResponse:
+    deployment_or_404(store, name)
+    tail = lifecycle.log_tail(name, instance, get_service(request), store, lines)["lines"]
+    return htmx.fragment(
+        request,
+        "deployment.html",
+        "log",
+        page_context(request, actor, name=name, instance=instance, tail=tail),
+    )
