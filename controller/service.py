@@ -17,7 +17,7 @@ from controller.spec.deployment import DeploymentSpec
 from controller.spec.validation import engine_problems
 from controller.supervise.placement_log import PlacementLog
 from controller.supervise.supervisor import Supervisor, SupervisorError
-from controller.switch import preview
+from controller.switch.preview import preview
 from controller.switch.record import IN_PROGRESS, strategy_of
 from controller.switch.role_move import RoleMover, plan_move
 from controller.switch.runner import (

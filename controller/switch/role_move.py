@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from controller.clients.proxy_admin import ProxyAdminClient, ProxyAdminError
-from controller.launch import render
+from controller.launch.render import render
 from controller.spec.deployment import DeploymentSpec, InstanceGroup
 from controller.spec.role_switch import NIXL, RoleSwitch, instance_roles
 from controller.supervise import placing, run_state

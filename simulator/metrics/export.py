@@ -30,8 +30,8 @@ from domain.vllm_metrics import (
 )
 from simulator.engine.request import EngineRequest
 from simulator.engine.scheduler import Scheduler, StepOutput
-from simulator.metrics import vllm_families
 from simulator.metrics.families import gauge
+from simulator.metrics.vllm_families import vllm_families
 from simulator.model.frontend_clock import FrontendClock
 
 

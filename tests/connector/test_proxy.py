@@ -360,7 +360,7 @@ def test_metrics_and_health_and_models():
             settings = settings_for(
                 [p],
                 [d],
-                slo=__import__("connector.measure.timing").measure.SloTargets(
+                slo=__import__("connector.measure.timing").measure.timing.SloTargets(
                     ttft_ms=10_000, itl_ms=0.001
                 ),
             )

@@ -19,12 +19,12 @@ from web.routes import events as events_api
 from web.routes import lifecycle, trade
 from web.schemas import EventOut
 from web.security.auth import Actor
-from web.views import pd_banner
 from web.views.page import (
     PageActor,
     deployment_or_404,
     page_context,
 )
+from web.views.pd_banner import pd_banner
 
 router = APIRouter(tags=["pages"], include_in_schema=False)
 _STOPPED = ("STOPPED", "EXITED")

@@ -22,8 +22,9 @@ from domain.errors import ConfigError, InvalidTransition, PdctlError
 from services.proposal_forecast import forecast
 from state.errors import StaleRevision
 from state.store import Current, Store
-from web import diff, htmx
+from web import htmx
 from web.deps import Operator, ServiceDep, StoreDep, get_service
+from web.diff import diff
 from web.schemas import ChangeOut
 from web.views.live_advice import live
 from web.views.page import PageActor, page_context, require_operator

@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from controller import redact_spec
-from web import diff
 from web.deps import StoreDep, Viewer
+from web.diff import diff
 from web.schemas import ChangeOut, DiffOut, RevisionOut, RevisionSummary
 
 router = APIRouter(prefix="/deployments/{name}", tags=["revisions"])
