@@ -93,11 +93,13 @@ bench-proxy: $(STAMP)
 bench-ttft: $(STAMP)
 	$(PY) -m benchmarks.ttft_breakdown
 
-# vLLM's own client (`vllm bench serve`, from the real-vLLM venv) and `pdctl bench` against the
-# same stand-ins and workload, direct and through the proxy, at several rates.
+# Real vLLM's API server CPU (skipped without make test-vllm's venv): per request, per prompt
+# token and per output token, over four workloads.
 bench-frontend: $(STAMP)
 	$(PY) -m benchmarks.frontend.cpu
 
+# vLLM's own client (`vllm bench serve`, from the real-vLLM venv) and `pdctl bench` against the
+# same stand-ins and workload, direct and through the proxy, at several rates.
 bench-measure: $(STAMP)
 	$(PY) -m benchmarks.measure.run
 
