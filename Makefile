@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run run-cluster test test-live test-vllm test-ray lint bench-core bench-sim bench-proxy bench-ttft bench-switch bench-autopilot bench-plan-live bench-events bench-cluster bench-measure bench-bidir bench-render bench-frontend soak soak-quick chaos clean system-deps
+.PHONY: run run-cluster test test-live test-vllm test-ray lint bench-core bench-sim bench-proxy bench-ttft bench-switch bench-autopilot bench-plan-live bench-events bench-cluster bench-measure bench-bidir bench-render bench-frontend soak soak-quick chaos clean system-deps docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -65,6 +65,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# The docs site (mkdocs.yml, docs/) into site/; strict: a broken link or anchor, or a page left
+# out of the nav, fails the build (tests/test_docs.py builds it the same way in make test).
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict --site-dir site
+
 bench-core: $(STAMP)
 	$(PY) -m benchmarks.bench_core
 
@@ -93,11 +98,13 @@ bench-proxy: $(STAMP)
 bench-ttft: $(STAMP)
 	$(PY) -m benchmarks.ttft_breakdown
 
-# vLLM's own client (`vllm bench serve`, from the real-vLLM venv) and `pdctl bench` against the
-# same stand-ins and workload, direct and through the proxy, at several rates.
+# Real vLLM's API server CPU (skipped without make test-vllm's venv): per request, per prompt
+# token and per output token, over four workloads.
 bench-frontend: $(STAMP)
 	$(PY) -m benchmarks.frontend.cpu
 
+# vLLM's own client (`vllm bench serve`, from the real-vLLM venv) and `pdctl bench` against the
+# same stand-ins and workload, direct and through the proxy, at several rates.
 bench-measure: $(STAMP)
 	$(PY) -m benchmarks.measure.run
 
@@ -135,4 +142,4 @@ system-deps:
 	fi
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info site
