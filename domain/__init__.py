@@ -2,5 +2,9 @@
 
 Modes, roles and connectors (modes.py); SLO targets and the one judge of "met" (slo.py);
 vLLM's metric names and buckets (vllm_metrics.py); hardware and model profiles (profiles/);
-the tokenizer, arrival schedules and datasets. Pure, and imports nothing of pdctl's.
+the tokenizer, arrival schedules and datasets (workload/). Pure, and imports nothing of
+pdctl's.
+
+Rooms: `profiles/` (hardware and model profiles, TOML files with their sources), `workload/`
+(arrival schedules, datasets, the tokenizer).
 """
