@@ -13,4 +13,4 @@ Its rooms, floor by floor (a room imports only rooms below it; tests/test_layers
 5. `dispatch/`  the legs' I/O: attempts, relay, hold queue, flights, canaries, tiers;
    `membership` who the proxy routes to beyond its flags
 6. `proxy`      the request path; `api/` its admin, info and OpenAPI routes
-7. `server` (the aiohttp app) and `cli`"""
+7. `server` (the aiohttp app), `flags` (the settings as options and as argv) and `cli`"""

@@ -10,11 +10,12 @@ import secrets
 from pathlib import Path
 
 
-def runtime_dir() -> Path:
-    """Where a standalone proxy keeps its token: PDCTL_RUNTIME_DIR, else the user's runtime
-    directory (XDG_RUNTIME_DIR), else ~/.cache/pdctl/run."""
-    if given := os.environ.get("PDCTL_RUNTIME_DIR"):
-        return Path(given).absolute()
+def runtime_dir(given: Path | None = None) -> Path:
+    """Where a standalone proxy keeps its token: `given` (its settings' runtime_dir, from
+    PDCTL_RUNTIME_DIR), else the user's runtime directory (XDG_RUNTIME_DIR), else
+    ~/.cache/pdctl/run."""
+    if given:
+        return given.absolute()
     if xdg := os.environ.get("XDG_RUNTIME_DIR"):
         return Path(xdg) / "pdctl"
     return Path.home() / ".cache" / "pdctl" / "run"

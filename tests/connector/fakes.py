@@ -11,9 +11,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 import zmq
 from aiohttp import web
 from multidict import CIMultiDict
+from pydantic import ValidationError
 
 from connector.proxy import PROXY_KEY, Proxy
 from connector.server import bound_port, start
@@ -288,10 +290,19 @@ def settings_for(
     }
     defaults.update(kwargs)
     return ProxySettings(
-        prefill=tuple(FlagInstance(p.url) for p in prefills),
-        decode=tuple(FlagInstance(d.url) for d in decodes),
-        **defaults,
+        **{
+            "prefill": tuple(FlagInstance(p.url) for p in prefills),
+            "decode": tuple(FlagInstance(d.url) for d in decodes),
+            **defaults,
+        }
     )
+
+
+def refused_at(**kwargs: Any) -> str:
+    """The field settings_for(**kwargs) is refused at."""
+    with pytest.raises(ValidationError) as err:
+        settings_for(**kwargs)
+    return ProxySettings.error_field(err.value.errors()[0])
 
 
 @contextlib.asynccontextmanager

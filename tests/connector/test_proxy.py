@@ -65,13 +65,11 @@ def test_write_mode_sends_both_legs_at_once():
         async with engines(
             FakeEngine("p", prefill_delay=0.3), FakeEngine("d", decode_first_delay=0.3)
         ) as (p, d):
-            settings = settings_for(connector="moriio", mode="write")
-            settings = type(settings)(
-                **{
-                    **{f: getattr(settings, f) for f in settings.__slots__},
-                    "prefill": (FlagInstance(p.url, p_zmq),),
-                    "decode": (FlagInstance(d.url, d_zmq),),
-                }
+            settings = settings_for(
+                connector="moriio",
+                mode="write",
+                prefill=[f"{p.url}#{p_zmq}"],  # as the flag gives it: URL#ZMQ address
+                decode=[f"{d.url}#{d_zmq}"],
             )
             async with running(settings) as (base, _):
                 status, _, raw = await post(base, completion(4))
@@ -360,9 +358,8 @@ def test_metrics_and_health_and_models():
             settings = settings_for(
                 [p],
                 [d],
-                slo=__import__("connector.measure.timing").measure.timing.SloTargets(
-                    ttft_ms=10_000, itl_ms=0.001
-                ),
+                slo_ttft_ms=10_000,
+                slo_itl_ms=0.001,
             )
             async with running(settings) as (base, _), aiohttp.ClientSession() as s:
                 for _ in range(2):

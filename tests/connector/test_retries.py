@@ -5,7 +5,6 @@ import asyncio
 import socket
 import time
 
-from connector.legs.retry import RetrySettings
 from tests.connector.fakes import FakeEngine, completion, proxied, run, sse_events
 from tests.connector.test_proxy import post, until
 
@@ -132,7 +131,7 @@ def test_no_retry_after_the_first_byte_reached_the_client():
 def test_no_retry_when_the_budget_allows_one_attempt():
     async def body():
         p, d1, d2 = FakeEngine("p"), FakeEngine("d1", decode_status=500), FakeEngine("d2")
-        async with proxied([p], [d1, d2], retry=RetrySettings(attempts=1)) as (base, proxy):
+        async with proxied([p], [d1, d2], retry_attempts=1) as (base, proxy):
             status, _, raw = await post(base, completion(3))
             assert status == 502 and b"decode leg to " + d1.url.encode() in raw
             assert d2.seen == []
@@ -167,8 +166,14 @@ def test_a_retry_storm_is_bounded_when_every_instance_fails():
         fakes = [FakeEngine("p1"), FakeEngine("p2")] + [
             FakeEngine(f"d{i}", decode_status=500) for i in range(3)
         ]
-        retry = RetrySettings(attempts=3, ratio=0.1, min_per_s=0.0, burst=2.0, backoff_s=0.0)
-        async with proxied(fakes[:2], fakes[2:], retry=retry, eject_after=0) as (base, proxy):
+        retry = {
+            "retry_attempts": 3,
+            "retry_budget_ratio": 0.1,
+            "retry_min_per_s": 0.0,
+            "retry_burst": 2.0,
+            "retry_backoff": 0.0,
+        }
+        async with proxied(fakes[:2], fakes[2:], **retry, eject_after=0) as (base, proxy):
             answers = await asyncio.gather(*(post(base, completion(2)) for _ in range(20)))
             assert all(status == 502 for status, _, _ in answers)
             decode_legs = sum(len(d.seen) for d in fakes[2:])

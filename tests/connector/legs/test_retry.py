@@ -8,7 +8,7 @@ import pytest
 from connector.legs.retry import Retry, RetryBudget, RetrySettings, plan
 from connector.pool.instances import InstancePool
 from connector.pool.policy import RoundRobin
-from tests.connector.fakes import settings_for
+from tests.connector.fakes import refused_at, settings_for
 
 
 @pytest.mark.parametrize("connector,mode", [("nixl", "read"), ("moriio", "read")])
@@ -80,20 +80,25 @@ def test_backoff_doubles_up_to_its_cap():
     assert [budget.backoff(n) for n in (1, 2, 3, 4)] == [0.1, 0.2, 0.3, 0.3]
 
 
-def test_bad_retry_settings_are_refused_naming_the_flag():
-    for kwargs, flag in (
-        ({"attempts": 0}, "--retry-attempts"),
-        ({"deadline_s": 0}, "--retry-deadline"),
-        ({"ratio": 1.5}, "--retry-budget-ratio"),
-        ({"min_per_s": -1}, "--retry-min-per-s"),
-        ({"backoff_s": 20, "backoff_max_s": 30}, "--retry-backoff"),
+def test_bad_retry_settings_are_refused_naming_the_field():
+    for field, value in (
+        ("retry_attempts", 0),
+        ("retry_deadline", 0),
+        ("retry_budget_ratio", 1.5),
+        ("retry_min_per_s", -1),
+        ("retry_backoff", 20),
+        ("retry_burst", 0.5),
+        ("first_byte_timeout", 0),
+        ("eject_max_share", 0),
     ):
-        with pytest.raises(ValueError, match=flag):
-            settings_for(retry=RetrySettings(**kwargs))
-    with pytest.raises(ValueError, match="--first-byte-timeout"):
-        settings_for(first_byte_timeout=0)
-    with pytest.raises(ValueError, match="--eject-max-share"):
-        settings_for(eject_max_share=0)
+        assert refused_at(**{field: value}) == field
+
+
+def test_the_retry_settings_come_from_the_proxy_settings():
+    s = settings_for(retry_attempts=5, retry_budget_ratio=0.5, retry_burst=2, retry_backoff=0.7)
+    assert s.retry == RetrySettings(
+        attempts=5, ratio=0.5, burst=2.0, backoff_s=0.7, backoff_max_s=0.7
+    )
 
 
 def _pool(n: int):

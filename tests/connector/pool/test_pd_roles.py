@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import web
 
-from connector.legs.retry import RetrySettings
 from connector.pool import pd_roles
 from connector.pool.instances import InstancePool
 from connector.pool.policy import RoundRobin
@@ -61,7 +60,7 @@ def test_a_409_is_rerouted_after_reading_the_role_and_ejects_nothing():
         for fake in (p, d1, d2):
             await start_switching(fake)
         try:
-            async with proxied([p], [d1, d2], eject_after=1, retry=RetrySettings(attempts=1)) as (
+            async with proxied([p], [d1, d2], eject_after=1, retry_attempts=1) as (
                 base,
                 proxy,
             ):

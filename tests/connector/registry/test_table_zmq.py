@@ -4,12 +4,12 @@ import asyncio
 
 import aiohttp
 import msgpack
-import pytest
 
 from tests.connector.fakes import (
     FakeEngine,
     completion,
     engines,
+    refused_at,
     registry_dealer,
     run,
     running,
@@ -158,8 +158,7 @@ def test_past_the_startup_grace_an_empty_proxy_answers_503_at_once():
 
 
 def test_a_negative_startup_grace_is_refused():
-    with pytest.raises(ValueError, match="--startup-grace"):
-        settings_for(startup_grace=-1)
+    assert refused_at(startup_grace=-1) == "startup_grace"
 
 
 def test_an_exception_in_the_handler_leaves_the_loop_serving():
