@@ -12,7 +12,8 @@ import json
 import shlex
 from typing import Any
 
-from connector import kv_config
+from connector import flags, kv_config
+from connector.settings import ProxySettings
 from controller.launch.placement import PROXY, Addresses, planned
 from controller.launch.ports import AllocatedPorts
 from controller.launch.process import VLLM_SERVE, Launch, LaunchSettings
@@ -308,67 +309,48 @@ def proxy_args(
     settings: LaunchSettings,
     where: Addresses | None = None,
 ) -> list[str]:
-    where = where or Addresses(settings.host)
-    args = ["proxy", "--port", str(ports.proxy)]
+    """`proxy` and the flags of the proxy's settings (connector/flags.py renders them)."""
+    proxy = proxy_settings(spec, ports, settings, where or Addresses(settings.host))
+    return ["proxy", *flags.argv(proxy), *settings.proxy_extra_args]
+
+
+def proxy_settings(
+    spec: DeploymentSpec, ports: AllocatedPorts, settings: LaunchSettings, where: Addresses
+) -> ProxySettings:
+    """What a deployment's proxy is told: where it listens, how instances hand over the KV,
+    the spec's proxy section and SLO, and every instance that does not register itself."""
+    given: dict[str, Any] = {"port": ports.proxy}
     if bind := where.by_name.get(PROXY) or settings.bind_host:
-        args += ["--host", bind]
-    colocated = spec.connector is None
-    if colocated:
-        args += ["--mode", "colocated", "--registry-port", "-1"]
+        given["host"] = bind
+    if spec.connector is None:
+        given |= {"mode": "colocated", "registry_port": None}
     elif _moriio(spec):
         # Instances register themselves over ZMQ, each into the group of its mode.
-        args += ["--connector", "moriio", "--registry-port", str(ports.registry)]
-        for allowed in settings.registry_allow:
-            args += ["--registry-allow", allowed]
+        given |= {"connector": "moriio", "registry_port": ports.registry}
+        if settings.registry_allow:
+            given["registry_allow"] = settings.registry_allow
     else:
         # NIXL, and the connectors whose hand-off has NIXL's shape (kv_transfer_params
         # returned by prefill, relayed to decode), in read mode; no registry.
-        args += ["--connector", "nixl", "--mode", "read", "--registry-port", "-1"]
-    args += [
-        "--policy",
-        spec.proxy.policy,
-        "--hold-queue",
-        str(spec.proxy.hold_queue),
-        "--hold-deadline",
-        _number(spec.proxy.hold_deadline_s),
-    ]
-    for flag, value in (
-        ("--prefill-timeout", spec.proxy.prefill_timeout_s),
-        ("--decode-timeout", spec.proxy.decode_timeout_s),
-        ("--first-byte-timeout", spec.proxy.first_byte_timeout_s),
-        ("--retry-attempts", spec.proxy.retry_attempts),
-        ("--retry-deadline", spec.proxy.retry_deadline_s),
-        ("--retry-budget-ratio", spec.proxy.retry_budget_ratio),
-        ("--eject-max-share", spec.proxy.eject_max_share),
-    ):
-        if value is not None:
-            args += [flag, _number(value)]
+        given |= {"connector": "nixl", "mode": "read", "registry_port": None}
+    given |= spec.proxy.proxy_settings()
     slo = spec.slo
-    for flag, value in (
-        ("--slo-ttft-ms", slo.ttft_ms),
-        ("--slo-itl-ms", slo.itl_ms),
-        ("--slo-tpot-ms", slo.tpot_ms),
-    ):
-        if value is not None:
-            args += [flag, _number(value)]
-    args += ["--itl-slo-stat", slo.itl_stat]
+    given |= {"slo_ttft_ms": slo.ttft_ms, "slo_itl_ms": slo.itl_ms, "slo_tpot_ms": slo.tpot_ms}
+    given["itl_slo_stat"] = slo.itl_stat
     if (bidir := bidirectional(spec)).enabled:  # controller/spec/bidir.py
-        args += ["--bidirectional-kv", "--kv-blocks-ttl", _number(bidir.ttl_s)]
+        given |= {"bidirectional_kv": True, "kv_blocks_ttl": bidir.ttl_s}
     # MoRIIO prefills and decodes register themselves; encoders and render instances never do.
     for group in spec.groups:
         if _moriio(spec) and group.role not in (Role.ENCODE, Role.RENDER):
             continue
         for i in range(group.count):
             name = f"{group.name}-{i}"
-            flag = {
-                "prefill": "--prefill",
-                "decode": "--decode",
-                "encode": "--encode",
-                "render": "--render",
-            }.get(serving_role(spec, group, name).value, "--instance")
+            role = serving_role(spec, group, name).value
+            field = role if role in ("prefill", "decode", "encode", "render") else "instance"
             address = reach_address(name, settings, where)
-            args += [flag, f"http://{address}:{ports.instances[name].http}"]
-    return [*args, *settings.proxy_extra_args]
+            url = f"http://{address}:{ports.instances[name].http}"
+            given[field] = (*given.get(field, ()), url)
+    return ProxySettings(**given)
 
 
 def _moriio(spec: DeploymentSpec) -> bool:

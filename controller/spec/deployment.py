@@ -9,10 +9,23 @@ host ports, operator settings) live in controller/spec/validation.py.
 from __future__ import annotations
 
 import enum
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
+from connector.settings import (
+    DecodeTimeout,
+    EjectMaxShare,
+    FirstByteTimeout,
+    HoldDeadline,
+    HoldQueue,
+    Policy,
+    PrefillTimeout,
+    ProxySettings,
+    RetryAttempts,
+    RetryBudgetRatio,
+    RetryDeadline,
+)
 from controller.spec.autopilot import Autopilot, check_autopilot
 from controller.spec.bidir import check_bidirectional
 from controller.spec.canary import CanaryConfig
@@ -57,6 +70,10 @@ OWNED_FLAGS = frozenset(
         "--start-time-scale",
     }
 )
+# The proxy's own defaults, which a spec's proxy section takes (ProxyConfig).
+PROXY_DEFAULTS = {n: f.default for n, f in ProxySettings.model_fields.items()}
+# ProxyConfig's fields that are no proxy setting: where it runs, its ports (allocated).
+PROXY_PLACE = frozenset({"port", "registry_port", "node"})
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 ExtraArg = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 
@@ -116,23 +133,35 @@ class SloTargets(_Strict):
 
 
 class ProxyConfig(_Strict):
+    """Where the proxy runs and listens, and the proxy settings an operator tunes per
+    deployment: ProxySettings' fields (connector/settings.py) with their types, bounds and
+    defaults, seconds named with `_s`; None is the proxy's own default. A spec bounds a few
+    more tightly than the proxy does."""
+
     port: Port | None = None
     registry_port: Port | None = None
-    policy: str = Field("round-robin", pattern=r"^(round-robin|least-tokens)$")
-    hold_queue: int = Field(256, ge=0, le=100_000)
-    hold_deadline_s: float = Field(30.0, gt=0, le=3600)
+    policy: Policy = PROXY_DEFAULTS["policy"]
+    hold_queue: Annotated[HoldQueue, Field(le=100_000)] = PROXY_DEFAULTS["hold_queue"]
+    hold_deadline_s: Annotated[HoldDeadline, Field(gt=0, le=3600)] = PROXY_DEFAULTS["hold_deadline"]
     # How long the proxy waits on a leg before failing the request with a 502 naming it:
-    # the whole prefill leg, and the longest silence in a decode stream. None: 120 s each.
-    prefill_timeout_s: float | None = Field(None, gt=0, le=3600)
-    decode_timeout_s: float | None = Field(None, gt=0, le=3600)
-    # Retries and ejection (connector/legs/retry.py; None: the proxy's defaults). A decode with no
-    # first byte within first_byte_timeout_s while it streams nothing else is hung.
-    first_byte_timeout_s: float | None = Field(None, gt=0, le=3600)
-    retry_attempts: int | None = Field(None, ge=1, le=10)
-    retry_deadline_s: float | None = Field(None, gt=0, le=3600)
-    retry_budget_ratio: float | None = Field(None, ge=0, le=1)
-    eject_max_share: float | None = Field(None, gt=0, le=1)
+    # the whole prefill leg, and the longest silence in a decode stream.
+    prefill_timeout_s: Annotated[PrefillTimeout, Field(le=3600)] | None = None
+    decode_timeout_s: Annotated[DecodeTimeout, Field(le=3600)] | None = None
+    # Retries and ejection (connector/legs/retry.py).
+    first_byte_timeout_s: FirstByteTimeout = None
+    retry_attempts: RetryAttempts | None = None
+    retry_deadline_s: RetryDeadline | None = None
+    retry_budget_ratio: RetryBudgetRatio | None = None
+    eject_max_share: EjectMaxShare | None = None
     node: NodeSelector | None = None  # on a cluster: where the proxy runs (None: our node)
+
+    def proxy_settings(self) -> dict[str, Any]:
+        """The proxy settings this section gives, by ProxySettings' field names."""
+        return {
+            name.removesuffix("_s"): value
+            for name, value in self
+            if name not in PROXY_PLACE and value is not None
+        }
 
 
 def _model_name(model: str) -> str:
