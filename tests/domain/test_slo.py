@@ -72,7 +72,7 @@ def test_the_default_statistic_is_p99_everywhere():
     from connector.settings import ProxySettings
     from simulator.plan.planner import PLAN_SLO
 
-    assert ProxySettings().slo.itl_stat is ItlStat.P99
+    assert ProxySettings(port=8000).slo.itl_stat is ItlStat.P99
     assert PLAN_SLO.itl_stat is ItlStat.P99
 
 
