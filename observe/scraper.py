@@ -30,7 +30,7 @@ from observe.build import (
 )
 from observe.canary import Transition as CanaryTransition
 from observe.canary_probe import CanaryRunner
-from observe.frames import WINDOW_SECONDS, WINDOWS, Frame
+from observe.frames import WINDOW_SECONDS, WINDOWS, Frame, Window
 from observe.pd_check import CHECK_WINDOW, DecodeState, Transition, check
 from observe.samples import parse
 from observe.windows import CounterTrack, Snapshots, advance
@@ -40,7 +40,7 @@ from state.hub import Hub, encode
 log = logging.getLogger("pdctl.observe")
 
 SCRAPED_STATES = ("RUNNING", "STARTING", "STOPPING")
-DEFAULT_WINDOW = "1m"
+DEFAULT_WINDOW: Window = "1m"
 PRUNE_EVERY_S = 60.0
 DOWN_AFTER_MISSES = 2
 
