@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from controller.supervise import run_state
 from harness.processes import Process, free_port, http_get, http_post, port_range, reap_instances
@@ -25,7 +25,7 @@ class ControlPlane:
         }
         self.proc: Process | None = None
 
-    def start(self, timeout: float = 60) -> ControlPlane:
+    def start(self, timeout: float = 60) -> Self:
         self.proc = Process(
             ["serve", "--port", str(self.port), "--db", str(self.db)],
             self.port,
