@@ -1,6 +1,8 @@
 # The few verbs of pdctl. Every target sets up .venv itself, so each works on a fresh machine.
 VENV := .venv
 PY := $(VENV)/bin/python
+# Types over the product, harness and benchmarks ([tool.mypy]); incremental via .mypy_cache.
+TYPECHECK := $(VENV)/bin/mypy
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
 .PHONY: run run-cluster test test-live test-vllm test-ray lint bench-core bench-sim bench-proxy bench-ttft bench-switch bench-autopilot bench-plan-live bench-events bench-cluster bench-measure bench-bidir bench-render bench-frontend soak soak-quick chaos clean system-deps docs
@@ -33,6 +35,7 @@ XDIST := -n 3 --dist loadfile
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(TYPECHECK)
 	$(PY) -m pytest -q $(XDIST) -m "not vllm and not ray and not live_window and not tiers"
 
 # End-to-end tests that wait out a window of live frames on stand-ins (the demo's trade after a
@@ -64,6 +67,7 @@ test-vllm: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(TYPECHECK)
 
 # The docs site (mkdocs.yml, docs/) into site/; strict: a broken link or anchor, or a page left
 # out of the nav, fails the build (tests/test_docs.py builds it the same way in make test).
@@ -142,4 +146,4 @@ system-deps:
 	fi
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info site
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info site

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from bench.records import ITL_STATS, SloTargets
+from domain.slo import ItlStat
 from domain.workload.datasets import DATASETS
 
 ENDPOINTS = ("completions", "chat")
@@ -94,12 +95,12 @@ def parse_headers(items: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(headers)
 
 
-def parse_itl_stat(text: str) -> str:
+def parse_itl_stat(text: str) -> ItlStat:
     if text not in ITL_STATS:
         raise BenchConfigError(
             "--itl-slo-stat", f"must be one of {', '.join(ITL_STATS)}, got {text!r}"
         )
-    return text
+    return ItlStat(text)
 
 
 def validate(config: BenchConfig) -> BenchConfig:

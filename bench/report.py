@@ -176,4 +176,5 @@ def _lag(summary: dict[str, Any], max_only: bool = False) -> str:
 
 
 def _rate(value: float | str | None) -> float | None:
-    return math.inf if value == "inf" else value  # type: ignore[return-value]
+    """A rate as a result holds it: a number, None, or "inf" (JSON has no infinity)."""
+    return float(value) if isinstance(value, str) else value

@@ -82,7 +82,7 @@ def run_metadata(
 ) -> dict[str, Any]:
     """The fields vLLM writes about the run itself, plus our own loop-lag figures (the worst
     worker's, and each worker's under `event_loop_lag_per_worker` when there are several)."""
-    metadata = {
+    metadata: dict[str, Any] = {
         "date": time.strftime("%Y%m%d-%H%M%S"),
         "backend": "openai-chat" if config.endpoint == "chat" else "openai",
         "endpoint": config.api_url,

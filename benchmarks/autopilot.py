@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from domain.slo import SloTargets, itl_statistic, judge
 from harness.control_plane import ControlPlane
@@ -39,7 +40,8 @@ from harness.sim_specs import qwen3_2p2d
 NAME = "auto"
 MODEL = "Qwen/Qwen3-235B-A22B-FP8"
 TIME_SCALE = 8.0
-SLO = {"ttft_ms": 8000.0, "itl_ms": 400.0, "itl_stat": "p99"}  # published x TIME_SCALE
+# the published SLO x TIME_SCALE
+SLO: dict[str, Any] = {"ttft_ms": 8000.0, "itl_ms": 400.0, "itl_stat": "p99"}
 # (rate req/s on the wall, input tokens, output tokens). A 6,000-token prefill takes ~3.2 s on
 # the wall here: 2 prefills serve ~0.63 req/s, 3 ~0.95. A 128-token answer keeps one of a
 # decode's 16 sequences ~25 s: 1 decode serves ~0.65 req/s, 2 ~1.3.

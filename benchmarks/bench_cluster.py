@@ -153,7 +153,7 @@ def serve_cpu(plane: ControlPlane, name: str, seconds: float, settle: float) -> 
     units = wait_states(plane, name, ("RUNNING",), 1200)
     started = time.monotonic() - began
     time.sleep(settle)  # the spawns' own work done, scrapes steady
-    pid = plane.proc.proc.pid
+    pid = plane.server.proc.pid
     c0, (b0, t0), w0 = cpu_seconds(pid), machine_busy(), time.monotonic()
     time.sleep(seconds)
     c1, (b1, t1), w1 = cpu_seconds(pid), machine_busy(), time.monotonic()

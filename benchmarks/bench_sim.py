@@ -98,7 +98,7 @@ def measure(args: list[str]) -> tuple[float, float, float]:
 
 
 def main() -> None:
-    if hasattr(os, "sched_setaffinity") and os.cpu_count() and os.cpu_count() > 1:
+    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {1})
     print(
         f"one server on core 0, load on core 1: {STREAMS} streams x {MAX_TOKENS} tokens, "

@@ -153,7 +153,8 @@ def summarize(
     windows: list[tuple[float, float]],
     predicted: list[dict] | None = None,
 ) -> dict:
-    during, outside = [], []
+    during: list[float] = []
+    outside: list[float] = []
     lost = rejected = 0
     for r in result.get("requests", []):
         error = r.get("error") or ""

@@ -127,8 +127,7 @@ def main() -> None:
         f"(llama-3.1-70b on H100 TP4, stand-ins; per-turn means over conversations and "
         f"{args.rounds} rounds, on and off interleaved)"
     )
-    on, off = pooled(runs[True]), pooled(runs[False])
-    print(report(on, off))
+    print(report(pooled(runs[True]), pooled(runs[False])))
 
 
 if __name__ == "__main__":

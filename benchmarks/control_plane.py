@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 from harness.processes import http_get, http_post
 
 STOPPED = ("STOPPED", "EXITED", "FATAL")
 
 
-def api(base: str, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
+def api(base: str, method: str, path: str, body: dict | None = None) -> tuple[int, Any]:
     if method == "GET":
         status, raw = http_get(base + "/api" + path, timeout=30)
         return status, json.loads(raw or b"null")

@@ -11,6 +11,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from harness.ttft_pair import PARTS, breakdown, pair, quantiles
 
@@ -21,7 +22,7 @@ GBPS = float(os.environ.get("BENCH_TTFT_GBPS", "5"))
 
 
 def main() -> None:
-    rows = {}
+    rows: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-ttft-") as tmp:
         for mode in ("read", "write"):
             with pair(Path(tmp), mode, GBPS) as front:

@@ -58,7 +58,7 @@ def kv_transfer_config(
     extra_config.update(extra or {})
     return {
         "kv_connector": "MoRIIOConnector",
-        "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
+        "kv_role": "kv_producer" if role == Role.PREFILL else "kv_consumer",
         "kv_connector_extra_config": extra_config,
     }
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Any
+from typing import Any, overload
 
 import aiohttp
 from aiohttp import web
@@ -33,6 +33,7 @@ from connector.errors import (
     Unavailable,
     UpstreamError,
 )
+from connector.http.client_stream import ClientAnswer, ClientRequest
 from connector.http.front_request import FrontRequest
 from connector.http.upstream import UpstreamPool
 from connector.legs.client_body import estimate_tokens, parse_client_body, turn_kind
@@ -83,7 +84,7 @@ class Proxy:
         self.bidir = BidirectionalKV(settings, self.metrics) if settings.bidirectional_kv else None
         self.roles = RoleReader(self.pool, lambda: self.session)  # connector/pool/pd_roles.py
         self.encoders = EncoderRing(self.pool)  # E -> P -> D (connector/dispatch/encoders.py)
-        self.registry.register(self.encoders)  # type: ignore[arg-type]
+        self.registry.register(self.encoders)
         self.disaggregated.roles = self.membership.roles = self.roles
         self.hold.reprobe = self.membership.reprobe_down
         self.relay.on_hung = self._hung
@@ -135,7 +136,7 @@ class Proxy:
             await asyncio.sleep(interval)
             self.metrics.loop_lag = max(0.0, loop.time() - start - interval)
 
-    async def _read_body(self, request: web.Request | FrontRequest) -> bytes:
+    async def _read_body(self, request: ClientRequest) -> bytes:
         if isinstance(request, FrontRequest):  # the proxy's own front (connector/http/front.py)
             if request.length > self.settings.max_body_bytes:
                 raise self._too_large()
@@ -169,7 +170,12 @@ class Proxy:
         )
 
     # -- the request path --------------------------------------------------------------------
-    async def generate(self, request: web.Request) -> web.StreamResponse:
+    # aiohttp's request gets aiohttp's response; the front's request may get a FrontStream
+    @overload
+    async def generate(self, request: web.Request) -> web.StreamResponse: ...
+    @overload
+    async def generate(self, request: FrontRequest) -> ClientAnswer: ...
+    async def generate(self, request: ClientRequest) -> ClientAnswer:
         flight = Flight(clock(), request.path)
         flight.ttft_parts = self.settings.ttft_parts
         flight.want_parts = flight.ttft_parts and PARTS_HEADER in request.headers
@@ -202,7 +208,7 @@ class Proxy:
             outcome = "failed" if flight.error else "ok"
             if self.bidir is not None and outcome == "ok":
                 self.bidir.after(body, flight)
-            if is_canary and not response.prepared:
+            if is_canary and isinstance(response, web.StreamResponse) and not response.prepared:
                 prefill = route.prefill.url if route.prefill is not None else None
                 response.headers.update(canary.pair_headers(prefill, route.decode.url))
             return response
@@ -231,12 +237,12 @@ class Proxy:
 
     async def _serve(
         self,
-        request: web.Request,
+        request: ClientRequest,
         raw: bytes,
         body: dict[str, Any],
         route: Route,
         flight: Flight,
-    ) -> web.StreamResponse:
+    ) -> ClientAnswer:
         self.metrics.in_flight += 1
         try:
             if self.session is not None:  # a chat's images go to the encoders first
@@ -250,12 +256,12 @@ class Proxy:
 
     async def _colocated(
         self,
-        request: web.Request,
+        request: ClientRequest,
         raw: bytes,
         body: dict[str, Any],
         inst: Instance,
         flight: Flight,
-    ) -> web.StreamResponse:
+    ) -> ClientAnswer:
         load = sum(flight.estimate)
         inst.begin(load)
         ok = False

@@ -123,9 +123,8 @@ def serve(settings: ProxySettings) -> None:
     try:
         import uvloop
     except ImportError:
-        uvloop = None
+        asyncio_run = asyncio.run
+    else:
+        asyncio_run = uvloop.run
     with contextlib.suppress(KeyboardInterrupt):
-        if uvloop is not None:
-            uvloop.run(main())
-        else:
-            asyncio.run(main())
+        asyncio_run(main())

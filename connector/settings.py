@@ -37,7 +37,7 @@ from connector.legs.rewrite import CONNECTORS, MODES
 from connector.pool.policy import POLICIES
 from connector.registry.trust import LOOPBACK, Expectations, ExpectedInstance, SenderAllowlist
 from domain.modes import Mode
-from domain.slo import DEFAULT_ITL_STAT, ItlStatName, SloTargets
+from domain.slo import DEFAULT_ITL_STAT, ItlStatName, SloTargets, parse_itl_stat
 
 ENV_PREFIX = "PDCTL_"
 
@@ -393,7 +393,8 @@ class ProxySettings(BaseModel):
     # What the proxy's parts take, built once from the flat fields.
     @cached_property
     def slo(self) -> SloTargets:
-        return SloTargets(self.slo_ttft_ms, self.slo_itl_ms, self.slo_tpot_ms, self.itl_slo_stat)
+        stat = parse_itl_stat(self.itl_slo_stat)
+        return SloTargets(self.slo_ttft_ms, self.slo_itl_ms, self.slo_tpot_ms, stat)
 
     @cached_property
     def retry(self) -> RetrySettings:

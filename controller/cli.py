@@ -186,6 +186,8 @@ def _spec_and_ports(name: str | None, db: Path, spec: Path | None):
             deployment, ports = _stored(name, db)
         except LookupError as exc:
             raise _SpecUnreadable(str(exc).strip("'\"")) from None
+    elif spec is None:  # the callers ask for one of the two
+        raise _SpecUnreadable("give a deployment NAME or --spec FILE")
     else:
         try:
             deployment = DeploymentSpec.model_validate_json(spec.read_text())
@@ -213,7 +215,7 @@ def _stored(name: str, db: Path):
         raise LookupError(f"--db {db}: no such file")
     engine = create_engine(db)
     try:
-        current = Store(engine, StoredSpec()).get(name)
+        current = Store(engine, StoredSpec()).get(name)  # type: ignore[arg-type]  # read only: get() never admits
     except NotFound as exc:
         raise LookupError(str(exc)) from None
     finally:

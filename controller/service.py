@@ -32,7 +32,7 @@ from domain.errors import ConfigError, InvalidTransition, Unavailable
 
 log = logging.getLogger("pdctl.controller")
 # (actor, kind, message, deployment, detail) -> None: how events reach the store.
-Recorder = Callable[[str, str, str, str | None, dict | None], None]
+Recorder = Callable[[str, str, str, str | None, dict | None], object]  # Store.record
 
 _STOPPED = ("STOPPED", "EXITED", "FATAL")
 NODES_TIMEOUT_S = 10.0  # a cluster that takes longer to list its nodes is not answering

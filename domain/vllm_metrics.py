@@ -97,7 +97,8 @@ PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
 
 def length_buckets(max_len: int) -> tuple[float, ...]:
     """vLLM's 1-2-5 series up to max_model_len."""
-    out, exp = [], 0
+    out: list[int] = []
+    exp = 0
     while True:
         for m in (1, 2, 5):
             value = m * 10**exp
@@ -124,7 +125,8 @@ class BucketHistogram:
         self.sum += value * times
 
     def cumulative(self) -> list[tuple[str, float]]:
-        out, running = [], 0
+        out: list[tuple[str, float]] = []
+        running = 0
         for bound, n in zip(self.bounds, self.counts, strict=False):
             running += n
             out.append((fmt_bound(bound), running))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any, Self
 
 from controller.supervise import run_state
 from harness.processes import Process, free_port, http_get, http_post, port_range, reap_instances
@@ -24,7 +25,7 @@ class ControlPlane:
         }
         self.proc: Process | None = None
 
-    def start(self, timeout: float = 60) -> ControlPlane:
+    def start(self, timeout: float = 60) -> Self:
         self.proc = Process(
             ["serve", "--port", str(self.port), "--db", str(self.db)],
             self.port,
@@ -33,6 +34,13 @@ class ControlPlane:
         )
         self.proc.wait_healthy(timeout)
         return self
+
+    @property
+    def server(self) -> Process:
+        """The `pdctl serve` process that start() started."""
+        if self.proc is None:
+            raise RuntimeError("ControlPlane: start() it first")
+        return self.proc
 
     def close(self) -> None:
         """Stop `pdctl serve`, then anything of its deployments still running."""
@@ -45,8 +53,8 @@ class ControlPlane:
         token = (self.tmp / "runs" / name / run_state.ADMIN_TOKEN_FILE).read_text()
         return {"Authorization": f"Bearer {token}"}
 
-    def api(self, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
-        url = self.proc.url + "/api" + path
+    def api(self, method: str, path: str, body: dict | None = None) -> tuple[int, Any]:
+        url = self.server.url + "/api" + path
         if method == "GET":
             status, raw = http_get(url, timeout=30)
             return status, json.loads(raw or b"null")

@@ -61,11 +61,13 @@ class Figures:
     @classmethod
     def of(cls, frame: dict[str, Any]) -> Figures:
         ttft, itl = frame["ttft"], frame["itl"]
-        ms = [1000 * (h[k] or 0.0) for h, k in ((ttft, "p50"), (ttft, "p90"), (ttft, "p99"))]
+        p50, p90, p99 = (1000 * (ttft[k] or 0.0) for k in ("p50", "p90", "p99"))
         return cls(
             frame["deployment"],
             ttft["count"],
-            *ms,
+            p50,
+            p90,
+            p99,
             1000 * (itl["p50"] or 0.0),
             1000 * (itl["p99"] or 0.0),
             frame["slo_attainment"],
@@ -103,14 +105,14 @@ def wait_filled(plane: ControlPlane, seconds: float, min_requests: int = 10) -> 
     time.sleep(seconds)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if min(f.requests for f in trade(plane.proc.url)) >= min_requests:
+        if min(f.requests for f in trade(plane.server.url)) >= min_requests:
             return
         time.sleep(2)
 
 
 def demo_pids(plane: ControlPlane) -> list[int]:
     """The serve and every shim and process its deployments run (their state files)."""
-    pids = [plane.proc.proc.pid]
+    pids = [plane.server.proc.pid]
     for state_file in (plane.tmp / "runs").glob("*/*/state.json"):
         try:
             state = json.loads(state_file.read_text())
@@ -154,7 +156,7 @@ def main() -> int:
         started = time.monotonic()
         wait_filled(plane, args.seconds)
         print(f"after {time.monotonic() - started:.0f} s:")
-        print("\n".join(trade_lines(plane.proc.url)))
+        print("\n".join(trade_lines(plane.server.url)))
         share, serve = cpu_share(plane, args.cpu_seconds)
         print(
             f"CPU over {args.cpu_seconds:g} s: {share:.3f} cores for the whole demo "

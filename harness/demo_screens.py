@@ -59,8 +59,8 @@ def main() -> int:
     try:
         plane.start()
         wait_filled(plane, args.seconds)
-        lines = trade_lines(plane.proc.url)  # the figures the screenshots show
-        for path in shoot(plane.proc.url, args.out):
+        lines = trade_lines(plane.server.url)  # the figures the screenshots show
+        for path in shoot(plane.server.url, args.out):
             print(f"wrote {path}")
         print("\n".join(lines))
     finally:

@@ -121,7 +121,7 @@ class Process:
                 start_new_session=True,
             )
         finally:
-            if log_path:
+            if not isinstance(out, int):  # a log file (else DEVNULL)
                 out.close()  # the child holds its own copy
 
     def wait_healthy(self, timeout: float = 20.0) -> Process:

@@ -240,7 +240,8 @@ def _parent(pid: int) -> int | None:
 
 def _descendants(root: int) -> set[int]:
     parents = {pid: _parent(pid) for pid in all_pids()}
-    found, frontier = set(), {root}
+    found: set[int] = set()
+    frontier = {root}
     while frontier:
         children = {pid for pid, ppid in parents.items() if ppid in frontier} - found
         found |= children

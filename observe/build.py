@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from observe.frames import (
     WINDOW_SECONDS,
@@ -20,6 +20,8 @@ from observe.frames import (
     PdHappening,
     Point,
     Requests,
+    SloShown,
+    Window,
 )
 from observe.pd_check import NOT_CHECKED
 from observe.quantiles import histogram, quantile
@@ -50,7 +52,8 @@ TRACKED_PREFIXES = (
     "process_cpu_seconds",
 )
 # Connectors whose engine reports its own transfers, by metric prefix (the engine's figures)
-ENGINE_TRANSFER_SOURCES = ("nixl", "moriio")
+EngineSource = Literal["nixl", "moriio"]
+ENGINE_TRANSFER_SOURCES: tuple[EngineSource, ...] = ("nixl", "moriio")
 PREFILL_ROLES = ("prefill", "colocated")  # whose prompt tokens are computed, not received
 DECODE_ROLES = ("decode", "colocated")  # whose generated tokens reach the client
 RENDER = "render"  # a render tier instance: all frontend (controller/spec/render_tier.py)
@@ -68,7 +71,7 @@ def tracked(family: str) -> bool:
 class DeploymentInfo:
     name: str
     simulated: bool
-    slo: dict[str, Any]  # ttft_ms, itl_ms, itl_stat
+    slo: SloShown  # ttft_ms, itl_ms, itl_stat
     kv_bytes_per_token: int | None  # None: model unknown, no derived KV throughput
 
 
@@ -91,7 +94,7 @@ def build_frame(
     info: DeploymentInfo,
     units: Sequence[Mapping[str, Any]],
     targets: Mapping[str, TargetState],
-    window: str,
+    window: Window,
     now: float,
     pd: PdHappening | None = None,
 ) -> Frame:
@@ -136,7 +139,7 @@ def build_frame(
             "held": int(_gauge(proxy.gauges, "pdctl_proxy_held_requests") or 0),
             "loop_lag_s": _gauge(proxy.gauges, "pdctl_proxy_loop_lag_seconds"),
         },
-        "pd": pd if pd is not None else NOT_CHECKED,  # type: ignore[typeddict-item]
+        "pd": pd if pd is not None else NOT_CHECKED,
     }
     return frame
 
@@ -158,8 +161,9 @@ def requests(delta: Delta) -> Requests:
         "request_goodput": delta.rate(met) if present else None,
         "request_rate": delta.rate(finished) if present else None,
         "outcomes": {
-            k: delta.rate(v) or 0.0
-            for k, v in (("ok", ok), ("failed", failed), ("rejected", rejected))
+            "ok": delta.rate(ok) or 0.0,
+            "failed": delta.rate(failed) or 0.0,
+            "rejected": delta.rate(rejected) or 0.0,
         },
     }
 
@@ -182,7 +186,7 @@ def kv_transfer(deltas: Sequence[Delta], kv_bytes_per_token: int | None) -> KvTr
     return {"bytes_per_s": None, "source": None, "xfer_p50_ms": None, "xfer_p99_ms": None}
 
 
-def _engine_transfer(deltas: Sequence[Delta], source: str) -> KvTransfer:
+def _engine_transfer(deltas: Sequence[Delta], source: EngineSource) -> KvTransfer:
     """The connector's own figures over the window: bytes/s, and time p50/p99 in ms."""
     rate = sum(
         d.rate(total(d.counts, f"vllm:{source}_bytes_transferred_sum")) or 0.0 for d in deltas
@@ -193,7 +197,7 @@ def _engine_transfer(deltas: Sequence[Delta], source: str) -> KvTransfer:
     p50, p99 = quantile(0.5, times), quantile(0.99, times)
     return {
         "bytes_per_s": rate,
-        "source": source,  # type: ignore[typeddict-item]
+        "source": source,
         "xfer_p50_ms": None if p50 is None else p50 * 1000,
         "xfer_p99_ms": None if p99 is None else p99 * 1000,
     }
@@ -275,8 +279,8 @@ def engine_work(parts: Sequence[tuple[str | None, Delta]]) -> EngineWork:
     answers = [d for role, d in parts if role in DECODE_ROLES]
     generated = [v for d in answers if (v := total(d.counts, "vllm:generation_tokens_total"))]
     answered = [v for d in answers if (v := total(d.counts, "vllm:request_success_total"))]
-    cores = [d.rate(total(d.counts, "process_cpu_seconds_total")) for r, d in parts if r != RENDER]
-    cores = [c for c in cores if c is not None]
+    engine = [d.rate(total(d.counts, "process_cpu_seconds_total")) for r, d in parts if r != RENDER]
+    cores = [c for c in engine if c is not None]
     # A render tier's process is all frontend (no engine in it): its CPU is the real figure.
     render = [d.rate(total(d.counts, "process_cpu_seconds_total")) for r, d in parts if r == RENDER]
     render_cores = [c for c in render if c is not None]
@@ -296,16 +300,21 @@ def engine_work(parts: Sequence[tuple[str | None, Delta]]) -> EngineWork:
 
 def headline(frame: Frame) -> Headline:
     """The few numbers a time series keeps: per window in a frame, per point in history."""
-    out: dict[str, Any] = {}  # filled key by key, then a Headline
-    for name in ("ttft", "itl"):
-        h: Histogram = frame[name]
-        out[f"{name}_count"] = h["count"]
-        for q in ("p50", "p90", "p99"):
-            out[f"{name}_{q}"] = h[q]  # type: ignore[literal-required]
-    for key in ("slo_attainment", "request_goodput", "request_rate"):
-        out[key] = frame[key]
-    out["kv_bytes_per_s"] = frame["kv"]["bytes_per_s"]
-    return out
+    ttft, itl = frame["ttft"], frame["itl"]
+    return {
+        "ttft_count": ttft["count"],
+        "ttft_p50": ttft["p50"],
+        "ttft_p90": ttft["p90"],
+        "ttft_p99": ttft["p99"],
+        "itl_count": itl["count"],
+        "itl_p50": itl["p50"],
+        "itl_p90": itl["p90"],
+        "itl_p99": itl["p99"],
+        "slo_attainment": frame["slo_attainment"],
+        "request_goodput": frame["request_goodput"],
+        "request_rate": frame["request_rate"],
+        "kv_bytes_per_s": frame["kv"]["bytes_per_s"],
+    }
 
 
 def point(frame: Frame) -> Point:

@@ -79,7 +79,7 @@ class CanaryRunner:
             name=f"pdctl-canary-{name}",
         )
         self._tasks[name] = task
-        task.add_done_callback(lambda _t, n=name: self._tasks.pop(n, None))
+        task.add_done_callback(lambda _t: self._tasks.pop(name, None))
 
     def forget(self, names: set[str]) -> None:
         self.states = {k: v for k, v in self.states.items() if k in names}

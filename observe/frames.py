@@ -24,7 +24,7 @@ Window = Literal["10s", "1m", "5m"]
 
 
 class Histogram(TypedDict):
-    buckets: list[list[float]]  # [[upper bound s, count in window], ...], non-cumulative,
+    buckets: list[list[float | None]]  # [[upper bound s, count in window], ...], non-cumulative,
     #                             +Inf last with its bound as null (JSON has no Infinity)
     count: float
     p50: float | None  # seconds

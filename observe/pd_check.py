@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from observe.frames import PdDecode, PdHappening
 from observe.samples import total
 from observe.windows import Delta
 
@@ -172,14 +173,15 @@ def check(
     states: Mapping[str, DecodeState],
     now: float,
     paused: str | None = None,
-) -> tuple[dict[str, DecodeState], dict[str, Any], list[Transition]]:
+) -> tuple[dict[str, DecodeState], PdHappening, list[Transition]]:
     """The deployment's check: `decodes` are (instance, its window's delta or None when it did
     not answer), `paused` why no onset is judged now (None: judged). Returns the decodes'
     states, the frame's `pd` section and the transitions."""
     if colocated:
         return {}, not_applicable(COLOCATED_WHY), []
     new: dict[str, DecodeState] = {}
-    rows, transitions = [], []
+    rows: list[PdDecode] = []
+    transitions: list[Transition] = []
     for name, delta in decodes:
         r = reading(delta) if delta is not None else None
         state, status, moved = step(name, states.get(name, DecodeState()), r, now, bool(paused))
@@ -187,7 +189,7 @@ def check(
         if moved is not None:
             transitions.append(moved)
         rows.append(_row(name, status, state, r))
-    section = {
+    section: PdHappening = {
         "applies": True,
         "why": paused if paused else None if rows else "no decode instance",
         "rule": RULE,
@@ -197,7 +199,7 @@ def check(
     return new, section, transitions
 
 
-def _row(name: str, status: str, state: DecodeState, r: Reading | None) -> dict[str, Any]:
+def _row(name: str, status: str, state: DecodeState, r: Reading | None) -> PdDecode:
     return {
         "instance": name,
         "status": status,
@@ -210,7 +212,7 @@ def _row(name: str, status: str, state: DecodeState, r: Reading | None) -> dict[
     }
 
 
-def not_applicable(why: str) -> dict[str, Any]:
+def not_applicable(why: str) -> PdHappening:
     return {"applies": False, "why": why, "rule": RULE, "decodes": [], "recomputing": []}
 
 

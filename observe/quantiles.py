@@ -4,10 +4,12 @@ Prometheus' histogram_quantile() does."""
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from observe.frames import Histogram
 
-QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+Quantile = Literal["p50", "p90", "p99"]  # a Histogram key
+QUANTILES: tuple[tuple[Quantile, float], ...] = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 
 
 def monotonic(cumulative: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -46,12 +48,13 @@ def histogram(cumulative: list[tuple[float, float]] | None) -> Histogram:
     """A frame's Histogram: per-bucket counts (not cumulative; the +Inf bound as None, which
     JSON can carry) with count and p50/p90/p99."""
     cumulative = monotonic(cumulative or [])
-    buckets, below = [], 0.0
+    buckets: list[list[float | None]] = []
+    below = 0.0
     for bound, count in cumulative:
         buckets.append([None if math.isinf(bound) else bound, count - below])
         below = count
     count = cumulative[-1][1] if cumulative else 0.0
     h: Histogram = {"buckets": buckets, "count": count, "p50": None, "p90": None, "p99": None}
     for key, q in QUANTILES:
-        h[key] = quantile(q, cumulative)  # type: ignore[literal-required]
+        h[key] = quantile(q, cumulative)
     return h

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -28,8 +28,9 @@ from observe.build import (
     tracked,
     with_windows,
 )
+from observe.canary import Transition as CanaryTransition
 from observe.canary_probe import CanaryRunner
-from observe.frames import WINDOW_SECONDS, WINDOWS, Frame
+from observe.frames import WINDOW_SECONDS, WINDOWS, Frame, Window
 from observe.pd_check import CHECK_WINDOW, DecodeState, Transition, check
 from observe.samples import parse
 from observe.windows import CounterTrack, Snapshots, advance
@@ -39,7 +40,7 @@ from state.hub import Hub, encode
 log = logging.getLogger("pdctl.observe")
 
 SCRAPED_STATES = ("RUNNING", "STARTING", "STOPPING")
-DEFAULT_WINDOW = "1m"
+DEFAULT_WINDOW: Window = "1m"
 PRUNE_EVERY_S = 60.0
 DOWN_AFTER_MISSES = 2
 
@@ -197,12 +198,15 @@ class Observer:
             kv_bytes_per_token=kv_bytes_per_token(spec.model),
         )
         pd = self._check_pd(name, str(spec.topology) == "colocated", units, targets, now)
-        frames = {w: build_frame(info, units, targets, w, now, pd) for w in WINDOWS}
+        frames: dict[str, Frame] = {
+            w: build_frame(info, units, targets, w, now, pd) for w in WINDOWS
+        }
         self.canary.tick(name, dep, units, now)
         extra = {key: value for key, f in self.sections.items() if (value := f(name)) is not None}
         for frame in frames.values():  # the last canary verdict beside the SLO figures
             frame["canary"] = self.canary.section(name, spec)
-            frame.update(extra)
+            frame.update(extra)  # type: ignore[typeddict-item]  # sections are Frame keys
+
         self.latest[name] = frames
         for window, frame in frames.items():
             topic = frame_topic(name, window)
@@ -267,7 +271,10 @@ class Observer:
     # -- blocking work, in a thread -------------------------------------------------------
 
     def _housekeeping(
-        self, points: list, prune_before: float | None, events: list[tuple[str, Transition]]
+        self,
+        points: list,
+        prune_before: float | None,
+        events: Sequence[tuple[str, Transition] | tuple[str, CanaryTransition]],
     ) -> None:
         for deployment, t in events:
             self.store.record("observe", t.kind, t.message, deployment, t.detail)

@@ -56,7 +56,9 @@ def read(text: str) -> list[Family]:
     """Every family of `text`, in order, as prometheus_client's text parser makes them
     (name, type, samples with sorted labels); raises Unsupported outside the subset."""
     families: list[Family] = []
-    name, typ, samples, allowed = "", "untyped", [], ()
+    samples: list[Sample] = []
+    allowed: tuple[str, ...] = ()
+    name, typ = "", "untyped"
     for line in text.split("\n"):
         line = line.strip()
         if not line:
@@ -76,7 +78,7 @@ def read(text: str) -> list[Family]:
         cut = line.rfind("}") + 1 or line.find(" ")
         series = _series(line[:cut]) if cut > 0 else None
         value = _value(line[cut:]) if series is not None else None
-        if value is None:
+        if series is None or value is None:  # (value is None whenever series is)
             raise Unsupported(line)
         sample_name, labels = series
         if sample_name in allowed:

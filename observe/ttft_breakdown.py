@@ -11,6 +11,7 @@ transfer is 0, labelled "recomputed", not an estimate of a transfer that did not
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from domain.ttft_parts import PARTS, TtftParts, from_json, with_estimate, without_transfer
@@ -48,7 +49,7 @@ def window_rows(
     return rows
 
 
-def recomputing_decodes(frame: dict[str, Any] | None) -> dict[str, float]:
+def recomputing_decodes(frame: Mapping[str, Any] | None) -> dict[str, float]:
     """From a live frame: the URL of each decode the PD check finds recomputing -> since."""
     if not frame:
         return {}

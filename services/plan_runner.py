@@ -13,7 +13,7 @@ from typing import Any
 from fastapi.exceptions import RequestValidationError
 
 from domain import profiles
-from domain.slo import SloTargets
+from domain.slo import SloTargets, parse_itl_stat
 from services.plan_schema import MORI, MORI_WORKLOAD, NAMED, FlagsIn, PlanRequest, parse_config
 from simulator.plan import planner
 from simulator.plan.scenarios import SCENARIOS, mori_io_qwen3_235b
@@ -39,7 +39,7 @@ def setup_of(req: PlanRequest) -> planner.PlanSetup:
         flags(req.prefill_flags),
         flags(req.decode_flags),
         req.link_gbps,
-        slo=SloTargets(s.ttft_ms, s.itl_ms, None, s.itl_stat),
+        slo=SloTargets(s.ttft_ms, s.itl_ms, None, parse_itl_stat(s.itl_stat)),
         goodput_share=req.goodput_share,
     )
 
@@ -80,7 +80,7 @@ def execute(req: PlanRequest, deadline_s: float | None = None) -> dict[str, Any]
         setup = setup_of(req)
         configs = _configs(req, setup)
         workload = planner.Workload(**req.workload.model_dump())
-        rates = list(req.rates)  # type: ignore[arg-type]  # the validator made it a list
+        rates: list[float] = list(req.rates)  # type: ignore[arg-type]  # the validator made it a list
         result = (_search if req.search else _sweep)(setup, configs, workload, rates, deadline_s)
         result.update(_context_of(setup, configs, workload))
     result["wall_s"] = round(time.perf_counter() - started, 3)

@@ -74,8 +74,8 @@ class WorkloadIn(_Strict):
 
 
 class SloIn(_Strict):
-    ttft_ms: float = Field(MORI.slo.ttft_ms, gt=0, le=3_600_000)
-    itl_ms: float = Field(MORI.slo.itl_ms, gt=0, le=600_000)
+    ttft_ms: float = Field(MORI.slo.ttft_ms, gt=0, le=3_600_000)  # type: ignore[assignment]  # MORI sets it
+    itl_ms: float = Field(MORI.slo.itl_ms, gt=0, le=600_000)  # type: ignore[assignment]  # MORI sets it
     itl_stat: ItlStatName = DEFAULT_ITL_STAT.value
 
 

@@ -22,7 +22,7 @@ from controller import (
 )
 from domain.frontend_cost import RENDER_WORTH, VLLM_API_SERVER, busiest_after
 from domain.modes import Mode, Role
-from domain.slo import SloTargets
+from domain.slo import SloTargets, parse_itl_stat
 from simulator.plan import planner
 
 SATURATED = 0.98  # cores: an API server at its one core, its demand unseen beyond it
@@ -157,7 +157,10 @@ def _setup(spec: DeploymentSpec, proposed: DeploymentSpec) -> tuple[planner.Plan
         return None if ms is None else ms / scale  # the SLO in the planner's (modelled) time
 
     slo = SloTargets(
-        per_model(spec.slo.ttft_ms), per_model(spec.slo.itl_ms), None, spec.slo.itl_stat
+        per_model(spec.slo.ttft_ms),
+        per_model(spec.slo.itl_ms),
+        None,
+        parse_itl_stat(spec.slo.itl_stat),
     )
     flags = {
         role: planner.EngineFlags(g.max_num_seqs, g.max_num_batched_tokens, spec.prefix_caching)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import replace
+from typing import Any
 
 import typer
 
@@ -240,7 +241,7 @@ def sim(
         raise typer.Exit(1) from None
 
 
-def start_settings(scale: float, cache: str) -> dict[str, object]:
+def start_settings(scale: float, cache: str) -> dict[str, Any]:
     if not 0 <= scale <= 1000:
         raise EngineConfigError("--start-time-scale must be between 0 and 1000")
     if cache not in CACHES:

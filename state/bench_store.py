@@ -105,7 +105,7 @@ class BenchStore:
         """Mark every run still `running` as failed: nothing of this process watches them
         (the control plane restarted under them). Returns how many."""
         with Session(self.engine) as s:
-            result = s.execute(
+            result = s.exec(
                 sa.update(BenchRun)
                 .where(col(BenchRun.status) == RUNNING)
                 .values(status="failed", error=message, finished_at=utcnow())

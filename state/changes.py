@@ -15,16 +15,18 @@ still settleable.
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Any
+import threading
+from typing import TYPE_CHECKING, Any, Protocol
 
+import sqlalchemy as sa
 from sqlmodel import Session
 
 from state import rows
 from state.errors import ChangeInProgress, Conflict
-from state.models import Deployment, Event, utcnow
+from state.models import Deployment, Event, Revision, utcnow
 
 if TYPE_CHECKING:
-    from state.store import Store
+    from state.store import SpecRules
 
 
 class RevisionState(enum.StrEnum):
@@ -37,17 +39,41 @@ class RevisionState(enum.StrEnum):
 SETTLED = (RevisionState.APPLIED, RevisionState.FAILED, RevisionState.ROLLED_BACK)
 
 
+class StoreCore(Protocol):
+    """What Changes uses of the Store it is mixed into (mypy's protocol self-type for mixins)."""
+
+    engine: sa.Engine
+    rules: SpecRules
+    _write: threading.Lock
+
+    def _admit(self, s: Session, spec: Any, previous: Revision | None) -> Any: ...
+    def _commit(self, s: Session, name: str, *events: Event) -> None: ...
+    def _said(self, spec: Any) -> str: ...
+    def _unsafe_detail(self, spec: Any) -> dict: ...
+    def _refuse_while_in_progress(self, s: Session, dep: Deployment) -> None: ...
+    def _new_revision(
+        self,
+        dep: Deployment,
+        number: int,
+        spec: Any,
+        ports: Any,
+        actor: str,
+        reason: str | None,
+        state: RevisionState = ...,
+    ) -> Revision: ...
+
+
 class Changes:
     """The store's changes that reality catches up with (a mode switch): begun, settled."""
 
-    def in_progress(self: Store, name: str) -> int | None:
+    def in_progress(self: StoreCore, name: str) -> int | None:
         """The number of the deployment's revision in progress, if one is."""
         with Session(self.engine) as s:
             found = rows.in_state(s, rows.deployment(s, name), RevisionState.IN_PROGRESS)
             return found[0].number if found else None
 
     def begin_change(
-        self: Store,
+        self: StoreCore,
         name: str,
         spec: Any,
         actor: str,
@@ -88,7 +114,7 @@ class Changes:
         return number
 
     def settle_change(
-        self: Store, name: str, revision: int, state: str, detail: str | None = None
+        self: StoreCore, name: str, revision: int, state: str, detail: str | None = None
     ) -> None:
         """Record how the change to `revision` ended: applied, failed or rolled_back. On
         failed or rolled_back the previous applied revision is desired again."""
@@ -126,7 +152,7 @@ class Changes:
             s.add(event)
             self._commit(s, name, event)
 
-    def _refuse_while_in_progress(self: Store, s: Session, dep: Deployment) -> None:
+    def _refuse_while_in_progress(self: StoreCore, s: Session, dep: Deployment) -> None:
         found = rows.in_state(s, dep, RevisionState.IN_PROGRESS)
         if found:
             raise ChangeInProgress(dep.name, found[0].number, found[0].reason)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -33,8 +34,8 @@ def create_engine(path: Path) -> sa.Engine:
     )
 
     @sa.event.listens_for(engine, "connect")
-    def _pragmas(dbapi_connection: object, _record: object) -> None:
-        cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
+    def _pragmas(dbapi_connection: sqlite3.Connection, _record: object) -> None:
+        cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")

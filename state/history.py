@@ -35,6 +35,6 @@ class History:
 
     def prune(self, before: float) -> int:
         with Session(self.engine) as s:
-            result = s.exec(delete(HistoryPoint).where(HistoryPoint.ts < before))
+            result = s.exec(delete(HistoryPoint).where(col(HistoryPoint.ts) < before))
             s.commit()
             return result.rowcount or 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -116,7 +116,7 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-def encode(message: dict[str, Any]) -> str:
+def encode(message: Mapping[str, Any]) -> str:
     """JSON text; non-finite numbers (which JSON cannot carry) become null."""
     try:
         return json.dumps(message, separators=(",", ":"), allow_nan=False, default=str)

@@ -12,6 +12,7 @@ placements   the node each process of a deployment was last placed on (state/pla
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
@@ -36,7 +37,7 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def _ts(**kw: object) -> object:
+def _ts(**kw: Any) -> Any:  # Any: what Field returns, so `created_at: datetime = _ts()`
     return Field(default_factory=utcnow, sa_type=UTCDateTime, nullable=False, **kw)
 
 

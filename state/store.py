@@ -51,7 +51,7 @@ class SpecRules(Protocol):
         """The ports `spec` gets (others: port -> the deployment claiming it), or an error."""
         ...
 
-    def claimed(self, spec: dict, ports: dict) -> set[int]: ...
+    def claimed(self, spec: Mapping, ports: Mapping) -> set[int]: ...
     def dump(self, spec: Any) -> dict: ...
     def dump_ports(self, ports: Any) -> dict: ...
     def redact(self, spec: dict) -> dict: ...
@@ -108,8 +108,8 @@ class Store(Changes):
                     .join(
                         Revision,
                         sa.and_(
-                            Revision.deployment_id == Deployment.id,
-                            Revision.number == Deployment.revision,
+                            col(Revision.deployment_id) == col(Deployment.id),
+                            col(Revision.number) == col(Deployment.revision),
                         ),
                     )
                     .order_by(Deployment.name)
@@ -350,7 +350,7 @@ class Store(Changes):
         state: RevisionState = RevisionState.APPLIED,
     ) -> Revision:
         return Revision(
-            deployment_id=dep.id,
+            deployment_id=dep.id,  # type: ignore[arg-type]  # a flushed or loaded row has its id
             number=number,
             spec=self.rules.dump(spec),
             ports=self.rules.dump_ports(ports),
@@ -375,7 +375,8 @@ class Store(Changes):
             .join(
                 Revision,
                 sa.and_(
-                    Revision.deployment_id == Deployment.id, Revision.number == Deployment.revision
+                    col(Revision.deployment_id) == col(Deployment.id),
+                    col(Revision.number) == col(Deployment.revision),
                 ),
             )
             .where(Deployment.name != exclude)

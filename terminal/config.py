@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import stat
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +30,7 @@ class Target:
     token: str | None
 
 
-def config_path(env: dict[str, str] | None = None) -> Path:
+def config_path(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     given = env.get(CONFIG_ENV)
     if given:
@@ -65,7 +66,7 @@ def read_config(path: Path) -> dict[str, str]:
     return data
 
 
-def resolve(server_flag: str | None, env: dict[str, str] | None = None) -> Target:
+def resolve(server_flag: str | None, env: Mapping[str, str] | None = None) -> Target:
     """The server and token a verb talks with."""
     env = os.environ if env is None else env
     file = read_config(config_path(env))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 INTERVAL_S = 0.3
@@ -14,7 +14,7 @@ INTERVAL_S = 0.3
 class TimedOut(RuntimeError):
     """The wait ended before it was done; carries the last answer."""
 
-    def __init__(self, last: object) -> None:
+    def __init__(self, last: Any) -> None:  # what the poll's ask answered last
         super().__init__("timed out")
         self.last = last
 

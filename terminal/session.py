@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 
@@ -16,7 +16,8 @@ from terminal.client import ApiClient, ApiError
 from terminal.config import ConfigProblem, resolve
 from terminal.spec_file import SpecFileError
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 ServerOption = Annotated[
     str | None,
@@ -52,11 +53,11 @@ def fail(verb: str, message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
-def guarded(verb: str, fn: F) -> F:
+def guarded(verb: str, fn: Callable[P, R]) -> Callable[P, R]:
     """`fn` with every expected failure as one line and its exit code (never a traceback)."""
 
     @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> Any:
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
         except ApiError as exc:
@@ -67,7 +68,7 @@ def guarded(verb: str, fn: F) -> F:
             typer.echo(f"pdctl {verb}: interrupted", err=True)
             raise typer.Exit(exits.INTERRUPTED) from None
 
-    return run  # type: ignore[return-value]
+    return run
 
 
 def command(app: typer.Typer, verb: str, fn: Callable[..., Any]) -> None:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from controller import RayBackend
+    from web.settings import Settings
 
 
 def serve(
@@ -37,7 +41,7 @@ def serve(
     from web.settings import Settings
 
     given = {"host": host, "port": port, "db": db, "ray_address": ray_address}
-    flags = {k: v for k, v in given.items() if v is not None}
+    flags: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     try:
         settings = Settings(**flags)
     except ValidationError as exc:
@@ -76,7 +80,7 @@ def serve(
         typer.echo(app.state.left_running, err=True)
 
 
-def _cluster_backend(settings: object) -> object | None:
+def _cluster_backend(settings: Settings) -> RayBackend | None:
     """The Ray backend, joined before anything else happens: an unreachable cluster is one
     line naming the flag, and nothing starts."""
     address = getattr(settings, "ray_address", None)
@@ -86,8 +90,8 @@ def _cluster_backend(settings: object) -> object | None:
 
     backend = RayBackend(
         address,
-        namespace=settings.ray_namespace,  # type: ignore[attr-defined]
-        node_ip=settings.ray_node_ip,  # type: ignore[attr-defined]
+        namespace=settings.ray_namespace,
+        node_ip=settings.ray_node_ip,
     )
     try:
         backend.connect()

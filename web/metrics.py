@@ -70,7 +70,7 @@ class LiveCollector(Collector):
         yield restarts
         yield from self._switches()
         if self.observer is not None:
-            yield from self._aggregates()
+            yield from self._aggregates(self.observer)
 
     def _switches(self) -> Iterator[Metric]:
         switches = CounterMetricFamily(
@@ -84,7 +84,7 @@ class LiveCollector(Collector):
             switches.add_metric([deployment, state], n)
         yield switches
 
-    def _aggregates(self) -> Iterator[Metric]:
+    def _aggregates(self, observer: Any) -> Iterator[Metric]:
         families = {
             "slo_attainment": GaugeMetricFamily(
                 "pdctl_slo_attainment",
@@ -113,7 +113,7 @@ class LiveCollector(Collector):
             "1 when the last scrape of a process answered.",
             labels=["deployment", "instance"],
         )
-        for name, frames in sorted(self.observer.latest.items()):
+        for name, frames in sorted(observer.latest.items()):
             frame = frames.get("1m")
             if frame is None:
                 continue
@@ -128,8 +128,8 @@ class LiveCollector(Collector):
         yield from families.values()
         yield kv
         yield up
-        yield from pd_families(self.observer.latest)
-        runner = getattr(self.observer, "canary", None)  # observe/canary_probe.py
+        yield from pd_families(observer.latest)
+        runner = getattr(observer, "canary", None)  # observe/canary_probe.py
         yield from canary_families(runner.states if runner is not None else {})
 
 

@@ -17,7 +17,7 @@ SLACK_S = 2.0  # one probe's round trip and the confirming colocated answer
 
 
 def mismatches(target: Target) -> float:
-    _, raw = http_get(target.plane.proc.url + "/metrics", timeout=5)
+    _, raw = http_get(target.plane.server.url + "/metrics", timeout=5)
     return metric_value(
         raw.decode(), "pdctl_canary_checks_total", deployment=NAME, result="mismatch"
     )

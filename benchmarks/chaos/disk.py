@@ -95,7 +95,7 @@ def disk_full(target: Target) -> Row:
             ):
                 return
             row.notes.append(f"status said '{log_errors(target)['decode-0']}' after {said:.1f} s")
-            _, page = http_get(f"{target.plane.proc.url}/deployments/{NAME}", timeout=10)
+            _, page = http_get(f"{target.plane.server.url}/deployments/{NAME}", timeout=10)
             row.check(
                 page.decode().count(f"logs stopped: {FULL}") == len(UNITS),
                 "the dashboard page says it for each instance",

@@ -18,6 +18,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from benchmarks.chaos.load import (
     DECODE_TIMEOUT,
@@ -88,7 +89,7 @@ def kill_serve(target: Target) -> Row:
     def inject(row: Row) -> None:
         plane = target.plane
         pids = {n: u["pid"] for n, u in plane.units().items()}
-        plane.proc.kill()
+        plane.server.kill()
         time.sleep(1.0)
         plane.start()
         adopted = {n: u["pid"] for n, u in plane.units().items()}
@@ -141,7 +142,7 @@ def switch_twice(target: Target) -> Row:
 
     def inject(row: Row) -> None:
         plane, mode = target.plane, other_mode(target)
-        answers: list[tuple[int, object]] = []
+        answers: list[tuple[int, Any]] = []
 
         def post() -> None:
             answers.append(
@@ -236,7 +237,7 @@ def kill_serve_mid_write(target: Target) -> Row:
     thread.start()
     time.sleep(2.0)
     begin = time.monotonic()
-    plane.proc.kill()
+    plane.server.kill()
     stop.set()
     thread.join(30)
     check = sqlite3.connect(plane.db).execute("PRAGMA integrity_check").fetchone()[0]

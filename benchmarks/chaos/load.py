@@ -237,7 +237,8 @@ class Load:
         row.sent += self.prompts
         if not self.out.exists():
             row.lost += self.prompts
-            row.notes.append("bench wrote no result: " + self.proc.stderr.read().decode()[-200:])
+            said = self.proc.stderr.read() if self.proc.stderr else b""  # a pipe: always there
+            row.notes.append("bench wrote no result: " + said.decode()[-200:])
             return
         judge(json.loads(self.out.read_text())["requests"], self.prompts, row)
 

@@ -21,7 +21,6 @@ requests), BENCH_MEASURE_ROUNDS (default 4).
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -72,10 +71,11 @@ class Comparison:
 
     def paired_ms(self) -> tuple[float, float]:
         """Medians of the per-request TTFT differences: pdctl minus vLLM, and vLLM's A/A."""
-        return tuple(
+        pdctl, again = (
             (percentile(paired(ours, self.vllm), 50) or 0.0) * 1000
             for ours in (self.pdctl, self.vllm_again)
         )
+        return pdctl, again
 
     def same_prompts(self) -> bool:
         return self.vllm.lengths() == self.pdctl.lengths() == f"{INPUT_LEN}"
@@ -230,4 +230,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

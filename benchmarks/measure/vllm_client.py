@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from domain.workload.tokenizer import VOCAB
 
@@ -70,7 +71,7 @@ def write_standin_tokenizer(folder: Path) -> Path:
         "decoder": None,
         "model": {"type": "WordLevel", "vocab": vocab, "unk_token": UNKNOWN},
     }
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": UNKNOWN}
+    config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": UNKNOWN}
     config["model_max_length"] = 1 << 20
     (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
     (folder / "tokenizer_config.json").write_text(json.dumps(config))

@@ -14,6 +14,7 @@ import asyncio
 import json
 import re
 import sys
+from typing import cast
 
 STREAM_WANTED = re.compile(rb'"stream"\s*:\s*true')
 CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:\s*(\d+)", re.IGNORECASE)
@@ -104,7 +105,7 @@ class Upstream(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a TCP connection's
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data

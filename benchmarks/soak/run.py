@@ -92,7 +92,7 @@ def run(tmp: Path, p: Plan) -> tuple[list[Series], Tally]:
     try:
         plane.start()
         url = start(plane)
-        watched = find(plane.proc.proc.pid, tmp / "runs")
+        watched = find(plane.server.proc.pid, tmp / "runs")
         series = [Series(w) for w in watched]
         print(f"soak: {len(watched)} processes, load on {url}", file=sys.stderr, flush=True)
 

@@ -29,10 +29,10 @@ class DirectAnswer:
 
     @property
     def status(self) -> int:
-        return self.conn.head.status  # type: ignore[union-attr]
+        return self.conn.head.status  # type: ignore[union-attr]  # answered after read_head
 
     def header(self, name: str, default: str = "") -> str:
-        return self.conn.head.get(name, default)  # type: ignore[union-attr]
+        return self.conn.head.get(name, default)  # type: ignore[union-attr]  # as status
 
     async def read(self) -> bytes:
         return await self.conn.read_all()
@@ -123,7 +123,7 @@ class DirectPost:
         return DirectAnswer(self._conn)
 
     async def __aexit__(self, kind: Any, exc: Any, tb: Any) -> None:
-        self._pool.release(self._conn)  # type: ignore[arg-type]  # kept when it ended cleanly
+        self._pool.release(self._conn)  # type: ignore[arg-type]  # __aenter__ set it
         if self._timeout is not None:
             await self._timeout.__aexit__(kind, exc, tb)
 

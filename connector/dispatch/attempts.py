@@ -17,11 +17,10 @@ import os
 import time
 from typing import Any
 
-from aiohttp import web
-
 from connector.dispatch.flight import Flight, clock
 from connector.dispatch.relay import Relay
 from connector.errors import ProxyError, UpstreamError
+from connector.http.client_stream import ClientAnswer, ClientRequest
 from connector.legs.retry import EJECT_AT_ONCE, STALE_ROLE, RetryBudget, plan
 from connector.legs.rewrite import Handoff, Peer, decode_bytes, leg_headers, prefill_body
 from connector.measure.metrics import ProxyMetrics
@@ -78,8 +77,8 @@ class Disaggregated:
             log.warning("ejected %s %s: %s", inst.role, inst.url, inst.last_error)
 
     async def serve(
-        self, request: web.Request, raw: bytes, body: dict[str, Any], route: Route, flight: Flight
-    ) -> web.StreamResponse:
+        self, request: ClientRequest, raw: bytes, body: dict[str, Any], route: Route, flight: Flight
+    ) -> ClientAnswer:
         prompt_tokens, output_tokens = flight.estimate
         group, decode, prefill = route.group, route.decode, route.prefill
         if prefill is None:
@@ -130,7 +129,7 @@ class Disaggregated:
                 )
                 if retry is None:
                     raise
-                next_p = prefill
+                next_p: Instance | None = prefill
                 if retry.new_prefill:
                     other = self.pool.pick_other(group, "prefill", tried_p)
                     if other is None and exc.leg == "prefill":
@@ -200,13 +199,13 @@ class Disaggregated:
 
     async def _attempt(
         self,
-        request: web.Request,
+        request: ClientRequest,
         raw: bytes,
         body: dict[str, Any],
         flight: Flight,
         reuse: Sent | None,
         last: list[Sent | None],
-    ) -> web.StreamResponse:
+    ) -> ClientAnswer:
         route = flight.route
         if route is None or route.prefill is None:
             raise ProxyError("an attempt needs a prefill/decode route")
@@ -248,14 +247,14 @@ class Disaggregated:
 
     async def _write(
         self,
-        request: web.Request,
+        request: ClientRequest,
         raw: bytes,
         body: dict[str, Any],
         flight: Flight,
         h: Handoff,
         prefill: Instance,
         decode: Instance,
-    ) -> web.StreamResponse:
+    ) -> ClientAnswer:
         """Write mode: both legs at once; a prefill failing before the first decode byte
         reaches the client cancels the decode leg and the prefill's error is the attempt's."""
         prefill_task = asyncio.create_task(
@@ -287,8 +286,10 @@ class Disaggregated:
         try:
             return await relay_task
         except asyncio.CancelledError:
-            if prefill_task.done() and not prefill_task.cancelled() and prefill_task.exception():
-                raise prefill_task.exception() from None  # type: ignore[misc]
+            if prefill_task.done() and not prefill_task.cancelled():
+                failed = prefill_task.exception()
+                if failed is not None:
+                    raise failed from None
             raise
         finally:
             prefill_task.remove_done_callback(on_prefill_done)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Literal
 
 from connector.legs.turn_kv import answer_part
 from connector.measure.timing import RequestTiming, SloTargets, judge, summarize
@@ -102,7 +102,7 @@ class Flight:
         self.kv_stats: Any = None  # the decode's own `kv_transfer_stats`, as it sent them
         self.ttft_parts = True  # split the TTFT into its parts (domain/ttft_parts.py)
         self.want_parts = False  # the client asked for them at the end of its stream
-        self._parts: TtftParts | bool | None = False  # the split, once made (False: not yet)
+        self._parts: TtftParts | Literal[False] | None = False  # once made (False: not yet)
         # Bidirectional KV (connector/legs/turn_kv.py): the answer's text pieces while collected
         # (None: not collecting), the decode's returned params, an earlier turn's for the prefill
         self.answer: list[str] | None = None
@@ -212,7 +212,7 @@ class Flight:
         """Where this request's TTFT went, or None (turned off, or no attempt started). Made
         once: the comment after [DONE] and the request log carry the same split."""
         if self._parts is not False:
-            return self._parts  # type: ignore[return-value]
+            return self._parts
         if not self.ttft_parts or self.first_attempt is None or self.attempt_at is None:
             return None
         first = self.token_times[0] if self.token_times else self.end or now

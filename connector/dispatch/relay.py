@@ -16,7 +16,14 @@ from aiohttp import web
 from connector.dispatch.answers import Answer, DirectPost, aiohttp_post
 from connector.dispatch.flight import Flight, clock
 from connector.errors import ProxyError, UpstreamError, UpstreamTimeout
-from connector.http.client_stream import ChunkedOut, ClientGone, fast_out, open_sse
+from connector.http.client_stream import (
+    ChunkedOut,
+    ClientAnswer,
+    ClientGone,
+    ClientRequest,
+    fast_out,
+    open_sse,
+)
 from connector.http.upstream import UpstreamPool
 from connector.legs import chat_shape
 from connector.legs.client_body import upstream_failure
@@ -162,14 +169,14 @@ class Relay:
 
     async def pass_through(
         self,
-        request: web.Request,
+        request: ClientRequest,
         leg: str,
         inst: Instance,
         data: bytes,
         headers: dict[str, str],
         flight: Flight,
         prefill_task: asyncio.Task | None = None,
-    ) -> web.StreamResponse:
+    ) -> ClientAnswer:
         """Send the streaming leg and pass its bytes through to the client as they arrive."""
         post = self._post(
             inst, flight.leg_path or request.path, data, headers, self._decode_timeout
@@ -177,7 +184,7 @@ class Relay:
         reshape = (
             flight.reshape
         )  # a chat answer from completion legs (connector/legs/chat_shape.py)
-        resp: web.StreamResponse | None = None
+        resp: ClientAnswer | None = None
         out: ChunkedOut | None = None  # the fast path to the client, once its head is out
         task = asyncio.current_task()
         if task is None:  # aiohttp runs each handler in a task; the watchdog cancels that task
@@ -318,7 +325,7 @@ class Relay:
         )
 
 
-async def _stream_error(resp: web.StreamResponse, exc: ProxyError, flight: Flight) -> None:
+async def _stream_error(resp: ClientAnswer, exc: ProxyError, flight: Flight) -> None:
     """Headers are gone: the error travels as the stream's last event."""
     flight.status, flight.error = exc.status, exc.message
     if isinstance(exc, UpstreamError):
@@ -356,5 +363,5 @@ def _cause(exc: aiohttp.ClientError) -> str:
 
 
 def _raise_if_failed(task: asyncio.Task) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        raise task.exception()  # type: ignore[misc]
+    if not task.cancelled() and (failed := task.exception()) is not None:
+        raise failed

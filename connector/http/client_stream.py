@@ -8,10 +8,19 @@ length, a head still buffered) keeps aiohttp's own write: `ChunkedOut.of` return
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_writer import StreamWriter
+
+if TYPE_CHECKING:
+    from connector.http.front_request import FrontRequest, FrontStream
+
+# A client's request and the answer it gets: aiohttp's, or the proxy's own front's
+# (connector/http/front.py), which hands `Proxy.generate` a FrontRequest.
+ClientRequest: TypeAlias = "web.Request | FrontRequest"
+ClientAnswer: TypeAlias = "web.StreamResponse | FrontStream"
 
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 DRAIN_ABOVE = 0x10000  # bytes queued in the transport before waiting for the client to read
@@ -21,14 +30,23 @@ class ClientGone(Exception):
     """Writing to the client failed: it hung up (not an upstream failure)."""
 
 
+class Drains(Protocol):
+    """What ChunkedOut waits on while the client reads: aiohttp's StreamWriter, or the front's
+    connection (connector/http/front.py)."""
+
+    async def drain(self) -> None: ...
+
+
 class ChunkedOut:
     __slots__ = ("transport", "writer")
 
-    def __init__(self, transport: asyncio.Transport, writer: StreamWriter) -> None:
+    def __init__(self, transport: asyncio.Transport, writer: Drains) -> None:
         self.transport, self.writer = transport, writer
 
     @classmethod
-    def of(cls, transport: Any, writer: Any) -> ChunkedOut | None:
+    def of(
+        cls, transport: asyncio.Transport | None, writer: AbstractStreamWriter | None
+    ) -> ChunkedOut | None:
         """The fast path for a prepared response whose head is on the wire, or None."""
         if (
             type(writer) is not StreamWriter
@@ -57,18 +75,17 @@ class ChunkedOut:
             raise ClientGone from None
 
 
-async def open_sse(request: Any) -> Any:
+async def open_sse(request: ClientRequest) -> ClientAnswer:
     """Start the client's event stream: on the proxy's own front (connector/http/front.py) its
     FrontStream, else aiohttp's StreamResponse, prepared."""
-    opener = getattr(request, "open_sse", None)
-    if opener is not None:
-        return opener()
+    if not isinstance(request, web.BaseRequest):
+        return request.open_sse()
     resp = web.StreamResponse(headers=SSE_HEADERS)
     await resp.prepare(request)
     return resp
 
 
-def fast_out(request: Any, resp: Any) -> ChunkedOut | None:
+def fast_out(request: ClientRequest, resp: ClientAnswer) -> ChunkedOut | None:
     """The fast path for the rest of a stream `open_sse` started, once its head is out."""
     if isinstance(resp, web.StreamResponse):
         return ChunkedOut.of(request.transport, resp._payload_writer)

@@ -20,11 +20,12 @@ from __future__ import annotations
 import asyncio
 import http
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import cast
 
 from aiohttp import web
 
+from connector.http.client_stream import ClientAnswer
 from connector.http.front_head import MAX_HEAD, line_is_hot, may_be_hot, parse_hot_head
 from connector.http.front_request import FrontRequest
 
@@ -36,7 +37,7 @@ _INTERNAL = (
     b'{"error": {"message": "internal proxy error", "type": "InternalServerError", "code": 500}}'
 )
 
-Generate = Callable[[Any], Awaitable[web.StreamResponse]]
+Generate = Callable[[FrontRequest], Awaitable[ClientAnswer]]
 
 
 class FrontServer:
@@ -117,7 +118,7 @@ class FrontConnection(asyncio.Protocol):
 
     # -- the event loop's side ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a TCP connection's
         self.idle_since = self.server.loop.time()
         self.server.connections.add(self)
 
@@ -131,7 +132,7 @@ class FrontConnection(asyncio.Protocol):
             self.buf += data  # a later request: read when this one is answered
             if len(self.buf) > PIPELINE_LIMIT and not self._paused_reading:
                 self._paused_reading = True
-                self.transport.pause_reading()  # type: ignore[union-attr]
+                self.transport.pause_reading()  # type: ignore[union-attr]  # data came: connected
             return
         self._read_head(self.buf + data if self.buf else data)
 
@@ -233,7 +234,7 @@ class FrontConnection(asyncio.Protocol):
             self.close()
 
     def _write_whole(
-        self, status: int, reason: str | None, headers: Any, body: bytes, close: bool
+        self, status: int, reason: str | None, headers: Mapping[str, str], body: bytes, close: bool
     ) -> None:
         transport = self.transport
         if transport is None or transport.is_closing():

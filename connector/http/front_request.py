@@ -5,10 +5,13 @@ its path, headers and body, and the event stream the relay writes its answer to.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING
 
 from connector.http.client_stream import DRAIN_ABOVE, ChunkedOut
 from connector.http.front_head import RequestHead
+
+if TYPE_CHECKING:
+    from connector.http.front import FrontConnection
 
 SSE_HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
@@ -32,7 +35,7 @@ class FrontRequest:
         "stream",
     )
 
-    def __init__(self, conn: Any, head: RequestHead) -> None:
+    def __init__(self, conn: FrontConnection, head: RequestHead) -> None:
         self.conn = conn
         self.path, self.headers, self.close = head.path, head.headers, head.close
         self.need = self.length = head.length  # body bytes still to come
@@ -91,7 +94,7 @@ class FrontStream:
     __slots__ = ("conn", "ended", "head")
     prepared = True
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: FrontConnection) -> None:
         self.conn, self.head, self.ended = conn, SSE_HEAD, False
 
     def _send(self, data: bytes) -> asyncio.Transport:
@@ -121,7 +124,7 @@ class FrontStream:
         transport = self.conn.transport
         if self.head or transport is None:
             return None
-        return ChunkedOut(transport, self.conn)  # type: ignore[arg-type]
+        return ChunkedOut(transport, self.conn)
 
     async def drain(self) -> None:
         await self.conn.drain()

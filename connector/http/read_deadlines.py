@@ -27,10 +27,11 @@ def deadline_handler(seconds: float) -> type[RequestHandler]:
         _front: FrontServer | None = None  # where a completion request goes back to
 
         def data_received(self, data: bytes) -> None:
-            if self._front is not None and self._idle() and self.transport is not None:
+            front, transport = self._front, self.transport
+            if front is not None and self._idle() and transport is not None:
                 line_end = data.find(b"\r\n")
                 if line_end > 0 and line_is_hot(data[:line_end]):
-                    self._hand_back(data)
+                    self._hand_back(front, transport, data)
                     return
             heads_before = self._request_count
             super().data_received(data)
@@ -56,13 +57,12 @@ def deadline_handler(seconds: float) -> type[RequestHandler]:
                 and not self._upgraded
             )
 
-        def _hand_back(self, data: bytes) -> None:
+        def _hand_back(self, front: FrontServer, transport: asyncio.Transport, data: bytes) -> None:
             """A completion request on a connection aiohttp took over (for a GET, say): the
             front reads it, and the connection is the front's again."""
-            transport, front = self.transport, self._front
             self.transport = None  # so that closing this handler leaves the socket open
             self.connection_lost(None)  # ends its task and its keep-alive timer
-            front.adopt(transport, data)  # type: ignore[union-attr]
+            front.adopt(transport, data)
 
         def _head_too_slow(self) -> None:
             self._head_timer = None
@@ -105,7 +105,7 @@ class HeadDeadlineSite(web.TCPSite):
         def protocol() -> RequestHandler:
             # Exactly what aiohttp's Server builds, with the deadline added.
             handler = handler_class(server, loop=loop, **server._kwargs)
-            handler._front = self.front  # type: ignore[attr-defined]
+            handler._front = self.front  # type: ignore[attr-defined]  # HeadDeadlineHandler's
             return handler
 
         factory: Any = protocol

@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import cast
 from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp.client_reqrep import ConnectionKey
+from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from connector.http.http1_parse import MAX_HEAD_BYTES, Body, FramingError, ResponseHead, parse_head
@@ -50,7 +52,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     # -- the event loop's side ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a TCP connection's
 
     def data_received(self, data: bytes) -> None:
         self.answered = True
@@ -75,7 +77,7 @@ class UpstreamConnection(asyncio.Protocol):
                 try:
                     if self._sink(piece, body.framed):
                         self._signal = True
-                        self.transport.pause_reading()  # type: ignore[union-attr]
+                        self.transport.pause_reading()  # type: ignore[union-attr]  # data came: connected
                 except Exception as exc:  # the sink's own (ClientGone): the task gets it
                     self._fail(exc)
                     return
@@ -150,14 +152,14 @@ class UpstreamConnection(asyncio.Protocol):
     def send(self, raw: bytes) -> None:
         self.head, self._body, self.answered = None, None, False
         self._pieces.clear()
-        self.transport.write(raw)  # type: ignore[union-attr]
+        self.transport.write(raw)  # type: ignore[union-attr]  # the pool sends on connected ones
 
     async def read_head(self) -> ResponseHead:
         while self.head is None and self._error is None:
             await self._wait()
         if self._error is not None:
             raise self._error
-        return self.head  # type: ignore[return-value]
+        return self.head  # type: ignore[return-value]  # the loop ends on a head or an error
 
     @property
     def at_eof(self) -> bool:
@@ -165,7 +167,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     async def read_some(self) -> bytes:
         """The payload that came since the last read; b"" once the body has ended."""
-        while not self._pieces and self._error is None and not self._body.done:  # type: ignore[union-attr]
+        while not self._pieces and self._error is None and not self._body.done:  # type: ignore[union-attr]  # after read_head: its body
             await self._wait()
         if self._pieces:
             pieces, self._pieces = self._pieces, []
@@ -187,11 +189,11 @@ class UpstreamConnection(asyncio.Protocol):
         if self._pieces:
             pending, self._pieces = b"".join(self._pieces), []
             if sink(pending, None):
-                self.transport.pause_reading()  # type: ignore[union-attr]
+                self.transport.pause_reading()  # type: ignore[union-attr]  # connected
                 return False
         self._sink, self._signal = sink, False
         try:
-            while self._error is None and not self._signal and not self._body.done:  # type: ignore[union-attr]
+            while self._error is None and not self._signal and not self._body.done:  # type: ignore[union-attr]  # after read_head
                 await self._wait()
         finally:
             self._sink = None
@@ -205,7 +207,7 @@ class UpstreamConnection(asyncio.Protocol):
     def resume(self) -> None:
         self._signal = False
         if not self._closed:
-            self.transport.resume_reading()  # type: ignore[union-attr]
+            self.transport.resume_reading()  # type: ignore[union-attr]  # paused: connected
 
     @property
     def reusable(self) -> bool:
@@ -228,7 +230,7 @@ class UpstreamConnection(asyncio.Protocol):
 
 
 def _bad_head(key: tuple[str, int], message: str) -> aiohttp.ClientResponseError:
-    info = aiohttp.RequestInfo(_url(key), "POST", {}, _url(key))  # type: ignore[arg-type]
+    info = aiohttp.RequestInfo(_url(key), "POST", CIMultiDictProxy(CIMultiDict()), _url(key))
     return aiohttp.ClientResponseError(info, (), status=400, message=message)
 
 
@@ -311,7 +313,7 @@ class UpstreamPool:
                 idle.pop(0).close()
                 continue
             conn = idle.pop()
-            if not conn._closed and not conn.transport.is_closing():  # type: ignore[union-attr]
+            if not conn._closed and not conn.transport.is_closing():  # type: ignore[union-attr]  # pooled: connected
                 return conn
         return None
 

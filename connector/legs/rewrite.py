@@ -207,7 +207,7 @@ def leg_headers(h: Handoff, leg: str) -> dict[str, str]:
     return headers
 
 
-def returned_params(prefill_response: Any) -> dict[str, Any] | None:
+def returned_params(prefill_response: object) -> dict[str, Any] | None:
     """The prefill's top-level kv_transfer_params, or None when it sent none."""
     if isinstance(prefill_response, dict):
         params = prefill_response.get("kv_transfer_params")

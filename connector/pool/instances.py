@@ -309,7 +309,7 @@ class InstancePool:
     def _ready(self) -> list[tuple[Group, list[Instance], list[Instance]]]:
         """Each unpaused group that can serve now, with its candidates (prefills and decodes;
         for the colocated group none and the whole-request ones), each read once."""
-        ready = []
+        ready: list[tuple[Group, list[Instance], list[Instance]]] = []
         for g in self.groups.values():
             if g.paused:
                 continue

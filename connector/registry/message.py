@@ -29,7 +29,8 @@ MAX_FIELDS = 32
 MAX_TEXT = 256  # longest address or mode string
 MAX_PARALLEL = 1024  # dp_size and tp_size above this are no real deployment
 
-_ROLES = {"P": Role.PREFILL, "D": Role.DECODE}
+# keyed by object: a message field of any type is looked up, and is no role unless a key
+_ROLES: dict[object, Role] = {"P": Role.PREFILL, "D": Role.DECODE}
 _MODES = {m.value.upper(): m for m in TRANSFER_MODES}
 # A hostname or an IPv4/IPv6 literal: no userinfo, no path, no spaces, no percent escapes.
 _HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])$")
@@ -100,7 +101,7 @@ def _newer(data: dict[str, Any], role: str, default_mode: str) -> Registration:
 
 
 def _older(data: dict[str, Any], default_mode: str) -> Registration:
-    role = _ROLES.get(data.get("role"))  # type: ignore[arg-type]
+    role = _ROLES.get(data.get("role"))
     if role is None:
         raise RegistryMessageError("role", f"must be P or D, got {_show(data.get('role'))}")
     address = _text(data, "request_address")

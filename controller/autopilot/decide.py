@@ -241,14 +241,14 @@ def decide(
     if demand is not None:
         numbers["demand"] = demand.numbers(have["prefill"], have["decode"])
     short = _led(ap, inside, demand, have)
-    if short is not None:
-        kind = TTFT if short == "prefill" else ITL
+    if short is not None and demand is not None:  # (_led names a role only from a demand)
+        led = TTFT if short == "prefill" else ITL
         source = "decode" if short == "prefill" else "prefill"
         what = (
             f"the arrivals need {demand.prefill:.1f} prefills and {demand.decode:.1f} decodes, "
             f"{have['prefill']} and {have['decode']} serve: one {source} to {short}"
         )
-        return _move(ap, roles, moves, now, busy, load, kind, what, numbers)
+        return _move(ap, roles, moves, now, busy, load, led, what, numbers)
     kind = held_bound(samples, ap, now)
     if kind is None:
         return Decision("none", _no_bound_why(inside, ap, now), numbers=numbers)

@@ -66,12 +66,20 @@ class Demand:
 
 
 class ArrivalSample(Protocol):
-    ts: float
-    arrivals_per_s: float | None
-    prompt_tokens_per_s: float | None
-    output_tokens_per_s: float | None
-    prefill_waiting: int
-    decode_waiting: int
+    """What the demand reads of a sample (read-only: autopilot's Sample is frozen)."""
+
+    @property
+    def ts(self) -> float: ...
+    @property
+    def arrivals_per_s(self) -> float | None: ...
+    @property
+    def prompt_tokens_per_s(self) -> float | None: ...
+    @property
+    def output_tokens_per_s(self) -> float | None: ...
+    @property
+    def prefill_waiting(self) -> int: ...
+    @property
+    def decode_waiting(self) -> int: ...
 
 
 def window_demand(

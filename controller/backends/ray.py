@@ -223,7 +223,7 @@ class RayBackend:
             log_keep=self.log_keep,
         )
         try:
-            state = await asyncio.wait_for(handle.state.remote(), self.spawn_timeout)
+            state = await asyncio.wait_for(handle.state.remote(), self.spawn_timeout)  # type: ignore[attr-defined]  # Ray types an actor method as the class's (no .remote)
         except TimeoutError:
             await asyncio.to_thread(self._kill, actor)
             raise SpawnError(
@@ -298,7 +298,8 @@ class RayBackend:
         import ray
 
         try:
-            handle = ray.get_actor(actor, namespace=self.namespace)
+            # Any: Ray types a looked-up actor's methods as Never
+            handle: Any = ray.get_actor(actor, namespace=self.namespace)
             state = ray.get(handle.state.remote(), timeout=CALL_TIMEOUT_S)
         except (ValueError, ray.exceptions.RayError):
             return  # no such actor, or it is dead: nothing to adopt

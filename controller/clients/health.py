@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from controller.clients.pair_check import PairProbe
 from controller.clients.proxy_admin import InstanceEntry, ProxyAdminClient, ProxyAdminError, Refusal
 from domain.canary_marks import HEADER, PAIR_HEADER
 
@@ -20,7 +21,7 @@ PROBE_TIMEOUT_S = 2.0
 FAILED_TRANSFERS = ("vllm:nixl_num_failed_transfers", "vllm:moriio_num_failed_transfers")
 
 
-class Probe(Protocol):
+class Probe(PairProbe, Protocol):
     # True: 200; False: refused, an error or another status; None: no answer in time (a hung
     # process, or one starved of CPU: controller/supervise/probing.py tells which it may be).
     async def healthy(self, url: str) -> bool | None: ...

@@ -10,7 +10,7 @@ whole (they answer False: nothing to do there).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -93,7 +93,12 @@ class ProxyAdminClient:
         listed = body.get("instances") if isinstance(body, dict) else body
         if not isinstance(listed, list):
             raise ProxyAdminError("GET /admin/instances: no instance list in the answer")
-        return [e for e in listed if isinstance(e, dict) and isinstance(e.get("url"), str)]
+        # JSON checked as far as the callers rely on: an object with a url
+        return [
+            cast(InstanceEntry, e)
+            for e in listed
+            if isinstance(e, dict) and isinstance(e.get("url"), str)
+        ]
 
     async def recent_requests(self, limit: int = 1000) -> list[dict[str, Any]]:
         """The proxy's request log, newest last (each line may carry its `ttft_parts`)."""

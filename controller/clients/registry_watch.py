@@ -4,8 +4,10 @@ clock; says each refusal once, then again at most once a minute while it keeps c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+
+from controller.clients.proxy_admin import Refusal
 
 REPEAT_S = 60.0
 
@@ -20,7 +22,7 @@ class _Told:
 class RefusalWatch:
     told: dict[tuple[str, str, str], _Told] = field(default_factory=dict)
 
-    def news(self, refusals: list[dict[str, Any]], now: float) -> list[str]:
+    def news(self, refusals: Sequence[Refusal], now: float) -> list[str]:
         """Event messages for refusals that are new, or grew since they were last told a
         minute or more ago."""
         out = []

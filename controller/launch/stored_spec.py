@@ -7,7 +7,7 @@ is given (it knows no spec), so the store stays below the controller.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from pydantic import ValidationError
 
@@ -26,7 +26,7 @@ def ports_to_json(ports: AllocatedPorts) -> dict:
     }
 
 
-def ports_from_json(data: dict) -> AllocatedPorts:
+def ports_from_json(data: Mapping) -> AllocatedPorts:
     return AllocatedPorts(
         data["proxy"],
         data["registry"],
@@ -56,7 +56,7 @@ class StoredSpec:
         except (KeyError, TypeError, ValueError, ValidationError):
             raise Unfit(("ports",), "malformed") from None
 
-    def claimed(self, spec: dict, ports: dict) -> set[int]:
+    def claimed(self, spec: Mapping, ports: Mapping) -> set[int]:
         """The ports a stored revision claims; of an unreadable one, every port it lists."""
         try:
             return ports_from_json(ports).claimed(DeploymentSpec.model_validate(spec))

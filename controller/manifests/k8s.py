@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.launch.placement import PROXY, Addresses, planned
-from controller.launch.ports import AllocatedPorts
+from controller.launch.ports import AllocatedPorts, InstancePorts
 from controller.launch.render import LaunchSettings, instance_launch, proxy_launch
 from controller.manifests.compose import to_yaml
 from controller.manifests.k8s_engine import group_objects, scheduling
@@ -135,7 +135,7 @@ def manifests_yaml(docs: list[dict[str, Any]], spec: DeploymentSpec) -> str:
 
 def _shared_ports(spec: DeploymentSpec, ports: AllocatedPorts) -> AllocatedPorts:
     """Instance 0's ports for every instance of its group: one pod template per group."""
-    instances = {}
+    instances: dict[str, InstancePorts] = {}
     for gi, group in enumerate(spec.groups):
         if group.ports and group.count > 1:
             raise NotOnKubernetes(

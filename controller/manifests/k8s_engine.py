@@ -233,6 +233,7 @@ def gpus_per_pod(spec: DeploymentSpec, gi: int) -> int:
         return 0
     placement = group.placement
     nodes = placement.nodes_per_instance if placement else 1
+    loc: tuple[str | int, ...]
     if placement is not None and placement.gpus_per_instance is not None:
         total, loc = placement.gpus_per_instance, ("groups", gi, "placement", "gpus_per_instance")
     else:

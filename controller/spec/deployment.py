@@ -373,7 +373,7 @@ def _check_ports(spec: DeploymentSpec) -> None:
 
 
 def _check_extra_args(spec: DeploymentSpec) -> None:
-    lists = [(("extra_args",), spec.extra_args)]
+    lists: list[tuple[tuple[str | int, ...], list[str]]] = [(("extra_args",), spec.extra_args)]
     lists += [(("groups", i, "extra_args"), g.extra_args) for i, g in enumerate(spec.groups)]
     for loc, args in lists:
         for k, arg in enumerate(args):

@@ -147,7 +147,7 @@ def _unused_overrides(spec: DeploymentSpec, unsafe: UnsafeAllow) -> list[Problem
 
 def given_ports(spec: DeploymentSpec) -> list[tuple[tuple, int, int, str]]:
     """(loc, base port, width, what) for every port the spec gives explicitly."""
-    out = [
+    out: list[tuple[tuple, int | None, int, str]] = [
         (("proxy", "port"), spec.proxy.port, 1, "the proxy's HTTP port"),
         (("proxy", "registry_port"), spec.proxy.registry_port, 1, "the proxy's registry port"),
     ]

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import enum
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 # re-exported: the supervisor speaks m.Start, m.Spawn
 from controller.supervise.machine_messages import (
@@ -377,7 +379,9 @@ def _sigterm(m: Machine, now: float, why: str) -> tuple[Machine, list[Action]]:
     )
 
 
-_HANDLERS = {
+# each handler takes its own event type: the dict's key says which
+Handler = Callable[[Machine, Any, float], tuple[Machine, list[Action]]]
+_HANDLERS: dict[type, Handler] = {
     Start: _start,
     Spawned: _spawned,
     Healthy: _healthy,

@@ -71,7 +71,7 @@ class Unplaceable:
 class Adopt:
     """Found at supervisor start from a state file: `alive` = pid alive with its start time."""
 
-    pid: int
+    pid: int | None  # None: a dead one's settled record named no child
     alive: bool
     exit_code: int | None = None
     restarts: int = 0

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 REPLACED = "replaced"  # the supervisor's event when an instance moves off a lost node
 # (actor, kind, message, deployment, detail) -> None: how events reach the store.
-Recorder = Callable[[str, str, str, str | None, dict | None], None]
+Recorder = Callable[[str, str, str, str | None, dict | None], object]  # Store.record
 
 
 class PlacementBook(Protocol):

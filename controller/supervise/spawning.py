@@ -94,6 +94,8 @@ async def where_to_spawn(
             await feed(dep, unit, m.Unplaceable(f"{gone}no node fits: {err.message}"))
             return None
         placing.save(dep.folder, dep.placed)
+    if dep.placed is None:  # place_deployment places nothing on one host; clustered here
+        return None
     node = dep.placed.nodes[name]
     if unit.launch.address is not None and unit.launch.address != node.address:
         await _moved(dep, name, node, nodes, launch_settings, emit, addresses)

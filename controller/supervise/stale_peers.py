@@ -198,9 +198,9 @@ async def _failures(
 ) -> tuple[list[float | None], list[InstanceEntry] | None]:
     """Each decode's failures: failed KV transfers (its /metrics) + failed legs (the proxy),
     and the proxy's listing."""
-    listed, *own = await asyncio.gather(
+    listed, own = await asyncio.gather(
         probe.proxy_instances(dep.proxy.launch.url, dep.admin_token),
-        *(probe.failed_transfers(u.launch.url) for u in decodes),
+        asyncio.gather(*(probe.failed_transfers(u.launch.url) for u in decodes)),
     )
     out: list[float | None] = []
     for unit, metric in zip(decodes, own, strict=True):

@@ -217,7 +217,8 @@ class Supervisor:
         """Where each engine of `name` listens (what its MoRIIO registrations name)."""
         dep = self._deployment(name)
         default = self.settings.launch.bind_host or self.settings.launch.host
-        return Addresses(default, dict(self._addresses(dep.placed).by_name if dep.placed else {}))
+        by_name = dep.placed.addresses(self.settings.launch.host).by_name if dep.placed else {}
+        return Addresses(default, dict(by_name))
 
     async def nodes(self) -> list[Node]:
         """The nodes processes may be placed on, as the backend sees them now."""

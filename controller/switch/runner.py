@@ -43,7 +43,7 @@ BOTH_MODES = tuple(m.value for m in TRANSFER_MODES)
 ACTOR = "controller"  # who recovers a switch a stopped control plane left in progress
 STOPPED_MID_SWITCH = "the control plane stopped during this switch; routing put back"
 
-Recorder = Callable[[str, str, str, str | None, dict | None], None]
+Recorder = Callable[[str, str, str, str | None, dict | None], object]  # Store.record
 AdminFactory = Callable[[str, AllocatedPorts], AdminCalls]
 
 

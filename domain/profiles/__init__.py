@@ -10,11 +10,16 @@ import tomllib
 from dataclasses import MISSING, dataclass, fields
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 PROFILE_DIR = Path(__file__).parent
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
 # Share of link bandwidth a ring all-reduce achieves (see HardwareProfile.allreduce_bandwidth).
 COLLECTIVE_EFF = 0.72
+Profile = TypeVar("Profile", bound="DataclassInstance")
 
 
 class UnknownProfile(LookupError):
@@ -139,7 +144,7 @@ class ModelProfile:
         return self.params_total * self.weight_bytes_per_param
 
 
-def _load(kind: str, name: str, record: type) -> object:
+def _load(kind: str, name: str, record: type[Profile]) -> Profile:
     path = PROFILE_DIR / kind / f"{name}.toml"
     if not path.is_file():
         known = ", ".join(available(kind))
@@ -173,9 +178,9 @@ def available(kind: str) -> list[str]:
 
 @cache
 def hardware(name: str) -> HardwareProfile:
-    return _load("hardware", name, HardwareProfile)  # type: ignore[return-value]
+    return _load("hardware", name, HardwareProfile)
 
 
 @cache
 def model(name: str) -> ModelProfile:
-    return _load("models", name, ModelProfile)  # type: ignore[return-value]
+    return _load("models", name, ModelProfile)

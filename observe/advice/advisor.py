@@ -178,8 +178,9 @@ def _frontend_cpu(s: Signals) -> tuple[bool, str, dict]:
     hot = s["frontend_cpu_share"] >= 0.8
     evidence: dict[str, Any] = {"frontend_cpu_share": s["frontend_cpu_share"]}
     prompt, output = s.get("prompt_tokens_mean"), s.get("output_tokens_mean")
-    share = VLLM_API_SERVER.render_share(prompt, output) if prompt and output else None
-    if share is not None:
+    share = None
+    if prompt and output:
+        share = VLLM_API_SERVER.render_share(prompt, output)
         evidence["prompt_side_share"] = round(share, 3)
         # what a render instance would carry of it (a render tier is sized from this)
         evidence["render_load_share"] = round(VLLM_API_SERVER.render_load_share(prompt, output), 3)

@@ -101,7 +101,7 @@ class BenchRuns:
             folder = Path(tempfile.mkdtemp(prefix=f"pdctl-bench-{run.id}-"))
             proc = await self._spawn(run, settings, current, folder)
             self._active[name] = _Active(
-                run.id,
+                run.id,  # type: ignore[arg-type]  # a committed row has its id
                 name,
                 actor,
                 proc,
@@ -171,7 +171,7 @@ class BenchRuns:
         except OSError as exc:
             shutil.rmtree(folder, ignore_errors=True)
             message = f"could not start pdctl bench: {exc.strerror or exc}"
-            self.store.finish(run.id, "failed", error=message)
+            self.store.finish(run.id, "failed", error=message)  # type: ignore[arg-type]  # committed
             raise BenchStartFailed(message) from None
 
     async def _watch(self, active: _Active) -> None:

@@ -207,13 +207,13 @@ def registry_for(
     metrics: EngineMetrics, frontend: FrontendClock | None = None
 ) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(metrics)  # type: ignore[arg-type]
+    registry.register(metrics)
     # vLLM serves prometheus_client's default registry, so its /metrics opens with the
     # process_* and python_* families (process CPU is what tells a busy frontend).
     if frontend is None:
         ProcessCollector(registry=registry)
     else:
-        registry.register(ApiServerProcess(frontend))  # type: ignore[arg-type]
+        registry.register(ApiServerProcess(frontend))
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
     return registry

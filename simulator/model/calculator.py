@@ -6,6 +6,8 @@ what connectors pay around the bytes, per path (simulator/model/handoff.py).
 
 from __future__ import annotations
 
+from typing import Any
+
 from domain.engine_defaults import CPU_BLOCK_SIZE, GPU_BLOCK_SIZE
 from domain.profiles import HardwareProfile, ModelProfile
 from simulator.model.handoff import handoff_parts
@@ -26,13 +28,13 @@ def kv_report(
     connector: str = "NixlConnector",
     block_size: int | None = None,
     decode_step_ms: float | None = None,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """Bytes of a prompt's KV cache and how long it takes to move over each path."""
     total = tokens * model.kv_bytes_per_token
     nic = hardware.nic_bytes_per_s * tp
     # In one node: GPU to GPU directly with P2P, else staged through host memory (PCIe twice).
     peer = hardware.gpu_peer_gbps * 1e9 * tp if hardware.p2p else hardware.pcie_gbps * 1e9 / 2
-    report: dict[str, object] = {
+    report: dict[str, Any] = {
         "model": model.name,
         "tokens": tokens,
         "kv_bytes_per_token": model.kv_bytes_per_token,

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from domain import profiles
-from domain.slo import SloTargets
+from domain.slo import ItlStat, SloTargets
 from simulator.plan.planner import (
     EngineFlags,
     PlanError,
@@ -158,7 +158,9 @@ def plan(
             pd_flags,
             pd_flags,
             link_gbps,
-            slo=SloTargets(slo_ttft_ms, slo_itl_ms, None, itl_slo_stat),
+            slo=SloTargets(
+                slo_ttft_ms, slo_itl_ms, None, ItlStat(itl_slo_stat)
+            ),  # _checks checked it
             goodput_share=goodput_share,
         )
         workload = Workload(

@@ -156,7 +156,7 @@ def calibration(setup: PlanSetup) -> list[dict]:
     """The timing factors in use and the published points they were fitted to: the pair's
     entry, then one per TP degree that has a factor of its own."""
     base = calibrated_factors(setup.hardware, setup.model)
-    entries = [
+    entries: list[dict] = [
         {
             "hardware": setup.hardware,
             "model": setup.model,

@@ -14,10 +14,12 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from domain import slo
-from domain.slo import SloTargets, percentile
+from domain.slo import ItlStat, SloTargets, percentile
 from simulator.plan.cluster import RequestResult
 from simulator.plan.planner import (
     PLAN_SLO,
@@ -36,7 +38,7 @@ PUBLISHED_RATE = 8.0
 DEFAULT_SEEDS = 20
 # The vLLM blog of 2026-04-07: MORI-IO on 8 x MI300X, Qwen3-235B-A22B-FP8, 2k in / 1k out,
 # 100 requests, TTFT < 1 s and ITL < 50 ms; at 8 req/s (SCENARIOS.md, per-request data).
-MORI_IO_PUBLISHED = {
+MORI_IO_PUBLISHED: dict[str, dict[str, Any]] = {
     "colocated-tp8": {
         "met_both": 26,
         "fail_ttft_only": 0,
@@ -133,11 +135,13 @@ def published_rate_report(setup: PlanSetup, configs: list[PlanConfig], seeds: in
             )
             first = first or (row, results)
             for stat, kept in counts.items():
-                kept.append(judge(results, replace(setup.slo, itl_stat=stat))[2])
+                kept.append(judge(results, replace(setup.slo, itl_stat=ItlStat(stat)))[2])
             ttft_only, itl_only = _failures(results, setup.slo)
             fail_ttft_only.append(ttft_only)
             fail_itl_only.append(itl_only)
             ttfts.append(_ttft_percentiles(results))
+        if first is None:
+            raise ValueError("published_rate_report runs at least one seed")
         row, results = first
         report["configs"][config.label] = {
             "met_both": _spread(counts[setup.slo.itl_stat]),
@@ -261,7 +265,7 @@ def fidelity_scenario(rates: list[float] | None = None, seeds: int = DEFAULT_SEE
     return fidelity_table(seeds)
 
 
-SCENARIOS = {
+SCENARIOS: dict[str, Callable[..., dict]] = {
     "mori-io-qwen3-235b": mori_io_qwen3_235b,
     "mori-io-blog": mori_io_qwen3_235b,
     "saturation": saturation_scenario,

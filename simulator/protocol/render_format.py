@@ -96,6 +96,8 @@ def _writer(kind: str, model: str, include_usage: bool = False) -> ResponseWrite
 
 def derender(kind: str, body: dict[str, Any], model: str) -> dict[str, Any]:
     """A whole GenerateResponse as the OpenAI response vLLM would have answered."""
+    responses: Any  # JSON until checked: a list, and _choice_ids checks its first item
+    counts: Any
     if kind == "chat":
         responses, counts = [body.get("generate_response")], [body.get("prompt_tokens")]
         where = "generate_response"
@@ -132,7 +134,7 @@ def derender_chunk(kind: str, body: dict[str, Any], model: str) -> dict[str, Any
     """One streamed generate chunk as the OpenAI stream chunk, and the state for the next
     (vLLM's DerenderStreamState keys; the stand-in's tokenizer needs only whether a token went
     out before, which `prev_tokens` says)."""
-    chunk = body.get("generate_chunk")
+    chunk: Any = body.get("generate_chunk")  # a dict once _choice_ids has checked it
     ids, finish = _choice_ids(chunk, "generate_chunk")
     state = body.get("stream_state") or {}
     if not isinstance(state, dict):

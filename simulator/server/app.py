@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from domain import profiles
 from domain.workload import tokenizer
@@ -56,7 +56,7 @@ class SimState:
     settings: EngineSettings
     engine: EngineLoop
     metrics: EngineMetrics
-    registry: object
+    registry: CollectorRegistry
     agent: KVTransferAgent | None
     created: int
     fingerprint: str
@@ -138,7 +138,12 @@ def _lifespan(settings: EngineSettings):
             await agent.start()
         engine.start()
         tasks = []
-        if kv is not None and kv.registers and agent is not None:
+        if (
+            kv is not None
+            and kv.proxy_ip is not None  # kv.registers, spelled out for the type checker
+            and kv.proxy_ping_port is not None
+            and agent is not None
+        ):
             message = registration_message(settings, kv, agent.advertised_host)
             tasks.append(
                 asyncio.create_task(
@@ -168,7 +173,7 @@ def _lifespan(settings: EngineSettings):
             frontend,
         )
         if encoder is not None:
-            app[STATE].registry.register(encoder)  # type: ignore[attr-defined]
+            app[STATE].registry.register(encoder)
         yield
         for task in tasks:
             task.cancel()

@@ -52,7 +52,7 @@ class RenderMetrics:
     def __init__(self, cost: FrontendCost = VLLM_API_SERVER) -> None:
         self.registry = CollectorRegistry()
         self.frontend = FrontendClock(cost)
-        self.registry.register(ApiServerProcess(self.frontend))  # type: ignore[arg-type]
+        self.registry.register(ApiServerProcess(self.frontend))
         self.requests = Counter(
             "http_requests_total",
             "Requests served, by handler, method and status class.",

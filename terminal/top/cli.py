@@ -11,6 +11,7 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -105,7 +106,7 @@ class Session:
                 self.add_events([m])
         return framed
 
-    def add_events(self, events: list[dict[str, Any]]) -> None:
+    def add_events(self, events: Sequence[Mapping[str, Any]]) -> None:
         seen = {e.get("id") for e in self.view.events}
         fresh = [e for e in events if e.get("id") not in seen]
         self.view.events = sorted(self.view.events + fresh, key=lambda e: e.get("id") or 0)
@@ -145,12 +146,12 @@ class Session:
 IDLE_STATES = ("STOPPED", "EXITED", "FATAL")
 
 
-def idle(units: list[dict[str, Any]] | None) -> bool:
+def idle(units: Sequence[Mapping[str, Any]] | None) -> bool:
     """Nothing of the deployment runs: never started here, or every process down."""
     return not units or all(u.get("state") in IDLE_STATES for u in units)
 
 
-def no_frame_notice(name: str, units: list[dict[str, Any]] | None, feed: Feed) -> str:
+def no_frame_notice(name: str, units: Sequence[Mapping[str, Any]] | None, feed: Feed) -> str:
     if not feed.ever_connected:
         return f"no live feed yet: {feed.last_error or 'connecting'}"
     if not units:

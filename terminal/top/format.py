@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypeGuard
 
 NONE = "-"  # the dashboard's em dash; a hyphen on every terminal
 
@@ -29,19 +30,20 @@ def glyphs_for(encoding: str | None) -> Glyphs:
     return UNICODE if (encoding or "").lower().replace("-", "") in ("utf8", "utf16") else ASCII
 
 
-def _missing(v: float | None) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
+def _present(v: float | None) -> TypeGuard[float]:
+    """A number to show: not None (JSON null) and not NaN."""
+    return not (v is None or (isinstance(v, float) and math.isnan(v)))
 
 
 def pct(v: float | None) -> str:
-    if _missing(v):
+    if not _present(v):
         return NONE
     digits = 0 if v >= 0.995 or v == 0 else 1
     return f"{v * 100:.{digits}f}%"
 
 
 def rate(v: float | None) -> str:
-    if _missing(v):
+    if not _present(v):
         return NONE
     return f"{v:.{2 if v < 10 else 1}f}/s"
 
@@ -56,15 +58,15 @@ def millis(x: float) -> str:
 
 
 def seconds_as_ms(v: float | None) -> str:
-    return NONE if _missing(v) else millis(v * 1000)
+    return millis(v * 1000) if _present(v) else NONE
 
 
 def ms(v: float | None) -> str:
-    return NONE if _missing(v) else millis(v)
+    return millis(v) if _present(v) else NONE
 
 
 def bytes_per_s(v: float | None) -> str:
-    if _missing(v):
+    if not _present(v):
         return NONE
     units, i = ("B", "KB", "MB", "GB", "TB"), 0
     while abs(v) >= 1000 and i < len(units) - 1:
@@ -75,7 +77,7 @@ def bytes_per_s(v: float | None) -> str:
 
 def count(v: float | None) -> str:
     """A histogram count: whole numbers as such, windowed fractions to one place, 12k past 9999."""
-    if _missing(v):
+    if not _present(v):
         return NONE
     if v >= 10_000:
         return f"{v / 1000:.0f}k"

@@ -18,7 +18,7 @@ import signal
 import sys
 import termios
 import tty
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TextIO
 
 ENTER = "\x1b[?1049h\x1b[?25l\x1b[?7l\x1b[2J"  # alternate screen, cursor hidden, no autowrap
@@ -29,7 +29,7 @@ DUMB_TERMS = ("", "dumb", "unknown")
 KEY_NAMES = {"\x1b[C": "n", "\x1b[D": "p", "\t": "n", "\x1b[Z": "p"}
 
 
-def is_dumb(stdout: TextIO, env: dict[str, str] | None = None) -> bool:
+def is_dumb(stdout: TextIO, env: Mapping[str, str] | None = None) -> bool:
     """No cursor control: TERM is dumb (or unset), or stdout is not a terminal."""
     env = os.environ if env is None else env
     return env.get("TERM", "") in DUMB_TERMS or not stdout.isatty()

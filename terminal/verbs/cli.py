@@ -4,6 +4,9 @@ resolver behind `pdctl bench --deployment` (bench/target.py). Exit codes: termin
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import typer
 
 from bench.target import use_resolver
@@ -17,7 +20,7 @@ from terminal.verbs import read as read_verbs
 from terminal.verbs import switch as switch_verb
 from terminal.verbs.bench_target import deployment_target
 
-VERBS = {
+VERBS: dict[str, Callable[..., Any]] = {
     "ls": read_verbs.ls,
     "show": read_verbs.show,
     "history": read_verbs.history,

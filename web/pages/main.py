@@ -108,7 +108,7 @@ def _pd_section(request: Request, name: str) -> dict[str, Any] | None:
     return _frame_section(request, name, "pd")
 
 
-def _frame_section(request: Request, name: str, key: str) -> dict[str, Any] | None:
+def _frame_section(request: Request, name: str, key: str) -> Any:  # the section's own shape
     observer = get_observer(request)
     frame = observer.frame(name) if observer is not None else None
     return frame.get(key) if frame else None

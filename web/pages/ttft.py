@@ -29,7 +29,8 @@ async def ttft_fragment(
     deployment_or_404(store, name)
     window = window if window in WINDOW_SECONDS else "1m"
     entries, why = await _log(request, name)
-    frame = (observer := get_observer(request)) and observer.frame(name, window)
+    observer = get_observer(request)
+    frame = observer.frame(name, window) if observer is not None else None
     xfer = frame["kv"]["xfer_p50_ms"] if frame else None
     recomputing = recomputing_decodes(frame)
     ctx = page_context(

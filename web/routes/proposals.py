@@ -233,7 +233,7 @@ async def apply_from_page(
     """Apply from the panel's form; the panel comes back with what happened in a notice (a
     refusal too: a viewer, a stale revision, a verdict that no longer holds)."""
     form = {k: str(v) for k, v in (await request.form()).items()}
-    window = form.get("window") if form.get("window") in ("10s", "1m", "5m") else "1m"
+    window = form["window"] if form.get("window") in ("10s", "1m", "5m") else "1m"
     try:
         require_operator(actor)
         body = ApplyRequest.model_validate(

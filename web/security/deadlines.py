@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import cast
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -28,8 +29,8 @@ class DeadlineH11Protocol(H11Protocol):
     _deadline: asyncio.TimerHandle | None = None
     _phase: str | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(cast(asyncio.Transport, transport))  # a TCP connection's
         self._follow_phase()
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -7,6 +7,7 @@ draws out."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from controller import DeploymentSpec
@@ -54,7 +55,7 @@ def bars(itl: dict[str, Any] | None, slo_itl_ms: float | None) -> list[dict[str,
 def card(
     spec: DeploymentSpec,
     state: str,
-    frame: dict[str, Any] | None,
+    frame: Mapping[str, Any] | None,
     advice: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """What one side of the panel shows."""
