@@ -36,6 +36,7 @@ from connector.legs.retry import RetrySettings
 from connector.legs.rewrite import CONNECTORS, MODES
 from connector.pool.policy import POLICIES
 from connector.registry.trust import LOOPBACK, Expectations, ExpectedInstance, SenderAllowlist
+from domain.kv_connectors import offering, proxy_backend
 from domain.modes import Mode
 from domain.slo import DEFAULT_ITL_STAT, ItlStatName, SloTargets, parse_itl_stat
 
@@ -187,7 +188,7 @@ class ProxySettings(BaseModel):
     port: int = Field(ge=0, le=65535, description="HTTP port of the proxy.")
     host: str = Field("127.0.0.1", description="Address to bind (HTTP and registry).")
     connector: Annotated[str, _one_of(CONNECTORS, "connector")] = Field(
-        "nixl", description="KV connector: nixl | moriio."
+        "nixl", description=f"KV connector: {' | '.join(CONNECTORS)}."
     )
     mode: Annotated[str, _one_of(MODES, "mode")] = Field(
         "read", description="Mode of the instances given by flag: read | write | colocated."
@@ -357,9 +358,10 @@ class ProxySettings(BaseModel):
 
     @model_validator(mode="after")
     def _rules_between_fields(self) -> ProxySettings:
-        if self.connector == "nixl" and self.mode == Mode.WRITE:
+        kv = proxy_backend(self.connector)  # one the proxy speaks: checked at its field
+        if self.mode == Mode.WRITE and not kv.has_modes:
             raise self.conflict(
-                "mode", "NIXL has no write mode: the decode pulls the KV (use read)"
+                "mode", f"{kv.label} has no write mode: the decode pulls the KV (use read)"
             )
         if self.mode == Mode.COLOCATED and (self.prefill or self.decode):
             field = "prefill" if self.prefill else "decode"
@@ -374,8 +376,12 @@ class ProxySettings(BaseModel):
                         field, "each instance URL may appear once: one instance has one role"
                     )
                 seen.add(flag.url)
-        if self.bidirectional_kv and (self.connector != "nixl" or self.mode != Mode.READ):
-            raise self.conflict("bidirectional_kv", "is NIXL's: it needs connector nixl, mode read")
+        if self.bidirectional_kv and (not kv.bidirectional_kv or self.mode != Mode.READ):
+            owner = offering("bidirectional_kv")[0]
+            raise self.conflict(
+                "bidirectional_kv",
+                f"is {owner.label}'s: it needs connector {owner.proxy_name}, mode read",
+            )
         return self
 
     @staticmethod

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from domain.kv_connectors import proxy_backend
+
 # What failed, as an UpstreamError's `cause` says (connector/errors.py).
 CAUSES = ("refused", "reset", "status", "garbage", "timeout", "first_byte", "stale_role")
 # A 409 from an instance that switches roles at runtime (connector/pool/pd_roles.py): it ran
@@ -92,7 +94,7 @@ def plan(
         return Retry(True, True, False)
     if leg == "prefill":
         return Retry(True, False, False)
-    if cause == "refused" and connector != "moriio":
+    if cause == "refused" and proxy_backend(connector).decode_retry_alone:
         return Retry(False, True, True)
     return Retry(True, True, False)
 

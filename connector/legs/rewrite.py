@@ -15,7 +15,7 @@ NIXL toy proxy forwards max_tokens unchanged; its MoRIIO toy proxy
 `max_tokens -= 1` and never forwards the prefill's token, so its clients get one token fewer
 than they asked for; pdctl does not copy that.
 
-Shapes:
+Shapes (each connector's backend holds its own, domain/kv_connectors/):
 - NIXL prefill: kv_transfer_params {do_remote_decode: true, do_remote_prefill: false,
   remote_*: null};
   NIXL decode: the prefill's returned kv_transfer_params verbatim. NIXL only pulls (read mode).
@@ -35,20 +35,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from domain.modes import PROXY_CONNECTORS, Mode
+from domain.kv_connectors import KvConnectorBackend, proxy_backend, proxy_names
+from domain.modes import Mode
 
-CONNECTORS = tuple(PROXY_CONNECTORS)  # what `pdctl proxy --connector` takes
+CONNECTORS = proxy_names()  # what `pdctl proxy --connector` takes
 MODES = tuple(m.value for m in Mode)
 
 _PREFILL_DROP = ("stream_options", "min_tokens", "min_completion_tokens")
-_MORIIO_COPY_FROM_PREFILL = (
-    "remote_engine_id",
-    "remote_block_ids",
-    "remote_host",
-    "remote_handshake_port",
-    "remote_notify_port",
-    "tp_size",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,17 +70,13 @@ class Handoff:
         return "tx-" + self.request_hex
 
     @property
+    def backend(self) -> KvConnectorBackend:
+        """The connector's rules for the legs (domain/kv_connectors/)."""
+        return proxy_backend(self.connector)
+
+    @property
     def request_id(self) -> str:
-        if self.connector == "moriio" and self.prefill.zmq_address and self.decode.zmq_address:
-            return moriio_request_id(
-                self.prefill.zmq_address, self.decode.zmq_address, self.request_hex
-            )
-        return self.request_hex
-
-
-def moriio_request_id(prefill_zmq: str, decode_zmq: str, hex32: str) -> str:
-    """The X-Request-Id MoRIIO parses the peer's side-channel address from."""
-    return f"___prefill_addr_{prefill_zmq}___decode_addr_{decode_zmq}_{hex32}"
+        return self.backend.request_id(self)
 
 
 def check_combination(connector: str, mode: str) -> None:
@@ -96,8 +85,9 @@ def check_combination(connector: str, mode: str) -> None:
         raise ValueError(f"unknown connector {connector!r}; expected one of {CONNECTORS}")
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
-    if connector == "nixl" and mode == Mode.WRITE:
-        raise ValueError("NIXL has no write mode: the decode pulls the KV (use read)")
+    backend = proxy_backend(connector)
+    if mode == Mode.WRITE and not backend.has_modes:
+        raise ValueError(f"{backend.label} has no write mode: the decode pulls the KV (use read)")
 
 
 def prefill_body(
@@ -120,13 +110,7 @@ def prefill_body(
         "remote_host": None,
         "remote_port": None,
     }
-    if h.connector == "moriio":
-        params["transfer_id"] = h.transfer_id
-        params["remote_dp_size"] = h.decode.dp_size
-        params["remote_tp_size"] = h.decode.tp_size
-    elif pull is not None:
-        params = pull
-    out["kv_transfer_params"] = params
+    out["kv_transfer_params"] = h.backend.prefill_params(params, h, pull)
     return out
 
 
@@ -139,29 +123,11 @@ def decode_body(
     mode, where the decode is sent before the prefill answers.
     """
     out = dict(body)
-    if h.connector == "nixl":
-        if prefill_params:
-            out["kv_transfer_params"] = prefill_params
-        else:
-            out.pop("kv_transfer_params", None)
-        return out
-    if h.mode == "read" and not prefill_params:
+    params = h.backend.decode_params(h, prefill_params)
+    if params is None:
         out.pop("kv_transfer_params", None)
-        return out
-    params: dict[str, Any] = {
-        "do_remote_decode": False,
-        "do_remote_prefill": True,
-        "transfer_id": h.transfer_id,
-        "remote_dp_size": h.prefill.dp_size,
-        "remote_tp_size": h.prefill.tp_size,
-    }
-    if h.prefill.dp_size > 1 and h.prefill_dp_rank is not None:
-        params["remote_dp_rank"] = h.prefill_dp_rank
-    if prefill_params:
-        for key in _MORIIO_COPY_FROM_PREFILL:
-            if key in prefill_params:
-                params[key] = prefill_params[key]
-    out["kv_transfer_params"] = params
+    else:
+        out["kv_transfer_params"] = params
     return out
 
 

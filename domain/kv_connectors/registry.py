@@ -15,6 +15,8 @@ from domain.kv_connectors.p2p_nccl import P2P_NCCL
 _BACKENDS: dict[str, KvConnectorBackend] = {
     b.connector: b for b in (NIXL, MORIIO, MOONCAKE, LMCACHE, P2P_NCCL, EXAMPLE)
 }
+# By the proxy's name: the legs ask on every request.
+_BY_PROXY_NAME = {b.proxy_name: b for b in _BACKENDS.values() if b.proxy_name}
 # A vLLM connector pdctl has no backend for, as the stand-in plays it: the defaults.
 UNLISTED = KvConnectorBackend()
 
@@ -31,12 +33,17 @@ def register(backend: KvConnectorBackend) -> KvConnectorBackend:
     """Add (or replace) the backend of `backend.connector`."""
     if not backend.connector:
         raise ValueError("a backend names its connector (vLLM's class name)")
+    unregister(backend.connector)
     _BACKENDS[backend.connector] = backend
+    if backend.proxy_name:
+        _BY_PROXY_NAME[backend.proxy_name] = backend
     return backend
 
 
 def unregister(connector: str) -> None:
-    _BACKENDS.pop(connector, None)
+    backend = _BACKENDS.pop(connector, None)
+    if backend is not None and backend.proxy_name:
+        _BY_PROXY_NAME.pop(backend.proxy_name, None)
 
 
 def all_backends() -> tuple[KvConnectorBackend, ...]:
@@ -73,10 +80,10 @@ def proxy_names() -> tuple[str, ...]:
 
 def proxy_backend(name: str) -> KvConnectorBackend:
     """The backend of a `pdctl proxy --connector` name; UnknownConnector for any other."""
-    for backend in _BACKENDS.values():
-        if backend.proxy_name == name:
-            return backend
-    raise UnknownConnector(name, proxy_names())
+    backend = _BY_PROXY_NAME.get(name)
+    if backend is None:
+        raise UnknownConnector(name, proxy_names())
+    return backend
 
 
 def metric_prefixes() -> tuple[str, ...]:

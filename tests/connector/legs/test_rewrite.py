@@ -11,10 +11,10 @@ from connector.legs.rewrite import (
     decode_body,
     decode_bytes,
     leg_headers,
-    moriio_request_id,
     prefill_body,
     returned_params,
 )
+from domain.kv_connectors.moriio import moriio_request_id
 
 HEX = "0123456789abcdef0123456789abcdef"
 P_ZMQ = "host:10.0.0.1,handshake:6301,notify:6105"
