@@ -4,9 +4,10 @@ within one mode's instance group, measured as the client sees it.
 Its rooms, floor by floor (a room imports only rooms below it; tests/test_layers.py):
 
 1. `errors` (the proxy's error tree), `registry/` (MoRIIO's ZMQ registry: messages, trust,
-   the heartbeat table), `http/` (the HTTP/1.1 client to the engines), `kv_config`
-2. `legs/`      pure: rewriting a request into its legs, the client's body, retries,
-                chat on token ids, multi-turn KV
+   the heartbeat table), `http/` (the HTTP/1.1 client to the engines)
+2. `legs/`      pure: rewriting a request into its legs (each connector's shape is its
+                backend's, domain/kv_connectors/), the client's body, retries, chat on
+                token ids, multi-turn KV
 3. `pool/`      instance groups, pair selection policies, runtime P/D roles
 4. `measure/`   per-request timing, arrivals' demand, interference, the Prometheus export;
    `settings`   the proxy's settings

@@ -19,13 +19,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.spec.deployment import DeploymentSpec, InstanceGroup, Topology
-from controller.spec.role_switch import NIXL, instance_roles
+from controller.spec.role_switch import instance_roles
 from controller.switch.role_move import plan_move
 from domain.errors import ConfigError
 from domain.frontend_cost import render_instances
-from domain.modes import Mode, Role
+from domain.kv_connectors import backend_for
+from domain.modes import Connector, Mode, Role
 
-MORIIO = "MoRIIOConnector"
+# What a colocated deployment disaggregates onto: the default connector, which pulls KV (no
+# modes) and keeps a turn's blocks for the next (bidirectional KV).
+DISAGGREGATE_ONTO = Connector.NIXL.value
 MAX_TP = 64  # the spec's bound on a group's TP
 RESTART = "the deployment restarts on the new revision: requests in flight then fail"
 
@@ -98,8 +101,11 @@ def _multi_turn(spec: DeploymentSpec) -> Change | None:
     rule = "multi_turn"
     if spec.topology is Topology.COLOCATED:
         return _disaggregated(spec, rule, bidirectional=True)
-    if spec.connector != NIXL or spec.kv_connector_extra_config.get("bidirectional_kv_xfer"):
-        return None  # only NIXL has it; already on
+    kv = spec.kv_backend
+    if kv is None or not kv.bidirectional_kv:
+        return None  # only NIXL has it
+    if spec.kv_connector_extra_config.get("bidirectional_kv_xfer"):
+        return None  # already on
     if any(g.kv_connector_extra_config.get("bidirectional_kv_xfer") is False for g in spec.groups):
         return None  # a group turned it off on purpose: the operator's call
     extra = {**spec.kv_connector_extra_config, "bidirectional_kv_xfer": True}
@@ -150,14 +156,16 @@ def front_instances(spec: DeploymentSpec) -> int:
 
 
 def _slow_transfer(spec: DeploymentSpec) -> Change | None:
-    """MoRIIO read mode: write mode pushes KV layer by layer while the prefill computes, so the
-    transfer hides inside the prefill. Otherwise (or already write): colocate."""
+    """A connector with modes in read mode (MoRIIO): write mode pushes KV layer by layer while
+    the prefill computes, so the transfer hides inside the prefill. Otherwise (or already
+    write): colocate."""
     rule = "slow_kv_transfer"
-    if spec.connector == MORIIO and any(g.mode is Mode.READ for g in spec.groups):
+    kv = spec.kv_backend
+    if kv is not None and kv.has_modes and any(g.mode is Mode.READ for g in spec.groups):
         groups = [g.model_copy(update={"mode": Mode.WRITE}) for g in spec.groups]
         return Change(
             rule,
-            "switch every group to MoRIIO write mode: the prefill pushes KV while it computes",
+            f"switch every group to {kv.label} write mode: the prefill pushes KV while it computes",
             spec.model_copy(update={"groups": groups}),
             "switch",
             "ttft_p99_ms",  # the transfer stays as long; the TTFT it adds is what goes
@@ -221,7 +229,7 @@ def _disaggregated(spec: DeploymentSpec, rule: str, *, bidirectional: bool) -> C
     new = spec.model_copy(
         update={
             "topology": Topology.DISAGGREGATED,
-            "connector": NIXL,
+            "connector": DISAGGREGATE_ONTO,
             "groups": new_groups,
             "kv_connector_extra_config": extra,
             "role_switch": None,
@@ -231,7 +239,8 @@ def _disaggregated(spec: DeploymentSpec, rule: str, *, bidirectional: bool) -> C
     with_bidir = " with bidirectional KV transfer" if bidirectional else ""
     return Change(
         rule,
-        f"disaggregate: {prefills} prefill and {decodes} decode instance(s) over NIXL"
+        f"disaggregate: {prefills} prefill and {decodes} decode instance(s) over "
+        f"{backend_for(DISAGGREGATE_ONTO).label}"
         f"{with_bidir}, TP {group.tp}",
         new,
         "revision",

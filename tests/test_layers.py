@@ -11,7 +11,7 @@ The allowed edges, in one place:
 | connector  | 2     | domain                                                        |
 | simulator  | 2     | domain                                                        |
 | bench      | 2     | domain                                                        |
-| controller | 3     | domain, state, connector (kv_config), simulator (its flags)   |
+| controller | 3     | domain, state, connector, simulator (its flags)               |
 | observe    | 3     | domain, state                                                 |
 | services   | 4     | every floor below (what web's lifespan composes)              |
 | web        | 5     | every floor below                                             |
@@ -83,7 +83,7 @@ FLOORS: dict[str, list[set[str]]] = {
         {"switch"},
     ],
     "connector": [
-        {"errors", "registry", "http", "kv_config"},
+        {"errors", "registry", "http"},
         {"legs"},
         {"pool"},
         {"measure", "settings"},

@@ -15,10 +15,11 @@ import aiohttp
 from controller.clients.pair_check import PairProbe
 from controller.clients.proxy_admin import InstanceEntry, ProxyAdminClient, ProxyAdminError, Refusal
 from domain.canary_marks import HEADER, PAIR_HEADER
+from domain.kv_connectors import metric_prefixes
 
 PROBE_TIMEOUT_S = 2.0
 # What an engine's /metrics count as failed KV transfers (NIXL, and newer vLLM's MoRIIO).
-FAILED_TRANSFERS = ("vllm:nixl_num_failed_transfers", "vllm:moriio_num_failed_transfers")
+FAILED_TRANSFERS = tuple(f"vllm:{p}_num_failed_transfers" for p in metric_prefixes())
 
 
 class Probe(PairProbe, Protocol):

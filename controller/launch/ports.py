@@ -1,8 +1,9 @@
 """Pure port allocation: every port a deployment needs, from its spec and a free range.
 
 Given ports are kept; missing ones are taken from `port_range`, skipping everything in
-`taken` (other deployments' ports, ports busy on the host). MoRIIO handshake and notify
-ports are bases: each TP rank adds its offset, so `tp` consecutive ports are claimed.
+`taken` (other deployments' ports, ports busy on the host). Which KV ports an instance gets,
+its connector's backend says; handshake and notify ports (MoRIIO's) are bases: each TP rank
+adds its offset, so `tp` consecutive ports are claimed.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ class _Cursor:
         self.taken.update(range(port, port + width))
         return port
 
+    def take_if(self, wanted: bool, width: int = 1) -> int | None:
+        return self.take(width) if wanted else None
+
     def take(self, width: int = 1) -> int:
         while self.next + width - 1 <= self.last:
             start = self.next
@@ -70,19 +74,25 @@ def allocate(
     proxy = spec.proxy.port or cursor.take()
     registry = spec.proxy.registry_port or cursor.take()
     instances: dict[str, InstancePorts] = {}
-    moriio = spec.connector == "MoRIIOConnector"
-    nixl = spec.connector == "NixlConnector"
+    needs = kv_ports(spec)
     for group in spec.groups:
-        kv = group.role is not Role.RENDER  # a render instance moves no KV: HTTP only
+        # A render instance moves no KV: HTTP only.
+        wants = needs if group.role is not Role.RENDER else frozenset()
         for i in range(group.count):
             p = group.ports[i] if group.ports else InstancePorts()
             instances[f"{group.name}-{i}"] = InstancePorts(
                 http=p.http or cursor.take(),
-                handshake=p.handshake or (cursor.take(group.tp) if moriio and kv else None),
-                notify=p.notify or (cursor.take(group.tp) if moriio and kv else None),
-                side_channel=p.side_channel or (cursor.take() if nixl and kv else None),
+                handshake=p.handshake or cursor.take_if("handshake" in wants, group.tp),
+                notify=p.notify or cursor.take_if("notify" in wants, group.tp),
+                side_channel=p.side_channel or cursor.take_if("side_channel" in wants),
             )
     return AllocatedPorts(proxy, registry, instances)
+
+
+def kv_ports(spec: DeploymentSpec) -> frozenset[str]:
+    """The KV ports (InstancePorts fields) its connector needs; none when colocated."""
+    kv = spec.kv_backend
+    return kv.kv_ports if kv is not None else frozenset()
 
 
 def _given(spec: DeploymentSpec) -> list[tuple[int, int]]:

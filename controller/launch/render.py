@@ -12,7 +12,7 @@ import json
 import shlex
 from typing import Any
 
-from connector import flags, kv_config
+from connector import flags
 from connector.settings import ProxySettings
 from controller.launch.placement import PROXY, Addresses, planned
 from controller.launch.ports import AllocatedPorts
@@ -23,6 +23,7 @@ from controller.spec.bidir import bidirectional
 from controller.spec.deployment import DeploymentSpec, Engine, InstanceGroup, InstancePorts, Role
 from controller.spec.encode import ec_transfer_config
 from controller.spec.role_switch import serving_role
+from domain.kv_connectors import InstanceKv, KvPorts
 
 VLLM_CPU_MODULE = ("python", "-m", "vllm.entrypoints.openai.api_server")  # takes --model
 
@@ -96,7 +97,7 @@ def instance_launch(
     vllm = [*VLLM_SERVE, spec.model, *flags]
     if spec.engine == Engine.SIM:
         argv = [*settings.pdctl_command, "sim", spec.model, *flags, *sim_flags(spec)]
-        if _moriio(spec) and settings.sim_registration_interval is not None:
+        if _registers(spec) and settings.sim_registration_interval is not None:
             argv += ["--registration-interval", str(settings.sim_registration_interval)]
     elif settings.vllm_command[-1:] == ("serve",):
         argv = [*settings.vllm_command, spec.model, *flags]
@@ -116,7 +117,7 @@ def instance_launch(
         mode=group.mode.value if group.mode else None,
         gpus=group.instance_gpus(index),
         ports=own,
-        registers=_moriio(spec) and group.role is not Role.ENCODE,
+        registers=_registers(spec) and group.role is not Role.ENCODE,
         address=where.by_name.get(name),
     )
 
@@ -166,7 +167,8 @@ def node_address(settings: LaunchSettings) -> str:
 
 def prefix_caching(spec: DeploymentSpec) -> bool:
     # MoRIIO runs without it unless an operator overrode that with a reason (validation).
-    if _moriio(spec) and not spec.prefix_caching_override_reason:
+    kv = spec.kv_backend
+    if kv is not None and kv.prefix_caching_off and not spec.prefix_caching_override_reason:
         return False
     return spec.prefix_caching
 
@@ -200,49 +202,30 @@ def kv_transfer_config(
     proxy_ip: str,
     host_ip: str | None = None,
 ) -> dict[str, Any] | None:
-    """The --kv-transfer-config of one instance, for each of the six connectors. MoRIIO's
-    proxy_ip is the proxy's node address (where the registry listens), host_ip the instance's
-    own (what it advertises for its handshake and notify ports), given only when placed on a
-    cluster node (on one host vLLM's default, the host's IP, is the same place)."""
-    connector = spec.connector
-    if connector is None or group.role in (Role.COLOCATED, Role.ENCODE):
+    """The --kv-transfer-config of one instance, as its connector's backend renders it
+    (domain/kv_connectors/). proxy_ip is the proxy's node address (where a registry listens),
+    host_ip the instance's own (what it advertises for its KV ports), given only when placed
+    on a cluster node (on one host vLLM's default, the host's IP, is the same place)."""
+    kv = spec.kv_backend
+    if kv is None or group.role in (Role.COLOCATED, Role.ENCODE):
         return None
     extra = {**spec.kv_connector_extra_config, **group.kv_connector_extra_config}
-    if connector == "NixlConnector":
-        # NIXL ignores kv_role (the proxy decides who prefills): kv_both for everyone.
-        # On a CPU-only host vLLM's kv_buffer_device defaults to "cpu" (the platform's).
-        return kv_config.kv_transfer_config("nixl", group.role.value, extra=extra or None)
-    if connector == "MoRIIOConnector":
-        if not (own.http and own.handshake and own.notify):
-            raise ValueError("a MoRIIO instance needs http, handshake and notify ports")
-        moriio = kv_config.MoriioPorts(
-            http_port=own.http,
-            handshake_port=own.handshake,
-            notify_port=own.notify,
-            proxy_ip=proxy_ip,
-            proxy_ping_port=registry_port,
-        )
-        mode = group.mode.value if group.mode else "read"
-        return kv_config.kv_transfer_config(
-            "moriio",
-            group.role.value,
-            mode=mode,
-            moriio=moriio,
-            extra={**extra, "host_ip": host_ip} if host_ip else extra,
-        )
-    # Mooncake, LMCache, P2pNccl, Example: producer on prefill, consumer on decode, each
-    # connector's own settings left to its defaults or to kv_connector_extra_config.
-    config: dict[str, Any] = {
-        "kv_connector": connector,
-        "kv_role": "kv_producer" if group.role == Role.PREFILL else "kv_consumer",
-    }
-    if connector == "ExampleConnector":
-        # Prefill writes KV files, decode reads them: one absolute path both see (a relative
-        # one would land in the launcher's working directory).
-        extra = {"shared_storage_path": f"/tmp/pdctl-kv-{spec.name}", **extra}
-    if extra:
-        config["kv_connector_extra_config"] = extra
-    return config
+    inst = _instance_kv(
+        spec, group, own, host_ip, extra=extra, proxy_ip=proxy_ip, registry_port=registry_port
+    )
+    return kv.kv_transfer_config(inst)
+
+
+def _instance_kv(
+    spec: DeploymentSpec,
+    group: InstanceGroup,
+    own: InstancePorts,
+    node_address: str | None,
+    **more: Any,
+) -> InstanceKv:
+    """What a backend renders one instance of `group` from."""
+    ports = KvPorts(own.http, own.handshake, own.notify, own.side_channel)
+    return InstanceKv(group.role, spec.name, group.mode, ports, node_address=node_address, **more)
 
 
 def instance_env(
@@ -257,19 +240,15 @@ def instance_env(
     gpus = group.instance_gpus(index)
     if gpus:
         env[gpu_env_name(spec)] = ",".join(str(g) for g in gpus)
-    if spec.connector == "NixlConnector" and own.side_channel is not None:
-        if address:  # on a cluster node: the side channel listens there, decode pulls there
-            env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = address
-        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(own.side_channel)
-    if _moriio(spec) and group.mode is not None:
-        # vLLM 0.32 reads read_mode from the config; older vLLM (the blog's 0.16) only this.
-        env.update(kv_config.kv_env("moriio", group.mode.value))
+    if (kv := spec.kv_backend) is not None:  # its ports, on a cluster node its address, mode
+        env.update(kv.kv_env(_instance_kv(spec, group, own, address)))
     return env
 
 
 def gpu_env_name(spec: DeploymentSpec) -> str:
-    """ROCm picks GPUs by HIP_VISIBLE_DEVICES: AMD hardware, or MoRIIO (AMD only)."""
-    amd = (spec.hardware or "").lower().startswith("mi") or _moriio(spec)
+    """ROCm picks GPUs by HIP_VISIBLE_DEVICES: AMD hardware, or an AMD-only connector (MoRIIO)."""
+    kv = spec.kv_backend
+    amd = (spec.hardware or "").lower().startswith("mi") or (kv is not None and kv.amd_only)
     return "HIP_VISIBLE_DEVICES" if amd else "CUDA_VISIBLE_DEVICES"
 
 
@@ -285,7 +264,8 @@ def proxy_launch(
     where = where or Addresses(settings.host)
     argv = [*settings.pdctl_command, *proxy_args(spec, ports, settings, where)]
     # MoRIIO instances register themselves: the proxy accepts only the ones launched here.
-    handover = expected_env(spec, ports, engine_addresses(settings, where)) if _moriio(spec) else {}
+    addresses = engine_addresses(settings, where)
+    handover = expected_env(spec, ports, addresses) if _registers(spec) else {}
     return Launch(
         name=PROXY,
         argv=argv,
@@ -322,17 +302,18 @@ def proxy_settings(
     given: dict[str, Any] = {"port": ports.proxy}
     if bind := where.by_name.get(PROXY) or settings.bind_host:
         given["host"] = bind
-    if spec.connector is None:
+    kv = spec.kv_backend
+    if kv is None:
         given |= {"mode": "colocated", "registry_port": None}
-    elif _moriio(spec):
+    elif kv.registers:
         # Instances register themselves over ZMQ, each into the group of its mode.
-        given |= {"connector": "moriio", "registry_port": ports.registry}
+        given |= {"connector": kv.routed_as, "registry_port": ports.registry}
         if settings.registry_allow:
             given["registry_allow"] = settings.registry_allow
     else:
         # NIXL, and the connectors whose hand-off has NIXL's shape (kv_transfer_params
         # returned by prefill, relayed to decode), in read mode; no registry.
-        given |= {"connector": "nixl", "mode": "read", "registry_port": None}
+        given |= {"connector": kv.routed_as, "mode": "read", "registry_port": None}
     given |= spec.proxy.proxy_settings()
     slo = spec.slo
     given |= {"slo_ttft_ms": slo.ttft_ms, "slo_itl_ms": slo.itl_ms, "slo_tpot_ms": slo.tpot_ms}
@@ -341,7 +322,7 @@ def proxy_settings(
         given |= {"bidirectional_kv": True, "kv_blocks_ttl": bidir.ttl_s}
     # MoRIIO prefills and decodes register themselves; encoders and render instances never do.
     for group in spec.groups:
-        if _moriio(spec) and group.role not in (Role.ENCODE, Role.RENDER):
+        if _registers(spec) and group.role not in (Role.ENCODE, Role.RENDER):
             continue
         for i in range(group.count):
             name = f"{group.name}-{i}"
@@ -353,8 +334,10 @@ def proxy_settings(
     return ProxySettings(**given)
 
 
-def _moriio(spec: DeploymentSpec) -> bool:
-    return spec.connector == "MoRIIOConnector"
+def _registers(spec: DeploymentSpec) -> bool:
+    """Its instances register with the proxy's registry (MoRIIO's)."""
+    kv = spec.kv_backend
+    return kv is not None and kv.registers
 
 
 def _number(value: float) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 from controller.launch.ports import AllocatedPorts
 from controller.launch.render import LaunchSettings, gpu_env_name, render
 from controller.spec.deployment import DeploymentSpec, Engine
+from domain.kv_connectors import KvConnectorBackend
 
 ROCM_IMAGE = "vllm/vllm-openai-rocm:latest"
 CUDA_IMAGE = "vllm/vllm-openai:latest"
@@ -57,7 +58,7 @@ def render_compose(
         if spec.engine == Engine.SIM:
             service = {**_pdctl_image(), "command": argv[1:]}
         else:
-            service = _vllm_service(argv, image, amd, spec.connector)
+            service = _vllm_service(argv, image, amd, spec.kv_backend)
         environment = {k: _literal(v) for k, v in launch.env.items()}
         if spec.engine == Engine.VLLM:
             environment["HF_TOKEN"] = "${HF_TOKEN:-}"
@@ -122,7 +123,9 @@ def _control_plane() -> dict[str, Any]:
     }
 
 
-def _vllm_service(argv: list[str], image: str, amd: bool, connector: str | None) -> dict[str, Any]:
+def _vllm_service(
+    argv: list[str], image: str, amd: bool, kv: KvConnectorBackend | None
+) -> dict[str, Any]:
     service: dict[str, Any] = {
         "image": image,
         "network_mode": "host",
@@ -136,8 +139,7 @@ def _vllm_service(argv: list[str], image: str, amd: bool, connector: str | None)
     }
     if amd:
         devices = ["/dev/kfd", "/dev/dri"]
-        if connector == "MoRIIOConnector":
-            devices.append("/dev/infiniband")  # KV over the NIC (MORI_DISABLE_AUTO_XGMI=1)
+        devices += kv.rocm_devices if kv is not None else ()  # MoRIIO's NIC
         service |= {
             "devices": devices,
             "group_add": ["video"],

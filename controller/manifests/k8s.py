@@ -88,20 +88,21 @@ def render_k8s(
     """Every object for `spec` with its allocated `ports`; NotOnKubernetes naming the field
     when the spec asks for what Kubernetes cannot give."""
     settings = settings or K8sSettings()
-    if spec.connector == "ExampleConnector":
+    kv = spec.kv_backend
+    if kv is not None and kv.shared_filesystem:
         raise NotOnKubernetes(
             ("connector",),
-            "ExampleConnector hands KV over a directory both instances see, and pods share "
+            f"{spec.connector} hands KV over a directory both instances see, and pods share "
             "none: use a connector that moves KV over the network (NixlConnector, ...)",
         )
     ports = _shared_ports(spec, ports)
-    moriio = spec.connector == "MoRIIOConnector"
+    registers = _registers(spec)
     registry_allow = [a for net in settings.pod_networks for a in ("--registry-allow", net)]
     launching = LaunchSettings(
         pdctl_command=("pdctl",),
         host=POD_IP_PLACEHOLDER,
         bind_host="0.0.0.0",
-        proxy_extra_args=tuple(registry_allow) if moriio else (),
+        proxy_extra_args=tuple(registry_allow) if registers else (),
     )
     instances = planned(spec)
     # Inside an engine pod: itself at its pod IP, the proxy at its Service's name.
@@ -117,7 +118,7 @@ def render_k8s(
     seen = Addresses("", {i.name: instance_host(spec, i.group_index, i.index) for i in instances})
     proxy = proxy_launch(spec, ports, launching, seen)
     docs += [_proxy_deployment(spec, proxy.argv, ports, settings), _proxy_service(spec, ports)]
-    if moriio:
+    if registers:
         docs.append(_registry_policy(spec, ports))
     docs.append(_pod_monitor(spec))
     return docs
@@ -195,9 +196,15 @@ def _proxy_deployment(
 
 def _proxy_ports(spec: DeploymentSpec, ports: AllocatedPorts) -> list[dict[str, Any]]:
     out = [{"name": "http", "containerPort": ports.proxy}]
-    if spec.connector == "MoRIIOConnector":
+    if _registers(spec):
         out.append({"name": "registry", "containerPort": ports.registry})
     return out
+
+
+def _registers(spec: DeploymentSpec) -> bool:
+    """Its engines register with the proxy's ZMQ registry (MoRIIO's)."""
+    kv = spec.kv_backend
+    return kv is not None and kv.registers
 
 
 def _proxy_service(spec: DeploymentSpec, ports: AllocatedPorts) -> dict[str, Any]:

@@ -3,8 +3,8 @@ deployments may turn it on, and the settings the proxy needs from it (PROTOCOL.m
 
 With it on, a decode keeps a finished request's blocks for `decoder_kv_blocks_ttl` seconds
 and returns kv_transfer_params naming them; the next turn's prefill pulls them back and
-computes only the new tokens. Only NixlConnector has it, so any other connector, or no
-connector at all, is refused at the key that asks for it.
+computes only the new tokens. Only the connectors whose backend says so have it (NIXL), so
+any other connector, or no connector at all, is refused at the key that asks for it.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from controller.spec.field_error import FieldError
+from domain.kv_connectors import lookup, offering
 from domain.modes import Role
 
 if TYPE_CHECKING:
@@ -52,11 +53,13 @@ def check_bidirectional(spec: DeploymentSpec) -> None:
             value = extra[BIDIR_KEY]
             if not isinstance(value, bool):
                 raise FieldError((*where, BIDIR_KEY), f"{BIDIR_KEY} must be true or false")
-            if value and spec.connector != "NixlConnector":
+            if value and not _has_it(spec):
                 what = spec.connector or "a colocated deployment (no KV connector)"
+                owner = offering("bidirectional_kv")[0]
                 raise FieldError(
                     (*where, BIDIR_KEY),
-                    f"{BIDIR_KEY} is NIXL's (NixlConnector) and {what} has no such transfer",
+                    f"{BIDIR_KEY} is {owner.label}'s ({owner.connector}) and {what} has no "
+                    "such transfer",
                 )
         if TTL_KEY in extra:
             ttl = extra[TTL_KEY]
@@ -92,6 +95,11 @@ def check_bidirectional(spec: DeploymentSpec) -> None:
         )
 
 
+def _has_it(spec: DeploymentSpec) -> bool:
+    kv = lookup(spec.connector)
+    return kv is not None and kv.bidirectional_kv
+
+
 def _effective(spec: DeploymentSpec, group, key: str, default):
     return group.kv_connector_extra_config.get(
         key, spec.kv_connector_extra_config.get(key, default)
@@ -104,7 +112,5 @@ def bidirectional(spec: DeploymentSpec) -> Bidirectional:
         if group.role in (Role.PREFILL, Role.DECODE):
             on = _effective(spec, group, BIDIR_KEY, False) is True
             ttl = _effective(spec, group, TTL_KEY, None)
-            return Bidirectional(
-                on and spec.connector == "NixlConnector", float(ttl or DEFAULT_TTL_S)
-            )
+            return Bidirectional(on and _has_it(spec), float(ttl or DEFAULT_TTL_S))
     return Bidirectional()

@@ -35,7 +35,7 @@ from controller.spec.kv_extra import KvExtra, check_keys
 from controller.spec.placement import NodeSelector, Placement, check_placement
 from controller.spec.render_tier import check_render_tier
 from controller.spec.role_switch import RoleSwitch, check_role_switch
-from domain import modes
+from domain.kv_connectors import KvConnectorBackend, lookup, names, offering
 from domain.modes import Connector, Mode, Role
 
 Slug = Annotated[
@@ -43,10 +43,9 @@ Slug = Annotated[
 ]
 Port = Annotated[int, Field(ge=1, le=65535)]
 
-# The names a spec may give, and those whose instances run in a read or write mode fixed at
-# start: domain/modes.py's, as plain strings (the spec stores the name vLLM reads).
+# The names a spec may give: domain/modes.py's, as plain strings (the spec stores the name
+# vLLM reads). What each one can do, its backend says (domain/kv_connectors/).
 CONNECTORS = tuple(c.value for c in Connector)
-MODE_CONNECTORS = frozenset(c.value for c in modes.MODE_CONNECTORS)
 ENCODE = Role.ENCODE  # an encode group moves no KV (controller/spec/encode.py)
 # Flags pdctl renders itself; an operator's extra args may not set them.
 OWNED_FLAGS = frozenset(
@@ -226,6 +225,16 @@ class DeploymentSpec(_Strict):
     def instance_names(self) -> list[str]:
         return [f"{g.name}-{i}" for g in self.groups for i in range(g.count)]
 
+    @property
+    def kv_backend(self) -> KvConnectorBackend | None:
+        """Its connector's backend; None when colocated (or the name is unknown)."""
+        return lookup(self.connector)
+
+
+def who_has(fact: str) -> str:
+    """The connectors with `fact`, for a message refusing it to another."""
+    return " or ".join(b.connector for b in offering(fact))
+
 
 def check(spec: DeploymentSpec) -> None:
     """The rules that relate fields to each other; raises FieldError at the first broken one."""
@@ -246,10 +255,10 @@ def _check_connector(spec: DeploymentSpec) -> None:
     if spec.topology is Topology.DISAGGREGATED:
         if spec.connector is None:
             raise FieldError(("connector",), "a disaggregated deployment needs a KV connector")
-        if spec.connector not in CONNECTORS:
+        if spec.kv_backend is None:
             raise FieldError(
                 ("connector",),
-                f"unknown connector {spec.connector!r}; known: {', '.join(CONNECTORS)}",
+                f"unknown connector {spec.connector!r}; known: {', '.join(names())}",
             )
     elif spec.connector is not None:
         raise FieldError(
@@ -260,28 +269,30 @@ def _check_connector(spec: DeploymentSpec) -> None:
             ("kv_connector_extra_config",),
             "a colocated deployment has no KV connector to configure",
         )
-    moriio = spec.connector == "MoRIIOConnector"
-    check_keys(("kv_connector_extra_config",), spec.kv_connector_extra_config, moriio)
+    kv = spec.kv_backend
+    owned = kv.owned_extra_keys if kv is not None else frozenset()
+    check_keys(("kv_connector_extra_config",), spec.kv_connector_extra_config, owned)
     for i, group in enumerate(spec.groups):
         where = ("groups", i, "kv_connector_extra_config")
         if group.kv_connector_extra_config and (
             spec.connector is None or group.role == Role.COLOCATED
         ):
             raise FieldError(where, "a colocated group moves no KV: it has no connector to set")
-        check_keys(where, group.kv_connector_extra_config, moriio)
-    if moriio and spec.prefix_caching and not spec.prefix_caching_override_reason:
+        check_keys(where, group.kv_connector_extra_config, owned)
+    off = kv.prefix_caching_off if kv is not None else None
+    if off and spec.prefix_caching and not spec.prefix_caching_override_reason:
         raise FieldError(
             ("prefix_caching",),
-            "MoRIIOConnector runs with prefix caching off "
-            "(every published MORI-IO setup uses --no-enable-prefix-caching); set "
+            f"{spec.connector} runs with prefix caching off ({off}); set "
             "prefix_caching false, or give prefix_caching_override_reason",
         )
 
 
 def _check_groups(spec: DeploymentSpec) -> None:
-    names = [g.name for g in spec.groups]
+    group_names = [g.name for g in spec.groups]
+    modes = spec.kv_backend is not None and spec.kv_backend.has_modes
     for i, group in enumerate(spec.groups):
-        if names.count(group.name) > 1:
+        if group_names.count(group.name) > 1:
             raise FieldError(("groups", i, "name"), f"group name {group.name!r} is used twice")
         if group.role is Role.RENDER:  # checked by controller/spec/render_tier.py
             continue
@@ -298,15 +309,15 @@ def _check_groups(spec: DeploymentSpec) -> None:
                 ("groups", i, "mode"),
                 "a group's mode is read or write; a colocated group has none",
             )
-        if group.mode is not None and spec.connector not in MODE_CONNECTORS:
+        if group.mode is not None and not modes:
             raise FieldError(
                 ("groups", i, "mode"),
                 f"{spec.connector or 'no connector'} has "
-                "no read/write modes (only MoRIIOConnector does)",
+                f"no read/write modes (only {who_has('has_modes')} does)",
             )
-        if spec.connector in MODE_CONNECTORS and group.mode is None and group.role is not ENCODE:
+        if modes and group.mode is None and group.role is not ENCODE:
             raise FieldError(
-                ("groups", i, "mode"), "MoRIIOConnector groups need a mode: read or write"
+                ("groups", i, "mode"), f"{spec.connector} groups need a mode: read or write"
             )
         if group.ports and len(group.ports) != group.count:
             raise FieldError(
@@ -318,7 +329,7 @@ def _check_groups(spec: DeploymentSpec) -> None:
                 ("groups",),
                 "a disaggregated deployment needs at least one prefill group and one decode group",
             )
-        if spec.connector in MODE_CONNECTORS:
+        if modes:
             for mode in {g.mode for g in spec.groups if g.role not in (ENCODE, Role.RENDER)}:
                 if {g.role for g in spec.groups if g.mode == mode} != {Role.PREFILL, Role.DECODE}:
                     raise FieldError(

@@ -98,7 +98,7 @@ def _check_connector(spec: DeploymentSpec, ec: EcTransfer) -> None:
             f"the stand-in (engine sim) models only {', '.join(SIM_EC_CONNECTORS)}",
         )
     extra = ec.ec_connector_extra_config
-    check_keys(("ec_transfer", "ec_connector_extra_config"), extra, False)
+    check_keys(("ec_transfer", "ec_connector_extra_config"), extra, frozenset())
     if ec.ec_connector == EXAMPLE:
         path = extra.get(STORAGE_KEY)
         loc = ("ec_transfer", "ec_connector_extra_config", STORAGE_KEY)

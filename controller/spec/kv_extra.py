@@ -23,29 +23,18 @@ KvExtra = Annotated[dict[KvExtraKey, KvExtraValue], Field(max_length=32)]
 # Connector settings whose key says they name code to import (kv_connector_module_path,
 # spec_module_path, cache_policy_module_path, *_cls, *_class, plugins): refused.
 CODE_KEY_WORDS = ("module", "plugin", "class", "cls")
-# kv_connector_extra_config keys pdctl renders itself for MoRIIO (its ports, registry, mode).
-MORIIO_OWNED_KEYS = frozenset(
-    {
-        "proxy_ip",
-        "proxy_ping_port",
-        "http_port",
-        "handshake_port",
-        "notify_port",
-        "read_mode",
-        "host_ip",
-    }
-)
 
 
-def check_keys(where: tuple, keys: Iterable[str], moriio: bool) -> None:
-    """Refuse, at the key, settings that load code and MoRIIO settings pdctl owns."""
+def check_keys(where: tuple, keys: Iterable[str], owned: frozenset[str]) -> None:
+    """Refuse, at the key, settings that load code and the connector's settings pdctl renders
+    itself (`owned`: its backend's, e.g. MoRIIO's ports, registry and mode)."""
     for key in keys:
         if code := next((w for w in CODE_KEY_WORDS if w in key.lower()), None):
             raise FieldError(
                 (*where, key),
                 f"{key} names code to load ({code!r}: a module, plugin or class) and is refused",
             )
-        if moriio and key in MORIIO_OWNED_KEYS:
+        if key in owned:
             raise FieldError(
                 (*where, key), f"{key} is set by pdctl from the deployment's ports and modes"
             )

@@ -1,5 +1,6 @@
 """Runtime P/D role switching in a deployment's spec: `role_switch` set (even `{}`) starts
-every prefill and decode instance with NIXL's `"kv_role": "kv_both"` and its serving role in
+every prefill and decode instance with `"kv_role": "kv_both"` (NIXL's, the one connector
+whose backend has role_switch) and its serving role in
 `"pd_role"` (newer vLLM's /v1/pd_role; the stand-in carries it where vLLM 0.32's CPU build
 lacks it), so the controller can move one between roles without a restart
 (controller/switch/role_move.py). `serving` names the instances that serve another role than their
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from controller.spec.field_error import FieldError
+from domain.kv_connectors import lookup, offering
 from domain.modes import Role
 
 if TYPE_CHECKING:
@@ -22,13 +24,23 @@ if TYPE_CHECKING:
 
 InstanceName = Annotated[str, StringConstraints(max_length=48, pattern=r"^[a-z0-9-]{1,48}$")]
 SWITCHABLE = (Role.PREFILL, Role.DECODE)
-NIXL = "NixlConnector"
 
 
 class RoleSwitch(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     serving: dict[InstanceName, Role] = Field(default_factory=dict, max_length=1024)
+
+
+def switches_roles(connector: str | None) -> bool:
+    """Whether `connector`'s instances can move between prefill and decode at run time."""
+    kv = lookup(connector)
+    return kv is not None and kv.role_switch
+
+
+def role_switchers() -> str:
+    """The connectors that can, for messages."""
+    return " or ".join(b.connector for b in offering("role_switch"))
 
 
 def serving_role(spec: DeploymentSpec, group: InstanceGroup, name: str) -> Role:
@@ -52,11 +64,11 @@ def check_role_switch(spec: DeploymentSpec) -> None:
     rs = spec.role_switch
     if rs is None:
         return
-    if spec.connector != NIXL:
+    if not switches_roles(spec.connector):
         raise FieldError(
             ("role_switch",),
-            f"runtime role switching needs connector {NIXL} (it pulls KV and its instances "
-            f"run kv_both); this deployment's connector is {spec.connector or 'none'}",
+            f"runtime role switching needs connector {role_switchers()} (it pulls KV and its "
+            f"instances run kv_both); this deployment's connector is {spec.connector or 'none'}",
         )
     names = set(spec.instance_names())
     for name, role in rs.serving.items():

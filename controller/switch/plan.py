@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from controller.spec.deployment import MODE_CONNECTORS, DeploymentSpec, InstanceGroup, Mode, Role
+from controller.spec.deployment import DeploymentSpec, InstanceGroup, Mode, Role, who_has
 from domain.errors import Conflict
 
 STRATEGIES = ("roll", "hold", "keep-serving")
@@ -118,10 +118,10 @@ def plan(spec: DeploymentSpec, target: str, strategy: str) -> list[Step]:
         mode = Mode(target)
     except ValueError:
         raise SwitchRejected("mode must be read or write") from None
-    if spec.connector not in MODE_CONNECTORS:
+    if spec.kv_backend is None or not spec.kv_backend.has_modes:
         raise SwitchRejected(
             f"{spec.connector or 'a colocated deployment'} has no read/write "
-            "modes to switch (only MoRIIOConnector does)"
+            f"modes to switch (only {who_has('has_modes')} does)"
         )
     todo = [g for g in spec.groups if g.mode != mode and g.role is not Role.RENDER]
     if not todo:

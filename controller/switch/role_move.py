@@ -26,7 +26,12 @@ import aiohttp
 from controller.clients.proxy_admin import ProxyAdminClient, ProxyAdminError
 from controller.launch.render import render
 from controller.spec.deployment import DeploymentSpec, InstanceGroup
-from controller.spec.role_switch import NIXL, RoleSwitch, instance_roles
+from controller.spec.role_switch import (
+    RoleSwitch,
+    instance_roles,
+    role_switchers,
+    switches_roles,
+)
 from controller.supervise import placing, run_state
 from controller.supervise.supervisor import Supervisor
 from domain.errors import ConfigError, InvalidTransition, UpstreamError
@@ -59,11 +64,11 @@ class Move:
 def plan_move(spec: DeploymentSpec, instance: str, role: str) -> Move:
     """The target spec of moving `instance` to `role`; a ConfigError naming the field when
     the move cannot be made."""
-    if spec.connector != NIXL:
+    if not switches_roles(spec.connector):
         raise ConfigError.at(
             ("instance",),
             f"deployment {spec.name!r} uses connector {spec.connector or 'none'}: runtime "
-            f"role switching needs {NIXL} (spec field connector)",
+            f"role switching needs {role_switchers()} (spec field connector)",
         )
     if spec.role_switch is None:
         raise ConfigError.at(

@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from connector import kv_config
+from domain.kv_connectors import InstanceKv, KvPorts, backend_for
+from domain.modes import Connector, Mode, Role
 from harness.processes import ADMIN_TOKEN, Process, free_port, http_post, running
 from harness.stack import instances, moriio_sim
 
@@ -119,19 +120,18 @@ def stand_in_config(proc: Process, registry: int) -> dict:
     """The config pdctl renders for this stand-in's ports (controller/launch/render.py's path)."""
     config = json.loads(proc.args[proc.args.index("--kv-transfer-config") + 1])
     extra, role = config["kv_connector_extra_config"], config["kv_role"]
-    ports = kv_config.MoriioPorts(
-        int(extra["http_port"]),
-        int(extra["handshake_port"]),
-        int(extra["notify_port"]),
-        "127.0.0.1",
-        registry,
+    ports = KvPorts(
+        http=int(extra["http_port"]),
+        handshake=int(extra["handshake_port"]),
+        notify=int(extra["notify_port"]),
     )
-    return kv_config.kv_transfer_config(
-        "moriio",
-        "prefill" if role == "kv_producer" else "decode",
-        mode="read" if extra["read_mode"] == "true" else "write",
-        moriio=ports,
+    inst = InstanceKv(
+        Role.PREFILL if role == "kv_producer" else Role.DECODE,
+        mode=Mode.READ if extra["read_mode"] == "true" else Mode.WRITE,
+        ports=ports,
+        registry_port=registry,
     )
+    return backend_for(Connector.MORIIO).kv_transfer_config(inst)
 
 
 def wait_for(predicate, timeout: float, what: str):
