@@ -107,7 +107,8 @@ def without_given_ports(spec: DeploymentSpec) -> DeploymentSpec:
 def _sticky(spec: DeploymentSpec, old_spec: DeploymentSpec, old: AllocatedPorts) -> DeploymentSpec:
     """`spec` with the ports it leaves out filled from the previous allocation, so an update
     does not move running instances. Only for groups whose TP (and so port width) is kept."""
-    moriio, nixl = spec.connector == "MoRIIOConnector", spec.connector == "NixlConnector"
+    kv = spec.kv_backend  # which KV ports its connector has (domain/kv_connectors/)
+    needs = kv.kv_ports if kv is not None else frozenset()
     given = {p for _, base, width, _ in given_ports(spec) for p in range(base, base + width)}
 
     def keep(port: int | None, width: int = 1) -> int | None:
@@ -128,9 +129,11 @@ def _sticky(spec: DeploymentSpec, old_spec: DeploymentSpec, old: AllocatedPorts)
                 InstancePorts(
                     http=mine.http or keep(prev.http),
                     handshake=mine.handshake
-                    or (keep(prev.handshake, group.tp) if moriio else None),
-                    notify=mine.notify or (keep(prev.notify, group.tp) if moriio else None),
-                    side_channel=mine.side_channel or (keep(prev.side_channel) if nixl else None),
+                    or (keep(prev.handshake, group.tp) if "handshake" in needs else None),
+                    notify=mine.notify
+                    or (keep(prev.notify, group.tp) if "notify" in needs else None),
+                    side_channel=mine.side_channel
+                    or (keep(prev.side_channel) if "side_channel" in needs else None),
                 )
             )
         groups.append(group.model_copy(update={"ports": ports}))
