@@ -12,6 +12,7 @@ import typer
 from domain import profiles
 from domain.engine_defaults import engine_defaults
 from domain.frontend_cost import FrontendCost
+from domain.kv_connectors.base import KV_HOLD_TIMEOUT_S
 from domain.start_time import CACHES
 from simulator.config.encoder import ec_settings
 from simulator.config.engine import EngineConfigError, EngineSettings, parse_kv_transfer_config
@@ -255,7 +256,7 @@ def listen_sources(settings: EngineSettings) -> str:
     kv = settings.kv
     if kv is None:
         return sources[0]
-    if not kv.is_moriio:  # every other connector takes NIXL's variables
+    if not kv.backend.transfer_id:  # every connector but MoRIIO takes NIXL's variables
         ports = [f"VLLM_NIXL_SIDE_CHANNEL_PORT {kv.kv_port}"]
         host = f"VLLM_NIXL_SIDE_CHANNEL_HOST {settings.kv_bind_host}"
     else:
@@ -371,8 +372,8 @@ def _settings(
 def _hold_timeout(kv, env) -> float:
     """How long a prefill keeps KV nobody took: vLLM's abort timeouts (NIXL 480 s via
     VLLM_NIXL_ABORT_REQUEST_TIMEOUT, MoRIIO 3600 s)."""
-    default = "3600" if kv is not None and kv.is_moriio else "480"
-    raw = env.get("VLLM_NIXL_ABORT_REQUEST_TIMEOUT", default)
+    default = kv.backend.kv_hold_timeout_s if kv is not None else KV_HOLD_TIMEOUT_S
+    raw = env.get("VLLM_NIXL_ABORT_REQUEST_TIMEOUT", f"{default:g}")
     try:
         value = float(raw)
     except ValueError:

@@ -15,26 +15,23 @@ from typing import TYPE_CHECKING, Any
 
 from domain import profiles
 from domain.frontend_cost import VLLM_API_SERVER, FrontendCost
-from domain.vllm_metrics import TRANSFER_METRIC_PREFIXES
+from domain.kv_connectors import KvConnectorBackend, names, offering, stand_in_backend
 from simulator.model.handoff import HandoffLink
 from simulator.model.handoff_paths import P2P, choose_path, path_bandwidth
 
 if TYPE_CHECKING:
     from simulator.config.encoder import EcSettings
 
-KNOWN_CONNECTORS = (
-    "NixlConnector",
-    "MoRIIOConnector",
-    "MooncakeConnector",
-    "LMCacheConnectorV1",
+# vLLM's other registered connectors, which pdctl does not render: the stand-in takes them
+# too and plays them by the backends' defaults (NIXL's transport).
+VLLM_ONLY_CONNECTORS = (
     "LMCacheMPConnector",
-    "P2pNcclConnector",
-    "ExampleConnector",
     "SharedStorageConnector",
     "MultiConnector",
     "OffloadingConnector",
     "DecodeBenchConnector",
 )
+KNOWN_CONNECTORS = (*names(), *VLLM_ONLY_CONNECTORS)
 KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
 # vLLM's default side-channel host (envs.VLLM_NIXL_SIDE_CHANNEL_HOST): fine on one machine,
 # wrong across machines, which is why the controller renders the node's address into it.
@@ -69,8 +66,9 @@ class KVTransferSettings:
     pd_role: str | None = None
 
     @property
-    def is_moriio(self) -> bool:
-        return self.connector == "MoRIIOConnector"
+    def backend(self) -> KvConnectorBackend:
+        """What its connector is played by (domain/kv_connectors/)."""
+        return stand_in_backend(self.connector)
 
     @property
     def registers(self) -> bool:
@@ -133,10 +131,10 @@ class EngineSettings:
         """The vllm:<prefix>_* transfer families this engine exports (None: none)."""
         if self.kv is None:
             return None
-        prefix = TRANSFER_METRIC_PREFIXES.get(self.kv.connector)
-        if prefix == "moriio" and self.moriio_metrics == "none":
+        backend = self.kv.backend
+        if backend.metrics_optional and self.moriio_metrics == "none":
             return None
-        return prefix
+        return backend.metric_prefix
 
     @property
     def kv_bind_host(self) -> str:
@@ -202,8 +200,8 @@ def parse_kv_transfer_config(
     if policy not in ("fail", "recompute"):
         raise EngineConfigError("--kv-transfer-config: kv_load_failure_policy: fail | recompute")
     pd_role = _pd_role(data.get("pd_role"), connector, role)
-    if connector == "MoRIIOConnector":
-        return _moriio(extra, role, policy, http_port, env)
+    if stand_in_backend(connector).transfer_id:  # MoRIIO's ports, registry and mode
+        return _moriio(connector, extra, role, policy, http_port, env)
     side_channel = _port(
         env.get("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600"), "VLLM_NIXL_SIDE_CHANNEL_PORT"
     )
@@ -230,16 +228,17 @@ def _pd_role(value: object, connector: str, kv_role: str) -> str | None:
         return None
     if value not in ("prefill", "decode"):
         raise EngineConfigError("--kv-transfer-config: pd_role must be prefill or decode")
-    if connector != "NixlConnector" or kv_role != "kv_both":
+    if not stand_in_backend(connector).role_switch or kv_role != "kv_both":
+        needs = " or ".join(f'"{b.connector}"' for b in offering("role_switch"))
         raise EngineConfigError(
             "--kv-transfer-config: pd_role (runtime role switching) needs "
-            '"kv_connector": "NixlConnector" and "kv_role": "kv_both"'
+            f'"kv_connector": {needs} and "kv_role": "kv_both"'
         )
     return str(value)
 
 
 def _moriio(
-    extra: dict, role: str, policy: str, http_port: int, env: Mapping[str, str]
+    connector: str, extra: dict, role: str, policy: str, http_port: int, env: Mapping[str, str]
 ) -> KVTransferSettings:
     if "http_port" in extra and _port(extra["http_port"], "http_port") != http_port:
         raise EngineConfigError(
@@ -256,7 +255,7 @@ def _moriio(
     # "own IP" is its --host address.
     host_ip = extra.get("host_ip")
     return KVTransferSettings(
-        connector="MoRIIOConnector",
+        connector=connector,
         role=role,
         read_mode=read_mode,
         kv_port=_port(extra.get("handshake_port", 6301), "handshake_port"),

@@ -75,12 +75,12 @@ def plan_handoff(
     if not params or kv is None:
         return LOCAL
     if params.get("do_remote_decode"):
-        if kv.is_moriio:
+        if kv.backend.transfer_id:
             return Handoff(KVRole.REMOTE_DECODE, key=_transfer_id(params))
         return Handoff(KVRole.REMOTE_DECODE, key=request_id, pull_back=parse_pull_back(params))
     if not params.get("do_remote_prefill"):
         return LOCAL
-    if kv.is_moriio:
+    if kv.backend.transfer_id:
         return _moriio_decode(params, kv, headers)
     missing = [k for k in NIXL_REQUIRED if params.get(k) in (None, "", [])]
     if missing:
@@ -148,7 +148,7 @@ def prefill_response_params(
 ) -> dict[str, Any]:
     """What a prefill returns so that the decode can find its KV (NIXL: vLLM 0.32's exact key
     order, fixture prefill_response.json; cached_tokens: the prefill's own prefix-cache hit)."""
-    if kv.is_moriio:
+    if kv.backend.transfer_id:
         return {
             "do_remote_prefill": True,
             "do_remote_decode": False,

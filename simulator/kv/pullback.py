@@ -45,7 +45,8 @@ class PullBack:
 
 
 def enabled(kv: KVTransferSettings | None) -> bool:
-    return kv is not None and not kv.is_moriio and kv.extra.get(BIDIR_KEY) is True
+    # The stand-in pulls back on every connector with NIXL's transport (MoRIIO's has none).
+    return kv is not None and not kv.backend.transfer_id and kv.extra.get(BIDIR_KEY) is True
 
 
 def blocks_ttl(kv: KVTransferSettings) -> float:

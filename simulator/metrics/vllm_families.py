@@ -5,11 +5,12 @@ counters and EngineMetrics' histograms under vLLM 0.32's names, types, labels an
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from domain.kv_connectors import by_metric_prefix
 from simulator.metrics.families import by_label, gauge, histogram
 
 if TYPE_CHECKING:
@@ -220,38 +221,6 @@ def vllm_families(metrics: EngineMetrics) -> Iterable[Metric]:
         yield from transfer_families(metrics, metrics.transfer_prefix, names, values, created)
 
 
-# Help strings as vLLM writes them: NIXL's from the vLLM 0.32 fixture
-# (tests/fixtures/vllm/decode_metrics.txt), MoRIIO's from moriio/stats.py (see
-# tests/simulator/test_moriio_metrics.py for the path and commit).
-TRANSFER_HELP = {
-    "nixl": {
-        "xfer_time_seconds": "Histogram of transfer duration for NIXL KV Cache transfers.",
-        "post_time_seconds": "Histogram of transfer post time for NIXL KV Cache transfers.",
-        "bytes_transferred": "Histogram of bytes transferred per NIXL KV Cache transfers.",
-        "num_descriptors": "Histogram of number of descriptors per NIXL  KV Cache transfers.",
-        "num_failed_transfers": "Number of failed NIXL KV Cache transfers, including "
-        "handshake and notification failures. NOTE: KV expiry is tracked separately in "
-        "vllm:nixl_num_kv_expired_reqs.",
-        "num_failed_notifications": "Number of failed NIXL KV Cache notifications. Retained "
-        "for compatibility; these failures are also included in vllm:nixl_num_failed_transfers.",
-        "num_kv_expired_reqs": "Number of requests that had their KV expire. NOTE: This "
-        "metric is tracked on the P instance.",
-        "num_notifications_after_expiry": "Number of completion notifications for requests "
-        "that were no longer tracked, usually because their KV lease expired. The KV blocks "
-        "may have been reused before the transfer finished. Counted per notification (one "
-        "per remote rank), not per request.",
-    },
-    "moriio": {
-        "xfer_time_seconds": "Histogram of transfer duration for MoRI IO KV Cache transfers.",
-        "post_time_seconds": "Histogram of transfer post time for MoRI IO KV Cache transfers.",
-        "bytes_transferred": "Histogram of bytes transferred per MoRI IO KV Cache transfers.",
-        "num_descriptors": "Histogram of number of descriptors per MoRI IO KV Cache transfers.",
-        "num_failed_transfers": "Number of failed MoRI IO KV Cache transfers.",
-        "num_failed_notifications": "Number of failed MoRI IO KV Cache notifications.",
-        "num_kv_expired_reqs": "Number of requests that had their KV expire. NOTE: This "
-        "metric is tracked on the P instance.",
-    },
-}
 COUNTERS = (
     "num_failed_transfers",
     "num_failed_notifications",
@@ -260,11 +229,20 @@ COUNTERS = (
 )
 
 
+def transfer_help(prefix: str) -> Mapping[str, str]:
+    """Help strings of vllm:<prefix>_*, as vLLM writes them: the connector backend's
+    (domain/kv_connectors/; NIXL's from the vLLM 0.32 fixture, MoRIIO's from moriio/stats.py)."""
+    backend = by_metric_prefix(prefix)
+    if backend is None:
+        raise ValueError(f"no KV connector exports vllm:{prefix}_* transfer metrics")
+    return backend.metric_help
+
+
 def transfer_families(
     metrics: EngineMetrics, prefix: str, names: list[str], values: list[str], created: float
 ) -> Iterable[Metric]:
     """vllm:<prefix>_* : the connector's transfer histograms and failure counters."""
-    docs = TRANSFER_HELP[prefix]
+    docs = transfer_help(prefix)
     for name, hist in metrics.transfer.items():
         yield histogram(f"vllm:{prefix}_{name}", hist, names, values, created, docs[name])
     counts = {

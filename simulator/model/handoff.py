@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from domain.kv_connectors import stand_in_backend
 from domain.profiles import ModelProfile
 from simulator.model.handoff_paths import HandoffPath
 
@@ -38,8 +39,8 @@ def descriptors_per_rank(
     """Transfer descriptors one TP rank posts for a prompt of `tokens`."""
     if tokens <= 0:
         return 0
-    if connector == "MoRIIOConnector":
-        return layers * KV_REGIONS  # contiguous blocks merged: a lower bound
+    if stand_in_backend(connector).merges_blocks:
+        return layers * KV_REGIONS  # contiguous blocks merged (MoRIIO): a lower bound
     return math.ceil(tokens / block_size) * layers * KV_REGIONS
 
 

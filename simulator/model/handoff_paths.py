@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from domain.kv_connectors import stand_in_backend
 from domain.profiles import HardwareProfile
 
 
@@ -86,7 +87,7 @@ def choose_path(
     between GPUs of one node with P2P, the NICs between nodes with RDMA, and otherwise
     stages through host memory.
     """
-    if connector == "MoRIIOConnector" and hardware.rdma:
+    if stand_in_backend(connector).rdma_in_node and hardware.rdma:
         return RDMA
     if same_node and hardware.p2p:
         return P2P

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from domain import profiles
+from domain.kv_connectors import proxy_backend, proxy_names
 from domain.slo import ItlStat, SloTargets
 from simulator.plan.planner import (
     EngineFlags,
@@ -23,6 +24,8 @@ from simulator.plan.planner import (
 )
 from simulator.plan.printing import emit, emit_fidelity
 from simulator.plan.scenarios import DEFAULT_SEEDS, SCENARIOS
+
+CONNECTOR_HELP = " or ".join(proxy_names()) + "."
 
 
 def register(app: typer.Typer) -> None:
@@ -212,16 +215,13 @@ def _checks(
             raise PlanError(message)
 
 
-KV_CONNECTORS = {"nixl": "NixlConnector", "moriio": "MoRIIOConnector"}
-
-
 def kv(
     model: str = typer.Option("llama-3.1-70b", "--model"),
     tokens: int = typer.Option(10_000, "--tokens"),
     hardware: str = typer.Option("h100", "--hardware"),
     tp: int = typer.Option(1, "--tp", help="NICs used (one per TP rank)."),
     link_gbps: float | None = typer.Option(None, "--link-gbps", help="GB/s, overrides NICs."),
-    connector: str = typer.Option("nixl", "--connector", help="nixl or moriio."),
+    connector: str = typer.Option("nixl", "--connector", help=CONNECTOR_HELP),
     block_size: int | None = typer.Option(
         None, "--block-size", help="KV block size; default: vLLM's for the device."
     ),
@@ -236,8 +236,8 @@ def kv(
         _kv_error(str(exc))
     if tokens < 1 or tp < 1 or (link_gbps is not None and link_gbps <= 0):
         _kv_error("--tokens, --tp and --link-gbps must be positive")
-    if connector not in KV_CONNECTORS:
-        _kv_error(f"--connector must be one of {', '.join(KV_CONNECTORS)}, got {connector!r}")
+    if connector not in proxy_names():
+        _kv_error(f"--connector must be one of {', '.join(proxy_names())}, got {connector!r}")
     if block_size is not None and block_size < 1:
         _kv_error(f"--block-size must be a positive number of tokens, got {block_size}")
     if decode_step_ms is not None and not 0 <= decode_step_ms < 1e6:
@@ -245,7 +245,14 @@ def kv(
     from simulator.model.calculator import kv_report
 
     report = kv_report(
-        spec, hw, tokens, tp, link_gbps, KV_CONNECTORS[connector], block_size, decode_step_ms
+        spec,
+        hw,
+        tokens,
+        tp,
+        link_gbps,
+        proxy_backend(connector).connector,
+        block_size,
+        decode_step_ms,
     )
     if as_json:
         typer.echo(json.dumps(report, indent=2))
