@@ -142,7 +142,8 @@ def deployment_context(
         pd=pd_banner(_pd_section(request, name), current.spec.topology.value == "colocated"),
         canary=_frame_section(request, name, "canary"),
     )
-    if controller is not None and current.spec.connector == "MoRIIOConnector":
+    kv = current.spec.kv_backend
+    if controller is not None and kv is not None and kv.has_modes:
         target = extra.pop("forecast_mode", None) or _other_mode(ctx["modes"])
         ctx["forecast"] = controller.switch_preview(name, current.spec, target)
     ctx.update(extra)

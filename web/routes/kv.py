@@ -6,13 +6,21 @@ answer from simulator/model/calculator.py."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from domain import profiles
+from domain.kv_connectors import all_backends, proxy_backend, proxy_names
 from simulator.model.calculator import kv_report
 from web import htmx
 from web.views.form_fields import errors_at_fields, pydantic_detail
@@ -32,7 +40,14 @@ FIELDS = (
     "block_size",
     "decode_step_ms",
 )
-CONNECTORS = {"nixl": "NixlConnector", "moriio": "MoRIIOConnector"}
+# The connectors the calculator offers: the proxy's (domain/kv_connectors/).
+CONNECTOR_CHOICES = tuple((b.proxy_name, b.label) for b in all_backends() if b.proxy_name)
+
+
+def _proxy_connector(name: str) -> str:
+    if name not in proxy_names():
+        raise ValueError(f"Input should be one of {', '.join(proxy_names())}")
+    return name
 
 
 class KvQuery(BaseModel):
@@ -47,7 +62,9 @@ class KvQuery(BaseModel):
         None,
         description="GPU peer-to-peer inside the node; default: what the hardware profile says",
     )
-    connector: Literal["nixl", "moriio"] = Field("nixl", description="the KV connector")
+    connector: Annotated[str, AfterValidator(_proxy_connector)] = Field(
+        "nixl", description="the KV connector", json_schema_extra={"enum": list(proxy_names())}
+    )
     block_size: int | None = Field(
         None, ge=1, le=4096, description="KV block size in tokens; default: vLLM's for the device"
     )
@@ -89,7 +106,7 @@ def report(q: KvQuery) -> dict[str, Any]:
             q.tokens,
             q.tp,
             q.link_gbps,
-            CONNECTORS[q.connector],
+            proxy_backend(q.connector).connector,
             q.block_size,
             q.decode_step_ms,
         ),
@@ -124,6 +141,7 @@ def kv_page(request: Request, actor: PageActor) -> HTMLResponse:
         errors=errors,
         models=profiles.available("models"),
         hardware=profiles.available("hardware"),
+        connectors=CONNECTOR_CHOICES,
     )
     status = 422 if errors else 200
     if htmx.is_htmx(request):
