@@ -46,7 +46,8 @@ def parse_role(text: str) -> Role:
 
 
 class Connector(enum.StrEnum):
-    """vLLM's registered KV connectors that pdctl renders (PROTOCOL.md section 1)."""
+    """vLLM's registered KV connectors that pdctl renders (PROTOCOL.md section 1). What each
+    one can do, its backend says (domain/kv_connectors/)."""
 
     MORIIO = "MoRIIOConnector"
     NIXL = "NixlConnector"
@@ -54,9 +55,3 @@ class Connector(enum.StrEnum):
     LMCACHE = "LMCacheConnectorV1"
     P2P_NCCL = "P2pNcclConnector"
     EXAMPLE = "ExampleConnector"
-
-
-# Connectors whose instances run in a read or a write mode fixed at start.
-MODE_CONNECTORS = frozenset({Connector.MORIIO})
-# `pdctl proxy --connector` names the hand-off shape it speaks.
-PROXY_CONNECTORS = {"nixl": Connector.NIXL, "moriio": Connector.MORIIO}

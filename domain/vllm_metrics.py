@@ -88,8 +88,6 @@ TRANSFER_BUCKETS = {
     "bytes_transferred": NIXL_BYTES_BUCKETS,
     "num_descriptors": NIXL_DESC_BUCKETS,
 }
-# The KV connectors whose engine exports vllm:<prefix>_* transfer metrics, by prefix.
-TRANSFER_METRIC_PREFIXES = {"NixlConnector": "nixl", "MoRIIOConnector": "moriio"}
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
 PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)

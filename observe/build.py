@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from domain.kv_connectors import metric_prefixes
 from observe.frames import (
     WINDOW_SECONDS,
     Arrivals,
@@ -52,8 +53,7 @@ TRACKED_PREFIXES = (
     "process_cpu_seconds",
 )
 # Connectors whose engine reports its own transfers, by metric prefix (the engine's figures)
-EngineSource = Literal["nixl", "moriio"]
-ENGINE_TRANSFER_SOURCES: tuple[EngineSource, ...] = ("nixl", "moriio")
+ENGINE_TRANSFER_SOURCES = metric_prefixes()
 PREFILL_ROLES = ("prefill", "colocated")  # whose prompt tokens are computed, not received
 DECODE_ROLES = ("decode", "colocated")  # whose generated tokens reach the client
 RENDER = "render"  # a render tier instance: all frontend (controller/spec/render_tier.py)
@@ -186,7 +186,7 @@ def kv_transfer(deltas: Sequence[Delta], kv_bytes_per_token: int | None) -> KvTr
     return {"bytes_per_s": None, "source": None, "xfer_p50_ms": None, "xfer_p99_ms": None}
 
 
-def _engine_transfer(deltas: Sequence[Delta], source: EngineSource) -> KvTransfer:
+def _engine_transfer(deltas: Sequence[Delta], source: str) -> KvTransfer:
     """The connector's own figures over the window: bytes/s, and time p50/p99 in ms."""
     rate = sum(
         d.rate(total(d.counts, f"vllm:{source}_bytes_transferred_sum")) or 0.0 for d in deltas

@@ -55,7 +55,9 @@ class KvTransfer(TypedDict):
     bytes_per_s: float | None  # KV moved between instances
     # nixl | moriio: the engine's own figures (vllm:nixl_*, newer vLLM's vllm:moriio_*);
     # derived: external prompt tokens x KV B/token, only when no engine exports its own
-    source: Literal["nixl", "moriio", "derived"] | None
+    # A connector's metric prefix (domain/kv_connectors/: its engine's own figures),
+    # "derived" (prompt tokens x KV bytes per token), or None.
+    source: str | None
     xfer_p50_ms: float | None  # the engine's figures only (derived: None)
     xfer_p99_ms: float | None
 

@@ -55,6 +55,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from domain.kv_connectors import by_metric_prefix
 from observe.advice.advisor import advise
 from observe.advice.derived import Derived
 from observe.advice.result_signals import from_bench, from_plan
@@ -369,7 +370,8 @@ def _transfer(
             f"KV bytes/s ({kv.get('source')}) / KV bytes per token / request rate",
         )
     xfer_ms, ttft_ms = kv.get("xfer_p50_ms"), _ms(frame.get("ttft"), "p50")
-    connector = {"nixl": "NIXL", "moriio": "MoRIIO"}.get(kv.get("source") or "", "")
+    backend = by_metric_prefix(kv.get("source") or "")
+    connector = backend.label if backend is not None else ""
     no_times = (
         "the connector reports no transfer times (NIXL and newer MoRIIO do; older MoRIIO, "
         "a derived figure, does not)"

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from domain.kv_connectors import metric_prefixes
 from terminal.top import format as fmt
 from terminal.top.format import ASCII, Glyphs, clip, columns
 from terminal.top.hist import histograms, histograms_wanted
@@ -139,7 +140,7 @@ def _target(value: float | None) -> str:
 
 def kv_note(kv: Mapping[str, Any]) -> str:
     """Where the KV figure comes from, as the dashboard's tile says it."""
-    if kv.get("source") in ("nixl", "moriio"):
+    if kv.get("source") in metric_prefixes():  # a connector's own vllm:<prefix>_* figures
         p50, p99 = fmt.ms(kv.get("xfer_p50_ms")), fmt.ms(kv.get("xfer_p99_ms"))
         return f"from vllm:{kv['source']}_*, p50 {p50} p99 {p99}"
     if kv.get("source") == "derived":
