@@ -6,5 +6,6 @@ the tokenizer, arrival schedules and datasets (workload/). Pure, and imports not
 pdctl's.
 
 Rooms: `profiles/` (hardware and model profiles, TOML files with their sources), `workload/`
-(arrival schedules, datasets, the tokenizer).
+(arrival schedules, datasets, the tokenizer), `kv_connectors/` (one backend per KV connector,
+above modes.py: everything else asks it what a connector does).
 """
