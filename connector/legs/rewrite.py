@@ -32,7 +32,7 @@ Shapes (each connector's backend holds its own, domain/kv_connectors/):
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from domain.kv_connectors import KvConnectorBackend, proxy_backend, proxy_names
@@ -64,15 +64,15 @@ class Handoff:
     decode: Peer
     prefill_dp_rank: int | None = None
     decode_dp_rank: int | None = None
+    # The connector's rules for the legs (domain/kv_connectors/), found once per hand-off.
+    backend: KvConnectorBackend = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "backend", proxy_backend(self.connector))
 
     @property
     def transfer_id(self) -> str:
         return "tx-" + self.request_hex
-
-    @property
-    def backend(self) -> KvConnectorBackend:
-        """The connector's rules for the legs (domain/kv_connectors/)."""
-        return proxy_backend(self.connector)
 
     @property
     def request_id(self) -> str:

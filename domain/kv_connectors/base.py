@@ -131,8 +131,9 @@ class KvConnectorBackend:
     def prefill_params(
         self, params: dict[str, Any], legs: Legs, pull: dict[str, Any] | None
     ) -> dict[str, Any]:
-        """The prefill leg's kv_transfer_params: `params` (do_remote_decode), or `pull`, an
-        earlier turn's blocks to pull back (bidirectional KV)."""
+        """The prefill leg's kv_transfer_params: `params` (do_remote_decode; a dict built for
+        this leg, which a backend may extend), or `pull`, an earlier turn's blocks to pull
+        back (bidirectional KV)."""
         return pull if pull is not None else params
 
     def decode_params(

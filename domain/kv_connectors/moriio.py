@@ -110,17 +110,15 @@ class Moriio(KvConnectorBackend):
     def prefill_params(
         self, params: dict[str, Any], legs: Legs, pull: dict[str, Any] | None
     ) -> dict[str, Any]:
-        return {
-            **params,
-            "transfer_id": legs.transfer_id,
-            "remote_dp_size": legs.decode.dp_size,
-            "remote_tp_size": legs.decode.tp_size,
-        }
+        params["transfer_id"] = legs.transfer_id  # `params` is this leg's own: no copy
+        params["remote_dp_size"] = legs.decode.dp_size
+        params["remote_tp_size"] = legs.decode.tp_size
+        return params
 
     def decode_params(
         self, legs: Legs, prefill_params: dict[str, Any] | None
     ) -> dict[str, Any] | None:
-        if legs.mode == Mode.READ and not prefill_params:
+        if legs.mode == "read" and not prefill_params:  # a str: Mode's value, compared fast
             return None  # the prefill handed nothing over: the decode computes it all
         params: dict[str, Any] = {
             "do_remote_decode": False,
