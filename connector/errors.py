@@ -13,9 +13,17 @@
      |   +- HoldRejected        503  hold queue full, or the hold deadline passed
      +- UpstreamError           502  a leg failed; names the leg (prefill|decode) and its instance,
          |                          and its `cause` (connector/legs/retry.py: refused, reset,
-         status,
-         |                          garbage, timeout, first_byte) for the retry decision
+         |                          status, garbage, timeout, first_byte) for the retry decision
          +- UpstreamTimeout     502  a leg did not answer in time
+
+    UpstreamFault               a leg's connection failed (raised by connector/http/upstream.py,
+     |                          the one module that speaks to upstreams; the relay turns it into
+     |                          the UpstreamError naming the leg, its instance and `cause`)
+     +- ConnectFailed           refused: no connection was made, nothing reached the instance
+     +- ConnectionLost          reset: closed or reset before the answer ended
+     +- BadResponse             reset: bytes that are not an HTTP/1.1 response (the parser's
+                                refusal, a head or trailer section too long, too many fields);
+                                the connection is closed, never reused
 
 The body is `{"error": {"message", "type", "code"}}` as vLLM's server answers.
 """
@@ -144,3 +152,21 @@ class UpstreamTimeout(UpstreamError):
     def __init__(self, leg: str, instance: str, seconds: float, cause: str = "timeout") -> None:
         what = "no first byte" if cause == "first_byte" else "no answer"
         super().__init__(leg, instance, f"{what} within {seconds:g} s", cause)
+
+
+class UpstreamFault(Exception):
+    """A leg's connection to its upstream failed; `cause` as connector/retry.py reads it."""
+
+    cause = "reset"
+
+
+class ConnectFailed(UpstreamFault):
+    cause = "refused"
+
+
+class ConnectionLost(UpstreamFault):
+    pass
+
+
+class BadResponse(UpstreamFault):
+    pass

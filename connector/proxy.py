@@ -1,9 +1,9 @@
 """The PD proxy's request path: each request split into a prefill and a decode leg (or
 balanced whole over a colocated group), and measured as the client sees it.
 
-Kept cheap on purpose: one long-lived ClientSession; the legs' I/O (connector/dispatch/relay.py)
-forwards
-decode SSE bytes untouched and only scans them for event boundaries, token events and usage.
+Kept cheap on purpose: the legs go over the proxy's own kept-alive client
+(connector/http/upstream.py); their I/O (connector/dispatch/relay.py) forwards decode SSE bytes
+untouched and only scans them for event boundaries, token events and usage.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from connector.errors import (
 )
 from connector.http.client_stream import ClientAnswer, ClientRequest
 from connector.http.front_request import FrontRequest
-from connector.http.upstream import UpstreamPool
 from connector.legs.client_body import estimate_tokens, parse_client_body, turn_kind
 from connector.legs.rewrite import colocated_bytes
 from connector.measure.interference import Interference
@@ -52,8 +51,6 @@ log = logging.getLogger(__name__)
 
 PROXY_KEY: web.AppKey[Proxy] = web.AppKey("proxy")
 RUNNER_KWARGS: dict[str, Any] = {"handler_cancellation": True, "access_log": None}
-# "aiohttp": every leg over aiohttp's client (the proxy's own HTTP/1.1 client otherwise)
-UPSTREAM_CLIENT_ENV = "PDCTL_PROXY_UPSTREAM_CLIENT"
 
 
 def error_response(exc: ProxyError) -> web.Response:
@@ -113,8 +110,6 @@ class Proxy:
             timeout=aiohttp.ClientTimeout(total=None),
             cookie_jar=aiohttp.DummyCookieJar(),  # engines set none: no jar to filter per leg
         )
-        if os.environ.get(UPSTREAM_CLIENT_ENV, "pdctl") != "aiohttp":
-            self.relay.upstream = UpstreamPool(self.settings.connect_timeout)
         self.membership.start(self.session)
         self._tasks.append(asyncio.create_task(self._watch_loop_lag()))
         self._tasks.append(asyncio.create_task(self.relay.watch_silence()))
@@ -124,8 +119,7 @@ class Proxy:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.membership.stop()
-        if self.relay.upstream is not None:
-            self.relay.upstream.close()
+        self.relay.upstream.close()
         if self.session is not None:
             await self.session.close()
 

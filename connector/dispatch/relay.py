@@ -13,9 +13,15 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from connector.dispatch.answers import Answer, DirectPost, aiohttp_post
+from connector.dispatch.answers import Post
 from connector.dispatch.flight import Flight, clock
-from connector.errors import ProxyError, UpstreamError, UpstreamTimeout
+from connector.errors import (
+    ConnectFailed,
+    ProxyError,
+    UpstreamError,
+    UpstreamFault,
+    UpstreamTimeout,
+)
 from connector.http.client_stream import (
     ChunkedOut,
     ClientAnswer,
@@ -37,24 +43,19 @@ __all__ = ["ClientGone", "Relay"]
 
 
 class Relay:
-    """Sends the legs over the proxy's one session; every error names the leg and its instance."""
+    """Sends the legs over the proxy's one client; every error names the leg and its instance."""
 
     def __init__(
         self, settings: ProxySettings, pool: InstancePool, interference: Interference
     ) -> None:
         self.settings, self.pool, self.interference = settings, pool, interference
-        self.session: aiohttp.ClientSession | None = None  # the proxy's, set at its startup
-        self.upstream: UpstreamPool | None = None  # the own client, when startup opens it
+        # the proxy's session for what is not a leg (the render tier), set at its startup
+        self.session: aiohttp.ClientSession | None = None
+        self.upstream = UpstreamPool(settings.connect_timeout)  # the legs' client
         # streaming legs under the silence watchdog (cheaper than aiohttp's per-read timer)
         self._watched: dict[asyncio.Task, tuple[Flight, Instance]] = {}
         # told of an instance whose streams all went silent past the first-byte deadline
         self.on_hung: Callable[[Instance, str], None] = lambda inst, why: None
-        self._prefill_timeout = aiohttp.ClientTimeout(
-            total=settings.prefill_timeout, sock_connect=settings.connect_timeout
-        )
-        self._decode_timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=settings.connect_timeout
-        )
 
     def client(self) -> aiohttp.ClientSession:
         """The proxy's session; it opens at the app's startup, and nothing is sent before."""
@@ -119,7 +120,7 @@ class Relay:
         self, inst: Instance, path: str, data: bytes, headers: dict[str, str], flight: Flight
     ) -> dict[str, Any] | None:
         """The prefill leg; returns its kv_transfer_params. Errors name the prefill instance."""
-        post = self._post(inst, path, data, headers, self._prefill_timeout)
+        post = self._post(inst, path, data, headers, self.settings.prefill_timeout)
         flight.prefill_start = clock()
         try:
             async with post as r:
@@ -128,11 +129,10 @@ class Relay:
                     raise upstream_failure("prefill", inst.url, r.status, raw)
         except TimeoutError:
             raise UpstreamTimeout("prefill", inst.url, self.settings.prefill_timeout) from None
-        except aiohttp.ClientError as exc:
+        except UpstreamFault as exc:
             self._passive_unhealthy(inst, exc)
-            raise UpstreamError(
-                "prefill", inst.url, f"{type(exc).__name__}: {exc}", _cause(exc)
-            ) from None
+            detail = f"{type(exc).__name__}: {exc}"
+            raise UpstreamError("prefill", inst.url, detail, exc.cause) from None
         try:
             answer = json.loads(raw)
         except (ValueError, RecursionError):
@@ -148,23 +148,15 @@ class Relay:
         return returned_params(answer)
 
     def _post(
-        self,
-        inst: Instance,
-        path: str,
-        data: bytes,
-        headers: dict[str, str],
-        timeout: aiohttp.ClientTimeout,
-    ) -> contextlib.AbstractAsyncContextManager[Answer]:
-        """One leg's POST: over the proxy's own client when it speaks to that upstream."""
-        upstream = self.upstream
+        self, inst: Instance, path: str, data: bytes, headers: dict[str, str], total: float | None
+    ) -> Post:
+        """One leg's POST; `total` bounds the whole leg (None: the watchdog's, streaming)."""
         headers = {**headers, **pd_roles.headers(inst)}
-        if upstream is not None and upstream.speaks(inst.url):
-            return DirectPost(upstream, inst.url, path, data, headers, timeout.total)
-        return aiohttp_post(self.client(), inst.url + path, data, headers, timeout)
+        return Post(self.upstream, inst.url, path, data, headers, total)
 
-    def _passive_unhealthy(self, inst: Instance, exc: Exception) -> None:
+    def _passive_unhealthy(self, inst: Instance, exc: UpstreamFault) -> None:
         # Only when active checks run, or the instance could never come back.
-        if self.settings.health_interval and isinstance(exc, aiohttp.ClientConnectorError):
+        if self.settings.health_interval and isinstance(exc, ConnectFailed):
             self.pool.set_health(inst, False, f"{type(exc).__name__}: {exc}")
 
     async def pass_through(
@@ -178,12 +170,9 @@ class Relay:
         prefill_task: asyncio.Task | None = None,
     ) -> ClientAnswer:
         """Send the streaming leg and pass its bytes through to the client as they arrive."""
-        post = self._post(
-            inst, flight.leg_path or request.path, data, headers, self._decode_timeout
-        )
-        reshape = (
-            flight.reshape
-        )  # a chat answer from completion legs (connector/legs/chat_shape.py)
+        post = self._post(inst, flight.leg_path or request.path, data, headers, None)
+        # a chat answer from completion legs (connector/legs/chat_shape.py)
+        reshape = flight.reshape
         resp: ClientAnswer | None = None
         out: ChunkedOut | None = None  # the fast path to the client, once its head is out
         task = asyncio.current_task()
@@ -285,7 +274,7 @@ class Relay:
                 raise exc from None
             await _stream_error(resp, exc, flight)
             return resp
-        except aiohttp.ClientError as exc:
+        except UpstreamFault as exc:
             self._passive_unhealthy(inst, exc)
             err = UpstreamError(
                 leg,
@@ -293,7 +282,7 @@ class Relay:
                 f"{type(exc).__name__}: {exc}"
                 if resp is None
                 else f"failed mid-stream: {type(exc).__name__}",
-                _cause(exc),
+                exc.cause,
             )
             if resp is None:
                 raise err from None
@@ -355,11 +344,6 @@ def _error_event(chunk: bytes) -> bool:
     failure; looked at on the first piece only."""
     head = chunk[:16].replace(b" ", b"")
     return head.startswith(b'data:{"error"')
-
-
-def _cause(exc: aiohttp.ClientError) -> str:
-    """A client error's retry cause: refused (nothing reached the instance) or reset."""
-    return "refused" if isinstance(exc, aiohttp.ClientConnectorError) else "reset"
 
 
 def _raise_if_failed(task: asyncio.Task) -> None:

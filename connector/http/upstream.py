@@ -1,54 +1,131 @@
-"""The proxy's own HTTP/1.1 client for the legs, on kept-alive connections: a request written
-in one write, the response head parsed once, and the body's pieces handed from the socket's
-`data_received` straight to a sink (the SSE scan and the client's transport) with no reader,
-future or task wakeup per token. The legs' plain-http upstreams use it; TLS or anything else
-it does not speak keeps aiohttp (`UpstreamPool.speaks`).
+"""The proxy's one HTTP/1.1 client for the legs, on kept-alive connections: a request written
+in one write, the response parsed by llhttp (httptools, the parser uvicorn uses), and the
+body's pieces handed from the socket's `data_received` straight to a sink (the SSE scan and
+the client's transport), with no reader, future or task wakeup per token.
 
-Faults surface as the aiohttp exceptions the legs already map to error events:
-ClientConnectorError (cannot connect), ServerDisconnectedError (closed before the head),
-ClientPayloadError (a body cut short or mis-framed), ClientResponseError (a head that is not
-HTTP/1.x); a connect past --connect-timeout is a TimeoutError, as aiohttp's is.
+Strict on purpose (the request-smuggling classes): llhttp refuses Content-Length with
+Transfer-Encoding, bad chunk sizes and extensions, bare CR, LF or NUL in a field; here a
+Transfer-Encoding other than `chunked`, more than MAX_FIELDS fields or MAX_TRAILERS trailers,
+and MAX_STALL_BYTES with no payload in them (a head, a size line or trailers too long) are
+refused too. This module is the one seam between the parser, the sockets and the proxy: every
+fault leaves it as a connector/errors.py UpstreamFault, and a connection that faulted is
+closed, never reused.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import ssl
 import time
+import zlib
 from collections.abc import Callable
-from typing import cast
-from urllib.parse import urlsplit
+from typing import Protocol, cast
+from urllib.parse import unquote, urlsplit
 
-import aiohttp
-from aiohttp.client_reqrep import ConnectionKey
-from multidict import CIMultiDict, CIMultiDictProxy
-from yarl import URL
+import httptools
 
-from connector.http.http1_parse import MAX_HEAD_BYTES, Body, FramingError, ResponseHead, parse_head
+from connector.errors import BadResponse, ConnectFailed, ConnectionLost, UpstreamFault
 
-KEEPALIVE_SECONDS = 15.0  # aiohttp's keepalive_timeout: an idle connection older is closed
-USER_AGENT = f"Python/3 aiohttp/{aiohttp.__version__}"
-# (payload, the same bytes chunk-framed when they came so, or None) -> True: the task must act
-# (client behind, or stop)
-Sink = Callable[[bytes, bytes | None], bool]
+KEEPALIVE_SECONDS = 15.0  # an idle connection older than this is closed, not reused
+MAX_STALL_BYTES = 65536  # bytes in a row that carry no payload: a head or trailers too long
+MAX_FIELDS = 128  # header fields in a response head
+MAX_TRAILERS = 32  # trailer fields after a chunked body (engines send none)
+USER_AGENT = "pdctl-proxy"
+# payload -> True: the task must act (the client is behind, or the scan says stop)
+Sink = Callable[[bytes], bool]
+Target = tuple[tuple[str, int], str, str, bool, str | None]  # key, Host, prefix, tls, auth
+
+
+class Decompressor(Protocol):
+    def decompress(self, data: bytes, /) -> bytes: ...
+    def flush(self) -> bytes: ...
+
+
+class _AfterAnswer(Exception):
+    """Bytes came after the answer ended: the connection is not reused."""
 
 
 class UpstreamConnection(asyncio.Protocol):
     """One kept-alive connection to an upstream, carrying one request at a time."""
 
+    transport: asyncio.Transport  # set by connection_made, before the pool hands it out
+
     def __init__(self, key: tuple[str, int]) -> None:
         self.key = key
-        self.transport: asyncio.Transport | None = None
-        self.head: ResponseHead | None = None
-        self.answered = False  # a byte of the response came
+        self.closed = False
         self.idle_since = 0.0
-        self._buf = b""
-        self._body: Body | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.status = 0
+        self.headers: dict[str, str] = {}  # lower-case names, the first value kept
+        self.head_done = False
+        self.done = False  # the answer ended
+        self.answered = False  # a byte of the answer came
+        self.keep_alive = False
+        self.extra = False
+        self._until_close = False
+        self._fields = 0
+        self._stalled = 0  # bytes in a row that were not payload (heads, size lines, trailers)
+        self._payload = 0  # payload bytes in the bytes being fed
+        self._decoder: Decompressor | None = None
         self._pieces: list[bytes] = []
         self._sink: Sink | None = None
         self._signal = False
         self._error: BaseException | None = None
         self._waiter: asyncio.Future | None = None
-        self._closed = False
+
+    # -- the parser's callbacks --------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self.done:  # a second answer to one request
+            raise _AfterAnswer
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._fields += 1
+        if self.head_done:
+            if self._fields > MAX_TRAILERS:
+                raise BadResponse(f"more than {MAX_TRAILERS} trailer fields")
+            return
+        if self._fields > MAX_FIELDS:
+            raise BadResponse(f"more than {MAX_FIELDS} header fields")
+        key = name.decode("latin-1").lower()
+        if key not in self.headers:
+            self.headers[key] = value.decode("latin-1")
+        elif key == "transfer-encoding":
+            raise BadResponse("Transfer-Encoding given twice")
+
+    def on_headers_complete(self) -> None:
+        self.head_done, self._fields = True, 0
+        status = self.status = self._parser.get_status_code()
+        self.keep_alive = self._parser.should_keep_alive()
+        headers = self.headers
+        coding = headers.get("transfer-encoding")
+        if coding is not None and coding.strip().lower() != "chunked":
+            raise BadResponse(f"Transfer-Encoding {coding[:40]!r} is not chunked")
+        self._until_close = (
+            coding is None
+            and "content-length" not in headers
+            and status >= 200
+            and status not in (204, 304)
+        )
+        encoding = headers.get("content-encoding", "").strip().lower()
+        if encoding and encoding != "identity":
+            self._decoder = _decoder(encoding)
+
+    def on_body(self, body: bytes) -> None:
+        self._payload += len(body)
+        if self._decoder is not None:
+            body = self._decoder.decompress(body)
+            if not body:
+                return
+        self._pieces.append(body)
+
+    def on_message_complete(self) -> None:
+        self.done = True
+        if self._decoder is not None and (tail := self._decoder.flush()):
+            self._pieces.append(tail)
 
     # -- the event loop's side ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -56,85 +133,78 @@ class UpstreamConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.answered = True
-        body = self._body
-        if body is None:
-            data = self._read_head(data)
-            body = self._body
-            if body is None or not data:
-                return
-        elif body.done:  # bytes after the answer (or while idle): the connection is unusable
-            self.close()
+        if self.done or self._error is not None:
+            self._after_answer()
             return
+        pieces, head_before = self._pieces, self.head_done
+        self._payload = 0
         try:
-            piece = body.feed(data)
-        except FramingError as exc:
-            self._fail(aiohttp.ClientPayloadError(str(exc)))
-            return
-        if piece:
-            if self._sink is None:
-                self._pieces.append(piece)
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            # a callback's own exception (a limit, zlib's) is the context of the parser's
+            fault = exc.__context__ or exc
+            if isinstance(fault, _AfterAnswer) or self.done:
+                self._after_answer()  # the answer itself ended cleanly: deliver it
             else:
-                try:
-                    if self._sink(piece, body.framed):
-                        self._signal = True
-                        self.transport.pause_reading()  # type: ignore[union-attr]  # data came: connected
-                except Exception as exc:  # the sink's own (ClientGone): the task gets it
-                    self._fail(exc)
-                    return
-        if body.done or (piece and self._sink is None) or self._signal:
+                self._fail(fault if isinstance(fault, UpstreamFault) else BadResponse(str(fault)))
+                return
+        # What was not payload counts up until payload comes: a head, a chunk's size line
+        # (with its extensions) or trailers longer than MAX_STALL_BYTES is refused.
+        overhead = len(data) - self._payload
+        stalled = overhead if self._payload else self._stalled + overhead
+        if stalled > MAX_STALL_BYTES and not self.extra:
+            self._fail(BadResponse(f"{stalled} bytes in a row that are not payload"))
+            return
+        self._stalled = stalled
+        sink = self._sink
+        if pieces and sink is not None:
+            payload = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            pieces.clear()
+            try:
+                if sink(payload):
+                    self._signal = True
+                    self.transport.pause_reading()
+            except Exception as exc:  # the sink's own (ClientGone): the task gets it
+                self._fail(exc)
+                return
+        if self.done or self._signal or self.head_done != head_before or pieces:
             self._wake()
 
-    def _read_head(self, data: bytes) -> bytes:
-        buf = self._buf + data if self._buf else data
-        end = buf.find(b"\r\n\r\n")
-        if end < 0:
-            self._buf = buf
-            if len(buf) > MAX_HEAD_BYTES:
-                self._fail(_bad_head(self.key, "Header section too long"))
-            return b""
-        self._buf = b""
-        try:
-            self.head = parse_head(buf[:end])
-            self._body = Body(self.head)
-        except FramingError as exc:
-            self._fail(_bad_head(self.key, str(exc)))
-            return b""
+    def _after_answer(self) -> None:
+        self.extra = True
+        self.close()
         self._wake()
-        return buf[end + 4 :]
 
     def eof_received(self) -> bool:
         self._ended()
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._closed = True
-        if isinstance(exc, OSError) and self._body is None and self._error is None:
-            self._fail(aiohttp.ClientOSError(*exc.args))  # as aiohttp reports a reset
+        self.closed = True
+        if exc is not None and not self.done and self._error is None:
+            self._fail(ConnectionLost(f"connection to {_where(self.key)} lost: {exc}"))
         self._ended()
 
     def _ended(self) -> None:
-        if self._error is not None:
+        if self._error is not None or self.done:
+            self._wake()
             return
-        body = self._body
-        if body is None:
-            self._fail(aiohttp.ServerDisconnectedError())
-            return
-        try:
-            piece = body.feed_eof()
-        except FramingError as exc:
-            self._fail(aiohttp.ClientPayloadError(str(exc)))
-            return
-        if piece:
-            self._pieces.append(piece)
-        self._wake()
+        if not self.head_done:
+            self._fail(ConnectionLost(f"{_where(self.key)} closed the connection unanswered"))
+        elif self._until_close:  # a body without a length ends with its connection
+            self.done, self.keep_alive = True, False
+            if self._decoder is not None and (tail := self._decoder.flush()):
+                self._pieces.append(tail)
+            self._wake()
+        else:
+            self._fail(ConnectionLost(f"{_where(self.key)} closed the connection mid-answer"))
 
     def _fail(self, exc: BaseException) -> None:
         if self._error is None:
             self._error = exc
         self._sink = None
         self._wake()
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.close()
+        self.close()
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -150,24 +220,21 @@ class UpstreamConnection(asyncio.Protocol):
 
     # -- the leg's side ----------------------------------------------------------------------
     def send(self, raw: bytes) -> None:
-        self.head, self._body, self.answered = None, None, False
-        self._pieces.clear()
-        self.transport.write(raw)  # type: ignore[union-attr]  # the pool sends on connected ones
+        self._reset()
+        self.transport.write(raw)
 
-    async def read_head(self) -> ResponseHead:
-        while self.head is None and self._error is None:
+    async def read_head(self) -> None:
+        while not self.head_done and self._error is None:
             await self._wait()
         if self._error is not None:
             raise self._error
-        return self.head  # type: ignore[return-value]  # the loop ends on a head or an error
 
-    @property
-    def at_eof(self) -> bool:
-        return self._body is not None and self._body.done and not self._pieces
+    def header(self, name: str, default: str = "") -> str:
+        return self.headers.get(name.lower(), default)
 
     async def read_some(self) -> bytes:
         """The payload that came since the last read; b"" once the body has ended."""
-        while not self._pieces and self._error is None and not self._body.done:  # type: ignore[union-attr]  # after read_head: its body
+        while not self._pieces and self._error is None and not self.done:
             await self._wait()
         if self._pieces:
             pieces, self._pieces = self._pieces, []
@@ -188,54 +255,42 @@ class UpstreamConnection(asyncio.Protocol):
         paused until `resume`)."""
         if self._pieces:
             pending, self._pieces = b"".join(self._pieces), []
-            if sink(pending, None):
-                self.transport.pause_reading()  # type: ignore[union-attr]  # connected
+            if sink(pending):
+                self.transport.pause_reading()
                 return False
         self._sink, self._signal = sink, False
         try:
-            while self._error is None and not self._signal and not self._body.done:  # type: ignore[union-attr]  # after read_head
+            while self._error is None and not self._signal and not self.done:
                 await self._wait()
         finally:
             self._sink = None
         if self._error is not None:
             raise self._error
-        if self._pieces and not self._signal:  # the tail an until-close body's end released
+        if self._pieces and not self._signal:  # what came with the answer's end
             pending, self._pieces = b"".join(self._pieces), []
-            sink(pending, None)
+            sink(pending)
         return not self._signal
 
     def resume(self) -> None:
         self._signal = False
-        if not self._closed:
-            self.transport.resume_reading()  # type: ignore[union-attr]  # paused: connected
+        if not self.closed:
+            self.transport.resume_reading()
 
     @property
     def reusable(self) -> bool:
-        body, head = self._body, self.head
         return (
-            not self._closed
+            not self.closed
             and self._error is None
-            and head is not None
-            and head.keep_alive
-            and body is not None
-            and body.done
-            and not body.extra
+            and self.done
+            and self.keep_alive
+            and not self.extra
             and not self._pieces
         )
 
     def close(self) -> None:
-        self._closed = True
-        if self.transport is not None and not self.transport.is_closing():
+        self.closed = True
+        if not self.transport.is_closing():
             self.transport.close()
-
-
-def _bad_head(key: tuple[str, int], message: str) -> aiohttp.ClientResponseError:
-    info = aiohttp.RequestInfo(_url(key), "POST", CIMultiDictProxy(CIMultiDict()), _url(key))
-    return aiohttp.ClientResponseError(info, (), status=400, message=message)
-
-
-def _url(key: tuple[str, int]) -> URL:
-    return URL.build(scheme="http", host=key[0], port=key[1])
 
 
 class UpstreamPool:
@@ -244,36 +299,24 @@ class UpstreamPool:
     def __init__(self, connect_timeout: float) -> None:
         self.connect_timeout = connect_timeout
         self._idle: dict[tuple[str, int], list[UpstreamConnection]] = {}
-        self._targets: dict[str, tuple[tuple[str, int], str, str] | None] = {}
+        self._targets: dict[str, Target] = {}
+        self._tls: ssl.SSLContext | None = None
         self.opened = 0  # connections made (tests read it to see reuse)
 
-    def speaks(self, base_url: str) -> bool:
-        """Whether this client can carry a leg to `base_url` (plain http, no credentials)."""
-        return self._target(base_url) is not None
-
-    def _target(self, base_url: str) -> tuple[tuple[str, int], str, str] | None:
-        if base_url not in self._targets:
-            parts = urlsplit(base_url)
-            ok = parts.scheme == "http" and parts.hostname and not parts.username
-            port = parts.port or 80 if ok else 0
-            host = parts.hostname or ""
-            host_header = host if port == 80 else f"{host}:{port}"
-            if ":" in host:
-                host_header = f"[{host}]" if port == 80 else f"[{host}]:{port}"
-            self._targets[base_url] = (
-                ((host, port), host_header, parts.path.rstrip("/")) if ok else None
-            )
-        return self._targets[base_url]
+    def _target(self, base_url: str) -> Target:
+        target = self._targets.get(base_url)
+        if target is None:
+            target = self._targets[base_url] = _target(base_url)
+        return target
 
     async def post(
         self, base_url: str, path: str, body: bytes, headers: dict[str, str]
     ) -> UpstreamConnection:
         """Send a POST and return its connection once the response head is in. A kept-alive
         connection that closes before answering a byte is retried once on a new one."""
-        target = self._target(base_url)
-        if target is None:
-            raise ValueError(f"{base_url} is not a plain-http upstream")
-        key, host_header, prefix = target
+        key, host_header, prefix, tls, auth = self._target(base_url)
+        if auth is not None and "authorization" not in {k.lower() for k in headers}:
+            headers = {**headers, "Authorization": auth}
         raw = _request(prefix + path, host_header, body, headers)
         conn = self._reuse(key)
         if conn is not None:
@@ -281,14 +324,14 @@ class UpstreamPool:
             try:
                 await conn.read_head()
                 return conn
-            except aiohttp.ClientConnectionError:  # closed or reset: stale if it said nothing
+            except ConnectionLost:  # closed or reset: stale if it said nothing
                 conn.close()
                 if conn.answered:
                     raise
             except BaseException:
                 conn.close()
                 raise
-        conn = await self._connect(key)
+        conn = await self._connect(key, tls)
         conn.send(raw)
         try:
             await conn.read_head()
@@ -313,20 +356,24 @@ class UpstreamPool:
                 idle.pop(0).close()
                 continue
             conn = idle.pop()
-            if not conn._closed and not conn.transport.is_closing():  # type: ignore[union-attr]  # pooled: connected
+            if not conn.closed:
                 return conn
         return None
 
-    async def _connect(self, key: tuple[str, int]) -> UpstreamConnection:
+    async def _connect(self, key: tuple[str, int], tls: bool) -> UpstreamConnection:
         loop = asyncio.get_running_loop()
+        context = None
+        if tls:
+            if self._tls is None:
+                self._tls = ssl.create_default_context()
+            context = self._tls
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, conn = await loop.create_connection(
-                    lambda: UpstreamConnection(key), key[0], key[1]
+                    lambda: UpstreamConnection(key), key[0], key[1], ssl=context
                 )
         except OSError as exc:
-            ck = ConnectionKey(key[0], key[1], False, True, None, None, None, None)
-            raise aiohttp.ClientConnectorError(ck, exc) from None
+            raise ConnectFailed(f"cannot connect to {_where(key)}: {exc.strerror or exc}") from None
         self.opened += 1
         return conn
 
@@ -337,6 +384,29 @@ class UpstreamPool:
         self._idle.clear()
 
 
+def _target(base_url: str) -> Target:
+    """Where a base URL's legs go: (host, port), the Host header, the path prefix, TLS, and
+    the Authorization its user info asks for."""
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConnectFailed(f"{base_url!r} is not an http:// or https:// URL")
+    tls = parts.scheme == "https"
+    default = 443 if tls else 80
+    port = parts.port or default
+    host = parts.hostname
+    shown = f"[{host}]" if ":" in host else host
+    host_header = shown if port == default else f"{shown}:{port}"
+    auth = None
+    if parts.username is not None:
+        user_pass = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        auth = "Basic " + base64.b64encode(user_pass.encode()).decode("ascii")
+    return (host, port), host_header, parts.path.rstrip("/"), tls, auth
+
+
+def _where(key: tuple[str, int]) -> str:
+    return f"{key[0]}:{key[1]}"
+
+
 def _request(target: str, host: str, body: bytes, headers: dict[str, str]) -> bytes:
     lines = [f"POST {target} HTTP/1.1", f"Host: {host}"]
     for name, value in headers.items():
@@ -345,3 +415,11 @@ def _request(target: str, host: str, body: bytes, headers: dict[str, str]) -> by
         lines.append(f"{name}: {value}")
     lines += ["Accept: */*", f"User-Agent: {USER_AGENT}", f"Content-Length: {len(body)}", "", ""]
     return "\r\n".join(lines).encode("latin-1") + body
+
+
+def _decoder(coding: str) -> Decompressor:
+    if coding in ("gzip", "x-gzip"):
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if coding == "deflate":
+        return zlib.decompressobj()
+    raise BadResponse(f"unsupported Content-Encoding {coding[:40]!r}")

@@ -1,6 +1,7 @@
-"""The proxy's own upstream client (connector/http/upstream.py) over real sockets: the same faults
-aiohttp's client reported, kept-alive connections reused, a stale one retried once, and a slow
-client pausing the upstream instead of filling the proxy's memory."""
+"""The proxy's upstream client (connector/http/upstream.py) against a scripted upstream writing raw
+bytes on loopback: its faults are the proxy's named ones, kept-alive connections are reused
+(and a stale one retried once), a response split at any byte reads the same, and a slow
+client pauses the upstream instead of filling the proxy's memory."""
 
 from __future__ import annotations
 
@@ -10,11 +11,10 @@ import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import aiohttp
 import pytest
 
-from connector.http.http1_parse import Body, parse_head
-from connector.http.upstream import UpstreamPool
+from connector.errors import ConnectFailed, ConnectionLost
+from connector.http.upstream import UpstreamConnection, UpstreamPool
 from tests.connector.fakes import run, running, settings_for
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -66,56 +66,62 @@ def answering(*scripts: bytes, close_after: bool = True) -> Handler:
     return handler
 
 
-async def aiohttp_fault(url: str) -> str:
-    async with aiohttp.ClientSession() as session:
-        try:
-            async with session.post(url + "/v1/completions", data="{}") as r:
-                await r.read()
-        except aiohttp.ClientError as exc:
-            return f"{type(exc).__name__}: {exc}"
-    return "no fault"
-
-
-async def own_fault(url: str) -> str:
+async def fault_of(url: str) -> BaseException | None:
     pool = UpstreamPool(connect_timeout=5)
     try:
         conn = await pool.post(url, "/v1/completions", b"{}", {})
         await conn.read_all()
-    except aiohttp.ClientError as exc:
-        return f"{type(exc).__name__}: {exc}"
+    except Exception as exc:
+        return exc
     finally:
         pool.close()
-    return "no fault"
+    return None
 
 
 @pytest.mark.parametrize(
     "script",
     [
         b"",  # closed before the head
+        b"HTTP/1.1 200 OK\r\nContent-Le",  # closed mid-head
         HEAD + b"5\r\nhel",  # closed mid-chunk
         HEAD + b"5\r\nhello\r\n",  # closed before the last chunk
         HEAD + b"5",  # closed mid size line
         b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello",  # closed short of its length
     ],
 )
-def test_a_connection_closed_early_fails_as_aiohttp_reported_it(script: bytes) -> None:
+def test_a_connection_closed_early_is_connection_lost(script: bytes) -> None:
     async def body() -> None:
         async with raw_server(answering(script)) as (url, _):
-            assert await own_fault(url) == await aiohttp_fault(url)
+            fault = await fault_of(url)
+        assert isinstance(fault, ConnectionLost) and fault.cause == "reset", fault
+        assert "closed the connection" in str(fault)
 
     run(body())
 
 
-def test_a_refused_connection_fails_as_aiohttp_reported_it() -> None:
+def test_a_refused_connection_is_connect_failed() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{s.getsockname()[1]}"  # bound, not listening: refused
+        port = s.getsockname()[1]  # bound, not listening: refused
 
         async def body() -> None:
-            ours = await own_fault(url)
-            assert ours.startswith("ClientConnectorError: ") and ours == await aiohttp_fault(url)
+            fault = await fault_of(f"http://127.0.0.1:{port}")
+            assert isinstance(fault, ConnectFailed) and fault.cause == "refused"
+            assert f"127.0.0.1:{port}" in str(fault)
 
         run(body())
+
+
+def test_a_body_until_close_ends_with_its_connection() -> None:
+    async def body() -> None:
+        script = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{}"
+        async with raw_server(answering(script)) as (url, _):
+            pool = UpstreamPool(connect_timeout=5)
+            conn = await pool.post(url, "/v1/completions", b"{}", {})
+            assert await conn.read_all() == b"{}" and not conn.reusable
+            pool.close()
+
+    run(body())
 
 
 def test_kept_alive_connections_are_reused() -> None:
@@ -171,7 +177,7 @@ def test_a_connection_that_answered_a_byte_is_not_retried() -> None:
             conn = await pool.post(url, "/v1/completions", b"{}", {})
             await conn.read_all()
             pool.release(conn)
-            with pytest.raises(aiohttp.ServerDisconnectedError):
+            with pytest.raises(ConnectionLost):
                 await pool.post(url, "/v1/completions", b"{}", {})
             pool.close()
             assert len(connections) == 1
@@ -179,8 +185,140 @@ def test_a_connection_that_answered_a_byte_is_not_retried() -> None:
     run(body())
 
 
-EVENT = b'data: {"choices":[{"text":"' + b"x" * 4000 + b'"}]}\n\n'
+def test_bytes_after_the_answer_are_not_read_as_the_next_answer() -> None:
+    """An upstream that answers one request twice: the first answer is read, the second is
+    never taken for the next request's (the connection is dropped)."""
+
+    async def body() -> None:
+        async with raw_server(answering(OK + OK, OK, close_after=False)) as (url, connections):
+            pool = UpstreamPool(connect_timeout=5)
+            conn = await pool.post(url, "/v1/completions", b"{}", {})
+            assert await conn.read_all() == b"{}"
+            for _ in range(100):
+                if conn.closed:
+                    break
+                await asyncio.sleep(0.01)
+            pool.release(conn)
+            conn = await pool.post(url, "/v1/completions", b"{}", {})
+            assert await conn.read_all() == b"{}"
+            pool.close()
+            assert pool.opened == 2 and len(connections) == 2
+
+    run(body())
+
+
+# -- a response split at every byte -----------------------------------------------------------
+
+
+class Received:
+    """Counts the bytes the client's connections were handed, so the upstream can wait until
+    each piece it wrote arrived on its own."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        self.changed = asyncio.Event()
+        original = UpstreamConnection.data_received
+
+        def data_received(conn: UpstreamConnection, data: bytes) -> None:
+            self.count += len(data)
+            self.changed.set()
+            original(conn, data)
+
+        monkeypatch.setattr(UpstreamConnection, "data_received", data_received)
+
+    async def reach(self, count: int) -> None:
+        while self.count < count:
+            self.changed.clear()
+            await asyncio.wait_for(self.changed.wait(), 5)
+
+
+def _chunked(*pieces: bytes, ext: bytes = b"", trailer: bytes = b"") -> bytes:
+    body = b"".join(b"%x%b\r\n%b\r\n" % (len(p), ext, p) for p in pieces)
+    return HEAD + body + b"0\r\n" + trailer + b"\r\n"
+
+
+EVENT = b'data: {"choices":[{"text":" w"}]}\n\n'
+SPLIT = {
+    "length": (OK, b"{}"),
+    "chunked": (_chunked(EVENT, EVENT), EVENT * 2),
+    "extensions": (_chunked(EVENT, ext=b';a=b;q="x y"'), EVENT),
+    "trailer": (_chunked(EVENT, trailer=b"X-Checksum: 1\r\n"), EVENT),
+}
+
+
+@pytest.mark.parametrize("name", SPLIT)
+def test_a_response_split_at_every_byte_reads_the_same_and_is_reused(monkeypatch, name) -> None:
+    script, payload = SPLIT[name]
+    received = Received(monkeypatch)
+
+    async def bytewise(reader, writer) -> None:
+        while True:  # one request after another on the connection
+            await read_request(reader)
+            start = received.count
+            for i in range(len(script)):
+                writer.write(script[i : i + 1])
+                await writer.drain()
+                await received.reach(start + i + 1)
+
+    async def body() -> None:
+        async with raw_server(bytewise) as (url, _):
+            pool = UpstreamPool(connect_timeout=5)
+            for _ in range(2):
+                conn = await pool.post(url, "/v1/completions", b"{}", {})
+                assert await conn.read_all() == payload
+                pool.release(conn)
+            pool.close()
+            assert pool.opened == 1
+
+    run(body())
+
+
+@pytest.mark.parametrize("name", ["length", "chunked"])
+def test_a_response_cut_in_two_at_each_byte_reads_the_same_on_one_connection(
+    monkeypatch, name
+) -> None:
+    script, payload = SPLIT[name]
+    received = Received(monkeypatch)
+
+    async def in_two(reader, writer) -> None:
+        for cut in range(1, len(script)):
+            await read_request(reader)
+            start = received.count
+            writer.write(script[:cut])
+            await writer.drain()
+            await received.reach(start + cut)
+            writer.write(script[cut:])
+            await writer.drain()
+        await reader.read()
+
+    async def body() -> None:
+        async with raw_server(in_two) as (url, _):
+            pool = UpstreamPool(connect_timeout=5)
+            for _ in range(1, len(script)):
+                conn = await pool.post(url, "/v1/completions", b"{}", {})
+                assert await conn.read_all() == payload
+                pool.release(conn)
+            pool.close()
+            assert pool.opened == 1
+
+    run(body(), timeout=60)
+
+
+# -- a slow client -----------------------------------------------------------------------------
+
+EVENT_4K = b'data: {"choices":[{"text":"' + b"x" * 4000 + b'"}]}\n\n'
 EVENTS = 12_000  # about 48 MB: far more than the sockets' buffers hold
+
+
+def _dechunk(framed: bytes) -> bytes:
+    out, i = [], 0
+    while True:
+        end = framed.index(b"\r\n", i)
+        size = int(framed[i:end], 16)
+        if not size:
+            return b"".join(out)
+        out.append(framed[end + 2 : end + 2 + size])
+        i = end + 4 + size
 
 
 def test_a_slow_client_pauses_the_upstream_and_gets_every_byte() -> None:
@@ -190,8 +328,8 @@ def test_a_slow_client_pauses_the_upstream_and_gets_every_byte() -> None:
         await read_request(reader)
         writer.write(HEAD)
         for _ in range(EVENTS):
-            writer.write(b"%x\r\n%b\r\n" % (len(EVENT), EVENT))
-            sent[0] += len(EVENT)
+            writer.write(b"%x\r\n%b\r\n" % (len(EVENT_4K), EVENT_4K))
+            sent[0] += len(EVENT_4K)
             await writer.drain()
         writer.write(b"0\r\n\r\n")
         await writer.drain()
@@ -217,13 +355,11 @@ def test_a_slow_client_pauses_the_upstream_and_gets_every_byte() -> None:
             )
             await asyncio.sleep(1.0)  # the client reads nothing meanwhile
             stalled_at = sent[0]
-            assert stalled_at < EVENTS * len(EVENT) // 2
+            assert stalled_at < EVENTS * len(EVENT_4K) // 2
             got = await reader.read()
             writer.close()
-            head, _, framed = got.partition(b"\r\n\r\n")
-            body = Body(parse_head(head))
-            events = body.feed(framed)
-            assert body.done and events == EVENT * EVENTS
+            _, _, framed = got.partition(b"\r\n\r\n")
+            assert _dechunk(framed) == EVENT_4K * EVENTS
             log = proxy.requests[-1]
             assert log["outcome"] == "ok" and log["output_tokens"] == EVENTS
 
