@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Any, overload
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -34,7 +34,6 @@ from connector.errors import (
     UpstreamError,
 )
 from connector.http.client_stream import ClientAnswer, ClientRequest
-from connector.http.front_request import FrontRequest
 from connector.legs.client_body import estimate_tokens, parse_client_body, turn_kind
 from connector.legs.rewrite import colocated_bytes
 from connector.measure.interference import Interference
@@ -50,7 +49,13 @@ from domain.ttft_parts import PARTS_HEADER
 log = logging.getLogger(__name__)
 
 PROXY_KEY: web.AppKey[Proxy] = web.AppKey("proxy")
-RUNNER_KWARGS: dict[str, Any] = {"handler_cancellation": True, "access_log": None}
+RUNNER_KWARGS: dict[str, Any] = {
+    "handler_cancellation": True,
+    "access_log": None,
+    "keepalive_timeout": 75.0,  # an idle client connection closes after this
+    # a client told 413 before its body came may finish sending it this long, no longer
+    "lingering_time": 2.0,
+}
 
 
 def error_response(exc: ProxyError) -> web.Response:
@@ -131,16 +136,9 @@ class Proxy:
             self.metrics.loop_lag = max(0.0, loop.time() - start - interval)
 
     async def _read_body(self, request: ClientRequest) -> bytes:
-        if isinstance(request, FrontRequest):  # the proxy's own front (connector/http/front.py)
-            if request.length > self.settings.max_body_bytes:
-                raise self._too_large()
-            if request.body_complete():
-                return await request.body()
-            try:
-                async with asyncio.timeout(self.settings.body_timeout):
-                    return await request.body()
-            except TimeoutError:
-                raise self._too_slow() from None
+        length = request.content_length
+        if length is not None and length > self.settings.max_body_bytes:
+            raise self._too_large()  # at once: the body is not waited for
         try:
             if request.content.is_eof():  # the whole body came with the head: no deadline
                 return await request.read()
@@ -164,11 +162,6 @@ class Proxy:
         )
 
     # -- the request path --------------------------------------------------------------------
-    # aiohttp's request gets aiohttp's response; the front's request may get a FrontStream
-    @overload
-    async def generate(self, request: web.Request) -> web.StreamResponse: ...
-    @overload
-    async def generate(self, request: FrontRequest) -> ClientAnswer: ...
     async def generate(self, request: ClientRequest) -> ClientAnswer:
         flight = Flight(clock(), request.path)
         flight.ttft_parts = self.settings.ttft_parts
@@ -202,7 +195,7 @@ class Proxy:
             outcome = "failed" if flight.error else "ok"
             if self.bidir is not None and outcome == "ok":
                 self.bidir.after(body, flight)
-            if is_canary and isinstance(response, web.StreamResponse) and not response.prepared:
+            if is_canary and not response.prepared:
                 prefill = route.prefill.url if route.prefill is not None else None
                 response.headers.update(canary.pair_headers(prefill, route.decode.url))
             return response
@@ -219,7 +212,10 @@ class Proxy:
                 flight.blamed, flight.cause = exc.instance, exc.cause
             if flight.prepared:  # headers are gone: the error travels in the stream (written)
                 return web.StreamResponse()
-            return error_response(exc)
+            response = error_response(exc)
+            if isinstance(exc, TooLarge):  # its body was not read: the connection cannot go on
+                response.force_close()
+            return response
         except asyncio.CancelledError:
             outcome = _hung_up(flight)
             raise

@@ -6,25 +6,22 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
 
 from aiohttp import web
 
 from connector.api import admin, openapi
 from connector.api.info import InfoRoutes
-from connector.http.read_deadlines import HeadDeadlineSite
+from connector.http.read_deadlines import HeadDeadlineSite, mark_busy
 from connector.proxy import PROXY_KEY, RUNNER_KWARGS, Proxy
 from connector.settings import ProxySettings
 
 log = logging.getLogger("connector.proxy")
-# "aiohttp": aiohttp's server reads every request (the proxy's own front otherwise)
-FRONT_ENV = "PDCTL_PROXY_FRONT"
 GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections (CPython's default: 700)
 
 
 def create_app(settings: ProxySettings) -> web.Application:
     """The proxy app; the session, registry listener and background loops start with it."""
-    app = web.Application(client_max_size=settings.max_body_bytes)
+    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[mark_busy])
     proxy = Proxy(settings)
     app[PROXY_KEY] = proxy
     app.on_startup.append(proxy.startup)
@@ -51,15 +48,8 @@ async def start(settings: ProxySettings) -> tuple[web.AppRunner, web.Application
             await app[PROXY_KEY].cleanup(app)
         raise
     try:
-        front = app[PROXY_KEY].generate if os.environ.get(FRONT_ENV, "pdctl") != "aiohttp" else None
-        await HeadDeadlineSite(
-            runner,
-            settings.host,
-            settings.port,
-            settings.header_timeout,
-            generate=front,
-            max_body=settings.max_body_bytes,
-        ).start()
+        site = HeadDeadlineSite(runner, settings.host, settings.port, settings.header_timeout)
+        await site.start()
     except BaseException:
         await runner.cleanup()
         raise
@@ -87,8 +77,11 @@ async def start_or_explain(settings: ProxySettings) -> tuple[web.AppRunner, web.
         ) from None
 
 
-def bound_port(runner: web.AppRunner) -> int:
-    for addr in runner.addresses:
+def bound_port(runner: web.BaseRunner) -> int:
+    for site in runner.sites:
+        if isinstance(site, HeadDeadlineSite):
+            return site.port
+    for addr in runner.addresses:  # a plain aiohttp site (the tests' fake engines)
         return int(addr[1])
     raise RuntimeError("the proxy is not listening")
 

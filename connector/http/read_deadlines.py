@@ -1,127 +1,149 @@
-"""A deadline on reading a request's head, which aiohttp does not have: a client that sends
-its headers a line at a time (slowloris) would otherwise hold a connection, and its memory,
-for as long as it likes. The body has its own deadline where the proxy reads it.
+"""A deadline on reading a request's head, which aiohttp's server does not have: a client
+that sends its headers a line at a time (slowloris) would otherwise hold a connection, and
+its memory, for as long as it likes. The body has its own deadline where the proxy reads it.
 
-`HeadDeadlineSite` is a TCPSite whose connections run `deadline_handler(seconds)`: from the
-first byte of a request, its head must be complete within `seconds`, or the connection closes.
-Given the proxy's `generate`, each connection starts in the proxy's own front
-(connector/http/front.py), which keeps the same deadline and hands aiohttp what it does not read.
+Each connection is aiohttp's request handler (its parser reads every byte) inside a
+`ClientConnection` that only watches: from a byte that arrives while no request is being
+answered, a request must reach a handler within the deadline (`busy`, told by the
+`mark_busy` middleware), or the connection closes. It also keeps the connection's flow
+control for the streamed answers' fast path (connector/client_stream.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import cast
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
-
-from connector.http.front import FrontServer, Generate
-from connector.http.front_head import line_is_hot
 
 
-def deadline_handler(seconds: float) -> type[RequestHandler]:
-    class HeadDeadlineHandler(RequestHandler):
-        _head_timer: asyncio.TimerHandle | None = None
+class ClientConnection(asyncio.Protocol):
+    __slots__ = ("_drain", "_lost", "busy", "handler", "loop", "seconds", "timer", "transport")
 
-        _front: FrontServer | None = None  # where a completion request goes back to
-
-        def data_received(self, data: bytes) -> None:
-            front, transport = self._front, self.transport
-            if front is not None and self._idle() and transport is not None:
-                line_end = data.find(b"\r\n")
-                if line_end > 0 and line_is_hot(data[:line_end]):
-                    self._hand_back(front, transport, data)
-                    return
-            heads_before = self._request_count
-            super().data_received(data)
-            if self._request_count > heads_before:  # a whole head arrived
-                self._stop_head_timer()
-            elif data and self._head_timer is None and self._between_requests():
-                self._head_timer = self._loop.call_later(seconds, self._head_too_slow)
-
-        def _between_requests(self) -> bool:
-            # Not while a request is handled or queued: then these bytes are its body.
-            return self._current_request is None and not self._messages
-
-        def _idle(self) -> bool:
-            """Waiting for the next request, with no byte of it read (a parser at a message
-            boundary): the connection can change hands."""
-            waiter = self._waiter
-            return (
-                waiter is not None
-                and not waiter.done()
-                and not self._messages
-                and self._head_timer is None
-                and self._payload_parser is None
-                and not self._upgraded
-            )
-
-        def _hand_back(self, front: FrontServer, transport: asyncio.Transport, data: bytes) -> None:
-            """A completion request on a connection aiohttp took over (for a GET, say): the
-            front reads it, and the connection is the front's again."""
-            self.transport = None  # so that closing this handler leaves the socket open
-            self.connection_lost(None)  # ends its task and its keep-alive timer
-            front.adopt(transport, data)
-
-        def _head_too_slow(self) -> None:
-            self._head_timer = None
-            if self.transport is not None:
-                self.transport.close()  # no answer: the client has not finished asking
-
-        def _stop_head_timer(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-
-        def connection_lost(self, exc: BaseException | None) -> None:
-            self._stop_head_timer()
-            super().connection_lost(exc)
-
-    return HeadDeadlineHandler
-
-
-class HeadDeadlineSite(web.TCPSite):
     def __init__(
-        self,
-        runner: web.BaseRunner,
-        host: str,
-        port: int,
-        head_seconds: float,
-        generate: Generate | None = None,
-        max_body: int = 1 << 20,
+        self, handler: asyncio.Protocol, seconds: float, loop: asyncio.AbstractEventLoop
     ) -> None:
-        super().__init__(runner, host, port)
-        self._handler_class = deadline_handler(head_seconds)
-        self._head_seconds, self._generate, self._max_body = head_seconds, generate, max_body
-        self.front: FrontServer | None = None
+        self.handler, self.seconds, self.loop = handler, seconds, loop
+        self.transport: asyncio.Transport | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.busy = False  # a request is being answered: bytes now are its body or the next
+        self._drain: asyncio.Future[None] | None = None  # set while the client's socket is full
+        self._lost = False
+
+    # -- the event loop's side, passed on to aiohttp's handler -------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # a TCP connection's
+        self.handler.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.handler.data_received(data)
+        transport = self.transport
+        if self.busy or self.timer is not None or transport is None or transport.is_closing():
+            return
+        self.timer = self.loop.call_later(self.seconds, self._head_too_slow)
+
+    def eof_received(self) -> bool | None:
+        return self.handler.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._stop_timer()
+        self._wake_writer(ConnectionResetError("the client closed the connection"))
+        self.handler.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.handler.pause_writing()
+        if self._drain is None:
+            self._drain = self.loop.create_future()
+
+    def resume_writing(self) -> None:
+        self.handler.resume_writing()
+        self._wake_writer(None)
+
+    # -- the head deadline -------------------------------------------------------------------
+    def request_started(self) -> None:
+        self.busy = True
+        self._stop_timer()
+
+    def request_ended(self) -> None:
+        self.busy = False
+
+    def _head_too_slow(self) -> None:
+        self.timer = None
+        if self.transport is not None and not self.busy:
+            self.transport.close()  # no answer: the client has not finished asking
+
+    def _stop_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    # -- flow control ------------------------------------------------------------------------
+    async def drain(self) -> None:
+        """Wait while the client's socket is full; ConnectionResetError once it is gone."""
+        if self._lost:
+            raise ConnectionResetError("the client closed the connection")
+        if self._drain is not None:
+            await self._drain
+
+    def _wake_writer(self, exc: Exception | None) -> None:
+        waiter, self._drain = self._drain, None
+        if waiter is not None and not waiter.done():
+            if exc is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(exc)
+                waiter.exception()  # retrieved: nobody may be waiting for it
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def mark_busy(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Tell the connection a request reached its handler: its head deadline is met."""
+    transport = request.transport
+    conn = transport.get_protocol() if transport is not None else None
+    if not isinstance(conn, ClientConnection):
+        return await handler(request)
+    conn.request_started()
+    try:
+        return await handler(request)
+    finally:
+        conn.request_ended()
+
+
+class HeadDeadlineSite(web.BaseSite):
+    """A TCP site whose connections are aiohttp's handlers inside `ClientConnection`."""
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, head_seconds: float) -> None:
+        super().__init__(runner)
+        self.server = runner.server
+        self.host, self.requested_port, self.head_seconds = host, port, head_seconds
+        self.listener: asyncio.Server | None = None
+
+    @property
+    def name(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def port(self) -> int:
+        if self.listener is None or not self.listener.sockets:
+            return self.requested_port
+        return int(self.listener.sockets[0].getsockname()[1])
 
     async def start(self) -> None:
-        await web.BaseSite.start(self)  # registers the site with its runner
+        await super().start()  # registers the site with its runner
         loop = asyncio.get_running_loop()
-        server: Any = self._runner.server
-        handler_class = self._handler_class
-
-        def protocol() -> RequestHandler:
-            # Exactly what aiohttp's Server builds, with the deadline added.
-            handler = handler_class(server, loop=loop, **server._kwargs)
-            handler._front = self.front  # type: ignore[attr-defined]  # HeadDeadlineHandler's
-            return handler
-
-        factory: Any = protocol
-        if self._generate is not None:
-            self.front = FrontServer(self._generate, protocol, self._head_seconds, self._max_body)
-            factory = self.front
-        self._server = await loop.create_server(
-            factory,
-            self._host,
-            self._port,
-            backlog=self._backlog,
-            reuse_address=self._reuse_address,
-            reuse_port=self._reuse_port,
+        server, seconds = self.server, self.head_seconds
+        if server is None:
+            raise RuntimeError("the runner is not set up")
+        self.listener = await loop.create_server(
+            lambda: ClientConnection(server(), seconds, loop), self.host, self.requested_port
         )
 
     async def stop(self) -> None:
+        if self.listener is not None:  # no new connections; the runner ends the open ones
+            self.listener.close()
         await super().stop()
-        if self.front is not None:  # as aiohttp's shutdown: answers in progress may finish
-            await self.front.shutdown(getattr(self._runner, "_shutdown_timeout", 60.0))

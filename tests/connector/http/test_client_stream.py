@@ -1,5 +1,6 @@
-"""The fast path to the client (connector/http/client_stream.py): byte for byte what aiohttp's own
-StreamWriter sends for the same chunks, and only where aiohttp would frame them the same way."""
+"""The fast path to the client (connector/client_stream.py): byte for byte what aiohttp's own
+StreamWriter sends for the same chunks, only for a chunked answer on the proxy's own
+connections, and the client's flow control (a slow client drained, a gone one ClientGone)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ import asyncio
 import random
 
 import pytest
+from aiohttp import web
 from aiohttp.base_protocol import BaseProtocol
 from aiohttp.http_writer import StreamWriter
+from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
-from connector.http.client_stream import DRAIN_ABOVE, ChunkedOut, ClientGone
+from connector.http.client_stream import DRAIN_ABOVE, ChunkedOut, ClientGone, fast_out
+from connector.http.read_deadlines import ClientConnection
 
 
 class FakeTransport(asyncio.Transport):
@@ -21,10 +25,10 @@ class FakeTransport(asyncio.Transport):
         self.closing = False
         self.queued = 0  # what get_write_buffer_size reports
 
-    def write(self, data) -> None:  # type: ignore[override]
+    def write(self, data) -> None:  # type: ignore[override]  # records, as the real one sends
         self.sent += data
 
-    def writelines(self, chunks) -> None:  # type: ignore[override]
+    def writelines(self, chunks) -> None:  # type: ignore[override]  # the same
         for chunk in chunks:
             self.sent += chunk
 
@@ -35,16 +39,10 @@ class FakeTransport(asyncio.Transport):
         return self.queued
 
 
-async def writer_with_head(chunked: bool = True) -> tuple[StreamWriter, FakeTransport]:
-    transport = FakeTransport()
-    protocol = BaseProtocol(asyncio.get_running_loop())
-    protocol.connection_made(transport)
-    writer = StreamWriter(protocol, asyncio.get_running_loop())
-    if chunked:
-        writer.enable_chunking()
-    await writer.write_headers("HTTP/1.1 200 OK", CIMultiDict({"Content-Type": "text/plain"}))
-    writer.send_headers()
-    return writer, transport
+def connection(transport: FakeTransport) -> ClientConnection:
+    conn = ClientConnection(asyncio.Protocol(), 5.0, asyncio.get_running_loop())
+    conn.connection_made(transport)
+    return conn
 
 
 def event_chunks(rng: random.Random) -> list[bytes]:
@@ -58,48 +56,70 @@ def test_chunks_are_framed_byte_for_byte_as_aiohttp_frames_them(seed: int) -> No
 
 
 async def framed_alike(chunks: list[bytes]) -> None:
-    theirs, their_wire = await writer_with_head()
+    wire = FakeTransport()
+    protocol = BaseProtocol(asyncio.get_running_loop())
+    protocol.connection_made(wire)
+    writer = StreamWriter(protocol, asyncio.get_running_loop())
+    writer.enable_chunking()
+    await writer.write_headers("HTTP/1.1 200 OK", CIMultiDict())
+    writer.send_headers()
+    head = bytes(wire.sent)
     for chunk in chunks:
-        await theirs.write(chunk)
-    await theirs.write_eof()
-    ours, our_wire = await writer_with_head()
-    out = ChunkedOut.of(our_wire, ours)
-    assert out is not None
+        await writer.write(chunk)
+    ours = FakeTransport()
+    out = ChunkedOut(connection(ours))
     for chunk in chunks:
         assert out.send(chunk) is False
-    await ours.write_eof()
-    assert bytes(our_wire.sent) == bytes(their_wire.sent)
+    assert bytes(ours.sent) == bytes(wire.sent)[len(head) :]
+    assert out.send(b"") is False and bytes(ours.sent) == bytes(wire.sent)[len(head) :]
 
 
-def test_only_a_chunked_plain_response_with_its_head_sent_takes_the_fast_path() -> None:
+def test_only_a_chunked_plain_answer_on_the_proxys_connection_takes_the_fast_path() -> None:
     asyncio.run(only_plain_chunked())
 
 
 async def only_plain_chunked() -> None:
-    writer, transport = await writer_with_head(chunked=False)
-    assert ChunkedOut.of(transport, writer) is None  # HTTP/1.0 or a declared length
-    writer, transport = await writer_with_head()
-    writer.enable_compression("deflate")
-    assert ChunkedOut.of(transport, writer) is None
-    writer, transport = await writer_with_head()
-    assert ChunkedOut.of(None, writer) is None
-    buffered = StreamWriter(writer.protocol, asyncio.get_running_loop())
-    buffered.enable_chunking()
-    await buffered.write_headers("HTTP/1.1 200 OK", CIMultiDict())
-    assert ChunkedOut.of(transport, buffered) is None  # its head would go after our bytes
+    chunked = web.StreamResponse()
+    chunked.enable_chunked_encoding()
+    assert fast_out(make_mocked_request("POST", "/v1/completions"), chunked) is None  # not ours
+    request = make_mocked_request("POST", "/v1/completions")
+    conn = connection(FakeTransport())
+    request.transport.get_protocol.return_value = conn  # type: ignore[union-attr]  # a mock's
+    conn.transport = request.transport  # type: ignore[assignment]  # the mock stands in
+    out = fast_out(request, chunked)
+    assert out is not None and out.conn is conn
+    assert fast_out(request, web.StreamResponse()) is None  # HTTP/1.0: not chunked
+    compressed = web.StreamResponse()
+    compressed.enable_chunked_encoding()
+    compressed.enable_compression()
+    assert fast_out(request, compressed) is None
 
 
-def test_a_client_that_hung_up_is_client_gone_and_a_slow_one_is_drained() -> None:
-    asyncio.run(gone_and_drained())
+def test_a_slow_client_is_drained_and_a_gone_one_is_client_gone() -> None:
+    asyncio.run(drained_and_gone())
 
 
-async def gone_and_drained() -> None:
-    writer, transport = await writer_with_head()
-    out = ChunkedOut.of(transport, writer)
-    assert out is not None
+async def drained_and_gone() -> None:
+    transport = FakeTransport()
+    conn = connection(transport)
+    out = ChunkedOut(conn)
     transport.queued = DRAIN_ABOVE + 1
     assert out.send(b"data: {}\n\n") is True
-    await out.drain()  # the protocol is not paused: returns at once
+    await out.drain()  # not paused: at once
+    conn.pause_writing()
+    draining = asyncio.ensure_future(out.drain())
+    await asyncio.sleep(0)
+    assert not draining.done()  # waits while the client's socket is full
+    conn.resume_writing()
+    await asyncio.wait_for(draining, 1)
+    conn.pause_writing()
+    draining = asyncio.ensure_future(out.drain())
+    await asyncio.sleep(0)
+    conn.connection_lost(None)
+    with pytest.raises(ClientGone):
+        await asyncio.wait_for(draining, 1)
+    with pytest.raises(ClientGone):
+        await out.drain()
     transport.closing = True
     with pytest.raises(ClientGone):
         out.send(b"data: {}\n\n")
