@@ -48,7 +48,7 @@ def connector_names() -> frozenset[str]:
         from domain.kv_connectors import all_backends
     except ImportError:  # a tree from before the backends (the count on main at f24504f)
         # Only that tree has it: the ignore is for a type checker reading this one.
-        from domain.modes import PROXY_CONNECTORS  # type: ignore[attr-defined]
+        from domain.modes import PROXY_CONNECTORS
 
         return frozenset(names | set(PROXY_CONNECTORS))
     for b in all_backends():

@@ -65,7 +65,7 @@ class FakeEngine:
                 await _send(response, {"error": {"message": "KV transfer failed", "code": 500}})
                 return response
             if behaviour == "cut" and i == 1:
-                request.transport.close()  # type: ignore[union-attr]
+                request.transport.close()
                 return response
             if behaviour == "hang":
                 await asyncio.sleep(self.hang_seconds)

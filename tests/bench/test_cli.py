@@ -31,7 +31,7 @@ def _app() -> typer.Typer:
     return app
 
 
-def _invoke(*args: str):  # type: ignore[no-untyped-def]
+def _invoke(*args: str):
     return CliRunner().invoke(_app(), ["bench", *args])
 
 

@@ -25,7 +25,7 @@ def _send(
 ) -> RequestRecord:
     async def go() -> RequestRecord:
         async with serving(engine) as url:
-            config = BenchConfig(base_url=url, **flags)  # type: ignore[arg-type]
+            config = BenchConfig(base_url=url, **flags)
             async with open_session(config) as session:
                 client = BenchClient(session, config, model)
                 return await client.send(request or _request(), index=3)

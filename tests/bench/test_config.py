@@ -81,7 +81,7 @@ def test_good_config_passes() -> None:
 )
 def test_bad_values_name_the_flag(change: dict[str, object], flag: str) -> None:
     with pytest.raises(BenchConfigError) as caught:
-        validate(replace(GOOD, **change))  # type: ignore[arg-type]
+        validate(replace(GOOD, **change))
     assert caught.value.flag == flag
     assert str(caught.value).startswith(flag)
 

@@ -34,7 +34,7 @@ def _summary(rate: float, ok: bool = True, lag_ms: float = 0.5) -> dict[str, obj
 def _render(table: object) -> str:
     console = Console(width=200, file=io.StringIO())
     console.print(table)
-    return console.file.getvalue()  # type: ignore[attr-defined]
+    return console.file.getvalue()
 
 
 def test_single_rate_document_is_flat_like_vllm_and_json_safe() -> None:

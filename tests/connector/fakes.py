@@ -279,7 +279,7 @@ def registry_dealer(port: int | None, sndhwm: int | None = None) -> Iterator[zmq
 
 def settings_for(
     prefills: list[FakeEngine] = (),
-    decodes: list[FakeEngine] = (),  # type: ignore[assignment]
+    decodes: list[FakeEngine] = (),
     **kwargs: Any,
 ) -> ProxySettings:
     defaults: dict[str, Any] = {

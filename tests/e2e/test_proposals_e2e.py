@@ -30,7 +30,7 @@ SETTLE_S = 12.0  # a whole 10 s window of the load, and the scrape after it
 def plane(tmp_path):
     plane = ControlPlane(tmp_path).start()
     names: list[str] = []
-    plane.names = names  # type: ignore[attr-defined]
+    plane.names = names
     try:
         yield plane
     finally:
@@ -49,7 +49,7 @@ def plane(tmp_path):
 def started(plane: ControlPlane, spec: dict[str, Any]) -> str:
     status, created = plane.api("POST", "/deployments", spec)
     assert status == 201, created
-    plane.names.append(spec["name"])  # type: ignore[attr-defined]
+    plane.names.append(spec["name"])
     plane.api("POST", f"/deployments/{spec['name']}/start")
     plane.running(spec["name"])
     return f"http://127.0.0.1:{created['ports']['proxy']}"

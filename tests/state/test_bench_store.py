@@ -152,7 +152,7 @@ def test_a_run_that_spans_a_switch_says_its_figures_mix_two_revisions(
             "mori",
             "alice",
             None,
-            tmp_path / "gone",  # type: ignore[arg-type]
+            tmp_path / "gone",
             0.0,
             20,
             2,
@@ -178,10 +178,10 @@ def test_a_run_is_finished_in_the_store_before_it_stops_being_current(
         seen.append((status, runs.current("mori")))
         return finish(run_id, status, **kw)
 
-    store.finish = finishing  # type: ignore[method-assign]
+    store.finish = finishing
     for status in ("done", "failed", "stopped"):
         run = _run(store)
-        active = _Active(run.id, "mori", "alice", None, tmp_path / "gone", 0.0, 20, 2)  # type: ignore[arg-type]
+        active = _Active(run.id, "mori", "alice", None, tmp_path / "gone", 0.0, 20, 2)
         runs._active["mori"] = active
         runs._end(active, status, result=sweep((2.0, 1.0)))
         assert seen[-1] == (status, run.id)  # still current while the row was finished

@@ -34,7 +34,7 @@ class Pool:
 
 def queue(pool: Pool, **settings) -> HoldQueue:
     s = settings_for(**{"registry_port": 0, "startup_grace": 0.2, "hold_deadline": 5.0, **settings})
-    hold = HoldQueue(s, pool, ProxyMetrics())  # type: ignore[arg-type]
+    hold = HoldQueue(s, pool, ProxyMetrics())
     hold.start()
     return hold
 

@@ -25,10 +25,10 @@ class FakeTransport(asyncio.Transport):
         self.closing = False
         self.queued = 0  # what get_write_buffer_size reports
 
-    def write(self, data) -> None:  # type: ignore[override]  # records, as the real one sends
+    def write(self, data) -> None:
         self.sent += data
 
-    def writelines(self, chunks) -> None:  # type: ignore[override]  # the same
+    def writelines(self, chunks) -> None:
         for chunk in chunks:
             self.sent += chunk
 
@@ -84,8 +84,8 @@ async def only_plain_chunked() -> None:
     assert fast_out(make_mocked_request("POST", "/v1/completions"), chunked) is None  # not ours
     request = make_mocked_request("POST", "/v1/completions")
     conn = connection(FakeTransport())
-    request.transport.get_protocol.return_value = conn  # type: ignore[union-attr]  # a mock's
-    conn.transport = request.transport  # type: ignore[assignment]  # the mock stands in
+    request.transport.get_protocol.return_value = conn
+    conn.transport = request.transport
     out = fast_out(request, chunked)
     assert out is not None and out.conn is conn
     assert fast_out(request, web.StreamResponse()) is None  # HTTP/1.0: not chunked

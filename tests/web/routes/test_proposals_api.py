@@ -26,7 +26,7 @@ def observe(client: TestClient, frames: dict[str, dict]) -> None:
     lifespan, which closes whatever observer it finds."""
     real, fake = client.app.state.observer, FakeObserver(frames)
     if real is not None:
-        fake.close = real.close  # type: ignore[method-assign]
+        fake.close = real.close
     client.app.state.observer = fake
 
 
