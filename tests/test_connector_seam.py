@@ -16,20 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from harness.processes import ROOT
+from tests.test_layers import PRODUCT as PACKAGES
 
-PRODUCT = (
-    "domain",
-    "state",
-    "connector",
-    "simulator",
-    "bench",
-    "controller",
-    "observe",
-    "services",
-    "web",
-    "terminal",
-    "harness",
-)
+# The product's packages, and the harness that starts them.
+PRODUCT = (*PACKAGES, "harness")
 BACKENDS = Path("domain", "kv_connectors")
 TEMPLATES = Path("web", "templates")
 # Constants that stand for connectors as a kind, never one of them by name.
