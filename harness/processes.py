@@ -217,3 +217,13 @@ def metric_value(text: str, name: str, **labels: str) -> float:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 total += sample.value
     return total
+
+
+def finally_on_sigterm() -> None:
+    """Turn SIGTERM (`timeout`, CI's kill) into SystemExit, so that every `finally` runs and a
+    benchmark stops what it started instead of orphaning it."""
+
+    def _exit(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)

@@ -60,6 +60,7 @@ from benchmarks.proxy.report import (
     table,
 )
 from connector.dispatch import canary
+from harness.processes import finally_on_sigterm
 
 CONCURRENCY = int(os.environ.get("BENCH_PROXY_CONCURRENCY", "50"))
 PROMPTS = int(os.environ.get("BENCH_PROXY_PROMPTS", "200"))
@@ -164,6 +165,7 @@ def check_seconds(n: int = 200_000) -> float:
 
 
 def main() -> None:
+    finally_on_sigterm()  # an interrupted run left its vllm-router processes behind
     logs = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
     nixl = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
     engines = [

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import signal
 import sys
 import tempfile
 import time
@@ -29,6 +28,7 @@ from benchmarks.chaos.load import served
 from benchmarks.soak.load import Tally, drive
 from benchmarks.soak.procs import Series, find, kill_groups, sample, summarize, table
 from harness.control_plane import ControlPlane
+from harness.processes import finally_on_sigterm
 from services.demo.deployments import DEMO_NAME
 
 RATE = 8.0
@@ -54,10 +54,6 @@ def plan(minutes: float, quick: bool) -> Plan:
         return Plan(minutes=170 / 60, warm_s=50.0, beat_s=5.0, max_rss_mb=3.0, max_fds=10)
     warm = min(300.0, minutes * 60.0 / 3)
     return Plan(minutes=minutes, warm_s=warm, beat_s=10.0, max_rss_mb=5.0, max_fds=10)
-
-
-def _raise_exit(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)  # so that every `finally` below runs
 
 
 def start(plane: ControlPlane) -> str:
@@ -130,7 +126,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="the short form CI runs")
     args = parser.parse_args()
     p = plan(args.minutes, args.quick)
-    signal.signal(signal.SIGTERM, _raise_exit)
+    finally_on_sigterm()
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pdctl-soak-") as tmp:
         series, tally = run(Path(tmp), p)
