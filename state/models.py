@@ -7,6 +7,10 @@ events       everything an operator (or the controller) does; outlives deleted d
 history      observe/'s downsampled live frames
 bench_runs   `pdctl bench` runs started from the dashboard, with the revision they measured
 placements   the node each process of a deployment was last placed on (state/placement_store.py)
+rollouts     every rollout of a running deployment, the engine's whole record as JSON; outlives
+             restarts, goes with its deployment (state/rollout_store.py)
+start_samples  how long an instance group's processes took to start, the latest 200 per group
+             (state/rollout_store.py)
 """
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ class Revision(SQLModel, table=True):
     actor: str = Field(max_length=200, nullable=False)
     reason: str | None = Field(default=None, max_length=500)
     created_at: datetime = _ts()
-    # state/changes.py RevisionState: in_progress | applied | failed | rolled_back
+    # state/changes.py RevisionState: pending | in_progress | applied | failed | rolled_back
     state: str = Field(
         default="applied",
         max_length=16,
@@ -157,3 +161,42 @@ class Placement(SQLModel, table=True):
     node_address: str = Field(max_length=255, nullable=False)
     gpus: float = Field(nullable=False)  # what it was given there (0: none, the stand-in)
     placed_at: datetime = _ts()
+
+
+class Rollout(SQLModel, table=True):
+    """One rollout (controller/rollout/): a change to a running deployment that ends, can be
+    aborted and undone. `body` is the engine's whole record; the columns repeat the fields
+    the store queries by. A name, not a key: Store.delete removes a deployment's rows."""
+
+    __tablename__ = "rollouts"
+    __table_args__ = (
+        sa.Index("ix_rollouts_deployment_id", "deployment", "id"),
+        sa.Index("ix_rollouts_state", "state"),
+        {"sqlite_autoincrement": True},  # an id is never given twice, even after a delete
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    deployment: str = Field(max_length=40, nullable=False)
+    revision: int = Field(nullable=False)
+    kind: str = Field(max_length=16, nullable=False)
+    strategy: str = Field(max_length=16, nullable=False)
+    state: str = Field(max_length=16, nullable=False)  # state/rollout_store.py ACTIVE, or ended
+    actor: str = Field(max_length=200, nullable=False)
+    created_at: datetime = _ts()
+    updated_at: datetime = _ts()
+    ended_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    body: dict = Field(sa_type=sa.JSON, nullable=False)
+
+
+class StartSample(SQLModel, table=True):
+    """How long one process of an instance group took to start, what a rollout's forecast of
+    its steps is made from."""
+
+    __tablename__ = "start_samples"
+    __table_args__ = (sa.Index("ix_start_samples_deployment_grp_id", "deployment", "grp", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    deployment: str = Field(max_length=40, nullable=False)
+    grp: str = Field(max_length=80, nullable=False)  # an instance group's name
+    seconds: float = Field(nullable=False)
+    ts: datetime = _ts()

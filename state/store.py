@@ -12,7 +12,8 @@ today's rules: one they refuse (NaN or Infinity written before they were refused
 since removed) is `Unreadable`, a 409 naming the field that says to replace it, never a 500;
 it can still be replaced, deleted and listed.
 
-While a revision is in progress (state/changes.py), any other change is a 409 naming it.
+While a revision is in progress (state/changes.py), or a rollout holds the deployment
+(state/rollout_store.py), any other change is a 409 naming it.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 from sqlmodel import Session, col, func, select
 
-from state import rows
+from state import rollout_store, rows
 from state.changes import Changes, RevisionState
 from state.errors import Conflict, StaleRevision, Unreadable
 from state.models import Deployment, Event, Revision, utcnow
+from state.rollout_store import Rollouts
 
 
 class Unfit(ValueError):
@@ -75,7 +77,7 @@ class Current:
     state: str = RevisionState.APPLIED.value
 
 
-class Store(Changes):
+class Store(Changes, Rollouts):
     def __init__(
         self,
         engine: sa.Engine,
@@ -176,11 +178,14 @@ class Store(Changes):
         *,
         based_on: int | None = None,
         dry_run: bool = False,
+        pending: bool = False,
     ) -> Current:
         """`spec` as the next revision. `based_on`: the revision the change was made from;
         StaleRevision if another has been stored since, so that no edit silently undoes
         another (None: whatever is current). ChangeInProgress while one is. `dry_run`: the
-        revision it would be, after every check, and nothing stored."""
+        revision it would be, after every check, and nothing stored. `pending`: stored as
+        desired but not rolled out (a running deployment's edit, which a rollout begins
+        with begin_stored); otherwise applied at once."""
         refused = self.rules.renamed(name, spec)
         if refused is not None:
             raise refused
@@ -198,23 +203,28 @@ class Store(Changes):
             if previous.spec == self.rules.dump(spec):
                 return self._current(dep, previous)  # nothing changed: no new revision
             ports = self._admit(s, spec, previous)
+            state = RevisionState.PENDING if pending else RevisionState.APPLIED
             if dry_run:
                 number, now = rows.next_number(s, dep), utcnow()
-                return Current(name, number, dep.created_at, now, spec, ports, actor, reason)
+                return Current(
+                    name, number, dep.created_at, now, spec, ports, actor, reason, state.value
+                )
             dep.revision = rows.next_number(s, dep)
             dep.updated_at = utcnow()
             s.add(dep)
-            s.add(self._new_revision(dep, dep.revision, spec, ports, actor, reason))
+            s.add(self._new_revision(dep, dep.revision, spec, ports, actor, reason, state))
             event = Event(
                 actor=actor,
                 kind="deployment.updated",
                 deployment=name,
                 message=f"{name} updated to revision {dep.revision}"
+                + (" (pending: not rolled out)" if pending else "")
                 + rows.why(reason)
                 + self._said(spec),
                 detail={
                     "revision": dep.revision,
                     "previous": previous.number,
+                    **({"state": state.value} if pending else {}),
                     **self._unsafe_detail(spec),
                 },
             )
@@ -227,7 +237,8 @@ class Store(Changes):
             dep = rows.deployment(s, name)
             self._refuse_while_in_progress(s, dep)
             last = rows.revision(s, dep, dep.revision)
-            # Revisions go with the row (ON DELETE CASCADE); the event keeps the last one.
+            # Revisions go with the row (ON DELETE CASCADE), rollouts and start samples by
+            # name; the event keeps the last revision.
             event = Event(
                 actor=actor,
                 kind="deployment.deleted",
@@ -241,6 +252,7 @@ class Store(Changes):
             )
             s.add(event)
             s.delete(dep)
+            rollout_store.forget(s, name)
             self._commit(s, name, event)
 
     def clone(self, name: str, new_name: str, actor: str, reason: str | None = None) -> Current:

@@ -43,8 +43,9 @@ class DeploymentOut(BaseModel):
     reason: str | None
     state: str = Field(
         "applied",
-        description="The current revision's state: in_progress (a change such as a mode "
-        "switch is under way: any other change is a 409), applied, failed or rolled_back.",
+        description="The current revision's state: pending (stored, not rolled out yet), "
+        "in_progress (a change such as a mode switch is under way: any other change is a "
+        "409), applied, failed or rolled_back.",
     )
     spec: DeploymentSpec
     ports: PortsOut = Field(description="Every port, given or allocated.")
@@ -78,7 +79,8 @@ class RevisionSummary(BaseModel):
     actor: str
     reason: str | None
     state: str = Field(
-        "applied", description="in_progress | applied | failed | rolled_back (state/changes.py)"
+        "applied",
+        description="pending | in_progress | applied | failed | rolled_back (state/changes.py)",
     )
 
     @classmethod

@@ -24,6 +24,8 @@ TABLES = {
     "history",
     "bench_runs",
     "placements",
+    "rollouts",
+    "start_samples",
 }
 
 

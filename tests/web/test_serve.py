@@ -72,7 +72,7 @@ def test_serve_migrates_a_fresh_file_and_keeps_state_across_restarts(tmp_path: P
     finally:
         server.stop()
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0005",)
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0006",)
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     again = serve(tmp_path, db)
     try:
