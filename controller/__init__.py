@@ -11,9 +11,11 @@ keeps this true):
    `clients/`    the seam to HTTP: instances' /health, the proxy's admin API, pair checks
    `autopilot/`  pure: the P:D ratio autopilot's decision and the capacity it reads
 4. `supervise/`  the process state machine and the asyncio supervisor around it
-5. `switch/`     changing a running deployment: mode switches, their plan, steps, forecast
-                 and record, and runtime role moves
-6. `proposals.py` (the change behind an advisor verdict), `service.py` (the controller as
+5. `switch/`     the steps that change what runs (drain, hold, apply, wait...) and their
+                 performer; mode switches' plans and forecast; runtime role moves
+6. `rollout/`    the one engine every change to a running deployment goes through: what
+                 changes and why, each strategy's steps, deadlines, abort, rollback, records
+7. `proposals.py` (the change behind an advisor verdict), `service.py` (the controller as
    the REST API sees it), `cli.py` (`pdctl run-instance`, `pdctl deploy compose|k8s`)
 
 This module is the door the floors above (services/, web/) use: each name below is imported
@@ -38,6 +40,9 @@ if TYPE_CHECKING:
     from controller.launch.render import LaunchSettings
     from controller.launch.stored_spec import StoredSpec
     from controller.proposals import PROPOSING_RULES, Change, front_instances, propose
+    from controller.rollout.engine import RolloutBusy, Target
+    from controller.rollout.record import IN_PROGRESS, RolloutRecord
+    from controller.rollout.revisions import StoreRevisions
     from controller.service import ControlService
     from controller.spec.deployment import (
         CONNECTORS,
@@ -60,8 +65,6 @@ if TYPE_CHECKING:
     from controller.spec.validation import given_ports, host_port_busy, validate
     from controller.supervise.placement_log import PlacementLog
     from controller.supervise.supervisor import Supervisor, SupervisorSettings
-    from controller.switch.record import IN_PROGRESS, SwitchRecord, from_revision, revision_of
-    from controller.switch.runner import StoreRevisions
 
 # Each exported name -> the module that defines it.
 _EXPORTS = {
@@ -75,7 +78,7 @@ _EXPORTS = {
     "EC_CONNECTORS": "controller.spec.encode",
     "Engine": "controller.spec.deployment",
     "HOUR_S": "controller.autopilot.decide",
-    "IN_PROGRESS": "controller.switch.record",
+    "IN_PROGRESS": "controller.rollout.record",
     "InstancePorts": "controller.spec.deployment",
     "LaunchSettings": "controller.launch.render",
     "NodeView": "controller.launch.cluster_view",
@@ -89,18 +92,19 @@ _EXPORTS = {
     "RayUnreachable": "controller.backends.ray",
     "STORAGE_KEY": "controller.spec.encode",
     "Slug": "controller.spec.deployment",
-    "StoreRevisions": "controller.switch.runner",
+    "StoreRevisions": "controller.rollout.revisions",
+    "RolloutBusy": "controller.rollout.engine",
+    "RolloutRecord": "controller.rollout.record",
+    "Target": "controller.rollout.engine",
     "StoredSpec": "controller.launch.stored_spec",
     "Supervisor": "controller.supervise.supervisor",
     "SupervisorSettings": "controller.supervise.supervisor",
-    "SwitchRecord": "controller.switch.record",
     "Topology": "controller.spec.deployment",
     "UNCHANGED": "controller.spec.redact",
     "allocate": "controller.launch.ports",
     "capacity_of": "controller.autopilot.capacity",
     "child_environment": "controller.launch.child_env",
     "decide": "controller.autopilot.decide",
-    "from_revision": "controller.switch.record",
     "front_instances": "controller.proposals",
     "given_ports": "controller.spec.validation",
     "holds_mask": "controller.spec.redact",
@@ -111,7 +115,6 @@ _EXPORTS = {
     "redact_spec": "controller.spec.redact",
     "redact_text": "controller.spec.redact",
     "restore_secrets": "controller.spec.redact",
-    "revision_of": "controller.switch.record",
     "sample": "controller.autopilot.decide",
     "timed_spec": "controller.spec.timing",
     "validate": "controller.spec.validation",
@@ -141,18 +144,19 @@ __all__ = [
     "ProxyAdminError",
     "RayBackend",
     "RayUnreachable",
+    "RolloutBusy",
+    "RolloutRecord",
     "Slug",
     "StoreRevisions",
     "StoredSpec",
     "Supervisor",
     "SupervisorSettings",
-    "SwitchRecord",
+    "Target",
     "Topology",
     "allocate",
     "capacity_of",
     "child_environment",
     "decide",
-    "from_revision",
     "front_instances",
     "given_ports",
     "holds_mask",
@@ -163,7 +167,6 @@ __all__ = [
     "redact_spec",
     "redact_text",
     "restore_secrets",
-    "revision_of",
     "sample",
     "timed_spec",
     "validate",

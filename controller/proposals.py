@@ -3,7 +3,7 @@ applies in one step: a new spec (a different P:D ratio, TP, mode, topology, bidi
 on, a render tier) and how the controller carries it out (`how`):
 
     role_move  one instance changes role at runtime (role_switch on; no restart, 0 lost)
-    switch     a zero-loss read/write mode switch (controller/switch/runner.py)
+    switch     a zero-loss read/write mode switch (controller/rollout/engine.py)
     revision   the spec is stored as the next revision; a running deployment restarts on it
 
 Each change names the signal its prediction is about (`watch`) and which way it should move.

@@ -13,22 +13,24 @@ from typing import Any
 from controller.launch.cluster_view import NodeView, cluster_view
 from controller.launch.placement import Node
 from controller.launch.ports import AllocatedPorts
+from controller.rollout.changes import Action
+from controller.rollout.engine import ACTOR, Goal, RolloutEngine, RolloutLog, Target, TargetLoader
+from controller.rollout.memory_log import MemoryLog
+from controller.rollout.record import IN_PROGRESS, RolloutRecord
+from controller.rollout.revisions import ChangeStore, SwitchRevisions
+from controller.rollout.status import instance_truth
+from controller.rollout.strategies import allowed, start_ready
+from controller.rollout.strategies import default as default_strategy
 from controller.spec.deployment import DeploymentSpec
 from controller.spec.validation import engine_problems
 from controller.supervise.placement_log import PlacementLog
 from controller.supervise.supervisor import Supervisor, SupervisorError
+from controller.switch.plan import Step, StepKind, SwitchBusy, plan, target_spec
 from controller.switch.preview import preview
-from controller.switch.record import IN_PROGRESS, strategy_of
-from controller.switch.role_move import RoleMover, plan_move
-from controller.switch.runner import (
-    ACTOR,
-    ChangeStore,
-    StoreRevisions,
-    SwitchRecord,
-    SwitchRevisions,
-    SwitchRunner,
-)
-from domain.errors import ConfigError, InvalidTransition, Unavailable
+from controller.switch.role_move import RoleMoveFailed, RoleMover, plan_move
+from controller.switch.steps import Timeouts
+from domain.errors import ConfigError, InvalidTransition, Unavailable, UpstreamError
+from state.changes import RevisionState
 
 log = logging.getLogger("pdctl.controller")
 # (actor, kind, message, deployment, detail) -> None: how events reach the store.
@@ -38,7 +40,7 @@ _STOPPED = ("STOPPED", "EXITED", "FATAL")
 NODES_TIMEOUT_S = 10.0  # a cluster that takes longer to list its nodes is not answering
 
 
-STOP_WAIT_S = 120.0  # a restart on a new layout waits this long for every process to stop
+STOPPED_MID_CHANGE = "the control plane stopped during this change; no rollout was left to end it"
 
 
 class ClusterUnreachable(Unavailable):
@@ -54,15 +56,32 @@ class ControlService:
         record: Recorder,
         allow_code_env: bool = False,
         placements: PlacementLog | None = None,
+        rollout_log: RolloutLog | None = None,
+        load: TargetLoader | None = None,
+        timeouts: Timeouts | None = None,
     ) -> None:
         self.supervisor = supervisor
         self.record = record
         # The host's override setting: whether a spec's unsafe_allow may let code through.
         self.allow_code_env = allow_code_env
         self.placements = placements  # None: where processes were placed is not kept
-        # Each proxy's admin token is the supervisor's to keep (one per proxy it started).
-        self.switches = SwitchRunner(supervisor, record)
+        self.rollout_log = rollout_log or MemoryLog()
+        # Every change to what runs goes through this one engine (controller/rollout/).
+        self.rollouts = RolloutEngine(
+            supervisor,
+            record,
+            self.rollout_log,
+            load or _unknown_revision,
+            timeouts=timeouts or _timeouts(supervisor),
+        )
         self.role_moves = RoleMover(supervisor, record)  # controller/switch/role_move.py
+        supervisor.on_start_sample = self._keep_start
+
+    def _keep_start(self, name: str, group: str, seconds: float) -> None:
+        try:
+            self.rollout_log.add_start_samples(name, group, [seconds])
+        except Exception as exc:  # a measurement lost is no reason to fail a start
+            log.warning("%s: keeping a start time failed: %s", name, exc)
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -87,6 +106,18 @@ class ControlService:
     def preview(self, spec: DeploymentSpec, ports: AllocatedPorts) -> dict[str, dict[str, Any]]:
         return self.supervisor.preview(spec, ports)
 
+    def switches(self, name: str) -> list[RolloutRecord]:
+        """This deployment's mode switches, oldest first (they outlive the control plane)."""
+        return [r for r in reversed(self.rollouts.history(name)) if r.kind == "switch"]
+
+    def drift(self, name: str, desired: Target) -> list[dict[str, Any]]:
+        """Each process: the revision it runs, the one desired, whether it drifted and why
+        (controller/rollout/status.py)."""
+        if not self.known(name):
+            return []
+        wanted = self.supervisor.launches(name, desired.spec, desired.ports)
+        return instance_truth(self.supervisor.running(name), wanted, desired.revision)
+
     async def cluster(self) -> list[NodeView]:
         """Every node the backend sees, with the processes on each; ClusterUnreachable (503)
         when the cluster does not answer now."""
@@ -107,7 +138,7 @@ class ControlService:
             log.warning("listing the cluster's nodes failed: %s", exc)
             raise ClusterUnreachable(f"the cluster does not answer: {_one_line(exc)}") from None
 
-    # -- actions -----------------------------------------------------------------------------
+    # -- actions: each is a rollout (controller/rollout/engine.py) ----------------------------
 
     async def start(
         self,
@@ -117,21 +148,33 @@ class ControlService:
         actor: str,
         reason: str | None,
         revision: int,
-    ) -> None:
-        self.switches.refuse_if_running(name)
+        pending: bool = False,
+    ) -> RolloutRecord:
+        """Start every process at `revision`; the rollout ends when all are ready (and settles
+        the revision applied if it was `pending`)."""
+        self.rollouts.refuse_if_running(name, "start")
         self.refuse_code(name, spec, revision)
-        await self.supervisor.start(name, spec, ports)
+        target = Target(revision, spec, ports)
+        instances = [g for g in spec.groups for _ in range(g.count)]
+        kv = spec.kv_backend
+        steps = [Step(StepKind.APPLY, (), spec=spec)]
+        if instances:
+            steps += start_ready(spec, registers=kv is not None and kv.registers)
+        goal = Goal(name, target, "start", actor, reason, strategy="recreate", steps=steps)
+        goal.settles, goal.auto_rollback = pending, False
+        rec = await self.rollouts.begin(goal, inline=1)
         await self._keep_placement(name, spec)
         self.record(
             actor,
             "deployment.start",
             f"{name}: start (revision {revision})" + _why(reason),
             name,
-            {"revision": revision},
+            {"revision": revision, "rollout": rec.id},
         )
+        return rec
 
     async def _keep_placement(self, name: str, spec: DeploymentSpec) -> None:
-        if self.placements is None:
+        if self.placements is None or not self.known(name):
             return
         placed = self.supervisor.deployments[name].placed
         home = None
@@ -141,35 +184,90 @@ class ControlService:
         self.placements.started(name, spec, placed, home)
 
     async def stop(self, name: str, actor: str, reason: str | None) -> None:
-        self.switches.refuse_if_running(name)
+        self.rollouts.refuse_if_running(name, "stop")
         await self.supervisor.stop(name)
         self.record(actor, "deployment.stop", f"{name}: stop" + _why(reason), name, None)
 
-    async def restart_on(
-        self, name: str, spec: DeploymentSpec, ports: AllocatedPorts, revision: int, **who: Any
-    ) -> None:
-        """Run `name` as a new revision whose layout differs (groups added, removed or
-        resized): stop every process, then start the new ones. `who`: actor, reason."""
-        self.switches.refuse_if_running(name)
-        self.refuse_code(name, spec, revision)
-        await self.supervisor.stop(name, wait=STOP_WAIT_S)
-        await self.start(name, spec, ports, who["actor"], who.get("reason"), revision)
+    async def apply(
+        self,
+        name: str,
+        target: Target,
+        kind: str,
+        actor: str,
+        reason: str | None,
+        *,
+        back: Target | None,
+        strategy: str | None = None,
+        auto_rollback: bool = True,
+        settles: bool = True,
+    ) -> RolloutRecord:
+        """Roll `target` (a revision in progress) out to the running deployment: what differs
+        restarts, by `strategy` (None: roll where the layout allows it, else hold); a failure
+        rolls back to `back`, the last applied revision."""
+        self.refuse_code(name, target.spec, target.revision)
+        goal = Goal(
+            name,
+            target,
+            kind,
+            actor,
+            reason,
+            strategy=strategy,
+            back=back,
+            auto_rollback=auto_rollback,
+            settles=settles,
+        )
+        return await self.rollouts.begin(goal)
+
+    async def forecast_apply(self, name: str, target: Target) -> dict[str, Any]:
+        """What rolling `target` out would do, before it runs: each process's change and
+        why, and the strategies this layout allows (with why not)."""
+        goal = Goal(name, target, "apply", "preview")
+        found = await self.rollouts.changes(goal)
+        layout = self.rollouts.layout(goal)
+        return {
+            "changes": {a.value: [c.name for c in found if c.action is a] for a in Action},
+            "why": {c.name: c.why for c in found if c.why},
+            "strategies": allowed(found, layout),
+            "default": default_strategy(found, layout),
+        }
 
     async def restart(
-        self, name: str, instance: str | None, actor: str, reason: str | None
-    ) -> None:
-        self.switches.refuse_if_running(name)
-        await self.supervisor.restart(name, instance)
+        self,
+        name: str,
+        instance: str | None,
+        actor: str,
+        reason: str | None,
+        desired: Target | None = None,
+        strategy: str | None = None,
+    ) -> RolloutRecord:
+        """Converge to the desired revision: what drifted (or is unhealthy) restarts, on the
+        desired revision's placement. Nothing drifted: every instance (or `instance`) is
+        restarted, as asked, one pair at a time where the layout allows it."""
+        self.rollouts.refuse_if_running(name, "restart")
+        dep = self.supervisor.deployments.get(name)
+        if dep is None:
+            raise InvalidTransition(f"deployment {name!r} has not been started")
+        if instance is not None and instance not in dep.units:
+            raise SupervisorError(
+                f"{name} has no instance {instance!r}; it has {', '.join(dep.units)}"
+            )
+        target = desired or Target(dep.revision or 0, dep.spec, dep.ports)
+        self.refuse_code(name, target.spec, target.revision)
+        goal = Goal(name, target, "restart", actor, reason, strategy=strategy, settles=False)
+        goal.auto_rollback = False  # it converges to the revision already desired
+        goal.force = {instance} if instance is not None else None
+        rec = await self.rollouts.begin(goal)
         what = f"{name}/{instance}" if instance else name
         self.record(
             actor,
             "deployment.restart",
-            f"{what}: restart" + _why(reason),
+            f"{what}: restart by rollout {rec.id}" + _why(reason),
             name,
-            {"instance": instance},
+            {"instance": instance, "rollout": rec.id},
         )
+        return rec
 
-    def switch(
+    async def switch(
         self,
         name: str,
         spec: DeploymentSpec,
@@ -179,32 +277,102 @@ class ControlService:
         actor: str,
         reason: str | None,
         revisions: SwitchRevisions,
-    ) -> SwitchRecord:
-        """Write the target revision (in progress), then switch in the background; the record
-        shows the progress and `revisions` how it settled."""
+        back: Target | None = None,
+    ) -> RolloutRecord:
+        """Write the target revision (in progress), then switch in the background by
+        `strategy`; the record shows the progress and the revision how it settled."""
         self.refuse_code(name, spec, None)
+        self.rollouts.refuse_if_running(name, "switch")
+        steps = plan(spec, target, strategy)  # 409s for what cannot be switched this way
+        units = self.supervisor.status(name) if self.known(name) else []
+        if not units:
+            raise SwitchBusy(f"{name!r} is not running: start it, or edit its mode instead")
+        unwell = [f"{u['name']} is {u['state']}" for u in units if u["state"] != "RUNNING"]
+        if unwell:
+            raise SwitchBusy("every instance must be RUNNING before a switch: " + ", ".join(unwell))
         told = self.switch_preview(name, spec, target)
-        record = self.switches.begin(name, spec, ports, target, strategy, actor, reason, revisions)
-        record.forecast = next(f for f in told["strategies"] if f["strategy"] == strategy)
-        return record
+        why = f"mode switch to {target} ({strategy})" + (f": {reason}" if reason else "")
+        goal_spec = target_spec(spec, steps)
+        revision = revisions.begin(name, goal_spec, actor, why)
+        goal = Goal(
+            name,
+            Target(revision, goal_spec, ports),
+            "switch",
+            actor,
+            reason,
+            strategy=strategy,
+            steps=steps,
+            back=back or Target(self.supervisor.deployments[name].revision or 0, spec, ports),
+            switch_mode=target,
+            forecast=next(f for f in told["strategies"] if f["strategy"] == strategy),
+        )
+        try:
+            return await self.rollouts.begin(goal)
+        except Exception as exc:
+            revisions.settle(name, revision, RevisionState.FAILED, f"not begun: {exc}")
+            raise
 
     async def move_role(
         self, name: str, spec: DeploymentSpec, instance: str, role: str, **how: Any
     ) -> dict[str, Any]:
-        """Move one instance between prefill and decode (controller/switch/role_move.py); `how`:
-        store, actor, reason, drain_timeout_s."""
+        """Move one instance between prefill and decode (controller/switch/role_move.py) as a
+        rollout of one step; `how`: store, actor, reason, drain_timeout_s."""
         move = plan_move(spec, instance, role)  # the input first: 422s name the field
         if not self.known(name):
             raise InvalidTransition(f"deployment {name!r} has not been started")
-        self.switches.refuse_if_running(name)
-        return await self.role_moves.move(name, move, **how)
+        self.rollouts.refuse_if_running(name, "move a role")
+        dep = self.supervisor.deployments[name]
+        unit = dep.units.get(instance)
+        if unit is None or unit.machine.state.name != "RUNNING":
+            raise InvalidTransition(f"{name}/{instance} is not running: start it first")
+        result: dict[str, Any] = {}
+
+        async def mover(step: Step) -> None:
+            result.update(await self.role_moves.move(name, move, **how))
+
+        target = Target(dep.revision or 0, spec, dep.ports)
+        goal = Goal(
+            name,
+            target,
+            "role_move",
+            how.get("actor", ACTOR),
+            how.get("reason"),
+            strategy="in-place",
+            steps=[Step(StepKind.ROLE_MOVE, (instance,))],
+            settles=False,
+            auto_rollback=False,
+            mover=mover,
+        )
+        await self.rollouts.begin(goal)
+        rec = await self.rollouts.wait(name)
+        if rec is None or rec.state != "done" or not result:
+            raise RoleMoveFailed((rec.error if rec else None) or f"{name}/{instance}: not moved")
+        return result
+
+    async def abort(self, name: str, actor: str, reason: str | None) -> RolloutRecord:
+        rec = await self.rollouts.abort(name, actor, reason)
+        self.record(
+            actor,
+            "rollout.abort",
+            f"{name}: abort {rec.describe()}; it rolls back" + _why(reason),
+            name,
+            {"rollout": rec.id},
+        )
+        return rec
 
     def switch_preview(
         self, name: str, spec: DeploymentSpec, target: str, rate: float | None = None
     ) -> dict[str, Any]:
         """Each strategy's forecast duration and cost for switching `name` to `target`."""
-        measured = self.supervisor.start_times(name) if self.known(name) else {}
-        return preview(spec, target, measured, self.switches.history(name), rate)
+        measured = self.start_times(name)
+        return preview(spec, target, measured, self.switches(name), rate)
+
+    def start_times(self, name: str) -> dict[str, list[float]]:
+        """Measured starts by group: kept in the store, and this supervisor's own."""
+        kept = self.rollout_log.start_samples(name)
+        if not kept and self.known(name):  # a log that keeps none: this supervisor's own
+            return self.supervisor.start_times(name)
+        return kept
 
     def refuse_code(self, name: str, spec: DeploymentSpec, revision: int | None) -> None:
         """Nothing runs what today's engine allowlists refuse, whenever it was stored (a
@@ -221,23 +389,31 @@ class ControlService:
             )
             raise ConfigError(problems)
 
-    def recover_switches(self, store: ChangeStore) -> list[SwitchRecord]:
-        """After a restart: each switch the stopped control plane left in progress (its
-        revision says so) gets routing put back and is settled by what runs now."""
-        recovered = []
+    def recover(self, store: ChangeStore) -> list[RolloutRecord]:
+        """After a restart: each rollout the stopped control plane left running is taken over
+        (routing put back, then on toward its revision). A revision left in progress with no
+        rollout to finish it (written by an older pdctl) is settled failed: nothing may hold
+        a deployment that no verb can release."""
+        taken = self.rollouts.recover()
+        held = {r.deployment for r in taken}
         for current in store.deployments():
-            if current.state == IN_PROGRESS:
-                revisions = StoreRevisions(store)
-                strategy = strategy_of(current.reason)
-                rec = self.switches.recover(
-                    current.name, current.revision, current.spec, revisions, strategy
-                )
-                recovered += [rec] if rec is not None else []
-        return recovered
+            if current.state == IN_PROGRESS and current.name not in held:
+                store.settle_change(current.name, current.revision, "failed", STOPPED_MID_CHANGE)
+        return taken
 
     async def close(self) -> None:
-        await self.switches.close()
+        await self.rollouts.close()
         await self.supervisor.close()
+
+
+def _timeouts(supervisor: Supervisor) -> Timeouts:
+    """A restarted process may take as long to be ready as the supervisor gives it."""
+    start = supervisor.settings.policy.start_timeout
+    return Timeouts(ready_s=start)
+
+
+def _unknown_revision(name: str, revision: int) -> Target:
+    raise LookupError(f"{name}: revision {revision} cannot be loaded here")
 
 
 def _why(reason: str | None) -> str:
@@ -250,4 +426,4 @@ def _one_line(exc: BaseException) -> str:
     return (lines[-1] if lines else type(exc).__name__)[:300]
 
 
-__all__ = ["ControlService", "SupervisorError", "asyncio"]
+__all__ = ["ControlService", "SupervisorError", "UpstreamError", "asyncio"]

@@ -150,8 +150,9 @@ class AutopilotLoop:
             return "an autopilot move is under way"
         if self.controller.role_moves.busy(name):
             return "a role move is under way"
-        if any(r.state == "running" for r in self.controller.switches.history(name)):
-            return "a mode switch is under way"
+        active = self.controller.rollouts.active(name)
+        if active is not None:
+            return f"{active.describe()} is under way"
         states = {u["name"]: u["state"] for u in self.controller.status(name)}
         restarting = sorted(n for n, s in states.items() if s in BUSY_STATES)
         if restarting:

@@ -81,6 +81,7 @@ FLOORS: dict[str, list[set[str]]] = {
         {"manifests", "backends", "clients", "autopilot"},
         {"supervise"},
         {"switch"},
+        {"rollout"},
     ],
     "connector": [
         {"errors"},  # the fault types every room raises, the HTTP client's among them

@@ -32,6 +32,7 @@ from services.autopilot_loop import AutopilotLoop
 from services.bench_runs.runs import BenchRuns
 from services.demo import deployments as demo
 from services.load import LoadRuns
+from services.rollouts import target as rollout_target
 from state import db, migrate
 from state.bench_store import BenchStore
 from state.db import create_engine
@@ -62,6 +63,7 @@ from web.routes import (
     proposals,
     revisions,
     role_moves,
+    rollouts,
 )
 from web.security.auth import TokenBook
 from web.security.csrf import CrossOriginProtection
@@ -79,6 +81,7 @@ API_ROUTES = (
     events,
     lifecycle,
     role_moves,
+    rollouts,
     autopilot,
     live,
     bench,
@@ -163,7 +166,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     if settings.controller:
         app.state.controller = build_controller(settings, store, placements, app.state.backend)
         await app.state.controller.supervisor.open()
-        app.state.controller.recover_switches(store)  # left in progress by a stopped plane
+        # Rollouts a stopped control plane left running: taken over, on toward their revision.
+        app.state.controller.recover(store)
         app.state.observer = await start_observer(settings, app.state.controller, store, hub)
         # Its aggregates and the controller's state on the app's /metrics.
         app.state.registry.register(LiveCollector(app.state.controller, app.state.observer))
@@ -219,5 +223,10 @@ def build_controller(
     )
     placement_log.watch(supervisor)
     return ControlService(
-        supervisor, store.record, allow_code_env=settings.allow_code_env, placements=placement_log
+        supervisor,
+        store.record,
+        allow_code_env=settings.allow_code_env,
+        placements=placement_log,
+        rollout_log=store,
+        load=partial(rollout_target, store),
     )

@@ -4,7 +4,7 @@ service, the observer, the load and bench runs, the placements."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -134,4 +134,16 @@ Viewer = Annotated[Actor, Depends(current_actor)]
 Operator = Annotated[Actor, Depends(current_operator)]
 Reason = Annotated[
     str | None, Query(max_length=500, description="Why: kept with the revision and the event.")
+]
+
+# How a rollout changes instances (controller/rollout/strategies.py); None: roll where the
+# layout allows it, else hold.
+StrategyQuery = Annotated[
+    Literal["roll", "hold", "recreate"] | None,
+    Query(
+        description="roll: one prefill/decode pair at a time while the others serve (two or "
+        "more instances per role); hold: new requests wait in the proxy while the changed "
+        "instances restart; recreate: all at once, requests meanwhile are refused. Default: "
+        "roll where the layout allows it, else hold."
+    ),
 ]

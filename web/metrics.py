@@ -77,9 +77,10 @@ class LiveCollector(Collector):
             "pdctl_switches", "Mode switches begun, by outcome.", labels=["deployment", "state"]
         )
         counts: dict[tuple[str, str], int] = {}
-        for record in self.controller.switches.records.values():
-            key = (record.deployment, record.state)
-            counts[key] = counts.get(key, 0) + 1
+        for name in self.controller.supervisor.deployments:
+            for record in self.controller.switches(name):
+                key = (record.deployment, record.state)
+                counts[key] = counts.get(key, 0) + 1
         for (deployment, state), n in sorted(counts.items()):
             switches.add_metric([deployment, state], n)
         yield switches

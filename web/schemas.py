@@ -49,6 +49,11 @@ class DeploymentOut(BaseModel):
     )
     spec: DeploymentSpec
     ports: PortsOut = Field(description="Every port, given or allocated.")
+    rollout: dict[str, Any] | None = Field(
+        None,
+        description="The rollout this write began (a running deployment's new revision): what "
+        "restarts, by which strategy, its steps; GET .../rollout follows it.",
+    )
 
     @classmethod
     def of(cls, d: Current, secrets: bool = True) -> DeploymentOut:

@@ -41,13 +41,36 @@ def adopt_saved(
         dep = Supervised(spec.name, spec, ports, path.parent, {}, running=running)
         dep.admin_token = run_state.read_admin_token(path.parent)
         dep.placed = placing.load(path.parent, backend)
-        where = placing.addresses(dep.placed, launch_settings.host)
-        for launch in render(spec, ports, launch_settings, where):
-            dep.units[launch.name] = adopt_unit(
-                dep, launch, policy, backend=backend, clock=clock, emit=emit
-            )
+        dep.revision, revisions, dep.older = run_state.load_revisions(path)
+        desired = {launch.name for launch in render(spec, ports, launch_settings)}
+        for launch, revision in _launches(dep, revisions, launch_settings):
+            unit = adopt_unit(dep, launch, policy, backend=backend, clock=clock, emit=emit)
+            unit.revision, unit.dropping = revision, launch.name not in desired
+            dep.units[launch.name] = unit
         deployments[dep.name] = dep
     return deployments
+
+
+def _launches(
+    dep: Supervised, revisions: dict[str, int], settings: LaunchSettings
+) -> list[tuple[Launch, int | None]]:
+    """Each process as it runs: the desired revision's launch, or, mid-rollout, the launch of
+    the older revision it still runs (processes the desired one dropped included)."""
+    where = placing.addresses(dep.placed, settings.host)
+    desired = render(dep.spec, dep.ports, settings, where)
+    out = [(launch, revisions.get(launch.name, dep.revision)) for launch in desired]
+    named = {launch.name for launch in desired}
+    for number, (spec, ports) in sorted(dep.older.items()):
+        runs_it = {n for n, r in revisions.items() if r == number}
+        for launch in render(spec, ports, settings, where):
+            if launch.name not in runs_it:
+                continue
+            if launch.name in named:
+                out = [(launch, number) if a.name == launch.name else (a, r) for a, r in out]
+            else:
+                out.append((launch, number))
+                named.add(launch.name)
+    return out
 
 
 def adopt_unit(

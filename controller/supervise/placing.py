@@ -62,3 +62,12 @@ def node_lost(placed: Placed | None, name: str, nodes: list[Node]) -> Node | Non
     node = placed.nodes[name]
     live = {n.id for n in nodes if n.alive}
     return None if node.id in live else node
+
+
+def keep_dropped(placed: Placed | None, before: Placed | None, units: set[str]) -> Placed | None:
+    """`placed`, plus the nodes of processes it has no place for that still run (a rollout
+    stops them later): their launches keep naming the node they run on."""
+    if placed is None or before is None:
+        return placed
+    extra = {n: node for n, node in before.nodes.items() if n in units and n not in placed.nodes}
+    return Placed({**placed.nodes, **extra}) if extra else placed

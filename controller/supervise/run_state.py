@@ -19,19 +19,45 @@ PLACEMENT_FILE = "placement.json"
 ADMIN_TOKEN_FILE = "proxy-admin-token"
 
 
-def save_deployment(folder: Path, spec: DeploymentSpec, ports: AllocatedPorts) -> None:
-    """Record `spec` on `ports`, wanted running."""
+def save_deployment(
+    folder: Path,
+    spec: DeploymentSpec,
+    ports: AllocatedPorts,
+    revision: int | None = None,
+    units: dict[str, int] | None = None,
+    older: dict[int, tuple[DeploymentSpec, AllocatedPorts]] | None = None,
+) -> None:
+    """Record `spec` on `ports`, wanted running: revision `revision`; mid-rollout, `units`
+    says which revision each process runs and `older` holds the revisions besides `spec`."""
     _write_json(
         folder / DEPLOYMENT_FILE,
         {
             "spec": spec.model_dump(mode="json"),
             "running": True,
-            "ports": {
-                "proxy": ports.proxy,
-                "registry": ports.registry,
-                "instances": {k: v.model_dump() for k, v in ports.instances.items()},
+            "ports": _ports_json(ports),
+            "revision": revision,
+            "units": units or {},
+            "older": {
+                str(number): {"spec": s.model_dump(mode="json"), "ports": _ports_json(p)}
+                for number, (s, p) in (older or {}).items()
             },
         },
+    )
+
+
+def _ports_json(ports: AllocatedPorts) -> dict[str, Any]:
+    return {
+        "proxy": ports.proxy,
+        "registry": ports.registry,
+        "instances": {k: v.model_dump() for k, v in ports.instances.items()},
+    }
+
+
+def _ports(saved: dict[str, Any]) -> AllocatedPorts:
+    return AllocatedPorts(
+        saved["proxy"],
+        saved["registry"],
+        {k: InstancePorts(**v) for k, v in saved["instances"].items()},
     )
 
 
@@ -49,13 +75,25 @@ def load_deployment(path: Path) -> tuple[DeploymentSpec, AllocatedPorts, bool]:
     """(spec, ports, wanted running); ValueError or KeyError for a file that is not one."""
     saved = json.loads(path.read_text())
     spec = DeploymentSpec.model_validate(saved["spec"])
-    ports = saved["ports"]
-    allocated = AllocatedPorts(
-        ports["proxy"],
-        ports["registry"],
-        {k: InstancePorts(**v) for k, v in ports["instances"].items()},
-    )
-    return spec, allocated, bool(saved.get("running", True))
+    return spec, _ports(saved["ports"]), bool(saved.get("running", True))
+
+
+def load_revisions(
+    path: Path,
+) -> tuple[int | None, dict[str, int], dict[int, tuple[DeploymentSpec, AllocatedPorts]]]:
+    """(desired revision, each unit's revision, the older revisions' spec and ports) as saved;
+    nothing for a file written before revisions were kept, or one that cannot be read."""
+    try:
+        saved = json.loads(path.read_text())
+        older = {
+            int(number): (DeploymentSpec.model_validate(o["spec"]), _ports(o["ports"]))
+            for number, o in (saved.get("older") or {}).items()
+        }
+        units = {str(k): int(v) for k, v in (saved.get("units") or {}).items()}
+        revision = saved.get("revision")
+        return (int(revision) if revision is not None else None), units, older
+    except (ValueError, KeyError, TypeError):
+        return None, {}, {}
 
 
 def write_restarts(folder: Path, name: str, restarts: int) -> None:

@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from controller.backends.local import ProcessBackend, ShimBackend, settled
 from controller.clients.health import HttpProbe, Probe
 from controller.launch.placement import Addresses, Node, PlacementError
 from controller.launch.ports import AllocatedPorts
+from controller.launch.process import Launch
 from controller.launch.render import LaunchSettings, render
 from controller.spec.deployment import DeploymentSpec
 from controller.spec.redact import redact_text
@@ -96,6 +97,8 @@ class Supervisor:
         self.clock = clock or SystemClock()
         self.on_event = on_event or (lambda actor, kind, message, deployment: None)
         self.deployments: dict[str, Supervised] = {}
+        # (deployment, group, seconds): a start measured, for a store that keeps it.
+        self.on_start_sample: Callable[[str, str, float], None] | None = None
         self._stale: dict[
             str, StaleWatch
         ] = {}  # per deployment: controller/supervise/stale_peers.py
@@ -128,9 +131,18 @@ class Supervisor:
         await asyncio.gather(*(cancel_checks(w) for w in self._stale.values()))
         await self.probe.aclose()
 
-    async def start(self, name: str, spec: DeploymentSpec, ports: AllocatedPorts) -> None:
-        """Want `name` running as `spec`; processes whose command changed are restarted.
-        SpecInvalid (nothing changes) if a process can be placed on no node."""
+    async def start(
+        self,
+        name: str,
+        spec: DeploymentSpec,
+        ports: AllocatedPorts,
+        revision: int | None = None,
+        only: set[str] | None = None,
+    ) -> None:
+        """Want `name` running as `spec` (revision `revision`): processes whose command
+        changed are restarted, new ones started, ones `spec` no longer has stopped and then
+        forgotten. `only`: converge just these processes (a rollout's batch); the others run
+        what they ran. SpecInvalid (nothing changes) if a process can be placed on no node."""
         dep = self.deployments.get(name)
         alive = {n for n, u in dep.units.items() if u.machine.state in LIVE} if dep else set()
         try:
@@ -139,27 +151,109 @@ class Supervisor:
             )
         except PlacementError as err:
             raise SpecInvalid.at(err.loc, err.message) from None
+        if dep is not None:
+            placed = placing.keep_dropped(placed, dep.placed, set(dep.units))
         launches = render(spec, ports, self.settings.launch, self._addresses(placed))
         folder = private_files.private_dir(self.settings.run_dir / name)
         if dep is None:
             dep = Supervised(name, spec, ports, folder, {})
             self.deployments[name] = dep
+        if dep.revision is not None and dep.revision != revision:
+            dep.older[dep.revision] = (dep.spec, dep.ports)
         dep.spec, dep.ports, dep.running, dep.placed = spec, ports, True, placed
-        dep.forget_dropped({launch.name for launch in launches})
+        dep.revision = revision
+        names = {launch.name for launch in launches}
+        dep.forget_dropped(names)
         placing.save(folder, placed)
+        touched = names | set(dep.units) if only is None else set(only)
         for launch in launches:
-            unit = dep.units.get(launch.name)
-            if unit is None:
-                dep.units[launch.name] = Unit(launch, m.Machine(policy=self.settings.policy))
-            elif (unit.launch.argv, unit.launch.env) != (launch.argv, launch.env):
-                unit.launch = launch
-                if unit.machine.state in LIVE:
-                    await self._feed(dep, unit, m.Restart())
-            else:
-                unit.launch = launch
-        run_state.save_deployment(folder, spec, ports)
+            if launch.name in touched:
+                await self._converge(dep, launch, revision)
+            elif launch.is_proxy and launch.name in dep.units:
+                unit = dep.units[launch.name]  # who it expects: told at its admin API
+                unit.launch = replace(unit.launch, handover=launch.handover)
+        for unit in list(dep.units.values()):
+            if unit.launch.name in touched and unit.launch.name not in names:
+                await self._drop(dep, unit)
+        dep.prune_older()
+        self._save(dep)
         self._emit("start", f"{name}: start requested", name)
         await self._reconcile(dep)
+
+    async def _converge(self, dep: Supervised, launch: Launch, revision: int | None) -> None:
+        unit = dep.units.get(launch.name)
+        if unit is None:
+            dep.units[launch.name] = Unit(
+                launch, m.Machine(policy=self.settings.policy), revision=revision
+            )
+            return
+        changed = (unit.launch.argv, unit.launch.env) != (launch.argv, launch.env)
+        unit.launch, unit.revision, unit.dropping = launch, revision, False
+        # A process that gave up (FATAL) starts afresh: the rollout is the operator's retry.
+        if unit.machine.state is m.State.FATAL or (changed and unit.machine.state in LIVE):
+            await self._feed(dep, unit, m.Restart())
+
+    async def _drop(self, dep: Supervised, unit: Unit) -> None:
+        """Stop a process the revision no longer has (drained first); forgotten once down."""
+        unit.dropping = True
+        if unit.machine.state is not m.State.STOPPED:
+            await self._feed(dep, unit, m.Stop())
+        self._forget_stopped(dep)
+
+    def _forget_stopped(self, dep: Supervised) -> None:
+        gone = [n for n, u in dep.units.items() if u.dropping and u.machine.state in IDLE]
+        for name in gone:
+            del dep.units[name]
+            self.backend.forget(dep.folder, name)
+        if gone:
+            dep.prune_older()
+            self._save(dep)
+
+    def _save(self, dep: Supervised) -> None:
+        run_state.save_deployment(
+            dep.folder, dep.spec, dep.ports, dep.revision, dep.unit_revisions(), dep.older
+        )
+
+    def keep_launch(self, name: str, process: str, spec: DeploymentSpec) -> None:
+        """`process` runs `spec`'s launch from now on, without a restart: what it was told at
+        its admin API (the instances a proxy lists) is what a later restart starts it with."""
+        dep = self._deployment(name)
+        unit = self._unit(dep, process)
+        for launch in render(spec, dep.ports, self.settings.launch, self._addresses(dep.placed)):
+            if launch.name == process:
+                unit.launch, unit.revision = launch, dep.revision
+        self._save(dep)
+
+    def launches(self, name: str, spec: DeploymentSpec, ports: AllocatedPorts) -> list[Launch]:
+        """What `spec` would run, where processes run now (new ones as if on this host)."""
+        dep = self.deployments.get(name)
+        return render(
+            spec, ports, self.settings.launch, self._addresses(dep.placed if dep else None)
+        )
+
+    async def placed_launches(
+        self, name: str, spec: DeploymentSpec, ports: AllocatedPorts
+    ) -> list[Launch]:
+        """What `spec` would run, placed as a start would place it now (running processes
+        keep their node); SpecInvalid naming the field when a process fits on no node."""
+        dep = self.deployments.get(name)
+        if dep is None or not self.backend.clustered:
+            return self.launches(name, spec, ports)
+        alive = {n for n, u in dep.units.items() if u.machine.state in LIVE}
+        try:
+            placed = await placing.place_deployment(self.backend, spec, dep.placed, alive)
+        except PlacementError as err:
+            raise SpecInvalid.at(err.loc, err.message) from None
+        return render(spec, ports, self.settings.launch, self._addresses(placed))
+
+    def running(self, name: str) -> dict[str, Any]:
+        """Each process as it runs: its launch, state, health and revision."""
+        dep = self._deployment(name)
+        return {
+            n: (u.launch, u.machine.state.value, u.healthy, u.revision)
+            for n, u in dep.units.items()
+            if not u.dropping or u.machine.state in LIVE
+        }
 
     async def stop(self, name: str, wait: float | None = None) -> None:
         """Want `name` stopped; with `wait`, return once everything is down (or raise)."""
@@ -325,8 +419,12 @@ class Supervisor:
                 await self._feed(dep, proxy, m.Start())
             if proxy.machine.state is m.State.RUNNING:
                 for unit in dep.instances():
-                    if unit.machine.state in (m.State.STOPPED, m.State.EXITED):
+                    if unit.dropping:
+                        if unit.machine.state is m.State.EXITED:
+                            await self._feed(dep, unit, m.Stop())
+                    elif unit.machine.state in (m.State.STOPPED, m.State.EXITED):
                         await self._feed(dep, unit, m.Start())
+                self._forget_stopped(dep)
             return
         for unit in dep.instances():
             if unit.machine.state not in (m.State.STOPPED,):
@@ -342,7 +440,11 @@ class Supervisor:
         unit.machine, actions = m.step(unit.machine, event, self.clock.now())
         if unit.machine.state is not before:
             log.info("%s/%s: %s -> %s", dep.name, unit.launch.name, before, unit.machine.state)
+            samples = len(unit.start_samples)
             note_start(unit, before, self.clock.now())
+            if len(unit.start_samples) > samples and self.on_start_sample is not None:
+                group = unit.launch.group or ""
+                self.on_start_sample(dep.name, group, unit.start_samples[-1])
         for action in actions:
             await self._perform(dep, unit, action)
 

@@ -34,6 +34,8 @@ class Unit:
     refusal: str | None = None  # why the last start was not even tried (its port is held)
     timing_start: bool = False  # spawned by us and not ready yet (an adoption is not timed)
     start_samples: list[float] = field(default_factory=list)  # spawn -> ready, seconds
+    revision: int | None = None  # the revision whose launch this runs (None: not told)
+    dropping: bool = False  # not in the revision it converges to: stopped, then forgotten
 
 
 START_SAMPLES = 20  # the latest starts kept per process
@@ -64,6 +66,10 @@ class Supervised:
     admin_token: str | None = None  # what its proxy's /admin takes; never shown, never logged
     refusals: RefusalWatch = field(default_factory=RefusalWatch)  # told as events
     placed: Placed | None = None  # each process's node on a cluster (None: this host)
+    revision: int | None = None  # the desired revision (`spec`'s), if the caller named it
+    # Revisions some units still run mid-rollout (not `revision`), with their ports, so a
+    # later supervisor renders each unit as what it runs (controller/supervise/run_state.py).
+    older: dict[int, tuple[DeploymentSpec, AllocatedPorts]] = field(default_factory=dict)
 
     @property
     def proxy(self) -> Unit:
@@ -71,6 +77,14 @@ class Supervised:
 
     def instances(self) -> list[Unit]:
         return [u for u in self.units.values() if not u.launch.is_proxy]
+
+    def unit_revisions(self) -> dict[str, int]:
+        return {n: u.revision for n, u in self.units.items() if u.revision is not None}
+
+    def prune_older(self) -> None:
+        """Keep only the older revisions some unit still runs."""
+        used = {u.revision for u in self.units.values()}
+        self.older = {r: v for r, v in self.older.items() if r in used and r != self.revision}
 
     def forget_dropped(self, names: set[str]) -> None:
         """Forget stopped processes a new spec no longer has (a group removed or made
@@ -113,6 +127,8 @@ def describe(dep: Supervised, unit: Unit, now: float, wall: float) -> dict[str, 
         "node": _node_of(dep, launch.name),
         "address": launch.address,
         "last_exit_code": mach.last_exit,
+        "revision": unit.revision,
+        "dropping": unit.dropping,
         "command": launch.command,
         "log_error": unit.record.log_error if unit.record else None,
     }

@@ -4,8 +4,9 @@ A switch is a restart (MoRIIO fixes the mode when an instance starts), and a pre
 its decode must agree on the mode. The proxy routes each request within one mode group,
 so instances in different modes can serve side by side. Strategies:
 
-- roll: two or more prefill/decode group pairs; one pair at a time is drained, restarted in
-  the new mode and undrained while the others serve. Nothing is held.
+- roll: two or more prefill and two or more decode instances (one group with `count: 2`
+  included); one pair of instances at a time is drained, restarted in the new mode and
+  undrained while the others serve. Nothing is held.
 - hold: pause dispatch for the old mode's group (new requests wait in the proxy's bounded
   queue), let in-flight requests and KV pulls finish, restart prefill and decode together
   in the new mode; held requests go out as soon as the new group is ready.
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from controller.spec.deployment import DeploymentSpec, InstanceGroup, Mode, Role, who_has
-from domain.errors import Conflict
+from domain.errors import Conflict, InvalidTransition
 
 STRATEGIES = ("roll", "hold", "keep-serving")
 
@@ -28,6 +29,10 @@ class SwitchRejected(Conflict):
     """This deployment cannot be switched this way; the message says why (a 409)."""
 
     title = "Switch refused"
+
+
+class SwitchBusy(SwitchRejected, InvalidTransition):
+    """An instance that is not running, or not healthy, stands in the way of a switch."""
 
 
 class StepKind(StrEnum):
@@ -46,6 +51,11 @@ class StepKind(StrEnum):
     DEGRADE_END = "degrade_end"  # ...to here
     HOLD_BEGIN = "hold_begin"  # hold: new requests wait from here...
     HOLD_END = "hold_end"  # ...to here
+    ADD = "add"  # the proxy routes to these new instances (ones that do not register)
+    FORGET = "forget"  # the proxy forgets these stopped instances
+    KEEP_PROXY = "keep_proxy"  # the proxy's launch becomes `spec`'s, without a restart
+    RESTART = "restart"  # these processes restart as they are (the operator asked)
+    ROLE_MOVE = "role_move"  # one instance changes role in place (controller/switch/role_move.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,24 +153,24 @@ def plan(spec: DeploymentSpec, target: str, strategy: str) -> list[Step]:
 def _roll(
     spec: DeploymentSpec, mode: Mode, prefills: list[InstanceGroup], decodes: list[InstanceGroup]
 ) -> list[Step]:
-    if len(prefills) < 2 or len(decodes) < 2:
+    """One prefill/decode pair of instances at a time, whatever groups they are in (one group
+    with `count: 2` per role is enough); each batch converges to the whole target spec."""
+    p, d = _names(prefills), _names(decodes)
+    if len(p) < 2 or len(d) < 2:
         raise SwitchRejected(
-            "roll needs at least two prefill groups and two decode groups, "
-            "so that one pair serves while the other restarts; use hold or "
-            "keep-serving"
+            f"roll restarts one prefill/decode pair of instances at a time while another pair "
+            f"serves, so it needs two or more of each; this deployment has {len(p)} prefill and "
+            f"{len(d)} decode instance(s): use hold or keep-serving"
         )
-    pairs = min(len(prefills), len(decodes))
-    batches = [[prefills[i], decodes[i]] for i in range(pairs)]
-    batches[-1] += prefills[pairs:] + decodes[pairs:]
+    target = with_modes(spec, {g.name for g in prefills + decodes}, mode)
+    batches = [(p[i], d[i]) for i in range(min(len(p), len(d)))]
+    extra = p[len(batches) :] + d[len(batches) :]
     steps: list[Step] = []
-    done: set[str] = set()
-    for batch in batches:
-        names = _names(batch)
-        done |= {g.name for g in batch}
+    for names in [*batches, *((n,) for n in extra)]:
         steps += [
             Step(StepKind.DRAIN, names),
             Step(StepKind.WAIT_IDLE, names),
-            Step(StepKind.APPLY, names, spec=with_modes(spec, done, mode)),
+            Step(StepKind.APPLY, names, spec=target),
             Step(StepKind.WAIT_READY, names, mode=mode.value),
             Step(StepKind.UNDRAIN, names),
         ]

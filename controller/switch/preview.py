@@ -6,12 +6,12 @@ the drain from the switches of this deployment measured so far."""
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from controller.launch.render import sim_model_profile
 from controller.spec.deployment import DeploymentSpec, Engine, Role
 from controller.switch.forecast import Costs, StartEstimate, forecasts, measured_or
-from controller.switch.record import SwitchRecord
 from domain import profiles
 from domain.start_time import start_parts
 
@@ -50,7 +50,14 @@ def start_estimates(
     }
 
 
-def measured_drain(history: list[SwitchRecord]) -> float | None:
+class Finished(Protocol):
+    """A switch as its record tells it (controller/rollout/record.py)."""
+
+    state: str
+    timings: list[dict[str, Any]]
+
+
+def measured_drain(history: Sequence[Finished]) -> float | None:
     """The median wait for in-flight requests over this deployment's finished switches."""
     waits = [
         t["seconds"]
@@ -66,7 +73,7 @@ def preview(
     spec: DeploymentSpec,
     target: str,
     measured: dict[str, list[float]],
-    history: list[SwitchRecord],
+    history: Sequence[Finished],
     rate: float | None = None,
 ) -> dict[str, Any]:
     starts = start_estimates(spec, measured)

@@ -28,6 +28,8 @@ class AdminCalls(Protocol):
     async def drain(self, url: str) -> bool: ...
     async def undrain(self, url: str) -> bool: ...
     async def set_whole(self, url: str, whole: bool) -> bool: ...
+    async def add(self, url: str, role: str) -> None: ...
+    async def remove(self, url: str) -> bool: ...
     async def expect(self, registrations: list[dict[str, Any]] | None) -> None: ...
     async def rejected(self) -> int: ...
     async def aclose(self) -> None: ...
@@ -46,7 +48,16 @@ class Fleet(Protocol):
     @property
     def deployments(self) -> Mapping[str, Running]: ...
     def status(self, name: str) -> list[dict[str, Any]]: ...
-    async def start(self, name: str, spec: DeploymentSpec, ports: AllocatedPorts) -> None: ...
+    async def start(
+        self,
+        name: str,
+        spec: DeploymentSpec,
+        ports: AllocatedPorts,
+        revision: int | None = None,
+        only: set[str] | None = None,
+    ) -> None: ...
+    def keep_launch(self, name: str, process: str, spec: DeploymentSpec) -> None: ...
+    async def restart(self, name: str, instance: str | None = None) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +65,18 @@ class Timeouts:
     idle_s: float = 300.0  # in-flight requests finishing (long decodes)
     ready_s: float = 180.0  # restart, health and registration
     poll_s: float = 0.1
+    call_s: float = 30.0  # one call to the proxy or the supervisor (placement on a cluster)
+    move_s: float = 120.0  # a role move: drain, change role, route
+
+    def deadline(self, step: Step) -> float:
+        """How long `step` may take before the rollout fails at it."""
+        if step.kind is StepKind.WAIT_IDLE:
+            return self.idle_s + self.call_s
+        if step.kind is StepKind.WAIT_READY:
+            return self.ready_s + self.call_s
+        if step.kind is StepKind.ROLE_MOVE:
+            return self.move_s
+        return self.call_s
 
 
 class StepTimeout(TimeoutError):
@@ -73,9 +96,13 @@ class Execution:
     drained: set[str] = field(default_factory=set)
     whole: set[str] = field(default_factory=set)
     applied: int = 0  # apply steps begun: instances may run the new mode
+    revision: int | None = None  # what apply steps converge processes to
+    known_urls: dict[str, str] = field(default_factory=dict)  # processes that may be gone
+    mover: Callable[[Step], Awaitable[None]] | None = None  # performs a role move step
     held_s: float | None = None
     degraded_s: float | None = None
     _since: float | None = None
+    target_ports: AllocatedPorts | None = None  # the revision's (new instances have some)
 
     async def do(self, step: Step) -> None:
         await HANDLERS[step.kind](self, step)
@@ -100,7 +127,10 @@ class Execution:
         return []
 
     def urls(self, instances: tuple[str, ...]) -> list[str]:
-        by_name = {u["name"]: u["url"] for u in self.fleet.status(self.name)}
+        by_name = {**self.known_urls, **{u["name"]: u["url"] for u in self.fleet.status(self.name)}}
+        missing = [i for i in instances if i not in by_name]
+        if missing:
+            raise SwitchRejected(f"no process {', '.join(missing)} in {self.name}")
         return [by_name[i] for i in instances]
 
     # -- handlers ----------------------------------------------------------------------------
@@ -152,8 +182,33 @@ class Execution:
         if step.spec is None:
             raise SwitchRejected(f"{step.describe()}: an apply step carries the spec to run")
         self.applied += 1
-        ports = self.fleet.deployments[self.name].ports
-        await self.fleet.start(self.name, step.spec, ports)
+        ports = self.target_ports or self.fleet.deployments[self.name].ports
+        only = set(step.instances) if step.instances else None
+        await self.fleet.start(self.name, step.spec, ports, self.revision, only)
+
+    async def _add(self, step: Step) -> None:
+        roles = {u["name"]: u["role"] for u in self.fleet.status(self.name)}
+        for name, url in zip(step.instances, self.urls(step.instances), strict=True):
+            await self.admin.add(url, roles.get(name, "decode"))
+
+    async def _forget(self, step: Step) -> None:
+        for url in self.urls(step.instances):
+            await self.admin.remove(url)
+            self.drained.discard(url)
+
+    async def _restart(self, step: Step) -> None:
+        self.applied += 1
+        for name in step.instances:
+            await self.fleet.restart(self.name, name)
+
+    async def _keep_proxy(self, step: Step) -> None:
+        if step.spec is not None:
+            self.fleet.keep_launch(self.name, "proxy", step.spec)
+
+    async def _role_move(self, step: Step) -> None:
+        if self.mover is None:
+            raise SwitchRejected(f"{step.describe()}: no role mover was given")
+        await self.mover(step)
 
     async def _wait_idle(self, step: Step) -> None:
         urls = self.urls(step.instances)
@@ -165,25 +220,35 @@ class Execution:
         await self._until(busy, self.timeouts.idle_s, "still serving")
 
     async def _wait_ready(self, step: Step) -> None:
-        """Restarted (RUNNING, healthy) and listed by the proxy in the new mode's group."""
-        mode = step.mode or ""
+        """Restarted (RUNNING, healthy) and listed by the proxy as healthy, in the new mode's
+        group when the step names one; the proxy itself: RUNNING and healthy."""
+        mode = step.mode
 
         async def waiting() -> list[str]:
             units = {u["name"]: u for u in self.fleet.status(self.name)}
-            listing = {e["url"]: e for e in await self.admin.instances()}
+            names = [n for n in step.instances if n != "proxy"]
+            listing = {e["url"]: e for e in await self.admin.instances()} if names else {}
             out = []
             for name in step.instances:
-                unit = units[name]
+                unit = units.get(name)
+                if unit is None:
+                    out.append(f"{name} (not supervised)")
+                    continue
+                if name == "proxy":
+                    if unit["state"] != "RUNNING":
+                        out.append(f"proxy ({unit['state']})")
+                    continue
                 seen = listing.get(unit["url"], {})
                 if (
                     unit["state"] != "RUNNING"
-                    or seen.get("group") != mode
+                    or (mode is not None and seen.get("group") != mode)
                     or not seen.get("healthy")
                 ):
                     out.append(f"{name} ({unit['state']}, proxy group {seen.get('group', 'none')})")
             return out
 
-        await self._until(waiting, self.timeouts.ready_s, f"not ready in {mode} mode")
+        how = f"not ready in {mode} mode" if mode else "not ready"
+        await self._until(waiting, self.timeouts.ready_s, how)
 
     async def _until(
         self, pending: Callable[[], Awaitable[list[str]]], timeout: float, what: str
@@ -212,4 +277,9 @@ HANDLERS: dict[StepKind, Handler] = {
     StepKind.DEGRADE_END: Execution._degrade_end,
     StepKind.HOLD_BEGIN: Execution._begin_window,
     StepKind.HOLD_END: Execution._hold_end,
+    StepKind.ADD: Execution._add,
+    StepKind.FORGET: Execution._forget,
+    StepKind.KEEP_PROXY: Execution._keep_proxy,
+    StepKind.RESTART: Execution._restart,
+    StepKind.ROLE_MOVE: Execution._role_move,
 }

@@ -93,8 +93,7 @@ def _switching(request: Request, name: str) -> bool:
     controller = get_controller(request)
     if controller is None:
         return False
-    history = controller.switches.history(name)
-    return bool(history) and history[-1].state == "running"
+    return controller.rollouts.active(name) is not None
 
 
 def _modes(spec: DeploymentSpec) -> list[str]:
@@ -120,7 +119,8 @@ def deployment_context(
     name = current.name
     units = _units(request, name)
     controller = get_controller(request)
-    switches = controller.switches.history(name) if controller is not None else []
+    switches = controller.switches(name) if controller is not None else []
+    last = controller.rollouts.last(name) if controller is not None else None
     ctx = page_context(
         request,
         actor,
@@ -130,7 +130,8 @@ def deployment_context(
         units=units,
         topology=topology(current, units),
         modes=_modes(current.spec),
-        state=overall_state(units, bool(switches) and switches[-1].state == "running"),
+        state=overall_state(units, last is not None and last.active),
+        rollout=last.to_json() if last is not None else None,
         switch=switches[-1].to_json() if switches else None,
         load=get_load_runs(request).current(name),
         max_rate=MAX_RATE,

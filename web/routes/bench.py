@@ -93,9 +93,9 @@ def check_serving(request: Request, current: Current) -> None:
         raise Conflict(
             f"deployment {name!r} is not running{why}: start it, and bench once every process runs"
         )
-    switches = controller.switches.history(name)
-    if switches and switches[-1].state == "running":
-        raise Conflict(f"a mode switch of {name!r} is under way: bench after it ends")
+    active = controller.rollouts.active(name)
+    if active is not None:
+        raise Conflict(f"{active.describe()} of {name!r} is under way: bench after it ends")
     load = get_load_runs(request)
     if load.busy(name):
         raise Conflict(f"the dashboard's load run is going against {name!r}: stop it first")

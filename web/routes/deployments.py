@@ -12,7 +12,8 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Response, status
 
 from controller import DeploymentSpec
-from web.deps import ControllerDep, Operator, Reason, StoreDep, Viewer
+from services.rollouts import store_and_roll_out
+from web.deps import ControllerDep, Operator, Reason, StoreDep, StrategyQuery, Viewer
 from web.errors import BadRequest, InvalidTransition
 from web.schemas import CloneRequest, DeploymentEdit, DeploymentOut
 
@@ -57,23 +58,49 @@ def get_deployment(name: str, store: StoreDep, actor: Viewer, response: Response
 
 
 @router.put("/{name}")
-def replace_deployment(
+async def replace_deployment(
     name: str,
     body: DeploymentEdit,
     store: StoreDep,
+    controller: ControllerDep,
     actor: Operator,
     response: Response,
     if_match: Annotated[str | None, Header(max_length=200)] = None,
     reason: Reason = None,
     dry_run: DryRun = False,
+    rollout: Annotated[
+        bool,
+        Query(
+            description="On a running deployment: roll the new revision out now (default), or "
+            "store it pending (false) until `POST .../restart` rolls it out."
+        ),
+    ] = True,
+    strategy: StrategyQuery = None,
 ) -> DeploymentOut:
     """Store the spec as the deployment's next revision (no new revision if nothing
-    changed); with If-Match or `revision`, only if that is still the current revision."""
+    changed); with If-Match or `revision`, only if that is still the current revision. On
+    a running deployment the revision is pending, then rolled out: the answer's `rollout`
+    says what restarts, by which strategy (GET .../rollout follows it)."""
     based_on = body.revision if body.revision is not None else revision_of(if_match)
-    saved = store.update(name, body.spec(), actor.label, reason, based_on=based_on, dry_run=dry_run)
-    if not dry_run:
-        response.headers["ETag"] = etag(saved.revision)
-    return DeploymentOut.of(saved)
+    if dry_run:
+        spec = body.spec()
+        saved = store.update(name, spec, actor.label, reason, based_on=based_on, dry_run=True)
+        return DeploymentOut.of(saved)
+    done = await store_and_roll_out(
+        store,
+        controller,
+        name,
+        body.spec(),
+        actor.label,
+        reason,
+        based_on=based_on,
+        rollout=rollout,
+        strategy=strategy,
+    )
+    response.headers["ETag"] = etag(done.current.revision)
+    out = DeploymentOut.of(done.current)
+    out.rollout = done.rollout.to_json() if done.rollout is not None else None
+    return out
 
 
 def etag(revision: int) -> str:

@@ -7,10 +7,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, status
 from pydantic import BaseModel, ConfigDict, Field
 
-from controller import ControlService, StoreRevisions, SwitchRecord, from_revision, revision_of
+from controller import ControlService, StoreRevisions
 from domain.modes import TransferModeName
-from state.models import Revision
-from web.deps import Operator, Reason, ServiceDep, StoreDep
+from services.rollouts import desired, last_applied, roll_out
+from state.changes import RevisionState
+from web.deps import Operator, Reason, ServiceDep, StoreDep, StrategyQuery
 from web.errors import InvalidTransition, NotFound
 
 router = APIRouter(prefix="/deployments/{name}", tags=["lifecycle"])
@@ -39,8 +40,19 @@ def _known(controller: ControlService, name: str) -> None:
 async def start(
     name: str, controller: ServiceDep, store: StoreDep, actor: Operator, reason: Reason = None
 ) -> list[dict[str, Any]]:
+    """Start every process at the desired revision; a rollout of kind start follows them
+    until all are ready (GET .../rollout)."""
     current = store.get(name)
-    await controller.start(name, current.spec, current.ports, actor.label, reason, current.revision)
+    pending = current.state == RevisionState.PENDING.value
+    await controller.start(
+        name,
+        current.spec,
+        current.ports,
+        actor.label,
+        reason,
+        current.revision,
+        pending=pending,
+    )
     return controller.status(name)
 
 
@@ -62,10 +74,22 @@ async def restart(
     actor: Operator,
     instance: Annotated[str | None, Query(max_length=80)] = None,
     reason: Reason = None,
+    strategy: StrategyQuery = None,
 ) -> list[dict[str, Any]]:
-    store.get(name)
+    """Converge to the desired revision as a rollout: what drifted (or is unhealthy)
+    restarts, on the desired revision's placement; a pending revision is rolled out. With
+    nothing drifted, every instance (or `instance`) restarts, one pair at a time where the
+    layout allows it."""
+    current = store.get(name)
     _known(controller, name)
-    await controller.restart(name, instance, actor.label, reason)
+    if current.state == RevisionState.PENDING.value and instance is None:
+        await roll_out(
+            store, controller, name, current.revision, "apply", actor.label, reason, strategy
+        )
+    else:
+        await controller.restart(
+            name, instance, actor.label, reason, desired(store, name), strategy=strategy
+        )
     return controller.status(name)
 
 
@@ -100,9 +124,9 @@ async def switch(
     name: str, body: SwitchRequest, controller: ServiceDep, store: StoreDep, actor: Operator
 ) -> dict[str, Any]:
     """Write the target revision (in progress), then begin a zero-loss read/write switch in
-    the background; poll /switches/{id} for its progress."""
+    the background, as a rollout; poll /switches/{id} (or /rollout) for its progress."""
     current = store.get(name)
-    record = controller.switch(
+    record = await controller.switch(
         name,
         current.spec,
         current.ports,
@@ -111,6 +135,7 @@ async def switch(
         actor.label,
         body.reason,
         StoreRevisions(store),
+        back=last_applied(store, name),
     )
     return record.to_json()
 
@@ -132,15 +157,10 @@ def switch_forecast(
 
 @router.get("/switches")
 def switches(name: str, controller: ServiceDep, store: StoreDep) -> list[dict[str, Any]]:
-    """This plane's switches of `name`, and one still in progress that no runner here runs
-    (the control plane restarted during it)."""
+    """This deployment's mode switches, oldest first; kept in the store, so a control plane
+    that restarted still shows them."""
     store.get(name)
-    history = controller.switches.history(name)
-    number = store.in_progress(name)
-    if number is not None and number not in {r.revision for r in history}:
-        orphan = _from_store(name, store.revision(name, number))
-        history = [orphan, *history] if orphan is not None else history
-    return [r.to_json() for r in history]
+    return [r.to_json() for r in controller.switches(name)]
 
 
 @router.get("/switches/{switch_id}")
@@ -148,23 +168,7 @@ def switch_status(
     name: str, switch_id: str, controller: ServiceDep, store: StoreDep
 ) -> dict[str, Any]:
     store.get(name)
-    record = controller.switches.find(name, switch_id) or _stored(store, name, switch_id)
-    if record is None:
+    record = controller.rollouts.find(name, switch_id)
+    if record is None or record.kind != "switch":
         raise NotFound(f"no switch {switch_id!r} of {name!r}")
     return record.to_json()
-
-
-def _stored(store: StoreDep, name: str, switch_id: str) -> SwitchRecord | None:
-    """A switch as its revision is stored (the runner that ran it is gone)."""
-    number = revision_of(switch_id)
-    if number is None:
-        return None
-    try:
-        return _from_store(name, store.revision(name, number))
-    except NotFound:
-        return None
-
-
-def _from_store(name: str, rev: Revision) -> SwitchRecord | None:
-    started = rev.created_at.timestamp() if rev.created_at else 0.0
-    return from_revision(name, rev.number, rev.state, rev.actor, rev.reason, started)

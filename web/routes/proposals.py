@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from controller import PROPOSING_RULES, Change, StoreRevisions, propose
 from domain.errors import ConfigError, InvalidTransition, PdctlError
 from services.proposal_forecast import forecast
+from services.rollouts import last_applied, store_and_roll_out
 from state.errors import StaleRevision
 from state.store import Current, Store
 from web import htmx
@@ -169,7 +170,7 @@ async def _carry_out(
     if change.how == "switch":
         roles = [g.role.value for g in current.spec.groups for _ in range(g.count)]
         strategy = "roll" if roles.count("prefill") >= 2 and roles.count("decode") >= 2 else "hold"
-        record = controller.switch(
+        record = await controller.switch(
             name,
             current.spec,
             current.ports,
@@ -178,16 +179,26 @@ async def _carry_out(
             actor,
             reason,
             StoreRevisions(store),
+            back=last_applied(store, name),
         )
         shown = record.to_json()
         return {"revision": shown.get("revision"), "switch": shown}
-    saved = store.update(name, change.spec, actor, reason, based_on=current.revision)
-    restarted = controller.known(name) and controller.is_active(name)
-    if restarted:
-        await controller.restart_on(
-            name, saved.spec, saved.ports, saved.revision, actor=actor, reason=reason
-        )
-    return {"revision": saved.revision, "restarted": restarted}
+    done = await store_and_roll_out(
+        store,
+        controller,
+        name,
+        change.spec,
+        actor,
+        reason,
+        based_on=current.revision,
+        kind="advisor",
+    )
+    rec = done.rollout
+    return {
+        "revision": done.current.revision,
+        "restarted": rec is not None,
+        "rollout": rec.to_json() if rec is not None else None,
+    }
 
 
 def _shown(verdict: dict[str, Any], change: Change, current: Current) -> dict[str, Any]:

@@ -4,7 +4,7 @@ import pytest
 
 from controller.switch.forecast import Costs, StartEstimate, forecast, forecasts, measured_or
 from controller.switch.preview import measured_drain, modelled_start, start_estimates
-from controller.switch.record import SwitchRecord
+from controller.rollout.record import RolloutRecord as SwitchRecord
 from tests.controller.factories import moriio_pairs
 
 COSTS = Costs(drain_s=2.0, stop_s=0.5, ready_lag_s=1.0)
