@@ -229,13 +229,16 @@ class Observer:
         return section
 
     def _switching(self, name: str, now: float) -> str | None:
-        """Why the PD check judges no onset now: a mode switch runs or ended within the
-        check's window (keep-serving runs whole requests on a decode by design)."""
-        switches = getattr(self.controller, "switches", None)
+        """Why the PD check judges no onset now: a rollout runs or ended within the check's
+        window (keep-serving runs whole requests on a decode by design; a restart drains)."""
+        rollouts = getattr(self.controller, "rollouts", None)
         settle = WINDOW_SECONDS[CHECK_WINDOW]
-        for r in switches.history(name) if switches is not None else ():
+        for r in rollouts.history(name, 5) if rollouts is not None else ():
+            if r.kind == "start":
+                continue  # nothing served before it
             if r.state == "running" or (r.ended_at is not None and now - r.ended_at < settle):
-                return f"a mode switch ({r.strategy}) runs or just ended: no onset judged"
+                what = "a mode switch" if r.kind == "switch" else f"a {r.kind} rollout"
+                return f"{what} ({r.strategy}) runs or just ended: no onset judged"
         return None
 
     async def _scrape(self, name: str, unit: dict[str, Any], now: float) -> TargetState:

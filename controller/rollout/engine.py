@@ -494,8 +494,6 @@ class RolloutEngine:
                 self.log.settle_change(goal.name, rec.revision, state.value, settle_detail(rec))
             except Conflict as exc:  # settled already (a resumed rollout's revision)
                 log.warning("%s: %s", goal.name, exc)
-        elif rec.state == DONE:
-            rec.revision_state = RevisionState.APPLIED.value
         self._save(rec)
         kind = "done" if rec.state == DONE else rec.state
         prefix = "switch" if rec.kind == "switch" else "rollout"
@@ -528,7 +526,7 @@ class RolloutEngine:
             forecast=goal.forecast,
         )
         if not goal.settles:
-            rec.revision_state = RevisionState.APPLIED.value if goal.kind != "rollback" else ""
+            rec.revision_state = ""  # it settles no revision: the store says its state
         self._replan(rec, steps, found, strategy)
         rec.id = str(self.log.new_rollout(goal.name, rec.to_json()))
         return rec

@@ -121,9 +121,9 @@ def outcome_message(rec: RolloutRecord) -> str:
         if rec.kind == "switch"
         else f"{rec.kind} rollout {rec.id} by {rec.strategy}"
     )
+    settled = f" {rec.revision_state.replace('_', ' ')}" if rec.revision_state else ""
     message = (
-        f"{rec.deployment}: {what} {rec.state} in {took:.1f} s "
-        f"(revision {rec.revision} {rec.revision_state.replace('_', ' ')})"
+        f"{rec.deployment}: {what} {rec.state} in {took:.1f} s (revision {rec.revision}{settled})"
     )
     if rec.held_s is not None:
         message += f"; requests held {rec.held_s:.2f} s"

@@ -254,10 +254,19 @@ class Execution:
         self, pending: Callable[[], Awaitable[list[str]]], timeout: float, what: str
     ) -> None:
         deadline = self.clock.now() + timeout
-        while left := await pending():
+        while left := await _answered(pending):
             if self.clock.now() > deadline:
                 raise StepTimeout(f"{what} after {timeout:g} s: " + ", ".join(left))
             await self.clock.sleep(self.timeouts.poll_s)
+
+
+async def _answered(pending: Callable[[], Awaitable[list[str]]]) -> list[str]:
+    """What is still pending; a proxy that does not answer yet (it is starting, or
+    restarting) is one more thing to wait for, until the step's deadline."""
+    try:
+        return await pending()
+    except ProxyAdminError as exc:
+        return [f"the proxy does not answer ({exc})"]
 
 
 Handler = Callable[[Execution, Step], Awaitable[None]]

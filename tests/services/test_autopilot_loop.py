@@ -57,9 +57,11 @@ class Fakes:
         self.controller = SimpleNamespace(
             supervisor=SimpleNamespace(deployments={"auto": dep}),
             role_moves=SimpleNamespace(busy=lambda name: False),
-            switches=SimpleNamespace(
-                history=lambda name: (
-                    [SimpleNamespace(state="running")] if self.switch_running else []
+            rollouts=SimpleNamespace(
+                active=lambda name: (
+                    SimpleNamespace(describe=lambda: "rollout 7 (switch by hold)")
+                    if self.switch_running
+                    else None
                 )
             ),
             status=lambda name: [{"name": "proxy", "state": "RUNNING"}],
@@ -118,7 +120,7 @@ def test_a_switch_under_way_holds_and_is_written_once():
     loop = AutopilotLoop(fakes.controller, fakes.observer, fakes.store)
     asyncio.run(fakes.run(loop, 12))
     assert fakes.moves == [] and kinds(fakes) == ["autopilot.held"]
-    assert "a mode switch is under way" in fakes.events[0][2]
+    assert "rollout 7 (switch by hold) is under way" in fakes.events[0][2]
 
 
 def test_off_when_the_spec_says_so():

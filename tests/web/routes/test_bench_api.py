@@ -32,7 +32,7 @@ class FakeController:
 
     def __init__(self, state: str = "RUNNING") -> None:
         self.state = state
-        self.switches = SimpleNamespace(history=lambda name: [])
+        self.rollouts = SimpleNamespace(active=lambda name: None, last=lambda name: None)
 
     def status(self, name: str) -> list[dict]:
         return [{"name": "proxy", "state": self.state}, {"name": "main-0", "state": "RUNNING"}]

@@ -21,7 +21,7 @@ def test_the_api_forecasts_each_strategy_from_modelled_starts(client):
     assert body["target"] == "write" and body["hold_deadline_s"] == 30.0
     assert body["starts"]["prefill"]["source"] == "modelled"
     by = {f["strategy"]: f for f in body["strategies"]}
-    assert not by["roll"]["possible"] and "two prefill groups" in by["roll"]["refused"]
+    assert not by["roll"]["possible"] and "two or more of each" in by["roll"]["refused"]
     assert by["hold"]["possible"] and by["hold"]["warnings"] == []
     assert by["keep-serving"]["degraded_s"] > 0
 
