@@ -33,6 +33,7 @@ class FakeController:
     def __init__(self, state: str = "RUNNING") -> None:
         self.state = state
         self.rollouts = SimpleNamespace(active=lambda name: None, last=lambda name: None)
+        self.switches = lambda name: []
 
     def status(self, name: str) -> list[dict]:
         return [{"name": "proxy", "state": self.state}, {"name": "main-0", "state": "RUNNING"}]
