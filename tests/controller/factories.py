@@ -110,14 +110,17 @@ def tiny_pair(
     )
 
 
-def moriio_pairs(pairs: int = 1, mode: str = "read", name: str = "mori") -> DeploymentSpec:
-    """Stand-in MoRIIO prefill/decode pairs, every group in `mode`: what a switch moves."""
+def moriio_pairs(
+    pairs: int = 1, mode: str = "read", name: str = "mori", count: int = 1
+) -> DeploymentSpec:
+    """Stand-in MoRIIO prefill/decode pairs of groups (`count` instances each), every group
+    in `mode`: what a switch moves."""
     groups: list[dict[str, Any]] = []
     for i in range(pairs):
         suffix = "" if pairs == 1 else f"-{i}"
         groups += [
-            {"name": f"prefill{suffix}", "role": "prefill", "mode": mode},
-            {"name": f"decode{suffix}", "role": "decode", "mode": mode},
+            {"name": f"prefill{suffix}", "role": "prefill", "mode": mode, "count": count},
+            {"name": f"decode{suffix}", "role": "decode", "mode": mode, "count": count},
         ]
     return DeploymentSpec.model_validate(
         {

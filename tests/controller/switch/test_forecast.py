@@ -2,9 +2,9 @@
 
 import pytest
 
+from controller.rollout.record import RolloutRecord as SwitchRecord
 from controller.switch.forecast import Costs, StartEstimate, forecast, forecasts, measured_or
 from controller.switch.preview import measured_drain, modelled_start, start_estimates
-from controller.rollout.record import RolloutRecord as SwitchRecord
 from tests.controller.factories import moriio_pairs
 
 COSTS = Costs(drain_s=2.0, stop_s=0.5, ready_lag_s=1.0)
@@ -47,7 +47,14 @@ def test_roll_restarts_pair_by_pair_and_is_refused_with_one_pair():
     f = forecast(moriio_pairs(2), "write", "roll", starts(10.0, 20.0, pairs=2), COSTS)
     assert f.duration_s == pytest.approx(2 * (2.0 + 0.5 + 20.0 + 1.0))
     one = forecast(moriio_pairs(1), "write", "roll", starts(1.0, 1.0), COSTS)
-    assert not one.possible and "at least two prefill groups" in one.refused
+    assert not one.possible and "has 1 prefill and 1 decode instance(s)" in one.refused
+
+
+def test_roll_is_possible_on_one_group_with_count_two_per_role():
+    f = forecast(moriio_pairs(1, count=2), "write", "roll", starts(10.0, 20.0), COSTS)
+    assert f.possible and f.refused is None
+    assert f.duration_s == pytest.approx(2 * (2.0 + 0.5 + 20.0 + 1.0))
+    assert f.held_s is None and "nothing is held" in f.notes[-1]
 
 
 def test_every_strategy_is_forecast_and_an_unknown_drain_is_said():

@@ -69,14 +69,32 @@ def test_roll_moves_one_pair_at_a_time_and_holds_nothing():
     assert kinds(steps) == batch + batch
     assert steps[0].instances == ("prefill-0-0", "decode-0-0")
     assert steps[5].instances == ("prefill-1-0", "decode-1-0")
-    first = {g.name: g.mode.value for g in steps[2].spec.groups}
-    assert first == {
-        "prefill-0": "write",
-        "decode-0": "write",
-        "prefill-1": "read",
-        "decode-1": "read",
-    }
+    # Each batch converges to the whole target; `instances` says which processes it touches.
+    assert steps[2].instances == ("prefill-0-0", "decode-0-0")
+    assert {g.mode.value for g in steps[2].spec.groups} == {"write"}
+    assert steps[3].mode == "write"
     assert K.PAUSE not in kinds(steps) and K.HOLD_BEGIN not in kinds(steps)
+
+
+def test_roll_moves_instance_pairs_of_one_group_with_count_two_per_role():
+    steps = plan(moriio_pairs(1, "read", count=2), "write", "roll")
+    applies = [s for s in steps if s.kind is K.APPLY]
+    assert [s.instances for s in applies] == [("prefill-0", "decode-0"), ("prefill-1", "decode-1")]
+    assert [s.describe() for s in steps[:5]] == [
+        "drain prefill-0, decode-0",
+        "wait_idle prefill-0, decode-0",
+        "apply prefill-0, decode-0",
+        "wait_ready prefill-0, decode-0",
+        "undrain prefill-0, decode-0",
+    ]
+
+
+def test_roll_restarts_the_extra_instances_of_the_larger_role_one_at_a_time():
+    spec = moriio_pairs(1, "read", count=2)
+    groups = [g.model_copy(update={"count": 3}) if g.name == "decode" else g for g in spec.groups]
+    steps = plan(spec.model_copy(update={"groups": groups}), "write", "roll")
+    applies = [s.instances for s in steps if s.kind is K.APPLY]
+    assert applies == [("prefill-0", "decode-0"), ("prefill-1", "decode-1"), ("decode-2",)]
 
 
 def test_the_target_is_the_last_apply():
@@ -89,7 +107,7 @@ def test_the_target_is_the_last_apply():
 @pytest.mark.parametrize(
     ("spec", "target", "strategy", "says"),
     [
-        (moriio_pairs(1), "write", "roll", "two prefill groups"),
+        (moriio_pairs(1), "write", "roll", "has 1 prefill and 1 decode instance.*use hold"),
         (moriio_pairs(2), "write", "hold", "use roll"),
         (moriio_pairs(1), "read", "hold", "already runs in read"),
         (moriio_pairs(1), "sideways", "hold", "read or write"),
