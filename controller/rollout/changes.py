@@ -65,8 +65,7 @@ def changes(running: dict[str, Running], desired: list[Launch]) -> list[Change]:
             continue
         why = differs(now.launch, launch) or unwell(now)
         action = Action.RESTART if why else Action.KEEP
-        lists_only = why and not unwell(now) and membership_only(now.launch.argv, launch.argv)
-        if launch.is_proxy and lists_only:
+        if launch.is_proxy and why and lists_only(now, launch):
             # Told through its admin API (controller/rollout/strategies.py KEEP_PROXY).
             action, why = Action.KEEP, "the instances it lists"
         out.append(Change(launch.name, action, role, why, launch.mode, launch.url))
@@ -112,6 +111,13 @@ def unwell(now: Running) -> str:
     if now.state == "RUNNING" and now.healthy is False:
         return "not healthy"
     return ""
+
+
+def lists_only(now: Running, wanted: Launch) -> bool:
+    """Only the instances the proxy lists differ: same node, same environment, a command line
+    that differs in its member flags alone, and it serves (else it restarts anyway)."""
+    same_place = (now.launch.address, now.launch.env) == (wanted.address, wanted.env)
+    return same_place and not unwell(now) and membership_only(now.launch.argv, wanted.argv)
 
 
 def membership_only(now: list[str], wanted: list[str]) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from controller.launch.placement import Node
+from controller.launch.ports import AllocatedPorts, allocate
 from controller.spec.deployment import DeploymentSpec
 
 BLOG_MODEL = "Qwen/Qwen3-235B-A22B-FP8"
@@ -155,3 +156,11 @@ def gpu_pair(name: str = "tiny-pd") -> DeploymentSpec:
             {"name": "decode", "role": "decode", **one},
         ],
     )
+
+
+def kept_ports(old: DeploymentSpec, ports: AllocatedPorts, new: DeploymentSpec) -> AllocatedPorts:
+    """`new`'s ports as admission gives them to a new revision: the proxy's and every kept
+    instance's stay, new instances get free ones (services/admission.py)."""
+    fresh = allocate(new, ports.claimed(old))
+    kept = {n: p for n, p in ports.instances.items() if n in fresh.instances}
+    return AllocatedPorts(ports.proxy, ports.registry, {**fresh.instances, **kept})
