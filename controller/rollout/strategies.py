@@ -109,7 +109,7 @@ def _batches(changes: list[Change]) -> list[list[Change]]:
     batches = []
     for k in range(max((len(w) for w in work.values()), default=0)):
         batch = [c for w in work.values() if k < len(w) for c in w[k]]
-        for role in {c.role for c in batch}:
+        for role in [r for r in SERVING_ROLES if any(c.role == r for c in batch)]:
             leaving = sum(1 for c in batch if c.role == role and c.leaves)
             if leaving and serving[role] - leaving < 1:
                 total = serving[role]
@@ -162,7 +162,8 @@ def _roll(batches: list[list[Change]], spec: DeploymentSpec, layout: Layout) -> 
     for batch in batches:
         leaving = _names(batch, "leaves")
         restarted = tuple(c.name for c in batch if c.action is Action.RESTART)
-        steps += [Step(StepKind.DRAIN, leaving), Step(StepKind.WAIT_IDLE, leaving)]
+        if leaving:  # a batch that only starts instances has nothing to drain
+            steps += [Step(StepKind.DRAIN, leaving), Step(StepKind.WAIT_IDLE, leaving)]
         steps += _converge(batch, spec, layout)
         steps += [Step(StepKind.UNDRAIN, restarted)] if restarted else []
     return steps
