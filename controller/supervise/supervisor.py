@@ -169,9 +169,14 @@ class Supervisor:
         for launch in launches:
             if launch.name in touched:
                 await self._converge(dep, launch, revision)
-            elif launch.is_proxy and launch.name in dep.units:
-                unit = dep.units[launch.name]  # who it expects: told at its admin API
-                unit.launch = replace(unit.launch, handover=launch.handover)
+            elif launch.name in dep.units:
+                unit = dep.units[launch.name]
+                if launch.is_proxy:  # who it expects: told at its admin API
+                    unit.launch = replace(unit.launch, handover=launch.handover)
+                if _runs(unit.launch, launch) and not unit.dropping:
+                    # Left alone, yet it runs what `revision` would: it is at `revision` (so
+                    # the older revision is not kept, nor expected by the proxy, for it).
+                    unit.revision = revision
         for unit in list(dep.units.values()):
             if unit.launch.name in touched and unit.launch.name not in names:
                 await self._drop(dep, unit)
@@ -508,3 +513,8 @@ class Supervisor:
             raise SupervisorError(
                 f"{dep.name} has no instance {instance!r}; it has {', '.join(dep.units)}"
             ) from None
+
+
+def _runs(now: Launch, wanted: Launch) -> bool:
+    """`now` is the very process `wanted` would start (what identifies it; not the handover)."""
+    return (now.argv, now.env, now.address) == (wanted.argv, wanted.env, wanted.address)
