@@ -27,7 +27,6 @@ from controller.rollout.record import (
     ABORTED,
     DONE,
     FAILED,
-    RUNNING,
     RolloutRecord,
     StepState,
     outcome_message,
@@ -111,9 +110,15 @@ class _Run:
     steps: list[Step]
     urls: dict[str, str] = field(default_factory=dict)
     aborted_by: str | None = None
+    # How the steps ended (done | failed | aborted); the record says so only once settled,
+    # so a reader never sees it ended with its revision still in progress.
+    outcome: str | None = None
     rollback_ok: bool | None = None
     inline: int = 0  # steps the caller waits for (a start's first: its errors are the caller's)
     inline_done: asyncio.Future | None = None
+    # A rollback taken over from a stopped plane: the rollout it rolls back, whose revision
+    # is still in progress, settled once this ends (else nothing would release it).
+    rolls_back: RolloutRecord | None = None
 
 
 class RolloutEngine:
@@ -223,10 +228,11 @@ class RolloutEngine:
         run = self._active.get(name)
         if run is None:
             raise Conflict(f"no rollout of {name!r} is in progress: nothing to abort")
-        if run.rec.kind == "rollback" or run.aborted_by is not None:
+        if run.rec.kind == "rollback" or run.aborted_by is not None or run.outcome is not None:
+            # Past its steps (ending, or rolling back): cancelling now would leave it unsettled.
             raise Conflict(
-                f"{run.rec.describe()} is rolling back an aborted or failed rollout; "
-                "it ends by itself within its deadline"
+                f"{run.rec.describe()} is ending or rolling back an aborted or failed "
+                "rollout; it ends by itself within its deadline"
             )
         run.aborted_by = actor + (f" ({reason})" if reason else "")
         task = self._tasks.get(name)
@@ -279,7 +285,7 @@ class RolloutEngine:
                 auto_rollback=rec.auto_rollback,
                 switch_mode=rec.target if rec.kind == "switch" else None,
             )
-            run = _Run(goal, rec, [])
+            run = _Run(goal, rec, [], rolls_back=self._unsettled_origin(rec))
             self._active[name] = run
             self.record(
                 ACTOR,
@@ -324,9 +330,11 @@ class RolloutEngine:
         name = run.goal.name
         try:
             await self._execute(run)
-            if run.rec.state in (FAILED, ABORTED) and self._should_roll_back(run):
+            if run.outcome in (FAILED, ABORTED) and self._should_roll_back(run):
                 await self._roll_back(run)
             self._settle(run)
+            if run.rolls_back is not None:
+                self._settle_origin(run.rolls_back, rolled_back=run.outcome == DONE)
         finally:
             self._active.pop(name, None)
             self._tasks.pop(name, None)
@@ -351,8 +359,10 @@ class RolloutEngine:
             mover=goal.mover,
             target_ports=ports,
         )
-        rejected_before = await _safe(admin.rejected(), 0) if goal.kind != "start" else 0
+        rejected_before = 0
         try:
+            if goal.kind != "start":
+                rejected_before = await _safe(admin.rejected(), 0)
             if rec.error is not None:  # could not even be planned (a resumed rollout)
                 raise RolloutRejected(rec.error)
             await self._expect_meanwhile(run, admin)
@@ -361,26 +371,30 @@ class RolloutEngine:
                 if index + 1 == run.inline:
                     _tell(run, None)
             rec.step_index = len(run.steps)
-            rec.state = DONE
+            run.outcome = DONE
         except asyncio.CancelledError:
             if run.aborted_by is None:  # the control plane stops: left for the next one
                 rec.undo_left = await execution.undo()
                 self._save(rec)
                 await admin.aclose()
                 raise
-            self._fail(rec, f"aborted by {run.aborted_by}", ABORTED)
+            self._fail(run, f"aborted by {run.aborted_by}", ABORTED)
             rec.aborted_by = run.aborted_by
             rec.undo_left = await execution.undo()
         except Exception as exc:  # every step's failure ends the rollout, named, never silent
             if not isinstance(exc, PdctlError | TimeoutError | ProxyAdminError):
                 log.exception("%s: rollout %s failed at %s", goal.name, rec.id, rec.current)
-            self._fail(rec, _one_line(exc), FAILED)
+            self._fail(run, _one_line(exc), FAILED)
             _tell(run, exc)
             rec.undo_left = await execution.undo()
         finally:
             _tell(run, None)
-            if rec.state != RUNNING:
-                await self._after(run, execution, admin, rejected_before)
+            if run.outcome is not None:
+                try:
+                    await self._after(run, execution, admin, rejected_before)
+                except Exception as exc:  # the steps are over: it ends all the same
+                    log.exception("%s: rollout %s: telling the proxy what runs", goal.name, rec.id)
+                    rec.undo_left.append(f"telling the proxy what runs: {_one_line(exc)}")
 
     async def _step(self, run: _Run, execution: Execution, index: int, step: Step) -> None:
         rec = run.rec
@@ -389,11 +403,14 @@ class RolloutEngine:
         self._save(rec)
         started = self.clock.now()
         try:
-            await asyncio.wait_for(execution.do(step), state.deadline_s)
+            # Not asyncio.wait_for: on Python 3.11 it drops a cancellation (an abort, the
+            # plane stopping) that arrives as the step completes, and the rollout runs on.
+            async with asyncio.timeout(state.deadline_s):
+                await execution.do(step)
         except TimeoutError as exc:
             state.state, state.error = "failed", str(exc) or f"deadline {state.deadline_s:g} s"
             state.seconds = round(self.clock.now() - started, 3)
-            raise TimeoutError(f"{step.describe()}: {state.error}") from None
+            raise TimeoutError(state.error) from None  # the failure names the step
         except BaseException as exc:
             state.state, state.error = "failed", _one_line(exc) or type(exc).__name__
             state.seconds = round(self.clock.now() - started, 3)
@@ -423,20 +440,21 @@ class RolloutEngine:
     ) -> None:
         """Tell the proxy what runs now; keep the windows and refusals the rollout caused."""
         rec, goal = run.rec, run.goal
+        rec.held_s, rec.degraded_s, rec.current = execution.held_s, execution.degraded_s, None
         dep = self.supervisor.deployments.get(goal.name)
         kv = goal.target.spec.kv_backend
-        if dep is not None and kv is not None and kv.registers:
-            host = self.supervisor.engine_addresses(goal.name)
-            entries = expected_registrations(dep.spec, dep.ports, host)
-            for spec, ports in dep.older.values():
-                entries += expected_registrations(spec, ports, host)
-            await _safe(admin.expect(_unique(entries)), None)
-        rec.held_s, rec.degraded_s = execution.held_s, execution.degraded_s
-        if goal.kind != "start":
-            now = await _safe(admin.rejected(), rejected_before)
-            rec.rejected = max(0, now - rejected_before)
-        rec.current = None
-        await admin.aclose()
+        try:
+            if dep is not None and kv is not None and kv.registers:
+                host = self.supervisor.engine_addresses(goal.name)
+                entries = expected_registrations(dep.spec, dep.ports, host)
+                for spec, ports in dep.older.values():
+                    entries += expected_registrations(spec, ports, host)
+                await _safe(admin.expect(_unique(entries)), None)
+            if goal.kind != "start":
+                now = await _safe(admin.rejected(), rejected_before)
+                rec.rejected = max(0, now - rejected_before)
+        finally:
+            await admin.aclose()
 
     def _should_roll_back(self, run: _Run) -> bool:
         goal = run.goal
@@ -466,7 +484,8 @@ class RolloutEngine:
             run.rec.error = f"{run.rec.error}; rollback could not be planned: {_one_line(exc)}"
             run.rollback_ok = False
             return
-        self._save(run.rec)  # ended: the store holds one active rollout per deployment
+        run.rec.state = run.outcome or FAILED  # ended: the store holds one active rollout
+        self._save(run.rec)
         sub = _Run(back, self._new_record(back, steps, found, strategy), steps)
         sub.rec.rollback_of = run.rec.id
         sub.urls = {**run.urls, **{c.name: c.url for c in found if c.url}}
@@ -477,11 +496,11 @@ class RolloutEngine:
         await self._execute(sub)
         self._settle(sub)
         self._active[goal.name] = run
-        run.rollback_ok = sub.rec.state == DONE
+        run.rollback_ok = sub.outcome == DONE
 
     def _settle(self, run: _Run) -> None:
         rec, goal = run.rec, run.goal
-        rec.ended_at = self.clock.wall()
+        rec.state, rec.ended_at = run.outcome or FAILED, self.clock.wall()
         if rec.state == DONE:
             state = RevisionState.APPLIED
         elif run.rollback_ok:
@@ -499,8 +518,37 @@ class RolloutEngine:
         prefix = "switch" if rec.kind == "switch" else "rollout"
         self.record(rec.actor, f"{prefix}.{kind}", outcome_message(rec), goal.name, rec.to_json())
 
-    def _fail(self, rec: RolloutRecord, why: str, state: str) -> None:
-        rec.state = state
+    def _unsettled_origin(self, rec: RolloutRecord) -> RolloutRecord | None:
+        """The rollout `rec` rolls back, if its revision was left in progress."""
+        if rec.kind != "rollback" or rec.rollback_of is None:
+            return None
+        origin = self.find(rec.deployment, rec.rollback_of)
+        if origin is None or origin.revision_state != RevisionState.IN_PROGRESS.value:
+            return None
+        return origin
+
+    def _settle_origin(self, origin: RolloutRecord, rolled_back: bool) -> None:
+        """Settle the revision of a rollout whose rollback a stopped plane left to this one."""
+        state = RevisionState.ROLLED_BACK if rolled_back else RevisionState.FAILED
+        origin.revision_state, origin.ended_at = state.value, origin.ended_at or self.clock.wall()
+        try:
+            self.log.settle_change(
+                origin.deployment, origin.revision, state.value, settle_detail(origin)
+            )
+        except Conflict as exc:  # settled meanwhile
+            log.warning("%s: %s", origin.deployment, exc)
+        self._save(origin)
+        self.record(
+            origin.actor,
+            f"rollout.{origin.state}",
+            outcome_message(origin),
+            origin.deployment,
+            origin.to_json(),
+        )
+
+    def _fail(self, run: _Run, why: str, state: str) -> None:
+        rec = run.rec
+        run.outcome = state
         rec.failed_step = rec.current
         rec.error = f"{rec.current}: {why}" if rec.current else why
 
@@ -628,7 +676,9 @@ def _one_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     text = lines[-1] if lines else ""
     known = isinstance(exc, PdctlError | TimeoutError | ProxyAdminError)
-    return (text if known and text else f"{type(exc).__name__}: {text}")[:400]
+    if known and text:
+        return text[:400]
+    return (f"{type(exc).__name__}: {text}" if text else type(exc).__name__)[:400]
 
 
 async def _safe(call: Awaitable[Any], default: Any) -> Any:

@@ -1,17 +1,17 @@
-"""Fakes for the supervisor's seams: processes, HTTP probes, the clock."""
+"""Fakes for the supervisor's seams (processes, HTTP probes, the clock) and for the proxy's
+admin API as a rollout uses it."""
 
 from __future__ import annotations
 
 import asyncio
 import signal as signals
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from controller.backends.local import LOCAL_NODE_ID, PortHolder, ProcessRecord, Where
-from controller.launch.placement import Addresses, Node
-from controller.launch.render import LaunchSettings
+from controller.launch.placement import Node
 
 
 class FakeBackend:
@@ -209,160 +209,111 @@ class FakeClock:
         self.t += seconds
 
 
-# -- the mode switch's seams: the supervisor as a fleet, the proxy's admin API, revisions ------
-
-
-class FakeFleet:
-    """A supervisor as a switch sees it: each instance restarts in `restart_s` of clock time
-    when an apply changes its group's mode. `log` is shared with the other switch fakes, so a
-    test reads the order of everything that happened."""
-
-    def __init__(self, spec, ports, clock: FakeClock, log: list, restart_s: float = 1.0) -> None:
-        self.clock, self.log, self.restart_s = clock, log, restart_s
-        self.deployments = {spec.name: _Running(spec, ports)}
-        self.settings = _Settings(LaunchSettings(pdctl_command=("pdctl",)))
-        self.ready_at: dict[str, float] = {}
-        self.start_fails: Exception | None = None
-        self.never_ready: set[str] = set()  # instances that restart but never come up
-        self.adopted: dict[str, str] = {}  # instance -> the mode it still runs (not the spec's)
-
-    def engine_addresses(self, name: str) -> Addresses:
-        return Addresses(self.settings.launch.host)
-
-    def mode_of(self, name: str, instance: str) -> str:
-        if instance in self.adopted:
-            return self.adopted[instance]
-        group = instance.rsplit("-", 1)[0]
-        spec = self.deployments[name].spec
-        return next(g.mode.value for g in spec.groups if g.name == group)
-
-    def status(self, name: str) -> list[dict[str, Any]]:
-        ports = self.deployments[name].ports
-        return [
-            {
-                "name": unit,
-                "group": unit.rsplit("-", 1)[0],
-                "url": f"http://127.0.0.1:{own.http}",
-                "state": self._state(unit),
-            }
-            for unit, own in ports.instances.items()
-        ]
-
-    def _state(self, unit: str) -> str:
-        if self.clock.now() < self.ready_at.get(unit, 0.0):
-            return "STARTING"
-        return "RUNNING"
-
-    async def start(self, name: str, spec, ports) -> None:
-        self.log.append(("start", tuple(g.mode.value for g in spec.groups)))
-        if self.start_fails is not None:
-            raise self.start_fails
-        before = {u["name"]: self.mode_of(name, u["name"]) for u in self.status(name)}
-        self.deployments[name] = _Running(spec, ports)
-        self.adopted.clear()  # a start runs what the spec says
-        for unit, mode in before.items():
-            if self.mode_of(name, unit) != mode:
-                later = float("inf") if unit in self.never_ready else self.restart_s
-                self.ready_at[unit] = self.clock.now() + later
-
-    def admin_token(self, name: str) -> str:
-        return "proxy-token"
-
-
-@dataclass(slots=True)
-class _Running:
-    spec: Any
-    ports: Any
-
-
-@dataclass(slots=True)
-class _Settings:
-    launch: Any
+# -- the rollout engine's seam to the proxy (controller/switch/steps.py AdminCalls) -------------
 
 
 class FakeProxyAdmin:
-    """The proxy's admin API as a switch uses it, over a FakeFleet: an instance is listed in
-    its running mode's group, healthy once RUNNING. `fail[call]` makes that call raise."""
+    """The proxy's admin API as a rollout uses it, over a real Supervisor's status: each
+    process is listed in its launch's mode group, healthy once RUNNING. `log` keeps every
+    call in order. `fail[call]` makes that call raise; `hang[call] = n` lets n such calls
+    answer and holds the rest until `released` is set;
+    `refuse[name] = mode` never lists that instance healthy in that mode (the proxy refuses
+    it, as one whose registration it does not expect)."""
 
-    def __init__(self, fleet: FakeFleet, name: str, log: list) -> None:
-        self.fleet, self.name, self.log = fleet, name, log
+    def __init__(self, fleet: Any, name: str) -> None:
+        self.fleet, self.name = fleet, name
+        self.log: list[tuple[Any, ...]] = []
         self.paused: set[str] = set()
         self.drained: set[str] = set()
         self.whole: set[str] = set()
+        self.added: set[str] = set()
+        self.removed: set[str] = set()
         self.outstanding: dict[str, int] = {}  # url -> requests in flight
+        self.refuse: dict[str, str] = {}
         self.expected: list[dict[str, Any]] | None = None
         self.rejected_count = 0
-        self.fail: dict[str, Exception] = {}
-        self.closed = False
+        self.fail: dict[str, BaseException] = {}
+        self.hang: dict[str, int] = {}
+        self.released = asyncio.Event()
+        self.held: dict[str, asyncio.Event] = {}
+        self.closed = 0
 
-    def _call(self, *what: Any) -> None:
+    async def reached(self, call: str) -> None:
+        """Until a `call` is held (see `hang`)."""
+        await self.held.setdefault(call, asyncio.Event()).wait()
+
+    async def _call(self, *what: Any) -> None:
+        made = sum(1 for e in self.log if e[0] == what[0])
         self.log.append(what)
+        if what[0] in self.hang and made >= self.hang[what[0]] and not self.released.is_set():
+            self.held.setdefault(what[0], asyncio.Event()).set()
+            await self.released.wait()
         if what[0] in self.fail:
             raise self.fail[what[0]]
 
     async def instances(self) -> list[dict[str, Any]]:
-        self._call("instances")
-        return [
-            {
-                "url": u["url"],
-                "group": self.fleet.mode_of(self.name, u["name"]),
-                "healthy": u["state"] == "RUNNING",
-                "draining": u["url"] in self.drained,
-                "whole": u["url"] in self.whole,
-                "outstanding_requests": self.outstanding.get(u["url"], 0),
-            }
-            for u in self.fleet.status(self.name)
-        ]
+        await self._call("instances")
+        out = []
+        for unit in self.fleet.status(self.name):
+            if unit["name"] == "proxy":
+                continue
+            group = unit["mode"] or "read"
+            refused = self.refuse.get(unit["name"]) == group
+            out.append(
+                {
+                    "url": unit["url"],
+                    "group": group,
+                    "healthy": unit["state"] == "RUNNING" and not refused,
+                    "draining": unit["url"] in self.drained,
+                    "whole": unit["url"] in self.whole,
+                    "outstanding_requests": self.outstanding.get(unit["url"], 0),
+                }
+            )
+        return out
 
     async def pause(self, group: str) -> None:
-        self._call("pause", group)
+        await self._call("pause", group)
         self.paused.add(group)
 
     async def resume(self, group: str) -> None:
-        self._call("resume", group)
+        await self._call("resume", group)
         self.paused.discard(group)
 
     async def drain(self, url: str) -> bool:
-        self._call("drain", url)
+        await self._call("drain", url)
         self.drained.add(url)
         return True
 
     async def undrain(self, url: str) -> bool:
-        self._call("undrain", url)
+        await self._call("undrain", url)
         self.drained.discard(url)
         return True
 
     async def set_whole(self, url: str, whole: bool) -> bool:
-        self._call("whole", url, whole)
+        await self._call("whole", url, whole)
         (self.whole.add if whole else self.whole.discard)(url)
         return True
 
+    async def add(self, url: str, role: str) -> None:
+        await self._call("add", url, role)
+        self.added.add(url)
+
+    async def remove(self, url: str) -> bool:
+        await self._call("remove", url)
+        self.removed.add(url)
+        return True
+
     async def expect(self, registrations: list[dict[str, Any]] | None) -> None:
-        self._call("expect", tuple(tuple(r["modes"]) for r in registrations or []))
+        modes = tuple(sorted({m for r in registrations or [] for m in r["modes"]}))
+        await self._call("expect", modes)
         self.expected = registrations
 
     async def rejected(self) -> int:
-        self._call("rejected")
+        await self._call("rejected")
         return self.rejected_count
 
     async def aclose(self) -> None:
-        self.closed = True
+        self.closed += 1
 
-
-class FakeRevisions:
-    """The store's begin_change/settle_change as a switch calls them."""
-
-    def __init__(self, log: list, first: int = 2) -> None:
-        self.log, self.next = log, first
-        self.settled: list[tuple[str, int, str, str | None]] = []
-        self.begun: list[tuple[str, Any, str, str]] = []
-
-    def begin(self, name: str, spec: Any, actor: str, reason: str) -> int:
-        self.log.append(("begin", tuple(g.mode.value for g in spec.groups)))
-        self.begun.append((name, spec, actor, reason))
-        self.next += 1
-        return self.next - 1
-
-    def settle(self, name: str, revision: int, state: Any, detail: str | None) -> None:
-        self.log.append(("settle", revision, state.value))
-        self.settled.append((name, revision, state.value, detail))
+    def routing_restored(self) -> bool:
+        return not (self.paused or self.drained or self.whole)

@@ -1,0 +1,711 @@
+"""The rollout engine on a real Supervisor over fake processes, probes and clock, with a fake
+proxy admin (tests/controller/fakes.py): no process, no socket, no real time. Each strategy's
+run, each way a rollout fails, abort, the 409 while one runs, and a control plane that stops
+mid-rollout and is taken over; after each, no record is left `running`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from controller.launch.ports import allocate
+from controller.launch.render import LaunchSettings
+from controller.rollout.engine import Goal, RolloutBusy, RolloutEngine, Target
+from controller.rollout.memory_log import MemoryLog
+from controller.rollout.record import RolloutRecord
+from controller.rollout.strategies import start_ready
+from controller.spec.deployment import DeploymentSpec
+from controller.supervise.machine import Policy
+from controller.supervise.supervisor import Supervisor, SupervisorSettings
+from controller.switch.plan import Step, StepKind, plan, target_spec
+from controller.switch.steps import Timeouts
+from domain.errors import Conflict, SpecInvalid
+from services.admission import Admission
+from services.rollouts import target as stored
+from state import migrate
+from state.db import create_engine
+from state.errors import ChangeInProgress
+from state.store import Store
+from tests.controller.factories import kept_ports, moriio_pairs, tiny_pair
+from tests.controller.fakes import FakeBackend, FakeClock, FakeProbe, FakeProxyAdmin
+
+pytestmark = pytest.mark.anyio
+
+POLICY = Policy(
+    backoff_base=1.0,
+    backoff_cap=8.0,
+    max_failed_starts=3,
+    start_timeout=30.0,
+    drain_timeout=5.0,
+    term_timeout=2.0,
+    kill_timeout=2.0,
+)
+TIMEOUTS = Timeouts(idle_s=5.0, ready_s=20.0, poll_s=0.5)
+
+
+class SettlingLog(MemoryLog):
+    """A MemoryLog that keeps how each revision settled (a store would write it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.settled: list[tuple[str, int, str, str | None]] = []
+
+    def settle_change(self, name: str, revision: int, state: str, detail: str | None = None):
+        self.settled.append((name, revision, state, detail))
+
+    def states(self, name: str) -> list[tuple[str, str, str]]:
+        """(id, kind, state) of every stored rollout of `name`, oldest first."""
+        return [(r["id"], r["kind"], r["state"]) for r in reversed(self.rollouts(name))]
+
+
+class Rig:
+    """A deployment at revision 1, supervised and RUNNING, and an engine over it."""
+
+    def __init__(
+        self,
+        tmp_path,
+        spec: DeploymentSpec,
+        backend: FakeBackend | None = None,
+        store: Store | None = None,
+    ) -> None:
+        self.spec, self.name, self.store = spec, spec.name, store
+        self.clock = FakeClock()
+        self.backend, self.probe = backend or FakeBackend(), FakeProbe()
+        self.events: list[tuple[Any, ...]] = []
+        self.sup = Supervisor(
+            SupervisorSettings(
+                run_dir=tmp_path / "run",
+                policy=POLICY,
+                launch=LaunchSettings(pdctl_command=("pdctl",)),
+                poll_interval=0.1,
+                health_interval=0.5,
+            ),
+            self.backend,
+            self.probe,
+            self.clock,
+            on_event=lambda *e: self.events.append(("supervisor", *e)),
+        )
+        self.log: Any = store or SettlingLog()
+        self.admin = FakeProxyAdmin(self.sup, self.name)
+        self.revisions: dict[int, Target] = {}
+        self.engine = self.new_engine()
+
+    def new_engine(self, timeouts: Timeouts = TIMEOUTS) -> RolloutEngine:
+        return RolloutEngine(
+            self.sup,
+            lambda *event: self.events.append(event),
+            self.log,
+            self.load,
+            clock=self.clock,
+            admin_for=lambda name, ports: self.admin,
+            timeouts=timeouts,
+        )
+
+    def load(self, name: str, revision: int) -> Target:
+        """Any deployment's revision `revision` is this one's (a store would load it)."""
+        if revision not in self.revisions:
+            raise LookupError(f"{name}: no revision {revision}")
+        return self.revisions[revision]
+
+    def revision(self, number: int, spec: DeploymentSpec) -> Target:
+        """Store `spec` as revision `number`: kept ports kept, new instances given free ones."""
+        if self.store is not None:
+            if number == 1:
+                self.store.create(spec, "alice")
+            else:
+                assert self.store.begin_change(self.name, spec, "alice", "test", "apply") == number
+            self.revisions[number] = stored(self.store, self.name, number)
+            ports = self.revisions[number].ports
+        elif self.revisions:
+            last = self.revisions[max(self.revisions)]
+            ports = kept_ports(last.spec, last.ports, spec)
+        else:
+            ports = allocate(spec)
+        self.revisions.setdefault(number, Target(number, spec, ports))
+        self.probe.registered |= {p.http for p in ports.instances.values()}  # MoRIIO's
+        return self.revisions[number]
+
+    async def start(self) -> Target:
+        first = self.revision(1, self.spec)
+        await self.sup.open()
+        await self.sup.start(self.name, self.spec, first.ports, revision=1)
+        await self.sup.wait_running(self.name, 60)
+        return first
+
+    def url(self, instance: str) -> str:
+        return next(u["url"] for u in self.sup.status(self.name) if u["name"] == instance)
+
+    def units(self) -> dict[str, tuple[str | None, int | None, str]]:
+        """Each process: (mode, revision, state)."""
+        return {
+            u["name"]: (u["mode"], u["revision"], u["state"]) for u in self.sup.status(self.name)
+        }
+
+    def apply(self, number: int, spec: DeploymentSpec, **how: Any) -> Goal:
+        """A goal rolling `spec` out as revision `number` over the last applied one."""
+        back = self.revisions[max(self.revisions)]
+        target = self.revision(number, spec)
+        return Goal(self.name, target, how.pop("kind", "apply"), "alice", "test", back=back, **how)
+
+    def switch(self, number: int, mode: str, strategy: str) -> Goal:
+        """A mode switch goal, as ControlService.switch makes it."""
+        now = self.revisions[max(self.revisions)]
+        steps = plan(now.spec, mode, strategy)
+        target = self.revision(number, target_spec(now.spec, steps))
+        return Goal(
+            self.name,
+            target,
+            "switch",
+            "alice",
+            "test",
+            strategy=strategy,
+            steps=steps,
+            back=now,
+            switch_mode=mode,
+        )
+
+    async def run(self, goal: Goal) -> RolloutRecord:
+        rec = await self.engine.begin(goal)
+        await self.engine.wait(self.name)
+        return rec
+
+    def kinds(self) -> list[str]:
+        return [e[1] for e in self.events if e[0] != "supervisor"]
+
+    def none_running(self) -> bool:
+        return self.log.unfinished() == [] and self.engine.active(self.name) is None
+
+    async def close(self) -> None:
+        self.admin.released.set()
+        await self.engine.close()
+        await self.sup.close()
+
+
+@pytest.fixture
+async def rig_of(tmp_path) -> AsyncIterator[Any]:
+    made: list[Rig] = []
+
+    async def make(spec: DeploymentSpec) -> Rig:
+        rig = Rig(tmp_path / str(len(made)), spec)
+        made.append(rig)
+        await rig.start()
+        return rig
+
+    yield make
+    for rig in made:
+        await rig.close()
+
+
+# -- runs that end done ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", ["hold", "keep-serving"])
+async def test_a_switch_by_hold_or_keep_serving_ends_done_and_settles_applied(rig_of, strategy):
+    rig = await rig_of(moriio_pairs(1))
+    rec = await rig.run(rig.switch(2, "write", strategy))
+    assert rec.state == "done" and rec.error is None and rec.kind == "switch"
+    assert rec.revision_state == "applied" and rig.log.settled == [
+        ("mori", 2, "applied", f"rollout {rec.id} done")
+    ]
+    assert rig.units() == {
+        "proxy": (None, 2, "RUNNING"),  # unchanged, not restarted: runs revision 2's launch
+        "prefill-0": ("write", 2, "RUNNING"),
+        "decode-0": ("write", 2, "RUNNING"),
+    }
+    assert rig.admin.routing_restored() and rig.admin.closed
+    assert [t["step"] for t in rec.timings] == rec.steps
+    assert [s.state for s in rec.step_states] == ["done"] * len(rec.steps)
+    assert rig.kinds() == ["switch.begin", "switch.done"]
+    assert "revision 2 applied" in rig.events[-1][2]
+    assert rig.none_running()
+
+
+async def test_hold_holds_requests_while_both_sides_restart(rig_of):
+    rig = await rig_of(moriio_pairs(1))
+    rec = await rig.run(rig.switch(2, "write", "hold"))
+    assert rec.held_s is not None and rec.held_s > 0 and rec.degraded_s is None
+    log = rig.admin.log
+    assert log.index(("pause", "read")) < log.index(("resume", "read"))
+    assert "requests held" in rig.events[-1][2]
+
+
+async def test_the_proxy_expects_both_modes_during_a_switch_and_the_new_one_after(rig_of):
+    rig = await rig_of(moriio_pairs(1))
+    await rig.run(rig.switch(2, "write", "hold"))
+    expects = [e[1] for e in rig.admin.log if e[0] == "expect"]
+    assert expects == [("read", "write"), ("write",)]
+    assert rig.admin.log.index(("expect", ("read", "write"))) < rig.admin.log.index(
+        ("pause", "read")
+    )
+
+
+async def test_keep_serving_has_whole_requests_served_while_each_side_restarts(rig_of):
+    rig = await rig_of(moriio_pairs(1, "write"))
+    rec = await rig.run(rig.switch(2, "read", "keep-serving"))
+    assert rec.state == "done" and rec.degraded_s is not None and rec.held_s is None
+    log = rig.admin.log
+    assert log.index(("whole", rig.url("decode-0"), True)) < log.index(
+        ("drain", rig.url("prefill-0"))
+    )
+    assert "pause" not in {e[0] for e in log} and rig.admin.routing_restored()
+
+
+async def test_a_roll_switch_on_count_two_moves_one_pair_while_the_other_serves(rig_of):
+    rig = await rig_of(moriio_pairs(1, count=2))
+    rec = await rig.run(rig.switch(2, "write", "roll"))
+    assert rec.state == "done" and rec.held_s is None and rec.revision_state == "applied"
+    log = rig.admin.log
+    assert log.index(("undrain", rig.url("prefill-0"))) < log.index(("drain", rig.url("prefill-1")))
+    assert {n: u[:2] for n, u in rig.units().items() if n != "proxy"} == {
+        n: ("write", 2) for n in ("prefill-0", "prefill-1", "decode-0", "decode-1")
+    }
+    assert rig.none_running()
+
+
+@pytest.mark.parametrize("strategy", ["roll", "hold", "recreate", None])
+async def test_an_apply_by_each_strategy_ends_done_and_settles_applied(rig_of, strategy):
+    rig = await rig_of(moriio_pairs(1, count=2))
+    rec = await rig.run(rig.apply(2, moriio_pairs(1, "write", count=2), strategy=strategy))
+    assert rec.state == "done" and rec.strategy == (strategy or "roll")
+    assert rec.changes["restart"] == ["prefill-0", "prefill-1", "decode-0", "decode-1"]
+    assert rec.changes["keep"] == ["proxy"] and rec.why["decode-1"].startswith("command line")
+    assert rig.log.settled == [("mori", 2, "applied", f"rollout {rec.id} done")]
+    assert {u[:2] for n, u in rig.units().items() if n != "proxy"} == {("write", 2)}
+    assert rig.admin.routing_restored() and rig.none_running()
+    assert rig.kinds() == ["rollout.begin", "rollout.done"]
+
+
+async def test_an_apply_of_a_new_layout_stops_the_old_instances_and_starts_the_new(rig_of):
+    """Issue 34's layout change: `count: 2` per role rewritten as four groups, rolled out."""
+    rig = await rig_of(moriio_pairs(1, count=2))
+    rec = await rig.run(rig.apply(2, moriio_pairs(2)))
+    assert rec.state == "done" and rec.strategy == "roll", rec.error
+    assert rec.changes["stop"] == ["prefill-0", "prefill-1", "decode-0", "decode-1"]
+    await rig.sup.wait_for("mori", lambda units: len(units) == 5, 30, "the old four forgotten")
+    assert rig.units() == {
+        "proxy": (None, 2, "RUNNING"),  # unchanged: told whom to expect
+        **{n: ("read", 2, "RUNNING") for n in ("prefill-0-0", "decode-0-0")},
+        **{n: ("read", 2, "RUNNING") for n in ("prefill-1-0", "decode-1-0")},
+    }
+    assert rig.log.settled[-1][2] == "applied" and rig.none_running()
+
+
+async def test_an_apply_adding_instances_tells_a_nixl_proxy_and_keeps_it_running(rig_of):
+    def nixl(count: int) -> DeploymentSpec:
+        groups = [
+            {"name": "prefill", "role": "prefill", "count": count},
+            {"name": "decode", "role": "decode", "count": count},
+        ]
+        return tiny_pair("nixl", groups=groups)
+
+    rig = await rig_of(nixl(1))
+    proxy_pid = rig.backend.pid("proxy")
+    rec = await rig.run(rig.apply(2, nixl(2)))
+    assert rec.state == "done", rec.error
+    assert rig.admin.added == {rig.url("prefill-1"), rig.url("decode-1")}
+    assert rig.backend.pid("proxy") == proxy_pid  # told, not restarted
+    assert rig.units()["proxy"][1] == 2  # its launch is revision 2's (what a restart runs)
+    assert rig.url("decode-1") in rig.sup.deployments["nixl"].proxy.launch.argv
+
+
+# -- failures: named, routing undone, rolled back ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "error",
+    [KeyError("prefill-a-0"), RuntimeError("boom"), ValueError()],
+    ids=["KeyError", "RuntimeError", "empty"],
+)
+async def test_a_step_that_raises_fails_the_rollout_naming_the_step_and_rolls_back(rig_of, error):
+    rig = await rig_of(moriio_pairs(1, count=2))
+    rig.admin.fail["drain"] = error
+    rec = await rig.run(rig.apply(2, moriio_pairs(1, "write", count=2)))
+    said = type(error).__name__ + (f": {error}" if str(error) else "")
+    assert rec.state == "failed" and rec.failed_step == "drain prefill-0, decode-0"
+    assert rec.error == f"drain prefill-0, decode-0: {said}"
+    assert rec.step_states[0].state == "failed" and rec.step_states[0].error == said
+    assert rec.step_states[1].state == "pending"
+    failed = next(e for e in rig.events if e[1] == "rollout.failed")
+    assert "drain prefill-0, decode-0" in failed[2] and said in failed[2]
+    assert rig.admin.routing_restored()
+    back = rig.engine.find("mori", rec.rolled_back_by)
+    assert back.kind == "rollback" and back.rollback_of == rec.id and back.state == "done"
+    assert back.revision == 1 and rec.revision_state == "rolled_back"
+    assert rig.log.settled == [
+        (
+            "mori",
+            2,
+            "rolled_back",
+            f"rollout {rec.id} failed at 'drain prefill-0, decode-0': {rec.error}",
+        )
+    ]
+    assert rig.log.states("mori") == [(rec.id, "apply", "failed"), (back.id, "rollback", "done")]
+    assert rig.none_running()
+
+
+@pytest.mark.parametrize("call", ["rejected", "expect"])
+async def test_a_proxy_call_around_the_steps_that_raises_still_ends_the_rollout(rig_of, call):
+    """Before and after the steps the engine counts refusals and tells the proxy whom to
+    expect; an unexpected error there once killed the task and left the record running."""
+    rig = await rig_of(moriio_pairs(1, count=2))
+    rig.admin.fail[call] = KeyError("prefill-a-0")
+    rec = await rig.run(rig.apply(2, moriio_pairs(1, "write", count=2)))
+    assert rec.state == "failed" and "KeyError: 'prefill-a-0'" in rec.error
+    assert rec.ended_at is not None and rec.revision_state in ("rolled_back", "failed")
+    assert any(e[1] == "rollout.failed" for e in rig.events)
+    assert rig.none_running()
+
+
+async def test_a_failure_after_a_batch_rolls_that_batch_back_to_the_last_applied_revision(rig_of):
+    rig = await rig_of(moriio_pairs(1, count=2))
+    rig.admin.refuse["decode-1"] = "write"  # the proxy never takes decode-1 in write mode
+    rec = await rig.run(rig.apply(2, moriio_pairs(1, "write", count=2), strategy="roll"))
+    assert rec.state == "failed" and rec.failed_step == "wait_ready prefill-1, decode-1"
+    assert "not ready in write mode after 20 s" in rec.error and "decode-1" in rec.error
+    assert rec.error.count("wait_ready prefill-1, decode-1") == 1
+    assert rec.revision_state == "rolled_back"
+    assert {u[:2] for n, u in rig.units().items() if n != "proxy"} == {("read", 1)}
+    assert rig.admin.routing_restored() and rig.none_running()
+
+
+async def test_a_step_past_its_deadline_fails_saying_the_deadline(rig_of):
+    class DrainDeadline(Timeouts):
+        def deadline(self, step: Step) -> float:
+            return 0.0 if step.kind is StepKind.DRAIN else super().deadline(step)
+
+    rig = await rig_of(moriio_pairs(1, count=2))
+    rig.engine = rig.new_engine(DrainDeadline(idle_s=5.0, ready_s=20.0, poll_s=0.5))
+    rig.admin.hang["drain"] = 0  # a call that never answers
+    rec = await rig.run(rig.apply(2, moriio_pairs(1, "write", count=2)))
+    assert rec.state == "failed" and rec.failed_step == "drain prefill-0, decode-0"
+    assert rec.error == "drain prefill-0, decode-0: deadline 0 s"
+    assert rec.step_states[0].deadline_s == 0.0 and rec.step_states[0].state == "failed"
+    assert rec.step_states[1].deadline_s == TIMEOUTS.idle_s + TIMEOUTS.call_s
+    assert rec.revision_state == "rolled_back" and rig.none_running()
+
+
+async def test_a_failed_resume_is_tried_again_by_undo_and_reported_if_it_still_fails(rig_of):
+    from controller.clients.proxy_admin import ProxyAdminError
+
+    rig = await rig_of(moriio_pairs(1))
+    rig.admin.fail["resume"] = ProxyAdminError("POST /admin/groups/read/resume: timed out")
+    rec = await rig.run(rig.switch(2, "write", "hold"))
+    assert rec.failed_step == "resume read"
+    assert rec.undo_left and "resume read" in rec.undo_left[0]
+    assert "not undone" in next(e for e in rig.events if e[1] == "switch.failed")[2]
+    assert rig.none_running()
+
+
+async def test_keep_serving_failing_on_the_decode_side_ends_whole_requests_and_undrains(rig_of):
+    rig = await rig_of(moriio_pairs(1, "write"))
+    rig.admin.refuse["decode-0"] = "read"
+    rec = await rig.run(rig.switch(2, "read", "keep-serving"))
+    assert rec.failed_step == "wait_ready decode-0"
+    assert rig.admin.routing_restored()
+    assert ("whole", rig.url("prefill-0"), False) in rig.admin.log
+    assert rec.revision_state == "rolled_back"
+    assert {u[0] for n, u in rig.units().items() if n != "proxy"} == {"write"}
+
+
+async def test_a_rollback_that_fails_too_settles_the_revision_failed(rig_of):
+    rig = await rig_of(moriio_pairs(1, count=2))
+    rig.admin.refuse["decode-1"] = "write"
+    rig.admin.refuse["decode-0"] = "read"  # ...and decode-0 cannot go back
+    rec = await rig.run(rig.apply(2, moriio_pairs(1, "write", count=2), strategy="roll"))
+    back = rig.engine.find("mori", rec.rolled_back_by)
+    assert back.state == "failed" and rec.revision_state == "failed"
+    assert rig.log.settled[-1][2] == "failed" and rig.none_running()
+
+
+async def test_a_failure_without_auto_rollback_is_left_where_it_stopped(rig_of):
+    rig = await rig_of(moriio_pairs(1, count=2))
+    rig.admin.fail["drain"] = KeyError("x")
+    rec = await rig.run(rig.apply(2, moriio_pairs(1, "write", count=2), auto_rollback=False))
+    assert rec.state == "failed" and rec.rolled_back_by is None
+    assert rig.log.settled[-1][2] == "failed" and rig.none_running()
+
+
+# -- abort and the 409 while a rollout runs --------------------------------------------------
+
+
+async def test_abort_mid_rollout_stops_it_and_rolls_back(rig_of):
+    rig = await rig_of(moriio_pairs(1, count=2))
+    rig.admin.hang["drain"] = 0
+    rec = await rig.engine.begin(rig.apply(2, moriio_pairs(1, "write", count=2)))
+    await rig.admin.reached("drain")
+    assert (await rig.engine.abort("mori", "bob", "wrong revision")) is rec
+    rig.admin.released.set()
+    await rig.engine.wait("mori")
+    assert rec.state == "aborted" and rec.aborted_by == "bob (wrong revision)"
+    assert rec.error == "drain prefill-0, decode-0: aborted by bob (wrong revision)"
+    back = rig.engine.find("mori", rec.rolled_back_by)
+    assert back.kind == "rollback" and back.state == "done" and back.rollback_of == rec.id
+    assert rec.revision_state == "rolled_back" and rig.admin.routing_restored()
+    assert rig.kinds() == ["rollout.begin", "rollout.begin", "rollout.done", "rollout.aborted"]
+    assert rig.none_running()
+
+
+async def test_abort_with_no_rollout_running_is_a_conflict(rig_of):
+    rig = await rig_of(moriio_pairs(1))
+    with pytest.raises(Conflict, match="no rollout of 'mori' is in progress"):
+        await rig.engine.abort("mori", "bob")
+
+
+async def test_abort_of_a_rollout_already_ending_is_a_conflict_and_it_still_settles(rig_of):
+    rig = await rig_of(moriio_pairs(1, count=2))
+    rig.admin.fail["drain"] = KeyError("x")  # fails at once...
+    rig.admin.hang["rejected"] = 1  # ...and is held as it ends, before it rolls back
+    rec = await rig.engine.begin(rig.apply(2, moriio_pairs(1, "write", count=2)))
+    await rig.admin.reached("rejected")
+    with pytest.raises(Conflict, match="ends by itself"):
+        await rig.engine.abort("mori", "bob")
+    rig.admin.released.set()
+    await rig.engine.wait("mori")
+    assert rec.revision_state == "rolled_back" and rig.none_running()
+
+
+async def test_abort_while_rolling_back_is_a_conflict_naming_the_rollback(rig_of):
+    rig = await rig_of(moriio_pairs(1, count=2))
+    rig.admin.refuse["decode-1"] = "write"
+    rec = await rig.engine.begin(rig.apply(2, moriio_pairs(1, "write", count=2)))
+    while (live := rig.engine.active("mori")) is rec:
+        await asyncio.sleep(0)
+    assert live is not None and live.kind == "rollback"
+    with pytest.raises(Conflict, match=f"rollout {live.id} .rollback by"):
+        await rig.engine.abort("mori", "bob")
+    await rig.engine.wait("mori")
+    assert rig.none_running()
+
+
+async def test_a_second_rollout_while_one_runs_is_refused_naming_it_and_the_verb(rig_of):
+    rig = await rig_of(moriio_pairs(1, count=2))
+    rig.admin.hang["drain"] = 0
+    rec = await rig.engine.begin(rig.apply(2, moriio_pairs(1, "write", count=2)))
+    await rig.admin.reached("drain")
+    with pytest.raises(RolloutBusy) as busy:
+        await rig.engine.begin(rig.apply(3, moriio_pairs(1, "write", count=2)))
+    message = busy.value.message
+    assert f"rollout {rec.id} (apply by roll, step 1/" in message
+    assert "`pdctl rollout abort mori`" in message and "`pdctl rollout status mori`" in message
+    assert busy.value.status == 409
+    assert [r["id"] for r in rig.log.rollouts("mori")] == [rec.id]  # nothing written
+    rig.admin.released.set()
+    await rig.engine.wait("mori")
+    assert rec.state == "done" and rig.none_running()
+
+
+# -- a control plane that stops mid-rollout ---------------------------------------------------
+
+
+async def test_close_leaves_the_record_running_and_a_new_engine_takes_it_over(rig_of):
+    rig = await rig_of(moriio_pairs(1, count=2))
+    rig.admin.hang["drain"] = 0
+    rec = await rig.engine.begin(rig.apply(2, moriio_pairs(1, "write", count=2)))
+    await rig.admin.reached("drain")
+    await rig.engine.close()
+    assert [r["state"] for r in rig.log.unfinished()] == ["running"]
+    assert rig.log.settled == []  # the revision stays in progress for the next plane
+    rig.admin.released.set()
+    rig.admin.drained.add(rig.url("prefill-0"))  # as the stopped plane left the proxy
+    rig.admin.paused.add("read")
+
+    rig.engine = rig.new_engine()
+    taken = rig.engine.recover()
+    assert [(r.id, r.resumed) for r in taken] == [(rec.id, 1)]
+    assert "rollout.resume" in rig.kinds()
+    await rig.engine.wait("mori")
+    done = rig.engine.find("mori", rec.id)
+    assert done.state == "done" and done.resumed == 1 and done.revision_state == "applied"
+    assert rig.log.settled == [("mori", 2, "applied", f"rollout {rec.id} done")]
+    assert {u[:2] for n, u in rig.units().items() if n != "proxy"} == {("write", 2)}
+    assert rig.admin.routing_restored() and rig.none_running()
+
+
+async def test_a_record_left_running_for_a_deployment_not_supervised_is_ended_failed(rig_of):
+    rig = await rig_of(moriio_pairs(1))
+    body = RolloutRecord("", "gone", None, "roll", "alice", None, ["drain x"], revision=4)
+    rig.log.new_rollout("gone", body.to_json())
+    rig.revisions[4] = rig.revisions[1]
+    assert rig.engine.recover() == []
+    (ended,) = rig.log.rollouts("gone")
+    assert ended["state"] == "failed" and "gone is not supervised here" in ended["error"]
+    assert ended["ended_at"] is not None
+    assert rig.log.settled == [("gone", 4, "failed", ended["error"])]
+    assert rig.kinds() == ["rollout.failed"] and rig.log.unfinished() == []
+
+
+async def test_a_record_left_running_whose_revision_cannot_be_loaded_is_ended_failed(rig_of):
+    rig = await rig_of(moriio_pairs(1))
+    body = RolloutRecord("", "mori", None, "roll", "alice", None, [], revision=9)
+    rig.log.new_rollout("mori", body.to_json())
+    assert rig.engine.recover() == []
+    assert "no revision 9" in rig.log.rollouts("mori")[0]["error"]
+    assert rig.log.unfinished() == []
+
+
+# -- a start: its first step inline -------------------------------------------------------------
+
+
+async def test_a_start_whose_first_step_fails_raises_to_the_caller(tmp_path):
+    from controller.launch.placement import Node
+
+    no_gpus = FakeBackend(nodes=[Node("h" * 56, "127.0.0.9", gpus=0, gpus_free=0, head=True)])
+    rig = Rig(tmp_path, tiny_pair("tiny-pd"), backend=no_gpus)
+    spec = tiny_pair(
+        "tiny-pd",
+        groups=[
+            {"name": "prefill", "role": "prefill", "placement": {"gpus_per_instance": 1}},
+            {"name": "decode", "role": "decode", "placement": {"gpus_per_instance": 1}},
+        ],
+    )
+    target = rig.revision(1, spec)
+    steps = [Step(StepKind.APPLY, (), spec=spec), *start_ready(spec, registers=False)]
+    goal = Goal("tiny-pd", target, "start", "alice", None, strategy="recreate", steps=steps)
+    goal.settles, goal.auto_rollback = False, False
+    try:
+        with pytest.raises(SpecInvalid):
+            await rig.engine.begin(goal, inline=1)
+        await rig.engine.wait("tiny-pd")
+        (rec,) = rig.engine.history("tiny-pd")
+        assert rec.state == "failed" and rec.failed_step == "apply"
+        assert rig.log.unfinished() == [] and rig.engine.active("tiny-pd") is None
+    finally:
+        await rig.close()
+
+
+async def test_a_start_returns_once_its_first_step_is_done_and_ends_when_all_are_ready(tmp_path):
+    rig = Rig(tmp_path, moriio_pairs(1))
+    spec = rig.spec
+    target = rig.revision(1, spec)
+    await rig.sup.open()
+    steps = [Step(StepKind.APPLY, (), spec=spec), *start_ready(spec, registers=True)]
+    goal = Goal("mori", target, "start", "alice", None, strategy="recreate", steps=steps)
+    goal.settles, goal.auto_rollback = True, False
+    try:
+        rec = await rig.engine.begin(goal, inline=1)
+        assert rec.state == "running" and rec.step_states[0].state == "done"
+        await rig.engine.wait("mori")
+        assert rec.state == "done" and rig.log.settled == [
+            ("mori", 1, "applied", f"rollout {rec.id} done")
+        ]
+        assert set(rig.units().values()) >= {("read", 1, "RUNNING")}
+        assert rig.none_running()
+    finally:
+        await rig.close()
+
+
+# -- the record while it ends ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fails", [False, True])
+async def test_the_record_says_running_until_it_is_settled(rig_of, fails):
+    """A reader polling the live record never sees it ended before its revision settled: the
+    CLI once printed 'done in 0.0 s (revision 2 in progress)' in between."""
+    rig = await rig_of(moriio_pairs(1, count=2))
+    if fails:
+        rig.admin.fail["drain"] = KeyError("x")
+    rec = await rig.engine.begin(rig.apply(2, moriio_pairs(1, "write", count=2)))
+    rig.admin.hang["rejected"] = 1  # the count before the steps answers; the one as it ends, held
+    await rig.admin.reached("rejected")
+    assert rec.state == "running" and rec.revision_state == "in_progress"
+    assert rec.ended_at is None
+    rig.admin.released.set()
+    await rig.engine.wait("mori")
+    assert rec.ended_at is not None and rec.revision_state != "in_progress"
+    assert rec.state == ("failed" if fails else "done") and rig.none_running()
+
+
+# -- with the real store (a SQLite file migrated to head) ---------------------------------------
+
+
+@pytest.fixture
+def store(tmp_path) -> Iterator[Store]:
+    db = tmp_path / "pdctl.db"
+    migrate.upgrade(db)
+    engine = create_engine(db)
+    yield Store(engine, Admission((43000, 43999), False, lambda port: False))
+    engine.dispose()
+
+
+@pytest.fixture
+async def store_rig(tmp_path, store) -> AsyncIterator[Rig]:
+    rig = Rig(tmp_path, moriio_pairs(1, count=2), store=store)
+    await rig.start()
+    yield rig
+    await rig.close()
+
+
+async def test_the_store_holds_the_revision_in_progress_and_the_deployment_meanwhile(
+    store_rig, store
+):
+    rig = store_rig
+    rig.admin.hang["drain"] = 0
+    rec = await rig.engine.begin(rig.apply(2, moriio_pairs(1, "write", count=2)))
+    await rig.admin.reached("drain")
+    during = store.get("mori")
+    assert during.revision == 2 and during.state == "in_progress"
+    assert store.active_rollout("mori")["id"] == int(rec.id)
+    with pytest.raises(ChangeInProgress, match="pdctl rollout abort mori"):
+        store.update("mori", rig.spec, "bob", "an edit")
+    rig.admin.released.set()
+    await rig.engine.wait("mori")
+    after = store.get("mori")
+    assert after.revision == 2 and after.state == "applied"
+    assert store.unfinished() == [] and store.rollouts("mori")[0]["state"] == "done"
+
+
+async def test_a_rolled_back_rollout_makes_the_last_applied_revision_desired_again(
+    store_rig, store
+):
+    rig = store_rig
+    rig.admin.fail["drain"] = KeyError("prefill-a-0")
+    rec = await rig.run(rig.apply(2, moriio_pairs(1, "write", count=2)))
+    assert rec.revision_state == "rolled_back"
+    after = store.get("mori")
+    assert after.revision == 1 and {g.mode.value for g in after.spec.groups} == {"read"}
+    assert store.revision("mori", 2).state == "rolled_back"
+    assert [(r["kind"], r["state"]) for r in store.rollouts("mori")] == [
+        ("rollback", "done"),
+        ("apply", "failed"),
+    ]
+    assert store.unfinished() == []
+
+
+async def test_a_rollout_a_stopped_plane_left_in_sqlite_is_taken_over_and_ends(store_rig, store):
+    rig = store_rig
+    rig.admin.hang["drain"] = 0
+    rec = await rig.engine.begin(rig.apply(2, moriio_pairs(1, "write", count=2)))
+    await rig.admin.reached("drain")
+    await rig.engine.close()
+    assert [r["id"] for r in store.unfinished()] == [int(rec.id)]
+    assert store.get("mori").state == "in_progress"
+    rig.admin.released.set()
+    rig.engine = rig.new_engine()
+    assert [r.resumed for r in rig.engine.recover()] == [1]
+    await rig.engine.wait("mori")
+    assert store.get("mori").state == "applied" and store.unfinished() == []
+
+
+async def test_a_plane_stopped_during_a_rollback_settles_the_revision_once_taken_over(
+    store_rig, store
+):
+    """Stopped while rolling back: the failed rollout's revision must not stay in progress
+    (that would hold the deployment with a 409 no verb releases)."""
+    rig = store_rig
+    rig.admin.refuse["decode-1"] = "write"
+    rec = await rig.engine.begin(rig.apply(2, moriio_pairs(1, "write", count=2)))
+    while (live := rig.engine.active("mori")) is rec:
+        await asyncio.sleep(0)
+    assert live is not None and live.kind == "rollback"
+    await rig.engine.close()
+    assert [r["kind"] for r in store.unfinished()] == ["rollback"]
+    rig.engine = rig.new_engine()
+    assert [r.kind for r in rig.engine.recover()] == ["rollback"]
+    await rig.engine.wait("mori")
+    assert store.unfinished() == []
+    assert store.revision("mori", 2).state == "rolled_back"
+    assert store.get("mori").revision == 1 and store.get("mori").state == "applied"
+    assert rig.engine.find("mori", rec.id).revision_state == "rolled_back"
