@@ -328,7 +328,9 @@ class ControlService:
         result: dict[str, Any] = {}
 
         async def mover(step: Step) -> None:
-            result.update(await self.role_moves.move(name, move, **how))
+            running = self.rollouts.active(name)
+            rollout_id = int(running.id) if running is not None else None
+            result.update(await self.role_moves.move(name, move, rollout_id=rollout_id, **how))
 
         target = Target(dep.revision or 0, spec, dep.ports)
         goal = Goal(

@@ -229,6 +229,21 @@ class Supervisor:
                 unit.launch, unit.revision = launch, dep.revision
         self._save(dep)
 
+    def keep_all(self, name: str, spec: DeploymentSpec, revision: int | None) -> None:
+        """Every process runs `spec` (revision `revision`) from now on, without a restart:
+        what changed was changed in place (a runtime role move), so a later restart starts
+        each as it serves now."""
+        dep = self._deployment(name)
+        for launch in render(spec, dep.ports, self.settings.launch, self._addresses(dep.placed)):
+            unit = dep.units.get(launch.name)
+            if unit is not None:
+                unit.launch, unit.revision = launch, revision
+        if dep.revision is not None and dep.revision != revision:
+            dep.older[dep.revision] = (dep.spec, dep.ports)
+        dep.spec, dep.revision = spec, revision
+        dep.prune_older()
+        self._save(dep)
+
     def launches(self, name: str, spec: DeploymentSpec, ports: AllocatedPorts) -> list[Launch]:
         """What `spec` would run, where processes run now (new ones as if on this host)."""
         dep = self.deployments.get(name)

@@ -24,7 +24,6 @@ from typing import Any, Protocol
 import aiohttp
 
 from controller.clients.proxy_admin import ProxyAdminClient, ProxyAdminError
-from controller.launch.render import render
 from controller.spec.deployment import DeploymentSpec, InstanceGroup
 from controller.spec.role_switch import (
     RoleSwitch,
@@ -32,7 +31,6 @@ from controller.spec.role_switch import (
     role_switchers,
     switches_roles,
 )
-from controller.supervise import placing, run_state
 from controller.supervise.supervisor import Supervisor
 from domain.errors import ConfigError, InvalidTransition, UpstreamError
 from domain.modes import Role
@@ -43,7 +41,14 @@ ROLE_CALL_TIMEOUT_S = 5.0
 
 class MoveStore(Protocol):
     def begin_change(
-        self, name: str, spec: Any, actor: str, reason: str | None, kind: str
+        self,
+        name: str,
+        spec: Any,
+        actor: str,
+        reason: str | None,
+        kind: str,
+        *,
+        rollout_id: int | None = None,
     ) -> int: ...
 
     def settle_change(self, name: str, revision: int, state: str, detail: str | None) -> None: ...
@@ -121,7 +126,9 @@ class RoleMover:
         actor: str,
         reason: str | None,
         drain_timeout_s: float,
+        rollout_id: int | None = None,
     ) -> dict[str, Any]:
+        """`rollout_id`: the rollout this move is a step of (it may write the revision)."""
         dep = self.supervisor.deployments.get(name)
         unit = dep.units.get(move.instance) if dep is not None else None
         if dep is None or unit is None or unit.machine.state.name != "RUNNING":
@@ -130,15 +137,19 @@ class RoleMover:
             raise InvalidTransition(f"a role move of {name!r} is already under way")
         self._busy.add(name)
         try:
-            return await self._move(name, move, store, actor, reason, drain_timeout_s)
+            return await self._move(name, move, store, actor, reason, drain_timeout_s, rollout_id)
         finally:
             self._busy.discard(name)
 
-    async def _move(self, name, move: Move, store, actor, reason, drain_timeout_s) -> dict:
+    async def _move(
+        self, name, move: Move, store, actor, reason, drain_timeout_s, rollout_id
+    ) -> dict:
         dep = self.supervisor.deployments[name]
         url = dep.units[move.instance].launch.url
         what = f"{name}/{move.instance}: {move.source} -> {move.target}"
-        revision = store.begin_change(name, move.spec, actor, reason, kind="role_move")
+        revision = store.begin_change(
+            name, move.spec, actor, reason, kind="role_move", rollout_id=rollout_id
+        )
         admin = ProxyAdminClient(
             self.supervisor.proxy_url(name) or "", lambda: self.supervisor.admin_token(name)
         )
@@ -160,24 +171,12 @@ class RoleMover:
             self.record(actor, "deployment.role_move_failed", detail, name, {"revision": revision})
             raise RoleMoveFailed(detail) from None
         await admin.aclose()
-        self._keep(name, move.spec)
+        self.supervisor.keep_all(name, move.spec, revision)
         store.settle_change(name, revision, "applied", None)
         seconds = round(time.monotonic() - started, 3)
         facts = {"revision": revision, "instance": move.instance, "epoch": state["epoch"]}
         self.record(actor, "deployment.role_move", f"{what} (revision {revision})", name, facts)
         return {**facts, "from": move.source.value, "to": move.target.value, "seconds": seconds}
-
-    def _keep(self, name: str, spec: DeploymentSpec) -> None:
-        """The new launches (instance and proxy) become the supervisor's without a restart:
-        a later restart of either starts it in the role it serves now."""
-        dep = self.supervisor.deployments[name]
-        settings = self.supervisor.settings.launch
-        where = placing.addresses(dep.placed, settings.host)
-        for launch in render(spec, dep.ports, settings, where):
-            if launch.name in dep.units:
-                dep.units[launch.name].launch = launch
-        dep.spec = spec
-        run_state.save_deployment(dep.folder, spec, dep.ports)
 
 
 async def _legs_done(admin: ProxyAdminClient, url: str, timeout_s: float) -> None:
