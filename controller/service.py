@@ -6,6 +6,7 @@ what runs on each, and where each started process was placed
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -29,7 +30,7 @@ from controller.switch.plan import Step, StepKind, SwitchBusy, plan, target_spec
 from controller.switch.preview import preview
 from controller.switch.role_move import RoleMoveFailed, RoleMover, plan_move
 from controller.switch.steps import Timeouts
-from domain.errors import ConfigError, InvalidTransition, Unavailable, UpstreamError
+from domain.errors import ConfigError, Conflict, InvalidTransition, Unavailable, UpstreamError
 from state.changes import RevisionState
 
 log = logging.getLogger("pdctl.controller")
@@ -152,6 +153,7 @@ class ControlService:
     ) -> RolloutRecord:
         """Start every process at `revision`; the rollout ends when all are ready (and settles
         the revision applied if it was `pending`)."""
+        await self.rollouts.let_start_end(name)
         self.rollouts.refuse_if_running(name, "start")
         self.refuse_code(name, spec, revision)
         target = Target(revision, spec, ports)
@@ -184,6 +186,13 @@ class ControlService:
         self.placements.started(name, spec, placed, home)
 
     async def stop(self, name: str, actor: str, reason: str | None) -> None:
+        """Stop every process. A start still waiting for them is aborted (stopping is how an
+        operator gives up on a start that does not come up); any other rollout is a 409."""
+        active = self.rollouts.active(name)
+        if active is not None and active.kind == "start":
+            with contextlib.suppress(Conflict):
+                await self.rollouts.abort(name, actor, "stopped")
+            await self.rollouts.wait(name)
         self.rollouts.refuse_if_running(name, "stop")
         await self.supervisor.stop(name)
         self.record(actor, "deployment.stop", f"{name}: stop" + _why(reason), name, None)
@@ -243,6 +252,7 @@ class ControlService:
         """Converge to the desired revision: what drifted (or is unhealthy) restarts, on the
         desired revision's placement. Nothing drifted: every instance (or `instance`) is
         restarted, as asked, one pair at a time where the layout allows it."""
+        await self.rollouts.let_start_end(name)
         self.rollouts.refuse_if_running(name, "restart")
         dep = self.supervisor.deployments.get(name)
         if dep is None:
@@ -282,6 +292,7 @@ class ControlService:
         """Write the target revision (in progress), then switch in the background by
         `strategy`; the record shows the progress and the revision how it settled."""
         self.refuse_code(name, spec, None)
+        await self.rollouts.let_start_end(name)
         self.rollouts.refuse_if_running(name, "switch")
         steps = plan(spec, target, strategy)  # 409s for what cannot be switched this way
         units = self.supervisor.status(name) if self.known(name) else []
@@ -320,6 +331,7 @@ class ControlService:
         move = plan_move(spec, instance, role)  # the input first: 422s name the field
         if not self.known(name):
             raise InvalidTransition(f"deployment {name!r} has not been started")
+        await self.rollouts.let_start_end(name)
         self.rollouts.refuse_if_running(name, "move a role")
         dep = self.supervisor.deployments[name]
         unit = dep.units.get(instance)

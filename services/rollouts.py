@@ -96,6 +96,7 @@ async def store_and_roll_out(
     `rollout`) rolled out; on a stopped one it is what the next start runs."""
     live = running(controller, name)
     if live and controller is not None:
+        await controller.rollouts.let_start_end(name)
         controller.rollouts.refuse_if_running(name)
     saved = store.update(name, spec, actor, reason, based_on=based_on, pending=live)
     if not live or controller is None or saved.state != RevisionState.PENDING.value:
@@ -119,6 +120,7 @@ async def undo(
     default is the applied revision before the one desired now."""
     if not running(controller, name):
         raise InvalidTransition(f"deployment {name!r} is not running: edit it, or start it")
+    await controller.rollouts.let_start_end(name)
     controller.rollouts.refuse_if_running(name, "undo")
     now = store.get(name)
     if to_revision is None:

@@ -13,6 +13,7 @@ rollout and the verb that ends it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from state.changes import RevisionState
 log = logging.getLogger("pdctl.rollout")
 ACTOR = "controller"
 BOTH_MODES = tuple(m.value for m in TRANSFER_MODES)
+START_GRACE_S = 5.0  # how long a change waits for a start whose processes all run to end
 STOPPED_MID_ROLLOUT = "the control plane stopped during this rollout"
 
 Recorder = Callable[[str, str, str, str | None, dict | None], object]  # Store.record
@@ -202,10 +204,24 @@ class RolloutEngine:
 
     # -- actions ---------------------------------------------------------------------------
 
+    async def let_start_end(self, name: str) -> None:
+        """A start whose processes all run only waits for the proxy to list them: let it end
+        (a moment) rather than refuse the change that follows it."""
+        run, task = self._active.get(name), self._tasks.get(name)
+        if run is None or task is None or run.rec.kind != "start":
+            return
+        if run.rec.step_index < run.inline or name not in self.supervisor.deployments:
+            return
+        if any(u["state"] != "RUNNING" for u in self.supervisor.status(name)):
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(task), START_GRACE_S)
+
     async def begin(self, goal: Goal, inline: int = 0) -> RolloutRecord:
         """Plan, write the record, then run the steps in the background (the first `inline`
         of them before returning: their errors are raised here too). RolloutBusy while
         another runs; RolloutRejected (409) or SpecInvalid (422) when it cannot be planned."""
+        await self.let_start_end(goal.name)
         self.refuse_if_running(goal.name)
         steps, found, strategy = await self.plan(goal)
         self.refuse_if_running(goal.name)  # planning awaited: check again
