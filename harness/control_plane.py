@@ -82,6 +82,20 @@ class ControlPlane:
             name, lambda us: all(u["state"] == "RUNNING" for u in us.values()), timeout
         )
 
+    def rolled_out(self, name: str, timeout: float = 120.0) -> dict:
+        """Wait until no rollout of `name` runs; the last one's record (it must be done)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            status, body = self.api("GET", f"/deployments/{name}/rollout")
+            assert status == 200, body
+            rollout = body["rollout"]
+            if rollout is None or rollout["state"] != "running":
+                break
+            assert time.monotonic() < deadline, f"{name}: rollout still running: {rollout}"
+            time.sleep(0.2)
+        assert rollout is None or rollout["state"] == "done", rollout
+        return rollout or {}
+
     def switch(self, name: str, mode: str, strategy: str, timeout: float = 120) -> dict:
         status, record = self.api(
             "POST",

@@ -47,12 +47,13 @@ class Layout:
 def allowed(changes: list[Change], layout: Layout) -> dict[str, str | None]:
     """Each strategy and why it cannot be used here (None: it can)."""
     out: dict[str, str | None] = {}
+    cut = _proxy_restarts(changes)
     try:
         _batches(changes)
-        out["roll"] = None
+        out["roll"] = cut
     except RolloutRejected as exc:
         out["roll"] = exc.message
-    out["hold"] = None
+    out["hold"] = cut
     out["keep-serving"] = (
         None
         if layout.switch_only
@@ -63,8 +64,23 @@ def allowed(changes: list[Change], layout: Layout) -> dict[str, str | None]:
 
 
 def default(changes: list[Change], layout: Layout) -> str:
-    """Roll where the layout allows it, else hold: neither loses a request."""
-    return "roll" if allowed(changes, layout)["roll"] is None else "hold"
+    """Roll where the layout allows it, else hold: neither loses a request. A change to the
+    proxy's own settings can only recreate (it restarts; nothing serves through it then)."""
+    can = allowed(changes, layout)
+    if can["roll"] is None:
+        return "roll"
+    return "hold" if can["hold"] is None else "recreate"
+
+
+def _proxy_restarts(changes: list[Change]) -> str | None:
+    """Why nothing can keep serving through this change: the proxy itself restarts."""
+    proxy = next((c for c in changes if c.role == "proxy"), None)
+    if proxy is None or proxy.action is not Action.RESTART or proxy.forced:
+        return None
+    return (
+        f"the proxy restarts ({proxy.why}): requests through it are cut whatever the "
+        "strategy, so only recreate applies"
+    )
 
 
 def plan(strategy: str, changes: list[Change], spec: DeploymentSpec, layout: Layout) -> list[Step]:
@@ -78,6 +94,11 @@ def plan(strategy: str, changes: list[Change], spec: DeploymentSpec, layout: Lay
         )
     instances = [c for c in changes if c.role != "proxy"]
     proxy = next((c for c in changes if c.role == "proxy"), None)
+    cut = _proxy_restarts(changes)
+    if cut is not None:
+        if strategy != "recreate":
+            raise RolloutRejected(f"{strategy}: {cut}")
+        return _recreate_with_proxy(instances, spec, layout)
     if strategy == "roll":
         steps = _roll(_batches(instances), spec, layout)
     elif strategy == "hold":
@@ -129,15 +150,30 @@ def _names(changes: list[Change], which: str) -> tuple[str, ...]:
 
 def _ready(arriving: list[Change], layout: Layout) -> list[Step]:
     """Wait until every arriving process serves, each in its mode's group (MoRIIO)."""
-    if not layout.registers:
-        names = tuple(c.name for c in arriving)
-        return [Step(StepKind.WAIT_READY, names)] if names else []
-    steps = []
+    plain = tuple(c.name for c in arriving if _listed_by_us(c, layout))
+    steps = [Step(StepKind.WAIT_READY, plain)] if plain else []
     for mode in MODES:
-        names = tuple(c.name for c in arriving if (c.mode or "read") == mode)
+        names = tuple(
+            c.name for c in arriving if not _listed_by_us(c, layout) and (c.mode or "read") == mode
+        )
         if names:
             steps.append(Step(StepKind.WAIT_READY, names, mode=mode))
     return steps
+
+
+def _recreate_with_proxy(changes: list[Change], spec: DeploymentSpec, layout: Layout) -> list[Step]:
+    """The proxy and every changed instance at once: the new proxy is told its instances by
+    its command line, so nothing is added or forgotten through its admin API."""
+    batch = [c for c in changes if c.action is not Action.KEEP]
+    names = ("proxy", *(c.name for c in batch))
+    steps = [Step(StepKind.APPLY, names, spec=spec), Step(StepKind.WAIT_READY, ("proxy",))]
+    return steps + _ready([c for c in batch if c.arrives], layout)
+
+
+def _listed_by_us(change: Change, layout: Layout) -> bool:
+    """The proxy learns of this instance from the controller (its flags, its admin API), not
+    from the instance registering itself (MoRIIO prefills and decodes do)."""
+    return not (layout.registers and change.role in ("prefill", "decode"))
 
 
 def _converge(batch: list[Change], spec: DeploymentSpec, layout: Layout) -> list[Step]:
@@ -149,11 +185,13 @@ def _converge(batch: list[Change], spec: DeploymentSpec, layout: Layout) -> list
     arriving = [c for c in batch if c.arrives]
     steps = [Step(StepKind.APPLY, converged, spec=spec)] if converged else []
     steps += [Step(StepKind.RESTART, again)] if again else []
-    if not layout.registers:
-        gone = tuple(c.name for c in batch if c.action is Action.STOP)
-        new = tuple(c.name for c in batch if c.action is Action.START)
-        steps += [Step(StepKind.FORGET, gone)] if gone else []
-        steps += [Step(StepKind.ADD, new)] if new else []
+    ours = [c for c in batch if _listed_by_us(c, layout)]
+    gone = tuple(c.name for c in ours if c.action is Action.STOP)
+    # Every arrival is (re)added: adding is idempotent, and a rollback must list again an
+    # instance the rollout it undoes had the proxy forget.
+    listed = tuple(c.name for c in ours if c.arrives)
+    steps += [Step(StepKind.FORGET, gone)] if gone else []
+    steps += [Step(StepKind.ADD, listed)] if listed else []
     return steps + _ready(arriving, layout)
 
 

@@ -79,6 +79,11 @@ class Timeouts:
         return self.call_s
 
 
+# Processes the proxy does not list among its routed instances: ready once RUNNING (the
+# supervisor's health probe said so).
+UNROUTED_ROLES = ("encode", "render")
+
+
 class StepTimeout(TimeoutError):
     """A wait step whose condition did not come true in time; the message says who waited."""
 
@@ -234,9 +239,9 @@ class Execution:
                 if unit is None:
                     out.append(f"{name} (not supervised)")
                     continue
-                if name == "proxy":
+                if name == "proxy" or unit.get("role") in UNROUTED_ROLES:
                     if unit["state"] != "RUNNING":
-                        out.append(f"proxy ({unit['state']})")
+                        out.append(f"{name} ({unit['state']})")
                     continue
                 seen = listing.get(unit["url"], {})
                 if (

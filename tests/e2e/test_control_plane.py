@@ -193,9 +193,7 @@ def test_a_switch_cut_short_by_a_control_plane_kill_is_shown_and_settled_after_r
         time.sleep(0.2)
     # Taken over by the new control plane: the same rollout, resumed, on to its revision.
     assert after["resumed"] == 1 and after["state"] == "done", json.dumps([after])
-    assert after["revision_state"] == "applied", json.dumps(
-        [after, plane.status("mori")]
-    )
+    assert after["revision_state"] == "applied", json.dumps([after, plane.status("mori")])
     _, current = plane.api("GET", "/deployments/mori")
     assert current["state"] == "applied"
     assert {g["mode"] for g in current["spec"]["groups"]} == {"write"}

@@ -73,6 +73,7 @@ def apply(plane: ControlPlane, name: str, rule: str, window: str = WINDOW) -> di
     status, applied = plane.api("POST", f"/deployments/{name}/proposals/apply", body)
     assert status == 200, applied
     assert applied["revision"] == current["revision"] + 1
+    plane.rolled_out(name)
     plane.running(name)
     return applied
 

@@ -219,7 +219,8 @@ def test_a_restart_asked_restarts_processes_as_they_are():
     spec = nixl(2)
     work = forced(found(spec, spec), {"decode-1"})
     steps = strategies.plan("recreate", work, spec, NIXL)
-    assert described(steps) == ["restart decode-1", "wait_ready decode-1"]
+    # NIXL: the proxy is told of it again (adding is idempotent; a rollback relies on it).
+    assert described(steps) == ["restart decode-1", "add decode-1", "wait_ready decode-1"]
 
 
 # -- instances the proxy lists (NIXL) and the proxy itself -----------------------------------
@@ -257,15 +258,25 @@ def test_moriio_instances_register_themselves_no_add_or_forget():
     assert K.ADD not in kinds and K.FORGET not in kinds and K.KEEP_PROXY not in kinds
 
 
-def test_a_change_to_the_proxy_s_own_settings_restarts_it_last():
+def test_a_change_to_the_proxy_s_own_settings_can_only_recreate():
     spec = nixl(2)
     target = with_decode_seqs(spec, 8).model_copy(
         update={"proxy": spec.proxy.model_copy(update={"policy": "least-tokens"})}
     )
-    steps = strategies.plan("roll", found(spec, target), target, NIXL)
-    assert described(steps)[-2:] == ["apply proxy", "wait_ready proxy"]
-    assert steps[-2].spec is target
-    assert "proxy" not in {n for s in steps[:-2] for n in s.instances}
+    work = found(spec, target)
+    can = strategies.allowed(work, NIXL)
+    assert "only recreate" in (can["roll"] or "") and "only recreate" in (can["hold"] or "")
+    assert strategies.default(work, NIXL) == "recreate"
+    with pytest.raises(RolloutRejected, match="the proxy restarts"):
+        strategies.plan("roll", work, target, NIXL)
+    steps = strategies.plan("recreate", work, target, NIXL)
+    # One apply: the new proxy lists its instances by flag (nothing added through its API).
+    assert described(steps) == [
+        "apply proxy, decode-0, decode-1",
+        "wait_ready proxy",
+        "wait_ready decode-0, decode-1",
+    ]
+    assert steps[0].spec is target
 
 
 def test_a_proxy_restart_asked_is_a_restart_not_an_apply():
