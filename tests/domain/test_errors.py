@@ -8,8 +8,7 @@ import pytest
 from controller.clients.proxy_admin import ProxyAdminError
 from controller.launch.ports import PortsExhausted
 from controller.supervise.supervisor import SupervisorError
-from controller.switch.plan import SwitchRejected
-from controller.switch.runner import SwitchBusy
+from controller.switch.plan import SwitchBusy, SwitchRejected
 from domain import errors
 from state.errors import ChangeInProgress, StaleRevision, Unreadable
 
