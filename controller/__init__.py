@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from controller.spec.validation import given_ports, host_port_busy, validate
     from controller.supervise.placement_log import PlacementLog
     from controller.supervise.supervisor import Supervisor, SupervisorSettings
+    from controller.switch.steps import Timeouts
 
 # Each exported name -> the module that defines it.
 _EXPORTS = {
@@ -99,6 +100,7 @@ _EXPORTS = {
     "StoredSpec": "controller.launch.stored_spec",
     "Supervisor": "controller.supervise.supervisor",
     "SupervisorSettings": "controller.supervise.supervisor",
+    "Timeouts": "controller.switch.steps",
     "Topology": "controller.spec.deployment",
     "UNCHANGED": "controller.spec.redact",
     "allocate": "controller.launch.ports",
@@ -152,6 +154,7 @@ __all__ = [
     "Supervisor",
     "SupervisorSettings",
     "Target",
+    "Timeouts",
     "Topology",
     "allocate",
     "capacity_of",

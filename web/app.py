@@ -24,6 +24,7 @@ from controller import (
     ProcessBackend,
     Supervisor,
     SupervisorSettings,
+    Timeouts,
     host_port_busy,
 )
 from observe.scraper import start_observer
@@ -229,4 +230,5 @@ def build_controller(
         placements=placement_log,
         rollout_log=store,
         load=partial(rollout_target, store),
+        timeouts=Timeouts(ready_s=settings.rollout_ready_s) if settings.rollout_ready_s else None,
     )

@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     ray_address: str | None = Field(None, pattern=r"^[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}$")
     ray_namespace: str = Field("pdctl", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     ray_node_ip: str | None = None
+    # A rollout's wait for restarted processes to be ready fails after this many seconds
+    # (default: the supervisor's start timeout, 600 s: a big model loads for minutes).
+    rollout_ready_s: float | None = Field(None, gt=0, le=86400)
     # Stand-in MoRIIO instances' registration heartbeat (vLLM's is 3 s); tests shorten it.
     sim_registration_interval: float | None = Field(None, gt=0)
     # Store the demo deployment (services/demo/deployments.py) when there is none; `make run` sets
