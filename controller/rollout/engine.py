@@ -374,6 +374,7 @@ class RolloutEngine:
             known_urls=run.urls,
             mover=goal.mover,
             target_ports=ports,
+            on_applied=lambda: self._expect_meanwhile(run, admin),
         )
         rejected_before = 0
         try:
@@ -381,6 +382,7 @@ class RolloutEngine:
                 rejected_before = await _safe(admin.rejected(), 0)
             if rec.error is not None:  # could not even be planned (a resumed rollout)
                 raise RolloutRejected(rec.error)
+            rec.current = "expect what runs and what will run"
             await self._expect_meanwhile(run, admin)
             for index, step in enumerate(run.steps):
                 await self._step(run, execution, index, step)
@@ -442,7 +444,6 @@ class RolloutEngine:
         dep = self.supervisor.deployments.get(goal.name)
         if dep is None or kv is None or not kv.registers or goal.kind == "start":
             return
-        run.rec.current = "expect what runs and what will run"
         host = self.supervisor.engine_addresses(goal.name)
         also = BOTH_MODES if goal.kind == "switch" else ()
         entries = expected_registrations(dep.spec, dep.ports, host, also_modes=also)

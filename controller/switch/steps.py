@@ -104,6 +104,7 @@ class Execution:
     revision: int | None = None  # what apply steps converge processes to
     known_urls: dict[str, str] = field(default_factory=dict)  # processes that may be gone
     mover: Callable[[Step], Awaitable[None]] | None = None  # performs a role move step
+    on_applied: Callable[[], Awaitable[None]] | None = None  # after each apply step
     held_s: float | None = None
     degraded_s: float | None = None
     _since: float | None = None
@@ -190,6 +191,8 @@ class Execution:
         ports = self.target_ports or self.fleet.deployments[self.name].ports
         only = set(step.instances) if step.instances else None
         await self.fleet.start(self.name, step.spec, ports, self.revision, only)
+        if self.on_applied is not None:  # where processes run now (a new node) changes whom
+            await self.on_applied()  # the proxy must accept
 
     async def _add(self, step: Step) -> None:
         roles = {u["name"]: u["role"] for u in self.fleet.status(self.name)}
