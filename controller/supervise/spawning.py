@@ -91,7 +91,9 @@ async def where_to_spawn(
             dep.placed = await placing.place_deployment(backend, dep.spec, dep.placed, alive)
         except PlacementError as err:
             gone = f"its node {lost.describe()} is gone and " if lost else ""
-            await feed(dep, unit, m.Unplaceable(f"{gone}no node fits: {err.message}"))
+            field = ".".join(str(p) for p in err.loc)
+            fix = f"; fix: store a revision whose {field} fits the cluster, and roll it out"
+            await feed(dep, unit, m.Unplaceable(f"{gone}no node fits: {err.message}{fix}"))
             return None
         placing.save(dep.folder, dep.placed)
     if dep.placed is None:  # place_deployment places nothing on one host; clustered here
