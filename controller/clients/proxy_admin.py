@@ -66,20 +66,26 @@ def admin_headers(token: str | None) -> dict[str, str]:
 
 
 class ProxyAdminClient:
-    """Calls to one proxy at `base_url`. Pass `session` to share one (it is then not closed
-    here); otherwise the client makes its own and `aclose()` closes it."""
+    """Calls to one proxy at `base_url` (or where a callable says it is at each call: a proxy
+    that is starting may not be placed yet). Pass `session` to share one (it is then not
+    closed here); otherwise the client makes its own and `aclose()` closes it."""
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Callable[[], str],
         token: TokenSource = lambda: None,
         timeout: float = ADMIN_TIMEOUT_S,
         session: aiohttp.ClientSession | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self._where = base_url
         self.token = token
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self._session, self._owned = session, session is None
+
+    @property
+    def base_url(self) -> str:
+        where = self._where if isinstance(self._where, str) else self._where()
+        return where.rstrip("/")
 
     async def aclose(self) -> None:
         if self._owned and self._session is not None:

@@ -655,7 +655,9 @@ class RolloutEngine:
             return None
 
     def _http_admin(self, name: str, ports: AllocatedPorts) -> AdminCalls:
-        url = self.supervisor.proxy_url(name) or f"http://127.0.0.1:{ports.proxy}"
+        def url() -> str:  # at each call: a start's proxy is placed by its first step
+            return self.supervisor.proxy_url(name) or f"http://127.0.0.1:{ports.proxy}"
+
         return ProxyAdminClient(url, lambda: self._token(name))
 
 
