@@ -58,7 +58,7 @@ class ControlPlane:
         if method == "GET":
             status, raw = http_get(url, timeout=30)
             return status, json.loads(raw or b"null")
-        return http_post(url, body or {}, timeout=60)
+        return http_post(url, body or {}, timeout=60, method=method)
 
     def status(self, name: str) -> dict[str, dict]:
         """Units by name; empty when the deployment or the server is not there."""

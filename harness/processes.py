@@ -81,13 +81,17 @@ def http_get(url: str, timeout: float = 5.0, headers: dict | None = None) -> tup
 
 
 def http_post(
-    url: str, body: dict | bytes, timeout: float = 30.0, headers: dict | None = None
+    url: str,
+    body: dict | bytes,
+    timeout: float = 30.0,
+    headers: dict | None = None,
+    method: str = "POST",
 ) -> tuple[int, dict]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     req = urllib.request.Request(
         url,
         data=data,
-        method="POST",
+        method=method,
         headers={"Content-Type": "application/json", **(headers or {})},
     )
     try:
