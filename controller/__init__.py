@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from controller.rollout.engine import RolloutBusy, Target
     from controller.rollout.record import IN_PROGRESS, RolloutRecord
     from controller.rollout.revisions import StoreRevisions
+    from controller.rollout.strategies import STRATEGY_SUMMARY
     from controller.service import ControlService
     from controller.spec.deployment import (
         CONNECTORS,
@@ -94,6 +95,7 @@ _EXPORTS = {
     "STORAGE_KEY": "controller.spec.encode",
     "Slug": "controller.spec.deployment",
     "StoreRevisions": "controller.rollout.revisions",
+    "STRATEGY_SUMMARY": "controller.rollout.strategies",
     "RolloutBusy": "controller.rollout.engine",
     "RolloutRecord": "controller.rollout.record",
     "Target": "controller.rollout.engine",
@@ -129,6 +131,7 @@ __all__ = [
     "IN_PROGRESS",
     "PROPOSING_RULES",
     "STORAGE_KEY",
+    "STRATEGY_SUMMARY",
     "UNCHANGED",
     "AllocatedPorts",
     "Change",

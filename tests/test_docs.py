@@ -88,3 +88,13 @@ def test_the_cli_reference_names_every_verb_and_flag():
     assert not missing, f"docs/reference/cli.md does not describe: {missing}"
     stale = documented - {verb for verb, _ in verbs(typer.main.get_command(app))}
     assert not stale, f"docs/reference/cli.md describes verbs pdctl lacks: {stale}"
+
+
+def test_the_readme_states_each_rollout_strategy_as_the_engine_does():
+    from controller.rollout.strategies import STRATEGIES, STRATEGY_SUMMARY
+
+    # The README wraps lines; the statement is compared word for word.
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert set(STRATEGY_SUMMARY) == set(STRATEGIES)
+    for name, summary in STRATEGY_SUMMARY.items():
+        assert f"{name}: {' '.join(summary.split())}" in readme, name

@@ -10,7 +10,7 @@ from fastapi import Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.requests import HTTPConnection
 
-from controller import ControlService
+from controller import STRATEGY_SUMMARY, ControlService
 from domain import finite
 from observe.scraper import Observer
 from services.bench_runs.runs import BenchRuns
@@ -141,9 +141,7 @@ Reason = Annotated[
 StrategyQuery = Annotated[
     Literal["roll", "hold", "recreate"] | None,
     Query(
-        description="roll: one prefill/decode pair at a time while the others serve (two or "
-        "more instances per role); hold: new requests wait in the proxy while the changed "
-        "instances restart; recreate: all at once, requests meanwhile are refused. Default: "
-        "roll where the layout allows it, else hold."
+        description="; ".join(f"{k}: {STRATEGY_SUMMARY[k]}" for k in ("roll", "hold", "recreate"))
+        + ". Default: roll where the layout allows it, else hold, else recreate."
     ),
 ]

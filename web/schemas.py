@@ -52,7 +52,9 @@ class DeploymentOut(BaseModel):
     rollout: dict[str, Any] | None = Field(
         None,
         description="The rollout this write began (a running deployment's new revision): what "
-        "restarts, by which strategy, its steps; GET .../rollout follows it.",
+        "restarts, by which strategy, its steps; GET .../rollout follows it. With dry_run: "
+        "`preview` true, what would change and why, and each strategy with why it cannot "
+        "be used here (null: it can).",
     )
 
     @classmethod

@@ -25,6 +25,18 @@ from controller.spec.deployment import DeploymentSpec
 from controller.switch.plan import Step, StepKind, SwitchRejected
 
 STRATEGIES = ("roll", "hold", "keep-serving", "recreate")
+# What each strategy does and when it applies: the one statement of it that the API's
+# descriptions, the CLI's help and the README (tests/test_docs.py checks) repeat.
+STRATEGY_SUMMARY = {
+    "roll": "one prefill/decode pair of instances at a time while the others serve; needs "
+    "two or more instances of each role (one group with count: 2 is enough)",
+    "hold": "new requests wait in the proxy's queue while the changed instances restart, then "
+    "go out; any layout, bounded by the proxy's hold deadline",
+    "keep-serving": "a mode switch of one prefill and one decode group: one side serves whole "
+    "requests while the other restarts",
+    "recreate": "everything that changes at once; requests meanwhile are refused; the only "
+    "one when the proxy itself restarts (a topology or connector change)",
+}
 SERVING_ROLES = ("prefill", "decode", "colocated", "encode", "render")
 MODES = ("read", "write")
 

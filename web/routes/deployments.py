@@ -11,8 +11,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
 
-from controller import DeploymentSpec
-from services.rollouts import store_and_roll_out
+from controller import DeploymentSpec, Target
+from services.rollouts import running, store_and_roll_out
 from web.deps import ControllerDep, Operator, Reason, StoreDep, StrategyQuery, Viewer
 from web.errors import BadRequest, InvalidTransition
 from web.schemas import CloneRequest, DeploymentEdit, DeploymentOut
@@ -85,7 +85,11 @@ async def replace_deployment(
     if dry_run:
         spec = body.spec()
         saved = store.update(name, spec, actor.label, reason, based_on=based_on, dry_run=True)
-        return DeploymentOut.of(saved)
+        out = DeploymentOut.of(saved)
+        if running(controller, name) and controller is not None:  # what a rollout would do
+            target = Target(saved.revision, saved.spec, saved.ports)
+            out.rollout = {"preview": True, **await controller.forecast_apply(name, target)}
+        return out
     done = await store_and_roll_out(
         store,
         controller,
