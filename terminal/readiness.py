@@ -1,6 +1,6 @@
-"""When a start, stop or restart is over, from the status rows the API gives: every instance
-RUNNING (for a restart: on a new pid), or every one down; an instance that gave up (FATAL)
-ends a start or restart as failed, naming it. Pure."""
+"""When a start or stop is over, from the status rows the API gives: every instance RUNNING,
+or every one down; an instance that gave up (FATAL) ends a start as failed, naming it. (A
+restart is a rollout, followed by terminal/rollout_follow.py.) Pure."""
 
 from __future__ import annotations
 
@@ -14,10 +14,9 @@ UP = "RUNNING"
 
 @dataclass(frozen=True)
 class Goal:
-    """What the verb waits for: `up` or `down`; a restart also needs new pids (`before`)."""
+    """What the verb waits for: `up` or `down`."""
 
     want: str
-    before: dict[str, int | None] | None = None  # instance -> pid before the restart
 
     def verdict(self, units: list[Unit]) -> tuple[bool, str | None]:
         """(over, why it failed or None)."""
@@ -26,14 +25,7 @@ class Goal:
         fatal = [u for u in units if u["state"] == "FATAL"]
         if fatal:
             return True, "; ".join(_gave_up(u) for u in fatal)
-        return bool(units) and all(self._up(u) for u in units), None
-
-    def _up(self, unit: Unit) -> bool:
-        if unit["state"] != UP:
-            return False
-        if self.before is None or unit["name"] not in self.before:
-            return True
-        return unit.get("pid") != self.before[unit["name"]]
+        return bool(units) and all(u["state"] == UP for u in units), None
 
 
 def _gave_up(unit: Unit) -> str:

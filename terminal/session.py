@@ -71,6 +71,8 @@ def guarded(verb: str, fn: Callable[P, R]) -> Callable[P, R]:
     return run
 
 
-def command(app: typer.Typer, verb: str, fn: Callable[..., Any]) -> None:
-    """Register `fn` as `pdctl VERB`, guarded, with the exit codes in its --help."""
-    app.command(verb, epilog=exits.EPILOG)(guarded(verb, fn))
+def command(app: typer.Typer, verb: str, fn: Callable[..., Any], group: str | None = None) -> None:
+    """Register `fn` as `pdctl VERB` (or `pdctl GROUP VERB` on the group's app), guarded,
+    with the exit codes in its --help."""
+    said = f"{group} {verb}" if group else verb
+    app.command(verb, epilog=exits.EPILOG)(guarded(said, fn))

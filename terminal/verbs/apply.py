@@ -1,7 +1,11 @@
 """`pdctl apply -f SPEC`: create the deployment, or store the spec as its next revision, and
 show what changed. The edit is made from the revision read just before (or the file's
 `revision`, or --revision), sent as If-Match: if another was stored since, nothing is stored
-and the 409 says who wrote which revision and what it changed (exit 5)."""
+and the 409 says who wrote which revision and what it changed (exit 5).
+
+On a running deployment the new revision is rolled out at once (which instances restart, by
+which strategy; --wait follows it to its end), or with --no-rollout stored pending until
+`pdctl restart` rolls it out; never a revision stored while the old one silently runs."""
 
 from __future__ import annotations
 
@@ -10,11 +14,27 @@ from typing import Annotated, Any
 import typer
 
 from terminal import exits, spec_diff
+from terminal import rollout_views as rollout_view
 from terminal.client import ApiClient, ApiError, problems
-from terminal.session import JsonOption, ReasonOption, ServerOption, client, fail, show_json
+from terminal.rollout_follow import follow
+from terminal.session import (
+    JsonOption,
+    ReasonOption,
+    ServerOption,
+    Usage,
+    client,
+    fail,
+    show_json,
+)
 from terminal.spec_file import read_spec
 from terminal.tables import clock
 from terminal.verbs.read import path
+from terminal.verbs.rollout import (
+    DEFAULT_TIMEOUT_S,
+    StrategyOption,
+    TimeoutOption,
+    strategy_checked,
+)
 
 VERB = "apply"
 STALE = "was made from revision"  # what the store's StaleRevision says
@@ -41,31 +61,68 @@ def apply(
             min=1,
         ),
     ] = None,
+    no_rollout: Annotated[
+        bool,
+        typer.Option(
+            "--no-rollout",
+            help="On a running deployment: store the revision pending, not rolled out "
+            "(`pdctl restart NAME` rolls it out).",
+        ),
+    ] = False,
+    strategy: StrategyOption = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Follow the rollout it begins until it ends.")
+    ] = False,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
     reason: ReasonOption = None,
     server: ServerOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Create a deployment from a spec file, or store a new revision of it.
 
-    Prints each change (~ changed, + added, - removed); --dry-run stores nothing."""
+    Prints each change (~ changed, + added, - removed); --dry-run stores nothing. On a
+    running deployment the revision is rolled out (or, with --no-rollout, stored pending)."""
+    strategy_checked(strategy)
+    if no_rollout and (strategy is not None or wait):
+        flag = "--strategy" if strategy is not None else "--wait"
+        raise Usage(f"{flag} goes with a rollout: drop --no-rollout, or {flag}")
     spec = read_spec(file)
     in_file = spec.pop("revision", None)  # an edit of what `show --json` gave keeps it
     based_on = revision or in_file
     api = client(server)
     current = _current(api, spec["name"])
     made_from = None if current is None else based_on or current["revision"]
+    query = {
+        "dry_run": _flag(dry_run),
+        "rollout": "false" if no_rollout else None,
+        "strategy": strategy,
+    }
     try:
         if made_from is None:
             answer = _create(api, spec, reason, dry_run)
         else:
-            answer = _replace(api, spec, made_from, reason, dry_run)
+            answer = _replace(api, spec, made_from, reason, query)
     except ApiError as exc:
         _refused(api, file, spec["name"], made_from, exc)
-    if as_json:
+    began = answer.get("rollout")
+    if not as_json:
+        for line in report(current, answer, dry_run):
+            typer.echo(line)
+    elif not (wait and began):
         show_json(answer)
-        return
-    for line in report(current, answer, dry_run):
-        typer.echo(line)
+    if wait and began:
+        _follow(api, answer, began, timeout, as_json)
+
+
+def _follow(api: ApiClient, answer: dict, began: dict, timeout: float, as_json: bool) -> None:
+    """--wait: the rollout to its end; exit 1 saying how it failed."""
+    ended = follow(api, VERB, began, timeout)
+    if as_json:
+        show_json({**answer, "rollout": ended.rollout})
+    elif ended.done:
+        typer.echo(ended.outcome())
+    if not ended.done:
+        fail(VERB, ended.outcome(), exits.FAILED)
 
 
 def _current(api: ApiClient, name: str) -> dict[str, Any] | None:
@@ -83,12 +140,15 @@ def _create(api: ApiClient, spec: dict, reason: str | None, dry_run: bool) -> An
     ).body
 
 
-def _replace(api: ApiClient, spec: dict, based_on: int, reason: str | None, dry_run: bool) -> Any:
+def _replace(
+    api: ApiClient, spec: dict, based_on: int, reason: str | None, query: dict[str, Any]
+) -> Any:
+    """PUT the spec; `query`: dry_run, rollout (false: stored pending) and strategy."""
     return api.call(
         "PUT",
         path(spec["name"]),
         spec,
-        query={"reason": reason, "dry_run": _flag(dry_run)},
+        query={"reason": reason, **query},
         headers={"If-Match": f'"{based_on}"'},
     ).body
 
@@ -108,9 +168,13 @@ def report(current: dict | None, answer: dict, dry_run: bool) -> list[str]:
         return [f"{name} unchanged at revision {number}"]
     found = spec_diff.lines(spec_diff.changes(current["spec"], answer["spec"]))
     found += spec_diff.lines(spec_diff.changes(current["ports"], answer["ports"]), "ports.")
-    return [f"{name}: revision {current['revision']} -> {number}{would}"] + [
-        f"  {line}" for line in found
-    ]
+    said = [f"{name}: revision {current['revision']} -> {number}{would}"]
+    said += [f"  {line}" for line in found]
+    if answer.get("rollout") is not None:
+        said.append(rollout_view.rolling_out(answer["rollout"]))
+    elif answer.get("state") == "pending" and not dry_run:
+        said.append(rollout_view.stored_pending(name, number))
+    return said
 
 
 def _refused(api: ApiClient, file: str, name: str, based_on: int | None, exc: ApiError) -> None:

@@ -1,6 +1,7 @@
 """The operator verbs, each a client of `pdctl serve`'s REST API: `ls`, `show`, `history`,
-`diff`, `apply`, `start`, `stop`, `restart`, `switch`, `move`, `events`, `logs`, `advise`; and the
-resolver behind `pdctl bench --deployment` (bench/target.py). Exit codes: terminal/exits.py."""
+`diff`, `apply`, `start`, `stop`, `restart`, `switch`, `move`, `events`, `logs`, `advise`, the
+`rollout` group (status, abort, undo, history); and the resolver behind `pdctl bench
+--deployment` (bench/target.py). Exit codes: terminal/exits.py."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from terminal.verbs import follow as follow_verbs
 from terminal.verbs import lifecycle as lifecycle_verbs
 from terminal.verbs import move as move_verb
 from terminal.verbs import read as read_verbs
+from terminal.verbs import rollout as rollout_verbs
 from terminal.verbs import switch as switch_verb
 from terminal.verbs.bench_target import deployment_target
 
@@ -40,4 +42,5 @@ VERBS: dict[str, Callable[..., Any]] = {
 def register(app: typer.Typer) -> None:
     for verb, fn in VERBS.items():
         command(app, verb, fn)
+    rollout_verbs.register(app)
     use_resolver(deployment_target)

@@ -1,5 +1,6 @@
 """`pdctl start|stop|restart NAME`: ask the control plane, then (unless --no-wait) show each
-process's state as it changes until every instance is up (or down), bounded by --timeout."""
+process's state as it changes until every instance is up (or down), bounded by --timeout. A
+restart is a rollout (controller/rollout/): it follows the rollout's steps to its end."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ from typing import Annotated, Any
 
 import typer
 
-from terminal import exits, readiness
+from terminal import exits, readiness, rollout_views
 from terminal.client import ApiClient
 from terminal.polling import TimedOut, poll
 from terminal.readiness import Goal
+from terminal.rollout_follow import follow
 from terminal.session import JsonOption, ReasonOption, ServerOption, client, fail, show_json
 from terminal.verbs.read import Name, path, status
+from terminal.verbs.rollout import StrategyOption, settle, strategy_checked
 
 DEFAULT_TIMEOUT_S = 600.0  # a real engine's cold start takes minutes (README: ~6 min)
 
@@ -58,21 +61,38 @@ def restart(
     instance: Annotated[
         str | None, typer.Option(help="Restart only this instance (e.g. decode-0).")
     ] = None,
+    strategy: StrategyOption = None,
     wait: WaitOption = True,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
     reason: ReasonOption = None,
     server: ServerOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Restart a deployment's instances (or one), each on a new process."""
+    """Restart as a rollout: what drifted from the desired revision, else every instance (or one).
+
+    A pending revision is rolled out. Follows the rollout step by step until it ends."""
+    strategy_checked(strategy)
     api = client(server)
-    before = {
-        u["name"]: u.get("pid")
-        for u in status(api, name)
-        if u["role"] != "proxy" and instance in (None, u["name"])
-    }
-    query = {"reason": reason, "instance": instance}
-    _act(api, "restart", name, query, Goal("up", before), wait, timeout, as_json)
+    before = _last_rollout(api, name)
+    query = {"reason": reason, "instance": instance, "strategy": strategy}
+    units = api.post(path(name, "/restart"), **query)
+    began = _last_rollout(api, name)
+    if began is None or began["id"] == (before or {}).get("id"):
+        typer.echo(f"{name}: restart asked: {readiness.summary(units)}")  # no rollout to show
+        return
+    typer.echo(rollout_views.begun(began), err=True)
+    if not wait and as_json:
+        show_json(began)
+    elif not wait:
+        typer.echo(f"rollout {began['id']} running; `pdctl rollout status {name}` follows it")
+    else:
+        ended = follow(api, "restart", began, timeout)
+        settle("restart", ended, ended.done, as_json)
+
+
+def _last_rollout(api: ApiClient, name: str) -> dict[str, Any] | None:
+    """The rollout running, else the last one (404 for a deployment that is not there)."""
+    return api.get(path(name, "/rollout"))["rollout"]
 
 
 def _act(

@@ -154,20 +154,6 @@ def test_a_start_that_outlasts_the_timeout_exits_1(monkeypatch) -> None:
     )
 
 
-def test_a_restart_waits_for_new_pids(monkeypatch) -> None:
-    before = [{"name": "decode-0", "role": "decode", "state": "RUNNING", "pid": 5},
-              {"name": "proxy", "role": "proxy", "state": "RUNNING", "pid": 4}]  # fmt: skip
-    after = [before[0] | {"pid": 6}, before[1]]
-    api = FakeApi(
-        {
-            "/api/deployments/mori/restart": [before],
-            "/api/deployments/mori/status": [before, before, after],
-        }
-    )
-    out = run(monkeypatch, api, "restart", "mori", "--json")
-    assert out.exit_code == 0 and '"pid": 6' in out.stdout
-
-
 def test_following_a_log_prints_each_new_line_once_until_the_timeout(monkeypatch) -> None:
     tails = [{"lines": ["a", "b"]}, {"lines": ["a", "b", "c"]}, {"lines": ["c", "d"]}]
     api = FakeApi({"/api/deployments/mori/logs/decode-0": tails})
