@@ -1,6 +1,6 @@
 """When a start or stop is over, from the status rows the API gives: every instance RUNNING,
 or every one down; an instance that gave up (FATAL) ends a start as failed, naming it. (A
-restart is a rollout, followed by terminal/rollout_follow.py.) Pure."""
+restart is a rollout, followed by terminal/verbs/rollout_follow.py.) Pure."""
 
 from __future__ import annotations
 

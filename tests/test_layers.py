@@ -120,7 +120,7 @@ FLOORS: dict[str, list[set[str]]] = {
     "terminal": [
         {"config", "exits", "log_tail", "polling", "readiness", "spec_diff", "spec_file"},
         {"tables", "client"},
-        {"views", "event_stream", "session"},
+        {"views", "rollout_views", "event_stream", "session"},
         {"verbs"},
         {"top"},
     ],

@@ -16,7 +16,6 @@ import typer
 from terminal import exits, spec_diff
 from terminal import rollout_views as rollout_view
 from terminal.client import ApiClient, ApiError, problems
-from terminal.rollout_follow import follow
 from terminal.session import (
     JsonOption,
     ReasonOption,
@@ -35,6 +34,7 @@ from terminal.verbs.rollout import (
     TimeoutOption,
     strategy_checked,
 )
+from terminal.verbs.rollout_follow import follow
 
 VERB = "apply"
 STALE = "was made from revision"  # what the store's StaleRevision says

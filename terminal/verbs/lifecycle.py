@@ -13,10 +13,10 @@ from terminal import exits, readiness, rollout_views
 from terminal.client import ApiClient
 from terminal.polling import TimedOut, poll
 from terminal.readiness import Goal
-from terminal.rollout_follow import follow
 from terminal.session import JsonOption, ReasonOption, ServerOption, client, fail, show_json
 from terminal.verbs.read import Name, path, status
 from terminal.verbs.rollout import StrategyOption, settle, strategy_checked
+from terminal.verbs.rollout_follow import follow
 
 DEFAULT_TIMEOUT_S = 600.0  # a real engine's cold start takes minutes (README: ~6 min)
 

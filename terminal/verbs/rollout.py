@@ -17,7 +17,6 @@ import typer
 
 from terminal import exits
 from terminal import rollout_views as views
-from terminal.rollout_follow import Ended, follow
 from terminal.session import (
     JsonOption,
     ReasonOption,
@@ -29,6 +28,7 @@ from terminal.session import (
     show_json,
 )
 from terminal.verbs.read import Name, path
+from terminal.verbs.rollout_follow import Ended, follow
 
 GROUP = "rollout"
 STRATEGIES = ("roll", "hold", "recreate")
