@@ -166,24 +166,48 @@ class Process:
 def reap_instances(runtime_dir: Path) -> int:
     """Kill what a control plane's shims started under `runtime_dir` and left running:
     instances outlive `pdctl serve` by design, so a test that fails before stopping its
-    deployment would leave them holding ports. Only pdctl processes are signalled."""
-    killed = 0
+    deployment would leave them holding ports. Only pdctl processes are signalled: those the
+    state files name, and any shim still running under `runtime_dir` with its child (one a
+    rollout replaced while it was still starting is named by no state file)."""
+    pids: set[int] = set()
     for state_file in runtime_dir.glob("*/*/state.json"):
         try:
             state = json.loads(state_file.read_text())
         except (OSError, ValueError):
             continue
-        for key in ("child_pid", "shim_pid"):
-            pid = state.get(key)
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except (OSError, TypeError):
-                continue
-            if b"pdctl.py" in cmdline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                    killed += 1
+        pids.update(
+            p for p in (state.get("child_pid"), state.get("shim_pid")) if isinstance(p, int)
+        )
+    pids.update(_shims_and_children(f"{runtime_dir}/".encode()))
+    killed = 0
+    for pid in sorted(pids):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"pdctl.py" in cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
     return killed
+
+
+def _shims_and_children(run_dir: bytes) -> set[int]:
+    """`pdctl run-instance --run-dir RUN_DIR/...` processes and their children, from /proc."""
+    parents: dict[int, int] = {}
+    shims = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        if b"run-instance" in cmdline and run_dir in cmdline:
+            shims.add(int(entry.name))
+    return shims | {pid for pid, parent in parents.items() if parent in shims}
 
 
 @contextmanager
