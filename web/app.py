@@ -48,6 +48,7 @@ from web.pages import actions as page_actions
 from web.pages import bench as bench_pages
 from web.pages import deployment_forms, login, ttft
 from web.pages import main as pages
+from web.pages import rollout as rollout_pages
 from web.proxy_url import proxy_url
 from web.routes import (
     advice,
@@ -118,7 +119,7 @@ def create_app(settings: Settings | None = None, backend: ProcessBackend | None 
     app.include_router(login.router)
     # The HTML pages and their fragments; the form's /deployments/new before pages'
     # /deployments/{name}, which would otherwise take "new" for a name.
-    for module in (deployment_forms, pages, page_actions):
+    for module in (deployment_forms, pages, page_actions, rollout_pages):
         app.include_router(module.router)
     app.include_router(bench_pages.router)
     for module in (plan, kv, advice, proposals, cluster, ttft, autopilot):  # pages, fragments

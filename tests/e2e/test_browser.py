@@ -26,6 +26,7 @@ from harness.processes import (
 from harness.stack import bench_background
 from tests.e2e.test_control_plane import moriio
 from tests.e2e.test_pd_happening import clear_fault
+from tests.terminal.verbs_run import pdctl
 
 pytestmark = pytest.mark.e2e
 
@@ -318,3 +319,43 @@ def test_the_pd_banner_names_a_recomputing_decode_live_and_goes_when_it_recovers
     finally:
         load.kill()
         load.wait(10)
+
+
+def test_the_rollout_panel_aborts_a_running_rollout_and_shows_a_refused_undo(
+    plane, browser_page, tmp_path
+):
+    """A revision whose instances take long to start is rolling out; Abort rollout stops it
+    and the panel follows its rollback to the end; Undo with no earlier applied revision is
+    refused in the panel's notice, in words."""
+    page = browser_page
+    status, _ = http_post(f"{plane.url}/api/deployments", WEB_MORIIO, headers=AS_ALICE)
+    assert status == 201
+    http_post(f"{plane.url}/api/deployments/web/start", {}, headers=AS_ALICE)
+    sign_in(page, plane.url)
+    page.goto(plane.url + "/deployments/web")
+    page.wait_for_selector("#rollout .rollout[data-rollout-kind=start]", timeout=60_000)
+    page.wait_for_selector("#rollout [data-applied=yes]", timeout=90_000)
+
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps({**WEB_MORIIO, "start_time_scale": 1000}))
+    applied = pdctl("apply", "-f", str(slow), "--reason", "slow", server=plane.url, token=TOKEN)
+    assert applied.returncode == 0, applied.stderr
+    assert "rolling out revision 2 by hold" in applied.stdout
+    page.wait_for_selector("#rollout li.current", timeout=30_000)
+    page.wait_for_selector("button[data-action=abort-rollout]", timeout=30_000)
+    rollout_id = attr(page, "#rollout .rollout", "data-rollout-id")
+    page.click("button[data-action=abort-rollout]")  # the prompt is answered (empty)
+    page.wait_for_selector("#rollout-notice [data-rollout-notice=ok]", timeout=30_000)
+    said = page.inner_text("#rollout-notice")
+    assert said.startswith(f"Aborting rollout {rollout_id} (apply by hold")
+    assert said.endswith("it rolls back to revision 1.")
+    page.wait_for_selector(
+        "#rollout .rollout[data-rollout-kind=rollback][data-rollout-state=done]", timeout=90_000
+    )
+    assert f"rolls back rollout {rollout_id}" in page.inner_text("#rollout")
+    assert not page.is_visible("button[data-action=abort-rollout]")
+
+    page.click("button[data-action=undo]")  # the confirm is accepted
+    page.wait_for_selector("#rollout-notice [data-rollout-notice=refused]", timeout=30_000)
+    assert "has no applied revision before 1 to go back to" in page.inner_text("#rollout-notice")
+    assert page.js_errors == [], page.js_errors

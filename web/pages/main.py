@@ -15,6 +15,7 @@ from services.load import MAX_DURATION_S, MAX_RATE
 from state.store import Current
 from web import htmx
 from web.deps import StoreDep, get_controller, get_load_runs, get_observer, get_service
+from web.pages.rollout import panel as rollout_panel
 from web.routes import events as events_api
 from web.routes import lifecycle, trade
 from web.schemas import EventOut
@@ -221,6 +222,7 @@ def deployment_page(name: str, request: Request, store: StoreDep, actor: PageAct
     current = store.get(name)  # NotFound, or Unreadable: web/errors.py answers the page
     events = [EventOut.of(e) for e in store.events(name, None, 50)]
     ctx = deployment_context(request, actor, current, events=events)
+    ctx.update(rollout_panel(request, store, current))
     return htmx.page(request, "deployment.html", ctx)
 
 
