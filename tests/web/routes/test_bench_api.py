@@ -35,6 +35,9 @@ class FakeController:
         self.rollouts = SimpleNamespace(active=lambda name: None, last=lambda name: None)
         self.switches = lambda name: []
 
+    def drift(self, name: str, desired: object) -> list[dict]:
+        return []  # the deployment page's rollout panel: no process to judge
+
     def status(self, name: str) -> list[dict]:
         return [{"name": "proxy", "state": self.state}, {"name": "main-0", "state": "RUNNING"}]
 
