@@ -12,6 +12,7 @@ from terminal.tables import cell, table
 Json = dict[str, Any]
 Seen = dict[str, tuple[str, str]]  # "rollout id/step index" -> (step, state) printed
 ACTIONS = ("restart", "start", "stop")  # what a rollout does to a process (keep: nothing)
+STRATEGIES = ("roll", "hold", "recreate")  # what an operator may ask of a rollout
 
 
 def ongoing(rec: Json, shown: Json | None) -> bool:
@@ -60,6 +61,16 @@ def rolling_out(rec: Json) -> str:
         f"rolling out revision {rec['revision']} by {rec['strategy']}: {changes(rec)}; "
         f"follow with `pdctl rollout status {rec['deployment']}`"
     )
+
+
+def would_roll_out(preview: Json, strategy: str | None = None) -> list[str]:
+    """What `pdctl apply --dry-run` says a rollout would do (the dry run's `rollout`): what
+    changes and why, and the strategies this layout cannot use, with why."""
+    lines = [f"would roll out by {strategy or preview.get('default')}: {changes(preview)}"]
+    lines += [f"  {name}: {why}" for name, why in (preview.get("why") or {}).items()]
+    refused = (preview.get("strategies") or {}).items()
+    lines += [f"  not {s}: {why}" for s, why in refused if why and s in STRATEGIES]
+    return lines
 
 
 def stored_pending(name: str, revision: int) -> str:

@@ -104,9 +104,9 @@ def apply(
             answer = _replace(api, spec, made_from, reason, query)
     except ApiError as exc:
         _refused(api, file, spec["name"], made_from, exc)
-    began = answer.get("rollout")
+    began = None if dry_run else answer.get("rollout")
     if not as_json:
-        for line in report(current, answer, dry_run):
+        for line in report(current, answer, dry_run, strategy):
             typer.echo(line)
     elif not (wait and began):
         show_json(answer)
@@ -157,8 +157,12 @@ def _flag(on: bool) -> str | None:
     return "true" if on else None
 
 
-def report(current: dict | None, answer: dict, dry_run: bool) -> list[str]:
-    """What apply prints: created, unchanged, or the revision it became and each change."""
+def report(
+    current: dict | None, answer: dict, dry_run: bool, strategy: str | None = None
+) -> list[str]:
+    """What apply prints: created, unchanged, or the revision it became and each change; on
+    a running deployment, the rollout it began (a dry run: would begin) or that it is
+    stored pending."""
     name, number = answer["name"], answer["revision"]
     would = " (dry run: nothing stored)" if dry_run else ""
     if current is None:
@@ -170,7 +174,9 @@ def report(current: dict | None, answer: dict, dry_run: bool) -> list[str]:
     found += spec_diff.lines(spec_diff.changes(current["ports"], answer["ports"]), "ports.")
     said = [f"{name}: revision {current['revision']} -> {number}{would}"]
     said += [f"  {line}" for line in found]
-    if answer.get("rollout") is not None:
+    if answer.get("rollout") is not None and dry_run:
+        said += rollout_view.would_roll_out(answer["rollout"], strategy)
+    elif answer.get("rollout") is not None:
         said.append(rollout_view.rolling_out(answer["rollout"]))
     elif answer.get("state") == "pending" and not dry_run:
         said.append(rollout_view.stored_pending(name, number))

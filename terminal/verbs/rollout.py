@@ -31,7 +31,7 @@ from terminal.verbs.read import Name, path
 from terminal.verbs.rollout_follow import Ended, follow
 
 GROUP = "rollout"
-STRATEGIES = ("roll", "hold", "recreate")
+STRATEGIES = views.STRATEGIES
 DEFAULT_TIMEOUT_S = 600.0  # a real engine's cold start takes minutes
 
 StrategyOption = Annotated[

@@ -92,6 +92,11 @@ def test_apply_rolls_out_restart_rolls_pending_abort_and_undo(plane, tmp_path) -
     assert settled(url)["running"], "the first test leaves it running"
 
     # A change to a running deployment: rolled out, and said so; status follows it.
+    dry = pdctl("apply", "-f", spec(tmp_path, 45), "--dry-run", server=url)
+    assert dry.returncode == 0, dry.stderr
+    said = dry.stdout.splitlines()
+    assert said[0] == f"{NAME}: revision 1 -> 2 (dry run: nothing stored)"
+    assert said[2].startswith("would roll out by ") and "restart proxy" in said[2]
     applied = pdctl("apply", "-f", spec(tmp_path, 45), "--reason", "shorter hold", server=url)
     assert applied.returncode == 0, applied.stderr
     said = applied.stdout.splitlines()

@@ -155,6 +155,26 @@ def test_apply_reports_created_unchanged_or_each_change() -> None:
     assert story(_deployment(2), {"changes": []}).endswith("changing no spec field")
 
 
+def test_apply_says_what_a_rollout_would_do_on_a_dry_run() -> None:
+    old = {"name": "mori", "revision": 2, "spec": {"model": "tiny"}, "ports": {}}
+    preview = {
+        "preview": True,
+        "changes": {"keep": ["proxy"], "restart": ["prefill-0", "decode-0"], "start": []},
+        "why": {"prefill-0": "command line: --max-model-len"},
+        "strategies": {"roll": "roll needs two or more of each", "hold": None,
+                       "keep-serving": "for a mode switch", "recreate": None},
+        "default": "hold",
+    }  # fmt: skip
+    new = old | {"revision": 3, "spec": {"model": "tiny", "max_model_len": 1024}}
+    assert report(old, new | {"rollout": preview}, dry_run=True)[2:] == [
+        "would roll out by hold: restart prefill-0, decode-0",
+        "  prefill-0: command line: --max-model-len",
+        "  not roll: roll needs two or more of each",
+    ]
+    said = report(old, new | {"rollout": preview}, dry_run=True, strategy="recreate")
+    assert said[2] == "would roll out by recreate: restart prefill-0, decode-0"
+
+
 def test_the_views_of_a_deployment_and_its_instances() -> None:
     d = _deployment()
     units = [
