@@ -21,8 +21,9 @@ NAME = "roll"
 SLOW = "start_time_scale: 1000\n"  # the stand-in opens its port only after a long while
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A control plane of each test's own (xdist may run them on two workers)."""
     plane = ControlPlane(tmp_path_factory.mktemp("rollout"), env=TOKENS).start()
     try:
         yield plane
@@ -49,6 +50,12 @@ def settled(url: str) -> dict:
     return json.loads(pdctl("rollout", "status", NAME, "--json", server=url).stdout)
 
 
+def start(url: str) -> None:
+    started = pdctl("start", NAME, "--timeout", "90", server=url)
+    assert started.returncode == 0, started.stderr
+    settled(url)
+
+
 def test_refusals_are_the_servers_line_with_their_exit_code(plane, tmp_path) -> None:
     url = plane.server.url
     assert pdctl("apply", "-f", spec(tmp_path), server=url).returncode == 0
@@ -58,9 +65,7 @@ def test_refusals_are_the_servers_line_with_their_exit_code(plane, tmp_path) -> 
         f"pdctl rollout undo: error: 409: deployment '{NAME}' is not running: edit it, or "
         "start it\n",
     )
-    started = pdctl("start", NAME, "--timeout", "90", server=url)
-    assert started.returncode == 0, started.stderr
-    settled(url)
+    start(url)
 
     nothing = pdctl("rollout", "abort", NAME, server=url)
     assert (nothing.returncode, nothing.stderr) == (
@@ -89,7 +94,9 @@ def test_refusals_are_the_servers_line_with_their_exit_code(plane, tmp_path) -> 
 
 def test_apply_rolls_out_restart_rolls_pending_abort_and_undo(plane, tmp_path) -> None:
     url = plane.server.url
-    assert settled(url)["running"], "the first test leaves it running"
+    assert pdctl("apply", "-f", spec(tmp_path), server=url).returncode == 0
+    start(url)
+    assert settled(url)["running"]
 
     # A change to a running deployment: rolled out, and said so; status follows it.
     dry = pdctl("apply", "-f", spec(tmp_path, 45), "--dry-run", server=url)
