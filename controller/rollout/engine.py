@@ -313,7 +313,21 @@ class RolloutEngine:
             )
             self._tasks[name] = asyncio.create_task(self._resume(run), name=f"rollout-{name}")
             taken.append(rec)
+        self._close_unended()
         return taken
+
+    def _close_unended(self) -> None:
+        """A rollout saved failed whose rollback never began (the control plane stopped in
+        between) has no end yet: it ends now, so nothing waits on it for ever."""
+        for name in list(self.supervisor.deployments):
+            if name in self._active:
+                continue
+            for body in self.log.rollouts(name, 5):
+                rec = RolloutRecord.from_json(body)
+                if rec.state in (FAILED, ABORTED) and rec.ended_at is None:
+                    rec.ended_at = self.clock.wall()
+                    rec.undo_left.append(STOPPED_MID_ROLLOUT + " before its rollback began")
+                    self._save(rec)
 
     # -- running ---------------------------------------------------------------------------
 

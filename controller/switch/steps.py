@@ -84,6 +84,10 @@ class Timeouts:
 UNROUTED_ROLES = ("encode", "render")
 
 
+class GaveUp(SwitchRejected):
+    """A process a step waits for is FATAL: the supervisor stopped retrying its start."""
+
+
 class StepTimeout(TimeoutError):
     """A wait step whose condition did not come true in time; the message says who waited."""
 
@@ -234,6 +238,12 @@ class Execution:
 
         async def waiting() -> list[str]:
             units = {u["name"]: u for u in self.fleet.status(self.name)}
+            gave_up = [n for n in step.instances if units.get(n, {}).get("state") == "FATAL"]
+            if gave_up:  # no use waiting out the deadline: the supervisor stopped trying
+                raise GaveUp(
+                    f"{', '.join(gave_up)} gave up starting (FATAL); its events and "
+                    "`pdctl logs` say why"
+                )
             names = [n for n in step.instances if n != "proxy"]
             listing = {e["url"]: e for e in await self.admin.instances()} if names else {}
             out = []
