@@ -41,6 +41,7 @@ class Change:
     mode: str | None = None  # the MoRIIO mode it runs in once changed
     url: str | None = None  # where it serves once changed (where it served, if it stops)
     forced: bool = False  # unchanged, restarted because the operator asked
+    starting: bool = False  # kept, but not serving yet (spawned or adopted, not ready)
 
     @property
     def leaves(self) -> bool:
@@ -68,7 +69,10 @@ def changes(running: dict[str, Running], desired: list[Launch]) -> list[Change]:
         if launch.is_proxy and why and lists_only(now, launch):
             # Told through its admin API (controller/rollout/strategies.py KEEP_PROXY).
             action, why = Action.KEEP, "the instances it lists"
-        out.append(Change(launch.name, action, role, why, launch.mode, launch.url))
+        starting = action is Action.KEEP and now.state == "STARTING"
+        out.append(
+            Change(launch.name, action, role, why, launch.mode, launch.url, starting=starting)
+        )
     named = {launch.name for launch in desired}
     for name, now in running.items():
         if name not in named:

@@ -14,6 +14,10 @@ forecast, the dialogs, the CLI and the README read it from `allowed`.
 
 A change to the proxy's own settings restarts it last (requests through it are cut; the
 rollout says so); a change to the instances it lists alone is told to it, not restarted.
+
+An instance that already runs what is desired but is still starting (one a control plane that
+stopped mid-rollout had started) is waited for first, by every strategy: until it serves, it
+is not one that the others can lean on.
 """
 
 from __future__ import annotations
@@ -106,11 +110,12 @@ def plan(strategy: str, changes: list[Change], spec: DeploymentSpec, layout: Lay
         )
     instances = [c for c in changes if c.role != "proxy"]
     proxy = next((c for c in changes if c.role == "proxy"), None)
+    first = _ready([c for c in instances if c.starting], layout)
     cut = _proxy_restarts(changes)
     if cut is not None:
         if strategy != "recreate":
             raise RolloutRejected(f"{strategy}: {cut}")
-        return _recreate_with_proxy(instances, spec, layout)
+        return first + _recreate_with_proxy(instances, spec, layout)
     if strategy == "roll":
         steps = _roll(_batches(instances), spec, layout)
     elif strategy == "hold":
@@ -118,7 +123,7 @@ def plan(strategy: str, changes: list[Change], spec: DeploymentSpec, layout: Lay
     else:
         steps = _converge([c for c in instances if c.action is not Action.KEEP], spec, layout)
     steps += _proxy(proxy, spec)
-    return steps
+    return first + steps
 
 
 def _batches(changes: list[Change]) -> list[list[Change]]:

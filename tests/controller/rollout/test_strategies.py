@@ -159,6 +159,33 @@ def test_roll_from_two_groups_to_four_stops_and_starts_pairs_never_emptying_a_ro
     serving_throughout({"prefill-0", "prefill-1", "decode-0", "decode-1"}, steps, roles)
 
 
+def test_a_resumed_roll_waits_for_the_instances_still_starting_before_draining_any():
+    """Issue 34's story: `pdctl serve` killed while the first pair of the four-group layout
+    was starting. The next plane finds prefill-0-0 and decode-0-0 at the desired launch but
+    not ready, and prefill-1/decode-1 the only ones serving: draining those first emptied
+    the prefill role (503 "no available prefill instance" under load)."""
+    two, four = moriio_pairs(1, count=2), moriio_pairs(2)
+    ports_two = allocate(two)
+    ports_four = kept_ports(two, ports_two, four)
+    old = {launch.name: launch for launch in render(two, ports_two, SETTINGS)}
+    new = {launch.name: launch for launch in render(four, ports_four, SETTINGS)}
+    running = {
+        "proxy": Running(new["proxy"], "RUNNING", True, 2),
+        "prefill-0-0": Running(new["prefill-0-0"], "STARTING", None, 2),
+        "decode-0-0": Running(new["decode-0-0"], "STARTING", None, 2),
+        "prefill-1": Running(old["prefill-1"], "RUNNING", True, 1),
+        "decode-1": Running(old["decode-1"], "RUNNING", True, 1),
+    }
+    work = changes(running, list(new.values()))
+    assert {c.name for c in work if c.starting} == {"prefill-0-0", "decode-0-0"}
+    for strategy in ("roll", "hold", "recreate"):
+        steps = strategies.plan(strategy, work, four, MORIIO)
+        assert described(steps)[0] == "wait_ready prefill-0-0, decode-0-0 [read]", strategy
+    steps = strategies.plan("roll", work, four, MORIIO)
+    roles = {c.name: c.role for c in work if c.role != "proxy"}
+    serving_throughout({"prefill-1", "decode-1"}, steps, roles)
+
+
 def test_roll_restarts_the_instance_a_role_has_beyond_the_pairs_on_its_own():
     spec = moriio_pairs(1, count=2)
     groups = [g.model_copy(update={"count": 3}) if g.name == "decode" else g for g in spec.groups]
