@@ -44,11 +44,27 @@ def adopt_saved(
         dep.revision, revisions, dep.older = run_state.load_revisions(path)
         desired = {launch.name for launch in render(spec, ports, launch_settings)}
         for launch, revision in _launches(dep, revisions, launch_settings):
+            if _not_started_yet(dep, launch, revisions, backend):
+                continue
             unit = adopt_unit(dep, launch, policy, backend=backend, clock=clock, emit=emit)
             unit.revision, unit.dropping = revision, launch.name not in desired
             dep.units[launch.name] = unit
         deployments[dep.name] = dep
     return deployments
+
+
+def _not_started_yet(
+    dep: Supervised, launch: Launch, revisions: dict[str, int], backend: ProcessBackend
+) -> bool:
+    """An instance of the desired revision that the rollout under way had not started when
+    the control plane stopped (no revision kept for it, no process recorded): its rollout
+    starts it, in its batch, once taken over; never this supervisor on its own."""
+    return (
+        bool(revisions)
+        and not launch.is_proxy
+        and launch.name not in revisions
+        and backend.read(dep.folder, launch.name) is None
+    )
 
 
 def _launches(

@@ -219,3 +219,35 @@ async def test_a_new_supervisor_adopts_processes_an_unfinished_layout_change_sti
     }
     await h.polls(4)
     assert {u["state"] for u in rows(h).values()} == {"RUNNING"}
+
+
+async def test_a_new_supervisor_leaves_unstarted_what_an_unfinished_layout_change_had_not_started(
+    tmp_path,
+):
+    """Issue 34's story: two instances per role renamed into two groups of one, the plane
+    stopped after the first batch. The second batch's instances were never started: the new
+    supervisor leaves them to the rollout it takes over (which starts them in their batch,
+    after the ones still serving are drained), rather than starting them on its own."""
+    h = Harness(tmp_path)
+    two = pairs()
+    ports = await running(h, two)
+    renamed = tiny_pair(
+        NAME,
+        groups=[
+            {"name": "p-a", "role": "prefill"},
+            {"name": "p-b", "role": "prefill"},
+            {"name": "d-a", "role": "decode"},
+            {"name": "d-b", "role": "decode"},
+        ],
+    )
+    batch = {"prefill-0", "decode-0", "p-a-0", "d-a-0"}
+    await h.sup.start(NAME, renamed, kept_ports(two, ports, renamed), revision=2, only=batch)
+    await h.polls(10)
+    assert set(rows(h)) == {"proxy", "p-a-0", "d-a-0", "prefill-1", "decode-1"}
+    before = len(h.backend.spawned)
+
+    h.sup = h.new()
+    await h.polls(6)
+    assert set(rows(h)) == {"proxy", "p-a-0", "d-a-0", "prefill-1", "decode-1"}
+    assert spawns(h, before) == []
+    assert set(h.sup.running(NAME)) == set(rows(h))  # a rollout planned now starts p-b, d-b
