@@ -209,7 +209,10 @@ def _converge(batch: list[Change], spec: DeploymentSpec, layout: Layout) -> list
     listed = tuple(c.name for c in ours if c.arrives)
     steps += [Step(StepKind.FORGET, gone)] if gone else []
     steps += [Step(StepKind.ADD, listed)] if listed else []
-    return steps + _ready(arriving, layout)
+    steps += _ready(arriving, layout)
+    # The dropped stop while the arrivals start; the batch ends once they are gone.
+    stopped = tuple(c.name for c in batch if c.action is Action.STOP)
+    return steps + ([Step(StepKind.WAIT_GONE, stopped)] if stopped else [])
 
 
 def _roll(batches: list[list[Change]], spec: DeploymentSpec, layout: Layout) -> list[Step]:

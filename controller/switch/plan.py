@@ -47,6 +47,7 @@ class StepKind(StrEnum):
     WAIT_IDLE = "wait_idle"  # until the instances have nothing in flight
     APPLY = "apply"  # the supervisor runs `spec`: the instances restart in the new mode
     WAIT_READY = "wait_ready"  # until they run, are healthy and listed in `mode`'s group
+    WAIT_GONE = "wait_gone"  # until the processes a revision drops have stopped
     DEGRADE_BEGIN = "degrade_begin"  # keep-serving: whole requests from here...
     DEGRADE_END = "degrade_end"  # ...to here
     HOLD_BEGIN = "hold_begin"  # hold: new requests wait from here...

@@ -67,6 +67,7 @@ class Timeouts:
     poll_s: float = 0.1
     call_s: float = 30.0  # one call to the proxy or the supervisor (placement on a cluster)
     move_s: float = 120.0  # a role move: drain, change role, route
+    gone_s: float = 75.0  # a dropped process: drain, SIGTERM, SIGKILL (the supervisor's)
 
     def deadline(self, step: Step) -> float:
         """How long `step` may take before the rollout fails at it."""
@@ -76,6 +77,8 @@ class Timeouts:
             return self.ready_s + self.call_s
         if step.kind is StepKind.ROLE_MOVE:
             return self.move_s
+        if step.kind is StepKind.WAIT_GONE:
+            return self.gone_s + self.call_s
         return self.call_s
 
 
@@ -268,6 +271,16 @@ class Execution:
         how = f"not ready in {mode} mode" if mode else "not ready"
         await self._until(waiting, self.timeouts.ready_s, how)
 
+    async def _wait_gone(self, step: Step) -> None:
+        """The processes a revision drops have stopped and are forgotten: their ports are
+        free for what comes next, and nothing is listed that the revision does not have."""
+
+        async def left() -> list[str]:
+            units = {u["name"]: u["state"] for u in self.fleet.status(self.name)}
+            return [f"{n} ({units[n]})" for n in step.instances if n in units]
+
+        await self._until(left, self.timeouts.gone_s, "still stopping")
+
     async def _until(
         self, pending: Callable[[], Awaitable[list[str]]], timeout: float, what: str
     ) -> None:
@@ -300,6 +313,7 @@ HANDLERS: dict[StepKind, Handler] = {
     StepKind.WAIT_IDLE: Execution._wait_idle,
     StepKind.APPLY: Execution._apply,
     StepKind.WAIT_READY: Execution._wait_ready,
+    StepKind.WAIT_GONE: Execution._wait_gone,
     StepKind.DEGRADE_BEGIN: Execution._begin_window,
     StepKind.DEGRADE_END: Execution._degrade_end,
     StepKind.HOLD_BEGIN: Execution._begin_window,

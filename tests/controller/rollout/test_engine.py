@@ -296,6 +296,25 @@ async def test_an_apply_of_a_new_layout_stops_the_old_instances_and_starts_the_n
     assert rig.log.settled[-1][2] == "applied" and rig.none_running()
 
 
+async def test_a_rollout_that_drops_instances_ends_once_they_are_gone(tmp_path):
+    """Found replaying issue 34's story: a rollout ended done, its revision applied, while a
+    process it dropped was still stopping (GET .../rollout said drifted; its ports held for a
+    moment longer). Here SIGTERM is ignored, so each stop waits for the SIGKILL."""
+    rig = Rig(tmp_path, moriio_pairs(1, count=2), backend=FakeBackend(obey_term=False))
+    await rig.start()
+    try:
+        rec = await rig.run(rig.apply(2, moriio_pairs(1, count=1)))
+        assert rec.state == "done", rec.error
+        assert set(rig.units()) == {"proxy", "prefill-0", "decode-0"}
+        assert [s for s in rec.steps if s.startswith("wait_gone")] == [
+            "wait_gone prefill-1, decode-1"
+        ]
+        killed = {name for name, sig in rig.backend.signals if sig == 9}
+        assert {"prefill-1", "decode-1"} <= killed
+    finally:
+        await rig.close()
+
+
 async def test_an_apply_adding_instances_tells_a_nixl_proxy_and_keeps_it_running(rig_of):
     def nixl(count: int) -> DeploymentSpec:
         groups = [

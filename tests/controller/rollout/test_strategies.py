@@ -150,10 +150,12 @@ def test_roll_from_two_groups_to_four_stops_and_starts_pairs_never_emptying_a_ro
         "wait_idle prefill-0, decode-0",
         "apply prefill-0, prefill-0-0, decode-0, decode-0-0",
         "wait_ready prefill-0-0, decode-0-0 [read]",
+        "wait_gone prefill-0, decode-0",
         "drain prefill-1, decode-1",
         "wait_idle prefill-1, decode-1",
         "apply prefill-1, prefill-1-0, decode-1, decode-1-0",
         "wait_ready prefill-1-0, decode-1-0 [read]",
+        "wait_gone prefill-1, decode-1",
     ]
     roles = {c.name: c.role for c in work if c.role != "proxy"}
     serving_throughout({"prefill-0", "prefill-1", "decode-0", "decode-1"}, steps, roles)
