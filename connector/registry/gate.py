@@ -159,15 +159,15 @@ class RegistryGate:
             self._cooldown.popitem(last=False)
 
     def set_expectations(self, expectations: Expectations | None, now: float) -> list[str]:
-        """New expectations; returns the registered URLs they refuse (drop them now)."""
+        """New expectations; returns the registered URLs they refuse (drop them now). Not a
+        refusal of their own: the controller narrowed the set, mostly after stopping them (a
+        rollout's old instances); one still running is refused at its next heartbeat."""
         self.expectations = expectations
         if expectations is None:
             return []
         dropped = []
         for reg in self.table.registrations():
-            refusal = expectations.judge(reg)
-            if refusal is not None:
-                self._refuse(reg, now, refusal)
+            if expectations.judge(reg) is not None:
                 self.table.forget(reg.url)
                 dropped.append(reg.url)
         for url in [u for u, reg in self.pending.items() if expectations.judge(reg)]:

@@ -95,6 +95,13 @@ def test_narrowed_expectations_drop_the_instances_they_refuse():
     admit(gate, reg(PREFILL))
     dropped = gate.set_expectations(Expectations.from_json([expectation(PREFILL)]), 1.0)
     assert dropped == [reg(DECODE).url] and reg(DECODE).url not in gate.table
+    # Not told as a refusal: the controller stopped it (issue 34's story reported every
+    # instance a rollout had stopped as "not an instance this deployment launched").
+    assert gate.refusals == {}
+    # One that still runs is refused at its next heartbeat.
+    assert gate.judge(reg(DECODE), "127.0.0.1", 2.0, False).kind == "refuse"
+    (record,) = gate.refusals.values()
+    assert (record.url, record.field, record.count) == (reg(DECODE).url, "http_address", 1)
 
 
 def test_a_registration_flood_at_start_never_crowds_out_the_expected_instances():
