@@ -366,6 +366,18 @@ def test_the_story_of_issue_34_under_load_with_nothing_lost(story: Story) -> Non
     story.numbers["total"] = {"sent": sent, "ok": ok, "failed": failed}
     assert sent >= 0.9 * RATE * story.load.seconds, (sent, story.load.seconds)  # kept its rate
     assert ok == sent and failed == 0, story.load.failed
+    none_of_ours_refused(story)
+
+
+def none_of_ours_refused(story: Story) -> None:
+    """The proxy never refused a registration of an instance this deployment ran (each
+    rollout tells it whom to expect before and after)."""
+    ours = set()
+    for number in story.revision_states():
+        _, revision = story.api("GET", f"/revisions/{number}")
+        ours |= {f":{p['http']}" for p in revision["ports"]["instances"].values()}
+    _, refused = story.plane.api("GET", f"/events?deployment={NAME}&kind=registry.refused")
+    assert not [e for e in refused if any(port in e["message"] for port in ours)], refused
 
 
 def start_count_two_and_roll_a_switch(story: Story) -> None:
