@@ -388,7 +388,8 @@ class RolloutEngine:
             known_urls=run.urls,
             mover=goal.mover,
             target_ports=ports,
-            on_applied=lambda: self._expect_meanwhile(run, admin),
+            # A proxy restarting in this apply takes its expectations from its launch.
+            on_applied=lambda: _quiet(self._expect_meanwhile(run, admin)),
         )
         rejected_before = 0
         try:
@@ -397,7 +398,9 @@ class RolloutEngine:
             if rec.error is not None:  # could not even be planned (a resumed rollout)
                 raise RolloutRejected(rec.error)
             rec.current = "expect what runs and what will run"
-            await self._expect_meanwhile(run, admin)
+            # A proxy that is down now is told again after each apply, and a proxy that
+            # restarts is started with them: no reason to fail here.
+            await _quiet(self._expect_meanwhile(run, admin))
             for index, step in enumerate(run.steps):
                 await self._step(run, execution, index, step)
                 if index + 1 == run.inline:
