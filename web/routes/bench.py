@@ -94,7 +94,8 @@ def check_serving(request: Request, current: Current) -> None:
             f"deployment {name!r} is not running{why}: start it, and bench once every process runs"
         )
     active = controller.rollouts.active(name)
-    if active is not None:
+    # A start whose processes all run (checked above) only waits for the proxy to list them.
+    if active is not None and active.kind != "start":
         raise Conflict(f"{active.describe()} of {name!r} is under way: bench after it ends")
     load = get_load_runs(request)
     if load.busy(name):
