@@ -234,6 +234,14 @@ def _restart(m: Machine, _: Restart, now: float) -> tuple[Machine, list[Action]]
         return _terminate(
             m, now, After.RESTART, "restart requested", drain_first=m.state is State.RUNNING
         )
+    if m.state is State.STARTING:
+        # STARTING(no pid) --restart--> STOPPING(term, restart): the spawn is still in flight;
+        # SIGTERM once its pid is known, spawn again after its exit. Spawning now would start
+        # a second copy and orphan the first, which keeps the ports.
+        deadline = now + m.policy.term_timeout
+        return replace(
+            m, state=State.STOPPING, phase=Phase.TERM, after=After.RESTART, deadline=deadline
+        ), [Schedule(deadline), Emit("stopping", "restart requested while starting")]
     if m.state is State.STOPPING:
         return replace(m, after=After.RESTART), []
     # STOPPED/BACKOFF/EXITED/FATAL --restart--> STARTING: nothing to stop; start afresh.

@@ -236,3 +236,16 @@ def test_stale_events_change_nothing():
     stopped = Machine(policy=POLICY)
     for event in (Healthy(), HealthFailed(), Exited(0), Drained(), Tick(), Stop()):
         assert step(stopped, event, 1.0) == (stopped, [])
+
+
+def test_restart_while_the_spawn_is_in_flight_spawns_once_more_after_its_exit():
+    # Found by the model-based test (tests/model/, seed 3): a rollback's restart arrived while
+    # the aborted rollout's spawn of the same instance was in flight; a second spawn began at
+    # once, the first process was orphaned holding the ports, and every later start of the
+    # instance failed on them (FATAL) while the orphan ran on, shown nowhere.
+    mach, done = replay([(0, Start()), (0.1, Restart())])
+    assert kinds(done) == [Spawn()]  # one process on its way, not two
+    assert mach.state is State.STOPPING
+    mach, done = replay([(0.2, Spawned(9)), (0.3, Exited(-15))], mach)
+    assert kinds(done) == [Kill(signal.SIGTERM), Spawn()]  # the first one down, then again
+    assert mach.state is State.STARTING and mach.pid is None and mach.failures == 0

@@ -612,3 +612,50 @@ def test_an_exit_the_shim_writes_down_just_after_the_read_still_carries_its_code
         assert decode["state"] == "BACKOFF" and decode["last_exit_code"] == -9
 
     run(scenario())
+
+
+class SlowSpawns(FakeBackend):
+    """The first spawn of `slow` waits until `release` is set, as a shim that takes a while."""
+
+    def __init__(self, slow: str) -> None:
+        super().__init__()
+        self.slow, self.entered, self.release = slow, asyncio.Event(), asyncio.Event()
+
+    async def spawn(self, run_dir, name, argv, env, where=None):
+        if name == self.slow and not self.entered.is_set():
+            self.entered.set()
+            await self.release.wait()
+        return await super().spawn(run_dir, name, argv, env, where)
+
+
+def test_a_change_while_the_instance_is_being_spawned_leaves_one_process_of_it(tmp_path):
+    # Found by the model-based test (tests/model/, seed 3): a rollback changed an instance back
+    # while the aborted rollout's spawn of it was in flight; a second copy was spawned at once,
+    # the first kept the ports, and the instance went FATAL on them, the first running on.
+    async def scenario():
+        h = Harness(tmp_path, backend=SlowSpawns("decode-0"))
+        spec = tiny_pair()
+        ports = allocate(spec)
+        await h.sup.start("tiny-pd", spec, ports)
+        polling = asyncio.create_task(h.polls(2))  # decode-0's spawn waits in there
+        await h.backend.entered.wait()
+        changed = spec.model_copy(
+            update={
+                "groups": [
+                    spec.groups[0],
+                    spec.groups[1].model_copy(update={"extra_args": ["--seed", "7"]}),
+                ]
+            }
+        )
+        await h.sup.start("tiny-pd", changed, ports)  # a restart of decode-0, mid-spawn
+        h.backend.release.set()
+        await polling
+        await h.polls(4)
+        decodes = [argv for name, argv, _ in h.backend.spawned if name == "decode-0"]
+        assert len(decodes) == 2 and "--seed" in decodes[-1]  # the first, then the change
+        assert ("decode-0", signal.SIGTERM) in h.backend.signals  # the first one stopped
+        alive = [p for (_, n), p in h.backend.procs.items() if n == "decode-0" and p["alive"]]
+        assert len(alive) == 1 and "--seed" in alive[0]["record"].argv
+        assert h.states("tiny-pd")["decode-0"] == "RUNNING"
+
+    run(scenario())
