@@ -19,6 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 _HANDED_OUT: set[int] = set()
+# Not the module's global random: Hypothesis seeds that one for each example it runs (tests/model/),
+# and two test processes seeded alike would draw the same ports.
+_PICK = random.SystemRandom()
 _RANGES: list[int] = []  # PDCTL_PORT_RANGE bases not yet handed out
 
 
@@ -41,7 +44,7 @@ def free_port() -> int:
     anything would otherwise, once in a few hundred draws, get one port for two servers."""
     low, high = worker_share(10000, 20000)
     for _ in range(200):
-        port = random.randrange(low, high)
+        port = _PICK.randrange(low, high)
         if port in _HANDED_OUT:
             continue
         with socket.socket() as sock:
@@ -60,7 +63,7 @@ def port_range() -> str:
     so an instance's allocated port is never one another socket happens to hold."""
     if not _RANGES:  # every base once, in a random order: two planes in a test never share
         low, high = worker_share(20000, 32000)
-        _RANGES.extend(random.sample(range(low, high - 499, 500), (high - low) // 500))
+        _RANGES.extend(_PICK.sample(range(low, high - 499, 500), (high - low) // 500))
     base = _RANGES.pop()
     return f"{base}-{base + 499}"
 
