@@ -7,6 +7,8 @@ and the running proxy is told (controller/clients/proxy_moves.py), not restarted
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
 
@@ -20,6 +22,7 @@ from controller.supervise import placing, run_state
 from controller.supervise.adoption import port_held
 from controller.supervise.units import LIVE, Supervised, Unit
 
+log = logging.getLogger("pdctl.supervisor")
 Feed = Callable[[Supervised, Unit, m.Event], Awaitable[None]]
 Emit = Callable[[str, str, str | None], None]
 ADMIN_TOKEN_ENV = "PDCTL_ADMIN_TOKEN"  # what `pdctl proxy --admin-token` reads
@@ -55,6 +58,27 @@ async def spawn(
         dep.admin_token = secrets.token_urlsafe(32)
         run_state.write_admin_token(dep.folder, dep.admin_token)
         env = {**env, ADMIN_TOKEN_ENV: dep.admin_token}
+    # The process and its machine learning its pid are one thing: a caller cancelled
+    # meanwhile (a rollout aborted, a step past its deadline) must not leave a process that
+    # runs with no machine knowing it, holding its ports for good.
+    done = asyncio.ensure_future(_spawn_and_report(dep, unit, backend, env, where, feed, emit))
+    try:
+        await asyncio.shield(done)
+    except asyncio.CancelledError:
+        done.add_done_callback(_log_failure)
+        raise
+
+
+async def _spawn_and_report(
+    dep: Supervised,
+    unit: Unit,
+    backend: ProcessBackend,
+    env: dict[str, str],
+    where: Where | None,
+    feed: Feed,
+    emit: Emit,
+) -> None:
+    name = unit.launch.name
     try:
         record = await backend.spawn(dep.folder, name, unit.launch.argv, env, where)
     except (SpawnError, OSError) as exc:
@@ -66,6 +90,12 @@ async def spawn(
         await feed(dep, unit, m.Exited(record.exit_code))
         return
     await feed(dep, unit, m.Spawned(record.child_pid))
+
+
+def _log_failure(task: asyncio.Future) -> None:
+    """A spawn whose caller was cancelled ends unawaited: its failure is logged, not lost."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("a spawn went wrong after its caller stopped", exc_info=task.exception())
 
 
 async def where_to_spawn(

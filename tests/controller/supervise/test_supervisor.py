@@ -16,7 +16,7 @@ from controller.spec.deployment import Mode
 from controller.supervise.machine import Policy
 from controller.supervise.supervisor import Supervisor, SupervisorError, SupervisorSettings
 from controller.switch.plan import with_modes
-from tests.controller.factories import mori_blog, tiny_pair
+from tests.controller.factories import kept_ports, mori_blog, tiny_pair
 from tests.controller.fakes import FakeBackend, FakeClock, FakeProbe
 
 POLICY = Policy(
@@ -657,5 +657,37 @@ def test_a_change_while_the_instance_is_being_spawned_leaves_one_process_of_it(t
         alive = [p for (_, n), p in h.backend.procs.items() if n == "decode-0" and p["alive"]]
         assert len(alive) == 1 and "--seed" in alive[0]["record"].argv
         assert h.states("tiny-pd")["decode-0"] == "RUNNING"
+
+    run(scenario())
+
+
+def test_a_caller_cancelled_mid_spawn_leaves_the_process_known_and_stoppable(tmp_path):
+    # Found by the model-based test (tests/model/, seed 4): a hold rollout aborted during its
+    # apply step was cancelled while the supervisor spawned prefill-a-0; the process started,
+    # its machine never learnt its pid ("pid None did not exit after SIGKILL": FATAL), and it
+    # ran on, shown by no status, after the deployment and `pdctl serve` had stopped.
+    async def scenario():
+        h = Harness(tmp_path, backend=SlowSpawns("decode-1"))
+        spec = tiny_pair()
+        ports = allocate(spec)
+        await h.sup.start("tiny-pd", spec, ports)
+        await h.polls(2)
+        more = spec.model_copy(
+            update={"groups": [spec.groups[0], spec.groups[1].model_copy(update={"count": 2})]}
+        )
+        wider = kept_ports(spec, ports, more)
+        caller = asyncio.create_task(h.sup.start("tiny-pd", more, wider, only={"decode-1"}))
+        await h.backend.entered.wait()  # decode-1's spawn in flight, in the caller's task
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        h.backend.release.set()
+        await h.polls(3)
+        decode = next(u for u in h.sup.status("tiny-pd") if u["name"] == "decode-1")
+        assert decode["state"] == "RUNNING" and decode["pid"] == h.backend.pid("decode-1")
+        await h.sup.stop("tiny-pd")
+        await h.polls(10)
+        assert not [p for p in h.backend.procs.values() if p["alive"]]
+        assert set(h.states("tiny-pd").values()) == {"STOPPED"}
 
     run(scenario())
