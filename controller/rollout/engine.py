@@ -121,6 +121,9 @@ class _Run:
     # A rollback taken over from a stopped plane: the rollout it rolls back, whose revision
     # is still in progress, settled once this ends (else nothing would release it).
     rolls_back: RolloutRecord | None = None
+    # Groups a hold left paused for its rollback to release: the processes that served them
+    # may be stopped already, and requests let go now would meet nothing to serve them.
+    held: set[str] = field(default_factory=set)
 
 
 class RolloutEngine:
@@ -361,7 +364,10 @@ class RolloutEngine:
         try:
             await self._execute(run)
             if run.outcome in (FAILED, ABORTED) and self._should_roll_back(run):
-                await self._roll_back(run)
+                try:
+                    await self._roll_back(run)
+                finally:
+                    await self._release(run)
             self._settle(run)
             if run.rolls_back is not None:
                 self._settle_origin(run.rolls_back, rolled_back=run.outcome == DONE)
@@ -415,13 +421,13 @@ class RolloutEngine:
                 raise
             self._fail(run, f"aborted by {run.aborted_by}", ABORTED)
             rec.aborted_by = run.aborted_by
-            rec.undo_left = await execution.undo()
+            rec.undo_left = await self._undo(run, execution)
         except Exception as exc:  # every step's failure ends the rollout, named, never silent
             if not isinstance(exc, PdctlError | TimeoutError | ProxyAdminError):
                 log.exception("%s: rollout %s failed at %s", goal.name, rec.id, rec.current)
             self._fail(run, _one_line(exc), FAILED)
             _tell(run, exc)
-            rec.undo_left = await execution.undo()
+            rec.undo_left = await self._undo(run, execution)
         finally:
             _tell(run, None)
             if run.outcome is not None:
@@ -430,6 +436,35 @@ class RolloutEngine:
                 except Exception as exc:  # the steps are over: it ends all the same
                     log.exception("%s: rollout %s: telling the proxy what runs", goal.name, rec.id)
                     rec.undo_left.append(f"telling the proxy what runs: {_one_line(exc)}")
+
+    async def _undo(self, run: _Run, execution: Execution) -> list[str]:
+        """Routing put back; a hold that rolls back keeps holding: its rollback holds too, and
+        lets the requests go once the processes it brings back serve (`_release` at the
+        latest)."""
+        if execution.paused and self._should_roll_back(run):
+            run.held = set(execution.paused)
+        return await execution.undo(keep_paused=bool(run.held))
+
+    async def _release(self, run: _Run) -> None:
+        """Resume what a hold left paused for its rollback (if the rollback did not)."""
+        if not run.held:
+            return
+        name = run.goal.name
+        ports = (
+            self.supervisor.deployments[name].ports
+            if name in self.supervisor.deployments
+            else run.goal.target.ports
+        )
+        admin = self.admin_for(name, ports)
+        try:
+            for group in sorted(run.held):
+                try:
+                    await admin.resume(group)
+                except (ProxyAdminError, OSError) as exc:
+                    run.rec.undo_left.append(f"resume {group}: {_one_line(exc)}")
+        finally:
+            await admin.aclose()
+        run.held = set()
 
     async def _step(self, run: _Run, execution: Execution, index: int, step: Step) -> None:
         rec = run.rec
@@ -509,6 +544,7 @@ class RolloutEngine:
             "rollback",
             ACTOR,
             f"rolls back rollout {run.rec.id}: {run.rec.error}",
+            strategy="hold" if run.held else None,  # requests held stay held until it serves
             settles=False,
             auto_rollback=False,
         )

@@ -120,11 +120,12 @@ class Execution:
     async def do(self, step: Step) -> None:
         await HANDLERS[step.kind](self, step)
 
-    async def undo(self) -> list[str]:
-        """Resume paused groups, end whole-request flags, undrain; each call is tried even if
-        another fails. Returns what could not be undone."""
+    async def undo(self, keep_paused: bool = False) -> list[str]:
+        """Resume paused groups (unless `keep_paused`: a rollback that holds takes them over),
+        end whole-request flags, undrain; each call is tried even if another fails. Returns
+        what could not be undone."""
         left = []
-        for group in sorted(self.paused):
+        for group in [] if keep_paused else sorted(self.paused):
             left += await self._try(f"resume {group}", self.admin.resume(group))
         for url in sorted(self.whole):
             left += await self._try(f"whole off {url}", self.admin.set_whole(url, False))

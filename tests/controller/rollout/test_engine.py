@@ -480,6 +480,32 @@ async def test_abort_mid_rollout_stops_it_and_rolls_back(rig_of):
     assert rig.none_running()
 
 
+@pytest.mark.parametrize("how", ["abort", "fail"])
+async def test_a_hold_that_ends_early_keeps_holding_until_its_rollback_serves(rig_of, how):
+    # Found by the model-based test (tests/model/, seed 4): a layout change by hold, aborted
+    # during its apply step, resumed the held requests at once although every old instance
+    # had been stopped; they met nothing to serve them (503) while the rollback brought the
+    # old ones back one pair at a time.
+    rig = await rig_of(moriio_pairs(1, count=2))
+    if how == "abort":
+        rig.admin.hang["instances"] = 1  # wait_idle's call answers; wait_ready's is held
+    else:
+        rig.admin.refuse["prefill-0-0"] = "read"  # never ready: wait_ready passes its deadline
+    rec = await rig.engine.begin(rig.apply(2, moriio_pairs(2), strategy="hold"))
+    if how == "abort":
+        await rig.admin.reached("instances")
+        await rig.engine.abort("mori", "bob")
+        rig.admin.released.set()
+    await rig.engine.wait("mori")
+    assert rec.state == ("aborted" if how == "abort" else "failed"), rec.error
+    back = rig.engine.find("mori", rec.rolled_back_by)
+    assert back.strategy == "hold" and back.state == "done", back.error
+    log = rig.admin.log
+    ready = max(i for i, e in enumerate(log) if e[0] == "instances")  # the rollback's wait
+    assert min(i for i, e in enumerate(log) if e[0] == "resume") > ready, log
+    assert rig.admin.routing_restored() and rig.none_running()
+
+
 async def test_abort_with_no_rollout_running_is_a_conflict(rig_of):
     rig = await rig_of(moriio_pairs(1))
     with pytest.raises(Conflict, match="no rollout of 'mori' is in progress"):
