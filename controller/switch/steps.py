@@ -122,16 +122,25 @@ class Execution:
 
     async def undo(self, keep_paused: bool = False) -> list[str]:
         """Resume paused groups (unless `keep_paused`: a rollback that holds takes them over),
-        end whole-request flags, undrain; each call is tried even if another fails. Returns
-        what could not be undone."""
+        end whole-request flags, undrain what serves; each call is tried even if another
+        fails. Returns what could not be undone. A drained process that is not RUNNING (the
+        rollout restarted it) stays drained: the supervisor undrains it once it is ready,
+        and until then a request sent there would find nothing serving its group."""
         left = []
         for group in [] if keep_paused else sorted(self.paused):
             left += await self._try(f"resume {group}", self.admin.resume(group))
         for url in sorted(self.whole):
             left += await self._try(f"whole off {url}", self.admin.set_whole(url, False))
-        for url in sorted(self.drained):
+        serving = self._serving()
+        for url in sorted(self.drained & serving):
             left += await self._try(f"undrain {url}", self.admin.undrain(url))
         return left
+
+    def _serving(self) -> set[str]:
+        """The URLs of the processes RUNNING now."""
+        if self.name not in self.fleet.deployments:
+            return set()
+        return {u["url"] for u in self.fleet.status(self.name) if u["state"] == "RUNNING"}
 
     async def _try(self, what: str, call: Awaitable[Any]) -> list[str]:
         try:

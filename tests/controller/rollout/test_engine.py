@@ -506,6 +506,32 @@ async def test_a_hold_that_ends_early_keeps_holding_until_its_rollback_serves(ri
     assert rig.admin.routing_restored() and rig.none_running()
 
 
+async def test_an_abort_leaves_drained_what_it_restarted_until_the_supervisor_has_it_ready(
+    rig_of,
+):
+    # Found by the model-based test (tests/model/, seed 3): a roll switch aborted while the
+    # pair it restarted was still starting undrained that pair at once; the proxy sent a read
+    # request to decode-0's URL, where nothing served read (refused), and with the other decode
+    # down there was nowhere to retry it.
+    rig = await rig_of(moriio_pairs(1, count=2))
+    decode = rig.url("decode-0")
+    rig.probe.down.add(int(decode.rsplit(":", 1)[1]))  # restarted, it stays STARTING
+    rig.admin.hang["instances"] = 1  # wait_idle's call answers; wait_ready's is held
+    rec = await rig.engine.begin(rig.switch(2, "write", "roll"))
+    await rig.admin.reached("instances")
+    await rig.sup.wait_for("mori", lambda _: rig.units()["decode-0"][2] == "STARTING", 30)
+    await rig.engine.abort("mori", "bob")
+    rig.probe.down.clear()
+    rig.admin.released.set()
+    await rig.engine.wait("mori")
+    assert rec.state == "aborted" and rig.engine.find("mori", rec.rolled_back_by).state == "done"
+    log = rig.admin.log
+    drains = [i for i, e in enumerate(log) if e == ("drain", decode)]
+    undrains = [i for i, e in enumerate(log) if e == ("undrain", decode)]
+    assert len(drains) == 2 and undrains and min(undrains) > drains[1], log  # by the rollback
+    assert rig.admin.routing_restored() and rig.none_running()
+
+
 async def test_abort_with_no_rollout_running_is_a_conflict(rig_of):
     rig = await rig_of(moriio_pairs(1))
     with pytest.raises(Conflict, match="no rollout of 'mori' is in progress"):
