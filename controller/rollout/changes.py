@@ -42,6 +42,8 @@ class Change:
     url: str | None = None  # where it serves once changed (where it served, if it stops)
     forced: bool = False  # unchanged, restarted because the operator asked
     starting: bool = False  # kept, but not serving yet (spawned or adopted, not ready)
+    # It serves now (RUNNING and healthy): taking it out leaves its role with one fewer.
+    serving: bool = True
 
     @property
     def leaves(self) -> bool:
@@ -62,7 +64,11 @@ def changes(running: dict[str, Running], desired: list[Launch]) -> list[Change]:
         now = running.get(launch.name)
         role = launch.role or "proxy"
         if now is None:
-            out.append(Change(launch.name, Action.START, role, "new", launch.mode, launch.url))
+            out.append(
+                Change(
+                    launch.name, Action.START, role, "new", launch.mode, launch.url, serving=False
+                )
+            )
             continue
         why = differs(now.launch, launch) or unwell(now)
         action = Action.RESTART if why else Action.KEEP
@@ -71,15 +77,39 @@ def changes(running: dict[str, Running], desired: list[Launch]) -> list[Change]:
             action, why = Action.KEEP, "the instances it lists"
         starting = action is Action.KEEP and now.state == "STARTING"
         out.append(
-            Change(launch.name, action, role, why, launch.mode, launch.url, starting=starting)
+            Change(
+                launch.name,
+                action,
+                role,
+                why,
+                launch.mode,
+                launch.url,
+                starting=starting,
+                serving=serves(now),
+            )
         )
     named = {launch.name for launch in desired}
     for name, now in running.items():
         if name not in named:
             role = now.launch.role or "proxy"
             why = "not in the desired revision"
-            out.append(Change(name, Action.STOP, role, why, now.launch.mode, now.launch.url))
+            out.append(
+                Change(
+                    name,
+                    Action.STOP,
+                    role,
+                    why,
+                    now.launch.mode,
+                    now.launch.url,
+                    serving=serves(now),
+                )
+            )
     return out
+
+
+def serves(now: Running) -> bool:
+    """It takes requests now: RUNNING (ready, registered) and not known unhealthy."""
+    return now.state == "RUNNING" and now.healthy is not False
 
 
 def forced(found: list[Change], names: set[str] | None) -> list[Change]:
@@ -90,7 +120,16 @@ def forced(found: list[Change], names: set[str] | None) -> list[Change]:
             return found
         names = {c.name for c in found if c.role != "proxy"}
     return [
-        Change(c.name, Action.RESTART, c.role, "restart asked", c.mode, c.url, forced=True)
+        Change(
+            c.name,
+            Action.RESTART,
+            c.role,
+            "restart asked",
+            c.mode,
+            c.url,
+            forced=True,
+            serving=c.serving,
+        )
         if c.name in names and c.action is Action.KEEP
         else c
         for c in found

@@ -48,6 +48,7 @@ ACTOR = "controller"
 BOTH_MODES = tuple(m.value for m in TRANSFER_MODES)
 START_GRACE_S = 5.0  # how long a change waits for a start whose processes all run to end
 STOPPED_MID_ROLLOUT = "the control plane stopped during this rollout"
+ON_ITS_WAY = ("STARTING", "BACKOFF", "EXITED")  # a process the supervisor brings (back) up
 
 Recorder = Callable[[str, str, str, str | None, dict | None], object]  # Store.record
 AdminFactory = Callable[[str, AllocatedPorts], AdminCalls]
@@ -337,6 +338,8 @@ class RolloutEngine:
     async def _resume(self, run: _Run) -> None:
         try:
             await self._put_back(run)
+            await self._let_settle(run.goal.name)
+            await self._put_back(run)  # what came up meanwhile serves again
             steps, found, strategy = await self.plan(run.goal)
         except Exception as exc:  # cannot be planned from what runs: it fails (and rolls back)
             steps, found, strategy = [], [], run.rec.strategy
@@ -346,7 +349,9 @@ class RolloutEngine:
         await self._main(run)
 
     async def _put_back(self, run: _Run) -> None:
-        """Routing as if no rollout ran: no group held, nothing drained or whole."""
+        """Routing as if no rollout ran: no group held, nothing whole, and what serves not
+        drained. A process that does not run yet stays drained (its URL may still be listed
+        from before): the supervisor undrains it once it is ready."""
         name = run.goal.name
         admin = self.admin_for(name, self.supervisor.deployments[name].ports)
         try:
@@ -355,9 +360,19 @@ class RolloutEngine:
             for unit in self.supervisor.status(name):
                 if unit["name"] != "proxy":
                     await _quiet(admin.set_whole(unit["url"], False))
-                    await _quiet(admin.undrain(unit["url"]))
+                    if unit["state"] == "RUNNING":
+                        await _quiet(admin.undrain(unit["url"]))
         finally:
             await admin.aclose()
+
+    async def _let_settle(self, name: str) -> None:
+        """Until what the new supervisor adopted or brings back is up (or given up), within a
+        readiness wait: a plan made from a process still starting counts it wrong."""
+        deadline = self.clock.now() + self.timeouts.ready_s
+        while self.clock.now() < deadline and any(
+            u["state"] in ON_ITS_WAY for u in self.supervisor.status(name)
+        ):
+            await self.clock.sleep(self.timeouts.poll_s)
 
     async def _main(self, run: _Run) -> None:
         name = run.goal.name

@@ -128,11 +128,12 @@ def plan(strategy: str, changes: list[Change], spec: DeploymentSpec, layout: Lay
 
 def _batches(changes: list[Change]) -> list[list[Change]]:
     """One change per role per batch (a prefill/decode pair); a process that stops and one
-    that starts travel together. RolloutRejected when some batch would leave a role with
-    nothing serving."""
+    that starts travel together, and what does not serve now goes first (restarting it takes
+    nothing out of service). RolloutRejected when some batch would leave a role with nothing
+    serving: only what serves now counts (a process down or still starting does not)."""
     work: dict[str, list[list[Change]]] = {}
     for role in SERVING_ROLES:
-        mine = [c for c in changes if c.role == role]
+        mine = sorted((c for c in changes if c.role == role), key=lambda c: c.serving)
         restarts = [[c] for c in mine if c.action is Action.RESTART]
         stops = [c for c in mine if c.action is Action.STOP]
         starts = [c for c in mine if c.action is Action.START]
@@ -141,24 +142,35 @@ def _batches(changes: list[Change]) -> list[list[Change]]:
         if restarts or pairs or rest:
             work[role] = restarts + pairs + rest
     serving = {
-        role: sum(1 for c in changes if c.role == role and c.action is not Action.START)
-        for role in SERVING_ROLES
+        role: sum(1 for c in changes if c.role == role and _serves(c)) for role in SERVING_ROLES
     }
     batches = []
     for k in range(max((len(w) for w in work.values()), default=0)):
         batch = [c for w in work.values() if k < len(w) for c in w[k]]
         for role in [r for r in SERVING_ROLES if any(c.role == r for c in batch)]:
-            leaving = sum(1 for c in batch if c.role == role and c.leaves)
+            mine = [c for c in batch if c.role == role]
+            leaving = sum(1 for c in mine if c.leaves and _serves(c))
             if leaving and serving[role] - leaving < 1:
-                total = serving[role]
-                raise RolloutRejected(
-                    f"roll changes one {role} instance at a time while another serves; this "
-                    f"deployment has {total} {role} instance{'s' if total != 1 else ''}: use hold"
-                )
-            serving[role] += sum(1 for c in batch if c.role == role and c.action is Action.START)
-            serving[role] -= sum(1 for c in batch if c.role == role and c.action is Action.STOP)
+                raise RolloutRejected(_cannot_roll(role, changes, serving[role]))
+            serving[role] += sum(1 for c in mine if c.arrives and not _serves(c))
+            serving[role] -= sum(1 for c in mine if c.action is Action.STOP and _serves(c))
         batches.append(batch)
     return batches
+
+
+def _serves(change: Change) -> bool:
+    """It serves now, or before any batch begins (a kept instance still starting is waited
+    for first)."""
+    return (change.serving or change.starting) and change.action is not Action.START
+
+
+def _cannot_roll(role: str, changes: list[Change], serving: int) -> str:
+    total = sum(1 for c in changes if c.role == role and c.action is not Action.START)
+    now = f", {serving} serving now" if serving != total else ""
+    return (
+        f"roll changes one {role} instance at a time while another serves; this deployment "
+        f"has {total} {role} instance{'s' if total != 1 else ''}{now}: use hold"
+    )
 
 
 def _names(changes: list[Change], which: str) -> tuple[str, ...]:

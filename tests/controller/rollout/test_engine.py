@@ -608,6 +608,40 @@ async def test_close_leaves_the_record_running_and_a_new_engine_takes_it_over(ri
     assert rig.admin.routing_restored() and rig.none_running()
 
 
+async def test_a_roll_taken_over_waits_for_what_starts_before_draining_what_serves(rig_of):
+    # Found by the model-based test (tests/model/, seed 3): pdctl serve SIGKILLed while a roll
+    # restarted prefill-0/decode-0; the new plane's roll counted them (still starting) as
+    # serving, drained prefill-1 too, and every request got 503 until one came back.
+    rig = await rig_of(moriio_pairs(1, count=2))
+    first = {int(rig.url(n).rsplit(":", 1)[1]) for n in ("prefill-0", "decode-0")}
+    rig.probe.down |= first  # restarted, they stay STARTING
+    rig.admin.hang["instances"] = 1  # wait_idle's call answers; wait_ready's is held
+    rec = await rig.engine.begin(rig.apply(2, moriio_pairs(1, "write", count=2)))
+    await rig.admin.reached("instances")
+    await rig.engine.close()
+    rig.admin.released.set()
+    drains: list[tuple[str, str]] = []  # (url drained, prefill-0's state then)
+    drain = rig.admin.drain
+
+    async def watched(url: str) -> bool:
+        drains.append((url, rig.units()["prefill-0"][2]))
+        return await drain(url)
+
+    rig.admin.drain = watched  # type: ignore[method-assign]
+    rig.engine = rig.new_engine()
+    rig.engine.recover()
+    up_at = rig.clock.now() + 3.0
+    while rig.clock.now() < up_at:  # the new plane runs on while they start
+        await asyncio.sleep(0)
+    rig.probe.down.clear()
+    await rig.engine.wait("mori")
+    done = rig.engine.find("mori", rec.id)
+    assert done.state == "done" and done.resumed == 1, done.error
+    assert drains and all(state == "RUNNING" for _, state in drains), drains
+    assert {u[:2] for n, u in rig.units().items() if n != "proxy"} == {("write", 2)}
+    assert rig.admin.routing_restored() and rig.none_running()
+
+
 async def test_a_record_left_running_for_a_deployment_not_supervised_is_ended_failed(rig_of):
     rig = await rig_of(moriio_pairs(1))
     body = RolloutRecord("", "gone", None, "roll", "alice", None, ["drain x"], revision=4)

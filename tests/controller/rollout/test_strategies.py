@@ -128,6 +128,46 @@ def test_roll_on_one_group_with_count_two_moves_one_pair_at_a_time():
     serving_throughout(set(roles), steps, roles)
 
 
+def found_with(now: DeploymentSpec, wanted: DeploymentSpec, states: dict[str, str]) -> list:
+    """`found`, with some processes of `now` in another state than RUNNING."""
+    ports = allocate(now)
+    running = {
+        launch.name: Running(launch, states.get(launch.name, "RUNNING"), True, 1)
+        for launch in render(now, ports, SETTINGS)
+    }
+    return changes(running, render(wanted, kept_ports(now, ports, wanted), SETTINGS))
+
+
+def test_roll_restarts_what_does_not_serve_first_and_counts_only_what_serves():
+    # Found by the model-based test (tests/model/, seed 3): after a control-plane restart in
+    # the middle of a roll, the resumed roll counted a prefill that was down as serving and
+    # drained the only one that served: every request got 503 until one came back.
+    spec, target = moriio_pairs(1, count=2), moriio_pairs(1, "write", count=2)
+    work = found_with(spec, target, {"prefill-1": "BACKOFF", "decode-1": "EXITED"})
+    assert [c.name for c in work if c.serving and c.role != "proxy"] == ["prefill-0", "decode-0"]
+    steps = strategies.plan("roll", work, target, MORIIO)
+    assert [s.instances for s in steps if s.kind is K.APPLY] == [
+        ("prefill-1", "decode-1"),  # down already: restarting them takes nothing away
+        ("prefill-0", "decode-0"),
+    ]
+    roles = {f"{r}-{i}": r for r in ("prefill", "decode") for i in (0, 1)}
+    serving_throughout({"prefill-0", "decode-0"}, steps, roles)
+
+
+def test_roll_is_refused_when_the_one_instance_serving_a_role_would_leave():
+    spec = moriio_pairs(1, count=2)
+    # prefill-1, down, is dropped; prefill-0, the one serving, must restart.
+    groups = [
+        g.model_copy(update={"count": 1, "max_num_seqs": 8}) if g.name == "prefill" else g
+        for g in spec.groups
+    ]
+    work = found_with(spec, spec.model_copy(update={"groups": groups}), {"prefill-1": "BACKOFF"})
+    assert strategies.default(work, MORIIO) == "hold"
+    assert str(strategies.allowed(work, MORIIO)["roll"]).endswith(
+        "this deployment has 2 prefill instances, 1 serving now: use hold"
+    )
+
+
 def test_roll_from_two_groups_to_four_stops_and_starts_pairs_never_emptying_a_role():
     """The layout change of issue 34: `count: 2` per role rewritten as four groups."""
     two, four = moriio_pairs(1, count=2), moriio_pairs(2)
