@@ -439,6 +439,10 @@ class Supervisor:
                 await self._feed(dep, proxy, m.Start())
             if proxy.machine.state is m.State.RUNNING:
                 for unit in dep.instances():
+                    if dep.units.get(unit.launch.name) is not unit:
+                        # Forgotten while this pass awaited a spawn before it (a rollback
+                        # dropped it): starting it now would run a process nobody tracks.
+                        continue
                     if unit.dropping:
                         if unit.machine.state is m.State.EXITED:
                             await self._feed(dep, unit, m.Stop())

@@ -91,6 +91,7 @@ class Supervised:
         smaller while the deployment was stopped), so a start never revives them."""
         for name in [n for n, u in self.units.items() if n not in names]:
             if self.units[name].machine.state not in LIVE:
+                self.units[name].dropping = True  # for whoever still holds it
                 del self.units[name]
 
 

@@ -691,3 +691,34 @@ def test_a_caller_cancelled_mid_spawn_leaves_the_process_known_and_stoppable(tmp
         assert set(h.states("tiny-pd").values()) == {"STOPPED"}
 
     run(scenario())
+
+
+def test_an_instance_dropped_while_another_is_spawned_is_never_started(tmp_path):
+    # Found by the model-based test (tests/model/, seed 4): a hold rollout that added four
+    # instances was aborted while one of them spawned; its rollback forgot the others, but the
+    # pass that was starting them went on down its list and started two of them: processes
+    # no status showed and whose registrations the proxy refused, left running.
+    async def scenario():
+        h = Harness(tmp_path, backend=SlowSpawns("decode-1"))
+        spec = tiny_pair()
+        ports = allocate(spec)
+        await h.sup.start("tiny-pd", spec, ports)
+        await h.polls(2)
+        more = spec.model_copy(
+            update={"groups": [spec.groups[0], spec.groups[1].model_copy(update={"count": 3})]}
+        )
+        new = {"decode-1", "decode-2"}
+        adding = asyncio.create_task(
+            h.sup.start("tiny-pd", more, kept_ports(spec, ports, more), only=new)
+        )
+        await h.backend.entered.wait()  # decode-1's spawn in flight; decode-2 is next
+        await h.sup.start("tiny-pd", spec, ports, only=new)  # back: both dropped
+        h.backend.release.set()
+        await adding
+        await h.polls(10)
+        assert [n for n, _, _ in h.backend.spawned if n == "decode-2"] == []
+        alive = {n for (_, n), p in h.backend.procs.items() if p["alive"]}
+        assert alive == {"proxy", "prefill-0", "decode-0"}
+        assert set(h.states("tiny-pd")) == {"proxy", "prefill-0", "decode-0"}
+
+    run(scenario())
