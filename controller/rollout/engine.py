@@ -382,7 +382,7 @@ class RolloutEngine:
                 try:
                     await self._roll_back(run)
                 finally:
-                    await self._release(run)
+                    await self._release(run)  # done already, unless the rollback raised
             self._settle(run)
             if run.rolls_back is not None:
                 self._settle_origin(run.rolls_back, rolled_back=run.outcome == DONE)
@@ -568,6 +568,7 @@ class RolloutEngine:
         except Exception as exc:
             run.rec.error = f"{run.rec.error}; rollback could not be planned: {_one_line(exc)}"
             run.rollback_ok = False
+            await self._release(run)
             return
         run.rec.state = run.outcome or FAILED  # ended: the store holds one active rollout
         self._save(run.rec)
@@ -579,6 +580,9 @@ class RolloutEngine:
         self._active[goal.name] = sub
         self._emit_begin(sub)
         await self._execute(sub)
+        # Before either record says it ended: nothing is still held once they do, and no
+        # reader sees the rollout ended with its revision still in progress.
+        await self._release(run)
         self._settle(sub)
         self._active[goal.name] = run
         run.rollback_ok = sub.outcome == DONE

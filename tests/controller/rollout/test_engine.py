@@ -506,6 +506,28 @@ async def test_a_hold_that_ends_early_keeps_holding_until_its_rollback_serves(ri
     assert rig.admin.routing_restored() and rig.none_running()
 
 
+async def test_a_reader_never_sees_an_aborted_hold_ended_while_its_revision_is_in_progress(
+    rig_of,
+):
+    # Found by the model-based test (tests/model/, seed 4): the rollout shown said aborted,
+    # yet its revision was still in progress, while the held groups were being released.
+    rig = await rig_of(moriio_pairs(1, count=2))
+    rig.admin.hang["instances"] = 1  # wait_idle's call answers; wait_ready's is held
+    rec = await rig.engine.begin(rig.apply(2, moriio_pairs(2), strategy="hold"))
+    await rig.admin.reached("instances")
+    await rig.engine.abort("mori", "bob")
+    rig.admin.hang = {"resume": 2}  # the rollback's own two answer; the release after, held
+    rig.admin.released.set()
+    rig.admin.released = asyncio.Event()
+    await rig.admin.reached("resume")
+    shown = rig.engine.last("mori")
+    assert shown is not None and shown.state == "running", shown
+    rig.admin.released.set()
+    await rig.engine.wait("mori")
+    assert rec.state == "aborted" and rec.revision_state == "rolled_back"
+    assert rig.admin.routing_restored() and rig.none_running()
+
+
 async def test_an_abort_leaves_drained_what_it_restarted_until_the_supervisor_has_it_ready(
     rig_of,
 ):
