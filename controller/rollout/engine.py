@@ -122,9 +122,11 @@ class _Run:
     # A rollback taken over from a stopped plane: the rollout it rolls back, whose revision
     # is still in progress, settled once this ends (else nothing would release it).
     rolls_back: RolloutRecord | None = None
-    # Groups a hold left paused for its rollback to release: the processes that served them
-    # may be stopped already, and requests let go now would meet nothing to serve them.
+    # Groups a hold left paused, and instances keep-serving left serving whole requests,
+    # for its rollback to release: what served the requests otherwise may be down, and
+    # requests let go now would meet nothing to serve them.
     held: set[str] = field(default_factory=set)
+    whole: set[str] = field(default_factory=set)
 
 
 class RolloutEngine:
@@ -453,16 +455,17 @@ class RolloutEngine:
                     rec.undo_left.append(f"telling the proxy what runs: {_one_line(exc)}")
 
     async def _undo(self, run: _Run, execution: Execution) -> list[str]:
-        """Routing put back; a hold that rolls back keeps holding: its rollback holds too, and
-        lets the requests go once the processes it brings back serve (`_release` at the
-        latest)."""
-        if execution.paused and self._should_roll_back(run):
-            run.held = set(execution.paused)
-        return await execution.undo(keep_paused=bool(run.held))
+        """Routing put back. A rollout that rolls back keeps holding (its rollback holds too)
+        and keeps whole requests served, until the processes its rollback brings back serve
+        (`_release`)."""
+        if self._should_roll_back(run):
+            run.held, run.whole = set(execution.paused), set(execution.whole)
+        return await execution.undo(keep=bool(run.held or run.whole))
 
     async def _release(self, run: _Run) -> None:
-        """Resume what a hold left paused for its rollback (if the rollback did not)."""
-        if not run.held:
+        """Resume what a hold left paused for its rollback (if the rollback did not), end the
+        whole requests keep-serving left on."""
+        if not (run.held or run.whole):
             return
         name = run.goal.name
         ports = (
@@ -477,9 +480,14 @@ class RolloutEngine:
                     await admin.resume(group)
                 except (ProxyAdminError, OSError) as exc:
                     run.rec.undo_left.append(f"resume {group}: {_one_line(exc)}")
+            for url in sorted(run.whole):
+                try:
+                    await admin.set_whole(url, False)
+                except (ProxyAdminError, OSError) as exc:
+                    run.rec.undo_left.append(f"whole off {url}: {_one_line(exc)}")
         finally:
             await admin.aclose()
-        run.held = set()
+        run.held, run.whole = set(), set()
 
     async def _step(self, run: _Run, execution: Execution, index: int, step: Step) -> None:
         rec = run.rec

@@ -120,16 +120,16 @@ class Execution:
     async def do(self, step: Step) -> None:
         await HANDLERS[step.kind](self, step)
 
-    async def undo(self, keep_paused: bool = False) -> list[str]:
-        """Resume paused groups (unless `keep_paused`: a rollback that holds takes them over),
-        end whole-request flags, undrain what serves; each call is tried even if another
-        fails. Returns what could not be undone. A drained process that is not RUNNING (the
-        rollout restarted it) stays drained: the supervisor undrains it once it is ready,
-        and until then a request sent there would find nothing serving its group."""
+    async def undo(self, keep: bool = False) -> list[str]:
+        """Resume paused groups and end whole-request flags (unless `keep`: a rollback takes
+        them over, and they serve until it does), undrain what serves; each call is tried
+        even if another fails. Returns what could not be undone. A drained process that is
+        not RUNNING (the rollout restarted it) stays drained: the supervisor undrains it
+        once it is ready, and until then a request sent there would find nothing serving."""
         left = []
-        for group in [] if keep_paused else sorted(self.paused):
+        for group in [] if keep else sorted(self.paused):
             left += await self._try(f"resume {group}", self.admin.resume(group))
-        for url in sorted(self.whole):
+        for url in [] if keep else sorted(self.whole):
             left += await self._try(f"whole off {url}", self.admin.set_whole(url, False))
         serving = self._serving()
         for url in sorted(self.drained & serving):

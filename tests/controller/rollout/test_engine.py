@@ -506,6 +506,25 @@ async def test_a_hold_that_ends_early_keeps_holding_until_its_rollback_serves(ri
     assert rig.admin.routing_restored() and rig.none_running()
 
 
+async def test_an_aborted_keep_serving_keeps_whole_requests_until_its_rollback_serves(rig_of):
+    # Found by the model-based test (tests/model/, seed 3): a keep-serving switch aborted while
+    # both prefills restarted ended whole requests on the decodes at once: with no prefill
+    # serving, requests got 503 until the rollback brought one back.
+    rig = await rig_of(moriio_pairs(1, "write", count=2))
+    rig.admin.hang["instances"] = 1  # wait_idle's call answers; wait_ready's is held
+    rec = await rig.engine.begin(rig.switch(2, "read", "keep-serving"))
+    await rig.admin.reached("instances")
+    await rig.engine.abort("mori", "bob")
+    rig.admin.released.set()
+    await rig.engine.wait("mori")
+    assert rec.state == "aborted" and rig.engine.find("mori", rec.rolled_back_by).state == "done"
+    log = rig.admin.log
+    ready = max(i for i, e in enumerate(log) if e[0] == "instances")  # the rollback's wait
+    ends = [i for i, e in enumerate(log) if e[0] == "whole" and e[2] is False]
+    assert ends and min(ends) > ready, log
+    assert rig.admin.routing_restored() and rig.none_running()
+
+
 async def test_a_reader_never_sees_an_aborted_hold_ended_while_its_revision_is_in_progress(
     rig_of,
 ):
