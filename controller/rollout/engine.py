@@ -49,6 +49,7 @@ BOTH_MODES = tuple(m.value for m in TRANSFER_MODES)
 START_GRACE_S = 5.0  # how long a change waits for a start whose processes all run to end
 STOPPED_MID_ROLLOUT = "the control plane stopped during this rollout"
 ON_ITS_WAY = ("STARTING", "BACKOFF", "EXITED")  # a process the supervisor brings (back) up
+TAKING_OVER = "taking over: routing put back, waiting for what starts"
 
 Recorder = Callable[[str, str, str, str | None, dict | None], object]  # Store.record
 AdminFactory = Callable[[str, AllocatedPorts], AdminCalls]
@@ -338,11 +339,22 @@ class RolloutEngine:
     # -- running ---------------------------------------------------------------------------
 
     async def _resume(self, run: _Run) -> None:
+        run.rec.current = TAKING_OVER
         try:
             await self._put_back(run)
             await self._let_settle(run.goal.name)
             await self._put_back(run)  # what came up meanwhile serves again
             steps, found, strategy = await self.plan(run.goal)
+        except asyncio.CancelledError:
+            if run.aborted_by is None:  # the control plane stops again: left for the next
+                raise
+            # Aborted before its steps began again: it ends aborted, and rolls back.
+            self._fail(run, f"aborted by {run.aborted_by}", ABORTED)
+            run.rec.aborted_by = run.aborted_by
+            run.steps = []
+            self._replan(run.rec, [], [], run.rec.strategy)
+            await self._main(run, execute=False)
+            return
         except Exception as exc:  # cannot be planned from what runs: it fails (and rolls back)
             steps, found, strategy = [], [], run.rec.strategy
             run.rec.error = f"resuming after a control-plane restart: {_one_line(exc)}"
@@ -376,10 +388,11 @@ class RolloutEngine:
         ):
             await self.clock.sleep(self.timeouts.poll_s)
 
-    async def _main(self, run: _Run) -> None:
+    async def _main(self, run: _Run, execute: bool = True) -> None:
         name = run.goal.name
         try:
-            await self._execute(run)
+            if execute:
+                await self._execute(run)
             if run.outcome in (FAILED, ABORTED) and self._should_roll_back(run):
                 try:
                     await self._roll_back(run)

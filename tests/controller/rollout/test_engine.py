@@ -683,6 +683,31 @@ async def test_a_roll_taken_over_waits_for_what_starts_before_draining_what_serv
     assert rig.admin.routing_restored() and rig.none_running()
 
 
+async def test_an_abort_while_a_takeover_prepares_ends_the_rollout_and_rolls_back(rig_of):
+    # Found by the model-based test (tests/model/, seed 3): aborted while the new plane was
+    # still putting routing back before replanning, the taken-over rollout's task ended
+    # without settling: it showed `running` for good and every change got a 409.
+    rig = await rig_of(moriio_pairs(1, count=2))
+    rig.probe.down |= {int(rig.url(n).rsplit(":", 1)[1]) for n in ("prefill-0", "decode-0")}
+    rig.admin.hang["instances"] = 1  # wait_idle's call answers; wait_ready's is held
+    rec = await rig.engine.begin(rig.apply(2, moriio_pairs(1, "write", count=2)))
+    await rig.admin.reached("instances")
+    await rig.engine.close()
+    rig.admin.released.set()
+    rig.engine = rig.new_engine()
+    rig.engine.recover()  # prefill-0 and decode-0 stay STARTING: it waits for them
+    for _ in range(20):
+        await asyncio.sleep(0)
+    await rig.engine.abort("mori", "bob")
+    rig.probe.down.clear()
+    await asyncio.wait_for(rig.engine.wait("mori"), 30)
+    done = rig.engine.find("mori", rec.id)
+    assert done.state == "aborted" and done.aborted_by == "bob", done
+    assert rig.engine.find("mori", done.rolled_back_by).state == "done"
+    assert done.revision_state == "rolled_back" and rig.none_running()
+    assert rig.admin.routing_restored()
+
+
 async def test_a_record_left_running_for_a_deployment_not_supervised_is_ended_failed(rig_of):
     rig = await rig_of(moriio_pairs(1))
     body = RolloutRecord("", "gone", None, "roll", "alice", None, ["drain x"], revision=4)
