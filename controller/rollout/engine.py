@@ -49,7 +49,7 @@ BOTH_MODES = tuple(m.value for m in TRANSFER_MODES)
 START_GRACE_S = 5.0  # how long a change waits for a start whose processes all run to end
 STOPPED_MID_ROLLOUT = "the control plane stopped during this rollout"
 ON_ITS_WAY = ("STARTING", "BACKOFF", "EXITED")  # a process the supervisor brings (back) up
-TAKING_OVER = "taking over: routing put back, waiting for what starts"
+TAKING_OVER = "taking over: waiting for what starts, then routing put back"
 
 Recorder = Callable[[str, str, str, str | None, dict | None], object]  # Store.record
 AdminFactory = Callable[[str, AllocatedPorts], AdminCalls]
@@ -341,9 +341,10 @@ class RolloutEngine:
     async def _resume(self, run: _Run) -> None:
         run.rec.current = TAKING_OVER
         try:
-            await self._put_back(run)
+            # Routing stays as the stopped plane left it (held, whole, drained) while what it
+            # was restarting comes up: that is what keeps requests served meanwhile.
             await self._let_settle(run.goal.name)
-            await self._put_back(run)  # what came up meanwhile serves again
+            await self._put_back(run)
             steps, found, strategy = await self.plan(run.goal)
         except asyncio.CancelledError:
             if run.aborted_by is None:  # the control plane stops again: left for the next
@@ -381,7 +382,8 @@ class RolloutEngine:
 
     async def _let_settle(self, name: str) -> None:
         """Until what the new supervisor adopted or brings back is up (or given up), within a
-        readiness wait: a plan made from a process still starting counts it wrong."""
+        readiness wait: routing put back before would send requests where nothing serves,
+        and a plan made from a process still starting counts it wrong."""
         deadline = self.clock.now() + self.timeouts.ready_s
         while self.clock.now() < deadline and any(
             u["state"] in ON_ITS_WAY for u in self.supervisor.status(name)

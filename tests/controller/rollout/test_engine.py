@@ -683,6 +683,39 @@ async def test_a_roll_taken_over_waits_for_what_starts_before_draining_what_serv
     assert rig.admin.routing_restored() and rig.none_running()
 
 
+async def test_a_keep_serving_taken_over_serves_whole_until_the_other_side_is_up(rig_of):
+    # Found by the model-based test (tests/model/, seed 5): pdctl serve SIGKILLed while a
+    # keep-serving switch restarted the prefills; the new plane ended whole requests on the
+    # decodes at once, with no prefill up: 503 until one came back.
+    rig = await rig_of(moriio_pairs(1, "write", count=2))
+    rig.probe.down |= {int(rig.url(n).rsplit(":", 1)[1]) for n in ("prefill-0", "prefill-1")}
+    rig.admin.hang["instances"] = 1  # wait_idle's call answers; wait_ready's is held
+    rec = await rig.engine.begin(rig.switch(2, "read", "keep-serving"))
+    await rig.admin.reached("instances")
+    await rig.engine.close()
+    rig.admin.released.set()
+    rig.admin.whole |= {rig.url("decode-0"), rig.url("decode-1")}  # as the plane left them
+    ends: list[str] = []  # prefill-0's state as whole requests end on a decode
+    set_whole = rig.admin.set_whole
+
+    async def watched(url: str, whole: bool) -> bool:
+        if not whole and url in (rig.url("decode-0"), rig.url("decode-1")):
+            ends.append(rig.units()["prefill-0"][2])
+        return await set_whole(url, whole)
+
+    rig.admin.set_whole = watched  # type: ignore[method-assign]
+    rig.engine = rig.new_engine()
+    rig.engine.recover()
+    up_at = rig.clock.now() + 3.0
+    while rig.clock.now() < up_at:  # the new plane runs on while the prefills start
+        await asyncio.sleep(0)
+    rig.probe.down.clear()
+    await rig.engine.wait("mori")
+    assert rig.engine.find("mori", rec.id).state in ("done", "failed", "aborted")
+    assert ends and all(state == "RUNNING" for state in ends), ends
+    assert rig.admin.routing_restored() and rig.none_running()
+
+
 async def test_an_abort_while_a_takeover_prepares_ends_the_rollout_and_rolls_back(rig_of):
     # Found by the model-based test (tests/model/, seed 3): aborted while the new plane was
     # still putting routing back before replanning, the taken-over rollout's task ended
