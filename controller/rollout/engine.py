@@ -48,7 +48,8 @@ ACTOR = "controller"
 BOTH_MODES = tuple(m.value for m in TRANSFER_MODES)
 START_GRACE_S = 5.0  # how long a change waits for a start whose processes all run to end
 STOPPED_MID_ROLLOUT = "the control plane stopped during this rollout"
-ON_ITS_WAY = ("STARTING", "BACKOFF", "EXITED")  # a process the supervisor brings (back) up
+# A process on its way up or down (the supervisor brings it back, or it is being dropped).
+ON_ITS_WAY = ("STARTING", "BACKOFF", "EXITED", "STOPPING")
 TAKING_OVER = "taking over: waiting for what starts, then routing put back"
 
 Recorder = Callable[[str, str, str, str | None, dict | None], object]  # Store.record
@@ -400,6 +401,11 @@ class RolloutEngine:
                     await self._roll_back(run)
                 finally:
                     await self._release(run)  # done already, unless the rollback raised
+            elif run.held or run.whole:  # no rollback: what it restarted comes up first
+                try:
+                    await self._let_settle(name)
+                finally:
+                    await self._release(run)
             self._settle(run)
             if run.rolls_back is not None:
                 self._settle_origin(run.rolls_back, rolled_back=run.outcome == DONE)
@@ -470,10 +476,10 @@ class RolloutEngine:
                     rec.undo_left.append(f"telling the proxy what runs: {_one_line(exc)}")
 
     async def _undo(self, run: _Run, execution: Execution) -> list[str]:
-        """Routing put back. A rollout that rolls back keeps holding (its rollback holds too)
-        and keeps whole requests served, until the processes its rollback brings back serve
-        (`_release`)."""
-        if self._should_roll_back(run):
+        """Routing put back. A rollout that rolls back, or that restarted processes, keeps
+        holding (its rollback holds too) and keeps whole requests served until the processes
+        its rollback brings back, or those it restarted, serve (`_release`)."""
+        if self._should_roll_back(run) or execution.applied:
             run.held, run.whole = set(execution.paused), set(execution.whole)
         return await execution.undo(keep=bool(run.held or run.whole))
 

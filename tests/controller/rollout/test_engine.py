@@ -506,6 +506,38 @@ async def test_a_hold_that_ends_early_keeps_holding_until_its_rollback_serves(ri
     assert rig.admin.routing_restored() and rig.none_running()
 
 
+async def test_an_aborted_restart_by_hold_holds_until_what_it_restarted_is_up(rig_of):
+    # Found by the model-based test (tests/model/, seed 6): a restart by hold (which does not
+    # roll back) aborted while every instance restarted let the held requests go at once:
+    # 503, nothing serving, until the instances were back.
+    rig = await rig_of(moriio_pairs(1, count=2))
+    ports = {int(rig.url(n).rsplit(":", 1)[1]) for n in ("prefill-0", "prefill-1")}
+    rig.probe.down |= ports  # restarted, they stay STARTING for a while
+    rig.admin.hang["instances"] = 1  # wait_idle's call answers; wait_ready's is held
+    goal = Goal("mori", rig.revisions[1], "restart", "alice", "test", strategy="hold")
+    goal.settles, goal.auto_rollback = False, False
+    rec = await rig.engine.begin(goal)
+    await rig.admin.reached("instances")
+    states: list[set[str]] = []  # every instance's state as a group is resumed
+    resume = rig.admin.resume
+
+    async def watched(group: str) -> None:
+        states.append({u[2] for n, u in rig.units().items() if n != "proxy"})
+        await resume(group)
+
+    rig.admin.resume = watched  # type: ignore[method-assign]
+    await rig.engine.abort("mori", "bob")
+    rig.admin.released.set()
+    up_at = rig.clock.now() + 3.0
+    while rig.clock.now() < up_at:
+        await asyncio.sleep(0)
+    rig.probe.down.clear()
+    await rig.engine.wait("mori")
+    assert rec.state == "aborted" and rec.rolled_back_by is None
+    assert states and all(s == {"RUNNING"} for s in states), states
+    assert rig.admin.routing_restored() and rig.none_running()
+
+
 async def test_an_aborted_keep_serving_keeps_whole_requests_until_its_rollback_serves(rig_of):
     # Found by the model-based test (tests/model/, seed 3): a keep-serving switch aborted while
     # both prefills restarted ended whole requests on the decodes at once: with no prefill
