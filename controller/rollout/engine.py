@@ -350,9 +350,12 @@ class RolloutEngine:
         except asyncio.CancelledError:
             if run.aborted_by is None:  # the control plane stops again: left for the next
                 raise
-            # Aborted before its steps began again: it ends aborted, and rolls back.
+            # Aborted before its steps began again: it ends aborted, and rolls back; routing
+            # the stopped plane left (groups held) is put back once what starts is up.
             self._fail(run, f"aborted by {run.aborted_by}", ABORTED)
             run.rec.aborted_by = run.aborted_by
+            await self._let_settle(run.goal.name)
+            await self._put_back(run)
             run.steps = []
             self._replan(run.rec, [], [], run.rec.strategy)
             await self._main(run, execute=False)

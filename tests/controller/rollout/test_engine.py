@@ -748,17 +748,23 @@ async def test_a_keep_serving_taken_over_serves_whole_until_the_other_side_is_up
     assert rig.admin.routing_restored() and rig.none_running()
 
 
-async def test_an_abort_while_a_takeover_prepares_ends_the_rollout_and_rolls_back(rig_of):
+@pytest.mark.parametrize("strategy", ["roll", "hold"])
+async def test_an_abort_while_a_takeover_prepares_ends_the_rollout_and_rolls_back(rig_of, strategy):
     # Found by the model-based test (tests/model/, seed 3): aborted while the new plane was
     # still putting routing back before replanning, the taken-over rollout's task ended
-    # without settling: it showed `running` for good and every change got a 409.
+    # without settling: it showed `running` for good and every change got a 409. And (seed
+    # 21) a hold taken over and aborted so left its groups paused, with no rollout to resume
+    # them: every request waited out the hold deadline.
     rig = await rig_of(moriio_pairs(1, count=2))
     rig.probe.down |= {int(rig.url(n).rsplit(":", 1)[1]) for n in ("prefill-0", "decode-0")}
     rig.admin.hang["instances"] = 1  # wait_idle's call answers; wait_ready's is held
-    rec = await rig.engine.begin(rig.apply(2, moriio_pairs(1, "write", count=2)))
+    goal = rig.apply(2, moriio_pairs(1, "write", count=2), strategy=strategy)
+    rec = await rig.engine.begin(goal)
     await rig.admin.reached("instances")
     await rig.engine.close()
     rig.admin.released.set()
+    if strategy == "hold":  # as a SIGKILLed plane leaves the proxy
+        rig.admin.paused |= {"read", "write"}
     rig.engine = rig.new_engine()
     rig.engine.recover()  # prefill-0 and decode-0 stay STARTING: it waits for them
     for _ in range(20):
