@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TYPECHECK := $(VENV)/bin/mypy
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run run-cluster test test-live test-vllm test-ray lint bench-core bench-sim bench-proxy bench-ttft bench-switch bench-autopilot bench-plan-live bench-events bench-cluster bench-measure bench-bidir bench-render bench-frontend soak soak-quick chaos clean system-deps docs
+.PHONY: run run-cluster test test-live test-model test-vllm test-ray lint bench-core bench-sim bench-proxy bench-ttft bench-switch bench-autopilot bench-plan-live bench-events bench-cluster bench-measure bench-bidir bench-render bench-frontend soak soak-quick chaos clean system-deps docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -36,7 +36,7 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(TYPECHECK)
-	$(PY) -m pytest -q $(XDIST) -m "not vllm and not ray and not live_window and not tiers and not story"
+	$(PY) -m pytest -q $(XDIST) -m "not vllm and not ray and not live_window and not tiers and not story and not model"
 
 # End-to-end tests that wait out a window of live frames on stand-ins (the demo's trade after a
 # minute, PD not happening caught within a window, the canary within a period, each advisor
@@ -47,6 +47,15 @@ test: $(STAMP)
 test-live: $(STAMP)
 	$(PY) -m pytest -q -n 4 --dist load -m "live_window or tiers" tests/e2e
 	$(PY) -m pytest -q -m story tests/e2e
+
+# The model-based lifecycle test at length (tests/model/lifecycle.py): random sequences of
+# operator actions and faults against a real `pdctl serve` under load, every invariant checked
+# after each step; 5 sequences (the simplest, then 4 of 10 steps), ~2-4 min; a failure is
+# shrunk (at most 5 min more). The seed is PDCTL_MODEL_SEED (default random), printed first:
+# `make test-model PDCTL_MODEL_SEED=N` replays a run (PDCTL_MODEL_EXAMPLES, PDCTL_MODEL_STEPS:
+# how many sequences, how many steps each).
+test-model: $(STAMP)
+	PDCTL_MODEL_SEED=$(PDCTL_MODEL_SEED) $(PY) -m pytest -q -s -m model tests/model
 
 # Tests on a real local Ray cluster (a head and workers on 127.0.0.2-5, started by the tests,
 # every Ray process stopped after them): placement, load, switch, adoption and node loss.
