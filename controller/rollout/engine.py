@@ -33,6 +33,7 @@ from controller.rollout.record import (
     outcome_message,
     settle_detail,
 )
+from controller.rollout.routing import whole_needed
 from controller.rollout.strategies import Layout, RolloutRejected
 from controller.spec.deployment import DeploymentSpec
 from controller.supervise.clock import Clock, SystemClock
@@ -369,18 +370,23 @@ class RolloutEngine:
 
     async def _put_back(self, run: _Run) -> None:
         """Routing as if no rollout ran: no group held, nothing whole, and what serves not
-        drained. A process that does not run yet stays drained (its URL may still be listed
-        from before): the supervisor undrains it once it is ready."""
+        drained; unless no group then pairs a prefill with a decode (stopped mid
+        keep-serving): what runs serves whole requests until the rollout ends. A process that
+        does not run yet stays drained (its URL may still be listed from before): the
+        supervisor undrains it once it is ready."""
         name = run.goal.name
         admin = self.admin_for(name, self.supervisor.deployments[name].ports)
         try:
             for mode in BOTH_MODES:
                 await _quiet(admin.resume(mode))
-            for unit in self.supervisor.status(name):
-                if unit["name"] != "proxy":
-                    await _quiet(admin.set_whole(unit["url"], False))
-                    if unit["state"] == "RUNNING":
-                        await _quiet(admin.undrain(unit["url"]))
+            units = [u for u in self.supervisor.status(name) if u["name"] != "proxy"]
+            running = {u["url"] for u in units if u["state"] == "RUNNING"}
+            for url in sorted(running):
+                await _quiet(admin.undrain(url))
+            whole = set(whole_needed(await _safe(admin.instances(), []), running))
+            for unit in units:  # never a moment with whole requests off and no pair
+                await _quiet(admin.set_whole(unit["url"], unit["url"] in whole))
+            run.whole |= whole  # released once the rollout (and any rollback) ends
         finally:
             await admin.aclose()
 
@@ -483,7 +489,8 @@ class RolloutEngine:
         holding (its rollback holds too) and keeps whole requests served until the processes
         its rollback brings back, or those it restarted, serve (`_release`)."""
         if self._should_roll_back(run) or execution.applied:
-            run.held, run.whole = set(execution.paused), set(execution.whole)
+            run.held |= set(execution.paused)
+            run.whole |= set(execution.whole)
         return await execution.undo(keep=bool(run.held or run.whole))
 
     async def _release(self, run: _Run) -> None:

@@ -262,6 +262,7 @@ class FakeProxyAdmin:
             out.append(
                 {
                     "url": unit["url"],
+                    "role": unit["role"],
                     "group": group,
                     "healthy": unit["state"] == "RUNNING" and not refused,
                     "draining": unit["url"] in self.drained,

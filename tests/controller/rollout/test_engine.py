@@ -748,6 +748,69 @@ async def test_a_keep_serving_taken_over_serves_whole_until_the_other_side_is_up
     assert rig.admin.routing_restored() and rig.none_running()
 
 
+@pytest.mark.parametrize("then", ["resumed", "aborted"])
+async def test_a_keep_serving_taken_over_between_its_sides_serves_whole_until_paired(rig_of, then):
+    # Found by the model-based test (make test-model, PDCTL_MODEL_SEED=2026): pdctl serve
+    # SIGKILLed after a keep-serving switch had restarted the prefills in the new mode and
+    # before the decodes: the new plane put routing back to hand-off only, with no mode group
+    # holding both a prefill and a decode, and an abort's rollback then refused every
+    # request for the ~2 s until its first pair was up again.
+    rig = await rig_of(moriio_pairs(1, "write", count=2))
+    rig.admin.hang["drain"] = 2  # the prefills' drains answer; the decodes' are held
+    rec = await rig.engine.begin(rig.switch(2, "read", "keep-serving"))
+    await rig.admin.reached("drain")
+    await rig.engine.close()
+    rig.admin.released.set()
+    rig.admin.whole = {rig.url(n) for n in rig.units() if n != "proxy"}  # as a SIGKILL left it
+    assert {n: u[0] for n, u in rig.units().items() if n != "proxy"} == {
+        "prefill-0": "read",
+        "prefill-1": "read",
+        "decode-0": "write",
+        "decode-1": "write",
+    }
+    unserved: list[tuple[Any, ...]] = []  # each proxy call after which nothing could serve
+
+    def watch(call: str) -> None:
+        made = getattr(rig.admin, call)
+
+        async def watched(*args: Any) -> Any:
+            out = await made(*args)
+            if not serves(rig):
+                unserved.append((call, *args))
+            return out
+
+        setattr(rig.admin, call, watched)
+
+    for call in ("set_whole", "drain", "undrain", "pause"):
+        watch(call)
+    rig.engine = rig.new_engine()
+    rig.engine.recover()
+    if then == "aborted":
+        for _ in range(5):
+            await asyncio.sleep(0)
+        await rig.engine.abort("mori", "bob")
+    await asyncio.wait_for(rig.engine.wait("mori"), 30)
+    assert unserved == []
+    done = rig.engine.find("mori", rec.id)
+    want = {"resumed": ("done", "read"), "aborted": ("aborted", "write")}[then]
+    assert (done.state, *{u[0] for n, u in rig.units().items() if n != "proxy"}) == want
+    assert rig.admin.whole == set() and rig.admin.routing_restored() and rig.none_running()
+
+
+def serves(rig: Rig) -> bool:
+    """Whether the fake proxy has a mode group with a prefill and a decode it routes to, or
+    an instance serving whole requests."""
+    units = [u for u in rig.sup.status(rig.name) if u["name"] != "proxy"]
+    up = [u for u in units if u["state"] == "RUNNING" and u["url"] not in rig.admin.drained]
+    if any(u["url"] in rig.admin.whole for u in up):
+        return True
+    groups: dict[str, set[str]] = {}
+    for unit in up:
+        if (unit["mode"] or "read") not in rig.admin.paused:
+            groups.setdefault(unit["mode"] or "read", set()).add(unit["role"])
+    return any({"prefill", "decode"} <= roles for roles in groups.values())
+
+
 @pytest.mark.parametrize("strategy", ["roll", "hold"])
 async def test_an_abort_while_a_takeover_prepares_ends_the_rollout_and_rolls_back(rig_of, strategy):
     # Found by the model-based test (tests/model/, seed 3): aborted while the new plane was
