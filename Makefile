@@ -50,8 +50,8 @@ test-live: $(STAMP)
 
 # The model-based lifecycle test at length (tests/model/lifecycle.py): random sequences of
 # operator actions and faults against a real `pdctl serve` under load, every invariant checked
-# after each step; 5 sequences (the simplest, then 4 of 10 steps), ~2-4 min; a failure is
-# shrunk (at most 5 min more). The seed is PDCTL_MODEL_SEED (default random), printed first:
+# after each step; 8 sequences of up to 15 steps, ~4-5 min (10 min on a loaded machine); a
+# failure is shrunk (Hypothesis gives up shrinking after 5 min). The seed is PDCTL_MODEL_SEED (default random), printed first:
 # `make test-model PDCTL_MODEL_SEED=N` replays a run (PDCTL_MODEL_EXAMPLES, PDCTL_MODEL_STEPS:
 # how many sequences, how many steps each).
 test-model: $(STAMP)

@@ -18,9 +18,13 @@ Faults (the test's own, each with a window in which requests through it may fail
   again on the same database and run dir, as an operator would).
 Each action that begins a rollout either waits for it to end or lets the next step find it
 running (a change then gets a 409 that must name the rollout and `pdctl rollout abort`).
-The advisor's apply is left out: its verdicts need a minute of live windows per step
-(tests/e2e/test_proposals_e2e.py); it goes through the same store-and-roll-out path as apply.
-Role moves need a connector that switches roles (NIXL), not this MoRIIO deployment.
+  move     one instance to the other role by runtime role switching (a NixlConnector
+           deployment started with role_switch; a 422 naming `instance` when it is the last
+           of its role)
+Each sequence first picks its deployment's connector: MoRIIO (read/write switches) or NIXL
+(role moves; its switch rule does not apply). The advisor's apply is left out: its verdicts
+need a minute of live windows per step (tests/e2e/test_proposals_e2e.py); it goes through the
+same store-and-roll-out path as apply.
 
 Invariants, after every step:
  1. Every rollout ends within its deadline: a running one is never past its record's
@@ -41,7 +45,7 @@ Invariants, after every step:
     its port, and every process a shim runs under the run dir is a row the status shows, with
     that pid when RUNNING (within TRUTH_S: the supervisor learns of a kill by probing).
  4. No 409 lock without a visible rollout that can be aborted: a change refused as busy names
-    the rollout and `pdctl rollout abort mori`; GET .../rollouts/{id} shows it running (or
+    the rollout and `pdctl rollout abort lifecycle`; GET .../rollouts/{id} shows it running (or
     ended meanwhile), and POST .../rollout/abort is accepted or it ends by itself within its
     deadline.
  5. Once no rollout runs (settle): every process is RUNNING within SETTLE_S, the desired
@@ -65,14 +69,22 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, note, seed, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from harness.control_plane import ControlPlane
 from harness.processes import http_get, http_post
 from harness.request_ledger import Excuse, RequestLedger, Sent, unexplained
 from tests.model.process_truth import children, mismatches, shims
 
-NAME = "mori"
+NAME = "lifecycle"
+MORI, NIXL = "MoRIIOConnector", "NixlConnector"
 # PDCTL_ROLLOUT_READY_S: a wait for readiness fails after it (+ the call's 30 s). Stand-ins are
 # ready within seconds; on two busy cores (make test's workers) a start took 16 s.
 READY_S = 60
@@ -88,8 +100,14 @@ STRATEGY = st.sampled_from([None, "roll", "hold", "recreate"])
 REFUSED_STRATEGY = ("only recreate applies", "use hold", "keep-serving is for", "two or more")
 
 
-def spec(layout: str = "pair", mode: str = "read", max_num_seqs: int | None = None) -> dict:
-    """The deployment: one prefill and one decode group of two, or four groups of one."""
+def spec(
+    layout: str = "pair",
+    mode: str | None = "read",
+    max_num_seqs: int | None = None,
+    connector: str = MORI,
+) -> dict:
+    """The deployment: one prefill and one decode group of two, or four groups of one; MoRIIO
+    in `mode`, or NIXL started for runtime role switching (no mode)."""
     if layout == "pair":
         groups = [
             {"name": "prefill", "role": "prefill", "count": 2},
@@ -99,19 +117,24 @@ def spec(layout: str = "pair", mode: str = "read", max_num_seqs: int | None = No
         names = ("prefill-a", "prefill-b", "decode-a", "decode-b")
         groups = [{"name": n, "role": n.split("-")[0]} for n in names]
     for group in groups:
-        group["mode"] = mode
+        if connector == MORI:
+            group["mode"] = mode
         if max_num_seqs is not None:
             group["max_num_seqs"] = max_num_seqs
-    return {
+    out = {
         "name": NAME,
         "engine": "sim",
         "model": "tiny",
         "topology": "disaggregated",
-        "connector": "MoRIIOConnector",
-        "prefix_caching": False,
+        "connector": connector,
         "groups": groups,
         "proxy": {"hold_queue": 256, "hold_deadline_s": 60},
     }
+    if connector == MORI:
+        out["prefix_caching"] = False
+    else:
+        out["role_switch"] = {}
+    return out
 
 
 def layout_of(current: dict) -> str:
@@ -119,16 +142,32 @@ def layout_of(current: dict) -> str:
 
 
 def changed(current: dict, what: str) -> dict:
-    """`current` with its layout toggled, or every group's max_num_seqs toggled."""
+    """`current` with its layout toggled, or every group's max_num_seqs toggled. A new layout
+    is written afresh, as an operator would: no instance of it moved to another role."""
     groups = current["groups"]
-    mode, seqs = groups[0]["mode"], groups[0].get("max_num_seqs")
+    mode, seqs = groups[0].get("mode"), groups[0].get("max_num_seqs")
     if what == "layout":
         other = "four" if layout_of(current) == "pair" else "pair"
-        return {**copy.deepcopy(current), "groups": spec(other, mode, seqs)["groups"]}
+        fresh = spec(other, mode, seqs, current["connector"])
+        return {**copy.deepcopy(current), "groups": fresh["groups"], **_role_switch(fresh)}
     out = copy.deepcopy(current)
     for group in out["groups"]:
         group["max_num_seqs"] = None if seqs else 64
     return out
+
+
+def _role_switch(fresh: dict) -> dict:
+    return {"role_switch": fresh["role_switch"]} if "role_switch" in fresh else {}
+
+
+def serving_roles(current: dict) -> dict[str, str]:
+    """Each instance's serving role in spec `current`: its group's unless moved."""
+    moved = (current.get("role_switch") or {}).get("serving") or {}
+    return {
+        f"{g['name']}-{i}": moved.get(f"{g['name']}-{i}", g["role"])
+        for g in current["groups"]
+        for i in range(g.get("count") or 1)
+    }
 
 
 class Lifecycle(RuleBasedStateMachine):
@@ -146,20 +185,27 @@ class Lifecycle(RuleBasedStateMachine):
         self.journal = root / "journal.txt"
         self.plane = ControlPlane(root, env={"PDCTL_ROLLOUT_READY_S": str(READY_S)})
         self.ledger: RequestLedger | None = None
+        self.connector = MORI
+        self.proxy = ""
         try:
             self.plane.start()
-            status, created = self.plane.api("POST", "/deployments", spec())
-            assert status == 201, created
-            self.proxy = f"http://127.0.0.1:{created['ports']['proxy']}"
-            status, body = self.plane.api("POST", f"/deployments/{NAME}/start")
-            assert status == 202, body
-            self.plane.running(NAME)
-            self.plane.rolled_out(NAME)
-            self.ledger = RequestLedger(self.proxy, RATE).start()
         except BaseException:
             self.close()
             raise
-        self.say(f"started {NAME} (pair, read) under {RATE:g} req/s; run dir {root}")
+
+    @initialize(connector=st.sampled_from([MORI, NIXL]))
+    def deploy(self, connector: str) -> None:
+        """Create and start the deployment, then put it under load."""
+        self.connector = connector
+        status, created = self.plane.api("POST", "/deployments", spec(connector=connector))
+        assert status == 201, created
+        self.proxy = f"http://127.0.0.1:{created['ports']['proxy']}"
+        status, body = self.plane.api("POST", f"/deployments/{NAME}/start")
+        assert status == 202, body
+        self.plane.running(NAME)
+        self.plane.rolled_out(NAME)
+        self.ledger = RequestLedger(self.proxy, RATE).start()
+        self.say(f"started {NAME} ({connector}, pair) under {RATE:g} req/s; run dir {self.root}")
 
     # -- operator actions ------------------------------------------------------------------
 
@@ -192,6 +238,7 @@ class Lifecycle(RuleBasedStateMachine):
         else:
             self.refused(status, body, strategy)
 
+    @precondition(lambda self: self.connector == MORI)
     @rule(strategy=st.sampled_from(["roll", "hold", "keep-serving"]), wait=st.booleans())
     def switch(self, strategy: str, wait: bool) -> None:
         mode = "write" if self.desired()["groups"][0]["mode"] == "read" else "read"
@@ -208,6 +255,28 @@ class Lifecycle(RuleBasedStateMachine):
         if status == 409 and "holds it" not in detail and said.get(strategy) is False:
             return  # refused, as the forecast said it would be
         if status == 409 and "every instance must be RUNNING" in detail:
+            return  # after a kill, until the supervisor restarted it
+        self.refused(status, answer, None)
+
+    @precondition(lambda self: self.connector == NIXL)
+    @rule(which=st.integers(0, 3))
+    def move(self, which: int) -> None:
+        """Move one instance to the other role: it answers once the instance serves it."""
+        roles = serving_roles(self.desired())
+        instance = sorted(roles)[which % len(roles)]
+        role = "decode" if roles[instance] == "prefill" else "prefill"
+        body = {"instance": instance, "role": role, "reason": "model", "drain_timeout_s": 30}
+        status, answer = self.api("POST", f"/deployments/{NAME}/role-moves", body)
+        self.say(f"move {instance} to {role}: {status} {answer.get('revision', '')}")
+        if status == 200:
+            assert (answer["from"], answer["to"]) == (roles[instance], role), answer
+            assert serving_roles(self.desired())[instance] == role, self.desired()
+            return
+        detail = str(answer.get("detail"))
+        if status == 422:  # the last of its role: the refusal names the field
+            assert "last" in detail and "instance" in json.dumps(answer), answer
+            return
+        if status == 409 and "is not running" in detail:
             return  # after a kill, until the supervisor restarted it
         self.refused(status, answer, None)
 
@@ -382,6 +451,8 @@ class Lifecycle(RuleBasedStateMachine):
             why = {i["name"]: i["why"] for i in status["instances"] if i["drifted"]}
             assert all(why.values()), status
         self.routing_put_back()
+        if self.connector == NIXL:
+            self.engines_serve_their_roles()
         self.say(
             f"  settled: revision {status['desired_revision']} {status['revision_state']}, "
             f"applied={status['applied']} drifted={status['drifted']}; last rollout "
@@ -413,6 +484,17 @@ class Lifecycle(RuleBasedStateMachine):
                 return
             assert time.monotonic() < deadline, f"no rollout runs, yet the proxy has {left}"
             time.sleep(0.5)
+
+    def engines_serve_their_roles(self) -> None:
+        """Every instance's engine serves the role the desired revision gives it, and the
+        status shows that role."""
+        want = serving_roles(self.desired())
+        for name, unit in self.plane.status(NAME).items():
+            if unit["role"] == "proxy":
+                continue
+            _, raw = http_get(unit["url"] + "/v1/pd_role", timeout=10)
+            engine = json.loads(raw)["role"]
+            assert engine == want.get(name) == unit["role"], (name, engine, want, unit)
 
     def in_time(self, running: dict) -> None:
         """A running rollout is within its deadline, and so is the step it is at (seen

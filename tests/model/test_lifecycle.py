@@ -10,7 +10,7 @@ import pytest
 from tests.model.lifecycle import run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
-SEED = 14  # a roll switch aborted and rolled back, roll and hold switches, pdctl serve SIGKILLed
+SEED = 14  # NIXL: an undo with nothing to undo, pdctl serve SIGKILLed, an apply by hold
 STEPS = 5
 
 

@@ -20,8 +20,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.model, pytest.mark.timeout(3600)]
 
 def test_random_lifecycles_keep_every_invariant(tmp_path_factory):
     seed = int(os.environ.get("PDCTL_MODEL_SEED") or random.randrange(1 << 32))
-    examples = int(os.environ.get("PDCTL_MODEL_EXAMPLES") or 4)
-    steps = int(os.environ.get("PDCTL_MODEL_STEPS") or 10)
+    examples = int(os.environ.get("PDCTL_MODEL_EXAMPLES") or 8)
+    steps = int(os.environ.get("PDCTL_MODEL_STEPS") or 15)
     print(
         f"\nmodel-based lifecycle test: PDCTL_MODEL_SEED={seed} "
         f"({examples} sequences of {steps} steps)",
