@@ -131,6 +131,7 @@ class BenchClient:
         async with self._session.post(
             self._config.api_url, data=body, headers=self._headers
         ) as response:
+            record.status = response.status
             if response.status != 200:
                 record.error = await _http_error(response)
                 return

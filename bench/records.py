@@ -12,8 +12,11 @@ from typing import Any
 from domain import slo
 from domain.slo import ITL_STATS, SloTargets, Verdict, itl_statistic, percentile
 
+REJECTED_STATUSES = frozenset({429, 503})
+
 __all__ = [
     "ITL_STATS",
+    "REJECTED_STATUSES",
     "RequestRecord",
     "SloTargets",
     "Verdict",
@@ -43,6 +46,14 @@ class RequestRecord:
     index: int = 0
     # where its TTFT went, as a pdctl proxy reports it (domain/ttft_parts.py); None elsewhere
     ttft_parts: dict[str, Any] | None = None
+    # the HTTP status the server answered (None: no answer, e.g. refused or timed out)
+    status: int | None = None
+
+    @property
+    def rejected(self) -> bool:
+        """Refused before any work: nothing could serve it (503) or the server would not take
+        more (429). A failed request as any other, counted apart to say why."""
+        return self.status in REJECTED_STATUSES
 
     @property
     def tpot(self) -> float | None:

@@ -103,6 +103,7 @@ def summary_table(summary: dict[str, Any]) -> Table:
     rows: list[tuple[str, str]] = [
         ("Successful requests", f"{summary['completed']}"),
         ("Failed requests", f"{summary['failed']}"),
+        ("  of them rejected (503, 429)", _rejected(summary)),
         ("Benchmark duration (s)", f"{summary['duration']:.2f}"),
         ("Total input tokens", f"{summary['total_input_tokens']}"),
         ("Total generated tokens", f"{summary['total_output_tokens']}"),
@@ -124,6 +125,13 @@ def summary_table(summary: dict[str, Any]) -> Table:
     for metric, value in rows:
         table.add_row(metric, value)
     return table
+
+
+def _rejected(summary: dict[str, Any]) -> str:
+    """A stored run from before the count says so rather than 0."""
+    if "rejected" not in summary:
+        return "not counted"
+    return f"{summary['rejected']} ({summary['rejected_share']:.1%} of requests)"
 
 
 def sweep_table(document: dict[str, Any]) -> Table:

@@ -52,10 +52,14 @@ def summarize(
     total_output = sum(r.output_tokens for r in good)
     total_input = sum(r.prompt_tokens for r in good)
     per_second = 1 / duration if duration > 0 else 0.0
+    rejected = sum(r.rejected for r in records)
     result: dict[str, Any] = {
         "duration": duration,
         "completed": len(good),
         "failed": len(records) - len(good),
+        # of the failed, those refused before any work (503, 429); share of every request
+        "rejected": rejected,
+        "rejected_share": rejected / len(records) if records else 0.0,
         "total_input_tokens": total_input,
         "total_output_tokens": total_output,
         "request_throughput": len(good) * per_second,

@@ -119,7 +119,7 @@ def build_frame(
         "itl": histogram(cumulative_buckets(proxy.delta(window).counts, "pdctl_proxy_itl_seconds")),
         "engine_ttft": _engine_histogram(engine, "vllm:time_to_first_token_seconds"),
         "engine_itl": _engine_histogram(engine, "vllm:inter_token_latency_seconds"),
-        **requests(proxy.delta(window)),
+        **requests(proxy.delta(window), _first_tokens(engine)),
         "kv": kv_transfer([t.delta(window) for _, t in states if t.up], info.kv_bytes_per_token),
         "running": int(sum(_gauge(t.gauges, "vllm:num_requests_running") or 0 for _, t in states)),
         "waiting": int(sum(_gauge(t.gauges, "vllm:num_requests_waiting") or 0 for _, t in states)),
@@ -144,28 +144,55 @@ def build_frame(
     return frame
 
 
-def requests(delta: Delta) -> Requests:
-    """slo_attainment, request_goodput, request_rate and outcomes from the proxy's counters:
-    met{target="all"} over finished (ok + failed) requests; rejected ones never started."""
+# The outcomes a client counts (connector/measure/metrics.py OUTCOMES): every one but
+# "invalid", a request the client itself got wrong (400, 413), which says nothing of the
+# deployment. A cancelled request is one whose client gave up, most often on time.
+COUNTED_OUTCOMES = ("ok", "failed", "rejected", "cancelled")
+ALL_OUTCOMES = (*COUNTED_OUTCOMES, "invalid")
+
+
+def requests(delta: Delta, first_tokens: float | None = None) -> Requests:
+    """slo_attainment, request_goodput, request_rate and outcomes from the proxy's counters,
+    over every request that ended as a client sees it: met{target="all"} out of ok + failed +
+    rejected + cancelled, as `vllm bench serve` counts a failed request. `first_tokens` is
+    how many first tokens the decode engines gave in the window (see `attainment`)."""
     counts = delta.counts
 
     def outcome(name: str) -> float:
         return total(counts, "pdctl_proxy_requests_total", outcome=name) or 0.0
 
-    ok, failed, rejected = outcome("ok"), outcome("failed"), outcome("rejected")
+    ended = {name: outcome(name) for name in ALL_OUTCOMES}
+    counted = sum(ended[name] for name in COUNTED_OUTCOMES)
     met = total(counts, "pdctl_proxy_slo_met_total", target="all")
-    finished = ok + failed
     present = met is not None
+    arrived = total(counts, "pdctl_proxy_arrival_gaps_total") or 0.0
+    per_s = {name: delta.rate(n) or 0.0 for name, n in ended.items()}
     return {
-        "slo_attainment": (met or 0.0) / finished if present and finished > 0 else None,
+        "slo_attainment": attainment(met, counted, arrived, first_tokens) if present else None,
         "request_goodput": delta.rate(met) if present else None,
-        "request_rate": delta.rate(finished) if present else None,
+        "request_rate": delta.rate(counted) if present else None,
+        "rejected_share": ended["rejected"] / counted if present and counted > 0 else None,
         "outcomes": {
-            "ok": delta.rate(ok) or 0.0,
-            "failed": delta.rate(failed) or 0.0,
-            "rejected": delta.rate(rejected) or 0.0,
+            "ok": per_s["ok"],
+            "failed": per_s["failed"],
+            "rejected": per_s["rejected"],
+            "cancelled": per_s["cancelled"],
+            "invalid": per_s["invalid"],
         },
     }
+
+
+def attainment(
+    met: float | None, ended: float, arrived: float, first_tokens: float | None
+) -> float | None:
+    """Met out of the requests that ended. None ended but some arrived: 0.0 (an outage whose
+    requests hang or queue is a dip, not a gap), unless an engine gave first tokens in the
+    window (long answers still streaming: nothing to judge yet). Nothing arrived: None."""
+    if ended > 0:
+        return (met or 0.0) / ended
+    if arrived > 0 and not first_tokens:
+        return 0.0
+    return None
 
 
 def kv_transfer(deltas: Sequence[Delta], kv_bytes_per_token: int | None) -> KvTransfer:
@@ -313,6 +340,8 @@ def headline(frame: Frame) -> Headline:
         "slo_attainment": frame["slo_attainment"],
         "request_goodput": frame["request_goodput"],
         "request_rate": frame["request_rate"],
+        "rejected_share": frame["rejected_share"],
+        "rejected_rate": frame["outcomes"]["rejected"],
         "kv_bytes_per_s": frame["kv"]["bytes_per_s"],
     }
 
@@ -331,6 +360,12 @@ def point(frame: Frame) -> Point:
 def with_windows(frame: Frame, frames: Mapping[str, Frame]) -> Frame:
     """`frame` plus the headline of every window (so a page can show all three at once)."""
     return {**frame, "windows": {w: headline(f) for w, f in frames.items()}}
+
+
+def _first_tokens(deltas: Sequence[Delta]) -> float | None:
+    """First tokens the answering engines gave over the window (None: none exports TTFT)."""
+    counts = [n for d in deltas if (n := total(d.counts, "vllm:time_to_first_token_seconds_count"))]
+    return sum(counts) if counts else None
 
 
 def _engine_histogram(deltas: Sequence[Delta], name: str) -> Histogram | None:
@@ -380,6 +415,7 @@ __all__ = [
     "DeploymentInfo",
     "TargetState",
     "arrivals",
+    "attainment",
     "build_frame",
     "engine_work",
     "gamma_shape",

@@ -38,16 +38,25 @@ class SloShown(TypedDict):
     itl_stat: str  # mean | p99 | max (domain/slo.py)
 
 
-class Outcomes(TypedDict):  # per second
+class Outcomes(TypedDict):  # per second, by how the proxy ended each request
     ok: float
-    failed: float
-    rejected: float
+    failed: float  # a leg failed or timed out (502, 504, an error event in the stream)
+    rejected: float  # nothing could serve it (503)
+    cancelled: float  # the client hung up before [DONE]
+    invalid: float  # the client's own error (400, 413): not the deployment's traffic
 
 
 class Requests(TypedDict):
-    slo_attainment: float | None  # share of finished requests meeting every target
+    """Every request the proxy ended in the window counts (observe/build.py requests): ok,
+    failed, rejected and cancelled; only a client's invalid request is left out. A canary
+    never counts."""
+
+    # share of those requests meeting every target (a rejected or failed one meets none); 0.0
+    # when requests arrived and none ended nor got a first token; None: no traffic
+    slo_attainment: float | None
     request_goodput: float | None  # requests meeting every target per second
-    request_rate: float | None  # finished requests per second at the proxy
+    request_rate: float | None  # requests per second the proxy ended, rejected ones too
+    rejected_share: float | None  # of those requests, the share rejected (None: none ended)
     outcomes: Outcomes
 
 
@@ -152,6 +161,8 @@ class Headline(TypedDict):
     slo_attainment: float | None
     request_goodput: float | None
     request_rate: float | None
+    rejected_share: float | None
+    rejected_rate: float | None  # outcomes.rejected
     kv_bytes_per_s: float | None
 
 

@@ -6,7 +6,8 @@
   "use strict";
   var MAX_POINTS = 900;
   var SERIES_KEYS = ["slo_attainment", "request_goodput", "request_rate", "kv_bytes_per_s",
-    "xfer_p50_ms", "xfer_p99_ms", "running", "waiting", "kv_cache_usage"];
+    "xfer_p50_ms", "xfer_p99_ms", "running", "waiting", "kv_cache_usage", "rejected_share",
+    "rejected_rate"];
   var COLORS = ["#2f6fde", "#1f883d", "#d4a72c", "#cf222e", "#6f42c1"];
   var root, socketTemplate, lastFrame = null, frames = 0, retry = 0, reconnectTimer = null;
   var series = { ts: [] };
@@ -93,7 +94,8 @@
     var p = { ts: f.ts, slo_attainment: f.slo_attainment, request_goodput: f.request_goodput,
       request_rate: f.request_rate, kv_bytes_per_s: kv.bytes_per_s, xfer_p50_ms: kv.xfer_p50_ms,
       xfer_p99_ms: kv.xfer_p99_ms, running: f.running, waiting: f.waiting,
-      kv_cache_usage: f.kv_cache_usage };
+      kv_cache_usage: f.kv_cache_usage, rejected_share: f.rejected_share,
+      rejected_rate: (f.outcomes || {}).rejected };
     return p;
   }
   function push(p) {
@@ -179,7 +181,7 @@
       request_rate: f.request_rate, kv_bytes_per_s: kv.bytes_per_s, running: f.running,
       waiting: f.waiting, kv_cache_usage: f.kv_cache_usage, failed: out.failed,
       prompt_saved_share: f.prompt_saved_share,
-      rejected: out.rejected, window: f.window };
+      rejected: out.rejected, rejected_share: f.rejected_share, window: f.window };
     ["ttft", "itl"].forEach(function (m) {
       ["p50", "p90", "p99"].forEach(function (q) { values[m + "_" + q] = f[m] ? f[m][q] : null; });
     });
@@ -195,6 +197,7 @@
     root.dataset.kvSource = kv.source || "";
     root.dataset.sloAttainment = f.slo_attainment === null ? "" : String(f.slo_attainment);
     root.dataset.requestGoodput = f.request_goodput === null ? "" : String(f.request_goodput);
+    root.dataset.rejectedShare = f.rejected_share === null || f.rejected_share === undefined ? "" : String(f.rejected_share);
     root.dataset.simulated = f.simulated ? "1" : "0";
   }
 
@@ -308,6 +311,8 @@
         lastValues[k] = v;
       });
       fig.dataset.points = String(series.ts.length);
+      // gaps in the first series: an interval with arrivals is a point (0%), never a gap
+      fig.dataset.gaps = String(series[keys[0]].filter(function (v) { return v === null; }).length);
       fig.dataset.last = JSON.stringify(lastValues);
       fig.dataset.hasData = series.ts.length ? "1" : "0";
       if (typeof uPlot === "undefined") return;

@@ -89,7 +89,8 @@ class LiveCollector(Collector):
         families = {
             "slo_attainment": GaugeMetricFamily(
                 "pdctl_slo_attainment",
-                "Share of finished requests meeting every SLO target (last minute, at the proxy).",
+                "Share of the requests the proxy ended meeting every SLO target, a rejected or "
+                "failed one meeting none (last minute; a client's invalid request apart).",
                 labels=["deployment"],
             ),
             "request_goodput": GaugeMetricFamily(
@@ -99,10 +100,21 @@ class LiveCollector(Collector):
             ),
             "request_rate": GaugeMetricFamily(
                 "pdctl_request_rate",
-                "Finished requests per second at the proxy (last minute).",
+                "Requests per second the proxy ended, rejected ones too (last minute).",
+                labels=["deployment"],
+            ),
+            "rejected_share": GaugeMetricFamily(
+                "pdctl_request_rejected_share",
+                "Of those requests, the share the proxy rejected (503): nothing could serve "
+                "them (last minute).",
                 labels=["deployment"],
             ),
         }
+        rejected = GaugeMetricFamily(
+            "pdctl_request_rejected_rate",
+            "Requests the proxy rejected (503) per second (last minute).",
+            labels=["deployment"],
+        )
         kv = GaugeMetricFamily(
             "pdctl_kv_transfer_bytes_per_second",
             "KV bytes moved between instances per second (last minute); source nixl or moriio "
@@ -119,14 +131,16 @@ class LiveCollector(Collector):
             if frame is None:
                 continue
             for key, family in families.items():
-                if frame[key] is not None:
-                    family.add_metric([name], frame[key])
+                if (value := frame.get(key)) is not None:
+                    family.add_metric([name], value)
+            rejected.add_metric([name], frame["outcomes"]["rejected"])
             if frame["kv"]["bytes_per_s"] is not None:
                 kv.add_metric([name, frame["kv"]["source"]], frame["kv"]["bytes_per_s"])
             up.add_metric([name, "proxy"], 1 if frame["proxy"]["up"] else 0)
             for inst in frame["instances"]:
                 up.add_metric([name, inst["name"]], 1 if inst["up"] else 0)
         yield from families.values()
+        yield rejected
         yield kv
         yield up
         yield from pd_families(observer.latest)

@@ -90,6 +90,8 @@ def headline_groups(f: Mapping[str, Any], g: Glyphs) -> list[list[str]]:
     return [
         [
             f"SLO attainment {fmt.pct(f.get('slo_attainment'))}",
+            # beside it: the requests that could not be served count in it as unmet
+            rejected(f.get("rejected_share"), out.get("rejected")),
             f"Goodput {fmt.rate(f.get('request_goodput'))}",
             f"Request rate {fmt.rate(f.get('request_rate'))}",
         ],
@@ -109,6 +111,14 @@ def headline_groups(f: Mapping[str, Any], g: Glyphs) -> list[list[str]]:
             f"Failed / rejected {fmt.rate(out.get('failed'))} / {fmt.rate(out.get('rejected'))}",
         ],
     ]
+
+
+def rejected(share: float | None, per_s: float | None) -> str:
+    """The share of requests rejected (503) and, when any were, their rate ("-": none
+    ended)."""
+    if not share:
+        return f"Rejected {fmt.pct(share)}"
+    return f"Rejected {fmt.pct(share)} ({fmt.rate(per_s)})"
 
 
 def flow(groups: list[list[str]], width: int, gap: str = "   ") -> list[str]:

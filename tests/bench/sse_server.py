@@ -1,7 +1,8 @@
 """A small real SSE server standing in for vLLM in the bench's tests (loopback, ephemeral port).
 
 The model name picks the behaviour, so one server covers every fault: "ok" streams
-`max_tokens` tokens `token_delay` apart, "http-500" refuses, "error-event" fails mid-stream,
+`max_tokens` tokens `token_delay` apart, "http-500" refuses, "http-503" has no instance
+(as a pdctl proxy whose decode is down answers), "error-event" fails mid-stream,
 "cut" drops the connection mid-stream, "no-done" ends without [DONE], "hang" stalls.
 """
 
@@ -47,6 +48,12 @@ class FakeEngine:
         if behaviour == "http-500":
             return web.json_response(
                 {"error": {"message": "engine overloaded", "type": "InternalError"}}, status=500
+            )
+        if behaviour == "http-503":
+            return web.json_response(
+                {"error": {"message": "no instance can serve this request", "code": 503}},
+                status=503,
+                headers={"Retry-After": "1"},
             )
         chat = "messages" in payload
         prompt_tokens = _prompt_tokens(payload)

@@ -79,6 +79,14 @@ def test_http_error_becomes_failed_record_with_message() -> None:
     record = _send(FakeEngine(), model="http-500")
     assert not record.ok
     assert record.error == "HTTP 500: engine overloaded"
+    assert record.status == 500 and not record.rejected
+
+
+def test_a_503_is_a_failed_record_counted_as_rejected() -> None:
+    record = _send(FakeEngine(), model="http-503")
+    assert not record.ok and record.rejected and record.status == 503
+    assert record.error == "HTTP 503: no instance can serve this request"
+    assert _send(FakeEngine()).status == 200
 
 
 def test_error_event_mid_stream_fails_the_request() -> None:

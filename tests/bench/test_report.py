@@ -86,6 +86,14 @@ def test_summary_table_shows_vllm_rows_and_attainment() -> None:
     text = _render(summary_table(_summary(3.0)))
     for row in ("Successful requests", "Request goodput", "P99 ITL (ms)", "SLO attainment"):
         assert row in text
+    assert "of them rejected (503, 429)" in text and "0 (0.0% of requests)" in text
+
+
+def test_summary_table_says_the_rejected_share_and_an_old_run_did_not_count() -> None:
+    summary = {**_summary(3.0), "failed": 9, "rejected": 8, "rejected_share": 0.8}
+    assert "8 (80.0% of requests)" in _render(summary_table(summary))
+    old = {k: v for k, v in _summary(3.0).items() if not k.startswith("rejected")}
+    assert "not counted" in _render(summary_table(old))
 
 
 def test_lag_warning_only_for_flagged_runs() -> None:

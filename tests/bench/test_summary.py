@@ -84,6 +84,22 @@ def test_slo_attainment_and_goodput_count_requests_meeting_every_target() -> Non
     assert result["itl_slo_stat"] == "max"
 
 
+def test_rejected_requests_fail_the_slo_and_are_counted_apart() -> None:
+    # An outage as a client sees it: 1 met, 1 timed out, 2 answered 503 and 1 429.
+    refused = [
+        RequestRecord(ok=False, error="HTTP 503: no instance", status=503),
+        RequestRecord(ok=False, error="HTTP 503: no instance", status=503),
+        RequestRecord(ok=False, error="HTTP 429", status=429),
+    ]
+    timed_out = RequestRecord(ok=False, error="timed out after 5 s")
+    records = [_records()[0], timed_out, *refused]
+    result = summarize(records, 1.0, SloTargets(ttft_ms=500, itl_ms=50, itl_stat="max"))
+    assert result["slo_attainment"] == pytest.approx(1 / 5)  # as vllm bench serve: all count
+    assert result["failed"] == 4 and result["rejected"] == 3
+    assert result["rejected_share"] == pytest.approx(3 / 5)
+    assert summarize(_records(), 1.0, SloTargets())["rejected"] == 0  # a 500 is not refused
+
+
 @pytest.mark.parametrize(("stat", "met_itl"), [("mean", 3), ("p99", 2), ("max", 2)])
 def test_itl_stat_changes_who_meets_itl(stat: str, met_itl: int) -> None:
     result = summarize(_records(), 1.0, SloTargets(itl_ms=200, itl_stat=stat))
@@ -96,6 +112,7 @@ def test_empty_run_reports_zeros_not_errors() -> None:
     assert result["request_throughput"] == 0.0
     assert result["p99_itl_ms"] == 0.0
     assert result["slo_attainment"] == 0.0
+    assert result["rejected"] == 0 and result["rejected_share"] == 0.0
 
 
 def test_loop_lag_in_ms_and_flag_above_ten_percent_of_itl() -> None:

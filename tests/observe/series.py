@@ -13,6 +13,9 @@ def proxy_text(
     rejected: int = 0,
     met_all: int = 0,
     in_flight: int = 0,
+    cancelled: int = 0,
+    invalid: int = 0,
+    arrival_gaps: int | None = None,
 ) -> str:
     """A proxy exposition; `ttft_counts` maps a bucket bound to observations in it."""
     ttft_counts = ttft_counts or {}
@@ -27,7 +30,13 @@ def proxy_text(
         "pdctl_proxy_ttft_seconds_sum 0.0",
         "# TYPE pdctl_proxy_requests_total counter",
     ]
-    for outcome, n in (("ok", ok), ("failed", failed), ("rejected", rejected)):
+    for outcome, n in (
+        ("ok", ok),
+        ("failed", failed),
+        ("rejected", rejected),
+        ("cancelled", cancelled),
+        ("invalid", invalid),
+    ):
         lines.append(f'pdctl_proxy_requests_total{{outcome="{outcome}"}} {n}')
     lines += [
         "# TYPE pdctl_proxy_slo_met_total counter",
@@ -35,6 +44,11 @@ def proxy_text(
         "# TYPE pdctl_proxy_in_flight_requests gauge",
         f"pdctl_proxy_in_flight_requests {in_flight}",
     ]
+    if arrival_gaps is not None:
+        lines += [
+            "# TYPE pdctl_proxy_arrival_gaps_total counter",
+            f"pdctl_proxy_arrival_gaps_total {arrival_gaps}",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -17,6 +17,7 @@ from observe.build import (
     DeploymentInfo,
     TargetState,
     arrivals,
+    attainment,
     build_frame,
     engine_work,
     gamma_shape,
@@ -53,28 +54,89 @@ def target(texts: list[tuple[float, str]]) -> TargetState:
 
 
 def test_slo_attainment_goodput_and_rates_from_the_proxy() -> None:
-    # 10 s: 40 ok + 10 failed finished, 30 met every target, 5 rejected.
+    # 10 s: 40 ok, 10 failed, 5 rejected, 5 cancelled and 30 met every target; 20 invalid.
     proxy = target(
         [
             (0.0, proxy_text()),
-            (10.0, proxy_text({0.1: 50}, ok=40, failed=10, rejected=5, met_all=30)),
+            (
+                10.0,
+                proxy_text(
+                    {0.1: 40}, ok=40, failed=10, rejected=5, cancelled=5, invalid=20, met_all=30
+                ),
+            ),
         ]
     )
     frame = build_frame(INFO, UNITS, {"proxy": proxy}, "10s", 10.0)
-    assert frame["slo_attainment"] == pytest.approx(0.6)
+    # every request a client counts (not the 20 the clients got wrong): 30 of 60
+    assert frame["slo_attainment"] == pytest.approx(0.5)
     assert frame["request_goodput"] == pytest.approx(3.0)
-    assert frame["request_rate"] == pytest.approx(5.0)
-    assert frame["outcomes"] == {"ok": 4.0, "failed": 1.0, "rejected": 0.5}
-    assert frame["ttft"]["count"] == 50 and frame["ttft"]["p50"] == pytest.approx(
+    assert frame["request_rate"] == pytest.approx(6.0)
+    assert frame["rejected_share"] == pytest.approx(5 / 60)
+    assert frame["outcomes"] == {
+        "ok": 4.0,
+        "failed": 1.0,
+        "rejected": 0.5,
+        "cancelled": 0.5,
+        "invalid": 2.0,
+    }
+    assert frame["ttft"]["count"] == 40 and frame["ttft"]["p50"] == pytest.approx(
         0.095
     )  # mid (0.09, 0.1]
     assert frame["proxy"]["up"] is True
 
 
-def test_no_finished_requests_means_no_attainment() -> None:
-    proxy = target([(0.0, proxy_text()), (10.0, proxy_text())])
+def test_an_outage_that_rejects_everything_reads_zero_not_health() -> None:
+    # The minute: 307 rejected, 2 finished and met. Over finished requests only this
+    # read 100% at 0.03/s; the client saw 2 of 309.
+    proxy = target(
+        [
+            (0.0, proxy_text(arrival_gaps=0)),
+            (60.0, proxy_text(ok=2, rejected=307, met_all=2, arrival_gaps=309)),
+        ]
+    )
+    frame = build_frame(INFO, UNITS, {"proxy": proxy}, "1m", 60.0)
+    assert frame["slo_attainment"] == pytest.approx(2 / 309)
+    assert frame["request_rate"] == pytest.approx(309 / 60)
+    assert frame["rejected_share"] == pytest.approx(307 / 309)
+    assert frame["outcomes"]["rejected"] == pytest.approx(307 / 60)
+    headline = point(frame)
+    assert headline["rejected_share"] == frame["rejected_share"]
+    assert headline["rejected_rate"] == frame["outcomes"]["rejected"]
+
+
+def test_arrivals_with_nothing_ended_is_a_point_at_zero() -> None:
+    # Every request hangs on a stopped decode: 30 arrived, none ended, no first token.
+    proxy = target(
+        [(0.0, proxy_text(arrival_gaps=5)), (10.0, proxy_text(arrival_gaps=35, in_flight=30))]
+    )
+    decode = target([(0.0, engine_text(first_tokens=7)), (10.0, engine_text(first_tokens=7))])
+    frame = build_frame(INFO, UNITS, {"proxy": proxy, "decode-0": decode}, "10s", 10.0)
+    assert frame["slo_attainment"] == 0.0
+    assert frame["request_rate"] == 0.0 and frame["rejected_share"] is None
+    assert point(frame)["slo_attainment"] == 0.0
+
+
+def test_arrivals_still_streaming_are_not_judged_yet() -> None:
+    # Long answers: requests arrived, none ended yet, but the decode gave their first tokens.
+    proxy = target([(0.0, proxy_text(arrival_gaps=0)), (10.0, proxy_text(arrival_gaps=2))])
+    decode = target([(0.0, engine_text(first_tokens=0)), (10.0, engine_text(first_tokens=2))])
+    frame = build_frame(INFO, UNITS, {"proxy": proxy, "decode-0": decode}, "10s", 10.0)
+    assert frame["slo_attainment"] is None
+
+
+def test_no_traffic_means_no_attainment() -> None:
+    proxy = target([(0.0, proxy_text(arrival_gaps=3)), (10.0, proxy_text(arrival_gaps=3))])
     frame = build_frame(INFO, UNITS, {"proxy": proxy}, "10s", 10.0)
     assert frame["slo_attainment"] is None and frame["request_goodput"] == 0.0
+    assert frame["rejected_share"] is None
+
+
+def test_attainment_counts() -> None:
+    assert attainment(3.0, 4.0, 4.0, None) == 0.75
+    assert attainment(0.0, 0.0, 1.0, None) == 0.0  # arrived, nothing ended, no first token
+    assert attainment(0.0, 0.0, 1.0, 0.0) == 0.0
+    assert attainment(0.0, 0.0, 1.0, 1.0) is None  # first tokens given: still streaming
+    assert attainment(0.0, 0.0, 0.0, None) is None  # idle
 
 
 def test_kv_throughput_is_derived_from_external_prompt_tokens() -> None:

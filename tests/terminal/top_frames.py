@@ -55,7 +55,8 @@ def frame(
         "slo_attainment": 0.985 if ttft else None,
         "request_goodput": 7.9 if ttft else None,
         "request_rate": 8.0 if ttft else None,
-        "outcomes": {"ok": 8.0, "failed": 0.0, "rejected": 0.0},
+        "rejected_share": 0.0 if ttft else None,
+        "outcomes": {"ok": 8.0, "failed": 0.0, "rejected": 0.0, "cancelled": 0.0, "invalid": 0.0},
         "kv": {
             "bytes_per_s": 12.3e6,
             "source": "derived",

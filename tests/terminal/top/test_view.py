@@ -69,6 +69,15 @@ def test_80x24_shows_every_section_with_the_key_help_last() -> None:
     assert lines[-1] == "keys: 1 10s 2 [1m] 3 5m  w next window  n/p deployment  q quit"
 
 
+def test_an_outage_shows_the_rejected_share_beside_attainment() -> None:
+    outage = frame(slo_attainment=0.144, request_rate=5.1, rejected_share=0.83)
+    outage["outcomes"] = {**outage["outcomes"], "ok": 0.8, "rejected": 4.25}
+    text = "\n".join(render(View("mori", "1m", outage), 120, 24, ASCII))
+    assert "SLO attainment 14.4%   Rejected 83.0% (4.25/s)   Goodput" in text
+    healthy = "\n".join(render(View("mori", "1m", frame()), 120, 24, ASCII))
+    assert "SLO attainment 98.5%   Rejected 0%   Goodput" in healthy
+
+
 def test_a_long_instance_list_is_trimmed_with_how_many_more() -> None:
     lines = render(busy_view(), 80, 24)
     shown = [line for line in lines if line.startswith("decode-")]
@@ -84,7 +93,7 @@ def test_a_frame_with_no_data_says_so() -> None:
     empty["windows"] = {}
     lines = render(View("mori", "1m", empty, status="live"), 80, 24)
     text = "\n".join(lines)
-    assert "SLO attainment -   Goodput -   Request rate -" in text
+    assert "SLO attainment -   Rejected -   Goodput -   Request rate -" in text
     assert text.count("no requests in the window") == 2
     assert "p50 -  p90 -  p99 -" in text
     assert "KV transfer - (not reported)" in text
@@ -204,8 +213,8 @@ def test_events_are_newest_first_and_only_as_many_as_fit() -> None:
 def test_a_narrow_screen_wraps_the_headline_and_leaves_no_row_unused() -> None:
     lines = render(busy_view(), 50, 20, UNICODE)
     assert lines[1:4] == [
-        "SLO attainment 98.5%   Goodput 7.90/s",
-        "  Request rate 8.00/s",
+        "SLO attainment 98.5%   Rejected 0%",
+        "  Goodput 7.90/s   Request rate 8.00/s",
         "  TTFT ≤ 200 ms, ITL p99 ≤ 50 ms",
     ]
     assert "" not in lines  # the rows the compact histograms left went to the events
