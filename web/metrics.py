@@ -86,66 +86,72 @@ class LiveCollector(Collector):
         yield switches
 
     def _aggregates(self, observer: Any) -> Iterator[Metric]:
-        families = {
-            "slo_attainment": GaugeMetricFamily(
-                "pdctl_slo_attainment",
-                "Share of the requests the proxy ended meeting every SLO target, a rejected or "
-                "failed one meeting none (last minute; a client's invalid request apart).",
-                labels=["deployment"],
-            ),
-            "request_goodput": GaugeMetricFamily(
-                "pdctl_request_goodput",
-                "Requests meeting every target per second (last minute).",
-                labels=["deployment"],
-            ),
-            "request_rate": GaugeMetricFamily(
-                "pdctl_request_rate",
-                "Requests per second the proxy ended, rejected ones too (last minute).",
-                labels=["deployment"],
-            ),
-            "rejected_share": GaugeMetricFamily(
-                "pdctl_request_rejected_share",
-                "Of those requests, the share the proxy rejected (503): nothing could serve "
-                "them (last minute).",
-                labels=["deployment"],
-            ),
-        }
-        rejected = GaugeMetricFamily(
-            "pdctl_request_rejected_rate",
-            "Requests the proxy rejected (503) per second (last minute).",
-            labels=["deployment"],
-        )
-        kv = GaugeMetricFamily(
-            "pdctl_kv_transfer_bytes_per_second",
-            "KV bytes moved between instances per second (last minute); source nixl or moriio "
-            "(the engine's own), or derived (when it exports none).",
-            labels=["deployment", "source"],
-        )
-        up = GaugeMetricFamily(
-            "pdctl_target_up",
-            "1 when the last scrape of a process answered.",
-            labels=["deployment", "instance"],
-        )
-        for name, frames in sorted(observer.latest.items()):
-            frame = frames.get("1m")
-            if frame is None:
-                continue
-            for key, family in families.items():
-                if (value := frame.get(key)) is not None:
-                    family.add_metric([name], value)
-            rejected.add_metric([name], frame["outcomes"]["rejected"])
-            if frame["kv"]["bytes_per_s"] is not None:
-                kv.add_metric([name, frame["kv"]["source"]], frame["kv"]["bytes_per_s"])
-            up.add_metric([name, "proxy"], 1 if frame["proxy"]["up"] else 0)
-            for inst in frame["instances"]:
-                up.add_metric([name, inst["name"]], 1 if inst["up"] else 0)
-        yield from families.values()
-        yield rejected
-        yield kv
-        yield up
+        yield from frame_families(observer.latest)
         yield from pd_families(observer.latest)
         runner = getattr(observer, "canary", None)  # observe/canary_probe.py
         yield from canary_families(runner.states if runner is not None else {})
+
+
+def frame_families(latest: dict) -> Iterator[Metric]:
+    """The SLO figures of each deployment's 1-minute frame (observe/frames.py), the rejected
+    share beside attainment, KV throughput and whether each process answered its scrape."""
+    families = {
+        "slo_attainment": GaugeMetricFamily(
+            "pdctl_slo_attainment",
+            "Share of the requests the proxy ended meeting every SLO target, a rejected or "
+            "failed one meeting none (last minute; a client's invalid request apart).",
+            labels=["deployment"],
+        ),
+        "request_goodput": GaugeMetricFamily(
+            "pdctl_request_goodput",
+            "Requests meeting every target per second (last minute).",
+            labels=["deployment"],
+        ),
+        "request_rate": GaugeMetricFamily(
+            "pdctl_request_rate",
+            "Requests per second the proxy ended, rejected ones too (last minute).",
+            labels=["deployment"],
+        ),
+        "rejected_share": GaugeMetricFamily(
+            "pdctl_request_rejected_share",
+            "Of those requests, the share the proxy rejected (503): nothing could serve "
+            "them (last minute).",
+            labels=["deployment"],
+        ),
+    }
+    rejected = GaugeMetricFamily(
+        "pdctl_request_rejected_rate",
+        "Requests the proxy rejected (503) per second (last minute).",
+        labels=["deployment"],
+    )
+    kv = GaugeMetricFamily(
+        "pdctl_kv_transfer_bytes_per_second",
+        "KV bytes moved between instances per second (last minute); source nixl or moriio "
+        "(the engine's own), or derived (when it exports none).",
+        labels=["deployment", "source"],
+    )
+    up = GaugeMetricFamily(
+        "pdctl_target_up",
+        "1 when the last scrape of a process answered.",
+        labels=["deployment", "instance"],
+    )
+    for name, frames in sorted(latest.items()):
+        frame = frames.get("1m")
+        if frame is None:
+            continue
+        for key, family in families.items():
+            if (value := frame.get(key)) is not None:
+                family.add_metric([name], value)
+        rejected.add_metric([name], frame["outcomes"]["rejected"])
+        if frame["kv"]["bytes_per_s"] is not None:
+            kv.add_metric([name, frame["kv"]["source"]], frame["kv"]["bytes_per_s"])
+        up.add_metric([name, "proxy"], 1 if frame["proxy"]["up"] else 0)
+        for inst in frame["instances"]:
+            up.add_metric([name, inst["name"]], 1 if inst["up"] else 0)
+    yield from families.values()
+    yield rejected
+    yield kv
+    yield up
 
 
 def pd_families(latest: dict) -> Iterator[Metric]:
