@@ -165,7 +165,8 @@ def requests(delta: Delta, first_tokens: float | None = None) -> Requests:
     counted = sum(ended[name] for name in COUNTED_OUTCOMES)
     met = total(counts, "pdctl_proxy_slo_met_total", target="all")
     present = met is not None
-    arrived = total(counts, "pdctl_proxy_arrival_gaps_total") or 0.0
+    # arrivals count every client request, a client's invalid one too (it ends at once)
+    arrived = (total(counts, "pdctl_proxy_arrival_gaps_total") or 0.0) - ended["invalid"]
     per_s = {name: delta.rate(n) or 0.0 for name, n in ended.items()}
     return {
         "slo_attainment": attainment(met, counted, arrived, first_tokens) if present else None,

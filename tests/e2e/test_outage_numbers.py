@@ -20,7 +20,7 @@ import pytest
 from websockets.sync.client import connect
 
 from harness.control_plane import ControlPlane
-from harness.processes import http_get, metric_value
+from harness.processes import ROOT, http_get, metric_value
 from harness.stack import bench_background, bench_finished, wait_until
 from tests.specs import nixl_1p1d
 
@@ -33,6 +33,7 @@ FIRST_BYTE_S = 1.0  # the proxy's first-byte deadline: a stopped decode fails re
 STOPPED_S = 6 * FIRST_BYTE_S
 RATE, PROMPTS = 5.0, 180  # 36 s of load
 CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = ROOT / "artifacts" / "browser"  # git-ignored
 
 
 def spec() -> dict:
@@ -109,9 +110,14 @@ class Page:
         self.page = browser.new_page()
         self.page.goto(url)
 
-    def figures(self) -> dict[str, str | None] | None:
+    def figures(self, shot: str | None = None) -> dict[str, str | None] | None:
+        """The attainment tile's figures and the chart's points; `shot`: a screenshot too."""
         if self.page is None:
             return None
+        self.page.wait_for_function("Number(document.getElementById('live').dataset.frames) > 0")
+        if shot is not None:
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            self.page.screenshot(path=str(ARTIFACTS / shot), full_page=True)
         return {
             "attainment": self.page.inner_text("#tile-attainment [data-k=slo_attainment]"),
             "rejected_share": self.page.inner_text("#tile-attainment [data-k=rejected_share]"),
@@ -182,7 +188,7 @@ def test_losing_the_only_decode_reads_as_an_outage_and_then_recovers(plane, tmp_
         )
         _, raw = http_get(plane.server.url + "/metrics")
         metrics = raw.decode()
-        page_outage = page.figures()
+        page_outage = page.figures("outage.png")
         page_minute = minute.since(0)[-1]
 
         # The supervisor restarts the decode; the attainment comes back.
@@ -191,6 +197,7 @@ def test_losing_the_only_decode_reads_as_an_outage_and_then_recovers(plane, tmp_
             lambda us: us["decode-0"]["restarts"] >= 1 and us["decode-0"]["state"] == "RUNNING",
             30,
         )
+        restarted_s = time.time() - killed_at
         back = frames.first(lambda f: attained(f) >= 0.8, 30, "attainment back up", since=killed_at)
         recovered_s = back["ts"] - killed_at
         outage_frames = [f for f in frames.since(stopped_at) if f["ts"] <= back["ts"]]
@@ -208,7 +215,8 @@ def test_losing_the_only_decode_reads_as_an_outage_and_then_recovers(plane, tmp_
         f"\nfirst rejecting frame: rejected {rejecting['outcomes']['rejected']:.2f}/s, share "
         f"{rejecting['rejected_share']:.3f}, attainment {rejecting['slo_attainment']:.3f}, over "
         f"finished only {finished_only(rejecting)}"
-        f"\nrecovered {recovered_s:.1f} s after SIGKILL: attainment {back['slo_attainment']:.3f}"
+        f"\ndecode running again {restarted_s:.1f} s after SIGKILL; attainment back over 80% "
+        f"after {recovered_s:.1f} s: {back['slo_attainment']:.3f}"
         f"\nworst 10 s frame: attainment {worst['slo_attainment']:.3f} (over finished only "
         f"{finished_only(worst)}), rate {worst['request_rate']:.2f}/s (finished only "
         f"{worst['outcomes']['ok'] + worst['outcomes']['failed']:.2f}/s), rejected share "

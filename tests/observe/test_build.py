@@ -124,6 +124,14 @@ def test_arrivals_still_streaming_are_not_judged_yet() -> None:
     assert frame["slo_attainment"] is None
 
 
+def test_only_invalid_requests_are_no_traffic() -> None:
+    proxy = target(
+        [(0.0, proxy_text(arrival_gaps=0)), (10.0, proxy_text(invalid=4, arrival_gaps=4))]
+    )
+    frame = build_frame(INFO, UNITS, {"proxy": proxy}, "10s", 10.0)
+    assert frame["slo_attainment"] is None and frame["outcomes"]["invalid"] == 0.4
+
+
 def test_no_traffic_means_no_attainment() -> None:
     proxy = target([(0.0, proxy_text(arrival_gaps=3)), (10.0, proxy_text(arrival_gaps=3))])
     frame = build_frame(INFO, UNITS, {"proxy": proxy}, "10s", 10.0)
