@@ -142,7 +142,7 @@ def sweep_table(document: dict[str, Any]) -> Table:
         title=f"sweep: max_goodput_rate {best} req/s (slo_attainment >= {share:.0%})",
         box=box.SIMPLE_HEAD,
     )
-    for column in ("rate", "ok/failed", "slo_attainment", "request_goodput"):
+    for column in ("rate", "ok/failed", "rejected", "slo_attainment", "request_goodput"):
         table.add_column(column, justify="right", no_wrap=True)
     for column in ("p99 TTFT ms", "p99 ITL ms", "loop lag ms"):
         table.add_column(column, justify="right")
@@ -150,6 +150,7 @@ def sweep_table(document: dict[str, Any]) -> Table:
         table.add_row(
             rate_label(_rate(run["request_rate"])),
             f"{run['completed']}/{run['failed']}",
+            f"{run['rejected_share']:.1%}" if "rejected_share" in run else "-",
             f"{run['slo_attainment']:.1%}",
             f"{run['request_goodput']:.2f}",
             f"{run['p99_ttft_ms']:.1f}",

@@ -69,6 +69,18 @@ def test_sweep_document_lists_runs_and_max_goodput_rate() -> None:
     assert "100.0%" in text and "0.0%" in text
 
 
+def test_sweep_table_says_each_rates_rejected_share() -> None:
+    refused = RequestRecord(ok=False, error="HTTP 503", status=503)
+    ok = RequestRecord(ok=True, prompt_tokens=4, output_tokens=2, ttft=0.1, itl=[0.01], e2el=0.2)
+    run = {**_summary(8.0), **summarize([ok, refused, refused, refused], 1.0, SloTargets())}
+    document = result_document([_summary(1.0), run], [[], []], 0.9, save_requests=False)
+    rows = [line for line in _render(sweep_table(document)).splitlines() if "/" in line]
+    assert any("1/3" in row and "75.0%" in row and "25.0%" in row for row in rows), rows
+    old = {k: v for k, v in _summary(1.0).items() if not k.startswith("rejected")}
+    text = _render(sweep_table(result_document([old, old], [[], []], 0.9, False)))
+    assert " - " in text  # a stored run from before the count
+
+
 def test_a_partial_document_is_a_sweep_of_the_rates_measured_and_says_so() -> None:
     one = partial_document([_summary(1.0)], [[]], 0.9, save_requests=False, rates=3)
     assert [run["request_rate"] for run in one["runs"]] == [1.0]  # a sweep's shape, even for one
