@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from harness.processes import metric_value
 from observe.build import build_frame
+from services.load import LoadRun
 from tests.observe.series import proxy_text
 from tests.observe.test_build import INFO, UNITS, target
 from web.metrics import frame_families
@@ -62,3 +63,15 @@ def test_the_attainment_tile_has_the_rejected_share_and_rate(pd_and_solo) -> Non
     assert 'data-k="rejected" data-fmt="rate"' in tile
     assert "req/s at the proxy, rejected ones too" in page
     assert 'data-series="request_goodput,request_rate,rejected_rate"' in page
+
+
+def test_the_last_load_run_says_how_many_of_its_failures_were_rejected(pd_and_solo) -> None:
+    result = {"completed": 90, "failed": 90, "rejected": 58, "slo_attainment": 0.5}
+    run = LoadRun("pd", 5.0, 180, state="done", result=result)
+    pd_and_solo.app.state.load_runs.runs["pd"] = run
+    page = pd_and_solo.get("/deployments/pd").text
+    assert "completed 90, failed 90 (58 rejected), SLO attainment 50.0%" in page
+    run.result = {"completed": 180, "failed": 0, "rejected": 0, "slo_attainment": 1.0}
+    assert (
+        "completed 180, failed 0, SLO attainment 100.0%" in pd_and_solo.get("/deployments/pd").text
+    )
