@@ -131,6 +131,31 @@ class PdHappening(TypedDict):
     recomputing: list[str]  # the decodes recomputing now
 
 
+class ChangeMark(TypedDict):
+    """A rollout that ran inside a window or its settling (observe/evidence.py)."""
+
+    id: str
+    kind: str  # apply | restart | switch | role_move | advisor | undo | rollback
+    strategy: str
+    running: bool
+    started_at: float  # epoch seconds
+    ended_at: float | None  # None while it runs
+
+
+class Evidence(TypedDict):
+    """Is this window evidence to decide from (domain/evidence.py)? The advisor and the
+    autopilot decide nothing from a window that is not, and say why."""
+
+    # Client requests the proxy counted in the window, every outcome (its canaries and pair
+    # probes never count); None: the proxy reports no request counts
+    real_requests: int | None
+    min_requests: int  # domain/evidence.py MIN_REAL_REQUESTS
+    changes: list[ChangeMark]  # rollouts that ran in the window or its settling, newest first
+    disturbed: bool  # a change ran in the window or ended within its settling
+    enough: bool  # not disturbed and at least min_requests real requests
+    why: str | None  # "not enough evidence (...)" when not enough
+
+
 class ProxyRow(TypedDict):
     up: bool
     in_flight: int
@@ -162,6 +187,7 @@ class Point(Headline):
     running: int
     waiting: int
     kv_cache_usage: float | None
+    disturbed: NotRequired[bool]  # a change ran in this point's window (observe/evidence.py)
 
 
 class Frame(Requests):
@@ -201,6 +227,9 @@ class Frame(Requests):
     # the deployment (services/autopilot_loop.py section, added through Observer.sections)
     autopilot: NotRequired[dict[str, Any]]
     windows: NotRequired[dict[str, Headline]]  # every window's headline
+    # Whether this window is evidence to decide from: real requests, changes that ran
+    # (observe/evidence.py, added by the scraper, which reads the rollouts)
+    evidence: NotRequired[Evidence]
 
 
 class HistoryMessage(TypedDict):

@@ -59,7 +59,8 @@ def advise(
 def proposals_text(name: str, found: dict[str, Any]) -> str:
     items = found.get("proposals") or []
     if not items:
-        return "no change proposed"
+        waiting = found.get("not_enough_evidence")
+        return f"no change proposed: {waiting}" if waiting else "no change proposed"
     out = [f"proposed changes (from revision {found['revision']}):"]
     for p in items:
         out.append(f"  {p['rule']}: {p['summary']}")

@@ -79,6 +79,8 @@ async def list_proposals(
         "revision": found["revision"],
         "window": window,
         "live": found["advice"]["live"],
+        # why nothing is proposed from this window (domain/evidence.py), or None
+        "not_enough_evidence": found["advice"].get("not_enough_evidence"),
         "proposals": found["proposals"],
     }
 

@@ -51,6 +51,7 @@ def test_no_live_frame_no_proposal(make_client):
         "revision": 1,
         "window": "1m",
         "live": False,
+        "not_enough_evidence": None,
         "proposals": [],
     }
 
