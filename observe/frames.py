@@ -112,7 +112,7 @@ class PdDecode(TypedDict):
 
     instance: str
     # ok | recomputing | idle (too little traffic to judge) | unmeasured (no
-    # prompt_tokens_by_source) | down (no scrape) | paused (a mode switch: no onset judged);
+    # prompt_tokens_by_source) | down (no scrape) | paused (a rollout: no onset judged);
     # recomputing holds through idle and down
     status: str
     share: float | None  # prompt tokens by KV transfer / (by transfer + computed), 10 s
