@@ -2,7 +2,8 @@
 proposals, observe/advice/; the P:D autopilot, controller/autopilot/decide.py), said once.
 
 A window is evidence when real clients sent enough requests through it and no change ran in
-it. Real: what the proxy counts (requests_total, every outcome: ok, failed, rejected); the
+it. Real: what the proxy counts (requests it ended, every outcome: ok, failed, rejected, or
+the requests that arrived, whichever is more); the
 control plane's own canaries and pair probes carry `X-Pdctl-Canary` (domain/canary_marks.py)
 and are never counted there, whatever the engines' own counters saw of them. A change: any
 rollout but a first start (apply, restart, switch, role move, advisor, undo, rollback), while

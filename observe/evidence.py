@@ -14,6 +14,7 @@ from observe.samples import total
 from observe.windows import Delta
 
 REQUESTS = "pdctl_proxy_requests_total"  # every outcome; canaries are counted apart
+ARRIVALS = "pdctl_proxy_arrival_gaps_total"  # one per client arrival (the first ever aside)
 
 
 def marks(rollouts: Iterable[Any], now: float, within_s: float) -> list[ChangeMark]:
@@ -50,9 +51,13 @@ def inside(changes: Sequence[ChangeMark], now: float, window_s: float) -> list[C
 
 
 def real_requests(proxy: Delta) -> int | None:
-    """Client requests the proxy counted over the delta, every outcome (None: no counter)."""
-    count = total(proxy.counts, REQUESTS)
-    return None if count is None else round(count)
+    """Client requests that reached the proxy over the delta: those it ended (every outcome)
+    or, when more, those that arrived (long requests arrive well before they end); None when
+    it exports neither counter. Canaries are in neither."""
+    counts = [
+        c for c in (total(proxy.counts, REQUESTS), total(proxy.counts, ARRIVALS)) if c is not None
+    ]
+    return round(max(counts)) if counts else None
 
 
 def judge(

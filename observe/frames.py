@@ -146,8 +146,8 @@ class Evidence(TypedDict):
     """Is this window evidence to decide from (domain/evidence.py)? The advisor and the
     autopilot decide nothing from a window that is not, and say why."""
 
-    # Client requests the proxy counted in the window, every outcome (its canaries and pair
-    # probes never count); None: the proxy reports no request counts
+    # Client requests that reached the proxy in the window: ended (every outcome) or arrived,
+    # whichever is more (its canaries and pair probes never count); None: no counts
     real_requests: int | None
     min_requests: int  # domain/evidence.py MIN_REAL_REQUESTS
     changes: list[ChangeMark]  # rollouts that ran in the window or its settling, newest first

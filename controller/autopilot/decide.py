@@ -17,7 +17,8 @@ Evidence (domain/evidence.py): a move (or a held one) is not decided from a wind
 disturbed (a sample whose frame marks a rollout in it or its settling: a switch's held
 requests are not the workload) or from fewer than MIN_REAL_REQUESTS real requests in the
 window (pdctl's canaries are never counted): the decision is none, "not enough evidence
-(why)".
+(why)". A move the arrivals lead keeps its own minimum (MIN_ARRIVALS): it is made before the
+requests finish, which is its point.
 
 Leading (`lead_from_arrivals`, controller/autopilot/demand.py): where a capacity model of the
 deployment exists, the window's arrivals say what each role must give; a role they outrun,
@@ -247,10 +248,10 @@ def decide(
     were made; `busy`: why a change is under way (None: nothing runs); `load`: running
     requests per instance, to pick the one that drains fastest; `capacity`: the model of one
     instance per role (controller/autopilot/capacity.py; None: backlog signals only)."""
-    d = _decide(ap, samples, roles, moves, now, busy, load, capacity)
+    d, led = _decide(ap, samples, roles, moves, now, busy, load, capacity)
     if d.kind == "none":
         return d
-    why = evidence_lacking([s for s in samples if s.ts >= now - ap.window_s], ap)
+    why = evidence_lacking([s for s in samples if s.ts >= now - ap.window_s], ap, led)
     if why is None:
         return d
     return Decision(
@@ -258,12 +259,16 @@ def decide(
     )
 
 
-def evidence_lacking(inside: Sequence[Sample], ap: Autopilot) -> str | None:
+def evidence_lacking(inside: Sequence[Sample], ap: Autopilot, led: bool = False) -> str | None:
     """Why the window's samples are no evidence to move on ("not enough evidence (...)"), or
-    None: a change disturbed one of them, or too few real requests came in the window."""
+    None: a change disturbed one of them, or too few real requests came in the window. A
+    move the arrivals lead has its own minimum (demand.py MIN_ARRIVALS over the lead span):
+    it acts before the requests finish, which is its point."""
     disturbed = [s.disturbed for s in inside if s.disturbed]
     if disturbed:
         return disturbed[-1]  # the frame's own words, the newest
+    if led:
+        return None
     counts = [s.real_requests if s.real_requests is not None else s.requests for s in inside]
     span = max(ap.window_s, SAMPLE_WINDOW_S)  # a shorter window still reads a 10 s frame
     real = sum(counts) / len(counts) * span / SAMPLE_WINDOW_S if counts else 0.0
@@ -284,7 +289,8 @@ def _decide(
     busy: str | None,
     load: Mapping[str, int] | None,
     capacity: Capacity | None,
-) -> Decision:
+) -> tuple[Decision, bool]:
+    """The decision, and whether the arrivals led it."""
     inside = [s for s in samples if s.ts >= now - ap.window_s]
     numbers = window_numbers(inside, ap)
     have = {role: sum(1 for r in roles.values() if r == role) for role in ("prefill", "decode")}
@@ -302,22 +308,22 @@ def _decide(
             f"the arrivals need {demand.prefill:.1f} prefills and {demand.decode:.1f} decodes, "
             f"{have['prefill']} and {have['decode']} serve: one {source} to {short}"
         )
-        return _move(ap, roles, moves, now, busy, load, led, what, numbers)
+        return _move(ap, roles, moves, now, busy, load, led, what, numbers), True
     kind = held_bound(samples, ap, now)
     if kind is None:
-        return Decision("none", _no_bound_why(inside, ap, now), numbers=numbers)
+        return Decision("none", _no_bound_why(inside, ap, now), numbers=numbers), False
     att = numbers["slo_attainment_mean"]
     if att is not None and att >= ap.attainment_target:
         why = f"{kind}-bound but SLO attainment {att:.0%} meets {ap.attainment_target:.0%}"
-        return Decision("none", why, bound=kind, numbers=numbers)
+        return Decision("none", why, bound=kind, numbers=numbers), False
     source, target = ("decode", "prefill") if kind == TTFT else ("prefill", "decode")
     what = f"{kind.upper()}-bound for {ap.window_s:g} s: one {source} to {target}"
     if demand is not None and leaves_short(demand, source, have[source], ap.demand_high):
         need = demand.prefill if source == "prefill" else demand.decode
         left = have[source] - 1
         why = f"{what}, not made: the arrivals need {need:.1f} {source}s, {left} would be left"
-        return Decision("none", why, kind, None, source, target, numbers)
-    return _move(ap, roles, moves, now, busy, load, kind, what, numbers)
+        return Decision("none", why, kind, None, source, target, numbers), False
+    return _move(ap, roles, moves, now, busy, load, kind, what, numbers), False
 
 
 def _led(

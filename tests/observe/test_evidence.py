@@ -76,3 +76,11 @@ def test_real_requests_count_every_outcome_at_the_proxy_and_no_canary():
     }
     assert real_requests(Delta(60.0, counts)) == 37
     assert real_requests(Delta(60.0, {})) is None
+
+
+def test_long_requests_count_when_they_arrive_not_only_when_they_end():
+    counts = {
+        ("pdctl_proxy_requests_total", (("outcome", "ok"),)): 3.0,
+        ("pdctl_proxy_arrival_gaps_total", ()): 21.0,
+    }
+    assert real_requests(Delta(10.0, counts)) == 21

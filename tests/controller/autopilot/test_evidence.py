@@ -46,3 +46,12 @@ def test_a_sample_reads_the_frames_evidence():
     assert got.real_requests == 12 and got.disturbed == SWITCHED
     clean = sample({"evidence": {"real_requests": 40, "disturbed": False, "why": None}}, NOW)
     assert clean.disturbed is None
+
+
+def test_a_move_the_arrivals_lead_keeps_its_own_minimum_but_not_a_disturbed_window():
+    from controller.autopilot.decide import evidence_lacking
+
+    few = window(requests=0.0, real_requests=2.0)
+    assert evidence_lacking(few, AP, led=True) is None
+    assert evidence_lacking(few, AP) is not None
+    assert evidence_lacking(window(disturbed=SWITCHED), AP, led=True) == SWITCHED
