@@ -30,7 +30,13 @@ from domain.modes import Connector, Mode, Role
 # modes) and keeps a turn's blocks for the next (bidirectional KV).
 DISAGGREGATE_ONTO = Connector.NIXL.value
 MAX_TP = 64  # the spec's bound on a group's TP
-RESTART = "the deployment restarts on the new revision: requests in flight then fail"
+# A stopped deployment starts on it; a running one is rolled out to it, and then the proposal
+# says what restarts and what that costs (services/proposal_cost.py, from the rollout engine)
+RESTART = (
+    "a new revision: a running deployment is rolled out to it (roll and hold lose nothing; a "
+    "change that restarts the proxy is recreated: connections refused while it restarts, "
+    "requests in flight fail)"
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -121,7 +121,7 @@ class PdDecode(TypedDict):
 
     instance: str
     # ok | recomputing | idle (too little traffic to judge) | unmeasured (no
-    # prompt_tokens_by_source) | down (no scrape) | paused (a mode switch: no onset judged);
+    # prompt_tokens_by_source) | down (no scrape) | paused (a rollout: no onset judged);
     # recomputing holds through idle and down
     status: str
     share: float | None  # prompt tokens by KV transfer / (by transfer + computed), 10 s
@@ -138,6 +138,31 @@ class PdHappening(TypedDict):
     rule: dict[str, Any]  # window, min_requests, min_prompt_tokens, collapse_below, recover_at
     decodes: list[PdDecode]
     recomputing: list[str]  # the decodes recomputing now
+
+
+class ChangeMark(TypedDict):
+    """A rollout that ran inside a window or its settling (observe/evidence.py)."""
+
+    id: str
+    kind: str  # apply | restart | switch | role_move | advisor | undo | rollback
+    strategy: str
+    running: bool
+    started_at: float  # epoch seconds
+    ended_at: float | None  # None while it runs
+
+
+class Evidence(TypedDict):
+    """Is this window evidence to decide from (domain/evidence.py)? The advisor and the
+    autopilot decide nothing from a window that is not, and say why."""
+
+    # Client requests that reached the proxy in the window: ended (every outcome) or arrived,
+    # whichever is more (its canaries and pair probes never count); None: no counts
+    real_requests: int | None
+    min_requests: int  # domain/evidence.py MIN_REAL_REQUESTS
+    changes: list[ChangeMark]  # rollouts that ran in the window or its settling, newest first
+    disturbed: bool  # a change ran in the window or ended within its settling
+    enough: bool  # not disturbed and at least min_requests real requests
+    why: str | None  # "not enough evidence (...)" when not enough
 
 
 class ProxyRow(TypedDict):
@@ -173,6 +198,7 @@ class Point(Headline):
     running: int
     waiting: int
     kv_cache_usage: float | None
+    disturbed: NotRequired[bool]  # a change ran in this point's window (observe/evidence.py)
 
 
 class Frame(Requests):
@@ -212,6 +238,9 @@ class Frame(Requests):
     # the deployment (services/autopilot_loop.py section, added through Observer.sections)
     autopilot: NotRequired[dict[str, Any]]
     windows: NotRequired[dict[str, Headline]]  # every window's headline
+    # Whether this window is evidence to decide from: real requests, changes that ran
+    # (observe/evidence.py, added by the scraper, which reads the rollouts)
+    evidence: NotRequired[Evidence]
 
 
 class HistoryMessage(TypedDict):

@@ -18,9 +18,10 @@ The rule, over the last 10 s (CHECK_WINDOW) of one decode's counters:
   so a share wavering around one line cannot flap. One event per onset, one per recovery.
 - A decode that exports no prompt_tokens_by_source (older vLLM) cannot be judged
   ("unmeasured"); a colocated deployment has no hand-off, and the check does not apply.
-- While a mode switch runs and for one window after it ends, no onset is judged ("paused"):
-  keep-serving runs whole requests on the decode that stays up, which is recomputation by
-  design. A recovery still counts.
+- While any rollout runs (a mode switch, a role move, an apply, a restart) and for one
+  window after it ends, no onset is judged ("paused"): keep-serving runs whole requests on
+  the decode that stays up, which is recomputation by design, and an instance moved back to
+  decode carries the prompts it computed as a prefill in its window. A recovery still counts.
 Failed KV transfers (vllm:nixl_/moriio_num_failed_transfers) in the window are reported
 beside the share: they tell a transfer failing over to recompute from a decode that never
 tried.
@@ -121,7 +122,7 @@ def step(
 ) -> tuple[DecodeState, str, Transition | None]:
     """One decode's next state, its status word and the transition it made, if any.
     `r` None: the instance did not answer its scrape (the verdict stands). `paused`: no
-    onset is judged (a mode switch runs)."""
+    onset is judged (a rollout runs)."""
     if r is None:
         return state, "recomputing" if state.recomputing else "down", None
     share = r.share

@@ -30,7 +30,8 @@ from observe.build import (
 )
 from observe.canary import Transition as CanaryTransition
 from observe.canary_probe import CanaryRunner
-from observe.frames import WINDOW_SECONDS, WINDOWS, Frame, Window
+from observe.evidence import judge, marks, real_requests
+from observe.frames import WINDOW_SECONDS, WINDOWS, ChangeMark, Frame, Point, Window
 from observe.pd_check import CHECK_WINDOW, DecodeState, Transition, check
 from observe.samples import parse
 from observe.windows import CounterTrack, Snapshots, advance
@@ -42,6 +43,7 @@ log = logging.getLogger("pdctl.observe")
 SCRAPED_STATES = ("RUNNING", "STARTING", "STOPPING")
 DEFAULT_WINDOW: Window = "1m"
 PRUNE_EVERY_S = 60.0
+MARKS_WITHIN_S = max(WINDOW_SECONDS.values()) + 30.0  # the longest window and its settling
 DOWN_AFTER_MISSES = 2
 
 
@@ -165,7 +167,7 @@ class Observer:
         events, self._pd_events = self._pd_events + self.canary.events, []
         self.canary.events = []
         points = [
-            (n, now, point(f[WINDOWS[0]]))
+            (n, now, _marked_point(f[WINDOWS[0]]))
             for n, f in self.latest.items()
             if now - self._last_point.get(n, 0.0) >= self.settings.history_step_s
         ]
@@ -197,10 +199,15 @@ class Observer:
             },
             kv_bytes_per_token=kv_bytes_per_token(spec.model),
         )
-        pd = self._check_pd(name, str(spec.topology) == "colocated", units, targets, now)
+        changes = self._changes(name, now)
+        pd = self._check_pd(name, str(spec.topology) == "colocated", units, targets, now, changes)
         frames: dict[str, Frame] = {
             w: build_frame(info, units, targets, w, now, pd) for w in WINDOWS
         }
+        proxy = next((targets[u["name"]] for u in units if u.get("role") == "proxy"), None)
+        for window, frame in frames.items():  # is each window evidence to decide from?
+            real = real_requests(proxy.delta(window)) if proxy is not None and proxy.up else None
+            frame["evidence"] = judge(real, changes, window, WINDOW_SECONDS[window], now)
         self.canary.tick(name, dep, units, now)
         extra = {key: value for key, f in self.sections.items() if (value := f(name)) is not None}
         for frame in frames.values():  # the last canary verdict beside the SLO figures
@@ -213,7 +220,9 @@ class Observer:
             if self.hub.subscribers(topic):
                 self.hub.publish(topic, encode(with_windows(frame, frames)))
 
-    def _check_pd(self, name: str, colocated: bool, units, targets, now: float) -> Any:
+    def _check_pd(
+        self, name: str, colocated: bool, units, targets, now: float, changes: list[ChangeMark]
+    ) -> Any:
         """Step the deployment's "is PD happening?" check (observe/pd_check.py); a decode
         that is not running (stopped, failed) leaves it, and starts afresh when it runs."""
         decodes = [
@@ -222,24 +231,18 @@ class Observer:
             if u.get("role") == "decode" and u.get("state") in SCRAPED_STATES
         ]
         states, section, moved = check(
-            colocated, decodes, self.pd_states.get(name, {}), now, self._switching(name, now)
+            colocated, decodes, self.pd_states.get(name, {}), now, _pd_pause(changes, now)
         )
         self.pd_states[name] = states
         self._pd_events += [(name, t) for t in moved]
         return section
 
-    def _switching(self, name: str, now: float) -> str | None:
-        """Why the PD check judges no onset now: a rollout runs or ended within the check's
-        window (keep-serving runs whole requests on a decode by design; a restart drains)."""
+    def _changes(self, name: str, now: float) -> list[ChangeMark]:
+        """The rollouts of `name` that run or ended lately (observe/evidence.py marks)."""
         rollouts = getattr(self.controller, "rollouts", None)
-        settle = WINDOW_SECONDS[CHECK_WINDOW]
-        for r in rollouts.history(name, 5) if rollouts is not None else ():
-            if r.kind == "start":
-                continue  # nothing served before it
-            if r.state == "running" or (r.ended_at is not None and now - r.ended_at < settle):
-                what = "a mode switch" if r.kind == "switch" else f"a {r.kind} rollout"
-                return f"{what} ({r.strategy}) runs or just ended: no onset judged"
-        return None
+        if rollouts is None:
+            return []
+        return marks(rollouts.history(name, 10), now, MARKS_WITHIN_S)
 
     async def _scrape(self, name: str, unit: dict[str, Any], now: float) -> TargetState:
         url = unit.get("url")
@@ -290,6 +293,31 @@ class Observer:
     def frame(self, name: str, window: str = DEFAULT_WINDOW) -> Frame | None:
         frames = self.latest.get(name)
         return with_windows(frames[window], frames) if frames else None
+
+
+def _marked_point(frame: Frame) -> Point:
+    """A history point, marked when a change ran in its window (a chart can shade it)."""
+    out = point(frame)
+    evidence = frame.get("evidence")
+    if evidence is not None:
+        out["disturbed"] = evidence["disturbed"]
+    return out
+
+
+def _pd_pause(changes: list[ChangeMark], now: float) -> str | None:
+    """Why the PD check judges no onset now: a rollout of any kind (a switch, a role move, an
+    apply, a restart) runs or ended within the check's window. Keep-serving runs whole
+    requests on a decode by design; an instance moved back to decode carries the prompts it
+    computed as a prefill in its window; a restart drains."""
+    settle = WINDOW_SECONDS[CHECK_WINDOW]
+    for c in changes:
+        if c["running"] or (c["ended_at"] is not None and now - c["ended_at"] < settle):
+            kind = c["kind"]
+            what = {"switch": "a mode switch", "role_move": "a role move"}.get(
+                kind, f"a {kind} rollout"
+            )
+            return f"{what} ({c['strategy']}) runs or just ended: no onset judged"
+    return None
 
 
 async def start_observer(settings: Any, controller: Any, store: Any, hub: Hub) -> Observer:

@@ -27,6 +27,7 @@ from simulator.plan import planner
 
 SATURATED = 0.98  # cores: an API server at its one core, its demand unseen beyond it
 PROMPTS = 60  # requests per forecast run: enough for a p99, each run under a few seconds
+BASELINE_TOLERANCE = 0.2  # the planner's "now" this far from the measured figure: say why
 # The advisor signal each watch reads, and the planner row's field that predicts it.
 ROW_FIELD = {
     "ttft_p99_ms": "p99_ttft_ms",
@@ -69,6 +70,7 @@ def forecast(spec: DeploymentSpec, change: Change, signals: dict[str, Any]) -> d
     field = ROW_FIELD[watch]
     before, later = _scaled(now.get(field), field, scale), _scaled(after.get(field), field, scale)
     moved = None if before is None or later is None else _direction(before, later)
+    measured = signals.get(watch)
     return {
         "source": "planner",
         "workload": {
@@ -88,9 +90,39 @@ def forecast(spec: DeploymentSpec, change: Change, signals: dict[str, Any]) -> d
             "after": later,
             "direction": moved,
             "agrees": moved == change.direction,
-            "now_measured": signals.get(watch),
+            "now_measured": measured,
+            **on_measured(watch, measured, before, later, signals.get("request_rate")),
         },
     }
+
+
+def on_measured(
+    watch: str, measured: Any, before: float | None, later: float | None, rate: Any
+) -> dict[str, Any]:
+    """The forecast on the figure the page shows: `baseline` is the measured value of the
+    watched signal (the advisor's, the same window), `expected` that value moved by the
+    planner's change (a latency by its ratio, attainment by its difference), and `baseline_note`
+    why the planner's own figure for the running layout differs, where it does by more than
+    BASELINE_TOLERANCE."""
+    if not isinstance(measured, int | float) or before is None or later is None:
+        return {"baseline": before, "expected": later, "baseline_note": None}
+    if watch == "slo_attainment":
+        expected = min(1.0, max(0.0, measured + (later - before)))
+    elif before > 0:
+        expected = round(measured * later / before, 3)
+    else:
+        expected = later
+    note = None
+    if abs(before - measured) > BASELINE_TOLERANCE * max(abs(measured), 1e-9):
+        at = f" at {rate:.3g} req/s" if isinstance(rate, int | float) else ""
+        note = (
+            f"the planner puts the layout that runs now at {before:.4g} where {measured:.4g} was "
+            f"measured: it replays {PROMPTS} requests of the window's mean prompt and answer "
+            f"lengths{at} on an idle, warm deployment (no longer or shorter requests, no "
+            "queue left from before, no switch or restart in the window), so the forecast "
+            "moves the measured figure by the planner's change, not to the planner's figure"
+        )
+    return {"baseline": measured, "expected": expected, "baseline_note": note}
 
 
 def frontend_estimate(signals: dict[str, Any], fronts: int = 1, renders: int = 1) -> str:

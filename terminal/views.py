@@ -142,9 +142,15 @@ def event_line(e: Json) -> str:
 def advice(answer: Json) -> str:
     live = "live" if answer.get("live") else "not live: no frame yet (not running or not scraped)"
     out = [f"{answer['deployment']}: advice over the {answer['window']} window ({live})"]
+    waiting = answer.get("not_enough_evidence")
+    if waiting:  # the window is no evidence: the traffic rules decide nothing (their numbers)
+        out.append(f"  {cell(waiting)}: no rule that reads the traffic decides")
     for v in answer["verdicts"]:
-        mark = {True: "YES", False: "no", None: "?"}[v["triggered"]]
-        out.append(f"  [{mark:>3}] {v['rule']}: {cell(v['advice'])}")
+        if v.get("not_enough_evidence"):
+            out.append(f"  [  -] {v['rule']}: not enough evidence")
+        else:
+            mark = {True: "YES", False: "no", None: "?"}[v["triggered"]]
+            out.append(f"  [{mark:>3}] {v['rule']}: {cell(v['advice'])}")
         numbers = ", ".join(f"{k}={cell(val)}" for k, val in (v.get("evidence") or {}).items())
         if numbers:
             out.append(f"        {numbers}")

@@ -13,6 +13,13 @@ both or bound the other way (hysteresis: one such sample moves nothing), at leas
 cooldown since the last move; a budget of moves per hour; each role keeps `min_per_role`.
 Dry-run decisions count as moves for the rails, so a dry run records what a live one does.
 
+Evidence (domain/evidence.py): a move (or a held one) is not decided from a window a change
+disturbed (a sample whose frame marks a rollout in it or its settling: a switch's held
+requests are not the workload) or from fewer than MIN_REAL_REQUESTS real requests in the
+window (pdctl's canaries are never counted): the decision is none, "not enough evidence
+(why)". A move the arrivals lead keeps its own minimum (MIN_ARRIVALS): it is made before the
+requests finish, which is its point.
+
 Leading (`lead_from_arrivals`, controller/autopilot/demand.py): where a capacity model of the
 deployment exists, the window's arrivals say what each role must give; a role they outrun,
 while the other could spare one, moves one instance at once, without waiting for the backlog
@@ -36,10 +43,12 @@ from controller.autopilot.demand import (
 )
 from controller.spec.autopilot import Autopilot
 from controller.spec.deployment import DeploymentSpec
+from domain.evidence import MIN_REAL_REQUESTS, not_enough
 
 HOUR_S = 3600.0
 SAMPLE_GAP_S = 2.0  # the oldest sample may be this much younger than the window start
 SATURATED = 0.9  # of the decodes' sequences running
+SAMPLE_WINDOW_S = 10.0  # each sample is the 10 s frame
 TTFT, ITL, BOTH, FINE, IDLE = "ttft", "itl", "both", "fine", "idle"
 
 
@@ -63,6 +72,11 @@ class Sample:
     arrivals_per_s: float | None = None
     prompt_tokens_per_s: float | None = None
     output_tokens_per_s: float | None = None
+    # Evidence (frame["evidence"]): client requests the proxy counted in the 10 s window, every
+    # outcome, canaries never (None: not marked; `requests` stands for it), and why the window
+    # is disturbed by a change (None: it is not)
+    real_requests: float | None = None
+    disturbed: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +109,7 @@ def sample(frame: Mapping[str, Any], ts: float, slots: Mapping[str, int] | None 
     slo = frame.get("slo") or {}
     kv = [r["kv_cache_usage"] for r in dec if r.get("kv_cache_usage") is not None]
     arrivals = frame.get("arrivals") or {}
+    evidence = frame.get("evidence") or {}
     return Sample(
         ts=ts,
         requests=float((frame.get("ttft") or {}).get("count") or 0.0),
@@ -113,6 +128,8 @@ def sample(frame: Mapping[str, Any], ts: float, slots: Mapping[str, int] | None 
         arrivals_per_s=arrivals.get("per_s"),
         prompt_tokens_per_s=arrivals.get("prompt_tokens_per_s"),
         output_tokens_per_s=arrivals.get("output_tokens_per_s"),
+        real_requests=evidence.get("real_requests"),
+        disturbed=evidence.get("why") if evidence.get("disturbed") else None,
     )
 
 
@@ -231,6 +248,49 @@ def decide(
     were made; `busy`: why a change is under way (None: nothing runs); `load`: running
     requests per instance, to pick the one that drains fastest; `capacity`: the model of one
     instance per role (controller/autopilot/capacity.py; None: backlog signals only)."""
+    d, led = _decide(ap, samples, roles, moves, now, busy, load, capacity)
+    if d.kind == "none":
+        return d
+    why = evidence_lacking([s for s in samples if s.ts >= now - ap.window_s], ap, led)
+    if why is None:
+        return d
+    return Decision(
+        "none", f"{d.why}, not made: {why}", d.bound, None, d.source, d.target, d.numbers
+    )
+
+
+def evidence_lacking(inside: Sequence[Sample], ap: Autopilot, led: bool = False) -> str | None:
+    """Why the window's samples are no evidence to move on ("not enough evidence (...)"), or
+    None: a change disturbed one of them, or too few real requests came in the window. A
+    move the arrivals lead has its own minimum (demand.py MIN_ARRIVALS over the lead span):
+    it acts before the requests finish, which is its point."""
+    disturbed = [s.disturbed for s in inside if s.disturbed]
+    if disturbed:
+        return disturbed[-1]  # the frame's own words, the newest
+    if led:
+        return None
+    counts = [s.real_requests if s.real_requests is not None else s.requests for s in inside]
+    span = max(ap.window_s, SAMPLE_WINDOW_S)  # a shorter window still reads a 10 s frame
+    real = sum(counts) / len(counts) * span / SAMPLE_WINDOW_S if counts else 0.0
+    if real < MIN_REAL_REQUESTS:
+        return not_enough(
+            f"about {real:.0f} real requests in the last {span:g} s, "
+            f"{MIN_REAL_REQUESTS} needed; pdctl's own canaries and probes are not traffic"
+        )
+    return None
+
+
+def _decide(
+    ap: Autopilot,
+    samples: Sequence[Sample],
+    roles: Mapping[str, str],
+    moves: Sequence[float],
+    now: float,
+    busy: str | None,
+    load: Mapping[str, int] | None,
+    capacity: Capacity | None,
+) -> tuple[Decision, bool]:
+    """The decision, and whether the arrivals led it."""
     inside = [s for s in samples if s.ts >= now - ap.window_s]
     numbers = window_numbers(inside, ap)
     have = {role: sum(1 for r in roles.values() if r == role) for role in ("prefill", "decode")}
@@ -248,22 +308,22 @@ def decide(
             f"the arrivals need {demand.prefill:.1f} prefills and {demand.decode:.1f} decodes, "
             f"{have['prefill']} and {have['decode']} serve: one {source} to {short}"
         )
-        return _move(ap, roles, moves, now, busy, load, led, what, numbers)
+        return _move(ap, roles, moves, now, busy, load, led, what, numbers), True
     kind = held_bound(samples, ap, now)
     if kind is None:
-        return Decision("none", _no_bound_why(inside, ap, now), numbers=numbers)
+        return Decision("none", _no_bound_why(inside, ap, now), numbers=numbers), False
     att = numbers["slo_attainment_mean"]
     if att is not None and att >= ap.attainment_target:
         why = f"{kind}-bound but SLO attainment {att:.0%} meets {ap.attainment_target:.0%}"
-        return Decision("none", why, bound=kind, numbers=numbers)
+        return Decision("none", why, bound=kind, numbers=numbers), False
     source, target = ("decode", "prefill") if kind == TTFT else ("prefill", "decode")
     what = f"{kind.upper()}-bound for {ap.window_s:g} s: one {source} to {target}"
     if demand is not None and leaves_short(demand, source, have[source], ap.demand_high):
         need = demand.prefill if source == "prefill" else demand.decode
         left = have[source] - 1
         why = f"{what}, not made: the arrivals need {need:.1f} {source}s, {left} would be left"
-        return Decision("none", why, kind, None, source, target, numbers)
-    return _move(ap, roles, moves, now, busy, load, kind, what, numbers)
+        return Decision("none", why, kind, None, source, target, numbers), False
+    return _move(ap, roles, moves, now, busy, load, kind, what, numbers), False
 
 
 def _led(

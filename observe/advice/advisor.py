@@ -2,7 +2,12 @@
 
 Each rule reads named signals (from live proxy and engine metrics, a bench result, or a
 plan result), and answers with a verdict, the numbers behind it and the signals it used.
-A rule whose signals are absent says so instead of guessing. Pure: a dict in, verdicts out.
+A rule whose signals are absent says so instead of guessing. A rule that reads the traffic
+decides nothing from a window that is no evidence (a change ran in it, or too few real
+requests: domain/evidence.py): its verdict is None and its advice says "not enough evidence
+(why)". The two correctness rules keep their own evidence rules (the PD check's request
+minimum and its grace after any rollout; the canary's own probes) and still judge. Pure: a
+dict in, verdicts out.
 
 Signals (all optional):
   topology                "colocated" | "disaggregated"
@@ -47,6 +52,7 @@ class Verdict:
     advice: str
     evidence: dict[str, Any] = field(default_factory=dict)
     signals: tuple[str, ...] = ()
+    not_enough_evidence: str | None = None  # why the window decides nothing (None: it does)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -55,6 +61,7 @@ class Verdict:
             "advice": self.advice,
             "evidence": self.evidence,
             "signals": list(self.signals),
+            "not_enough_evidence": self.not_enough_evidence,
         }
 
 
@@ -64,6 +71,7 @@ class Rule:
     needs: tuple[str, ...]
     check: Callable[[Signals], tuple[bool, str, dict[str, Any]]]
     reads: tuple[str, ...] = ()  # optional: used when present, and listed with its source
+    traffic: bool = True  # judges the workload: waits for a window that is evidence
 
     @property
     def signals(self) -> tuple[str, ...]:
@@ -345,12 +353,15 @@ RULES = (
         ("pd_recomputing_decodes",),
         _pd_not_happening,
         reads=("pd_transfer_share", "pd_failed_transfers"),
+        traffic=False,
     ),
-    Rule("canary_failing", ("canary_failing_pairs",), _canary_failing),
+    Rule("canary_failing", ("canary_failing_pairs",), _canary_failing, traffic=False),
 )
 
 
-def advise(signals: Signals) -> list[Verdict]:
+def advise(signals: Signals, not_enough: str | None = None) -> list[Verdict]:
+    """Every rule's verdict; `not_enough`: why the window is no evidence (domain/evidence.py
+    `not_enough`), so the rules that read the traffic decide nothing, showing their numbers."""
     verdicts = []
     for rule in RULES:
         missing = [n for n in rule.needs if signals.get(n) is None]
@@ -362,5 +373,10 @@ def advise(signals: Signals) -> list[Verdict]:
             )
             continue
         triggered, advice, evidence = rule.check(signals)
+        if not_enough is not None and rule.traffic:
+            verdicts.append(
+                Verdict(rule.name, None, not_enough, evidence, rule.signals, not_enough)
+            )
+            continue
         verdicts.append(Verdict(rule.name, triggered, advice, evidence, rule.signals))
     return verdicts

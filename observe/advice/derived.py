@@ -17,6 +17,16 @@ class Derived:
     values: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     absent: dict[str, str] = field(default_factory=dict)
+    # The live frame's `evidence` (observe/frames.py Evidence): is the window one to decide
+    # from? None: not from a live window (a bench or plan result is its own evidence)
+    evidence: dict[str, Any] | None = None
+
+    @property
+    def not_enough(self) -> str | None:
+        """Why the window decides nothing ("not enough evidence (...)"), or None."""
+        if self.evidence is None or self.evidence.get("enough", True):
+            return None
+        return self.evidence.get("why") or "not enough evidence"
 
     def put(self, name: str, value: Any, source: str, why_not: str = "") -> None:
         """Record `value` (a finite number or a word) or, when it is None, why not."""

@@ -69,7 +69,7 @@ _NO_FRAME = "no live frame: the deployment is not running here, or not scraped y
 def advice(derived: Derived) -> dict[str, Any]:
     """The advisor's verdicts with, for each signal a rule reads, its source or its absence."""
     verdicts = []
-    for verdict in advise(derived.values):
+    for verdict in advise(derived.values, derived.not_enough):
         item = verdict.to_json()
         item["sources"] = {
             name: derived.sources.get(name) or f"absent: {derived.absent.get(name, 'not measured')}"
@@ -80,6 +80,8 @@ def advice(derived: Derived) -> dict[str, Any]:
         "signals": derived.values,
         "sources": derived.sources,
         "absent": derived.absent,
+        "evidence": derived.evidence,
+        "not_enough_evidence": derived.not_enough,
         "verdicts": verdicts,
     }
 
@@ -99,6 +101,9 @@ def from_frame(
     `time_scale`: a stand-in's --time-scale K; its rates are read in its modelled time (x K,
     as the rules' thresholds mean them), its latencies as measured (its SLOs are set alike)."""
     d = Derived()
+    # A window with a change in it, or too few real requests, decides nothing (frames from
+    # before the scraper marked them carry no `evidence`: judged as they are)
+    d.evidence = (frame or {}).get("evidence")
     d.put("topology", topology, "deployment spec")
     slo = (frame or {}).get("slo") or slo or {}
     d.put("slo_ttft_ms", slo.get("ttft_ms"), "deployment spec SLO", "no TTFT target set")

@@ -59,12 +59,18 @@ def advise(
 def proposals_text(name: str, found: dict[str, Any]) -> str:
     items = found.get("proposals") or []
     if not items:
-        return "no change proposed"
+        waiting = found.get("not_enough_evidence")
+        return f"no change proposed: {waiting}" if waiting else "no change proposed"
     out = [f"proposed changes (from revision {found['revision']}):"]
     for p in items:
         out.append(f"  {p['rule']}: {p['summary']}")
+        for line in p.get("changes_text") or ():
+            out.append(f"    change: {line}")
         out.append(f"    how: {p['how']}; {p['disruption']}")
         out.append(f"    forecast: {forecast_line(p)}")
+        note = ((p.get("forecast") or {}).get("predicted") or {}).get("baseline_note")
+        if note:
+            out.append(f"    baseline: {note}")
         out.append(f"    apply: pdctl advise {name} --apply {p['rule']}")
     return "\n".join(out)
 
@@ -77,9 +83,19 @@ def forecast_line(p: dict[str, Any]) -> str:
     w = f["workload"]
     said = predicted.get("direction")
     agrees = "as proposed" if predicted.get("agrees") else "NOT as proposed"
+    if isinstance(predicted.get("now_measured"), int | float):  # the figure the page shows
+        moved = (
+            f"{watch['signal']} {_num(predicted.get('baseline'))} measured -> "
+            f"~{_num(predicted.get('expected'))} (the planner: {_num(predicted.get('now'))} -> "
+            f"{_num(predicted.get('after'))}, {said}, {agrees})"
+        )
+    else:
+        moved = (
+            f"{watch['signal']} {_num(predicted.get('now'))} -> {_num(predicted.get('after'))} "
+            f"({said}, {agrees})"
+        )
     return (
-        f"{watch['signal']} {_num(predicted.get('now'))} -> {_num(predicted.get('after'))} "
-        f"({said}, {agrees}); the planner on {w['num_prompts']} requests of "
+        f"{moved}; the planner on {w['num_prompts']} requests of "
         f"{w['input_len']} in / {w['output_len']} out at {_num(w['rate'])} req/s, "
         f"{f['now']['config']} -> {f['after']['config']}"
     )

@@ -40,9 +40,11 @@ def frame(ts: float) -> dict:
         "ts": ts,
         "slo": {"ttft_ms": 1000, "itl_ms": 50},
         "slo_attainment": 0.2,
-        "ttft": {"count": 10, "p90": 3.0},
+        "ttft": {"count": 30, "p90": 3.0},
         "itl": {"count": 100, "p90": 0.01},
         "instances": rows,
+        # 30 client requests in the 10 s frame, no change in it (observe/evidence.py)
+        "evidence": {"real_requests": 30, "disturbed": False, "enough": True, "why": None},
     }
 
 

@@ -17,15 +17,16 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from controller import PROPOSING_RULES, Change, StoreRevisions, propose
+from controller import PROPOSING_RULES, Change, Engine, StoreRevisions, Target, propose
 from domain.errors import ConfigError, InvalidTransition, PdctlError
+from services.proposal_cost import restart_cost
 from services.proposal_forecast import forecast
-from services.rollouts import last_applied, store_and_roll_out
+from services.rollouts import last_applied, running, store_and_roll_out
 from state.errors import StaleRevision
 from state.store import Current, Store
 from web import htmx
 from web.deps import Operator, ServiceDep, StoreDep, get_service
-from web.diff import diff
+from web.diff import describe, diff
 from web.schemas import ChangeOut
 from web.views.live_advice import live
 from web.views.page import PageActor, page_context, require_operator
@@ -59,6 +60,9 @@ async def shown_proposals(request: Request, store: Store, name: str, window: str
     for item in found["items"]:
         change = item.pop("change_obj")
         item["forecast"] = await _forecast(request, current, change, signals)
+        cost = await _cost(request, store, current, change, signals)
+        if cost is not None:  # what the rollout would really restart, and what that costs
+            item["cost"], item["disruption"] = cost, cost["disruption"]
         out.append(item)
     return {"advice": found["advice"], "revision": current.revision, "proposals": out}
 
@@ -79,6 +83,8 @@ async def list_proposals(
         "revision": found["revision"],
         "window": window,
         "live": found["advice"]["live"],
+        # why nothing is proposed from this window (domain/evidence.py), or None
+        "not_enough_evidence": found["advice"].get("not_enough_evidence"),
         "proposals": found["proposals"],
     }
 
@@ -202,14 +208,55 @@ async def _carry_out(
 
 
 def _shown(verdict: dict[str, Any], change: Change, current: Current) -> dict[str, Any]:
-    changes = diff(current.spec.model_dump(mode="json"), change.spec.model_dump(mode="json"))
+    old, new = current.spec.model_dump(mode="json"), change.spec.model_dump(mode="json")
     return {
         "rule": verdict["rule"],
         "advice": verdict["advice"],
         "evidence": verdict["evidence"],
         **change.to_json(),
-        "changes": [ChangeOut.of(c).model_dump() for c in changes],
+        "changes": [ChangeOut.of(c).model_dump() for c in diff(old, new)],
+        "changes_text": describe(old, new),  # the same, as lines a person reads
     }
+
+
+async def _cost(
+    request: Request, store: Store, current: Current, change: Change, signals: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A new revision's cost from what rolling it out would do now (the rollout engine's
+    forecast and this deployment's measured starts), cached as the forecasts are; None for a
+    role move or a switch (their own words hold) or where it cannot be said."""
+    if change.how != "revision":
+        return None
+    controller = request.app.state.controller
+    name = current.name
+    if not running(controller, name):
+        return None  # stored, then started on it: nothing runs to disturb
+    cache: dict[tuple, tuple[float, dict]] | None = getattr(request.app.state, "costs", None)
+    if cache is None:
+        cache = request.app.state.costs = {}
+    key = (name, current.revision, change.rule)
+    hit = cache.get(key)
+    if hit is not None and time.monotonic() - hit[0] < FORECAST_TTL_S:
+        return hit[1]
+    try:
+        saved = store.update(name, change.spec, "advisor", None, dry_run=True)
+        preview = await controller.forecast_apply(
+            name, Target(saved.revision, saved.spec, saved.ports)
+        )
+    except PdctlError:
+        return None
+    scale = current.spec.time_scale if current.spec.engine is Engine.SIM else 1.0
+    rate = signals.get("request_rate")
+    result = restart_cost(
+        preview,
+        controller.start_times(name),
+        rate / scale if isinstance(rate, int | float) else None,  # the wall clock's req/s
+        current.spec.proxy.hold_deadline_s,
+    )
+    if len(cache) > 256:
+        cache.clear()
+    cache[key] = (time.monotonic(), result)
+    return result
 
 
 async def _forecast(

@@ -94,3 +94,63 @@ def test_a_bad_window_is_a_usage_error_before_anything_is_sent(monkeypatch):
     out = run(monkeypatch, api, "advise", "flip", "--window", "2h", "--apply", "ttft_binding")
     assert out.exit_code == exits.USAGE and api.sent == []
     assert "--window '2h'" in out.output
+
+
+IDLE_WHY = (
+    "not enough evidence (no real traffic: 0 real request(s) in the 1m window, 20 needed; "
+    "pdctl's own canaries and probes are not traffic)"
+)
+
+
+class IdleApi(FakeApi):
+    def get(self, path: str, **query: Any) -> Any:
+        if path.endswith("/proposals"):
+            return {"revision": 7, "proposals": [], "not_enough_evidence": IDLE_WHY}
+        light = {
+            "rule": "light_traffic",
+            "triggered": None,
+            "advice": IDLE_WHY,
+            "evidence": {"request_rate": 0.0},
+            "not_enough_evidence": IDLE_WHY,
+        }
+        return {**ADVICE, "not_enough_evidence": IDLE_WHY, "verdicts": [light]}
+
+
+def test_an_idle_deployment_says_not_enough_evidence_and_proposes_nothing(monkeypatch):
+    out = run(monkeypatch, IdleApi([]), "advise", "flip")
+    assert out.exit_code == 0, out.output
+    assert f"  {IDLE_WHY}: no rule that reads the traffic decides" in out.output
+    assert "[  -] light_traffic: not enough evidence" in out.output
+    assert "[YES]" not in out.output
+    assert f"no change proposed: {IDLE_WHY}" in out.output
+
+
+def test_a_proposal_reads_its_changes_in_words_and_its_forecast_from_the_measured_figure(
+    monkeypatch,
+):
+    colocate = {
+        **PROPOSAL,
+        "rule": "light_traffic",
+        "how": "revision",
+        "disruption": "by recreate (the proxy restarts, so nothing can keep serving through it)",
+        "changes_text": ["group decode removed (role decode, count 1, tp 1)"],
+        "forecast": {
+            **PROPOSAL["forecast"],
+            "predicted": {
+                "now": 37.0,
+                "after": 20.0,
+                "direction": "down",
+                "agrees": True,
+                "now_measured": 64.8,
+                "baseline": 64.8,
+                "expected": 35.03,
+                "baseline_note": "the planner puts the layout that runs now at 37 where 64.8",
+            },
+        },
+    }
+    out = run(monkeypatch, FakeApi([colocate]), "advise", "flip").output
+    assert "    change: group decode removed (role decode, count 1, tp 1)" in out
+    assert "{'" not in out
+    assert "how: revision; by recreate (the proxy restarts" in out
+    assert "ttft_p99_ms 64.8 measured -> ~35.03 (the planner: 37 -> 20, down, as proposed)" in out
+    assert "    baseline: the planner puts the layout that runs now at 37 where 64.8" in out

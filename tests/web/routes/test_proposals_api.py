@@ -51,6 +51,7 @@ def test_no_live_frame_no_proposal(make_client):
         "revision": 1,
         "window": "1m",
         "live": False,
+        "not_enough_evidence": None,
         "proposals": [],
     }
 
@@ -71,6 +72,9 @@ def test_a_ttft_bound_pair_is_proposed_a_wider_prefill_with_the_planners_forecas
     assert predicted["signal"] == "ttft_p99_ms" and predicted["now_measured"] == 1500.0
     assert predicted["direction"] in ("down", "flat", "up")
     assert predicted["agrees"] == (predicted["direction"] == "down")
+    # the baseline is the figure the page shows (the advisor's measured p99), not the planner's
+    assert predicted["baseline"] == 1500.0 and isinstance(predicted["expected"], float)
+    assert p["changes_text"] == ["group prefill: tp: 1 → 2"]
 
 
 def test_applying_stores_the_revision_and_audits_it(plane):
@@ -234,3 +238,71 @@ def test_a_busy_frontend_is_proposed_a_render_tier_and_applying_adds_the_group(m
     # 0.95 cores x the render load share at 2,000 in / 16 out (~0.62): two at half a core each
     assert [(g["name"], g["role"], g["count"]) for g in groups][-1] == ("render", "render", 2)
     assert "2 render instance(s) (sized to half a core each" in p["summary"]
+
+
+def marked(evidence: dict) -> dict:
+    return {**ttft_bound("pd"), "evidence": evidence}
+
+
+def test_an_idle_window_proposes_nothing_and_says_why(make_client):
+    from observe.evidence import judge
+
+    client = make_client()
+    client.post("/api/deployments", json=nixl_1p1d())
+    observe(client, {"pd": marked(judge(0, [], "1m", 60.0, 1000.0))})
+    result = client.get("/api/deployments/pd/proposals").json()
+    assert result["proposals"] == []
+    assert result["not_enough_evidence"].startswith("not enough evidence (no real traffic: 0 real")
+    advice = client.get("/api/deployments/pd/advice").json()
+    ttft = next(v for v in advice["verdicts"] if v["rule"] == "ttft_binding")
+    assert ttft["triggered"] is None and ttft["advice"] == result["not_enough_evidence"]
+    refused = client.post(
+        "/api/deployments/pd/proposals/apply", json={"rule": "ttft_binding", "revision": 1}
+    )
+    assert refused.status_code == 409 and "not enough evidence" in refused.json()["detail"]
+
+
+def test_right_after_a_switch_nothing_is_proposed_then_it_is_again(make_client):
+    from types import SimpleNamespace
+
+    from observe.evidence import judge, marks
+
+    switch = SimpleNamespace(
+        id="2", kind="switch", strategy="hold", state="done", started_at=990.0, ended_at=995.0
+    )
+    client = make_client()
+    client.post("/api/deployments", json=nixl_1p1d())
+    observe(client, {"pd": marked(judge(240, marks([switch], 1000.0, 400.0), "1m", 60.0, 1000.0))})
+    result = client.get("/api/deployments/pd/proposals").json()
+    assert (
+        result["proposals"] == []
+        and "a mode switch (rollout 2, hold) ended 5 s ago" in (result["not_enough_evidence"])
+    )
+    later = judge(240, marks([switch], 1075.0, 400.0), "1m", 60.0, 1075.0)
+    observe(client, {"pd": marked(later)})
+    again = client.get("/api/deployments/pd/proposals").json()
+    assert again["not_enough_evidence"] is None
+    assert [p["rule"] for p in again["proposals"]] == ["ttft_binding"]
+
+
+def test_the_panel_shows_the_changes_in_words_and_the_measured_baseline(plane):
+    from tests.web.routes.test_advice_api import HX
+
+    panel = plane.get("/deployments/pd/advice", params={"window": "10s"}, headers=HX).text
+    assert "<li>group prefill: tp: 1 → 2</li>" in panel
+    assert "{&#39;" not in panel and "{'" not in panel
+    assert "<span data-baseline>1500</span> measured → ~" in panel
+
+
+def test_the_panel_says_not_enough_evidence_on_an_idle_window(make_client):
+    from observe.evidence import judge
+    from tests.web.routes.test_advice_api import HX
+
+    client = make_client()
+    client.post("/api/deployments", json=nixl_1p1d())
+    observe(client, {"pd": marked(judge(3, [], "1m", 60.0, 1000.0))})
+    panel = client.get("/deployments/pd/advice", headers=HX).text
+    assert "data-not-enough-evidence" in panel
+    assert "not enough evidence (3 real request(s) in the 1m window, 20 needed" in panel
+    assert 'data-rule="ttft_binding" data-triggered="null"' in panel
+    assert "data-proposals" not in panel
