@@ -62,6 +62,7 @@ if TYPE_CHECKING:
         restore_secrets,
     )
     from controller.spec.role_switch import instance_roles
+    from controller.spec.surface.reach import EngineReach, reach_for
     from controller.spec.timing import timed_spec
     from controller.spec.validation import given_ports, host_port_busy, validate
     from controller.supervise.placement_log import PlacementLog
@@ -78,6 +79,7 @@ _EXPORTS = {
     "Decision": "controller.autopilot.decide",
     "DeploymentSpec": "controller.spec.deployment",
     "EC_CONNECTORS": "controller.spec.encode",
+    "EngineReach": "controller.spec.surface.reach",
     "Engine": "controller.spec.deployment",
     "HOUR_S": "controller.autopilot.decide",
     "IN_PROGRESS": "controller.rollout.record",
@@ -120,6 +122,7 @@ _EXPORTS = {
     "redact_text": "controller.spec.redact",
     "restore_secrets": "controller.spec.redact",
     "sample": "controller.autopilot.decide",
+    "reach_for": "controller.spec.surface.reach",
     "timed_spec": "controller.spec.timing",
     "validate": "controller.spec.validation",
 }
@@ -139,6 +142,7 @@ __all__ = [
     "Decision",
     "DeploymentSpec",
     "Engine",
+    "EngineReach",
     "InstancePorts",
     "LaunchSettings",
     "NodeView",
@@ -170,6 +174,7 @@ __all__ = [
     "instance_roles",
     "instance_slots",
     "propose",
+    "reach_for",
     "redact_spec",
     "redact_text",
     "restore_secrets",

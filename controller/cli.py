@@ -4,6 +4,7 @@ argument parsing only."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -179,6 +180,7 @@ def _spec_and_ports(name: str | None, db: Path, spec: Path | None):
     from controller.launch.ports import allocate
     from controller.manifests.k8s_meta import field_path
     from controller.spec.deployment import DeploymentSpec, FieldError, check
+    from controller.spec.surface.reach import reach_for, roots_variable
     from controller.spec.validation import engine_problems
 
     if name is not None:
@@ -199,7 +201,8 @@ def _spec_and_ports(name: str | None, db: Path, spec: Path | None):
             raise _SpecUnreadable(f"--spec {spec}: {where}: {first['msg']}") from None
         check(deployment)
         ports = allocate(deployment)
-    if problems := engine_problems(deployment, overrides_on=True):
+    reach = reach_for(roots_variable(os.environ), os.environ)
+    if problems := engine_problems(deployment, overrides_on=True, reach=reach):
         raise FieldError(problems[0].loc, problems[0].msg)
     return deployment, ports
 

@@ -23,6 +23,7 @@ from controller.rollout.status import instance_truth
 from controller.rollout.strategies import allowed, start_ready
 from controller.rollout.strategies import default as default_strategy
 from controller.spec.deployment import DeploymentSpec
+from controller.spec.surface.reach import EngineReach
 from controller.spec.validation import engine_problems
 from controller.supervise.placement_log import PlacementLog
 from controller.supervise.supervisor import Supervisor, SupervisorError
@@ -60,11 +61,14 @@ class ControlService:
         rollout_log: RolloutLog | None = None,
         load: TargetLoader | None = None,
         timeouts: Timeouts | None = None,
+        reach: EngineReach | None = None,
     ) -> None:
         self.supervisor = supervisor
         self.record = record
         # The host's override setting: whether a spec's unsafe_allow may let code through.
         self.allow_code_env = allow_code_env
+        # Where engines' paths and listeners may point (the operator's roots, the bound address).
+        self.reach = reach or EngineReach()
         self.placements = placements  # None: where processes were placed is not kept
         self.rollout_log = rollout_log or MemoryLog()
         # Every change to what runs goes through this one engine (controller/rollout/).
@@ -391,7 +395,7 @@ class ControlService:
     def refuse_code(self, name: str, spec: DeploymentSpec, revision: int | None) -> None:
         """Nothing runs what today's engine allowlists refuse, whenever it was stored (a
         revision saved before a rule existed is checked again at every start)."""
-        problems = engine_problems(spec, overrides_on=self.allow_code_env)
+        problems = engine_problems(spec, overrides_on=self.allow_code_env, reach=self.reach)
         if problems:
             which = f"revision {revision}" if revision is not None else "the current revision"
             self.record(

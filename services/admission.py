@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from controller import (
     AllocatedPorts,
     DeploymentSpec,
+    EngineReach,
     InstancePorts,
     PortsExhausted,
     StoredSpec,
@@ -29,6 +30,8 @@ class Admission(StoredSpec):
     allow_code_env: bool
     is_busy: Callable[[int], bool]
     reserved: frozenset[int] = frozenset()  # e.g. the control plane's own port
+    # The roots engines' paths may be under and the address they bind (none: loopback only).
+    reach: EngineReach | None = None
 
     def admit(
         self,
@@ -71,6 +74,7 @@ def admit(
         is_busy=admission.is_busy,
         allow_code_env=admission.allow_code_env,
         own_ports=own,
+        reach=admission.reach,
     )
     if problems:
         raise SpecInvalid(problems)

@@ -6,6 +6,7 @@ one."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
 import sys
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ from fastapi.templating import Jinja2Templates
 
 from controller import (
     ControlService,
+    EngineReach,
     LaunchSettings,
     PlacementLog,
     ProcessBackend,
@@ -26,6 +28,7 @@ from controller import (
     SupervisorSettings,
     Timeouts,
     host_port_busy,
+    reach_for,
 )
 from observe.scraper import start_observer
 from services.admission import Admission
@@ -149,6 +152,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.allow_code_env,
         partial(host_port_busy, hosts=hosts),
         reserved=frozenset({settings.port}),
+        reach=engine_reach(settings),
     )
     app.state.store = store = Store(engine, admission, publish=event_publisher(hub))
     app.state.registry = build_registry(store)
@@ -232,4 +236,11 @@ def build_controller(
         rollout_log=store,
         load=partial(rollout_target, store),
         timeouts=Timeouts(ready_s=settings.rollout_ready_s) if settings.rollout_ready_s else None,
+        reach=engine_reach(settings),
     )
+
+
+def engine_reach(settings: Settings) -> EngineReach:
+    """Where this host's engines may point paths (the operator's roots) and listen (where
+    they bind: loopback, unless placed on a cluster node, where pdctl sets their address)."""
+    return reach_for(settings.engine_path_roots, os.environ)

@@ -28,6 +28,10 @@ class Settings(BaseSettings):
     viewer_tokens: TokenList = Field(default_factory=list)
     operator_tokens: TokenList = Field(default_factory=list)
     allow_code_env: bool = False
+    # Directories an engine's paths (HF_HOME, --download-dir, --chat-template FILE, a
+    # connector's shared_storage_path ...) may be under; none given: the model cache only
+    # (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub). PDCTL_ENGINE_PATH_ROOTS=/a,/b
+    engine_path_roots: TokenList = Field(default_factory=list)
     port_range: Annotated[tuple[int, int], NoDecode] = DEFAULT_RANGE
     runtime_dir: Path = Path("runs")
     vllm_launcher: str = "vllm serve"
@@ -81,6 +85,7 @@ class Settings(BaseSettings):
     @field_validator(
         "viewer_tokens",
         "operator_tokens",
+        "engine_path_roots",
         "trusted_origins",
         "forwarded_allow_ips",
         "allowed_hosts",
@@ -110,6 +115,9 @@ class Settings(BaseSettings):
         low, high = self.port_range
         if not 1 <= low <= high <= 65535:
             raise ValueError(f"port range {low}-{high} must satisfy 1 <= low <= high <= 65535")
+        for root in self.engine_path_roots:
+            if not root.startswith("/"):
+                raise ValueError(f"engine_path_roots: {root!r} is not an absolute path")
         for token in (*self.viewer_tokens, *self.operator_tokens):
             if not token.rpartition(":")[2]:
                 raise ValueError("a token is SECRET or NAME:SECRET with a non-empty secret")

@@ -1,74 +1,49 @@
-"""What a spec may put in an engine's argv: an allowlist per engine, never a denylist.
+"""What a spec may put in an engine's argv: the flags of the engine's own parser, each by what
+it does (a table per engine: controller/spec/surface/vllm_flags.txt, sim_flags.txt), never a
+denylist.
 
 engine "vllm": the option strings of `vllm serve` as its own parser lists them
 (controller/spec/vllm_serve_flags.txt, generated from vLLM 0.32.0 by
-tests/fixtures/vllm/list_serve_flags.py), minus REFUSED: flags that load code (a class or
-module by name, a plugin, a config file of more flags), that let API clients make the engine
-read files or deserialize tensors, or that write files where the spec says. engine "sim": the
-options `pdctl sim` declares (simulator/cli.py) minus its hidden test knobs, with the same
-refusals. Flags pdctl renders itself (deployment.OWNED_FLAGS) are refused before this, in
-deployment.check.
+tests/fixtures/vllm/list_serve_flags.py). engine "sim": the options `pdctl sim` declares
+(simulator/cli.py) minus its hidden test knobs. Every dest of either has a kind in its table
+(tests/controller/spec/surface/test_tables.py): a setting, a host path (only under the
+operator's roots), a listener (only the instance's bound address), or what a spec never
+gives: code (a class, module, plugin or code-bearing file), a remote server, a flag that hands
+API clients the host, or one pdctl sets. Values are read by their form: a JSON config key by
+key (a key naming code, a path or the network), a chat template inline or as a file, a model
+as a Hugging Face id or a directory, LoRA adapters, KV-event endpoints. Flags pdctl renders
+itself (deployment.OWNED_FLAGS) are refused before this, in deployment.check.
 
 Tokens are read as vLLM's parser reads them: `_` in a long flag's name is `-`, a dotted
-`--json-flag.key` sets `--json-flag`, an unambiguous prefix is its flag (argparse), `-O3` is
-`--optimization-level 3`. Every token that starts with `-` (a negative number aside) must be an
-allowed flag, and every other token a value of the flag before it: so no value can turn into a
-flag, and a value that starts with `-` has to be attached (`--flag=-x`).
-
-`--chat-template` stays allowed: vLLM renders chat templates in a sandboxed Jinja environment,
-so a template (inline or a file) formats text and runs no code.
+`--json-flag.key` sets one key of `--json-flag`, an unambiguous prefix is its flag (argparse),
+`-O3` is `--optimization-level 3`. Every token that starts with `-` (a negative number aside)
+must be an allowed flag, and every other token a value of the flag before it: so no value can
+turn into a flag, and a value that starts with `-` has to be attached (`--flag=-x`).
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from controller.spec.deployment import OWNED_FLAGS
+from controller.spec.surface import values
+from controller.spec.surface.kinds import NEVER, Entry, Kind, flag_table
+from controller.spec.surface.reach import EngineReach
 
 VLLM_VERSION = "0.32.0"
 VLLM_FLAGS_FILE = Path(__file__).with_name("vllm_serve_flags.txt")
 
-_CODE = "loads code by name"
-_CLIENTS = "hands API clients"
-# By argparse dest (so every spelling and its --no- twin): why a spec may not set it.
-REFUSED: dict[str, str] = {
-    "trust_remote_code": f"{_CODE} (the model repository's own Python)",
-    "middleware": f"{_CODE} (ASGI middleware imported into the server)",
-    "tool_parser_plugin": f"{_CODE} (a Python file imported as a tool parser)",
-    "reasoning_parser_plugin": f"{_CODE} (a Python file imported as a reasoning parser)",
-    "io_processor_plugin": f"{_CODE} (an IO processor plugin)",
-    "logits_processors": f"{_CODE} (logits processor classes by qualified name)",
-    "worker_cls": f"{_CODE} (the worker class by qualified name)",
-    "worker_extension_cls": f"{_CODE} (a worker extension class by qualified name)",
-    "scheduler_cls": f"{_CODE} (the scheduler class by qualified name)",
-    "model_class_overrides": f"{_CODE} (model classes as module:class)",
-    "compilation_config": f"{_CODE} (its backend is a qualified name)",
-    "speculative_config": f"{_CODE} (its model may be a proposer's import path)",
-    "ec_transfer_config": f"{_CODE} (ec_connector_module_path)",
-    "ec_manager_config": f"{_CODE} (a manager class path)",
-    "config": "reads more flags from a YAML file, out of the spec's sight",
-    "log_config_file": f"{_CODE} (logging.config.dictConfig can build any class)",
-    "logging_config": f"{_CODE} (logging.config.dictConfig can build any class)",
-    "tool_server": "runs tool servers (the demo one executes Python)",
-    "weight_transfer_config": "lets another process replace the model's weights",
-    "allowed_local_media_path": f"{_CLIENTS} the host's files (file:// media)",
-    "enable_prompt_embeds": f"{_CLIENTS} tensor deserialization (torch.load of embeds)",
-    "enable_mm_embeds": f"{_CLIENTS} tensor deserialization (torch.load of embeds)",
-    "trust_request_chat_template": f"{_CLIENTS} the chat template",
-    "trust_request_mm_kwargs": f"{_CLIENTS} multimodal processor kwargs",
-    "mm_encoder_fp8_scale_save_path": "writes a file where the spec says",
-    "uds": "moves the engine off the TCP port pdctl gives it (--host, --port)",
-}
-# Flags whose value picks code by name: only these values.
-ALLOWED_VALUES: dict[str, frozenset[str]] = {
-    "distributed_executor_backend": frozenset({"mp", "ray", "uni", "external_launcher"}),
-}
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
-_IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+(:\w+)?$")
+
+
+def refused(engine: str) -> dict[str, str]:
+    """By dest: the flags a spec never gives `engine` (code, remote, refused), and why."""
+    return {d: e.reason() for d, e in flag_table(engine).items() if e.kind in NEVER}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +62,7 @@ class ArgProblem:
 
     index: int
     message: str
-    overridable: bool = False  # a REFUSED flag, which unsafe_allow may let through
+    overridable: bool = False  # a refused flag, which unsafe_allow may let through
 
 
 @cache
@@ -129,8 +104,9 @@ def engine_flags(engine: str) -> dict[str, Flag]:
 
 def allowed_options(engine: str, owned: frozenset[str]) -> list[str]:
     """Every option string a spec may give `engine`, for messages and docs."""
+    never = refused(engine)
     return sorted(
-        o for o, f in engine_flags(engine).items() if f.dest not in REFUSED and o not in owned
+        o for o, f in engine_flags(engine).items() if f.dest not in never and o not in owned
     )
 
 
@@ -153,13 +129,31 @@ def resolve(token: str, engine: str) -> tuple[Flag | None, str | None]:
     return flags.get(name), attached
 
 
+@dataclass(frozen=True, slots=True)
+class _Given:
+    """A flag as one token gave it: its table entry, the JSON key a dotted spelling sets,
+    and whether an override lets it through unread."""
+
+    flag: Flag
+    entry: Entry
+    key: str | None
+    trusted: bool
+
+
 def check_args(
-    args: list[str], engine: str, *, unsafe: frozenset[str] = frozenset()
+    args: list[str],
+    engine: str,
+    *,
+    unsafe: frozenset[str] = frozenset(),
+    reach: EngineReach | None = None,
 ) -> list[ArgProblem]:
     """The tokens of one extra-args list the engine may not be given. `unsafe` holds the
-    REFUSED flags an operator allowed for this deployment (the validation module decides)."""
+    refused flags an operator allowed for this deployment (the validation module decides);
+    `reach` where paths and listeners may point (none by default)."""
+    reach = reach or EngineReach()
     problems: list[ArgProblem] = []
     open_flag: Flag | None = None  # the flag the next value belongs to
+    given: _Given | None = None  # how to read its values (None: already refused)
     taken = 0  # values it has
     for k, token in enumerate(args):
         if not token.startswith("-") or _NEGATIVE_NUMBER.match(token):
@@ -173,36 +167,57 @@ def check_args(
                 )
                 continue
             taken += 1
-            problems += _check_value(open_flag, token, k)
+            problems += _check_value(given, token, k, reach)
             continue
         if open_flag is not None and _needs_value(open_flag, taken):
             problems.append(_missing_value(k - 1, open_flag))
         flag, attached = resolve(token, engine)
         # After a refused flag its values are not reported again.
-        open_flag, taken = _ANY_VALUES, 0
+        open_flag, given, taken = _ANY_VALUES, None, 0
         if flag is None:
             problems.append(ArgProblem(k, _unknown(token, engine)))
             continue
         if {flag.option, _canonical(flag)} & OWNED_FLAGS:
             problems.append(ArgProblem(k, f"{_shown(token)} is set by pdctl from the deployment"))
             continue
-        if flag.dest in REFUSED and flag.option not in unsafe:
-            problems.append(
-                ArgProblem(k, f"{_shown(token)} {REFUSED[flag.dest]} and is refused", True)
-            )
+        entry = flag_table(engine).get(flag.dest)
+        if entry is None:  # the tables cover every flag (tests); refuse rather than guess
+            problems.append(ArgProblem(k, f"{_shown(token)} has no kind in the flag table"))
             continue
+        trusted = flag.option in unsafe
+        if refusal := _refusal(_shown(token), entry, trusted):
+            problems.append(ArgProblem(k, *refusal))
+            continue
+        given = _Given(flag, entry, dotted_key(token), trusted)
         open_flag = None
         if attached is not None:
             if flag.nargs == "0":
                 problems.append(ArgProblem(k, f"{_shown(token)} is a switch and takes no value"))
             else:
-                problems += _check_value(flag, attached, k)
+                problems += _check_value(given, attached, k, reach)
             continue
         if flag.nargs != "0":
             open_flag = flag
     if open_flag is not None and _needs_value(open_flag, taken):
         problems.append(_missing_value(len(args) - 1, open_flag))
     return problems
+
+
+def dotted_key(token: str) -> str | None:
+    """The JSON key `--json-flag.key[=...]` sets; None for any other spelling."""
+    name = token.partition("=")[0]
+    if not name.startswith("--") or "." not in name:
+        return None
+    return name.split(".", 1)[1]
+
+
+def _refusal(shown: str, entry: Entry, trusted: bool) -> tuple[str, bool] | None:
+    """Why a flag is refused whatever its value, and whether an override may let it through."""
+    if entry.kind is Kind.OWNED:
+        return f"{shown} is set by pdctl from the deployment", False
+    if entry.kind in NEVER and not trusted:
+        return f"{shown} {entry.reason()} ({entry.kind.value}) and is refused", True
+    return None
 
 
 _ANY_VALUES = Flag("", "", "*")
@@ -224,21 +239,27 @@ def _canonical(flag: Flag) -> str:
     return "--" + flag.dest.replace("_", "-")
 
 
-def _check_value(flag: Flag, value: str, index: int) -> list[ArgProblem]:
-    if "module_path" in value:
-        return [ArgProblem(index, "a *_module_path loads arbitrary code and is refused")]
-    allowed = ALLOWED_VALUES.get(flag.dest)
-    if allowed is not None and value not in allowed:
-        return [
-            ArgProblem(
-                index,
-                f"{flag.option} takes one of {', '.join(sorted(allowed))} "
-                "(any other value is a class imported by name)",
-            )
-        ]
-    if flag.dest == "spec_model" and _IMPORT_PATH.match(value):
-        return [ArgProblem(index, f"{flag.option} {value!r} reads as an import path (code)")]
-    return []
+def _check_value(
+    given: _Given | None, value: str, index: int, reach: EngineReach
+) -> list[ArgProblem]:
+    """What is wrong with one value of `given`, read by its entry's kind and form."""
+    if given is None or given.trusted:
+        return []
+    entry, option = given.entry, given.flag.option
+    if given.key is not None:
+        if entry.form != "json":
+            return [ArgProblem(index, f"give {option} as one value, so all of it is read")]
+        found = values.key_problems(given.key, _json_or_text(value), reach)
+    else:
+        found = values.problems(entry, value, reach)
+    return [ArgProblem(index, f"{option}: {p}") for p in found]
+
+
+def _json_or_text(value: str) -> object:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
 
 
 def _wants_more(flag: Flag, taken: int) -> bool:

@@ -1,8 +1,11 @@
 """The deployment checks that need the world: other deployments' ports, busy host ports, the
 stand-in's profiles and the operator's settings. `validate` adds them to deployment.check.
 
-Engine argv and env go through allowlists (controller/spec/engine_flags.py, engine_env.py). What
-they refuse runs only with an override a demanding reviewer can follow: the spec names each
+Engine argv and env go through allowlists (controller/spec/engine_flags.py, engine_env.py), which
+read each entry by what it does: paths only under the operator's roots and listeners only on the
+instance's bound address (`EngineReach`, from the settings engine_path_roots and the launch's
+bind address), as are the paths a connector's extra config names. What they refuse as code runs
+only with an override a demanding reviewer can follow: the spec names each
 env name and flag in `unsafe_allow` with a reason (so it is stored in the revision, shown in
 its diff and attributed to the operator who saved it), and the host's own operator, who runs
 `pdctl serve`, has turned overrides on with the setting allow_code_env (PDCTL_ALLOW_CODE_ENV).
@@ -17,9 +20,12 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from controller.spec import engine_env, engine_flags
 from controller.spec.deployment import DeploymentSpec, Engine, FieldError, UnsafeAllow, check
+from controller.spec.surface.reach import EngineReach
+from controller.spec.surface.values import object_problems
 from domain import profiles
 from domain.errors import Problem
 
@@ -36,6 +42,7 @@ def validate(
     is_busy: Callable[[int], bool],
     allow_code_env: bool,
     own_ports: Iterable[int] = (),
+    reach: EngineReach | None = None,
 ) -> list[Problem]:
     """Every problem with `spec`; empty when it may be stored.
 
@@ -49,13 +56,17 @@ def validate(
         return [Problem(err.loc, err.message)]
     problems = _ports(spec, claimed_by_others, is_busy, set(own_ports))
     problems += _profiles(spec)
-    problems += engine_problems(spec, overrides_on=allow_code_env)
+    problems += engine_problems(spec, overrides_on=allow_code_env, reach=reach)
     return problems
 
 
-def engine_problems(spec: DeploymentSpec, *, overrides_on: bool) -> list[Problem]:
-    """What the engine allowlists refuse in the spec's env and extra args, and any
-    unsafe_allow that is off on this host or names what the spec does not use."""
+def engine_problems(
+    spec: DeploymentSpec, *, overrides_on: bool, reach: EngineReach | None = None
+) -> list[Problem]:
+    """What the engine allowlists refuse in the spec's env, extra args and connector
+    settings, and any unsafe_allow that is off on this host or names what the spec does not
+    use. `reach`: the operator's roots and the bound address (default: none, loopback)."""
+    reach = reach or EngineReach()
     unsafe = spec.unsafe_allow
     problems = []
     if unsafe is not None and not overrides_on:
@@ -68,8 +79,10 @@ def engine_problems(spec: DeploymentSpec, *, overrides_on: bool) -> list[Problem
             )
         )
     honoured = unsafe if overrides_on else None
-    problems += _env_problems(spec, set(honoured.env) if honoured else set())
-    problems += _arg_problems(spec, _unsafe_flags(spec, honoured) if honoured else frozenset())
+    problems += _env_problems(spec, set(honoured.env) if honoured else set(), reach)
+    flags = _unsafe_flags(spec, honoured) if honoured else frozenset()
+    problems += _arg_problems(spec, flags, reach)
+    problems += _connector_problems(spec, reach)
     if honoured is not None:
         problems += _unused_overrides(spec, honoured)
     return problems
@@ -89,21 +102,53 @@ def engine_arg_lists(spec: DeploymentSpec) -> list[tuple[tuple, list[str]]]:
     ]
 
 
-def _env_problems(spec: DeploymentSpec, allowed: set[str]) -> list[Problem]:
+def connector_extras(spec: DeploymentSpec) -> list[tuple[tuple, dict[str, Any]]]:
+    """Each connector extra config of the spec (KV, per group, EC) with where it is."""
+    extras: list[tuple[tuple, dict[str, Any]]] = [
+        (("kv_connector_extra_config",), dict(spec.kv_connector_extra_config))
+    ]
+    extras += [
+        (("groups", i, "kv_connector_extra_config"), dict(g.kv_connector_extra_config))
+        for i, g in enumerate(spec.groups)
+    ]
+    if spec.ec_transfer is not None:
+        extras.append(
+            (
+                ("ec_transfer", "ec_connector_extra_config"),
+                dict(spec.ec_transfer.ec_connector_extra_config),
+            )
+        )
+    return extras
+
+
+def _connector_problems(spec: DeploymentSpec, reach: EngineReach) -> list[Problem]:
+    """A connector's setting that names a path (ExampleConnector's shared_storage_path, where
+    it writes and reads KV) is held to the operator's roots, as the engine's own paths are."""
+    problems = []
+    for loc, extra in connector_extras(spec):
+        for key, value in extra.items():
+            for msg in object_problems({key: value}, reach):
+                problems.append(Problem((*loc, key), msg, "connector_not_allowed"))
+    return problems
+
+
+def _env_problems(spec: DeploymentSpec, allowed: set[str], reach: EngineReach) -> list[Problem]:
     problems = []
     for loc, env in engine_envs(spec):
-        for name in env:
-            why = engine_env.refusal(name)
+        for name, value in env.items():
+            why = engine_env.check(name, value, reach)
             if why is not None and name not in allowed:
                 hint = OVERRIDE_HINT.format(field="env")
                 problems.append(Problem((*loc, name), f"{why}; {hint}", "env_not_allowed"))
     return problems
 
 
-def _arg_problems(spec: DeploymentSpec, allowed: frozenset[str]) -> list[Problem]:
+def _arg_problems(
+    spec: DeploymentSpec, allowed: frozenset[str], reach: EngineReach
+) -> list[Problem]:
     problems = []
     for loc, args in engine_arg_lists(spec):
-        for p in engine_flags.check_args(args, spec.engine.value, unsafe=allowed):
+        for p in engine_flags.check_args(args, spec.engine.value, unsafe=allowed, reach=reach):
             msg = (
                 f"{p.message}; {OVERRIDE_HINT.format(field='args')}" if p.overridable else p.message
             )

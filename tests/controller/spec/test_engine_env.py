@@ -1,4 +1,4 @@
-"""The engine env allowlist: documented prefixes and names, minus what loads or runs code."""
+"""The engine env allowlist: the names of one table, each by what it does; anything else refused."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from controller.spec.engine_env import refusal
         "VLLM_CPU_KVCACHE_SPACE",
         "VLLM_NIXL_SIDE_CHANNEL_HOST",
         "VLLM_CPU_OMP_THREADS_BIND",
-        "VLLM_ATTENTION_BACKEND",
+        "VLLM_LOGGING_LEVEL",
         "VLLM_ROCM_USE_AITER",
         "MORI_DISABLE_AUTO_XGMI",
         "NCCL_SOCKET_IFNAME",
@@ -38,13 +38,14 @@ def test_engine_settings_are_allowed(name: str) -> None:
     "name",
     [
         "PYTHONWARNINGS",
+        "UCX_SOME_FUTURE_KNOB",  # a family is open only as far as its vetted names
+        "VLLM_ATTENTION_BACKEND",  # vLLM 0.32 reads no such variable
         "PYTHONPATH",
         "PYTHONSTARTUP",
         "BROWSER",
         "OPENSSL_CONF",
         "GCONV_PATH",
         "LD_PRELOAD",
-        "LD_LIBRARY_PATH",
         "PATH",
         "BASH_ENV",
         "GREETING",
@@ -56,7 +57,7 @@ def test_engine_settings_are_allowed(name: str) -> None:
 def test_anything_else_is_refused_by_not_being_allowed(name: str) -> None:
     message = refusal(name)
     assert message is not None and message.startswith(f"{name} is not an engine setting")
-    assert "VLLM_*" in message and "HF_TOKEN" in message
+    assert "controller/spec/surface/env.txt" in message
 
 
 @pytest.mark.parametrize(
@@ -70,7 +71,10 @@ def test_anything_else_is_refused_by_not_being_allowed(name: str) -> None:
         "VLLM_CUDART_SO_PATH",
         "VLLM_RUST_FRONTEND_PATH",
         "NCCL_NET_PLUGIN",
-        "NCCL_DEBUG_FILE",
+        "NCCL_TUNER_PLUGIN",
+        "LD_LIBRARY_PATH",
+        "UCX_GDB_COMMAND",
+        "HF_ENDPOINT",
         "UCX_MODULE_DIR",
         "NIXL_PLUGIN_DIR",
         "CUDA_HOME",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from controller.spec.engine_flags import (
-    REFUSED,
     VLLM_FLAGS_FILE,
     check_args,
+    refused,
     resolve,
     sim_flags,
     vllm_flags,
@@ -24,7 +24,7 @@ def test_the_flag_list_is_vllm_0_32s_own() -> None:
     assert {"--dtype", "--enforce-eager", "--no-enforce-eager", "-tp", "--api-key"} <= set(flags)
     assert flags["-tp"].dest == "tensor_parallel_size" and flags["--enforce-eager"].nargs == "0"
     # Every refusal names a real dest, so a rename in vLLM cannot silently reopen a flag.
-    assert set(REFUSED) <= {f.dest for f in flags.values()}
+    assert set(refused("vllm")) <= {f.dest for f in flags.values()}
 
 
 @pytest.mark.parametrize(
