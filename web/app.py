@@ -243,4 +243,4 @@ def build_controller(
 def engine_reach(settings: Settings) -> EngineReach:
     """Where this host's engines may point paths (the operator's roots) and listen (where
     they bind: loopback, unless placed on a cluster node, where pdctl sets their address)."""
-    return reach_for(settings.engine_path_roots, os.environ)
+    return reach_for(settings.engine_path_roots, os.environ, settings.runtime_dir)

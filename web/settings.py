@@ -29,8 +29,9 @@ class Settings(BaseSettings):
     operator_tokens: TokenList = Field(default_factory=list)
     allow_code_env: bool = False
     # Directories an engine's paths (HF_HOME, --download-dir, --chat-template FILE, a
-    # connector's shared_storage_path ...) may be under; none given: the model cache only
-    # (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub). PDCTL_ENGINE_PATH_ROOTS=/a,/b
+    # connector's shared_storage_path ...) may be under; none given: the model cache
+    # (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub) and runtime_dir/engine-files.
+    # PDCTL_ENGINE_PATH_ROOTS=/a,/b
     engine_path_roots: TokenList = Field(default_factory=list)
     port_range: Annotated[tuple[int, int], NoDecode] = DEFAULT_RANGE
     runtime_dir: Path = Path("runs")

@@ -33,7 +33,7 @@ def refusal(name: str) -> str | None:
             "are, each by what it does (a family such as UCX_* only as far as its vetted names)"
         )
     if entry.kind in NEVER:
-        return f"{name} {entry.reason()} ({entry.kind.value})"
+        return f"{name} {entry.refusal()}"
     return None
 
 

@@ -216,7 +216,7 @@ def _refusal(shown: str, entry: Entry, trusted: bool) -> tuple[str, bool] | None
     if entry.kind is Kind.OWNED:
         return f"{shown} is set by pdctl from the deployment", False
     if entry.kind in NEVER and not trusted:
-        return f"{shown} {entry.reason()} ({entry.kind.value}) and is refused", True
+        return f"{shown} {entry.refusal()}; it is refused", True
     return None
 
 

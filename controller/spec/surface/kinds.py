@@ -28,6 +28,12 @@ class Kind(Enum):
 
 # Refused kinds; an audited override (unsafe_allow) may let an entry of these through.
 NEVER = frozenset({Kind.CODE, Kind.REMOTE, Kind.REFUSED})
+_SAID = {
+    Kind.CODE: "code",
+    Kind.REMOTE: "a server elsewhere",
+    Kind.REFUSED: "refused",
+    Kind.OWNED: "set by pdctl",
+}
 _DEFAULT_WHY = {
     Kind.CODE: "names a program, module, library, plugin or code-bearing file the engine loads",
     Kind.REMOTE: "points the engine at a server elsewhere",
@@ -48,6 +54,10 @@ class Entry:
 
     def reason(self) -> str:
         return self.why or _DEFAULT_WHY.get(self.kind, "")
+
+    def refusal(self) -> str:
+        """What the entry is and why, after its name: "is code: a program UCX runs ..."."""
+        return f"is {_SAID[self.kind]}: {self.reason()}"
 
 
 def parse(text: str) -> dict[str, Entry]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+ENGINE_FILES = "engine-files"  # the run dir's folder for files engines read and write
 WILDCARDS = frozenset({"", "*", "0.0.0.0", "::", "[::]"})
 
 
@@ -30,12 +31,19 @@ class EngineReach:
 
 
 def reach_for(
-    roots: Sequence[str], environ: Mapping[str, str], bound: str = "127.0.0.1"
+    roots: Sequence[str],
+    environ: Mapping[str, str],
+    run_dir: Path | None = None,
+    bound: str = "127.0.0.1",
 ) -> EngineReach:
-    """The operator's roots (PDCTL_ENGINE_PATH_ROOTS; none given: the model cache) and the
-    address engines bind."""
+    """The operator's roots (PDCTL_ENGINE_PATH_ROOTS) and the address engines bind. None
+    given: the model cache and ENGINE_FILES under the run dir, never the run dir itself (it
+    holds every deployment's state and proxy admin token, which a chat template could read)."""
     given = tuple(r.strip() for r in roots if r.strip())
-    return EngineReach(given or (model_cache(environ),), bound)
+    defaults = (model_cache(environ),)
+    if run_dir is not None:
+        defaults += (str(run_dir.absolute() / ENGINE_FILES),)
+    return EngineReach(given or defaults, bound)
 
 
 def roots_variable(environ: Mapping[str, str]) -> list[str]:
