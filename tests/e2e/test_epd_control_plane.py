@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.tiers]
 
 
 def test_serve_starts_epd_and_routes_images_through_the_encoder(tmp_path):
-    store = tmp_path / "ec-store"
+    store = tmp_path / "runs" / "engine-files" / "ec-store"  # under a default root
     body = epd_1e1p1d(name="epd")
     body["ec_transfer"]["ec_connector_extra_config"]["shared_storage_path"] = str(store)
     plane = ControlPlane(tmp_path).start()

@@ -78,7 +78,7 @@ def spec(name: str) -> dict:
         "topology": "disaggregated",
         "connector": "MoRIIOConnector",
         "prefix_caching": False,
-        "env": {"VLLM_PDCTL_TEST_MARK": MARK},
+        "env": {"VLLM_LOGGING_PREFIX": MARK},
         "groups": [
             {"name": "prefill", "role": "prefill", "mode": "read"},
             {"name": "decode", "role": "decode", "mode": "read"},
@@ -136,7 +136,7 @@ def test_serve_from_another_directory_adopts_after_kill_and_leaves_nothing(plane
     # Children: engines get the deployment's entries; nobody the control plane's tokens.
     for unit in units.values():
         env = environ(unit["pid"])
-        assert env.get("VLLM_PDCTL_TEST_MARK") == (None if unit["name"] == "proxy" else MARK)
+        assert env.get("VLLM_LOGGING_PREFIX") == (None if unit["name"] == "proxy" else MARK)
         assert not {"PDCTL_OPERATOR_TOKENS", "PDCTL_VIEWER_TOKENS"} & set(env)
         assert OPERATOR not in json.dumps(env) and VIEWER not in json.dumps(env)
 

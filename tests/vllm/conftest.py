@@ -53,7 +53,9 @@ def vllm_env(setup: VllmSetup) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def plane(tmp_path_factory, vllm_setup):
-    plane = ControlPlane(tmp_path_factory.mktemp("plane"), vllm_env(vllm_setup))
+    # The ExampleConnector pairs keep KV under this session's temporary folder.
+    roots = {"PDCTL_ENGINE_PATH_ROOTS": str(tmp_path_factory.getbasetemp())}
+    plane = ControlPlane(tmp_path_factory.mktemp("plane"), {**vllm_env(vllm_setup), **roots})
     plane.start()
     try:
         yield plane

@@ -189,7 +189,7 @@ ODD_BUT_INERT = [
     "--revision='quoted' \"twice\"",
     "--code-revision=$HOME",
     "--tokenizer-revision=>out <in",
-    "--download-dir=*",
+    "--ignore-patterns=*",
 ]
 
 
@@ -199,7 +199,7 @@ def test_accepted_odd_args_reach_argv_verbatim_as_one_element(api: TestClient) -
         engine="vllm",
         model='tiny"model";$(id)',
         extra_args=ODD_BUT_INERT,
-        env={"VLLM_GREETING": "$(id); rm -rf / `x`\nline"},
+        env={"VLLM_LOGGING_PREFIX": "$(id); rm -rf / `x`\nline"},
     )
     assert api.post("/api/deployments", json=body).status_code == 201
     commands = api.get("/api/deployments/inert/commands").json()
@@ -210,7 +210,7 @@ def test_accepted_odd_args_reach_argv_verbatim_as_one_element(api: TestClient) -
         assert 'tiny"model";$(id)' in argv
         # The line an operator copies is quoted: a shell splits it back into the same argv.
         assert shlex.split(commands[name]["command"]) == argv
-        assert commands[name]["env"]["VLLM_GREETING"] == "$(id); rm -rf / `x`\nline"
+        assert commands[name]["env"]["VLLM_LOGGING_PREFIX"] == "$(id); rm -rf / `x`\nline"
     assert api.delete("/api/deployments/inert").status_code == 204
 
 

@@ -141,7 +141,7 @@ def test_adding_and_removing_groups_saves_nothing(client):
 
 def test_edit_keeps_what_the_form_does_not_show(client):
     spec = moriio()
-    spec["groups"][0]["env"] = {"VLLM_MY_FLAG": "1"}
+    spec["groups"][0]["env"] = {"VLLM_LOGGING_PREFIX": "1"}
     spec["groups"][0]["max_num_seqs"] = 64
     client.post("/api/deployments", json=spec)
     page = client.get("/deployments/mori/edit")
@@ -155,7 +155,7 @@ def test_edit_keeps_what_the_form_does_not_show(client):
     stored = client.get("/api/deployments/mori").json()
     assert stored["revision"] == 2 and stored["reason"] == "tighter"
     assert stored["spec"]["slo"]["ttft_ms"] == 250
-    assert stored["spec"]["groups"][0]["env"] == {"VLLM_MY_FLAG": "1"}
+    assert stored["spec"]["groups"][0]["env"] == {"VLLM_LOGGING_PREFIX": "1"}
     assert stored["spec"]["groups"][0]["max_num_seqs"] == 64
 
 
@@ -312,7 +312,8 @@ def _epd_form(**changes: str) -> dict[str, str]:
     return data
 
 
-def test_form_creates_an_encode_prefill_decode_deployment(client):
+def test_form_creates_an_encode_prefill_decode_deployment(make_client):
+    client = make_client(engine_path_roots=["/tmp/pdctl-ec-form"])  # the store may be there
     response = client.post("/deployments/new", data=_epd_form(), headers=HX)
     assert response.status_code == 200, field_errors(response.text)
     spec = client.get("/api/deployments/epd").json()["spec"]

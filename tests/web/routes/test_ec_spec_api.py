@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from tests.specs import edited, epd_1e1p1d
+from tests.specs import EC_STORE, edited, epd_1e1p1d
 
 
 def test_an_encoder_without_a_storage_path_is_a_422_naming_it(client: TestClient) -> None:
@@ -29,6 +29,8 @@ def test_an_unknown_ec_connector_is_a_422_naming_it(client: TestClient) -> None:
     assert response.json()["detail"][0]["loc"] == ["body", "ec_transfer", "ec_connector"]
 
 
-def test_an_epd_spec_is_stored(client: TestClient) -> None:
+def test_an_epd_spec_is_stored(make_client) -> None:
+    # on a host whose operator lets engines use the store (PDCTL_ENGINE_PATH_ROOTS)
+    client = make_client(engine_path_roots=[EC_STORE])
     response = client.post("/api/deployments", json=epd_1e1p1d())
     assert response.status_code in (200, 201), response.text
