@@ -40,7 +40,7 @@ def reach_for(
     given: the model cache and ENGINE_FILES under the run dir, never the run dir itself (it
     holds every deployment's state and proxy admin token, which a chat template could read)."""
     given = tuple(r.strip() for r in roots if r.strip())
-    defaults = (model_cache(environ),)
+    defaults: tuple[str, ...] = (model_cache(environ),)
     if run_dir is not None:
         defaults += (str(run_dir.absolute() / ENGINE_FILES),)
     return EngineReach(given or defaults, bound)
