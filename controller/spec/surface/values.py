@@ -19,6 +19,9 @@ from controller.spec.surface.reach import EngineReach, address_problem, path_pro
 # A value that reads as a Python object by name: logging's ext:// and cfg:// resolvers import
 # modules; a *_module_path is imported by the connector that reads it.
 _CODE_VALUE = re.compile(r"^\s*(ext|cfg)://|module_path", re.IGNORECASE)
+# Inside a JSON setting, a dotted name (pkg.mod.Class, pkg.mod:fn) is an import path: vLLM's
+# configs take classes and functions that way (a KV cache policy, an inductor pass).
+_IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+(:\w+)?$")
 # A Hugging Face id ("org/name" or "name"): anything else is a local path.
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 _JINJA = ("{", "}", "\n")
@@ -54,8 +57,9 @@ def key_problems(key: str, value: Any, reach: EngineReach) -> list[str]:
         return [f"{key} names a server or an address, which an engine here does not reach"]
     if isinstance(value, dict):
         return object_problems(value, reach)
-    if isinstance(value, str) and _CODE_VALUE.search(value):
-        return [f"{key}: {value!r} reads as code: a Python object or module by name"]
+    for text in _strings(value):
+        if _CODE_VALUE.search(text) or _IMPORT_PATH.match(text):
+            return [f"{key}: {text!r} reads as code: a Python object or module by name"]
     return []
 
 

@@ -97,6 +97,8 @@ def test_any_setting_that_reads_as_code_is_refused(name: str, value: str) -> Non
         (["--structured-outputs-config.reasoning_parser_plugin", "/tmp/p.py"], 1, "plugin"),
         (["--profiler-config", '{"proton_hook": "evil.hook"}'], 1, "hook"),
         (["--hf-overrides", '{"a": {"worker_cls": "evil.W"}}'], 1, "cls"),
+        (["--hf-overrides", '{"a": {"b": "evil.module.Class"}}'], 1, "reads as code"),
+        (["--kernel-config", '{"ir_op_priority": ["pkg.mod:fn"]}'], 1, "reads as code"),
         (["--spec-method", "custom_class"], 1, "loads code"),
         (["--spec-model", "evil.Proposer"], 1, "import path"),
         (["--worker-cls", "evil.W"], 0, "is code: "),
@@ -210,6 +212,14 @@ def test_an_example_connectors_storage_path_stays_under_the_roots() -> None:
     ]
     ok = {"shared_storage_path": f"{ROOT}/kv"}
     assert found(nixl_1p1d(connector="ExampleConnector", kv_connector_extra_config=ok)) == []
+
+
+def test_a_connector_setting_naming_a_class_is_code() -> None:
+    # vLLM's KV offloading resolves a cache policy given as module.Class
+    body = nixl_1p1d(kv_connector_extra_config={"policy": "evil.policies.Steal"})
+    [(loc, msg)] = found(body)
+    assert loc == ("kv_connector_extra_config", "policy") and "reads as code" in msg
+    assert found(nixl_1p1d(kv_connector_extra_config={"backends": ["UCX"]})) == []
 
 
 def test_an_encoder_caches_storage_path_stays_under_the_roots() -> None:
