@@ -57,6 +57,10 @@ def key_problems(key: str, value: Any, reach: EngineReach) -> list[str]:
         return [f"{key} names a server or an address, which an engine here does not reach"]
     if isinstance(value, dict):
         return object_problems(value, reach)
+    if isinstance(value, list):  # settings of several items: each object read as one
+        nested = [p for v in value if isinstance(v, dict) for p in object_problems(v, reach)]
+        if nested:
+            return nested
     for text in _strings(value):
         if _CODE_VALUE.search(text) or _IMPORT_PATH.match(text):
             return [f"{key}: {text!r} reads as code: a Python object or module by name"]
@@ -66,6 +70,8 @@ def key_problems(key: str, value: Any, reach: EngineReach) -> list[str]:
 def json_problems(value: str, reach: EngineReach) -> list[str]:
     """Every key of a JSON object setting, classified (a value that is no object: a scalar)."""
     parsed = _json(value)
+    if isinstance(parsed, list):
+        return key_problems("", parsed, reach)
     return object_problems(parsed, reach) if isinstance(parsed, dict) else []
 
 

@@ -98,6 +98,8 @@ def test_any_setting_that_reads_as_code_is_refused(name: str, value: str) -> Non
         (["--profiler-config", '{"proton_hook": "evil.hook"}'], 1, "hook"),
         (["--hf-overrides", '{"a": {"worker_cls": "evil.W"}}'], 1, "cls"),
         (["--hf-overrides", '{"a": {"b": "evil.module.Class"}}'], 1, "reads as code"),
+        (["--hf-overrides", '{"a": [{"hook_fn": "x"}]}'], 1, "hook"),
+        (["--hf-overrides", '[{"worker_cls": "x"}]'], 1, "cls"),
         (["--kernel-config", '{"ir_op_priority": ["pkg.mod:fn"]}'], 1, "reads as code"),
         (["--spec-method", "custom_class"], 1, "loads code"),
         (["--spec-model", "evil.Proposer"], 1, "import path"),
