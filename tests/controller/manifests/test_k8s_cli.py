@@ -109,3 +109,18 @@ def test_the_cli_renders_a_stored_deployment_with_its_ports(run, tmp_path):
     assert out.exit_code == 0, out.stderr
     assert "http://nixl-2p2d-decode-1.nixl-2p2d-decode:" in out.stdout
     assert "nope" in error_line(run("nope", "--db", str(db)))
+
+
+def test_manifests_hold_engine_paths_to_the_operators_roots(tmp_path):
+    app = typer.Typer()
+    cli.register(app)
+    data = json.loads(SPECS["nixl-2p2d"].read_text())
+    data["extra_args"] = [*data.get("extra_args", []), "--download-dir", "/srv/weights"]
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(data))
+    at = len(data["extra_args"]) - 1
+    args = ["deploy", "k8s", "--spec", str(spec)]
+    refused = CliRunner().invoke(app, args, env={"PDCTL_ENGINE_PATH_ROOTS": ""})
+    assert f"extra_args[{at}]: --download-dir: '/srv/weights' is not under" in error_line(refused)
+    allowed = CliRunner().invoke(app, args, env={"PDCTL_ENGINE_PATH_ROOTS": "/srv"})
+    assert allowed.exit_code == 0, allowed.stderr
