@@ -44,7 +44,3 @@ def check(name: str, value: str, reach: EngineReach) -> str | None:
     entry: Entry = env_table()[name]
     found = values.problems(entry, value, reach)
     return f"{name}: {'; '.join(found)}" if found else None
-
-
-def kind(name: str) -> Entry | None:
-    return env_table().get(name)
