@@ -339,6 +339,8 @@
       fig.dataset.points = String(series.ts.length);
       // gaps in the first series: an interval with arrivals is a point (0%), never a gap
       fig.dataset.gaps = String(series[keys[0]].filter(function (v) { return v === null; }).length);
+      // points with a value (history's and frames'): a chart fed by frames alone has few
+      fig.dataset.filled = String(series.ts.length - Number(fig.dataset.gaps));
       fig.dataset.last = JSON.stringify(lastValues);
       fig.dataset.hasData = series.ts.length ? "1" : "0";
       if (typeof uPlot === "undefined") return;
