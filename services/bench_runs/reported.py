@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from domain.errors import ConfigError
 from services.bench_runs.compare import max_goodput_rate, rate_runs
@@ -43,6 +43,20 @@ class ReportedConfig(BaseModel):
     seed: int | None = Field(None, ge=0)
 
 
+class RateSummary(BaseModel):
+    """What the panel and a compare read of one rate's summary; the rest is kept as sent."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+    request_rate: Annotated[float, Field(gt=0)] | Literal["inf"]
+    slo_attainment: Annotated[float, Field(ge=0, le=1)] | None = None
+    p99_ttft_ms: Annotated[float, Field(ge=0)] | None = None
+    p99_itl_ms: Annotated[float, Field(ge=0)] | None = None
+    request_goodput: Annotated[float, Field(ge=0)] | None = None
+    completed: Annotated[int, Field(ge=0)] | None = None
+    failed: Annotated[int, Field(ge=0)] | None = None
+
+
 class BenchReport(BaseModel):
     """A finished `pdctl bench --deployment` run, to keep with the revision it measured."""
 
@@ -53,10 +67,26 @@ class BenchReport(BaseModel):
     result: dict[str, Any] = Field(description="bench/report.py's document (--result-json)")
 
 
-def bench_shaped(result: dict[str, Any]) -> bool:
-    """Whether `result` is a bench document: at least one rate, each with its request_rate."""
+def check_result(result: dict[str, Any], offered: int) -> None:
+    """ConfigError at `result` unless it is a bench document (bench/report.py) of `offered`
+    rates, each summary in the shape the panel and a compare read."""
     runs = rate_runs(result)
-    return bool(runs) and all(isinstance(r, dict) and "request_rate" in r for r in runs)
+    if len(runs) != offered:
+        raise ConfigError.at(
+            ("result",),
+            f"the result holds {len(runs)} rate(s) and the config offered {offered}: "
+            "a sweep's `runs` or one rate's summary",
+        )
+    for index, run in enumerate(runs):
+        try:
+            RateSummary.model_validate(run)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            where = ("result", "runs", index) if "runs" in result else ("result",)
+            raise ConfigError.at((*where, *first["loc"]), first["msg"]) from None
+    best = result.get("max_goodput_rate")
+    if best is not None and not isinstance(best, int | float | str):
+        raise ConfigError.at(("result", "max_goodput_rate"), 'a rate (req/s), "inf" or null')
 
 
 def keep_reported(runs: BenchRuns, current: Current, report: BenchReport, actor: str) -> BenchRun:
@@ -66,12 +96,7 @@ def keep_reported(runs: BenchRuns, current: Current, report: BenchReport, actor:
         raise ConfigError.at(
             ("revision",), f"{current.name!r} has no revision {report.revision} yet"
         )
-    if not bench_shaped(report.result):
-        raise ConfigError.at(
-            ("result",),
-            "not a bench result: a sweep's `runs` or one rate's summary, each with "
-            "its request_rate",
-        )
+    check_result(report.result, len(report.config.rates))
     config = {**report.config.model_dump(), "source": SOURCE}
     total = report.config.num_prompts * len(report.config.rates)
     run = runs.store.create(

@@ -4,6 +4,8 @@ and every refusal naming its field."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -104,7 +106,20 @@ def test_a_run_across_a_change_says_its_figures_mix_two_revisions(app):
         (report(revision=7), ["body", "revision"]),
         (report(revision=0), ["body", "revision"]),
         (report(result={"runs": []}), ["body", "result"]),
-        (report(result={"runs": [{"completed": 3}]}), ["body", "result"]),
+        (report(result={"runs": [{"completed": 3}]}), ["body", "result"]),  # 1 rate of 2
+        (report(result=sweep(10)), ["body", "result"]),
+        (report(result={"runs": [{"completed": 3}] * 2}), ["body", "result", "runs", 0]),
+        (
+            report(result={**sweep(10, 10), "runs": [sweep(10)["runs"][0], {"request_rate": -1}]}),
+            ["body", "result", "runs", 1, "request_rate"],
+        ),
+        (
+            report(
+                result={**sweep(10, 10), "runs": [{"request_rate": 1, "slo_attainment": 2}] * 2}
+            ),
+            ["body", "result", "runs", 0, "slo_attainment"],
+        ),
+        (report(result={**sweep(10, 10), "max_goodput_rate": {}}), ["body", "result"]),
         (report(config={"rates": [], "num_prompts": 1}), ["body", "config", "rates"]),
         (report(config={"rates": [-1.0], "num_prompts": 1}), ["body", "config", "rates", 0]),
         (report(config={"rates": [1.0], "num_prompts": 0}), ["body", "config", "num_prompts"]),
@@ -116,6 +131,16 @@ def test_a_bad_report_is_a_422_naming_its_field(app, body, loc):
     assert answer.status_code == 422, answer.text
     assert any(got[: len(loc)] == loc for got in loc_of(answer)), loc_of(answer)
     assert app.get("/api/deployments/solo/bench", headers=AS_VIEWER).json() == []
+
+
+def test_a_non_finite_number_anywhere_in_the_result_is_refused(app):
+    text = json.dumps(report()).replace('"goodput_share": 0.9', '"goodput_share": NaN')
+    answer = app.post(
+        "/api/deployments/solo/bench/runs",
+        content=text,
+        headers={**AS_OPERATOR, "Content-Type": "application/json"},
+    )
+    assert answer.status_code == 422 and ["body", "result", "goodput_share"] in loc_of(answer)
 
 
 def test_a_viewer_may_not_keep_a_run_nor_anyone_for_an_unknown_deployment(app):
