@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
@@ -159,7 +160,7 @@ def bench(
         )
     except BenchConfigError as exc:
         _fail(f"invalid value for {exc}")
-    base_url, slo = _where(base_url, deployment, server, slo, itl_slo_stat is not None)
+    base_url, slo, keeper = _where(base_url, deployment, server, slo, itl_slo_stat is not None)
     if dataset == chat_sessions.NAME:
         flags = chat_sessions.SessionFlags(
             request_rate, num_prompts, turns, input_len, user_len, output_len, seed, timeout
@@ -233,6 +234,37 @@ def bench(
     _show(outcomes, document, console)
     if result_json is not None:
         _write(result_json, document)
+    if keeper is not None:
+        _keep(keeper, config, document, console)
+
+
+def _keep(
+    keep: target.Keeper, config: BenchConfig, document: dict[str, Any], console: Console
+) -> None:
+    """Hand a --deployment run to its control plane, which lists it in the deployment page's
+    Bench panel; a refusal is a warning: the measurement above stands."""
+    try:
+        said = keep(run_settings(config), document)
+    except target.TargetUnresolved as exc:
+        console.print(f"[yellow]Warning: the run was not kept by the control plane: {exc.message}")
+        return
+    console.print(said)
+
+
+def run_settings(config: BenchConfig) -> dict[str, Any]:
+    """What a kept run says it was asked (services/bench_runs/reported.py ReportedConfig)."""
+    return {
+        "rates": ["inf" if math.isinf(r) else r for r in config.request_rates],
+        "num_prompts": config.num_prompts,
+        "input_len": config.input_len,
+        "output_len": config.output_len,
+        "dataset": config.dataset,
+        "slo_ttft_ms": config.slo.ttft_ms,
+        "slo_itl_ms": config.slo.itl_ms,
+        "itl_slo_stat": str(config.slo.itl_stat),
+        "burstiness": config.burstiness,
+        "seed": config.seed,
+    }
 
 
 def _chat_sessions(
@@ -263,8 +295,9 @@ def _where(
     server: str | None,
     slo: SloTargets,
     stat_given: bool,
-) -> tuple[str, SloTargets]:
-    """The URL to load and the SLO: the flags', or the stored deployment's (bench/target.py)."""
+) -> tuple[str, SloTargets, target.Keeper | None]:
+    """The URL to load and the SLO: the flags', or the stored deployment's (bench/target.py),
+    and with --deployment, who keeps the finished run."""
     if base_url is not None and deployment is not None:
         _fail("--base-url and --deployment are exclusive: give one (--deployment loads its proxy)")
     if server is not None and deployment is None:
@@ -272,13 +305,13 @@ def _where(
     if deployment is None:
         if base_url is None:
             _fail("give --base-url URL (a server to load) or --deployment NAME (a stored one)")
-        return base_url, slo
+        return base_url, slo, None
     try:
         found = target.resolve(deployment, server)
     except target.TargetUnresolved as exc:
         typer.echo(f"Error: --deployment {deployment}: {exc.message}", err=True)
         raise typer.Exit(exc.code) from None
-    return found.base_url, target.with_defaults(slo, found.slo, stat_given)
+    return found.base_url, target.with_defaults(slo, found.slo, stat_given), found.keep
 
 
 def _show(outcomes: list[RunOutcome], document: dict[str, Any], console: Console) -> None:

@@ -65,6 +65,18 @@ def _runs(
     return runs
 
 
+# what request_details adds to a rate's summary (--save-requests)
+REQUEST_DETAIL_KEYS = (
+    "input_lens",
+    "output_lens",
+    "ttfts",
+    "itls",
+    "latencies",
+    "errors",
+    "requests",
+)
+
+
 def request_details(records: Sequence[RequestRecord]) -> dict[str, Any]:
     """vLLM's per-request lists (seconds) plus our records, so either kind of reader works."""
     return {

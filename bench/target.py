@@ -6,16 +6,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from domain.slo import SloTargets
+
+# (the run's settings, its result document) -> one line saying where it was kept; raises
+# TargetUnresolved when the control plane would not keep it
+Keeper = Callable[[dict[str, Any], dict[str, Any]], str]
 
 
 @dataclass(frozen=True)
 class DeploymentTarget:
-    """The deployment's proxy and its SLO (the defaults of --slo-*)."""
+    """The deployment's proxy and its SLO (the defaults of --slo-*), and how to hand the
+    finished run back to the control plane, which keeps it with the deployment's runs."""
 
     base_url: str
     slo: SloTargets
+    keep: Keeper | None = None
 
 
 class TargetUnresolved(RuntimeError):

@@ -352,6 +352,8 @@ def point(frame: Frame) -> Point:
     return {
         "ts": frame["ts"],
         **headline(frame),
+        "xfer_p50_ms": frame["kv"]["xfer_p50_ms"],
+        "xfer_p99_ms": frame["kv"]["xfer_p99_ms"],
         "running": frame["running"],
         "waiting": frame["waiting"],
         "kv_cache_usage": frame["kv_cache_usage"],

@@ -195,6 +195,10 @@ class Point(Headline):
     """One history point per deployment per history_step_s (5 s), the 10 s window's."""
 
     ts: float
+    # the frame's kv.xfer_p50_ms / xfer_p99_ms (the engine's vllm:nixl_/moriio_xfer_time_seconds,
+    # what `pdctl top` prints), so the page's KV transfer time chart has a past as well
+    xfer_p50_ms: float | None
+    xfer_p99_ms: float | None
     running: int
     waiting: int
     kv_cache_usage: float | None
@@ -241,6 +245,8 @@ class Frame(Requests):
     # Whether this window is evidence to decide from: real requests, changes that ran
     # (observe/evidence.py, added by the scraper, which reads the rollouts)
     evidence: NotRequired[Evidence]
+    # {"revision", "modes"} the supervisor runs the deployment at (observe/serving.py)
+    serving: NotRequired[dict[str, Any]]
 
 
 class HistoryMessage(TypedDict):

@@ -34,6 +34,7 @@ from observe.evidence import judge, marks, real_requests
 from observe.frames import WINDOW_SECONDS, WINDOWS, ChangeMark, Frame, Point, Window
 from observe.pd_check import CHECK_WINDOW, DecodeState, Transition, check
 from observe.samples import parse
+from observe.serving import serving_section
 from observe.windows import CounterTrack, Snapshots, advance
 from state.history import History
 from state.hub import Hub, encode
@@ -334,5 +335,6 @@ async def start_observer(settings: Any, controller: Any, store: Any, hub: Hub) -
             retention_s=settings.history_retention_hours * 3600.0,
         ),
     )
+    observer.sections["serving"] = serving_section(controller)  # the page header follows it
     await observer.start()
     return observer

@@ -58,6 +58,8 @@
     else if (msg.type === "frame") frame(msg);
     else if (msg.type === "event") {
       htmx.trigger(document.body, "pd-event", msg);
+      // a bench run recorded (the page's own or `pdctl bench --deployment`): the Bench panel's list
+      if (typeof msg.kind === "string" && msg.kind.indexOf("bench.") === 0) htmx.trigger(document.body, "pd-bench", msg);
     }
   }
   function onOpen(e) {
@@ -125,8 +127,32 @@
     drawSeries();
     instances(f);
     pdBanner(f.pd);
+    serving(f.serving);
     canaryBanner(f.canary);
     autopilotLine(f.autopilot);
+  }
+
+  // The header's modes and revision: what the supervisor runs now (observe/serving.py), so a
+  // finished switch or rollout shows without a reload
+  function serving(sv) {
+    if (!sv) return;
+    var rev = document.getElementById("head-revision");
+    if (rev && sv.revision !== null && sv.revision !== undefined && rev.dataset.revision !== String(sv.revision)) {
+      rev.dataset.revision = String(sv.revision);
+      rev.textContent = String(sv.revision);
+    }
+    var modes = document.getElementById("head-modes"), want = (sv.modes || []).join(",");
+    if (!modes || modes.dataset.modes === want) return;
+    modes.dataset.modes = want;
+    modes.textContent = "";
+    (sv.modes || []).forEach(function (m) {
+      var b = document.createElement("span");
+      b.className = "badge mode-" + m;
+      b.dataset.mode = m;
+      b.textContent = m + " mode";
+      modes.appendChild(b);
+      modes.appendChild(document.createTextNode(" "));
+    });
   }
 
   // The correctness canary's last verdict (observe/canary.py writes the line)
@@ -180,7 +206,7 @@
     var values = { slo_attainment: f.slo_attainment, request_goodput: f.request_goodput,
       request_rate: f.request_rate, kv_bytes_per_s: kv.bytes_per_s, running: f.running,
       waiting: f.waiting, kv_cache_usage: f.kv_cache_usage, failed: out.failed,
-      prompt_saved_share: f.prompt_saved_share,
+      prompt_saved_share: f.prompt_saved_share, xfer_p50_ms: kv.xfer_p50_ms, xfer_p99_ms: kv.xfer_p99_ms,
       rejected: out.rejected, rejected_share: f.rejected_share, window: f.window };
     ["ttft", "itl"].forEach(function (m) {
       ["p50", "p90", "p99"].forEach(function (q) { values[m + "_" + q] = f[m] ? f[m][q] : null; });
@@ -313,6 +339,8 @@
       fig.dataset.points = String(series.ts.length);
       // gaps in the first series: an interval with arrivals is a point (0%), never a gap
       fig.dataset.gaps = String(series[keys[0]].filter(function (v) { return v === null; }).length);
+      // points with a value (history's and frames'): a chart fed by frames alone has few
+      fig.dataset.filled = String(series.ts.length - Number(fig.dataset.gaps));
       fig.dataset.last = JSON.stringify(lastValues);
       fig.dataset.hasData = series.ts.length ? "1" : "0";
       if (typeof uPlot === "undefined") return;

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from terminal.serving_roles import by_serving_role, moved_notes
 from terminal.tables import age, cell, clock, since, table
 
 Json = dict[str, Any]
@@ -109,9 +110,12 @@ def deployment(d: Json, units: list[Json], autopilot: Json | None = None) -> str
     width = max(len(k) for k, _ in said) + 1
     head = "\n".join(f"{k + ':':<{width}} {v}" for k, v in said)
     body = (
-        instances(units) if units else "No instances: not started (pdctl start " + d["name"] + ")"
+        instances(by_serving_role(units, spec))
+        if units
+        else "No instances: not started (pdctl start " + d["name"] + ")"
     )
-    return f"{head}\n\n{body}"
+    notes = "".join(f"\n{line}" for line in moved_notes(spec))  # under the role it serves
+    return f"{head}\n\n{body}{notes}"
 
 
 def revisions(listed: list[Json], current: int | None) -> str:

@@ -119,6 +119,7 @@ FLOORS: dict[str, list[set[str]]] = {
     ],
     "terminal": [
         {"config", "exits", "log_tail", "polling", "readiness", "spec_diff", "spec_file"},
+        {"serving_roles"},
         {"tables", "client"},
         {"views", "rollout_views", "event_stream", "session"},
         {"verbs"},

@@ -207,6 +207,22 @@ def test_moriio_pairs_get_the_engines_own_times_and_bytes_not_the_derived_figure
     assert kv["xfer_p50_ms"] is None
 
 
+def test_a_history_point_keeps_the_transfer_times_top_prints() -> None:
+    # The page's KV transfer time chart draws history points and frames; `pdctl top` prints
+    # the frame's kv.xfer_p50_ms/p99. A point without them left the chart's past empty.
+    decode = target(
+        [
+            (0.0, engine_text(nixl_bytes=0.0, connector="moriio")),
+            (10.0, engine_text(nixl_bytes=3e9, nixl_times={0.005: 4}, connector="moriio")),
+        ]
+    )
+    frame = build_frame(INFO, UNITS, {"decode-0": decode}, "10s", 10.0)
+    kept = point(frame)
+    assert kept["xfer_p50_ms"] == frame["kv"]["xfer_p50_ms"] == pytest.approx(2.5)
+    assert kept["xfer_p99_ms"] == frame["kv"]["xfer_p99_ms"] == pytest.approx(4.95)
+    assert point(build_frame(INFO, UNITS, {}, "10s", 10.0))["xfer_p50_ms"] is None
+
+
 def test_a_down_target_is_up_false_and_the_frame_still_builds() -> None:
     frame = build_frame(INFO, UNITS, {}, "1m", 5.0)
     assert frame["proxy"]["up"] is False

@@ -63,7 +63,7 @@ def _panel_context(
         mgr=bench_compare.max_goodput_rate,
         partial=bench_compare.partial,
         measured=bench_compare.rates_measured,
-        fmt_rates=lambda rates: ", ".join(f"{r:g}" for r in rates),
+        fmt_rates=lambda rates: ", ".join(_rate(r) for r in rates),
         form=extra.pop("form", DEFAULTS),
         errors=extra.pop("errors", {}),
         max_rate=MAX_RATE,
@@ -71,6 +71,10 @@ def _panel_context(
         max_arrivals=MAX_ARRIVALS_S,
         **extra,
     )
+
+
+def _rate(rate: float | str) -> str:
+    return f"{rate:g}" if isinstance(rate, int | float) else str(rate)  # "inf": all at once
 
 
 def _current(store: StoreDep, name: str) -> Current:
@@ -91,6 +95,14 @@ def current_run(name: str, request: Request, store: StoreDep, actor: PageActor) 
     ctx = _panel_context(request, actor, _current(store, name))
     blocks = ("current",) if ctx["active"] else ("current", "runs_oob")
     return htmx.fragment(request, PANEL, blocks, ctx)
+
+
+@router.get("/deployments/{name}/bench/runs", response_class=HTMLResponse)
+def runs_list(name: str, request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
+    """The list of runs alone, redrawn on a bench event (a run kept from a terminal too)
+    without touching the form above it."""
+    ctx = _panel_context(request, actor, _current(store, name))
+    return htmx.fragment(request, PANEL, "runs", ctx)
 
 
 @router.post("/deployments/{name}/bench", response_class=HTMLResponse)

@@ -4,7 +4,6 @@ log tails); the page's context is built here for page_actions' fragments too."""
 from __future__ import annotations
 
 from typing import Annotated, Any
-from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
@@ -26,6 +25,7 @@ from web.views.page import (
     page_context,
 )
 from web.views.pd_banner import pd_banner
+from web.views.topology import topology
 
 router = APIRouter(tags=["pages"], include_in_schema=False)
 _STOPPED = ("STOPPED", "EXITED")
@@ -97,6 +97,18 @@ def _switching(request: Request, name: str) -> bool:
     return controller.rollouts.active(name) is not None
 
 
+def primary_action(state: str) -> str | None:
+    """The lifecycle button a page makes primary for an `overall_state`: Start a stopped
+    deployment, Stop a running one, Restart one with a process down; none while it changes."""
+    if state == "stopped":
+        return "start"
+    if state == "running":
+        return "stop"
+    if state in ("degraded", "fatal", "backoff"):
+        return "restart"
+    return None  # starting, stopping, switching: wait for it
+
+
 def _modes(spec: DeploymentSpec) -> list[str]:
     return sorted({g.mode.value for g in spec.groups if g.mode is not None})
 
@@ -122,6 +134,7 @@ def deployment_context(
     controller = get_controller(request)
     switches = controller.switches(name) if controller is not None else []
     last = controller.rollouts.last(name) if controller is not None else None
+    state = overall_state(units, last is not None and last.active)
     ctx = page_context(
         request,
         actor,
@@ -131,7 +144,8 @@ def deployment_context(
         units=units,
         topology=topology(current, units),
         modes=_modes(current.spec),
-        state=overall_state(units, last is not None and last.active),
+        state=state,
+        primary=primary_action(state),
         rollout=last.to_json() if last is not None else None,
         switch=switches[-1].to_json() if switches else None,
         load=get_load_runs(request).current(name),
@@ -155,66 +169,6 @@ def deployment_context(
 def _other_mode(modes: list[str]) -> str:
     """The mode the switch dialog offers first: the other one when all run in one."""
     return "write" if modes == ["read"] else "read"
-
-
-def topology(current: Current, units: list[dict[str, Any]]) -> dict[str, Any]:
-    """The proxy and each instance group with its instances: the stored spec and ports, with
-    live state where the supervisor has it."""
-    by_name = {u["name"]: u for u in units}
-    proxy = by_name.get("proxy", {})
-    groups = []
-    for group in current.spec.groups:
-        instances = []
-        for i in range(group.count):
-            iname = f"{group.name}-{i}"
-            unit = by_name.get(iname, {})
-            ports = current.ports.instances.get(iname)
-            instances.append(
-                {
-                    "name": iname,
-                    "gpus": group.instance_gpus(i),
-                    "ports": ports.model_dump(exclude_none=True) if ports else {},
-                    "state": unit.get("state", "STOPPED"),
-                    "pid": unit.get("pid"),
-                    "uptime": unit.get("uptime"),
-                    "restarts": unit.get("restarts", 0),
-                    "health": unit.get("health"),
-                    "registration": unit.get("registration"),
-                    "url": unit.get("url"),
-                    "log_error": unit.get("log_error"),
-                    **node_of(unit),
-                }
-            )
-        groups.append(
-            {
-                "name": group.name,
-                "role": group.role.value,
-                "tp": group.tp,
-                "mode": group.mode.value if group.mode else None,
-                "instances": instances,
-            }
-        )
-    return {
-        "proxy": {
-            "port": current.ports.proxy,
-            "registry": current.ports.registry,
-            "policy": current.spec.proxy.policy,
-            "state": proxy.get("state", "STOPPED"),
-            "pid": proxy.get("pid"),
-            "restarts": proxy.get("restarts", 0),
-            "health": proxy.get("health"),
-            "url": proxy.get("url") or f"http://127.0.0.1:{current.ports.proxy}",
-            **node_of(proxy),
-        },
-        "groups": groups,
-    }
-
-
-def node_of(unit: dict[str, Any]) -> dict[str, Any]:
-    """The node a process is on: its cluster node's id and address, or on one host none and
-    the host its URL names (None before it was ever started)."""
-    address = unit.get("address") or (urlsplit(unit["url"]).hostname if unit.get("url") else None)
-    return {"node_id": unit.get("node"), "node_address": address}
 
 
 @router.get("/deployments/{name}", response_class=HTMLResponse)

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Path, Query, Request, status
 from pydantic import BaseModel, Field
 
 from services.bench_runs import compare as bench_compare
+from services.bench_runs.reported import BenchReport, keep_reported
 from services.bench_runs.request import BenchRequest
 from state.models import BenchRun
 from state.store import Current
@@ -120,6 +121,16 @@ async def start(
     """Start a run (one rate) or a sweep (several) against the deployment's proxy; follow it
     at /bench/{id}. SLOs left out are the deployment's."""
     return BenchRunOut.of(await start_run(request, store.get(name), body, actor.label))
+
+
+@router.post("/deployments/{name}/bench/runs", status_code=status.HTTP_201_CREATED)
+def keep(
+    name: str, body: BenchReport, request: Request, store: StoreDep, actor: Operator
+) -> BenchRunOut:
+    """Keep a finished run `pdctl bench --deployment NAME` made from a terminal: listed,
+    shown and compared as the dashboard's own runs are."""
+    run = keep_reported(get_bench_runs(request), store.get(name), body, actor.label)
+    return BenchRunOut.of(run)
 
 
 @router.get("/deployments/{name}/bench")
