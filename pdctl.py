@@ -23,7 +23,6 @@ VERB_MODULES = (
     "bench.cli",
     "controller.cli",
     "web.cli",
-    "web.nodes_cli",
     "terminal.verbs.cli",
     "terminal.top.cli",
 )

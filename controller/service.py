@@ -32,6 +32,7 @@ from controller.switch.preview import preview
 from controller.switch.role_move import RoleMoveFailed, RoleMover, plan_move
 from controller.switch.steps import Timeouts
 from domain.errors import ConfigError, Conflict, InvalidTransition, Unavailable, UpstreamError
+from domain.names import did_you_mean
 from state.changes import RevisionState
 
 log = logging.getLogger("pdctl.controller")
@@ -264,6 +265,7 @@ class ControlService:
         if instance is not None and instance not in dep.units:
             raise SupervisorError(
                 f"{name} has no instance {instance!r}; it has {', '.join(dep.units)}"
+                + did_you_mean(instance, dep.units)
             )
         target = desired or Target(dep.revision or 0, dep.spec, dep.ports)
         self.refuse_code(name, target.spec, target.revision)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlmodel import Session, col, func, select
 
+from domain.names import did_you_mean
 from state.errors import Conflict, NotFound
 from state.models import Deployment, Revision
 
@@ -13,7 +14,8 @@ from state.models import Deployment, Revision
 def deployment(s: Session, name: str) -> Deployment:
     row = s.exec(select(Deployment).where(Deployment.name == name)).first()
     if row is None:
-        raise NotFound(f"no deployment named {name!r}")
+        known = s.exec(select(Deployment.name)).all()
+        raise NotFound(f"no deployment named {name!r}{did_you_mean(name, known)}")
     return row
 
 

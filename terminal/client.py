@@ -73,7 +73,7 @@ class ApiClient:
                 answered = {k.lower(): v for k, v in response.headers.items()}
                 return Answer(response.status, self._json(raw), answered)
         except urllib.error.HTTPError as err:
-            raise self._refused(err) from None
+            raise self._refused(err, path) from None
         except (urllib.error.URLError, OSError) as exc:
             why = getattr(exc, "reason", exc)
             raise ApiError(
@@ -96,11 +96,24 @@ class ApiClient:
                 exits.UNREACHABLE,
             ) from None
 
-    def _refused(self, err: urllib.error.HTTPError) -> ApiError:
+    def _refused(self, err: urllib.error.HTTPError, path: str) -> ApiError:
         detail = _detail(err)
+        if not_ours(err.code, detail):
+            return ApiError(
+                f"--server {self.target.server}: answered {err.code} {err.reason} for {path} "
+                "(not pdctl serve?)",
+                exits.UNREACHABLE,
+            )
         said = describe(detail) or err.reason
         hint = f" (set {TOKEN_ENV})" if err.code == 401 and not self.target.token else ""
         return ApiError(f"{err.code}: {said}{hint}", exits.for_status(err.code), err.code, detail)
+
+
+def not_ours(status: int, detail: Any) -> bool:
+    """A 404 or 405 with no message of its own: no such route, so another server (a proxy, an
+    engine) or none of pdctl's, where pdctl serve names what it did not find."""
+    bare = detail is None or detail in ("Not Found", "Method Not Allowed")
+    return status in (404, 405) and bare
 
 
 def _detail(err: urllib.error.HTTPError) -> Any:

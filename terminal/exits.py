@@ -2,8 +2,9 @@
 
 0 done; 1 the server refused or the action failed (4xx other than those below, 5xx, a switch
 that failed, instances that did not come up or stop within --timeout); 2 a usage error (a bad
-flag, argument or spec file, said before anything is sent); 3 the server cannot be reached or
-did not answer as pdctl serve; 4 no valid token, or the token may not do this (401/403: a
+flag or argument, or a spec file that cannot be read or whose content the server refuses with
+422); 3 the server cannot be reached or did not answer as pdctl serve (not JSON, or a bare
+404/405: no such route); 4 no valid token, or the token may not do this (401/403: a
 viewer asking to change something); 5 a conflict: the revision changed under you, a change is
 in progress, or the deployment is not in a state that allows it (409: a refused switch);
 130 interrupted (Ctrl-C)."""

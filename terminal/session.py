@@ -11,6 +11,7 @@ from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 
+from domain.names import did_you_mean
 from terminal import exits
 from terminal.client import ApiClient, ApiError
 from terminal.config import ConfigProblem, resolve
@@ -38,6 +39,11 @@ ReasonOption = Annotated[
 
 class Usage(RuntimeError):
     """A flag or argument the verb refuses before anything is sent (exit 2)."""
+
+
+def one_of(flag: str, given: str, choices: tuple[str, ...]) -> Usage:
+    """`--strategy 'rol': one of roll, hold, recreate (did you mean 'roll'?)`."""
+    return Usage(f"{flag} {given!r}: one of {', '.join(choices)}{did_you_mean(given, choices)}")
 
 
 def client(server: str | None) -> ApiClient:

@@ -3,10 +3,21 @@ nothing, ages as 5s / 3m / 2h / 4d. Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
 
 GAP = "   "
+
+
+def node_address(row: Mapping[str, Any]) -> str | None:
+    """Where a process runs, as `show` and `top` both print it: its node's address (a
+    cluster's), else the host its URL names; never the node's id (Ray's are 56 hex digits)."""
+    if row.get("address"):
+        return str(row["address"])
+    url = row.get("url")
+    return urlsplit(url).hostname if url else None
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

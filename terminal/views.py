@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from terminal.serving_roles import by_serving_role, moved_notes
-from terminal.tables import age, cell, clock, since, table
+from terminal.tables import age, cell, clock, node_address, since, table
 
 Json = dict[str, Any]
 UP = "RUNNING"
@@ -52,7 +52,7 @@ def instances(units: list[Json]) -> str:
             u.get("mode"),
             u["state"],
             _health(u),
-            u.get("node") or u.get("address"),
+            node_address(u),
             u.get("pid"),
             u.get("restarts"),
             age(u.get("uptime")),

@@ -53,6 +53,7 @@ from controller.supervise.probing import probe_round
 from controller.supervise.stale_peers import StaleWatch, cancel_checks, check
 from controller.supervise.units import IDLE, LIVE, Supervised, Unit, describe, note_start
 from domain.errors import NotFound, SpecInvalid
+from domain.names import did_you_mean
 
 log = logging.getLogger("pdctl.supervisor")
 EventSink = Callable[[str, str, str, str | None], None]  # (actor, kind, message, deployment)
@@ -531,6 +532,7 @@ class Supervisor:
         except KeyError:
             raise SupervisorError(
                 f"{dep.name} has no instance {instance!r}; it has {', '.join(dep.units)}"
+                + did_you_mean(instance, dep.units)
             ) from None
 
 

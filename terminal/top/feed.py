@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,11 +24,11 @@ from terminal import exits
 from terminal.client import ApiClient, ApiError
 from terminal.config import TOKEN_ENV, Target
 from terminal.event_stream import ws_url as event_ws_url
+from terminal.reconnect import backoff
 
 OPEN_TIMEOUT_S = 5.0
 MAX_MESSAGE_BYTES = 16 << 20
 DRAIN_AT_ONCE = 64  # messages taken per poll, so a burst after a stall cannot starve the keys
-BACKOFF_CAP_S = 30.0
 
 
 class FeedClosed(RuntimeError):
@@ -54,12 +53,6 @@ def closed_for_good(code: int, reason: str, target: Target, name: str) -> FeedCl
     if code in (4403, 4421, 4429):
         return FeedClosed(f"refused by {target.server}: {reason or code}", exits.NOT_ALLOWED)
     return None
-
-
-def backoff(attempt: int, rng: Callable[[], float] = random.random) -> float:
-    """The dashboard's delay: 0.5 s, 1 s, 2 s ... capped at 30 s, the upper half jittered."""
-    cap = min(BACKOFF_CAP_S, 0.5 * 2**attempt)
-    return cap / 2 + rng() * cap / 2
 
 
 def ws_url(server: str, name: str, window: str) -> str:

@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 from domain.kv_connectors import metric_prefixes
+from terminal.tables import node_address
 from terminal.top import format as fmt
 from terminal.top.format import ASCII, Glyphs, clip, columns
 from terminal.top.hist import histograms, histograms_wanted
@@ -215,11 +215,8 @@ def instance_rows(v: View) -> list[Mapping[str, Any]]:
 
 
 def node_of(row: Mapping[str, Any]) -> str:
-    """The node a process is on: its address (a cluster's), else the host its URL names."""
-    if row.get("address"):
-        return str(row["address"])
-    url = row.get("url")
-    return (urlsplit(url).hostname or fmt.NONE) if url else fmt.NONE
+    """The node a process is on, as `pdctl show` prints it."""
+    return node_address(row) or fmt.NONE
 
 
 def instance_line(row: Mapping[str, Any], live: bool) -> str:

@@ -2,7 +2,8 @@
 change a triggered verdict proposes, with the planner's forecast on the measured workload;
 `--apply RULE` applies one (POST /proposals/apply, from the revision just read), and prints
 the revision it made. A verdict that no longer holds, or a revision stored meanwhile, is a 409
-(exit 5); a rule with no change here is a 422 (exit 1)."""
+(exit 5); a rule with no change here is a 422 (exit 1); a rule the advisor does not have is
+a usage error naming the closest one (exit 2)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,18 @@ from typing import Annotated, Any
 
 import typer
 
+from domain.names import did_you_mean
 from terminal import views
-from terminal.session import JsonOption, ReasonOption, ServerOption, Usage, client, show_json
+from terminal.client import ApiClient
+from terminal.session import (
+    JsonOption,
+    ReasonOption,
+    ServerOption,
+    Usage,
+    client,
+    one_of,
+    show_json,
+)
 from terminal.verbs.read import WINDOWS, Name, path
 
 APPLY_TIMEOUT_S = 600.0  # a role move waits out a drain (up to 300 s), a restart its stop
@@ -34,10 +45,11 @@ def advise(
 ) -> None:
     """The advisor's verdicts and proposed changes; --apply RULE applies one."""
     if window not in WINDOWS:
-        raise Usage(f"--window {window!r}: one of {', '.join(WINDOWS)}")
+        raise one_of("--window", window, WINDOWS)
     api = client(server)
     proposals = api.get(path(name, "/proposals"), window=window)
     if apply is not None:
+        known_rule(api, name, apply, window)
         body = {"rule": apply, "revision": proposals["revision"], "window": window}
         if reason:
             body["reason"] = reason
@@ -54,6 +66,17 @@ def advise(
         return
     typer.echo(views.advice(answer))
     typer.echo(proposals_text(name, proposals))
+
+
+def known_rule(api: ApiClient, name: str, rule: str, window: str) -> None:
+    """Refuse a rule the advisor does not have, naming the closest, before anything is sent
+    (the server would say only that it proposes no change)."""
+    rules = [v["rule"] for v in api.get(path(name, "/advice"), window=window)["verdicts"]]
+    if rule not in rules:
+        raise Usage(
+            f"--apply {rule!r}: unknown rule{did_you_mean(rule, rules)}; the rules: "
+            + ", ".join(rules)
+        )
 
 
 def proposals_text(name: str, found: dict[str, Any]) -> str:

@@ -184,11 +184,12 @@ def report(
 
 
 def _refused(api: ApiClient, file: str, name: str, based_on: int | None, exc: ApiError) -> None:
-    """One line per field the API refused (exit 1), or a 409 that says who changed what."""
+    """One line per field the API refused (exit 2: a bad spec file, whether the file's syntax
+    or the server's checks of its content say so), or a 409 that says who changed what."""
     if exc.status == 422:
         for line in problems(exc.detail):
             typer.echo(f"pdctl {VERB}: error: {file}: {line}", err=True)
-        raise typer.Exit(exits.FAILED)
+        raise typer.Exit(exits.USAGE)
     if exc.status == 409 and based_on is not None and STALE in exc.message:
         fail(VERB, exc.message + stale_story(api, name, based_on), exc.code)
     raise exc

@@ -1,6 +1,6 @@
 """The operator verbs, each a client of `pdctl serve`'s REST API: `ls`, `show`, `history`,
-`diff`, `apply`, `start`, `stop`, `restart`, `switch`, `move`, `events`, `logs`, `advise`, the
-`rollout` group (status, abort, undo, history); and the resolver behind `pdctl bench
+`diff`, `apply`, `start`, `stop`, `restart`, `switch`, `move`, `events`, `logs`, `advise`,
+`nodes`, the `rollout` group (status, abort, undo, history); and the resolver behind `pdctl bench
 --deployment` (bench/target.py). Exit codes: terminal/exits.py."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from terminal.verbs import apply as apply_verb
 from terminal.verbs import follow as follow_verbs
 from terminal.verbs import lifecycle as lifecycle_verbs
 from terminal.verbs import move as move_verb
+from terminal.verbs import nodes as nodes_verb
 from terminal.verbs import read as read_verbs
 from terminal.verbs import rollout as rollout_verbs
 from terminal.verbs import switch as switch_verb
@@ -36,6 +37,7 @@ VERBS: dict[str, Callable[..., Any]] = {
     "events": follow_verbs.events,
     "logs": follow_verbs.logs,
     "advise": advise_verb.advise,
+    "nodes": nodes_verb.nodes,
 }
 
 

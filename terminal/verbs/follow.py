@@ -1,9 +1,11 @@
 """`pdctl events NAME [--follow]` and `pdctl logs NAME INSTANCE [--follow]`: the audit trail
-and a process's output; following ends at --timeout or Ctrl-C (exit 0 either way)."""
+and a process's output; following ends at --timeout or Ctrl-C (exit 0 either way), and rides
+out a restart of the server as `pdctl top` does (terminal/reconnect.py)."""
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Annotated, Any
 
 import typer
@@ -11,6 +13,7 @@ import typer
 from terminal import log_tail, views
 from terminal.event_stream import follow
 from terminal.polling import TimedOut, poll
+from terminal.reconnect import Reconnect
 from terminal.session import JsonOption, ServerOption, client, show_json
 from terminal.verbs.read import Name, path
 
@@ -64,7 +67,7 @@ def events(
             show(event)
 
     try:
-        follow(api.target, name, opened, show, timeout)
+        follow(api.target, name, opened, show, timeout, Reconnect("events"))
     except KeyboardInterrupt:
         return
 
@@ -108,7 +111,8 @@ def logs(
         echo(new)
         shown = now
 
+    retry = Reconnect("logs", None if timeout is None else time.monotonic() + timeout)
     try:
-        poll(ask, lambda _: False, timeout, interval_s=LOG_POLL_S)
+        poll(retry.asking(ask), lambda _: False, timeout, interval_s=LOG_POLL_S)
     except (TimedOut, KeyboardInterrupt):
         return

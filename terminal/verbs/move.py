@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from domain.role_moves import DRAIN_TIMEOUT_S
-from terminal.session import JsonOption, ServerOption, Usage, client, show_json
+from terminal.session import JsonOption, ServerOption, client, one_of, show_json
 from terminal.verbs.read import Name, path
 
 ROLES = ("prefill", "decode")
@@ -31,7 +31,7 @@ def move(
 ) -> None:
     """Move an instance between prefill and decode without a restart (runtime role switch)."""
     if role not in ROLES:
-        raise Usage(f"--role {role!r}: one of {', '.join(ROLES)}")
+        raise one_of("--role", role, ROLES)
     body = {"instance": instance, "role": role, "reason": reason, "drain_timeout_s": drain_timeout}
     api = client(server)
     # The answer comes once the instance serves its new role: after the drain at the most.

@@ -21,10 +21,10 @@ from terminal.session import (
     JsonOption,
     ReasonOption,
     ServerOption,
-    Usage,
     client,
     command,
     fail,
+    one_of,
     show_json,
 )
 from terminal.verbs.read import Name, path
@@ -54,7 +54,7 @@ TimeoutOption = Annotated[
 
 def strategy_checked(strategy: str | None) -> str | None:
     if strategy is not None and strategy not in STRATEGIES:
-        raise Usage(f"--strategy {strategy!r}: one of {', '.join(STRATEGIES)}")
+        raise one_of("--strategy", strategy, STRATEGIES)
     return strategy
 
 

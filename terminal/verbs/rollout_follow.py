@@ -1,9 +1,11 @@
 """Following one rollout until it ends, as `kubectl rollout status` does: each step of it (and
-of the rollback it began) printed to stderr as it moves, bounded by --timeout. Shared by
-`pdctl rollout status|abort|undo`, `apply --wait` and `restart`."""
+of the rollback it began) printed to stderr as it moves, bounded by --timeout, riding out a
+restart of the server (terminal/reconnect.py; the rollout goes on in the one that comes back).
+Shared by `pdctl rollout status|abort|undo`, `apply --wait` and `restart`."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +15,7 @@ from terminal import exits
 from terminal import rollout_views as views
 from terminal.client import ApiClient
 from terminal.polling import TimedOut, poll
+from terminal.reconnect import Reconnect
 from terminal.session import fail
 from terminal.verbs.read import path
 
@@ -60,8 +63,9 @@ def follow(api: ApiClient, verb: str, rec: Json, timeout: float) -> Ended:
             typer.echo(f"  {line}", err=True)
         return now, back, shown
 
+    retry = Reconnect(verb, time.monotonic() + timeout)
     try:
-        now, back, _ = poll(ask, lambda last: not views.ongoing(last[0], last[2]), timeout)
+        ended = poll(retry.asking(ask), lambda last: last is not None and _ended(last), timeout)
     except KeyboardInterrupt:
         fail(
             verb,
@@ -70,8 +74,10 @@ def follow(api: ApiClient, verb: str, rec: Json, timeout: float) -> Ended:
             exits.INTERRUPTED,
         )
     except TimedOut as out:
-        last, back, _ = out.last
-        at = views.where(back if back is not None and back["state"] == "running" else last)
+        at = "an unknown step (the server did not answer)"
+        if out.last is not None:
+            last, back, _ = out.last
+            at = views.where(back if back is not None and back["state"] == "running" else last)
         fail(
             verb,
             f"rollout {rec['id']} still running after --timeout {timeout:g} s at {at} (it "
@@ -79,9 +85,14 @@ def follow(api: ApiClient, verb: str, rec: Json, timeout: float) -> Ended:
             "ends it)",
             exits.FAILED,
         )
+    now, back, _ = ended or (rec, None, None)  # never None: `done` accepts no None
     if back is not None and back["state"] == "running":  # ended since the last look
         back = rollout_of(api, name, back["id"])
     return Ended(now, back)
+
+
+def _ended(last: tuple[Json, Json | None, Json | None]) -> bool:
+    return not views.ongoing(last[0], last[2])
 
 
 def _rollback(api: ApiClient, rec: Json, shown: Json | None) -> Json | None:

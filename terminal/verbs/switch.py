@@ -13,7 +13,7 @@ from domain.modes import TRANSFER_MODES
 from terminal import exits, views
 from terminal.client import ApiClient
 from terminal.polling import TimedOut, poll
-from terminal.session import JsonOption, ServerOption, Usage, client, fail, show_json
+from terminal.session import JsonOption, ServerOption, client, fail, one_of, show_json
 from terminal.verbs.read import Name, path
 
 VERB = "switch"
@@ -47,9 +47,9 @@ def switch(
 ) -> None:
     """Switch a deployment's read/write mode, losing no request; shows each step."""
     if mode not in MODES:
-        raise Usage(f"--mode {mode!r}: one of {', '.join(MODES)}")
+        raise one_of("--mode", mode, MODES)
     if strategy is not None and strategy not in STRATEGIES:
-        raise Usage(f"--strategy {strategy!r}: one of {', '.join(STRATEGIES)}")
+        raise one_of("--strategy", strategy, STRATEGIES)
     api = client(server)
     chosen = strategy or default_strategy(api.get(path(name))["spec"])
     body = {"mode": mode, "strategy": chosen, "reason": reason}

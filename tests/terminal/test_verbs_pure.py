@@ -180,7 +180,7 @@ def test_the_views_of_a_deployment_and_its_instances() -> None:
     units = [
         {"name": "proxy", "role": "proxy", "state": "RUNNING", "health": None, "pid": 7},
         {"name": "decode-0", "role": "decode", "mode": "write", "state": "STARTING",
-         "health": False, "node": "n1", "pid": 8, "restarts": 1, "uptime": 75.0},
+         "health": False, "url": "http://n1:8100", "pid": 8, "restarts": 1, "uptime": 75.0},
     ]  # fmt: skip
     listed = views.deployments([d], {"mori": units}, datetime(2026, 12, 1, 10, 5, tzinfo=UTC))
     assert listed.splitlines()[1].split() == [
@@ -194,6 +194,19 @@ def test_the_views_of_a_deployment_and_its_instances() -> None:
     assert views.deployment(d, []).endswith("No instances: not started (pdctl start mori)")
     solo = {"groups": [{"name": "m", "role": "colocated"}]}
     assert views.modes(solo) == "colocated" and views.ready([]) == "-"
+
+
+def test_the_node_column_prints_addresses_as_top_does() -> None:
+    from terminal.top.view import node_of
+
+    on_ray = {"name": "decode-0", "role": "decode", "state": "RUNNING", "node": "a" * 56,
+              "address": "10.0.0.2", "url": "http://10.0.0.2:8100"}  # fmt: skip
+    local = {"name": "proxy", "role": "proxy", "state": "RUNNING", "node": None,
+             "address": None, "url": "http://127.0.0.1:8000"}  # fmt: skip
+    shown = views.instances([on_ray, local])
+    assert "a" * 12 not in shown
+    assert [line.split()[5] for line in shown.splitlines()[1:]] == ["10.0.0.2", "127.0.0.1"]
+    assert (node_of(on_ray), node_of(local)) == ("10.0.0.2", "127.0.0.1")
 
 
 def test_show_says_what_the_autopilot_does() -> None:

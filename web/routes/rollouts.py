@@ -88,6 +88,7 @@ async def undo(
     """An earlier revision's spec as a new revision, rolled out (409 while a rollout runs,
     or when the deployment is not running; 404 for a revision it never had)."""
     body = body or UndoRequest()
+    store.get(name)  # an unknown name is a 404 (with its "did you mean"), not "not running"
     done = await rollouts.undo(
         store,
         controller,

@@ -12,7 +12,7 @@ from websockets.frames import Close
 
 from terminal import exits
 from terminal.config import Target
-from terminal.top.feed import Feed, FeedClosed, backoff, ws_url
+from terminal.top.feed import Feed, FeedClosed, ws_url
 
 
 class Clock:
@@ -142,12 +142,6 @@ def test_a_refused_connection_says_so_while_it_waits() -> None:
     f.poll(0.1)
     assert f.status.startswith("retrying in ") and not f.ever_connected
     assert f.last_error == "cannot reach http://127.0.0.1:8000 (Connection refused)"
-
-
-def test_backoff_is_capped_and_jittered_in_its_upper_half() -> None:
-    assert backoff(0, lambda: 0.0) == 0.25 and backoff(0, lambda: 1.0) == 0.5
-    assert backoff(3, lambda: 1.0) == 4.0
-    assert backoff(40, lambda: 1.0) == 30.0 and backoff(40, lambda: 0.0) == 15.0
 
 
 def test_the_address_follows_the_server() -> None:

@@ -28,7 +28,15 @@ PROPOSAL = {
         "predicted": {"now": 150.9, "after": 118.4, "direction": "down", "agrees": True},
     },
 }
-ADVICE = {"deployment": "flip", "window": "1m", "live": True, "verdicts": []}
+ADVICE = {
+    "deployment": "flip",
+    "window": "1m",
+    "live": True,
+    "verdicts": [
+        {"rule": rule, "triggered": False, "advice": "-", "evidence": {}}
+        for rule in ("ttft_binding", "light_traffic")
+    ],
+}
 
 
 class FakeApi:
@@ -154,3 +162,15 @@ def test_a_proposal_reads_its_changes_in_words_and_its_forecast_from_the_measure
     assert "how: revision; by recreate (the proxy restarts" in out
     assert "ttft_p99_ms 64.8 measured -> ~35.03 (the planner: 37 -> 20, down, as proposed)" in out
     assert "    baseline: the planner puts the layout that runs now at 37 where 64.8" in out
+
+
+def test_an_unknown_rule_is_a_usage_error_naming_the_closest(monkeypatch):
+    api = FakeApi([PROPOSAL])
+    out = run(monkeypatch, api, "advise", "flip", "--apply", "light_trafic")
+    assert out.exit_code == exits.USAGE and api.sent == []
+    assert (
+        "pdctl advise: error: --apply 'light_trafic': unknown rule (did you mean "
+        "'light_traffic'?); the rules: ttft_binding, light_traffic"
+    ) in out.output
+    far = run(monkeypatch, api, "advise", "flip", "--apply", "zzz")
+    assert far.exit_code == exits.USAGE and "unknown rule; the rules:" in far.output

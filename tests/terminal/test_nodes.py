@@ -1,32 +1,25 @@
 """`pdctl nodes`: the cluster's nodes from a real `pdctl serve` over HTTP, as a table or JSON;
-the token from PDCTL_TOKEN only; one line naming the flag when the server cannot be reached."""
+the server from --server, PDCTL_SERVER or the config file and the token from PDCTL_TOKEN, as
+every operator verb; one line naming the flag when the server cannot be reached."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from harness.processes import ROOT, Process, free_port, port_range
-from web.nodes_cli import table
+from harness.processes import Process, free_port, port_range
+from terminal.verbs.nodes import table
+from tests.terminal.verbs_run import pdctl
 
 
-def pdctl_nodes(*args: str, token: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "PDCTL_TOKEN"}
-    if token is not None:
-        env["PDCTL_TOKEN"] = token
-    return subprocess.run(
-        [sys.executable, str(ROOT / "pdctl.py"), "nodes", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+def pdctl_nodes(
+    *args: str, token: str | None = None, server: str | None = None
+) -> subprocess.CompletedProcess:
+    return pdctl("nodes", *args, token=token, server=server, timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +54,26 @@ def test_nodes_prints_this_host_with_the_token_from_the_environment(plane: Proce
 
 
 @pytest.mark.e2e
+def test_the_server_comes_from_the_environment_or_the_config_file(
+    plane: Process, tmp_path: Path
+) -> None:
+    # Not the default port: a verb that ignored them would ask 127.0.0.1:8000.
+    assert not plane.url.endswith(":8000")
+    out = pdctl_nodes("--json", token="view-secret", server=plane.url)
+    assert out.returncode == 0, out.stderr
+    assert [n["id"] for n in json.loads(out.stdout)] == ["local"]
+    config = tmp_path / "config.toml"
+    config.write_text(f'server = "{plane.url}"\n')
+    from_file = pdctl("nodes", "--json", token="view-secret", config=config)
+    assert from_file.returncode == 0, from_file.stderr
+
+
+@pytest.mark.e2e
 def test_without_a_token_it_says_which_variable_to_set(plane: Process) -> None:
     out = pdctl_nodes("--server", plane.url)
-    assert out.returncode == 1 and out.stdout == ""
+    assert out.returncode == 4 and out.stdout == ""
     assert out.stderr.strip() == (
-        f"pdctl nodes: error: {plane.url} answered 401: a token is required: send "
+        "pdctl nodes: error: 401: a token is required: send "
         "'Authorization: Bearer <token>' or sign in at /login (set PDCTL_TOKEN)"
     )
 
@@ -73,10 +81,11 @@ def test_without_a_token_it_says_which_variable_to_set(plane: Process) -> None:
 def test_an_unreachable_server_is_one_line_naming_the_flag(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     out = pdctl_nodes("--server", url)
-    assert out.returncode == 1
+    assert out.returncode == 3
     assert out.stderr.startswith(f"pdctl nodes: error: --server {url}: cannot reach it (")
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
     bad = pdctl_nodes("--server", "127.0.0.1:8000")
+    assert bad.returncode == 2
     assert "--server '127.0.0.1:8000' is not an http:// or https:// URL" in bad.stderr
 
 
