@@ -14,9 +14,9 @@ from fastapi.exceptions import RequestValidationError
 
 from domain import profiles
 from domain.slo import SloTargets, parse_itl_stat
-from services.plan_schema import MORI, MORI_WORKLOAD, NAMED, FlagsIn, PlanRequest, parse_config
+from services.plan_schema import NAMED, WORKLOAD, FlagsIn, PlanRequest, parse_config
 from simulator.plan import planner
-from simulator.plan.scenarios import SCENARIOS, mori_io_qwen3_235b
+from simulator.plan.scenarios import SCENARIOS, mori_io_qwen3_235b, mori_io_setup
 
 MAX_ROWS = 80  # the published scenario: 4 configurations x 20 rates
 DEADLINE_S = 15.0
@@ -75,7 +75,7 @@ def execute(req: PlanRequest, deadline_s: float | None = None) -> dict[str, Any]
     if req.scenario is not None:
         result = {**SCENARIOS[req.scenario](), "scenario": req.scenario}
         if SCENARIOS[req.scenario] is mori_io_qwen3_235b:
-            result.update(_context_of(MORI, list(NAMED.values()), MORI_WORKLOAD))
+            result.update(_context_of(mori_io_setup(), list(NAMED.values()), WORKLOAD))
     else:
         setup = setup_of(req)
         configs = _configs(req, setup)

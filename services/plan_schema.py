@@ -1,6 +1,7 @@
 """The plan request: what POST /api/plan and the /plan page accept, validated so that each
-bad value is a 422 naming its field. Defaults: the MORI-IO blog's setup (simulator/scenarios)
-at its published 8 req/s."""
+bad value is a 422 naming its field. Defaults: the planner's (`PLAN_DEFAULTS`, the same as
+`pdctl plan`'s): the MORI-IO blog's model and node with vLLM's engine defaults for the device,
+its workload at its published 8 req/s."""
 
 from __future__ import annotations
 
@@ -14,28 +15,26 @@ from domain.modes import TransferModeName
 from domain.slo import DEFAULT_ITL_STAT, ItlStatName
 from simulator.plan import planner
 from simulator.plan.cli import parse_rates
-from simulator.plan.scenarios import SCENARIOS, mori_io_configs, mori_io_setup
+from simulator.plan.planner import PLAN_DEFAULTS, PLAN_RATE, PLAN_SLO
+from simulator.plan.scenarios import SCENARIOS, mori_io_configs, named_config
 
 MAX_RATES = 20
 MAX_PROMPTS = 200
-MORI = mori_io_setup()
-MORI_WORKLOAD = planner.Workload(100, 2000, 1000, seed=0)  # shared/SCENARIOS.md
+WORKLOAD = planner.Workload()
 # The scenario's configurations by their names (colocated-tp8, ..., disagg-write): a config
 # may be given by one of these names or as a spec.
 NAMED = {c.name: c for c in mori_io_configs()}
 
 
 def parse_config(text: str) -> planner.PlanConfig:
-    return NAMED.get(text.strip()) or planner.parse_config(text)
+    return named_config(text)
 
 
 def _config(text: str) -> str:
     try:
-        parse_config(text)
+        named_config(text)
     except planner.PlanError as exc:
-        raise ValueError(
-            str(exc).removeprefix("--config ") + "; or one of " + ", ".join(NAMED)
-        ) from None
+        raise ValueError(str(exc).removeprefix("--config ")) from None
     return text
 
 
@@ -63,9 +62,9 @@ class FlagsIn(_Strict):
 
 
 class WorkloadIn(_Strict):
-    num_prompts: int = Field(MORI_WORKLOAD.num_prompts, ge=1, le=MAX_PROMPTS)
-    input_len: int = Field(MORI_WORKLOAD.input_len, ge=1, le=16_384)
-    output_len: int = Field(MORI_WORKLOAD.output_len, ge=1, le=4096)
+    num_prompts: int = Field(WORKLOAD.num_prompts, ge=1, le=MAX_PROMPTS)
+    input_len: int = Field(WORKLOAD.input_len, ge=1, le=16_384)
+    output_len: int = Field(WORKLOAD.output_len, ge=1, le=4096)
     range_ratio: float = Field(0.0, ge=0, lt=1)
     burstiness: float = Field(1.0, gt=0, le=100)
     seed: int = Field(0, ge=0, le=2**31)
@@ -74,8 +73,8 @@ class WorkloadIn(_Strict):
 
 
 class SloIn(_Strict):
-    ttft_ms: float = Field(MORI.slo.ttft_ms, gt=0, le=3_600_000)  # type: ignore[assignment]  # MORI sets it
-    itl_ms: float = Field(MORI.slo.itl_ms, gt=0, le=600_000)  # type: ignore[assignment]  # MORI sets it
+    ttft_ms: float = Field(PLAN_SLO.ttft_ms, gt=0, le=3_600_000)  # type: ignore[assignment]  # PLAN_SLO sets it
+    itl_ms: float = Field(PLAN_SLO.itl_ms, gt=0, le=600_000)  # type: ignore[assignment]  # PLAN_SLO sets it
     itl_stat: ItlStatName = DEFAULT_ITL_STAT.value
 
 
@@ -90,7 +89,7 @@ def _flags(f: planner.EngineFlags) -> FlagsIn:
 class PlanRequest(_Strict):
     """A sweep (configurations x rates), a search (`search: true`: every one-node layout of
     `gpus`), or a built-in `scenario` (the other fields are then ignored). Defaults: the
-    MORI-IO blog's setup at its published 8 req/s."""
+    planner's (`PLAN_DEFAULTS`), as `pdctl plan`'s."""
 
     scenario: str | None = Field(None, description=f"built in: {', '.join(SCENARIOS)}")
     search: bool = False
@@ -103,20 +102,20 @@ class PlanRequest(_Strict):
         f"the MORI-IO scenario's: {', '.join(NAMED)}",
     )
     rates: list[float] | str = Field(
-        [8.0], description="req/s: a list, or start:stop:step (inclusive)"
+        [PLAN_RATE], description="req/s: a list, or start:stop:step (inclusive)"
     )
-    model: Annotated[str, _profile("models")] = MORI.model
-    hardware: Annotated[str, _profile("hardware")] = MORI.hardware
-    gpus: int = Field(MORI.gpus, ge=1, le=64)
+    model: Annotated[str, _profile("models")] = PLAN_DEFAULTS.model
+    hardware: Annotated[str, _profile("hardware")] = PLAN_DEFAULTS.hardware
+    gpus: int = Field(PLAN_DEFAULTS.gpus, ge=1, le=64)
     link_gbps: float | None = Field(
         None, gt=0, le=100_000, description="GB/s between P and D; default NICs x TP"
     )
     workload: WorkloadIn = Field(default_factory=WorkloadIn)
     slo: SloIn = Field(default_factory=SloIn)
-    goodput_share: float = Field(MORI.goodput_share, gt=0, le=1)
-    colocated_flags: FlagsIn = Field(default_factory=lambda: _flags(MORI.colocated_flags))
-    prefill_flags: FlagsIn = Field(default_factory=lambda: _flags(MORI.prefill_flags))
-    decode_flags: FlagsIn = Field(default_factory=lambda: _flags(MORI.decode_flags))
+    goodput_share: float = Field(PLAN_DEFAULTS.goodput_share, gt=0, le=1)
+    colocated_flags: FlagsIn = Field(default_factory=lambda: _flags(PLAN_DEFAULTS.colocated_flags))
+    prefill_flags: FlagsIn = Field(default_factory=lambda: _flags(PLAN_DEFAULTS.prefill_flags))
+    decode_flags: FlagsIn = Field(default_factory=lambda: _flags(PLAN_DEFAULTS.decode_flags))
 
     @field_validator("scenario")
     @classmethod

@@ -14,18 +14,21 @@ from domain import profiles
 from domain.kv_connectors import proxy_backend, proxy_names
 from domain.slo import ItlStat, SloTargets
 from simulator.plan.planner import (
+    PLAN_DEFAULTS,
+    PLAN_RATE,
+    PLAN_SLO,
     EngineFlags,
     PlanError,
     PlanSetup,
     Workload,
-    parse_config,
     search,
     sweep,
 )
 from simulator.plan.printing import emit, emit_fidelity
-from simulator.plan.scenarios import DEFAULT_SEEDS, SCENARIOS
+from simulator.plan.scenarios import DEFAULT_SEEDS, SCENARIOS, named_config
 
 CONNECTOR_HELP = " or ".join(proxy_names()) + "."
+WORKLOAD = Workload()  # the planner's default workload (simulator/plan/setup.py)
 
 
 def register(app: typer.Typer) -> None:
@@ -54,28 +57,32 @@ def plan(
     scenario: str | None = typer.Option(
         None, "--scenario", help=f"Built-in: {', '.join(SCENARIOS)}."
     ),
-    model: str = typer.Option("qwen3-235b-a22b-fp8", "--model"),
-    hardware: str = typer.Option("mi300x", "--hardware"),
-    gpus: int = typer.Option(8, "--gpus"),
+    model: str = typer.Option(PLAN_DEFAULTS.model, "--model"),
+    hardware: str = typer.Option(PLAN_DEFAULTS.hardware, "--hardware"),
+    gpus: int = typer.Option(PLAN_DEFAULTS.gpus, "--gpus"),
     config: Annotated[
-        list[str] | None, typer.Option("--config", help="2xtp4 or 1p-tp4+1d-tp4:write; repeat.")
+        list[str] | None,
+        typer.Option(
+            "--config",
+            help="2xtp4, 1p-tp4+1d-tp4:write or a scenario's name (disagg-read ...); repeat.",
+        ),
     ] = None,
     rate: str | None = typer.Option(
         None,
         "--rate",
         help="R, R1,R2 or start:stop:step (default 8; a scenario's own rates unless given).",
     ),
-    num_prompts: int = typer.Option(100, "--num-prompts"),
-    input_len: int = typer.Option(2000, "--input-len"),
-    output_len: int = typer.Option(1000, "--output-len"),
-    range_ratio: float = typer.Option(0.0, "--range-ratio"),
-    burstiness: float = typer.Option(1.0, "--burstiness"),
-    seed: int = typer.Option(0, "--seed"),
-    shared_prefix_len: int = typer.Option(0, "--shared-prefix-len"),
-    slo_ttft_ms: float = typer.Option(1000.0, "--slo-ttft-ms"),
-    slo_itl_ms: float = typer.Option(50.0, "--slo-itl-ms"),
-    itl_slo_stat: str = typer.Option("p99", "--itl-slo-stat"),
-    goodput_share: float = typer.Option(0.9, "--goodput-share"),
+    num_prompts: int = typer.Option(WORKLOAD.num_prompts, "--num-prompts"),
+    input_len: int = typer.Option(WORKLOAD.input_len, "--input-len"),
+    output_len: int = typer.Option(WORKLOAD.output_len, "--output-len"),
+    range_ratio: float = typer.Option(WORKLOAD.range_ratio, "--range-ratio"),
+    burstiness: float = typer.Option(WORKLOAD.burstiness, "--burstiness"),
+    seed: int = typer.Option(WORKLOAD.seed, "--seed"),
+    shared_prefix_len: int = typer.Option(WORKLOAD.shared_prefix_len, "--shared-prefix-len"),
+    slo_ttft_ms: float = typer.Option(PLAN_SLO.ttft_ms, "--slo-ttft-ms"),
+    slo_itl_ms: float = typer.Option(PLAN_SLO.itl_ms, "--slo-itl-ms"),
+    itl_slo_stat: str = typer.Option(PLAN_SLO.itl_stat.value, "--itl-slo-stat"),
+    goodput_share: float = typer.Option(PLAN_DEFAULTS.goodput_share, "--goodput-share"),
     link_gbps: float | None = typer.Option(
         None, "--link-gbps", help="GB/s between P and D (default NICs x TP)."
     ),
@@ -142,7 +149,7 @@ def plan(
             goodput_share,
             itl_slo_stat,
         )
-        rates = parse_rates(rate or "8")
+        rates = parse_rates(rate) if rate else [PLAN_RATE]
         _check_engine_flags(
             {
                 "--max-num-seqs": max_num_seqs,
@@ -173,7 +180,7 @@ def plan(
         if do_search:
             result = search(setup, workload, rates)
         else:
-            configs = [parse_config(c) for c in config or ["1xtp8"]]
+            configs = [named_config(c) for c in config or ["1xtp8"]]
             result = sweep(setup, configs, workload, rates)
         result["wall_s"] = round(time.perf_counter() - started, 3)
     except (PlanError, profiles.UnknownProfile) as exc:

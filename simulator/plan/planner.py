@@ -23,6 +23,8 @@ from simulator.model.timing import FITTED_LISTS, calibrated_factors, tp_override
 from simulator.plan.cluster import Arrival, RequestResult
 from simulator.plan.results import judge, rank, row
 from simulator.plan.setup import (
+    PLAN_DEFAULTS,
+    PLAN_RATE,
     PLAN_SLO,
     EngineFlags,
     PlanConfig,
@@ -35,6 +37,8 @@ from simulator.plan.setup import (
 )
 
 __all__ = [
+    "PLAN_DEFAULTS",
+    "PLAN_RATE",
     "PLAN_SLO",
     "EngineFlags",
     "PlanConfig",

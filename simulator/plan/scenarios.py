@@ -22,9 +22,11 @@ from domain import slo
 from domain.slo import ItlStat, SloTargets, percentile
 from simulator.plan.cluster import RequestResult
 from simulator.plan.planner import (
+    PLAN_DEFAULTS,
     PLAN_SLO,
     EngineFlags,
     PlanConfig,
+    PlanError,
     PlanSetup,
     Workload,
     judge,
@@ -82,10 +84,8 @@ def mori_io_setup() -> PlanSetup:
     # disaggregated ones: 4096 and 64 as published; the decode's 64 cannot have held (with
     # 100 requests of 1,000 tokens a cap of 64 makes TTFT p99 ~30 s, while the post reports
     # 1.5 s), so the decode runs with vLLM's default.
-    return PlanSetup(
-        "qwen3-235b-a22b-fp8",
-        "mi300x",
-        8,
+    return replace(
+        PLAN_DEFAULTS,
         colocated_flags=EngineFlags(256, 8192, False),
         prefill_flags=EngineFlags(64, 4096, False),
         decode_flags=EngineFlags(256, 4096, False),
@@ -95,6 +95,18 @@ def mori_io_setup() -> PlanSetup:
 
 def mori_io_configs() -> list[PlanConfig]:
     return [replace(parse_config(spec), name=name) for name, spec in MORI_IO_CONFIGS.items()]
+
+
+def named_config(text: str) -> PlanConfig:
+    """A layout as `pdctl plan --config`, POST /api/plan and the /plan page all take it: one
+    of the MORI-IO scenario's names (disagg-read ...) or a spec (2xtp4, 1p-tp4+1d-tp4:write)."""
+    name = text.strip()
+    if name in MORI_IO_CONFIGS:
+        return replace(parse_config(MORI_IO_CONFIGS[name]), name=name)
+    try:
+        return parse_config(text)
+    except PlanError as exc:
+        raise PlanError(f"{exc}; or one of {', '.join(MORI_IO_CONFIGS)}") from None
 
 
 def mori_io_qwen3_235b(rates: list[float] | None = None, seeds: int = DEFAULT_SEEDS) -> dict:

@@ -242,6 +242,16 @@ class PlanSetup:
         )
 
 
+# The planner's defaults where nothing is given, one set for `pdctl plan`, POST /api/plan, the
+# /plan page and the advisor's forecast: the MORI-IO blog's model on one node of its devices
+# (SCENARIOS.md), each engine with vLLM's defaults for that device (`EngineFlags()`: the batch
+# sizes and prefix caching of domain/engine_defaults.py, as the fidelity work set them), its
+# workload (`Workload()`) at its published 8 req/s. The blog's own engine flags are its
+# scenario's (simulator/plan/scenarios.py), run as published.
+PLAN_DEFAULTS = PlanSetup("qwen3-235b-a22b-fp8", "mi300x", 8)
+PLAN_RATE = 8.0
+
+
 def candidate_configs(gpus: int, modes: tuple[str, ...] = TRANSFER_MODES) -> list[PlanConfig]:
     """Every one-node layout: colocated k x TPm and disaggregated xPyD with TP per role."""
     tps = [t for t in (1, 2, 4, 8) if t <= gpus]

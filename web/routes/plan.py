@@ -61,6 +61,8 @@ async def plan(body: PlanRequest, request: Request) -> dict[str, Any]:
 
 
 FORM_DEFAULTS = {"configs": "\n".join(NAMED), "rates": SCENARIO_RATES}
+# The prefix-caching field: vLLM's default for the device (on) unless told, as `pdctl plan`.
+PREFIX_CACHING: dict[bool | None, str] = {None: "default", True: "on", False: "off"}
 
 
 def form_values(req: PlanRequest) -> dict[str, str]:
@@ -77,7 +79,7 @@ def form_values(req: PlanRequest) -> dict[str, str]:
                 flat[prefix + key] = "" if value is None else str(value)
 
     walk("", req.model_dump(exclude={"configs", "rates", "search_modes"}))
-    flat["prefix_caching"] = "on" if req.colocated_flags.prefix_caching else ""
+    flat["prefix_caching"] = PREFIX_CACHING[req.colocated_flags.prefix_caching]
     return {**flat, **FORM_DEFAULTS}
 
 
@@ -95,8 +97,9 @@ def body_of(form: Mapping[str, str]) -> dict[str, Any]:
     if "configs" in body:
         body["configs"] = [c for c in re.split(r"[\s,]+", body["configs"]) if c]
     body["search"] = bool(form.get("search"))
+    caching = {v: k for k, v in PREFIX_CACHING.items()}.get(form.get("prefix_caching", ""))
     for role in ("colocated_flags", "prefill_flags", "decode_flags"):
-        body.setdefault(role, {})["prefix_caching"] = bool(form.get("prefix_caching"))
+        body.setdefault(role, {})["prefix_caching"] = caching
     return body
 
 

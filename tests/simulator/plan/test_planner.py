@@ -286,3 +286,27 @@ def test_mean_attainment_over_seeds_declines_steadily_with_rate():
     ]
     assert all(b <= a + 0.02 for a, b in itertools.pairwise(means))
     assert means[0] > 0.9 and means[-1] < 0.7
+
+
+def test_the_cli_takes_the_layout_names_the_page_takes(app):
+    out = CliRunner().invoke(
+        app,
+        ["plan", "--config", "disagg-read", "--config", "2xtp4", "--num-prompts", "10", "--json"],
+    )
+    assert out.exit_code == 0, out.output
+    assert [r["config"] for r in json.loads(out.output)["rows"]] == ["disagg-read", "2xTP4"]
+    typo = CliRunner().invoke(app, ["plan", "--config", "disagg-raed"])
+    assert typo.exit_code == 2
+    assert "or one of colocated-tp8, colocated-2xtp4, disagg-read, disagg-write" in typo.output
+
+
+def test_one_set_of_defaults_for_the_cli_the_api_and_the_page():
+    from services.plan_runner import setup_of
+    from services.plan_schema import PlanRequest
+    from simulator.plan.planner import PLAN_DEFAULTS
+
+    # vLLM's engine defaults for the device: no flag set, prefix caching on as vLLM's.
+    assert setup_of(PlanRequest()) == PLAN_DEFAULTS
+    engine = PLAN_DEFAULTS.engine_settings(4, PLAN_DEFAULTS.prefill_flags)
+    assert (engine.max_num_seqs, engine.max_num_batched_tokens) == (1024, 16384)
+    assert engine.enable_prefix_caching

@@ -7,10 +7,13 @@ from __future__ import annotations
 import html
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 from fastapi.testclient import TestClient
 
+from harness.processes import ROOT
 from tests.web.conftest import MakeClient
 
 HX = {"HX-Request": "true"}
@@ -33,13 +36,39 @@ def test_nav_links_to_plan_and_kv(pages):
     assert 'href="/plan"' in text and 'href="/tools/kv"' in text
 
 
-def test_the_form_is_prefilled_with_the_mori_io_scenario(pages):
+def test_the_form_is_prefilled_with_the_planners_defaults(pages):
     text = pages.get("/plan").text
     assert "colocated-tp8\ncolocated-2xtp4\ndisagg-read\ndisagg-write" in text
     assert 'name="rates" value="0.5:10:0.5"' in text
     assert 'name="workload.input_len" value="2000"' in text
-    assert 'name="prefill_flags.max_num_seqs" value="64"' in text
+    # The engine flags are vLLM's for the device, as `pdctl plan`'s: blank, prefix caching
+    # by default (on), never the MORI-IO post's 64 / 4,096 with caching off.
+    assert 'name="prefill_flags.max_num_seqs" value="" size="5" inputmode="decimal" ' in text
+    assert "<option selected>default</option><option>on</option><option>off</option>" in text
     assert "plan-result" not in text  # nothing run yet
+
+
+def test_the_page_runs_the_plan_pdctl_plan_runs(pages):
+    run = {"run": "1", "rates": "6.5", "configs": "disagg-read", "workload.num_prompts": "20"}
+    text = pages.get("/plan", params=run, headers=HX).text
+    row = re.search(r'<tr data-config="disagg-read" data-rate="6.5"', text)
+    assert row, text[-2000:]
+    from_page = json.loads(re.search(r'id="plan-chart-data">(.*?)</script>', text, re.S)[1])
+    flags = ["--config", "disagg-read", "--rate", "6.5", "--num-prompts", "20", "--json"]
+    cli = subprocess.run(
+        [sys.executable, str(ROOT / "pdctl.py"), "plan", *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert cli.returncode == 0, cli.stderr
+    (from_cli,) = json.loads(cli.stdout)["rows"]
+    (series,) = from_page["series"]
+    assert series["values"] == [from_cli["slo_attainment"]]
+    assert "--enable-prefix-caching on" in text  # vLLM's default, said
+    off = pages.get("/plan", params={**run, "prefix_caching": "off"}, headers=HX)
+    assert off.status_code == 200 and "--enable-prefix-caching" not in off.text  # given
 
 
 def test_an_htmx_submit_gets_the_chart_data_and_a_row_per_config_and_rate(pages):
@@ -95,6 +124,16 @@ def test_the_kv_page_shows_llama_70b_10k_tokens_at_about_3_3_gb(pages):
     text = pages.get("/tools/kv").text
     assert re.search(r'data-kv-gb="3\.2\d+"', text)
     assert 'id="kv-gb">3.28 GB' in text and "GPU peer-to-peer" in text
+
+
+def test_the_kv_tiles_give_the_tables_total_for_the_path_taken(pages):
+    text = pages.get("/tools/kv").text
+    taken = re.search(r'<tr data-path="([\w-]+)" class="taken">.*?data-total-ms="([\d.]+)"', text)
+    assert taken, "the in-node path is marked in the table"
+    tile = re.search(r'id="kv-node-ms" data-total-ms="([\d.]+)"', text)
+    assert tile and tile[1] == taken[2]  # the headline is the table's figure, not the floor
+    floor = re.search(r"the wire alone ([\d.]+) ms", text.split('id="kv-node-ms"')[1])
+    assert floor and float(floor[1]) < float(tile[1])
 
 
 def test_the_kv_page_answers_an_htmx_query_and_says_what_is_wrong(pages):
