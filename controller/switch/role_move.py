@@ -34,6 +34,7 @@ from controller.spec.role_switch import (
 from controller.supervise.supervisor import Supervisor
 from domain.errors import ConfigError, InvalidTransition, UpstreamError
 from domain.modes import Role
+from domain.names import did_you_mean
 
 POLL_S = 0.05
 ROLE_CALL_TIMEOUT_S = 5.0
@@ -84,7 +85,10 @@ def plan_move(spec: DeploymentSpec, instance: str, role: str) -> Move:
     roles = instance_roles(spec)
     if instance not in roles:
         known = ", ".join(roles) or "none"
-        raise ConfigError.at(("instance",), f"no instance {instance!r} here (instances: {known})")
+        raise ConfigError.at(
+            ("instance",),
+            f"no instance {instance!r} here (instances: {known}){did_you_mean(instance, roles)}",
+        )
     if role not in (Role.PREFILL.value, Role.DECODE.value):
         raise ConfigError.at(("role",), f"role must be prefill or decode, got {role!r}")
     source, target = roles[instance], Role(role)

@@ -65,6 +65,7 @@ def test_engines_start_kv_both_with_their_serving_role_and_the_proxy_routes_by_i
     ("instance", "role", "loc", "words"),
     [
         ("decode-9", "prefill", ["body", "instance"], "no instance 'decode-9'"),
+        ("decod-0", "prefill", ["body", "instance"], "(did you mean 'decode-0'?)"),
         ("decode-0", "decode", ["body", "role"], "already serves decode"),
         ("prefill-0", "decode", ["body", "instance"], "last prefill instance"),
         ("decode-0", "colocated", ["body", "role"], "prefill or decode"),
