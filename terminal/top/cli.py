@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
+from domain.names import did_you_mean
 from terminal import exits
 from terminal.client import ApiClient, ApiError
 from terminal.config import ConfigProblem, Target, resolve
@@ -235,7 +236,10 @@ def start(name: str | None, window: str, server: str | None) -> Session:
         raise TopError("no deployments yet (create one: pdctl apply -f SPEC)", exits.FAILED)
     if name is not None and name not in names:
         known = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
-        raise TopError(f"no deployment named {name!r} (there are: {known})", exits.FAILED)
+        raise TopError(
+            f"no deployment named {name!r}{did_you_mean(name, names)} (there are: {known})",
+            exits.FAILED,
+        )
     return Session(
         client, target, names, names.index(name) if name else first_running(client, names), window
     )

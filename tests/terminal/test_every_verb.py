@@ -176,6 +176,7 @@ def test_followers_ride_out_a_restart_of_the_server(plane, tmp_path: Path) -> No
     ("args", "code", "said"),
     [
         (["show", "onve"], 1, "404: no deployment named 'onve' (did you mean 'onev'?)"),
+        (["top", "onve", "--once"], 1, "no deployment named 'onve' (did you mean 'onev'?)"),
         (["rollout", "undo", "onve"], 1, "no deployment named 'onve' (did you mean 'onev'?)"),
         (["logs", NAME, "decod-0"], 1, "(did you mean 'decode-0'?)"),
         (["restart", NAME, "--instance", "decod-0"], 1, "(did you mean 'decode-0'?)"),
