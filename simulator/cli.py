@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -56,16 +57,29 @@ def register(app: typer.Typer) -> None:
 
 
 def _model_profile(model: str | None, model_profile: str | None) -> str:
+    """A profile name, or a config path (--model-profile PATH, or --model a local folder as
+    vLLM takes it) that profiles.model derives the profile from."""
     if model_profile:
+        _derivable("--model-profile", model_profile)
         return model_profile
     if not model:
         return "tiny"
+    if Path(model, "config.json").is_file():
+        _derivable("--model", model)
+        return model
     if (name := profiles.for_model(model)) is not None:
         return name
     known = ", ".join(profiles.available("models"))
     raise EngineConfigError(
         f"--model {model!r} has no stand-in profile; pass --model-profile (known: {known})"
     )
+
+
+def _derivable(flag: str, name: str) -> None:
+    try:
+        profiles.model(name)
+    except profiles.ModelConfigError as exc:
+        raise EngineConfigError(f"{flag} {exc}") from None
 
 
 def _stale_peer(value: str) -> str:
@@ -107,7 +121,7 @@ def sim(
     port: int = typer.Option(8100, "--port"),
     served_model_name: str | None = typer.Option(None, "--served-model-name"),
     model_profile: str | None = typer.Option(
-        None, "--model-profile", help="Stand-in model profile."
+        None, "--model-profile", help="Stand-in model profile, or a model folder or config.json."
     ),
     hardware: str | None = typer.Option(
         None,

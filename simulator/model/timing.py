@@ -129,8 +129,8 @@ class TimingModel:
             # Experts that at least one token of the batch routes to (uniform routing).
             touched = e * (1.0 - (1.0 - k / e) ** tokens)
             rows = tokens * k + touched * f.moe_tile_rows
-            expert_flops = 2 * m.layers * m.expert_params * rows / tp
-            expert_bytes = m.layers * touched * m.expert_params * self._wbytes / tp
+            expert_flops = 2 * m.expert_layers * m.expert_params * rows / tp
+            expert_bytes = m.expert_layers * touched * m.expert_params * self._wbytes / tp
             experts_s = max(expert_flops / (self._linear_rate * f.moe_eff), expert_bytes / self._bw)
         pairs = batch.decode_ctx_tokens + batch.decode_seqs + batch.prefill_attn_pairs
         attn_flops = self._attn_flops_per_pair * pairs / tp

@@ -54,7 +54,9 @@ def plan(
     scenario: str | None = typer.Option(
         None, "--scenario", help=f"Built-in: {', '.join(SCENARIOS)}."
     ),
-    model: str = typer.Option("qwen3-235b-a22b-fp8", "--model"),
+    model: str = typer.Option(
+        "qwen3-235b-a22b-fp8", "--model", help="A profile, or a model folder or its config.json."
+    ),
     hardware: str = typer.Option("mi300x", "--hardware"),
     gpus: int = typer.Option(8, "--gpus"),
     config: Annotated[
@@ -200,7 +202,10 @@ def _checks(
     goodput_share,
     itl_slo_stat,
 ) -> None:
-    profiles.model(model)
+    try:
+        profiles.model(model)
+    except profiles.ModelConfigError as exc:
+        raise PlanError(f"--model {exc}") from None
     profiles.hardware(hardware)
     for ok, message in (
         (1 <= gpus <= 64, "--gpus must be between 1 and 64"),
@@ -232,6 +237,8 @@ def kv(
 ) -> None:
     try:
         spec, hw = profiles.model(model), profiles.hardware(hardware)
+    except profiles.ModelConfigError as exc:
+        _kv_error(f"--model {exc}")
     except profiles.UnknownProfile as exc:
         _kv_error(str(exc))
     if tokens < 1 or tp < 1 or (link_gbps is not None and link_gbps <= 0):
