@@ -75,6 +75,27 @@ def _model_profile(model: str | None, model_profile: str | None) -> str:
     )
 
 
+def _tokenizer(flag: str | None, model: str | None) -> str | None:
+    """--tokenizer, or the local --model folder's tokenizer.json; loaded once here so a bad
+    file is refused naming the flag before anything binds."""
+    path = Path(flag) if flag else find_tokenizer(model)
+    if path is None:
+        return None
+    from simulator.protocol.model_tokenizer import ModelTokenizer, TokenizerError  # only if asked
+    try:
+        ModelTokenizer(path)
+    except TokenizerError as exc:
+        raise EngineConfigError(f"--tokenizer {exc}") from None
+    return str(path)
+
+
+def find_tokenizer(model: str | None) -> Path | None:
+    """A local model folder's tokenizer.json, as vLLM takes it from --model by default."""
+    if model and Path(model, "tokenizer.json").is_file():
+        return Path(model)
+    return None
+
+
 def _derivable(flag: str, name: str) -> None:
     try:
         profiles.model(name)
@@ -122,6 +143,12 @@ def sim(
     served_model_name: str | None = typer.Option(None, "--served-model-name"),
     model_profile: str | None = typer.Option(
         None, "--model-profile", help="Stand-in model profile, or a model folder or config.json."
+    ),
+    tokenizer: str | None = typer.Option(
+        None,
+        "--tokenizer",
+        help="The model's tokenizer.json (or its folder): prompts count as vLLM counts them. "
+        "Default: --model's folder's, else an estimate (~4 characters a token).",
     ),
     hardware: str | None = typer.Option(
         None,
@@ -241,6 +268,7 @@ def sim(
         )
         if frontend_cost is not None:
             settings = replace(settings, frontend_cost=_frontend_cost(frontend_cost))
+        settings = replace(settings, tokenizer=_tokenizer(tokenizer, model or model_arg))
     except (EngineConfigError, profiles.UnknownProfile) as exc:
         typer.echo(f"pdctl sim: error: {exc}", err=True)
         raise typer.Exit(2) from None
