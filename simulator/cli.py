@@ -82,6 +82,7 @@ def _tokenizer(flag: str | None, model: str | None) -> str | None:
     if path is None:
         return None
     from simulator.protocol.model_tokenizer import ModelTokenizer, TokenizerError  # only if asked
+
     try:
         ModelTokenizer(path)
     except TokenizerError as exc:

@@ -120,11 +120,21 @@ def _shared_expert_params(c: dict[str, Any], hidden: int, moe_inter: int) -> int
 
 
 def _attention_params(
-    c: dict[str, Any], hidden: int, heads: int, kv_heads: int, head_dim: int, kv_lora: int, rope: int
+    c: dict[str, Any],
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    kv_lora: int,
+    rope: int,
 ) -> int:
     if kv_lora:  # MLA: low-rank query and a compressed KV latent plus the rope key
         q_lora = _int(c, "q_lora_rank", 0)
-        q = hidden * q_lora + q_lora + q_lora * heads * head_dim if q_lora else hidden * heads * head_dim
+        q = (
+            hidden * q_lora + q_lora + q_lora * heads * head_dim
+            if q_lora
+            else hidden * heads * head_dim
+        )
         v_dim = _int(c, "v_head_dim")
         nope = head_dim - rope
         kv = hidden * (kv_lora + rope) + kv_lora + kv_lora * heads * (nope + v_dim)

@@ -39,7 +39,10 @@ def test_derived_profile_steps_within_five_percent_of_the_shipped(name, hardware
 
 
 def test_a_folder_and_its_config_json_derive_the_same_profile():
-    folder, file = _derived("llama-3.1-8b"), profiles.model(str(CONFIGS / "llama-3.1-8b/config.json"))
+    folder, file = (
+        _derived("llama-3.1-8b"),
+        profiles.model(str(CONFIGS / "llama-3.1-8b/config.json")),
+    )
     assert folder.kv_bytes_per_token == file.kv_bytes_per_token
     assert folder.params_total == file.params_total
 
@@ -79,8 +82,14 @@ def test_nvfp4_and_fp8_kv_from_a_modelopt_config():
 
 @pytest.mark.parametrize(
     "field",
-    ["num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size", "torch_dtype",
-     "max_position_embeddings"],
+    [
+        "num_hidden_layers",
+        "hidden_size",
+        "num_attention_heads",
+        "vocab_size",
+        "torch_dtype",
+        "max_position_embeddings",
+    ],
 )
 def test_a_config_missing_a_field_is_refused_by_name(tmp_path, field):
     config = json.loads((CONFIGS / "llama-3.1-8b/config.json").read_text())

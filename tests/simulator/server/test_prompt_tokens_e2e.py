@@ -49,7 +49,9 @@ def test_served_prompt_tokens_equal_the_clients(tmp_path, tiny_folder, how):
         )
         # The tiny Llama's chat template (tokenizer_config.json), rendered as vLLM renders it.
         rendered = "<|begin_of_text|><|user|>\nhello<|end|>\n<|assistant|>\n"
-        assert chat.usage.prompt_tokens == len(client.encode(rendered, add_special_tokens=False).ids)
+        assert chat.usage.prompt_tokens == len(
+            client.encode(rendered, add_special_tokens=False).ids
+        )
 
 
 def test_without_a_tokenizer_english_counts_by_the_estimate(tmp_path):
