@@ -289,13 +289,14 @@ def _chat_prompt(
         if model_tokenizer is not None:
             ids.extend(images)  # the model's template renders the text below
             continue
-        # A tiny chat template: one token for the role, then the content's tokens.
-        ids.extend(tokenizer.encode(str(message["role"])))
+        # A tiny chat template: one token for the role (a special token in a real template),
+        # then the content's tokens.
+        ids.extend(tokenizer.encode(str(message["role"]))[:1])
         ids.extend(images)
         ids.extend(tokenizer.encode(content))
     if model_tokenizer is not None:
         return model_tokenizer.encode_chat(texts) + ids
-    ids.extend(tokenizer.encode("assistant"))
+    ids.extend(tokenizer.encode("assistant")[:1])
     return ids
 
 
