@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -56,16 +57,51 @@ def register(app: typer.Typer) -> None:
 
 
 def _model_profile(model: str | None, model_profile: str | None) -> str:
+    """A profile name, or a config path (--model-profile PATH, or --model a local folder as
+    vLLM takes it) that profiles.model derives the profile from."""
     if model_profile:
+        _derivable("--model-profile", model_profile)
         return model_profile
     if not model:
         return "tiny"
+    if Path(model, "config.json").is_file():
+        _derivable("--model", model)
+        return model
     if (name := profiles.for_model(model)) is not None:
         return name
     known = ", ".join(profiles.available("models"))
     raise EngineConfigError(
         f"--model {model!r} has no stand-in profile; pass --model-profile (known: {known})"
     )
+
+
+def _tokenizer(flag: str | None, model: str | None) -> str | None:
+    """--tokenizer, or the local --model folder's tokenizer.json; loaded once here so a bad
+    file is refused naming the flag before anything binds."""
+    path = Path(flag) if flag else find_tokenizer(model)
+    if path is None:
+        return None
+    from simulator.protocol.model_tokenizer import ModelTokenizer, TokenizerError  # only if asked
+
+    try:
+        ModelTokenizer(path)
+    except TokenizerError as exc:
+        raise EngineConfigError(f"--tokenizer {exc}") from None
+    return str(path)
+
+
+def find_tokenizer(model: str | None) -> Path | None:
+    """A local model folder's tokenizer.json, as vLLM takes it from --model by default."""
+    if model and Path(model, "tokenizer.json").is_file():
+        return Path(model)
+    return None
+
+
+def _derivable(flag: str, name: str) -> None:
+    try:
+        profiles.model(name)
+    except profiles.ModelConfigError as exc:
+        raise EngineConfigError(f"{flag} {exc}") from None
 
 
 def _stale_peer(value: str) -> str:
@@ -107,7 +143,13 @@ def sim(
     port: int = typer.Option(8100, "--port"),
     served_model_name: str | None = typer.Option(None, "--served-model-name"),
     model_profile: str | None = typer.Option(
-        None, "--model-profile", help="Stand-in model profile."
+        None, "--model-profile", help="Stand-in model profile, or a model folder or config.json."
+    ),
+    tokenizer: str | None = typer.Option(
+        None,
+        "--tokenizer",
+        help="The model's tokenizer.json (or its folder): prompts count as vLLM counts them. "
+        "Default: --model's folder's, else an estimate (~4 characters a token).",
     ),
     hardware: str | None = typer.Option(
         None,
@@ -227,6 +269,7 @@ def sim(
         )
         if frontend_cost is not None:
             settings = replace(settings, frontend_cost=_frontend_cost(frontend_cost))
+        settings = replace(settings, tokenizer=_tokenizer(tokenizer, model or model_arg))
     except (EngineConfigError, profiles.UnknownProfile) as exc:
         typer.echo(f"pdctl sim: error: {exc}", err=True)
         raise typer.Exit(2) from None

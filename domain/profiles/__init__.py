@@ -6,6 +6,7 @@ validated records and derives what the timing model needs (KV bytes per token, w
 
 from __future__ import annotations
 
+import json
 import tomllib
 from dataclasses import MISSING, dataclass, fields
 from functools import cache
@@ -16,7 +17,16 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 PROFILE_DIR = Path(__file__).parent
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+# Bytes per element. MXFP4: 4 bits plus an 8-bit scale per 32 elements (OCP MX); NVFP4: 4 bits
+# plus an FP8 scale per 16. Both run their matmuls at the BF16 rate here (peak_flops).
+DTYPE_BYTES: dict[str, float] = {
+    "bf16": 2,
+    "fp16": 2,
+    "fp8": 1,
+    "fp32": 4,
+    "mxfp4": 4.25 / 8,
+    "nvfp4": 4.5 / 8,
+}
 # Share of link bandwidth a ring all-reduce achieves (see HardwareProfile.allreduce_bandwidth).
 COLLECTIVE_EFF = 0.72
 Profile = TypeVar("Profile", bound="DataclassInstance")
@@ -24,6 +34,10 @@ Profile = TypeVar("Profile", bound="DataclassInstance")
 
 class UnknownProfile(LookupError):
     """A hardware or model profile name that has no file; the message lists the known ones."""
+
+
+class ModelConfigError(UnknownProfile):
+    """A model config.json that cannot become a profile: the message names the field."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +117,14 @@ class ModelProfile:
     vision_params: float = 0.0
     vision_tokens_per_image: int = 0
     vision_flops_per_token: float = 0.0
+    # Layers with routed experts (0: every layer, when the model is MoE at all).
+    moe_layers: int = 0
+    # MLA (DeepSeek): the cache holds one latent of kv_lora_rank plus the rope key per layer.
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    # Sliding-window attention: the window and how many layers use it (0: none).
+    sliding_window: int = 0
+    sliding_layers: int = 0
 
     @property
     def is_multimodal(self) -> bool:
@@ -113,17 +135,33 @@ class ModelProfile:
         return self.experts_total > 0
 
     @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
     def kv_bytes_per_token(self) -> int:
-        """K and V for every layer and KV head, whole model, before TP sharding."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * DTYPE_BYTES[self.kv_dtype]
+        """K and V for every layer and KV head, whole model, before TP sharding (MLA: the
+        latent and the rope key per layer). Sliding-window layers count in full: what a
+        context within the window holds."""
+        per_element = int(DTYPE_BYTES[self.kv_dtype])
+        if self.is_mla:
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * self.layers * per_element
+        return 2 * self.layers * self.kv_heads * self.head_dim * per_element
 
     def kv_bytes_per_token_per_gpu(self, tp: int) -> float:
         # KV heads shard across TP ranks until each rank holds one; past that they replicate.
+        # MLA's latent is not per head: every rank holds all of it.
+        if self.is_mla:
+            return self.kv_bytes_per_token
         return self.kv_bytes_per_token / min(tp, self.kv_heads)
 
     @property
-    def weight_bytes_per_param(self) -> int:
+    def weight_bytes_per_param(self) -> float:
         return DTYPE_BYTES[self.weight_dtype]
+
+    @property
+    def expert_layers(self) -> int:
+        return self.moe_layers or self.layers
 
     @property
     def expert_params(self) -> float:
@@ -132,7 +170,7 @@ class ModelProfile:
 
     @property
     def all_expert_params(self) -> float:
-        return self.layers * self.experts_total * self.expert_params if self.is_moe else 0.0
+        return self.expert_layers * self.experts_total * self.expert_params if self.is_moe else 0.0
 
     @property
     def dense_params(self) -> float:
@@ -181,6 +219,32 @@ def hardware(name: str) -> HardwareProfile:
     return _load("hardware", name, HardwareProfile)
 
 
+def is_config_path(name: str) -> bool:
+    """Whether a model argument names a config (a folder or a .json file), not a profile."""
+    return "/" in name or name.endswith(".json") or Path(name).is_dir()
+
+
 @cache
 def model(name: str) -> ModelProfile:
-    return _load("models", name, ModelProfile)
+    """A shipped profile by name, or one derived from a model folder or its config.json."""
+    if not is_config_path(name) or (PROFILE_DIR / "models" / f"{name}.toml").is_file():
+        return _load("models", name, ModelProfile)
+    from domain.profiles.from_config import derive
+
+    try:
+        return derive(read_config(Path(name)), name)
+    except ModelConfigError as exc:
+        raise ModelConfigError(f"{name}: {exc}") from None
+
+
+def read_config(path: Path) -> dict:
+    file = path / "config.json" if path.is_dir() else path
+    try:
+        config = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise ModelConfigError("no such model folder or config.json") from None
+    except (OSError, ValueError) as exc:
+        raise ModelConfigError(f"not a readable JSON config ({exc})") from None
+    if not isinstance(config, dict):
+        raise ModelConfigError("a config.json is a JSON object")
+    return config

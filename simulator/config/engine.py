@@ -119,6 +119,9 @@ class EngineSettings:
     ec: EcSettings | None = None  # --ec-transfer-config (simulator/config/encoder.py)
     # What vLLM's API server spends CPU on (simulator/model/frontend_clock.py); --frontend-cost
     frontend_cost: FrontendCost = VLLM_API_SERVER
+    # The model's tokenizer.json (a folder or the file; --tokenizer, or --model's folder):
+    # prompts count as vLLM counts them. None: the stand-in's estimate.
+    tokenizer: str | None = None
 
     @property
     def frontend_wall_cost(self) -> FrontendCost:

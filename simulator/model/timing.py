@@ -108,6 +108,7 @@ class TimingModel:
         )
         self._attn_rate = hardware.peak_flops("bf16") * f.attention_eff
         self._bw = hardware.mem_bandwidth
+        self._expert_layers = m.expert_layers
         self._attn_flops_per_pair = 4 * m.layers * m.heads * m.head_dim
         self._overhead = f.step_overhead_s + m.layers * f.layer_overhead_s
 
@@ -129,8 +130,8 @@ class TimingModel:
             # Experts that at least one token of the batch routes to (uniform routing).
             touched = e * (1.0 - (1.0 - k / e) ** tokens)
             rows = tokens * k + touched * f.moe_tile_rows
-            expert_flops = 2 * m.layers * m.expert_params * rows / tp
-            expert_bytes = m.layers * touched * m.expert_params * self._wbytes / tp
+            expert_flops = 2 * self._expert_layers * m.expert_params * rows / tp
+            expert_bytes = self._expert_layers * touched * m.expert_params * self._wbytes / tp
             experts_s = max(expert_flops / (self._linear_rate * f.moe_eff), expert_bytes / self._bw)
         pairs = batch.decode_ctx_tokens + batch.decode_seqs + batch.prefill_attn_pairs
         attn_flops = self._attn_flops_per_pair * pairs / tp

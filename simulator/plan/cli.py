@@ -57,7 +57,9 @@ def plan(
     scenario: str | None = typer.Option(
         None, "--scenario", help=f"Built-in: {', '.join(SCENARIOS)}."
     ),
-    model: str = typer.Option(PLAN_DEFAULTS.model, "--model"),
+    model: str = typer.Option(
+        PLAN_DEFAULTS.model, "--model", help="A profile, or a model folder or its config.json."
+    ),
     hardware: str = typer.Option(PLAN_DEFAULTS.hardware, "--hardware"),
     gpus: int = typer.Option(PLAN_DEFAULTS.gpus, "--gpus"),
     config: Annotated[
@@ -207,7 +209,10 @@ def _checks(
     goodput_share,
     itl_slo_stat,
 ) -> None:
-    profiles.model(model)
+    try:
+        profiles.model(model)
+    except profiles.ModelConfigError as exc:
+        raise PlanError(f"--model {exc}") from None
     profiles.hardware(hardware)
     for ok, message in (
         (1 <= gpus <= 64, "--gpus must be between 1 and 64"),
@@ -239,6 +244,8 @@ def kv(
 ) -> None:
     try:
         spec, hw = profiles.model(model), profiles.hardware(hardware)
+    except profiles.ModelConfigError as exc:
+        _kv_error(f"--model {exc}")
     except profiles.UnknownProfile as exc:
         _kv_error(str(exc))
     if tokens < 1 or tp < 1 or (link_gbps is not None and link_gbps <= 0):

@@ -8,13 +8,21 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from domain.workload import tokenizer
 from simulator.model.encoder import image_url, image_urls, mm_hash, placeholder_ids
 
 # vLLM holds token ids as int32: a larger one is out of any vocabulary (its 400 wording).
 MAX_TOKEN_ID = 1 << 31
+
+
+class PromptTokenizer(Protocol):
+    """A model's tokenizer (simulator/protocol/model_tokenizer.py); None: the estimate."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]: ...
 
 
 class RequestError(Exception):
@@ -91,6 +99,7 @@ def parse(
     served_model: str,
     max_model_len: int,
     vision_tokens: int = 0,
+    model_tokenizer: PromptTokenizer | None = None,
 ) -> GenerationRequest:
     """Validate in vLLM's order: media type, JSON, body fields, model, prompt, max_tokens.
     `vision_tokens`: the prompt tokens an image becomes (0: a text-only model, whose image
@@ -117,9 +126,11 @@ def parse(
     images: tuple[str, ...] = ()
     if kind == "chat":
         images = tuple(image_urls(body["messages"])) if vision_tokens else ()
-        prompt_ids = _chat_prompt(body["messages"], vision_tokens if images else 0, served_model)
+        prompt_ids = _chat_prompt(
+            body["messages"], vision_tokens if images else 0, served_model, model_tokenizer
+        )
     else:
-        prompt_ids = _completion_prompt(body.get("prompt"))
+        prompt_ids = _completion_prompt(body.get("prompt"), model_tokenizer)
     if len(prompt_ids) > max_model_len:
         # vLLM tokenizes at most max_model_len + 1 tokens, hence "at least".
         seen = min(len(prompt_ids), max_model_len + 1)
@@ -220,11 +231,11 @@ def _token_ids(prompt: Any) -> bool:
     return isinstance(prompt, list) and not any(isinstance(t, str | list) for t in prompt)
 
 
-def _completion_prompt(prompt: Any) -> list[int]:
+def _completion_prompt(prompt: Any, model_tokenizer: PromptTokenizer | None = None) -> list[int]:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
-        ids = tokenizer.encode(prompt)
+        ids = model_tokenizer.encode(prompt) if model_tokenizer else tokenizer.encode(prompt)
     elif isinstance(prompt, list) and all(
         isinstance(t, int) and not isinstance(t, bool) for t in prompt
     ):
@@ -244,7 +255,12 @@ def _completion_prompt(prompt: Any) -> list[int]:
     return ids
 
 
-def _chat_prompt(messages: Any, vision_tokens: int = 0, model: str = "") -> list[int]:
+def _chat_prompt(
+    messages: Any,
+    vision_tokens: int = 0,
+    model: str = "",
+    model_tokenizer: PromptTokenizer | None = None,
+) -> list[int]:
     if not isinstance(messages, list):
         raise validation_error(
             "body.messages", "list_type", "Input should be a valid list", messages
@@ -252,6 +268,7 @@ def _chat_prompt(messages: Any, vision_tokens: int = 0, model: str = "") -> list
     if not messages:
         raise RequestError("messages must be a non-empty list", param="messages")
     ids: list[int] = []
+    texts: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or "role" not in message:
             raise RequestError(
@@ -268,11 +285,18 @@ def _chat_prompt(messages: Any, vision_tokens: int = 0, model: str = "") -> list
             raise RequestError(
                 f"messages[{i}].content must be a string", param=f"messages[{i}].content"
             )
-        # A tiny chat template: one token for the role, then the content's tokens.
-        ids.extend(tokenizer.encode(str(message["role"])))
+        texts.append({"role": str(message["role"]), "content": content})
+        if model_tokenizer is not None:
+            ids.extend(images)  # the model's template renders the text below
+            continue
+        # A tiny chat template: one token for the role (a special token in a real template),
+        # then the content's tokens.
+        ids.extend(tokenizer.encode(str(message["role"]))[:1])
         ids.extend(images)
         ids.extend(tokenizer.encode(content))
-    ids.extend(tokenizer.encode("assistant"))
+    if model_tokenizer is not None:
+        return model_tokenizer.encode_chat(texts) + ids
+    ids.extend(tokenizer.encode("assistant")[:1])
     return ids
 
 

@@ -11,6 +11,8 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -44,6 +46,9 @@ from simulator.server import pd_role
 from simulator.server.encoder_stage import EncoderStage, encoder_for
 from simulator.server.registration import heartbeat, registration_message
 
+if TYPE_CHECKING:
+    from simulator.protocol.model_tokenizer import ModelTokenizer
+
 log = logging.getLogger("pdctl.sim")
 # vLLM's headers (uvicorn, and Vary from its CORS middleware), all but `server`: the stand-in
 # keeps aiohttp's there, so that a person can still tell the two apart.
@@ -66,6 +71,7 @@ class SimState:
     )
     # vLLM's API server CPU, modelled (simulator/model/frontend_clock.py)
     frontend: FrontendClock = field(default_factory=FrontendClock)
+    prompt_tokenizer: ModelTokenizer | None = None  # --tokenizer's; None: the estimate
 
 
 STATE = web.AppKey("state", SimState)
@@ -74,6 +80,14 @@ STATE = web.AppKey("state", SimState)
 def natural_length(prompt_ids: list[int]) -> int:
     """Where the stand-in's text would end on its own (EOS) unless ignore_eos is set."""
     return 32 + tokenizer.prompt_seed(prompt_ids) % 480
+
+
+def _prompt_tokenizer(settings: EngineSettings) -> ModelTokenizer | None:
+    if settings.tokenizer is None:
+        return None
+    from simulator.protocol.model_tokenizer import ModelTokenizer  # `tokenizers` only if asked
+
+    return ModelTokenizer(Path(settings.tokenizer))
 
 
 def build_scheduler(settings: EngineSettings) -> Scheduler:
@@ -171,6 +185,7 @@ def _lifespan(settings: EngineSettings):
             injected,
             encoder,
             frontend,
+            _prompt_tokenizer(settings),
         )
         if encoder is not None:
             app[STATE].registry.register(encoder)
@@ -246,6 +261,7 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
             settings.served_model_name,
             settings.model_len,
             state.encoder.vision_tokens if state.encoder is not None else 0,
+            state.prompt_tokenizer,
         )
         writer = ResponseWriter(gen, state.fingerprint)
         request_id = internal_request_id(kind, writer.id)

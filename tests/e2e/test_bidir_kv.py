@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from domain.workload import tokenizer
 from harness.processes import metric_value, running
 from harness.stack import nixl_sim, proxy, wait_until
 
@@ -107,7 +108,7 @@ def test_second_turn_prefill_computes_only_the_new_tokens(stack, stream):
         assert spent["external_kv_transfer"] == held
         assert spent["local_compute"] == second_len - held
         # the new text, its role token, the "assistant" prompt token, the answer's last token
-        assert spent["local_compute"] == len(NEW_TEXT.split()) + 3
+        assert spent["local_compute"] == len(tokenizer.encode(NEW_TEXT)) + 3
     else:
         assert spent["external_kv_transfer"] == 0
         assert spent["local_compute"] + spent["local_cache_hit"] == second_len

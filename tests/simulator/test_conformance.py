@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from domain.workload.tokenizer import VOCAB
 from harness.processes import free_port, http_get, http_post, running, sim
 
 pytestmark = pytest.mark.e2e
@@ -226,7 +227,7 @@ def test_errors_have_vllms_status_type_param_and_message(engine, name):
 
 def test_max_tokens_beyond_the_room_left_is_clamped_not_refused(engine):
     # vLLM 0.32 refuses only max_tokens > max_model_len; otherwise it stops at the context end.
-    prompt = " ".join(["word"] * 2040)
+    prompt = " ".join([VOCAB[0]] * 2040)  # a word of the stand-in's vocabulary: one token
     status, body = http_post(
         engine.url + "/v1/completions", {"prompt": prompt, "max_tokens": 100, "ignore_eos": True}
     )
