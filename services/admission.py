@@ -14,6 +14,7 @@ from controller import (
     InstancePorts,
     PortsExhausted,
     StoredSpec,
+    address_problems,
     allocate,
     given_ports,
     validate,
@@ -32,6 +33,8 @@ class Admission(StoredSpec):
     reserved: frozenset[int] = frozenset()  # e.g. the control plane's own port
     # The roots engines' paths may be under and the address they bind (none: loopback only).
     reach: EngineReach | None = None
+    # Hosts beyond loopback an attached spec may name (PDCTL_ATTACH_HOSTS).
+    attach_hosts: tuple[str, ...] = ()
 
     def admit(
         self,
@@ -76,6 +79,7 @@ def admit(
         own_ports=own,
         reach=admission.reach,
     )
+    problems += address_problems(spec, admission.attach_hosts)
     if problems:
         raise SpecInvalid(problems)
     sticky = _sticky(spec, *previous) if previous else spec

@@ -153,6 +153,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         partial(host_port_busy, hosts=hosts),
         reserved=frozenset({settings.port}),
         reach=engine_reach(settings),
+        attach_hosts=tuple(settings.attach_hosts),
     )
     app.state.store = store = Store(engine, admission, publish=event_publisher(hub))
     app.state.registry = build_registry(store)

@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     # Host names (any port) answered when no tokens are set; a DNS-rebinding page's requests
     # carry its own name. Default: the loopback names (web/security/hosts.py).
     allowed_hosts: TokenList = Field(default_factory=list)
+    # Hosts beyond loopback an attached deployment may name (controller/spec/attach.py):
+    # names, IPs or networks ("10.0.0.0/8"). Probes go only where the operator says.
+    attach_hosts: TokenList = Field(default_factory=list)
     # A plan's sweep or search starts no run after this many seconds (services/plan_runner.py).
     plan_deadline_s: float = Field(15.0, gt=0, le=3600)
     # Seconds a client may take to send a request's head, and then its body
@@ -90,6 +93,7 @@ class Settings(BaseSettings):
         "trusted_origins",
         "forwarded_allow_ips",
         "allowed_hosts",
+        "attach_hosts",
         mode="before",
     )
     @classmethod

@@ -26,6 +26,7 @@ from connector.settings import (
     RetryBudgetRatio,
     RetryDeadline,
 )
+from controller.spec.attach import ExternalProxy, InstanceUrl, check_attached
 from controller.spec.autopilot import Autopilot, check_autopilot
 from controller.spec.bidir import check_bidirectional
 from controller.spec.canary import CanaryConfig
@@ -80,6 +81,7 @@ ExtraArg = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 class Engine(enum.StrEnum):
     VLLM = "vllm"
     SIM = "sim"
+    EXTERNAL = "external"  # attached: engines pdctl did not start (controller/spec/attach.py)
 
 
 class Topology(enum.StrEnum):
@@ -119,6 +121,8 @@ class InstanceGroup(_Strict):
     placement: Placement | None = None  # on a cluster: which nodes, GPUs per instance
     # Over the deployment's kv_connector_extra_config for this group's instances.
     kv_connector_extra_config: KvExtra = Field(default_factory=dict)
+    # Attached only (engine external): each instance's base URL, in instance order.
+    urls: list[InstanceUrl] = Field(default_factory=list, max_length=64)
 
     def instance_gpus(self, index: int) -> list[int]:
         return self.gpus[index * self.tp : (index + 1) * self.tp]
@@ -221,6 +225,12 @@ class DeploymentSpec(_Strict):
     role_switch: RoleSwitch | None = None  # runtime P/D role switching (role_switch_spec.py)
     autopilot: Autopilot | None = None  # the P:D ratio autopilot (autopilot_spec.py)
     ec_transfer: EcTransfer | None = None  # encode groups' EC connector (ec_spec.py)
+    external_proxy: ExternalProxy | None = None  # attached only: the proxy clients use
+
+    @property
+    def attached(self) -> bool:
+        """Engines pdctl did not start and only watches (controller/spec/attach.py)."""
+        return self.engine is Engine.EXTERNAL
 
     def instance_names(self) -> list[str]:
         return [f"{g.name}-{i}" for g in self.groups for i in range(g.count)]
@@ -238,7 +248,8 @@ def who_has(fact: str) -> str:
 
 def check(spec: DeploymentSpec) -> None:
     """The rules that relate fields to each other; raises FieldError at the first broken one."""
-    check_bidirectional(spec)  # first: a colocated spec asking for it hears about the key
+    check_attached(spec)  # first: an attached spec names addresses, nothing to launch
+    check_bidirectional(spec)  # then: a colocated spec asking for it hears about the key
     check_encode(spec)  # before the KV rules: an encode group hears why it has no KV
     check_render_tier(spec)  # before the groups: a render group is none of theirs
     _check_connector(spec)

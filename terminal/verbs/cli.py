@@ -14,6 +14,7 @@ from bench.target import use_resolver
 from terminal.session import command
 from terminal.verbs import advise as advise_verb
 from terminal.verbs import apply as apply_verb
+from terminal.verbs import attach as attach_verb
 from terminal.verbs import follow as follow_verbs
 from terminal.verbs import lifecycle as lifecycle_verbs
 from terminal.verbs import move as move_verb
@@ -29,6 +30,7 @@ VERBS: dict[str, Callable[..., Any]] = {
     "history": read_verbs.history,
     "diff": read_verbs.diff,
     "apply": apply_verb.apply,
+    "attach": attach_verb.attach,
     "start": lifecycle_verbs.start,
     "stop": lifecycle_verbs.stop,
     "restart": lifecycle_verbs.restart,
