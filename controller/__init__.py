@@ -29,6 +29,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from controller.attached import AttachedRefused, attach_refusal
     from controller.autopilot.capacity import capacity_of
     from controller.autopilot.decide import HOUR_S, Decision, decide, instance_slots, sample
     from controller.backends.local import ProcessBackend
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from controller.rollout.revisions import StoreRevisions
     from controller.rollout.strategies import STRATEGY_SUMMARY
     from controller.service import ControlService
+    from controller.spec.attach import address_problems
     from controller.spec.deployment import (
         CONNECTORS,
         DeploymentSpec,
@@ -113,6 +115,9 @@ _EXPORTS = {
     "decide": "controller.autopilot.decide",
     "front_instances": "controller.proposals",
     "given_ports": "controller.spec.validation",
+    "address_problems": "controller.spec.attach",
+    "attach_refusal": "controller.attached",
+    "AttachedRefused": "controller.attached",
     "holds_mask": "controller.spec.redact",
     "host_port_busy": "controller.spec.validation",
     "instance_roles": "controller.spec.role_switch",
@@ -137,6 +142,7 @@ __all__ = [
     "STRATEGY_SUMMARY",
     "UNCHANGED",
     "AllocatedPorts",
+    "AttachedRefused",
     "Change",
     "ControlService",
     "Decision",
@@ -163,7 +169,9 @@ __all__ = [
     "Target",
     "Timeouts",
     "Topology",
+    "address_problems",
     "allocate",
+    "attach_refusal",
     "capacity_of",
     "child_environment",
     "decide",

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from controller.attached import attach_refusal
 from controller.launch.cluster_view import NodeView, cluster_view
 from controller.launch.placement import Node
 from controller.launch.ports import AllocatedPorts
@@ -158,6 +159,8 @@ class ControlService:
     ) -> RolloutRecord:
         """Start every process at `revision`; the rollout ends when all are ready (and settles
         the revision applied if it was `pending`)."""
+        if spec.attached:  # pdctl owns no process of it (controller/attached.py)
+            raise attach_refusal(name, "start", spec)
         await self.rollouts.let_start_end(name)
         self.rollouts.refuse_if_running(name, "start")
         self.refuse_code(name, spec, revision)
@@ -218,6 +221,8 @@ class ControlService:
         """Roll `target` (a revision in progress) out to the running deployment: what differs
         restarts, by `strategy` (None: roll where the layout allows it, else hold); a failure
         rolls back to `back`, the last applied revision."""
+        if target.spec.attached:
+            raise attach_refusal(name, "apply", back.spec if back else target.spec, target.spec)
         self.refuse_code(name, target.spec, target.revision)
         goal = Goal(
             name,
@@ -297,6 +302,9 @@ class ControlService:
     ) -> RolloutRecord:
         """Write the target revision (in progress), then switch in the background by
         `strategy`; the record shows the progress and the revision how it settled."""
+        if spec.attached:
+            groups = [g.model_copy(update={"mode": target}) for g in spec.groups]
+            raise attach_refusal(name, "switch", spec, spec.model_copy(update={"groups": groups}))
         self.refuse_code(name, spec, None)
         await self.rollouts.let_start_end(name)
         self.rollouts.refuse_if_running(name, "switch")

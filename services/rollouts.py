@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from controller import ControlService, DeploymentSpec, RolloutRecord, Target
+from controller import ControlService, DeploymentSpec, RolloutRecord, Target, attach_refusal
 from domain.errors import ConfigError, InvalidTransition
 from state.changes import RevisionState
 from state.store import Current, Store
@@ -93,7 +93,10 @@ async def store_and_roll_out(
     strategy: str | None = None,
 ) -> Applied:
     """Store `spec` as the next revision. On a running deployment it is pending, then (with
-    `rollout`) rolled out; on a stopped one it is what the next start runs."""
+    `rollout`) rolled out; on a stopped one it is what the next start runs. On an attached
+    deployment (nothing pdctl runs), a change to its engines' flags is refused unless
+    `rollout` is off: pdctl cannot restart them; the 409 says what the operator would run."""
+    refuse_attached_apply(store, name, spec, kind, rollout)
     live = running(controller, name)
     if live and controller is not None:
         await controller.rollouts.let_start_end(name)
@@ -105,6 +108,21 @@ async def store_and_roll_out(
         return Applied(saved, None)
     rec = await roll_out(store, controller, name, saved.revision, kind, actor, reason, strategy)
     return Applied(store.get(name), rec)
+
+
+def refuse_attached_apply(
+    store: Store, name: str, spec: DeploymentSpec, kind: str, rollout: bool
+) -> None:
+    """An apply that would restart an attached deployment's engines: a 409 naming the flags.
+    With `rollout` off the operator records what they run (they restarted it themselves)."""
+    if not rollout:
+        return
+    now = store.get(name).spec
+    if not now.attached:
+        return
+    refusal = attach_refusal(name, "proposal" if kind == "advisor" else "apply", now, spec)
+    if refusal.commands:
+        raise refusal
 
 
 async def undo(

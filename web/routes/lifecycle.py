@@ -7,10 +7,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, status
 from pydantic import BaseModel, ConfigDict, Field
 
-from controller import ControlService, StoreRevisions
+from controller import ControlService, StoreRevisions, attach_refusal
 from domain.modes import TransferModeName
 from services.rollouts import desired, last_applied, roll_out
 from state.changes import RevisionState
+from state.store import Store
 from web.deps import Operator, Reason, ServiceDep, StoreDep, StrategyQuery
 from web.errors import InvalidTransition, NotFound
 
@@ -36,12 +37,24 @@ def _known(controller: ControlService, name: str) -> None:
         raise InvalidTransition(f"deployment {name!r} has not been started")
 
 
+def _refuse_attached(store: Store, name: str, verb: str, mode: str | None = None) -> None:
+    """pdctl owns no process of an attached deployment: a 409 saying what to run instead."""
+    spec = store.get(name).spec
+    if spec.attached:
+        target = None
+        if mode is not None:
+            groups = [g.model_copy(update={"mode": mode}) for g in spec.groups]
+            target = spec.model_copy(update={"groups": groups})
+        raise attach_refusal(name, verb, spec, target)
+
+
 @router.post("/start", status_code=status.HTTP_202_ACCEPTED)
 async def start(
     name: str, controller: ServiceDep, store: StoreDep, actor: Operator, reason: Reason = None
 ) -> list[dict[str, Any]]:
     """Start every process at the desired revision; a rollout of kind start follows them
     until all are ready (GET .../rollout)."""
+    _refuse_attached(store, name, "start")
     current = store.get(name)
     pending = current.state == RevisionState.PENDING.value
     await controller.start(
@@ -60,7 +73,7 @@ async def start(
 async def stop(
     name: str, controller: ServiceDep, store: StoreDep, actor: Operator, reason: Reason = None
 ) -> list[dict[str, Any]]:
-    store.get(name)
+    _refuse_attached(store, name, "stop")
     _known(controller, name)
     await controller.stop(name, actor.label, reason)
     return controller.status(name)
@@ -80,6 +93,7 @@ async def restart(
     restarts, on the desired revision's placement; a pending revision is rolled out. With
     nothing drifted, every instance (or `instance`) restarts, one pair at a time where the
     layout allows it."""
+    _refuse_attached(store, name, "restart")
     current = store.get(name)
     _known(controller, name)
     if current.state == RevisionState.PENDING.value and instance is None:
@@ -125,6 +139,7 @@ async def switch(
 ) -> dict[str, Any]:
     """Write the target revision (in progress), then begin a zero-loss read/write switch in
     the background, as a rollout; poll /switches/{id} (or /rollout) for its progress."""
+    _refuse_attached(store, name, "switch", body.mode)
     current = store.get(name)
     record = await controller.switch(
         name,

@@ -17,7 +17,15 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from controller import PROPOSING_RULES, Change, Engine, StoreRevisions, Target, propose
+from controller import (
+    PROPOSING_RULES,
+    Change,
+    Engine,
+    StoreRevisions,
+    Target,
+    attach_refusal,
+    propose,
+)
 from domain.errors import ConfigError, InvalidTransition, PdctlError
 from services.proposal_cost import restart_cost
 from services.proposal_forecast import forecast
@@ -161,6 +169,11 @@ async def _carry_out(
     store: Store, controller: Any, current: Current, change: Change, actor: str, reason: str
 ) -> dict[str, Any]:
     name = current.name
+    if current.spec.attached and change.how == "switch":  # pdctl restarts nothing it attached
+        groups = [g.model_copy(update={"mode": change.mode}) for g in current.spec.groups]
+        raise attach_refusal(
+            name, "proposal", current.spec, current.spec.model_copy(update={"groups": groups})
+        )
     if change.how == "role_move":
         moved = await controller.move_role(
             name,
