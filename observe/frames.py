@@ -247,6 +247,9 @@ class Frame(Requests):
     evidence: NotRequired[Evidence]
     # {"revision", "modes"} the supervisor runs the deployment at (observe/serving.py)
     serving: NotRequired[dict[str, Any]]
+    # Where ttft, itl and slo_attainment come from: "proxy" (pdctl's, the client's view) or
+    # "engines" (an attached deployment behind another proxy: observe/attached.py)
+    latency_source: NotRequired[str]
 
 
 class HistoryMessage(TypedDict):

@@ -20,6 +20,13 @@ from typing import Any
 
 import aiohttp
 
+from observe.attached import (
+    attached_units,
+    canary_units,
+    engine_latency,
+    health_transition,
+    roles,
+)
 from observe.build import (
     DeploymentInfo,
     TargetState,
@@ -46,6 +53,17 @@ DEFAULT_WINDOW: Window = "1m"
 PRUNE_EVERY_S = 60.0
 MARKS_WITHIN_S = max(WINDOW_SECONDS.values()) + 30.0  # the longest window and its settling
 DOWN_AFTER_MISSES = 2
+# A /metrics page larger than this is not read (vLLM's are well under 1 MiB): a hostile or
+# broken endpoint cannot make the control plane hold gigabytes.
+MAX_METRICS_BYTES = 8 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class AttachedView:
+    """An attached deployment as the canary reads a supervised one: its spec, no token."""
+
+    spec: Any
+    admin_token: str | None = None
 
 
 def frame_topic(name: str, window: str) -> str:
@@ -71,6 +89,8 @@ class _Target:
     gauges: dict = field(default_factory=dict)
     up: bool = False
     missed: int = 0  # scrapes failed in a row
+    seen_up: bool | None = None  # attached: the last answer an event told (None: none yet)
+    why: str | None = None  # why the last scrape failed
 
     def state(self) -> TargetState:
         return TargetState(
@@ -115,6 +135,8 @@ class Observer:
         # Sections a layer above adds to every frame: key -> f(deployment) -> dict or None
         # (services/autopilot_loop.py's "autopilot"), so the live frames carry them too.
         self.sections: dict[str, Callable[[str], dict[str, Any] | None]] = {}
+        self.attached: dict[str, Any] = {}  # attached deployments' specs, read each tick
+        self._health_events: list[tuple[str, Any]] = []
         self._last_point: dict[str, float] = {}
         self._last_prune = 0.0
         self._session: aiohttp.ClientSession | None = None
@@ -158,14 +180,17 @@ class Observer:
 
     async def tick(self) -> None:
         now = self.clock()
+        self.attached = await asyncio.to_thread(self._attached_specs)
         names = list(self.controller.supervisor.deployments)
+        names += [n for n in self.attached if n not in names]
         await asyncio.gather(*(self._observe(name, now) for name in names))
         for gone in set(self.latest) - set(names):
             del self.latest[gone]
         self._targets = {k: v for k, v in self._targets.items() if k[0] in names}
         self.pd_states = {k: v for k, v in self.pd_states.items() if k in names}
         self.canary.forget(set(names))
-        events, self._pd_events = self._pd_events + self.canary.events, []
+        events, self._pd_events = self._pd_events + self.canary.events + self._health_events, []
+        self._health_events = []
         self.canary.events = []
         points = [
             (n, now, _marked_point(f[WINDOWS[0]]))
@@ -182,11 +207,22 @@ class Observer:
         )
         self.ticks += 1
 
+    def _attached_specs(self) -> dict[str, Any]:
+        """Every attached deployment's current spec (controller/spec/attach.py)."""
+        listing = getattr(self.store, "deployments", None)
+        if listing is None:
+            return {}
+        return {c.name: c.spec for c in listing() if getattr(c.spec, "attached", False)}
+
     async def _observe(self, name: str, now: float) -> None:
-        dep = self.controller.supervisor.deployments.get(name)
-        if dep is None:
+        attached = self.attached.get(name)
+        dep: Any = self.controller.supervisor.deployments.get(name)
+        if attached is not None and dep is None:
+            dep, units = AttachedView(attached), attached_units(attached)
+        elif dep is None:
             return
-        units = self.controller.status(name)
+        else:
+            attached, units = None, self.controller.status(name)
         states = await asyncio.gather(*(self._scrape(name, u, now) for u in units))
         targets = {u["name"]: s for u, s in zip(units, states, strict=True)}
         spec = dep.spec
@@ -209,7 +245,18 @@ class Observer:
         for window, frame in frames.items():  # is each window evidence to decide from?
             real = real_requests(proxy.delta(window)) if proxy is not None and proxy.up else None
             frame["evidence"] = judge(real, changes, window, WINDOW_SECONDS[window], now)
-        self.canary.tick(name, dep, units, now)
+        by_engines = attached is not None and not any(u["role"] == "proxy" for u in units)
+        for window, frame in frames.items():
+            frame["latency_source"] = "engines" if by_engines else "proxy"
+            if by_engines:  # no pdctl proxy: the engines' own histograms (observe/attached.py)
+                shown = engine_latency(
+                    roles(units, targets, window, "prefill"),
+                    roles(units, targets, window, "decode"),
+                    spec.slo.ttft_ms,
+                )
+                frame["ttft"], frame["itl"] = shown["ttft"], shown["itl"]
+                frame["slo_attainment"] = shown["slo_attainment"]
+        self.canary.tick(name, dep, canary_units(attached, units) if attached else units, now)
         extra = {key: value for key, f in self.sections.items() if (value := f(name)) is not None}
         for frame in frames.values():  # the last canary verdict beside the SLO figures
             frame["canary"] = self.canary.section(name, spec)
@@ -248,14 +295,25 @@ class Observer:
     async def _scrape(self, name: str, unit: dict[str, Any], now: float) -> TargetState:
         url = unit.get("url")
         target = self._targets.setdefault((name, unit["name"], url or ""), _Target())
-        text = None
+        text, refused = None, False
         if url and unit.get("state") in SCRAPED_STATES and self._session is not None:
             try:
-                async with self._session.get(url + "/metrics") as resp:
-                    if resp.status == 200:
-                        text = await resp.text()
-            except (aiohttp.ClientError, TimeoutError, OSError):
-                text = None
+                async with self._session.get(url + "/metrics", allow_redirects=False) as resp:
+                    body = await resp.content.read(MAX_METRICS_BYTES + 1)
+                    if resp.status != 200:
+                        target.why = f"/metrics answered {resp.status}"
+                    elif len(body) > MAX_METRICS_BYTES:
+                        target.why = f"/metrics larger than {MAX_METRICS_BYTES} bytes"
+                    else:
+                        text = body.decode("utf-8", errors="replace")
+            except aiohttp.ClientConnectorError as err:
+                refused, target.why = True, f"connection refused ({err.os_error})"
+            except (aiohttp.ClientError, TimeoutError, OSError) as err:
+                target.why = (
+                    f"no answer within {self.settings.timeout:g} s"
+                    if isinstance(err, TimeoutError)
+                    else str(err) or type(err).__name__
+                )
         scrape = None
         if text is not None:
             try:
@@ -266,13 +324,22 @@ class Observer:
             # One late answer from a busy engine is not "down": its last gauges stand for
             # one more tick; two misses in a row are.
             target.missed += 1
-            target.up = target.up and target.missed < DOWN_AFTER_MISSES
+            # An attached instance whose port is closed is gone now, not late: its event
+            # comes within one probe period.
+            gone = refused and bool(unit.get("attached"))
+            target.up = target.up and target.missed < DOWN_AFTER_MISSES and not gone
             latest = target.snapshots.latest()
             target.snapshots.add(now, latest[1] if latest else {})  # windows move on
         else:
             target.up, target.gauges, target.missed = True, scrape.gauges, 0
             target.track = advance(target.track, scrape.counters)
             target.snapshots.add(now, target.track.totals)
+        if unit.get("attached"):
+            moved = health_transition(name, unit, target.seen_up, target.up, target.why)
+            if moved is not None or (target.seen_up is None and target.up):
+                target.seen_up = target.up
+            if moved is not None:
+                self._health_events.append((name, moved))
         return target.state()
 
     # -- blocking work, in a thread -------------------------------------------------------

@@ -1,0 +1,195 @@
+"""Watching an attached deployment (engines pdctl did not start, controller/spec/attach.py):
+its status rows from the spec's addresses, and its client-side figures from the engines' own
+histograms when no pdctl proxy stands in front. Pure: specs and scraped state in.
+
+Where each figure comes from when the proxy is not pdctl's (`latency_source` "engines"):
+- TTFT: a PD request's first token comes after the prefill's whole leg and the decode's own
+  TTFT (which includes its KV pull); vLLM's histograms time each on its own engine from the
+  request's arrival there. So the client's TTFT is their sum, estimated quantile by quantile
+  (exact for the median of two narrow distributions, an upper bound for the tail).
+- ITL: the decode engines' inter-token histograms.
+- Attainment: first tokens within the TTFT target (decode + prefill median) out of the
+  requests the prefills finished or the decodes answered, whichever is more: a request that
+  was prefilled and never answered (its decode died) counts as missed. The ITL target is not
+  judged (a histogram holds no per-request ITL).
+A median read from vLLM's coarse buckets by linear interpolation can be off by half a bucket
+for a narrow distribution; when one bucket holds most of the window's observations the
+window's mean (from _sum/_count), kept inside that bucket, is the better median.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from observe.frames import Histogram
+from observe.quantiles import Quantile, histogram, monotonic
+from observe.samples import cumulative_buckets, total
+from observe.windows import Delta
+
+ONE_BUCKET_SHARE = 0.8  # a bucket holding this share of the window: its mean is the median
+QUANTILE_KEYS: tuple[Quantile, ...] = ("p50", "p90", "p99")
+TTFT = "vllm:time_to_first_token_seconds"
+ITL = "vllm:inter_token_latency_seconds"
+
+
+def attached_units(spec: Any) -> list[dict[str, Any]]:
+    """Status rows for an attached deployment: each instance at its URL (always "RUNNING":
+    pdctl owns no process; whether it answers is the scrape's `up`), and its proxy when it is
+    pdctl's (whose /metrics carry the client's figures)."""
+    units = [
+        {
+            "name": f"{group.name}-{i}",
+            "role": group.role.value,
+            "group": group.name,
+            "mode": group.mode.value if group.mode else None,
+            "state": "RUNNING",
+            "url": url,
+            "attached": True,
+        }
+        for group in spec.groups
+        for i, url in enumerate(group.urls)
+    ]
+    proxy = spec.external_proxy
+    if proxy is not None and proxy.kind.value == "pdctl":
+        units.insert(0, _proxy_row(proxy))
+    return units
+
+
+def canary_units(spec: Any, units: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows the canary reads: the user's proxy, whatever its kind, is where it sends."""
+    proxy = spec.external_proxy
+    if proxy is None or any(u["role"] == "proxy" for u in units):
+        return units
+    return [_proxy_row(proxy), *units]
+
+
+def _proxy_row(proxy: Any) -> dict[str, Any]:
+    return {
+        "name": "proxy",
+        "role": "proxy",
+        "state": "RUNNING",
+        "url": proxy.url,
+        "kind": proxy.kind.value,
+        "attached": True,
+    }
+
+
+def engine_latency(
+    prefills: Sequence[Delta], decodes: Sequence[Delta], slo_ttft_ms: float | None
+) -> dict[str, Any]:
+    """The client's TTFT and ITL and the attainment as the engines' histograms give them
+    (see the module's docstring), for a frame without a pdctl proxy."""
+    pre_ttft = _summed(prefills, TTFT)
+    dec_ttft = _summed(decodes, TTFT)
+    itl = _refined(_summed(decodes, ITL), _mean(decodes, ITL))
+    pre = _refined(pre_ttft, _mean(prefills, TTFT))
+    dec = _refined(dec_ttft, _mean(decodes, TTFT))
+    ttft = _added(dec, pre) if dec is not None else None
+    answered = dec["count"] if dec is not None else 0.0
+    prefilled = sum(total(d.counts, "vllm:request_success_total") or 0.0 for d in prefills)
+    ended = max(answered, prefilled)
+    met = None
+    if slo_ttft_ms is not None:
+        # the decode's own share of the target: what the prefill's median left of it
+        left = slo_ttft_ms / 1000 - ((pre["p50"] if pre is not None else None) or 0.0)
+        met = _at_most(dec_ttft, left) if dec_ttft else 0.0
+    return {
+        "ttft": ttft or histogram(None),
+        "itl": itl or histogram(None),
+        "slo_attainment": met / ended if ended > 0 and met is not None else None,
+        "answered": answered,
+        "prefilled": prefilled,
+    }
+
+
+def _summed(deltas: Sequence[Delta], name: str) -> list[tuple[float, float]]:
+    acc: dict[float, float] = {}
+    for d in deltas:
+        for bound, count in cumulative_buckets(d.counts, name) or ():
+            acc[bound] = acc.get(bound, 0.0) + count
+    return sorted(acc.items())
+
+
+def _mean(deltas: Sequence[Delta], name: str) -> float | None:
+    seconds = sum(total(d.counts, name + "_sum") or 0.0 for d in deltas)
+    count = sum(total(d.counts, name + "_count") or 0.0 for d in deltas)
+    return seconds / count if count > 0 else None
+
+
+def _refined(cumulative: list[tuple[float, float]], mean: float | None) -> Histogram | None:
+    """The window's histogram, its median taken from the mean when one bucket holds most."""
+    if not cumulative or cumulative[-1][1] <= 0:
+        return None
+    shown = histogram(cumulative)
+    if mean is None:
+        return shown
+    buckets, below, lower = monotonic(cumulative), 0.0, 0.0
+    count = buckets[-1][1]
+    for upper, cum in buckets:
+        if cum - below >= ONE_BUCKET_SHARE * count:
+            shown["p50"] = min(max(mean, lower), upper)
+            break
+        below, lower = cum, upper
+    return shown
+
+
+def _added(a: Histogram, b: Histogram | None) -> Histogram:
+    """`a` with `b`'s quantiles added to its own (the legs of one request, in sequence)."""
+    if b is None:
+        return a
+    out: Histogram = {**a}
+    for key in QUANTILE_KEYS:
+        x, y = a[key], b[key]
+        out[key] = x + y if x is not None and y is not None else x
+    return out
+
+
+def _at_most(cumulative: list[tuple[float, float]], seconds: float) -> float:
+    """Observations at or under `seconds`, interpolated within its bucket."""
+    below, lower = 0.0, 0.0
+    for upper, cum in monotonic(cumulative):
+        if seconds <= upper:
+            if upper == float("inf") or upper <= lower:
+                return below
+            return below + (cum - below) * max(0.0, seconds - lower) / (upper - lower)
+        below, lower = cum, upper
+    return below
+
+
+def roles(units: Sequence[Mapping[str, Any]], targets: Mapping[str, Any], window: str, role: str):
+    """The window deltas of the instances of `role` that answered."""
+    return [
+        t.delta(window)
+        for u in units
+        if u.get("role") == role and (t := targets.get(u["name"])) is not None and t.up
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class HealthTransition:
+    """An attached instance stopped or started answering (an event, as pd_check's are)."""
+
+    kind: str
+    message: str
+    detail: dict[str, Any]
+
+
+def health_transition(
+    deployment: str, unit: Mapping[str, Any], was_up: bool | None, up: bool, why: str | None
+) -> HealthTransition | None:
+    """The event when an attached instance's answer changes; none for the first scrape that
+    finds it up (it was never known down)."""
+    if (was_up is None and up) or was_up == up:
+        return None
+    where = f"{deployment}/{unit['name']} ({unit.get('url')})"
+    if up:
+        return HealthTransition(
+            "attached.instance_up", f"{where} answers again", {"instance": unit["name"]}
+        )
+    return HealthTransition(
+        "attached.instance_down",
+        f"{where} stopped answering: {why or 'no answer'}",
+        {"instance": unit["name"], "url": unit.get("url"), "why": why},
+    )
