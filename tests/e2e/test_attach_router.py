@@ -1,0 +1,151 @@
+"""Attach (issue 37): a NIXL 1P1D of stand-ins started by hand behind vllm-router, attached
+by URLs with `pdctl attach`. Under `pdctl bench` through the router the live frame's TTFT and
+ITL medians (from the engines' own histograms: the proxy is not pdctl's) are within 15% of
+the bench's, KV moves, PD happens, the canary passes through the router; the decode killed by
+hand is an event within one probe period and the attainment falls; `pdctl start` is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import datetime
+from typing import Any
+
+import aiohttp
+import pytest
+
+from harness.control_plane import ControlPlane
+from harness.processes import running
+from harness.stack import (
+    RouterProcess,
+    bench,
+    bench_background,
+    nixl_sim,
+    router_binary,
+    wait_until,
+)
+from tests.terminal.verbs_run import pdctl
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not router_binary().exists(), reason="vllm-router is not installed"),
+]
+
+NAME = "ext"
+PROBE_S = 1.0  # the scrape interval: the probe period of an attached instance
+# A 70B model on 4 x L40S: ~130 ms prefills of 256 tokens and ~57 ms decode steps, far above
+# a loaded host's few ms of HTTP between router and engines.
+MODEL = (
+    "--model-profile", "llama-3.1-70b", "--hardware", "l40s", "-tp", "4", "--max-model-len", "4096",
+    "--served-model-name", "tiny",
+)  # fmt: skip
+LOAD = ("--request-rate", "4", "--num-prompts", "32", "--input-len", "256", "--output-len", "16")
+
+
+async def _frame(base_url: str, window: str) -> dict[str, Any]:
+    url = base_url.replace("http://", "ws://") + f"/ws/deployments/{NAME}?window={window}"
+    async with aiohttp.ClientSession() as session, session.ws_connect(url) as ws:
+        async with asyncio.timeout(10):
+            async for message in ws:
+                data = json.loads(message.data)
+                if data.get("type") == "frame":
+                    return data
+    raise TimeoutError(url)
+
+
+def frame(plane: ControlPlane, window: str = "1m") -> dict[str, Any]:
+    return asyncio.run(_frame(plane.server.url, window))
+
+
+def events(plane: ControlPlane, kind: str) -> list[dict[str, Any]]:
+    _, found = plane.api("GET", f"/events?deployment={NAME}&limit=200")
+    return [e for e in found if e["kind"] == kind]
+
+
+def within(got: float, want: float, share: float = 0.15) -> bool:
+    return abs(got - want) <= share * want
+
+
+def test_an_attached_router_pair_is_watched_and_not_steered(tmp_path):
+    prefill = nixl_sim(tmp_path, "prefill", "kv_producer", *MODEL)
+    decode = nixl_sim(tmp_path, "decode", "kv_consumer", *MODEL)
+    plane = ControlPlane(tmp_path, {"PDCTL_SCRAPE_INTERVAL": str(PROBE_S)})
+    with running(prefill, decode):
+        router = RouterProcess(tmp_path, [prefill.url], [decode.url])
+        with running(router):
+            plane.start()
+            try:
+                server = plane.server.url
+                bad = pdctl(
+                    "attach", "bad", "--prefill", prefill.url, "--decode", "ftp://127.0.0.1:1",
+                    server=server, token=None,
+                )  # fmt: skip
+                assert bad.returncode == 2 and "--decode 1" in bad.stderr, bad.stderr
+                made = pdctl(
+                    "attach", NAME, "--prefill", prefill.url, "--decode", decode.url,
+                    "--proxy", router.url, "--proxy-kind", "vllm-router", "--model", "tiny",
+                    server=server, token=None,
+                )  # fmt: skip
+                assert made.returncode == 0, made.stderr
+                assert "attached 2 instance(s) behind vllm-router" in made.stdout
+                _, spec = plane.api("GET", f"/deployments/{NAME}")
+                body = {**spec["spec"], "canary": {"interval_s": 2.0, "max_tokens": 8}}
+                status, _ = plane.api("PUT", f"/deployments/{NAME}", body)
+                assert status == 200
+
+                started = pdctl("start", NAME, server=server, token=None)
+                assert started.returncode != 0
+                assert "is attached" in started.stderr and "vllm serve" in started.stderr
+
+                result = bench(tmp_path, router.url, *LOAD, "--model", "tiny", timeout=90)
+                assert result["completed"] == 32
+                time.sleep(PROBE_S * 1.5)  # the last scrape after the last request
+                shown = frame(plane)
+                report = {
+                    "bench_ttft_p50_ms": result["median_ttft_ms"],
+                    "frame_ttft_p50_ms": (shown["ttft"]["p50"] or 0) * 1000,
+                    "bench_itl_p50_ms": result["median_itl_ms"],
+                    "frame_itl_p50_ms": (shown["itl"]["p50"] or 0) * 1000,
+                    "pd_shares": [d["share"] for d in shown["pd"]["decodes"]],
+                    "kv": shown["kv"],
+                    "attainment": shown["slo_attainment"],
+                    "source": shown["latency_source"],
+                }
+                print("attach figures:", json.dumps(report))
+                assert shown["latency_source"] == "engines"
+                assert within(report["frame_ttft_p50_ms"], report["bench_ttft_p50_ms"]), report
+                assert within(report["frame_itl_p50_ms"], report["bench_itl_p50_ms"]), report
+                assert (shown["kv"]["bytes_per_s"] or 0) > 0, report
+                shares = [d["share"] for d in shown["pd"]["decodes"]]
+                assert shares and all(s is not None and s > 0.9 for s in shares), report
+                canary = wait_until(
+                    lambda: (c := frame(plane)["canary"]).get("last") and c, 20, "a canary"
+                )
+                assert canary["last"]["result"] == "ok", canary
+                before = shown["slo_attainment"]
+                assert before is not None and before > 0.9, report
+
+                decode.kill()
+                killed = time.time()
+                down = wait_until(
+                    lambda: events(plane, "attached.instance_down"), 10, "a down event"
+                )
+                late = datetime.fromisoformat(down[0]["ts"]).timestamp() - killed
+                print(f"down event {late:.2f} s after the kill: {down[0]['message']}")
+                assert late <= PROBE_S + 0.3, late  # one probe period, and writing it
+                load = bench_background(router.url, tmp_path, "after", 4.0, 12)
+                seen: list[Any] = []
+
+                def fallen() -> bool:
+                    now = frame(plane, "10s")
+                    seen.append((now["slo_attainment"], [i["up"] for i in now["instances"]]))
+                    return now["slo_attainment"] is not None and now["slo_attainment"] < before
+
+                wait_until(fallen, 30, "the attainment falls")
+                after = seen[-1][0]
+                print("attainment", before, "->", after)
+                print("attainment frames", seen)
+                load.wait(timeout=120)
+            finally:
+                plane.close()
