@@ -299,7 +299,7 @@ class Observer:
         if url and unit.get("state") in SCRAPED_STATES and self._session is not None:
             try:
                 async with self._session.get(url + "/metrics", allow_redirects=False) as resp:
-                    body = await resp.content.read(MAX_METRICS_BYTES + 1)
+                    body = await _bounded_body(resp, MAX_METRICS_BYTES)
                     if resp.status != 200:
                         target.why = f"/metrics answered {resp.status}"
                     elif len(body) > MAX_METRICS_BYTES:
@@ -361,6 +361,16 @@ class Observer:
     def frame(self, name: str, window: str = DEFAULT_WINDOW) -> Frame | None:
         frames = self.latest.get(name)
         return with_windows(frames[window], frames) if frames else None
+
+
+async def _bounded_body(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The body, read until its end or one byte past `limit` (then the rest is left)."""
+    body = bytearray()
+    async for chunk in resp.content.iter_chunked(1 << 16):
+        body += chunk
+        if len(body) > limit:
+            break
+    return bytes(body)
 
 
 def _marked_point(frame: Frame) -> Point:
