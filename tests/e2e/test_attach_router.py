@@ -119,6 +119,11 @@ def test_an_attached_router_pair_is_watched_and_not_steered(tmp_path):
                 assert (shown["kv"]["bytes_per_s"] or 0) > 0, report
                 shares = [d["share"] for d in shown["pd"]["decodes"]]
                 assert shares and all(s is not None and s > 0.9 for s in shares), report
+                top = pdctl("top", NAME, "--once", "--json", server=server, token=None)
+                assert top.returncode == 0, top.stderr
+                seen_by_top = json.loads(top.stdout)
+                assert seen_by_top["latency_source"] == "engines"
+                assert {i["name"] for i in seen_by_top["instances"]} == {"prefill-0", "decode-0"}
                 canary = wait_until(
                     lambda: (c := frame(plane)["canary"]).get("last") and c, 20, "a canary"
                 )
