@@ -68,6 +68,23 @@ def canary_units(spec: Any, units: list[dict[str, Any]]) -> list[dict[str, Any]]
     return [_proxy_row(proxy), *units]
 
 
+def attached_status(spec: Any, frame: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The status rows `GET .../status` answers for an attached deployment: its user's proxy
+    (where `pdctl bench --deployment` sends load) and each instance, "RUNNING" while it
+    answers and "DOWN" once the observer's last frame says it does not (before any frame:
+    "RUNNING", as attached). A proxy that is not pdctl's is not scraped: `watched` false."""
+    shown = {i["name"]: i["up"] for i in (frame or {}).get("instances", [])}
+    if frame is not None and frame.get("proxy") is not None:
+        shown["proxy"] = frame["proxy"]["up"]
+    rows = []
+    for unit in canary_units(spec, attached_units(spec)):
+        up = shown.get(unit["name"])
+        watched = unit["role"] != "proxy" or unit.get("kind") == "pdctl"
+        state = "DOWN" if watched and up is False else "RUNNING"
+        rows.append({**unit, "state": state, "watched": watched})
+    return rows
+
+
 def _proxy_row(proxy: Any) -> dict[str, Any]:
     return {
         "name": "proxy",

@@ -8,24 +8,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
 from harness.control_plane import ControlPlane
-from harness.processes import running
+from harness.processes import ROOT, running
 from harness.stack import (
     RouterProcess,
-    bench,
     bench_background,
     nixl_sim,
     router_binary,
     wait_until,
 )
-from tests.terminal.verbs_run import pdctl
+from tests.terminal.verbs_run import environment, pdctl
 
 pytestmark = [
     pytest.mark.e2e,
@@ -63,6 +65,20 @@ def events(plane: ControlPlane, kind: str) -> list[dict[str, Any]]:
     return [e for e in found if e["kind"] == kind]
 
 
+def bench_deployment(tmp: Path, server: str) -> dict[str, Any]:
+    """`pdctl bench --deployment NAME`: the load goes to the attached deployment's proxy."""
+    out = tmp / "bench.json"
+    done = subprocess.run(
+        [
+            sys.executable, str(ROOT / "pdctl.py"), "bench", "--deployment", NAME,
+            "--server", server, "--result-json", str(out), "--quiet", "--model", "tiny", *LOAD,
+        ],
+        cwd=ROOT, capture_output=True, timeout=90, check=False, env=environment(None, None, None),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    return json.loads(out.read_text())
+
+
 def within(got: float, want: float, share: float = 0.15) -> bool:
     return abs(got - want) <= share * want
 
@@ -98,7 +114,7 @@ def test_an_attached_router_pair_is_watched_and_not_steered(tmp_path):
                 assert started.returncode != 0
                 assert "is attached" in started.stderr and "vllm serve" in started.stderr
 
-                result = bench(tmp_path, router.url, *LOAD, "--model", "tiny", timeout=90)
+                result = bench_deployment(tmp_path, server)  # through the router
                 assert result["completed"] == 32
                 time.sleep(PROBE_S * 1.5)  # the last scrape after the last request
                 shown = frame(plane)

@@ -119,3 +119,18 @@ def test_health_events_on_each_change_of_answer_only():
     assert up is not None and up.kind == "attached.instance_up"
     never = health_transition("ext", unit, None, False, "timeout")
     assert never is not None and never.kind == "attached.instance_down"
+
+
+def test_status_rows_say_which_instance_answers_and_name_the_users_proxy():
+    from observe.attached import attached_status
+
+    before = attached_status(spec("vllm-router"), None)
+    assert [(r["name"], r["state"], r["watched"]) for r in before] == [
+        ("proxy", "RUNNING", False),
+        ("prefill-0", "RUNNING", True),
+        ("decode-0", "RUNNING", True),
+    ]
+    frame = {"instances": [{"name": "prefill-0", "up": True}, {"name": "decode-0", "up": False}]}
+    rows = attached_status(spec("vllm-router"), frame)
+    assert [r["state"] for r in rows] == ["RUNNING", "RUNNING", "DOWN"]
+    assert rows[0]["url"] == "http://127.0.0.1:3"  # where pdctl bench --deployment sends load

@@ -9,10 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from controller import ControlService, StoreRevisions, attach_refusal
 from domain.modes import TransferModeName
+from observe.attached import attached_status
 from services.rollouts import desired, last_applied, roll_out
 from state.changes import RevisionState
 from state.store import Store
-from web.deps import Operator, Reason, ServiceDep, StoreDep, StrategyQuery
+from web.deps import ObserverDep, Operator, Reason, ServiceDep, StoreDep, StrategyQuery
 from web.errors import InvalidTransition, NotFound
 
 router = APIRouter(prefix="/deployments/{name}", tags=["lifecycle"])
@@ -108,8 +109,14 @@ async def restart(
 
 
 @router.get("/status")
-def instance_status(name: str, controller: ServiceDep, store: StoreDep) -> list[dict[str, Any]]:
-    store.get(name)
+def instance_status(
+    name: str, controller: ServiceDep, store: StoreDep, observer: ObserverDep
+) -> list[dict[str, Any]]:
+    """Each process's status row; an attached deployment's instances at their addresses, as
+    the observer last found them (observe/attached.py)."""
+    spec = store.get(name).spec
+    if spec.attached:
+        return attached_status(spec, observer.frame(name) if observer is not None else None)
     return controller.status(name)
 
 
