@@ -7,6 +7,8 @@ Pure: specs in, a 409 out.
 
 from __future__ import annotations
 
+import shlex
+from typing import Any
 from urllib.parse import urlsplit
 
 from controller.launch.process import LaunchSettings
@@ -54,6 +56,18 @@ def served_flags(spec: DeploymentSpec) -> dict[str, list[str]]:
             settings = LaunchSettings(host=parts.hostname or "127.0.0.1")
             own = InstancePorts(http=port)
             out[f"{group.name}-{i}"] = engine_flags(as_vllm, group, own, 0, settings)
+    return out
+
+
+def attached_preview(spec: DeploymentSpec) -> dict[str, dict[str, Any]]:
+    """The commands page of an attached deployment: the `vllm serve` line each instance would
+    run as pdctl renders it at its address (what the operator compares with what runs);
+    pdctl runs none of them."""
+    out = {}
+    for name, flags in served_flags(spec).items():
+        argv = ["vllm", "serve", spec.model, *flags]
+        command = shlex.join(argv)
+        out[name] = {"argv": argv, "env": {}, "command": command, "command_line": command}
     return out
 
 

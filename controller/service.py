@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from controller.attached import attach_refusal
+from controller.attached import attach_refusal, attached_preview
 from controller.launch.cluster_view import NodeView, cluster_view
 from controller.launch.placement import Node
 from controller.launch.ports import AllocatedPorts
@@ -111,6 +111,8 @@ class ControlService:
         return self.supervisor.log_tail(name, instance, lines)
 
     def preview(self, spec: DeploymentSpec, ports: AllocatedPorts) -> dict[str, dict[str, Any]]:
+        if spec.attached:  # runs elsewhere: the lines its operator would type, at its addresses
+            return attached_preview(spec)
         return self.supervisor.preview(spec, ports)
 
     def switches(self, name: str) -> list[RolloutRecord]:

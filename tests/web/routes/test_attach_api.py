@@ -154,3 +154,26 @@ def test_an_advisor_proposal_that_restarts_is_refused(client, tmp_path):
         refuse_attached_apply(store, "ext", bigger, "advisor", True)
     assert getattr(err.value, "status", None) == 409
     assert "decode-0: --max-num-seqs 8" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "page",
+    ["/", "/deployments/ext", "/deployments/ext/topology", "/deployments/ext/commands"],
+)
+def test_the_pages_show_an_attached_deployment(ext, page):
+    resp = ext.get(page)
+    assert resp.status_code == 200, resp.text[-2000:]
+    if page.endswith("/commands"):  # what runs elsewhere, at its address; no proxy of ours
+        assert "vllm serve tiny --port 18200 --host localhost" in resp.text
+        assert "pdctl proxy" not in resp.text
+    else:
+        assert "ext" in resp.text
+
+
+def test_its_status_rows_are_its_addresses(ext):
+    rows = ext.get("/api/deployments/ext/status").json()
+    assert [(r["name"], r["url"]) for r in rows] == [
+        ("proxy", "http://127.0.0.1:18000"),
+        ("prefill-0", "http://127.0.0.1:18100"),
+        ("decode-0", "http://localhost:18200"),
+    ]
