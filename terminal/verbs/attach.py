@@ -1,10 +1,14 @@
-"""`pdctl attach NAME --prefill URL... --decode URL... [--proxy URL] [--proxy-kind K]`: store
+"""`pdctl attach NAME --prefill URL... --decode URL... [--proxy URL] [--proxy-kind K]` (or
+`--from-router URL`: the instances a vllm-router routes to, from its /workers): store
 an attached deployment (engine `external`): engines someone else started, which pdctl watches
 (live frames, "is PD happening", the canary, health events) and never starts, stops or
 restarts. A refused address is the API's 422, told by the flag that gave it."""
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
 from typing import Annotated, Any
 
 import typer
@@ -14,16 +18,22 @@ from terminal.session import JsonOption, ReasonOption, ServerOption, Usage, clie
 from terminal.verbs.read import Name
 
 PROXY_KINDS = ("pdctl", "vllm-router", "other")
+ROUTER_TIMEOUT_S = 5.0
+ROUTER_MAX_BYTES = 1 << 20  # a worker list of thousands is far below this
 Urls = Annotated[
-    list[str],
+    list[str] | None,
     typer.Option(help="An instance's base URL, e.g. http://127.0.0.1:8100 (repeat for more)."),
 ]
 
 
 def attach(
     name: Name,
-    prefill: Urls,
-    decode: Urls,
+    prefill: Urls = None,
+    decode: Urls = None,
+    from_router: Annotated[
+        str | None,
+        typer.Option(help="A vllm-router: attach the instances its /workers lists, behind it."),
+    ] = None,
     model: Annotated[str, typer.Option(help="The model the engines serve.")] = "tiny",
     connector: Annotated[str, typer.Option(help="Their KV connector.")] = "NixlConnector",
     mode: Annotated[
@@ -40,6 +50,13 @@ def attach(
     """Watch a PD deployment pdctl did not start, by its instances' addresses."""
     if proxy_kind not in PROXY_KINDS:
         raise Usage(f"--proxy-kind {proxy_kind!r}: one of {', '.join(PROXY_KINDS)}")
+    if from_router is not None:
+        if prefill or decode:
+            raise Usage("--from-router lists the instances: drop --prefill and --decode")
+        prefill, decode = router_workers(read_workers(from_router))
+        proxy, proxy_kind = proxy or from_router.rstrip("/"), "vllm-router"
+    if not prefill or not decode:
+        raise Usage("name at least one --prefill URL and one --decode URL (or --from-router)")
     if proxy is None and proxy_kind != "other":
         raise Usage("--proxy-kind goes with --proxy URL")
     spec = attached_spec(name, prefill, decode, model, connector, mode, proxy, proxy_kind)
@@ -54,6 +71,42 @@ def attach(
     count = sum(len(g["urls"]) for g in groups)
     via = f" behind {proxy_kind} {proxy}" if proxy else ""
     typer.echo(f"{name}: attached {count} instance(s){via} (revision {made['revision']})")
+
+
+def read_workers(router: str) -> Any:
+    """The router's /workers document (bounded in time and size)."""
+    url = router.rstrip("/") + "/workers"
+    if not url.startswith(("http://", "https://")):
+        raise Usage(f"--from-router {router!r}: an http or https URL")
+    try:
+        with urllib.request.urlopen(url, timeout=ROUTER_TIMEOUT_S) as resp:
+            raw = resp.read(ROUTER_MAX_BYTES + 1)
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise Usage(f"--from-router: {url} does not answer: {exc}") from None
+    if len(raw) > ROUTER_MAX_BYTES:
+        raise Usage(f"--from-router: {url} answered more than {ROUTER_MAX_BYTES} bytes")
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise Usage(f"--from-router: {url} answered no JSON") from None
+
+
+def router_workers(doc: Any) -> tuple[list[str], list[str]]:
+    """The prefill and decode URLs of vllm-router's /workers ({"workers": [{"url",
+    "worker_type"}, ...]}), in its order."""
+    workers = doc.get("workers") if isinstance(doc, dict) else None
+    if not isinstance(workers, list):
+        raise Usage("--from-router: its /workers has no worker list (is it vllm-router?)")
+    found: dict[str, list[str]] = {"prefill": [], "decode": []}
+    for w in workers:
+        if isinstance(w, dict) and isinstance(w.get("url"), str):
+            found.get(str(w.get("worker_type")), []).append(w["url"])
+    if not found["prefill"] or not found["decode"]:
+        raise Usage(
+            f"--from-router: it routes to {len(found['prefill'])} prefill and "
+            f"{len(found['decode'])} decode instance(s); a PD deployment needs both"
+        )
+    return found["prefill"], found["decode"]
 
 
 def attached_spec(

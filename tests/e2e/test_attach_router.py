@@ -105,6 +105,13 @@ def test_an_attached_router_pair_is_watched_and_not_steered(tmp_path):
                 )  # fmt: skip
                 assert made.returncode == 0, made.stderr
                 assert "attached 2 instance(s) behind vllm-router" in made.stdout
+                found = pdctl(
+                    "attach", "found", "--from-router", router.url, server=server, token=None
+                )
+                assert found.returncode == 0, found.stderr
+                _, spec = plane.api("GET", "/deployments/found")
+                assert [g["urls"] for g in spec["spec"]["groups"]] == [[prefill.url], [decode.url]]
+                assert spec["spec"]["external_proxy"]["kind"] == "vllm-router"
                 _, spec = plane.api("GET", f"/deployments/{NAME}")
                 body = {**spec["spec"], "canary": {"interval_s": 2.0, "max_tokens": 8}}
                 status, _ = plane.api("PUT", f"/deployments/{NAME}", body)
