@@ -66,9 +66,8 @@ def test_run_dir_records_and_logs_refuse_planted_links(tmp_path):
 
 
 def test_the_proxy_cli_names_its_flag_when_the_token_file_is_a_link(tmp_path, monkeypatch):
-    from tests.connector.test_cli import invoke
-
     import connector.server
+    from tests.connector.test_cli import invoke
 
     monkeypatch.setattr(connector.server, "serve", lambda settings: None)
     monkeypatch.delenv("PDCTL_ADMIN_TOKEN", raising=False)
