@@ -43,7 +43,7 @@ from state.db import create_engine
 from state.hub import Hub
 from state.placement_store import PlacementStore
 from state.store import Store
-from web import errors, left_running
+from web import api_docs, errors, left_running
 from web.deps import current_actor, json_body
 from web.event_relay import event_publisher
 from web.metrics import LiveCollector, build_registry
@@ -101,7 +101,13 @@ API_ROUTES = (
 def create_app(settings: Settings | None = None, backend: ProcessBackend | None = None) -> FastAPI:
     settings = settings or get_settings()
     app = FastAPI(
-        title="pdctl", summary="Control plane for PD-disaggregated vLLM serving", lifespan=_lifespan
+        title="pdctl",
+        summary="Control plane for PD-disaggregated vLLM serving",
+        lifespan=_lifespan,
+        # Served by web/api_docs.py, behind the API's token.
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.backend = backend  # None: local processes
@@ -118,6 +124,7 @@ def create_app(settings: Settings | None = None, backend: ProcessBackend | None 
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(ops.router)
+    app.include_router(api_docs.router)
     app.include_router(live.ws_router)  # websockets authenticate themselves
     app.include_router(login.router)
     # The HTML pages and their fragments; the form's /deployments/new before pages'
