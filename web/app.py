@@ -40,6 +40,7 @@ from services.rollouts import target as rollout_target
 from state import db, migrate
 from state.bench_store import BenchStore
 from state.db import create_engine
+from state.event_backlog import EventBacklog
 from state.hub import Hub
 from state.placement_store import PlacementStore
 from state.store import Store
@@ -228,7 +229,9 @@ def build_controller(
         sim_registration_interval=settings.sim_registration_interval,
         registry_allow=("any",) if backend is not None and backend.clustered else (),
     )
-    placement_log = PlacementLog(store.record, placements)  # also records every event
+    # Events a full disk refuses wait in memory (and the log) until a write works again.
+    record = EventBacklog(store.record)
+    placement_log = PlacementLog(record, placements)  # also records every event
     supervisor = Supervisor(
         SupervisorSettings(run_dir=settings.runtime_dir, launch=launch),
         backend=backend,
@@ -237,7 +240,7 @@ def build_controller(
     placement_log.watch(supervisor)
     return ControlService(
         supervisor,
-        store.record,
+        record,
         allow_code_env=settings.allow_code_env,
         placements=placement_log,
         rollout_log=store,
