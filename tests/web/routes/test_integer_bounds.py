@@ -91,7 +91,7 @@ def test_an_integer_past_int64_is_a_422_naming_the_field(
     if body is not None:  # the number as JSON writes it: a bare integer literal
         import json
 
-        content = json.dumps(body).replace(f'"{{n}}"', number)
+        content = json.dumps(body).replace('"{n}"', number)
     headers = {**AS_OPERATOR, "Content-Type": "application/json"}
     response = client.request(method, url, content=content, headers=headers)
     assert response.status_code == 422, response.text
