@@ -163,9 +163,16 @@ def _secret_end(text: str, match: re.Match[str]) -> int:
         close = text.find("]", end - 1)
         return len(text) if close < 0 else close + 1
     if match["name"].startswith("-"):
-        while more := _MORE_VALUES.match(text, end):
+        while (more := _MORE_VALUES.match(text, end)) and _value_like(more[0]):
             end = more.end()
     return end
+
+
+def _value_like(word: str) -> bool:
+    """In free text, a further value of a flag rather than the sentence going on: anything
+    but a short word of letters only (`for`, `and`); argv is masked to the next flag."""
+    bare = word.strip(" \t'\"")
+    return not (bare.isalpha() and len(bare) <= 12)
 
 
 def _redact_word(word: str, mask: str) -> str:

@@ -455,7 +455,7 @@ class Supervisor:
         for unit in dep.units.values():
             if unit.machine.state not in LIVE or unit.machine.pid is None:
                 continue
-            record = self._read(dep, unit.launch.name) or unit.record
+            record = self._current(dep, unit)
             if record is None or record.child_pid != unit.machine.pid:
                 continue  # not ours (yet)
             unit.record = record
@@ -517,7 +517,7 @@ class Supervisor:
             unit.timing_start = True
             await self._spawn(dep, unit)
         elif isinstance(action, m.Kill):
-            record = self._read(dep, name) or unit.record
+            record = self._current(dep, unit)
             if record is not None:
                 self.backend.signal(record, action.signal)
         elif isinstance(action, m.Drain | m.Undrain):
@@ -546,6 +546,15 @@ class Supervisor:
             addresses=self.engine_addresses(dep.name),
             faults=self.faults,
         )
+
+    def _current(self, dep: Supervised, unit: Unit) -> ProcessRecord | None:
+        """The record of the process `unit` runs now: its state file's, unless that names
+        another process (a file the run dir would not let the shim rewrite), then the one
+        kept in memory since its spawn; never a stale file's dead pid."""
+        record = self._read(dep, unit.launch.name)
+        if record is not None and record.child_pid == unit.machine.pid:
+            return record
+        return unit.record or record
 
     def _read(self, dep: Supervised, name: str) -> ProcessRecord | None:
         """The state file of `name`, None if it cannot be read (the process is then judged

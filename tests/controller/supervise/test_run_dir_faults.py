@@ -123,3 +123,55 @@ def test_an_unreadable_state_file_leaves_the_process_judged_by_what_runs(tmp_pat
         assert ShimBackend().read(folder, "decode-0") is None
 
     asyncio.run(scenario())
+
+
+class FrozenStateFiles(ReadOnlyRunDir):
+    """A read-only run dir where a shim still starts its process (it reports over its pipe)
+    but no state file can change: every read shows the file as it was when it froze."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frozen: dict[str, object] = {}
+
+    async def spawn(self, run_dir, name, argv, env, where=None):
+        return await FakeBackend.spawn(self, run_dir, name, argv, env, where)
+
+    def read(self, run_dir, name):
+        if self.read_only and name in self.frozen:
+            return self.frozen[name]
+        return super().read(run_dir, name)
+
+    def freeze(self, run_dir, name):
+        self.frozen[name] = super().read(run_dir, name)
+        self.read_only = True
+
+
+def test_a_stale_state_file_never_hides_the_process_that_runs_now(tmp_path):
+    async def scenario():
+        backend = FrozenStateFiles()
+        h = Harness(tmp_path, backend=backend)
+        spec = tiny_pair()
+        await h.sup.start("tiny-pd", spec, allocate(spec))
+        await h.polls(2)
+        backend.freeze(h.settings.run_dir / "tiny-pd", "decode-0")
+        first = backend.pid("decode-0")
+        backend.crash("decode-0", -9)
+        await h.polls(1, every=0.1)
+        await h.polls(2, every=1.0)  # restarted; its state file still names `first`
+        decode = unit(h, "decode-0")
+        assert decode["state"] == "RUNNING" and decode["pid"] != first
+        second = decode["pid"]
+        # Its exit is seen, though the file still shows the first process...
+        backend.crash("decode-0", -9)
+        await h.polls(1, every=0.1)
+        assert unit(h, "decode-0")["state"] == "BACKOFF"
+        await h.polls(2, every=2.0)
+        third = unit(h, "decode-0")["pid"]
+        assert third not in (first, second) and unit(h, "decode-0")["state"] == "RUNNING"
+        # ... and a stop signals the process that runs, not the one the file names.
+        await h.sup.stop("tiny-pd")
+        await h.polls(3)
+        assert ("decode-0", 15) in backend.signals
+        assert unit(h, "decode-0")["state"] == "STOPPED"
+
+    asyncio.run(scenario())
