@@ -49,6 +49,9 @@ def main() -> None:
     except MissingVerbs as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(1) from None
+    from terminal.finite_flags import refuse_non_finite
+
+    refuse_non_finite(app)  # inf and nan refused by every float flag, naming it
     app()
 
 

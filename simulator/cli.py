@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -423,8 +424,8 @@ def _hold_timeout(kv, env) -> float:
         raise EngineConfigError(
             f"VLLM_NIXL_ABORT_REQUEST_TIMEOUT must be seconds, got {raw!r}"
         ) from None
-    if value <= 0:
-        raise EngineConfigError("VLLM_NIXL_ABORT_REQUEST_TIMEOUT must be > 0")
+    if not 0 < value < math.inf:  # nan too
+        raise EngineConfigError("VLLM_NIXL_ABORT_REQUEST_TIMEOUT must be a finite number > 0")
     return value
 
 

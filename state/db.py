@@ -27,6 +27,29 @@ def make_private(path: Path) -> None:
             os.chmod(file, FILE_MODE)
 
 
+class DatabaseDamaged(Exception):
+    """The database file cannot be used: not SQLite, or its pages fail SQLite's own check."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(
+            f"--db {path} is damaged ({why}): restore it from a backup, or move it away "
+            "to start with an empty one"
+        )
+
+
+def check_intact(path: Path) -> None:
+    """DatabaseDamaged unless `path` is a SQLite database whose pages SQLite finds sound
+    (`PRAGMA quick_check`): at open, so a damaged file is one line naming it, not a
+    traceback from the migrations or a 500 on the first request that reads a bad page."""
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=10)) as db:
+            found = [row[0] for row in db.execute("PRAGMA quick_check(3)")]
+    except sqlite3.DatabaseError as exc:  # "file is not a database", "malformed", ...
+        raise DatabaseDamaged(path, " ".join(str(exc).split())) from None
+    if found != ["ok"]:
+        raise DatabaseDamaged(path, " ".join("; ".join(found).split())[:300])
+
+
 def create_engine(path: Path) -> sa.Engine:
     make_private(path)
     engine = sa.create_engine(

@@ -68,7 +68,7 @@ class ApiClient:
             sent["Content-Type"] = "application/json"
         request = urllib.request.Request(url, data=data, headers=sent, method=method)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            with _OPENER.open(request, timeout=self.timeout_s) as response:
                 raw = response.read()
                 answered = {k.lower(): v for k, v in response.headers.items()}
                 return Answer(response.status, self._json(raw), answered)
@@ -114,6 +114,37 @@ def not_ours(status: int, detail: Any) -> bool:
     engine) or none of pdctl's, where pdctl serve names what it did not find."""
     bare = detail is None or detail in ("Not Found", "Method Not Allowed")
     return status in (404, 405) and bare
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) with the scheme's default port made explicit."""
+    parts = urllib.parse.urlsplit(url)
+    default = {"http": 80, "https": 443}.get(parts.scheme.lower())
+    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port or default
+
+
+class _TokenStaysHome(urllib.request.HTTPRedirectHandler):
+    """Redirects are followed, but the bearer token goes only to the origin it was given
+    for: urllib copies every header to wherever a redirect points, so a server (or anyone
+    answering for it) could send the CLI, token and all, to another host."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: Any,
+        code: int,
+        msg: str,
+        headers: Any,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and origin(newurl) != origin(req.full_url):
+            for name in ("Authorization", "Cookie", "Proxy-Authorization"):
+                new.remove_header(name)
+        return new
+
+
+_OPENER = urllib.request.build_opener(_TokenStaysHome())
 
 
 def _detail(err: urllib.error.HTTPError) -> Any:

@@ -109,7 +109,7 @@ FLOORS: dict[str, list[set[str]]] = {
         {"advice"},
     ],
     "web": [
-        {"settings", "htmx", "diff", "metrics", "db_lock", "serve_logs", "left_running"},
+        {"settings", "htmx", "diff", "metrics", "db_lock", "serve_logs", "left_running", "storage"},
         {"errors", "proxy_url"},
         {"security"},
         {"deps"},

@@ -40,10 +40,11 @@ from services.rollouts import target as rollout_target
 from state import db, migrate
 from state.bench_store import BenchStore
 from state.db import create_engine
+from state.event_backlog import EventBacklog
 from state.hub import Hub
 from state.placement_store import PlacementStore
 from state.store import Store
-from web import errors, left_running
+from web import api_docs, errors, left_running
 from web.deps import current_actor, json_body
 from web.event_relay import event_publisher
 from web.metrics import LiveCollector, build_registry
@@ -101,7 +102,13 @@ API_ROUTES = (
 def create_app(settings: Settings | None = None, backend: ProcessBackend | None = None) -> FastAPI:
     settings = settings or get_settings()
     app = FastAPI(
-        title="pdctl", summary="Control plane for PD-disaggregated vLLM serving", lifespan=_lifespan
+        title="pdctl",
+        summary="Control plane for PD-disaggregated vLLM serving",
+        lifespan=_lifespan,
+        # Served by web/api_docs.py, behind the API's token.
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.backend = backend  # None: local processes
@@ -118,6 +125,7 @@ def create_app(settings: Settings | None = None, backend: ProcessBackend | None 
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(ops.router)
+    app.include_router(api_docs.router)
     app.include_router(live.ws_router)  # websockets authenticate themselves
     app.include_router(login.router)
     # The HTML pages and their fragments; the form's /deployments/new before pages'
@@ -222,7 +230,9 @@ def build_controller(
         sim_registration_interval=settings.sim_registration_interval,
         registry_allow=("any",) if backend is not None and backend.clustered else (),
     )
-    placement_log = PlacementLog(store.record, placements)  # also records every event
+    # Events a full disk refuses wait in memory (and the log) until a write works again.
+    record = EventBacklog(store.record)
+    placement_log = PlacementLog(record, placements)  # also records every event
     supervisor = Supervisor(
         SupervisorSettings(run_dir=settings.runtime_dir, launch=launch),
         backend=backend,
@@ -231,7 +241,7 @@ def build_controller(
     placement_log.watch(supervisor)
     return ControlService(
         supervisor,
-        store.record,
+        record,
         allow_code_env=settings.allow_code_env,
         placements=placement_log,
         rollout_log=store,

@@ -34,6 +34,7 @@ def serve(
     import uvicorn
     from pydantic import ValidationError
 
+    from state.db import DatabaseDamaged, check_intact
     from web import db_lock, serve_logs
     from web.app import create_app
     from web.security import deadlines
@@ -57,7 +58,8 @@ def serve(
     _check_port_free(settings.host, settings.port)
     try:
         lock = db_lock.hold(settings.db)  # held until this process ends
-    except (db_lock.DatabaseInUse, OSError) as exc:
+        check_intact(settings.db)
+    except (db_lock.DatabaseInUse, DatabaseDamaged, OSError) as exc:
         typer.echo(f"pdctl serve: error: {exc}", err=True)
         raise typer.Exit(2) from None
     app = create_app(settings, backend=backend)

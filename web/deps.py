@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import Depends, Query, Request
+from fastapi import Depends, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.requests import HTTPConnection
 
@@ -23,6 +23,12 @@ from web.errors import Forbidden, NotJson, Unauthorized
 from web.security.auth import ANONYMOUS, COOKIE, Actor, TokenBook, bearer
 from web.security.device import DEVICE_COOKIE
 from web.settings import Settings
+
+# The largest integer SQLite stores (a signed 64-bit INTEGER): every integer a request may
+# name (a revision, a count) is bounded by it, so a larger one is a 422 naming its field,
+# never an OverflowError and a 500 (issue 39).
+INT64_MAX = 2**63 - 1
+RevisionNumber = Annotated[int, Path(ge=1, le=INT64_MAX, description="A revision's number")]
 
 
 class Unavailable(errors.Unavailable):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from http import HTTPStatus
 
+import sqlalchemy as sa
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
@@ -37,7 +38,7 @@ from domain.errors import (  # noqa: F401  (the tree's branches, importable from
     UpstreamTimeout,
 )
 from state.errors import ChangeInProgress, StaleRevision, Unreadable  # noqa: F401
-from web import htmx
+from web import htmx, storage
 
 
 class Unauthorized(PdctlError):
@@ -203,6 +204,17 @@ async def _handle(request: Request, exc: Exception) -> Response:
     raise exc  # registered for the three above only
 
 
+async def _storage(request: Request, exc: Exception) -> Response:
+    """A full disk or a damaged database: said so, not a bare 500 (web/storage.py)."""
+    said = storage.classify(exc)
+    if said is None:
+        raise exc
+    storage.log.error("%s %s: %s", request.method, request.url.path, exc)
+    return render(request, said)
+
+
 def install(app: FastAPI) -> None:
     for kind in (PdctlError, RequestValidationError, HTTPException):
         app.add_exception_handler(kind, _handle)
+    for failure in (sa.exc.DBAPIError, OSError):
+        app.add_exception_handler(failure, _storage)

@@ -11,6 +11,7 @@ from controller import DeploymentSpec, InstancePorts, Slug, redact_spec, redact_
 from domain.finite import json_safe
 from state.models import Event, Revision
 from state.store import Current
+from web.deps import INT64_MAX
 from web.diff import Change
 
 
@@ -20,6 +21,7 @@ class DeploymentEdit(DeploymentSpec):
     revision: int | None = Field(
         None,
         ge=1,
+        le=INT64_MAX,
         description="The revision this edit was made from (If-Match does the same): if "
         "another has been stored since, 409 naming both, and nothing is stored.",
     )

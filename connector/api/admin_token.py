@@ -9,6 +9,8 @@ import os
 import secrets
 from pathlib import Path
 
+from domain import secret_files
+
 
 def runtime_dir(given: Path | None = None) -> Path:
     """Where a standalone proxy keeps its token: `given` (its settings' runtime_dir, from
@@ -25,12 +27,7 @@ def write_generated_token(path: Path) -> str:
     """A new token in `path` (0600, its folder 0700), replacing an older one atomically."""
     token = secrets.token_urlsafe(32)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # O_CREAT's mode is masked by umask, and an old file keeps its own
-        os.write(fd, (token + "\n").encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    # A random temporary name, created O_EXCL|O_NOFOLLOW, renamed over `path`; `path` itself
+    # a symlink is refused: a shared run dir may hold links another user planted.
+    secret_files.replace(path, (token + "\n").encode())
     return token

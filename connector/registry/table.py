@@ -1,9 +1,10 @@
 """The proxy's MoRIIO registry (PROTOCOL.md section 2): a heartbeat table that takes `now` as
 a parameter, and a thin ZMQ ROUTER listener that parses each message and hands it on.
 
-The listener is hardened against whoever reaches its port: the socket drops messages over
-`MAX_MESSAGE_BYTES` before they are buffered (ZMQ_MAXMSGSIZE), msgpack is unpacked with
-bounded sizes, and the receive loop survives anything a handler raises (logged, counted).
+The listener is hardened against whoever reaches its port: a frame over `MAX_MESSAGE_BYTES`
+or a message over `MAX_FRAMES` frames closes the sender's connection before more is read
+(connector/registry/zmtp.py), msgpack is unpacked with bounded sizes, and the receiver
+survives anything a handler raises (logged, counted).
 What to believe is decided by the caller (connector/membership.py,
 connector/registry/trust.py).
 An instance silent for 3 of its heartbeat intervals is dropped.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,8 +31,10 @@ from connector.registry.message import (
     RegistryMessageError,
     parse_message,
 )
+from connector.registry.zmtp import ZmtpReceiver
 
 __all__ = [
+    "MAX_FRAMES",
     "MISSED_BEATS",
     "NEW_INTERVAL",
     "OLD_INTERVAL",
@@ -42,6 +46,7 @@ __all__ = [
     "unpack",
 ]
 
+MAX_FRAMES = 4  # a DEALER's registration is one frame; a REQ's has its delimiter first
 log = logging.getLogger(__name__)
 
 MISSED_BEATS = 3
@@ -134,8 +139,10 @@ class RegistryTable:
 
 
 class RegistryListener:
-    """The shell: a zmq.asyncio ROUTER that parses messages and calls back with each
-    registration and the sender's address. Nothing a sender does stops its loop."""
+    """The shell: a ZMTP receiver (connector/registry/zmtp.py: ZMQ DEALERs connect to it as
+    to a ROUTER) that parses messages and calls back with each registration and the
+    sender's address. Nothing a sender does stops it; a message over MAX_FRAMES frames or a
+    frame over MAX_MESSAGE_BYTES cuts its sender off."""
 
     def __init__(
         self,
@@ -151,37 +158,46 @@ class RegistryListener:
         self.on_registration, self.on_reject, self.on_sweep = on_registration, on_reject, on_sweep
         self.sweep_period = sweep_period
         self.default_mode = default_mode
-        self._ctx: Any = None
-        self._sock: Any = None
+        self._receiver: ZmtpReceiver | None = None
         self._tasks: list[asyncio.Task] = []
 
     def start(self) -> int:
         """Bind (port 0: a free one) and start; returns the bound port."""
-        import zmq
-        import zmq.asyncio
-
-        self._ctx = zmq.asyncio.Context()
-        self._sock = self._ctx.socket(zmq.ROUTER)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        # A peer sending more than this in one message is disconnected before it is buffered.
-        self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-        self._sock.setsockopt(zmq.RCVHWM, 1000)
-        bind_host = "*" if self.host in ("0.0.0.0", "") else self.host
-        if self.port == 0:
-            self.port = self._sock.bind_to_random_port(f"tcp://{bind_host}")
-        else:
-            self._sock.bind(f"tcp://{bind_host}:{self.port}")
-        self._tasks = [asyncio.create_task(self._receive()), asyncio.create_task(self._sweep())]
+        any_host = self.host in ("0.0.0.0", "", "*")
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0" if any_host else self.host, self.port))
+            sock.listen(128)
+        except OSError:
+            sock.close()
+            raise
+        sock.setblocking(False)
+        self.port = sock.getsockname()[1]
+        self._receiver = ZmtpReceiver(self._message, self._refused, MAX_FRAMES, MAX_MESSAGE_BYTES)
+        self._tasks = [
+            asyncio.create_task(self._receiver.serve(sock)),
+            asyncio.create_task(self._sweep()),
+        ]
         return self.port
 
     async def stop(self) -> None:
+        if self._receiver is not None:
+            self._receiver.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._sock is not None:
-            self._sock.close(linger=0)
-        if self._ctx is not None:
-            self._ctx.term()
+
+    def _message(self, frames: list[bytes], peer: str | None) -> None:
+        try:
+            self.handle(frames[-1], peer)
+        except Exception:  # the loop must outlive any handler bug: log it, count it
+            log.exception("registry: a registration handler failed; still listening")
+            self.on_reject("error", "a registration handler failed (see the proxy log)")
+
+    def _refused(self, reason: str, why: str, peer: str | None) -> None:
+        self.on_reject(reason, f"{why} (from {peer or 'an unknown address'}); disconnected")
 
     def handle(self, payload: bytes, peer: str | None = None) -> None:
         """One message: parsed, then handed on; a malformed one is refused naming its field."""
@@ -196,26 +212,6 @@ class RegistryListener:
         if reg is not None:
             self.on_registration(reg, peer)
 
-    async def _receive(self) -> None:
-        import zmq
-
-        while True:
-            try:
-                frames = await self._sock.recv_multipart(copy=False)
-            except zmq.ZMQError as exc:
-                self.on_reject("error", f"receive failed: {exc}")
-                await asyncio.sleep(0.1)
-                continue
-            if len(frames) >= 2:
-                try:
-                    self.handle(frames[-1].bytes, _peer_address(frames[-1]))
-                except Exception:  # the loop must outlive any handler bug: log it, count it
-                    log.exception("registry: a registration handler failed; still listening")
-                    self.on_reject("error", "a registration handler failed (see the proxy log)")
-            # A ready socket answers without suspending: yield, or a flood of registrations
-            # would starve the proxy's requests.
-            await asyncio.sleep(0)
-
     async def _sweep(self) -> None:
         while True:
             await asyncio.sleep(self.sweep_period)
@@ -223,11 +219,3 @@ class RegistryListener:
                 self.on_sweep()
             except Exception:  # as above: expiry must keep running
                 log.exception("registry: the expiry sweep failed; it runs again")
-
-
-def _peer_address(frame: Any) -> str | None:
-    """The sender's IP as the socket saw it (ZMQ's Peer-Address property)."""
-    try:
-        return frame.get("Peer-Address")
-    except Exception:  # older libzmq, or a transport without it: no address to judge
-        return None

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.backends import private_files, procfs
+from domain import secret_files
 
 PR_SET_PDEATHSIG = 1
 STATE_FILE = "state.json"
@@ -43,10 +44,11 @@ def instance_dir(run_dir: Path, name: str) -> Path:
 
 
 def read_state(run_dir: Path, name: str) -> dict[str, Any] | None:
+    """None for a file that is missing, torn or cannot be read (not ours to trust then)."""
     path = instance_dir(run_dir, name) / STATE_FILE
     try:
         return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (OSError, ValueError):
         return None
 
 
@@ -56,19 +58,15 @@ def write_state(run_dir: Path, name: str, state: dict[str, Any]) -> None:
     instead: then a reader may find it torn (read_state says None, as for a missing file),
     which beats never telling the supervisor why the logs stopped."""
     folder = instance_dir(run_dir, name)
-    tmp = folder / f".{STATE_FILE}.{os.getpid()}.tmp"
     text = json.dumps(state, indent=1)
     try:
-        private_files.write_text(tmp, text)
+        secret_files.replace(folder / STATE_FILE, text.encode())
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         if exc.errno != errno.ENOSPC:
             raise
-        with open(folder / STATE_FILE, "r+b") as f:
+        with open(folder / STATE_FILE, "r+b", opener=private_files.opener) as f:
             f.write(text.encode())
             f.truncate()
-        return
-    os.replace(tmp, folder / STATE_FILE)
 
 
 class RotatingLog:
@@ -82,17 +80,32 @@ class RotatingLog:
 
     def __init__(self, path: Path, max_bytes: int, keep: int) -> None:
         self.path, self.max_bytes, self.keep = path, max_bytes, keep
-        self.file = open(path, "ab", buffering=0, opener=private_files.opener)  # noqa: SIM115
-        self.size = path.stat().st_size
+        self.file: Any = None  # None: not open (a read-only or full run dir); tried again
+        self.size = 0
         self.error: str | None = None
         self.dropped = 0
         self._retry_at = 0.0
+        self._open()
+
+    def _open(self) -> None:
+        try:
+            self.file = open(self.path, "ab", buffering=0, opener=private_files.opener)  # noqa: SIM115
+            self.size = self.path.stat().st_size
+        except OSError as exc:
+            self.file = None
+            self.error = f"logs stopped: {exc.strerror or exc}"
+            self._retry_at = time.monotonic() + self.RETRY_S
 
     def write(self, chunk: bytes) -> None:
         if self.error is not None and time.monotonic() < self._retry_at:
             self.dropped += len(chunk)
             return
         try:
+            if self.file is None:
+                self._open()
+                if self.file is None:
+                    self.dropped += len(chunk)
+                    return
             if self.size and self.size + len(chunk) > self.max_bytes:
                 self.rotate()
             self.file.write(chunk)
@@ -106,6 +119,7 @@ class RotatingLog:
 
     def rotate(self) -> None:
         self.file.close()
+        self.file = None  # reopened below, or on a later write if that fails
         for i in range(self.keep - 1, 0, -1):
             older = self.path.with_name(f"{self.path.name}.{i}")
             if older.exists():
@@ -118,7 +132,8 @@ class RotatingLog:
         self.size = 0
 
     def close(self) -> None:
-        self.file.close()
+        if self.file is not None:
+            self.file.close()
 
 
 def launch(
@@ -218,13 +233,13 @@ def serve(
             "exited_at": time.time(),
             "error": f"cannot run {argv[0]!r}: {exc.strerror or exc}",
         }
-        write_state(run_dir, name, state)
+        _keep_state(run_dir, name, state)
         log.write(f"pdctl run-instance: {state['error']}\n".encode())
         log.close()
         _report(ready_fd, {"error": state["error"]})
         return 1
     state |= {"child_pid": child.pid, "child_start_time": procfs.start_time(child.pid)}
-    write_state(run_dir, name, state)
+    _keep_state(run_dir, name, state)
 
     def forward(signum: int, _frame: object) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -246,9 +261,17 @@ def serve(
     # API server holds its ports and memory, and the restarted instance could not start).
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(child.pid, signal.SIGKILL)
-    write_state(run_dir, name, state)
+    _keep_state(run_dir, name, state)
     log.close()
     return 0
+
+
+def _keep_state(run_dir: Path, name: str, state: dict[str, Any]) -> None:
+    """The state file, if the run dir takes it: a shim that cannot write it (read-only, full)
+    still runs its instance, which the supervisor knows from the report on the pipe and from
+    /proc, rather than leaving it unwatched."""
+    with contextlib.suppress(OSError):
+        write_state(run_dir, name, state)
 
 
 def _note_log_error(run_dir: Path, name: str, state: dict[str, Any], error: str | None) -> None:

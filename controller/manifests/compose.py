@@ -20,6 +20,7 @@ from typing import Any
 
 from controller.launch.ports import AllocatedPorts
 from controller.launch.render import LaunchSettings, gpu_env_name, render
+from controller.manifests.secret_refs import reference
 from controller.spec.deployment import DeploymentSpec, Engine
 from domain.kv_connectors import KvConnectorBackend
 
@@ -54,12 +55,15 @@ def render_compose(
                 "depends_on": ["pdctl"],
             }
             continue
-        argv = [_literal(a) for a in launch.argv]
+        # Secrets from the host's environment (or .env), never values in the file.
+        given, refs = reference(list(launch.argv), dict(launch.env), launch.group or "", "${{{}}}")
+        argv = [a if i in refs else _literal(a) for i, a in enumerate(given.argv)]
         if spec.engine == Engine.SIM:
             service = {**_pdctl_image(), "command": argv[1:]}
         else:
             service = _vllm_service(argv, image, amd, spec.kv_backend)
-        environment = {k: _literal(v) for k, v in launch.env.items()}
+        environment = {k: _literal(v) for k, v in given.env.items()}
+        environment |= {variable: f"${{{variable}}}" for variable in given.secrets}
         if spec.engine == Engine.VLLM:
             environment["HF_TOKEN"] = "${HF_TOKEN:-}"
         services[launch.name] = {**service, "environment": environment, "depends_on": ["proxy"]}

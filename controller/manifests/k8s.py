@@ -64,6 +64,7 @@ from controller.manifests.k8s_meta import (
     proxy_object_name,
     proxy_selector,
 )
+from controller.manifests.secret_refs import secret_name
 from controller.spec.deployment import DeploymentSpec, Role
 
 # RFC 1918 and unique-local IPv6: where pod networks are, whatever the cluster's CIDR.
@@ -131,7 +132,25 @@ def manifests_yaml(docs: list[dict[str, Any]], spec: DeploymentSpec) -> str:
         "Apply: kubectl apply -f FILE (LeaderWorkerSet and PodMonitor "
         "need the LWS and Prometheus Operator CRDs)."
     )
+    keys = sorted(_secret_keys(docs))
+    if keys:
+        header += (
+            f"\nSecrets are read from the Secret {secret_name(spec.name)}, never written here: "
+            "kubectl create secret generic "
+            f"{secret_name(spec.name)} " + " ".join(f"--from-literal={k}=..." for k in keys)
+        )
     return "---\n".join(to_yaml(doc, header if i == 0 else "") for i, doc in enumerate(docs))
+
+
+def _secret_keys(node: Any) -> set[str]:
+    """The keys of every secretKeyRef in `node`, at any depth."""
+    if isinstance(node, dict):
+        ref = node.get("secretKeyRef")
+        own = {ref["key"]} if isinstance(ref, dict) and not ref.get("optional") else set()
+        return own.union(*(_secret_keys(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_secret_keys(v) for v in node))
+    return set()
 
 
 def _shared_ports(spec: DeploymentSpec, ports: AllocatedPorts) -> AllocatedPorts:

@@ -25,6 +25,7 @@ from controller.manifests.k8s_meta import (
     group_selector,
     literal,
 )
+from controller.manifests.secret_refs import reference, secret_name
 from controller.spec.deployment import DeploymentSpec, Engine, InstanceGroup, Role
 from controller.spec.placement import NodeSelector
 
@@ -124,6 +125,12 @@ class _PodShape:
     ) -> None:
         self.spec, self.gi, self.launch, self.nodes = spec, gi, launch, nodes
         self.group = spec.groups[gi]
+        given = dict(launch.env)
+        if self.group.gpus:
+            given.pop(gpu_env_name(spec), None)  # ids of a host's GPUs; see the docstring
+        # Secrets as references to the deployment's Secret, never values in the manifest.
+        self.referenced, self.refs = reference(list(launch.argv), given, self.group.name)
+        self.secret = secret_name(spec.name)
         self.selector = group_selector(spec, self.group)
         self.labels = group_labels(spec, self.group)
         self.sim = spec.engine == Engine.SIM
@@ -149,7 +156,7 @@ class _PodShape:
         return {"metadata": {"labels": self.labels}, "spec": spec}
 
     def _container(self, serving: bool) -> dict[str, Any]:
-        argv = [literal(a) for a in self.launch.argv]
+        argv = [a if i in self.refs else literal(a) for i, a in enumerate(self.referenced.argv)]
         if self.nodes > 1:
             rank = "0" if serving else "$(LWS_WORKER_INDEX)"
             argv += ["--nnodes", str(self.nodes), "--node-rank", rank]
@@ -182,15 +189,15 @@ class _PodShape:
 
     def _env(self) -> list[dict[str, Any]]:
         env: list[dict[str, Any]] = [_pod_ip(POD_IP)]
-        given = dict(self.launch.env)
-        if self.group.gpus:
-            given.pop(gpu_env_name(self.spec), None)  # ids of a host's GPUs; see the docstring
-        for key, value in given.items():
+        for key, value in self.referenced.env.items():
             if key == "VLLM_NIXL_SIDE_CHANNEL_HOST":
                 env.append(_pod_ip(key))
             else:
                 env.append({"name": key, "value": literal(value)})
-        if not self.sim and "HF_TOKEN" not in given:
+        for variable, key in self.referenced.secrets.items():
+            ref = {"name": self.secret, "key": key}
+            env.append({"name": variable, "valueFrom": {"secretKeyRef": ref}})
+        if not self.sim and "HF_TOKEN" not in self.launch.env:
             secret = {"name": HF_SECRET, "key": "HF_TOKEN", "optional": True}
             env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": secret}})
         return env

@@ -29,8 +29,9 @@ _WORDS = re.compile(r"[_\-.]+")
 # A lookahead, so that a value (`--api-key` after `argv:`) can itself be the next name.
 _NAMED_VALUE = re.compile(
     r"""(?<![\w.\-])(?=(?P<name>-{0,2}[A-Za-z][\w.\-]*)"""
-    r"""(?P<sep>['"]?\s*[=:]\s*['"]?|\s+)(?P<value>[^\s'",;}\])]+))"""
+    r"""(?P<sep>['"]?\s*[=:]\s*['"]?|\s+['"]?)(?P<value>[^\s'",;}\])]+))"""
 )
+_MORE_VALUES = re.compile(r"""['"]?[ \t]+['"]?(?!-)[^\s'",;}\])]+['"]?""")  # a flag's next value
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[^\s'\",;]+")
 # scheme://userinfo@ : the password after `user:`, or the whole userinfo when it has no `:`
 # (`https://ghp_x@github.com` is a token).
@@ -60,23 +61,22 @@ def redact_env(env: Mapping[str, str], mask: str = MASK) -> dict[str, str]:
 
 
 def redact_argv(argv: Sequence[str], mask: str = MASK) -> list[str]:
-    """The value of a secret-looking flag masked, `--api-key X` and `--api-key=X` alike (the
-    word after the flag is its value, even one starting with `-`); JSON values have their
-    secret keys masked; any other word is masked as text (a URL's password)."""
+    """Every value of a secret-looking flag masked: `--api-key X`, `--api-key=X`, and the
+    further values of one that takes several (`--api-key k1 k2`: each word up to the next
+    flag). The first word after the flag is its value even if it starts with `-`. JSON values
+    have their secret keys masked; any other word is masked as text (a URL's password)."""
     out: list[str] = []
-    masking_next = False
+    masking: str | None = None  # "first": the word after a bare secret flag; "more": after
     for arg in argv:
-        if masking_next:
+        if masking == "first" or (masking == "more" and not arg.startswith("-")):
             out.append(mask)
-            masking_next = False
+            masking = "more"
             continue
+        masking = None
         flag, eq, value = arg.partition("=")
         if flag.startswith("-") and is_secret_name(flag.lstrip("-")):
-            if eq:
-                out.append(f"{flag}={mask}")
-                continue
-            masking_next = True
-            out.append(arg)
+            out.append(f"{flag}={mask}" if eq else arg)
+            masking = "more" if eq else "first"
         elif flag.startswith("-") and eq:
             out.append(f"{flag}={_redact_word(value, mask)}")
         else:
@@ -108,7 +108,7 @@ def redact_text(text: str, mask: str = MASK) -> str:
     for match in _NAMED_VALUE.finditer(text):
         inside_a_secret = spans and match.start("name") < spans[-1][1]
         if is_secret_name(match["name"]) and not inside_a_secret:
-            spans.append(match.span("value"))
+            spans.append((match.start("value"), _secret_end(text, match)))
     for start, end in reversed(spans):  # from the right, so earlier offsets stay valid
         text = text[:start] + mask + text[end:]
     text = _URL_USERINFO.sub(lambda m: _userinfo(m, mask), text)
@@ -153,6 +153,26 @@ def _redact_tree(node: Any, mask: str, key: str = "", secret: bool = False) -> A
     if secret:
         return mask
     return _redact_word(node, mask) if isinstance(node, str) else node
+
+
+def _secret_end(text: str, match: re.Match[str]) -> int:
+    """Where a secret's value ends: a list (`'api_key': ['k1', 'k2']`) at its bracket; a
+    flag's (`--api-key k1 k2`) at the next flag, as a flag may take several values."""
+    end = match.end("value")
+    if match["value"].startswith("["):
+        close = text.find("]", end - 1)
+        return len(text) if close < 0 else close + 1
+    if match["name"].startswith("-"):
+        while (more := _MORE_VALUES.match(text, end)) and _value_like(more[0]):
+            end = more.end()
+    return end
+
+
+def _value_like(word: str) -> bool:
+    """In free text, a further value of a flag rather than the sentence going on: anything
+    but a short word of letters only (`for`, `and`); argv is masked to the next flag."""
+    bare = word.strip(" \t'\"")
+    return not (bare.isalpha() and len(bare) <= 12)
 
 
 def _redact_word(word: str, mask: str) -> str:

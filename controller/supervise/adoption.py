@@ -16,6 +16,7 @@ from controller.launch.render import Launch, LaunchSettings, render
 from controller.supervise import machine as m
 from controller.supervise import placing, run_state
 from controller.supervise.clock import Clock
+from controller.supervise.run_dir_faults import RunDirFaults, forget_record
 from controller.supervise.units import Supervised, Unit
 
 Emit = Callable[[str, str, str | None], None]  # (kind, message, deployment)
@@ -29,6 +30,7 @@ def adopt_saved(
     backend: ProcessBackend,
     clock: Clock,
     emit: Emit,
+    faults: RunDirFaults,
 ) -> dict[str, Supervised]:
     """Every deployment saved in `run_dir`, each process adopted if it still runs."""
     deployments: dict[str, Supervised] = {}
@@ -46,7 +48,9 @@ def adopt_saved(
         for launch, revision in _launches(dep, revisions, launch_settings):
             if _not_started_yet(dep, launch, revisions, backend):
                 continue
-            unit = adopt_unit(dep, launch, policy, backend=backend, clock=clock, emit=emit)
+            unit = adopt_unit(
+                dep, launch, policy, backend=backend, clock=clock, emit=emit, faults=faults
+            )
             unit.revision, unit.dropping = revision, launch.name not in desired
             dep.units[launch.name] = unit
         deployments[dep.name] = dep
@@ -97,6 +101,7 @@ def adopt_unit(
     backend: ProcessBackend,
     clock: Clock,
     emit: Emit,
+    faults: RunDirFaults,
 ) -> Unit:
     """The unit of one launch, its machine told whether the process recorded for it lives."""
     unit = Unit(launch, m.Machine(policy=policy))
@@ -113,7 +118,7 @@ def adopt_unit(
         # launch, so the next start with today's spec restarts it.
         unit.launch = replace(launch, argv=list(record.argv))
     if not alive:
-        backend.forget(dep.folder, launch.name)
+        forget_record(faults, backend, dep.name, dep.folder, launch.name)
     event = m.Adopt(record.child_pid, alive, record.exit_code, restarts)
     unit.machine, actions = m.step(unit.machine, event, clock.now())
     for action in actions:

@@ -20,6 +20,7 @@ from controller.launch.render import LaunchSettings, render
 from controller.supervise import machine as m
 from controller.supervise import placing, run_state
 from controller.supervise.adoption import port_held
+from controller.supervise.run_dir_faults import RunDirFaults, forget_record
 from controller.supervise.units import LIVE, Supervised, Unit
 
 log = logging.getLogger("pdctl.supervisor")
@@ -37,10 +38,18 @@ async def spawn(
     feed: Feed,
     emit: Emit,
     addresses: Addresses,
+    faults: RunDirFaults,
 ) -> None:
     name = unit.launch.name
-    backend.forget(dep.folder, name)
-    run_state.write_restarts(dep.folder, name, unit.machine.restarts)
+    # A run dir that cannot be written is a fault (an event, the deployment degraded), and
+    # the spawn is still tried: the shim reports its process over a pipe.
+    forget_record(faults, backend, dep.name, dep.folder, name)
+    restarts = unit.machine.restarts
+    faults.attempt(
+        dep.name,
+        str(dep.folder / name / run_state.RESTARTS_FILE),
+        lambda: run_state.write_restarts(dep.folder, name, restarts),
+    )
     unit.healthy = unit.registered = None
     unit.failed_probes, unit.next_probe = 0, 0.0
     unit.refusal = None
@@ -55,8 +64,12 @@ async def spawn(
         return  # no node fits: the unit is FATAL, and the event says why
     env = {**unit.launch.env, **unit.launch.handover}
     if unit.launch.is_proxy:
-        dep.admin_token = secrets.token_urlsafe(32)
-        run_state.write_admin_token(dep.folder, dep.admin_token)
+        token = dep.admin_token = secrets.token_urlsafe(32)
+        faults.attempt(
+            dep.name,
+            str(dep.folder / run_state.ADMIN_TOKEN_FILE),
+            lambda: run_state.write_admin_token(dep.folder, token),
+        )
         env = {**env, ADMIN_TOKEN_ENV: dep.admin_token}
     # The process and its machine learning its pid are one thing: a caller cancelled
     # meanwhile (a rollout aborted, a step past its deadline) must not leave a process that

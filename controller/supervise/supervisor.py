@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.backends import private_files
-from controller.backends.local import ProcessBackend, ShimBackend, settled
+from controller.backends.local import ProcessBackend, ProcessRecord, ShimBackend, settled
 from controller.clients.health import HttpProbe, Probe
 from controller.launch.placement import Addresses, Node, PlacementError
 from controller.launch.ports import AllocatedPorts
@@ -50,6 +50,7 @@ from controller.supervise import placing, run_state, spawning
 from controller.supervise.adoption import adopt_saved
 from controller.supervise.clock import Clock, SystemClock
 from controller.supervise.probing import probe_round
+from controller.supervise.run_dir_faults import Fault, RunDirFaults, forget_record
 from controller.supervise.stale_peers import StaleWatch, cancel_checks, check
 from controller.supervise.units import IDLE, LIVE, Supervised, Unit, describe, note_start
 from domain.errors import NotFound, SpecInvalid
@@ -104,7 +105,11 @@ class Supervisor:
             str, StaleWatch
         ] = {}  # per deployment: controller/supervise/stale_peers.py
         self._task: asyncio.Task | None = None
-        private_files.private_dir(settings.run_dir)
+        # Its own failed writes to the run dir: events and a degraded deployment, not a
+        # stopped supervisor (controller/supervise/run_dir_faults.py).
+        self.faults = RunDirFaults(self._emit)
+        run_dir = settings.run_dir
+        self.faults.attempt(None, str(run_dir), lambda: private_files.private_dir(run_dir))
         self.deployments.update(
             adopt_saved(
                 settings.run_dir,
@@ -113,6 +118,7 @@ class Supervisor:
                 backend=self.backend,
                 clock=self.clock,
                 emit=self._emit,
+                faults=self.faults,
             )
         )
 
@@ -155,7 +161,8 @@ class Supervisor:
         if dep is not None:
             placed = placing.keep_dropped(placed, dep.placed, set(dep.units))
         launches = render(spec, ports, self.settings.launch, self._addresses(placed))
-        folder = private_files.private_dir(self.settings.run_dir / name)
+        folder = self.settings.run_dir / name
+        self.faults.attempt(name, str(folder), lambda: private_files.private_dir(folder))
         if dep is None:
             dep = Supervised(name, spec, ports, folder, {})
             self.deployments[name] = dep
@@ -165,7 +172,9 @@ class Supervisor:
         dep.revision = revision
         names = {launch.name for launch in launches}
         dep.forget_dropped(names)
-        placing.save(folder, placed)
+        self.faults.attempt(
+            name, str(folder / run_state.PLACEMENT_FILE), lambda: placing.save(folder, placed)
+        )
         touched = names | set(dep.units) if only is None else set(only)
         for launch in launches:
             if launch.name in touched:
@@ -210,15 +219,22 @@ class Supervisor:
         gone = [n for n, u in dep.units.items() if u.dropping and u.machine.state in IDLE]
         for name in gone:
             del dep.units[name]
-            self.backend.forget(dep.folder, name)
+            forget_record(self.faults, self.backend, dep.name, dep.folder, name)
         if gone:
             dep.prune_older()
             self._save(dep)
 
     def _save(self, dep: Supervised) -> None:
-        run_state.save_deployment(
-            dep.folder, dep.spec, dep.ports, dep.revision, dep.unit_revisions(), dep.older
-        )
+        """Record `dep` as it is wanted now (tried again each pass until it can be)."""
+
+        def write() -> None:
+            run_state.save_deployment(
+                dep.folder, dep.spec, dep.ports, dep.revision, dep.unit_revisions(), dep.older
+            )
+            if not dep.running:
+                run_state.save_stopped(dep.folder)
+
+        self.faults.attempt(dep.name, str(dep.folder / run_state.DEPLOYMENT_FILE), write)
 
     def keep_launch(self, name: str, process: str, spec: DeploymentSpec) -> None:
         """`process` runs `spec`'s launch from now on, without a restart: what it was told at
@@ -280,7 +296,7 @@ class Supervisor:
         """Want `name` stopped; with `wait`, return once everything is down (or raise)."""
         dep = self._deployment(name)
         dep.running = False
-        run_state.save_stopped(dep.folder)
+        self._save(dep)
         self._emit("stop", f"{name}: stop requested", name)
         await self._reconcile(dep)
         if wait is not None:
@@ -299,8 +315,18 @@ class Supervisor:
         return self._deployment(name).admin_token
 
     def status(self, name: str) -> list[dict[str, Any]]:
+        """Each process's row; `degraded` says why the deployment is (its run dir cannot be
+        written), on every row, None when it is not."""
         dep = self._deployment(name)
-        return [describe(dep, u, self.clock.now(), self.clock.wall()) for u in dep.units.values()]
+        degraded = "; ".join(f.describe() for f in self.degraded(name)) or None
+        return [
+            {**describe(dep, u, self.clock.now(), self.clock.wall()), "degraded": degraded}
+            for u in dep.units.values()
+        ]
+
+    def degraded(self, name: str) -> list[Fault]:
+        """The run-dir writes that fail now for `name` (none: it is not degraded)."""
+        return self.faults.of(name)
 
     def start_times(self, name: str) -> dict[str, list[float]]:
         """Measured starts (spawn to ready, seconds) of `name`'s instances, by group."""
@@ -394,30 +420,42 @@ class Supervisor:
     async def poll(self) -> None:
         """One pass over every deployment: observe, then reconcile."""
         await self.backend.refresh()
+        self.faults.retry()
         for dep in list(self.deployments.values()):
-            await self._observe_exits(dep)
-            await probe_round(
-                dep,
-                self.probe,
-                self.clock,
-                self._feed,
-                self._emit,
-                interval=self.settings.health_interval,
-                failures=self.settings.health_failures,
-            )
-            watch = self._stale.setdefault(dep.name, StaleWatch())
-            for decode, why in await check(dep, watch, self.probe, self.clock.now()):
-                self._emit("stale_peer", f"{dep.name}/{decode}: restarting: {why}", dep.name)
-                await self._feed(dep, dep.units[decode], m.Restart())
-            for unit in list(dep.units.values()):
-                await self._feed(dep, unit, m.Tick())
-            await self._reconcile(dep)
+            # A failure of our own I/O not caught where it happened: a fault of this
+            # deployment (an event, degraded), never a pass that stops for every deployment.
+            key = f"{dep.folder} (a supervisor pass)"
+            try:
+                await self._pass(dep)
+            except OSError as exc:
+                self.faults.attempt(dep.name, key, _raise(exc))  # until a pass works
+            else:
+                self.faults.clear(key)
+
+    async def _pass(self, dep: Supervised) -> None:
+        await self._observe_exits(dep)
+        await probe_round(
+            dep,
+            self.probe,
+            self.clock,
+            self._feed,
+            self._emit,
+            interval=self.settings.health_interval,
+            failures=self.settings.health_failures,
+        )
+        watch = self._stale.setdefault(dep.name, StaleWatch())
+        for decode, why in await check(dep, watch, self.probe, self.clock.now()):
+            self._emit("stale_peer", f"{dep.name}/{decode}: restarting: {why}", dep.name)
+            await self._feed(dep, dep.units[decode], m.Restart())
+        for unit in list(dep.units.values()):
+            await self._feed(dep, unit, m.Tick())
+        await self._reconcile(dep)
 
     async def _observe_exits(self, dep: Supervised) -> None:
         for unit in dep.units.values():
             if unit.machine.state not in LIVE or unit.machine.pid is None:
                 continue
-            record = self.backend.read(dep.folder, unit.launch.name) or unit.record
+            record = self._current(dep, unit)
             if record is None or record.child_pid != unit.machine.pid:
                 continue  # not ours (yet)
             unit.record = record
@@ -428,7 +466,7 @@ class Supervisor:
                     # Its node gone (the event names it), or only its keeper on the node.
                     kind = "node_lost" if record.node_lost else "keeper_lost"
                     self._emit(kind, f"{dep.name}/{unit.launch.name}: {record.lost}", dep.name)
-                self.backend.forget(dep.folder, unit.launch.name)
+                forget_record(self.faults, self.backend, dep.name, dep.folder, unit.launch.name)
                 unit.healthy = unit.registered = None
                 await self._feed(dep, unit, m.Exited(code))
 
@@ -479,7 +517,7 @@ class Supervisor:
             unit.timing_start = True
             await self._spawn(dep, unit)
         elif isinstance(action, m.Kill):
-            record = self.backend.read(dep.folder, name) or unit.record
+            record = self._current(dep, unit)
             if record is not None:
                 self.backend.signal(record, action.signal)
         elif isinstance(action, m.Drain | m.Undrain):
@@ -506,7 +544,26 @@ class Supervisor:
             feed=self._feed,
             emit=self._emit,
             addresses=self.engine_addresses(dep.name),
+            faults=self.faults,
         )
+
+    def _current(self, dep: Supervised, unit: Unit) -> ProcessRecord | None:
+        """The record of the process `unit` runs now: its state file's, unless that names
+        another process (a file the run dir would not let the shim rewrite), then the one
+        kept in memory since its spawn; never a stale file's dead pid."""
+        record = self._read(dep, unit.launch.name)
+        if record is not None and record.child_pid == unit.machine.pid:
+            return record
+        return unit.record or record
+
+    def _read(self, dep: Supervised, name: str) -> ProcessRecord | None:
+        """The state file of `name`, None if it cannot be read (the process is then judged
+        by the record kept in memory, and by what runs)."""
+        try:
+            return self.backend.read(dep.folder, name)
+        except OSError as exc:
+            log.warning("%s/%s: state file unreadable: %s", dep.name, name, exc)
+            return None
 
     def _last_words(self, dep: Supervised, name: str) -> str:
         """What a failed process said last, so the event log tells an operator why."""
@@ -534,6 +591,15 @@ class Supervisor:
                 f"{dep.name} has no instance {instance!r}; it has {', '.join(dep.units)}"
                 + did_you_mean(instance, dep.units)
             ) from None
+
+
+def _raise(exc: OSError) -> Callable[[], None]:
+    """A write that fails as `exc` did (a fault caught where it was not foreseen)."""
+
+    def fail() -> None:
+        raise exc
+
+    return fail
 
 
 def _runs(now: Launch, wanted: Launch) -> bool:

@@ -12,6 +12,7 @@ from controller.launch.placement import Placed
 from controller.launch.ports import AllocatedPorts
 from controller.launch.render import Launch
 from controller.spec.deployment import DeploymentSpec
+from controller.spec.redact import redact_command
 from controller.supervise import machine as m
 
 IDLE = (m.State.STOPPED, m.State.EXITED, m.State.FATAL)
@@ -130,6 +131,6 @@ def describe(dep: Supervised, unit: Unit, now: float, wall: float) -> dict[str, 
         "last_exit_code": mach.last_exit,
         "revision": unit.revision,
         "dropping": unit.dropping,
-        "command": launch.command,
+        "command": redact_command(launch.command),  # rows are shown to viewers
         "log_error": unit.record.log_error if unit.record else None,
     }

@@ -40,7 +40,7 @@ class ReportedConfig(BaseModel):
     slo_itl_ms: float | None = Field(None, gt=0)
     itl_slo_stat: str | None = Field(None, max_length=8)
     burstiness: float | None = Field(None, gt=0)
-    seed: int | None = Field(None, ge=0)
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)  # what SQLite stores
 
 
 class RateSummary(BaseModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Annotated
 
@@ -41,15 +42,17 @@ def parse_rates(text: str) -> list[float]:
     try:
         if ":" in text:
             start, stop, step = (float(x) for x in text.split(":"))
-            if step <= 0 or stop < start:
+            if not all(map(math.isfinite, (start, stop, step))) or step <= 0 or stop < start:
                 raise ValueError
             count = round((stop - start) / step) + 1
             return [round(start + i * step, 6) for i in range(count)]
         rates = [float(x) for x in text.split(",")]
     except ValueError:
-        raise PlanError(f"--rate {text!r}: expected R, R1,R2,... or start:stop:step") from None
-    if any(r <= 0 for r in rates):
-        raise PlanError("--rate values must be > 0")
+        raise PlanError(
+            f"--rate {text!r}: expected R, R1,R2,... or start:stop:step, finite numbers"
+        ) from None
+    if not all(math.isfinite(r) and r > 0 for r in rates):
+        raise PlanError(f"--rate {text!r}: values must be finite numbers > 0")
     return rates
 
 
@@ -248,8 +251,8 @@ def kv(
         _kv_error(f"--model {exc}")
     except profiles.UnknownProfile as exc:
         _kv_error(str(exc))
-    if tokens < 1 or tp < 1 or (link_gbps is not None and link_gbps <= 0):
-        _kv_error("--tokens, --tp and --link-gbps must be positive")
+    if tokens < 1 or tp < 1 or (link_gbps is not None and not 0 < link_gbps < math.inf):
+        _kv_error("--tokens, --tp and --link-gbps must be positive (and --link-gbps finite)")
     if connector not in proxy_names():
         _kv_error(f"--connector must be one of {', '.join(proxy_names())}, got {connector!r}")
     if block_size is not None and block_size < 1:

@@ -26,6 +26,11 @@ SECRETS = {
     "GITHUB_PAT": "ghp_pat6",
     "group env token": "hf-group-7",
     "event message": "ev-secret-8",
+    # Issue 39: every value of a flag that takes several, in argv, events and log lists.
+    "second value of --api-key": "sk-second-10",
+    "second value after --api-key=": "sk-second-11",
+    "second value in an event": "ev-second-12",
+    "a list of keys in an event": "ev-list-13",
 }
 
 
@@ -67,6 +72,13 @@ def stored_with_every_shape(client: TestClient, name: str = "pd") -> None:
     spec["groups"][1]["extra_args"] = [
         "--api-key",
         SECRETS["api-key value starting with a dash, as the next word"],
+        SECRETS["second value of --api-key"],
+        "--uvicorn-log-level",
+        "info",
+    ]
+    spec["groups"][0]["extra_args"] = [
+        f"--api-key=sk-first-{SECRETS['second value after --api-key=']}",
+        SECRETS["second value after --api-key="],
     ]
     spec["env"].update(
         {
@@ -83,7 +95,16 @@ def stored_with_every_shape(client: TestClient, name: str = "pd") -> None:
             (json.dumps(full), name),
         )
     client.app.state.store.record(
-        "ci", "note", f"retrying with --api-key {SECRETS['event message']}", name
+        "ci",
+        "note",
+        f"retrying with --api-key {SECRETS['event message']} {SECRETS['second value in an event']}",
+        name,
+    )
+    client.app.state.store.record(
+        "ci",
+        "note",
+        f"non-default args: {{'api_key': ['k', '{SECRETS['a list of keys in an event']}']}}",
+        name,
     )
 
 
@@ -107,6 +128,7 @@ def created(secured: TestClient) -> TestClient:
         "/api/deployments/pd",
         "/api/deployments/pd/revisions/1",
         "/api/deployments/pd/diff?from=1&to=1",
+        "/api/deployments/pd/commands",
         "/api/events",
         "/",
         "/deployments/pd",

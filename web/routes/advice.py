@@ -19,7 +19,7 @@ from observe.advice import signals
 from observe.frames import WINDOWS
 from observe.scraper import DEFAULT_WINDOW
 from web import htmx
-from web.deps import StoreDep
+from web.deps import INT64_MAX, StoreDep
 from web.routes.proposals import shown_proposals
 from web.views.live_advice import live
 from web.views.page import PageActor, page_context
@@ -63,7 +63,7 @@ class SignalsIn(BaseModel):
     burstiness: float | None = Field(None, gt=0)
     prefix_hit_rate: float | None = Field(None, ge=0, le=1)
     slo_attainment: float | None = Field(None, ge=0, le=1)
-    pd_recomputing_decodes: int | None = Field(None, ge=0)
+    pd_recomputing_decodes: int | None = Field(None, ge=0, le=INT64_MAX)
     pd_transfer_share: float | None = Field(None, ge=0, le=1)
     pd_failed_transfers: float | None = Field(None, ge=0)
 

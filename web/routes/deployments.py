@@ -116,7 +116,7 @@ def revision_of(if_match: str | None) -> int | None:
     if if_match is None or if_match.strip() == "*":
         return None
     tag = if_match.strip().removeprefix("W/").strip('"')
-    if not tag.isdigit():
+    if not tag.isdigit() or len(tag) > 18:  # past that, no revision this API stores
         raise BadRequest(f'If-Match {if_match!r} is not an ETag this API gave ("N", a revision)')
     return int(tag)
 

@@ -33,7 +33,7 @@ from services.rollouts import last_applied, running, store_and_roll_out
 from state.errors import StaleRevision
 from state.store import Current, Store
 from web import htmx
-from web.deps import Operator, ServiceDep, StoreDep, get_service
+from web.deps import INT64_MAX, Operator, ServiceDep, StoreDep, get_service
 from web.diff import describe, diff
 from web.schemas import ChangeOut
 from web.views.live_advice import live
@@ -101,7 +101,7 @@ class ApplyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     rule: str = Field(min_length=1, max_length=80, description="The verdict's rule.")
-    revision: int = Field(ge=1, description="The revision the proposal was shown on.")
+    revision: int = Field(ge=1, le=INT64_MAX, description="The revision the proposal was shown on.")
     reason: str | None = Field(None, max_length=500, description="Kept with the change.")
     window: Window = Field("1m", description="The window whose verdict must still hold.")
 

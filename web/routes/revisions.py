@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from controller import redact_spec
-from web.deps import StoreDep, Viewer
+from web.deps import INT64_MAX, RevisionNumber, StoreDep, Viewer
 from web.diff import diff
 from web.schemas import ChangeOut, DiffOut, RevisionOut, RevisionSummary
 
@@ -21,7 +21,7 @@ def list_revisions(name: str, store: StoreDep) -> list[RevisionSummary]:
 
 
 @router.get("/revisions/{number}")
-def get_revision(name: str, number: int, store: StoreDep, actor: Viewer) -> RevisionOut:
+def get_revision(name: str, number: RevisionNumber, store: StoreDep, actor: Viewer) -> RevisionOut:
     """Secret-looking env values and args are masked for viewers."""
     return RevisionOut.of(store.revision(name, number), actor.may_change)
 
@@ -31,8 +31,8 @@ def diff_revisions(
     name: str,
     store: StoreDep,
     actor: Viewer,
-    from_: Annotated[int, Query(alias="from", ge=1)],
-    to: Annotated[int, Query(ge=1)],
+    from_: Annotated[int, Query(alias="from", ge=1, le=INT64_MAX)],
+    to: Annotated[int, Query(ge=1, le=INT64_MAX)],
 ) -> DiffOut:
     """What changed from revision `from` to revision `to`, field by field."""
     old, new = store.revision(name, from_), store.revision(name, to)

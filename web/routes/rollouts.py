@@ -18,7 +18,7 @@ from fastapi import APIRouter, Query, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from services import rollouts
-from web.deps import ControllerDep, Operator, Reason, ServiceDep, StoreDep
+from web.deps import INT64_MAX, ControllerDep, Operator, Reason, ServiceDep, StoreDep
 from web.errors import NotFound
 
 router = APIRouter(prefix="/deployments/{name}", tags=["rollouts"])
@@ -28,7 +28,10 @@ class UndoRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     to_revision: int | None = Field(
-        None, ge=1, description="The revision to go back to (default: the applied one before)."
+        None,
+        ge=1,
+        le=INT64_MAX,
+        description="The revision to go back to (default: the applied one before).",
     )
     reason: str | None = Field(None, max_length=500, description="Kept with the change.")
     strategy: str | None = Field(

@@ -2,10 +2,10 @@
 
 With no tokens configured everyone is the anonymous operator (and `pdctl serve` binds
 loopback only). The secret comes from `Authorization: Bearer` or the login cookie. Unknown
-secrets are counted per client address, at /login, the API and the websockets alike: past
-`login_attempts_per_minute` the address gets 429 for a while (web/security/ratelimit.py), a right
-token too, except from a browser holding a device cookie (web/security/device.py) issued to that
-token's actor when it signed in: its owner keeps working, and a guesser learns nothing.
+secrets are counted per client address and over all addresses, at /login, the API and the
+websockets alike: past `login_attempts_per_minute` (five times that from all addresses) wrong
+secrets get 429 for a while (web/security/ratelimit.py). A right token is never refused, so a
+guesser cannot lock operators out; what keeps it from guessing one is the token's length.
 The address is the socket's peer: `pdctl serve` trusts no X-Forwarded-For unless
 PDCTL_FORWARDED_ALLOW_IPS names the proxy (web/cli.py).
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from web.errors import TooManyRequests
 from web.security import device
-from web.security.ratelimit import FailureWindow
+from web.security.ratelimit import EVERYONE, FailureWindow
 from web.settings import Settings
 
 COOKIE = "pdctl_token"
@@ -54,11 +54,10 @@ ANONYMOUS = Actor(Role.OPERATOR, None)
 class TooManyAttempts(TooManyRequests):
     title = "Too many attempts"
 
-    def __init__(self, retry_after: float) -> None:
+    def __init__(self, retry_after: float, everyone: bool = False) -> None:
         self.retry_after = max(1, math.ceil(retry_after))
-        super().__init__(
-            f"too many failed sign-ins from this address; try again in {self.retry_after} s"
-        )
+        where = "from all addresses together" if everyone else "from this address"
+        super().__init__(f"too many failed sign-ins {where}; try again in {self.retry_after} s")
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after)}
@@ -100,18 +99,19 @@ class TokenBook:
 
     def check(self, secret: str, client: str, device_cookie: str | None = None) -> Actor | None:
         """`identify`, for a client that may be guessing: an unknown secret counts against
-        its address; TooManyAttempts once the address has used up its attempts, right or
-        wrong, unless `device_cookie` was issued to the very actor `secret` names."""
+        its address and against all addresses; TooManyAttempts for an unknown one once
+        either has used up its attempts. A right token is never refused: a lockout that
+        refused it let anyone on a shared address lock its operators out (issue 39).
+        `device_cookie` is kept for the signature: a signed-in browser needs it no more."""
         now = self.clock()
-        wait = self.failures.retry_after(client, now)
         actor = self.identify(secret)
+        if actor is not None:
+            return actor
+        wait, whose = self.failures.refusal(client, now)
+        self.failures.failed(client, now)
         if wait is not None:
-            if actor is not None and self.device_holder(device_cookie) == actor.label:
-                return actor
-            raise TooManyAttempts(wait)
-        if actor is None:
-            self.failures.failed(client, now)
-        return actor
+            raise TooManyAttempts(wait, everyone=whose == EVERYONE)
+        return None
 
     def device_cookie(self, actor: Actor) -> str:
         """The cookie a browser gets when `actor` signs in on it."""

@@ -73,6 +73,7 @@ def _instance(current: Current, group: Any, i: int, unit: dict[str, Any]) -> dic
         "registration": unit.get("registration"),
         "url": unit.get("url"),
         "log_error": unit.get("log_error"),
+        "degraded": unit.get("degraded"),
         **node_of(unit),
     }
 

@@ -4,6 +4,7 @@ that run keep them."""
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -273,3 +274,48 @@ def test_a_marker_with_nothing_stored_behind_it_is_left_for_the_caller_to_refuse
     shown = redact_spec(SPEC_WITH_SECRETS, UNCHANGED)
     shown["groups"][0]["env"]["NEW_TOKEN"] = UNCHANGED
     assert holds_mask(restore_secrets(shown, SPEC_WITH_SECRETS))
+
+
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [
+        (["--api-key", "k1", "k2", "--port", "1"], ["--api-key", "***", "***", "--port", "1"]),
+        (["--api-key=k1", "k2", "k3"], ["--api-key=***", "***", "***"]),
+        (["--api-key", "-k1", "k2", "-p"], ["--api-key", "***", "***", "-p"]),
+        (["--hf-token", "a", "b"], ["--hf-token", "***", "***"]),
+    ],
+)
+def test_every_value_of_a_flag_that_takes_several_is_masked(argv, shown) -> None:
+    assert redact_argv(argv) == shown
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "vllm serve m --api-key k1 k2-secret --port 1",
+        "vllm serve m --api-key=k1 k2-secret",
+        "vllm serve m --api-key 'k1' 'k2-secret'",
+        "non-default args: {'api_key': ['k1', 'k2-secret'], 'port': 1}",
+        'api_key=["k1", "k2-secret"]',
+    ],
+)
+def test_every_value_of_a_secret_is_masked_in_text(line) -> None:
+    shown = redact_text(line)
+    assert "k1" not in shown and "k2-secret" not in shown, shown
+
+
+def test_a_status_row_shows_the_command_masked() -> None:
+    from controller.launch.ports import allocate
+    from controller.launch.render import LaunchSettings, render
+    from controller.supervise import machine as m
+    from controller.supervise.units import Supervised, Unit, describe
+    from tests.controller.factories import tiny_pair
+
+    spec = tiny_pair(extra_args=["--api-key", "k1", "k2-secret"])
+    ports = allocate(spec)
+    launches = render(spec, ports, LaunchSettings(pdctl_command=("pdctl",)))
+    units = {launch.name: Unit(launch, m.Machine()) for launch in launches}
+    dep = Supervised(spec.name, spec, ports, Path("/nowhere"), units)
+    rows = [describe(dep, unit, 0.0, 0.0) for unit in units.values()]
+    assert any("--api-key" in row["command"] for row in rows)
+    assert not any("k2-secret" in row["command"] or "k1" in row["command"] for row in rows)
