@@ -49,6 +49,8 @@ VERBS: dict[str, tuple[list[str], int]] = {
     "pdctl rollout abort": ([NAME], 5),
     "pdctl rollout undo": ([NAME, "--to-revision", "9"], 1),
     "pdctl rollout history": ([NAME], 0),
+    # an address the API refuses, by its flag: nothing is attached
+    "pdctl attach": (["ext", "--prefill", "ftp://x", "--decode", "http://127.0.0.1:9"], 2),
 }
 
 
