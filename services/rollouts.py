@@ -101,7 +101,8 @@ async def store_and_roll_out(
     if live and controller is not None:
         await controller.rollouts.let_start_end(name)
         controller.rollouts.refuse_if_running(name)
-    saved = store.update(name, spec, actor, reason, based_on=based_on, pending=live)
+    # Pending until a rollout (running) or the next start (stopped) has all of it ready.
+    saved = store.update(name, spec, actor, reason, based_on=based_on, pending=True)
     if not live or controller is None or saved.state != RevisionState.PENDING.value:
         return Applied(saved, None)
     if not rollout:

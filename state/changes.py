@@ -1,19 +1,23 @@
 """Revision states, defined once, and the rule every writer meets while a change is under way.
 
-    pending       stored as the desired revision, not rolled out yet (a running deployment's
-     |            edit, `Store.update(pending=True)`)
+    pending       stored as the desired revision, not running yet: a new deployment, a
+     |            stopped one's edit, a running one's edit before its rollout
+     |            (`Store.update(pending=True)`, which pdctl's every edit uses)
      +-> in_progress   a rollout began it (begin_stored)
-     +-> applied, failed, rolled_back   a stopped deployment started at it (settle_change)
+     +-> applied   a start has every process of it running and ready (settle_change); a
+     |             start that fails leaves it pending
+     +-> superseded   a newer revision was stored before it ran: it never runs
     in_progress   written first as the desired revision, before reality moves (begin_change);
                   or begun from pending, or re-applied from a settled state (begin_stored)
      +-> applied      reality reached it
      +-> failed       it did not; the newest other applied revision is desired again
      +-> rolled_back  it was undone; the newest other applied revision is desired again
 
-Every revision written by an edit is applied at once (nothing reconciles it in between),
-unless the edit asks for it pending. While a deployment has a revision in progress, or an
-active rollout holds it (state/rollout_store.py), any other change (an edit with or without
-If-Match, a delete, another change) is `ChangeInProgress`, a 409 naming that revision and
+A revision is applied only once every process of it runs and is ready. (`Store.update`
+without `pending` still writes an applied revision, for callers that apply it themselves.)
+While a deployment has a revision in progress, or an active rollout holds it
+(state/rollout_store.py), any other change (an edit with or without If-Match, a delete,
+another change) is `ChangeInProgress`, a 409 naming that revision and
 the rollout. The state is stored, so after a control-plane restart the revision is still in
 progress, and still settleable.
 """
@@ -41,9 +45,15 @@ class RevisionState(enum.StrEnum):
     APPLIED = "applied"
     FAILED = "failed"
     ROLLED_BACK = "rolled_back"
+    SUPERSEDED = "superseded"  # pending, then a newer revision was stored: it never runs
 
 
-SETTLED = (RevisionState.APPLIED, RevisionState.FAILED, RevisionState.ROLLED_BACK)
+SETTLED = (
+    RevisionState.APPLIED,
+    RevisionState.FAILED,
+    RevisionState.ROLLED_BACK,
+    RevisionState.SUPERSEDED,
+)
 SETTLEABLE = (RevisionState.IN_PROGRESS, RevisionState.PENDING)
 
 
@@ -105,6 +115,7 @@ class Changes:
             self._refuse_while_in_progress(s, dep, rollout_id)
             previous = rows.revision(s, dep, dep.revision)
             ports = self._admit(s, spec, previous)
+            supersede(s, previous)
             number = rows.next_number(s, dep)
             dep.revision, dep.updated_at = number, utcnow()
             s.add(dep)
@@ -231,6 +242,14 @@ class Changes:
             raise ChangeInProgress(dep.name, found[0].number, found[0].reason, body)
         if held is not None and held.id != holder:
             raise ChangeInProgress(dep.name, held.revision, held.body.get("reason"), body)
+
+
+def supersede(s: Session, desired: Revision) -> None:
+    """A pending revision a newer one replaces never runs: it is superseded, not left
+    pending for ever."""
+    if desired.state == RevisionState.PENDING.value:
+        desired.state = RevisionState.SUPERSEDED.value
+        s.add(desired)
 
 
 def _previous_applied(s: Session, dep: Deployment, other_than: int) -> int | None:

@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, func, select
 
 from state import rollout_store, rows
-from state.changes import Changes, RevisionState
+from state.changes import Changes, RevisionState, supersede
 from state.errors import Conflict, StaleRevision, Unreadable
 from state.models import Deployment, Event, Revision, utcnow
 from state.rollout_store import Rollouts
@@ -156,7 +156,8 @@ class Store(Changes, Rollouts):
             dep = Deployment(name=spec.name, revision=1, created_at=now, updated_at=now)
             s.add(dep)
             s.flush()
-            s.add(self._new_revision(dep, 1, spec, ports, actor, reason))
+            # Pending until a start has every process of it running and ready.
+            s.add(self._new_revision(dep, 1, spec, ports, actor, reason, RevisionState.PENDING))
             verb = "cloned" if kind == "deployment.cloned" else "created"
             event = Event(
                 actor=actor,
@@ -209,6 +210,7 @@ class Store(Changes, Rollouts):
                 return Current(
                     name, number, dep.created_at, now, spec, ports, actor, reason, state.value
                 )
+            supersede(s, previous)
             dep.revision = rows.next_number(s, dep)
             dep.updated_at = utcnow()
             s.add(dep)
@@ -218,7 +220,7 @@ class Store(Changes, Rollouts):
                 kind="deployment.updated",
                 deployment=name,
                 message=f"{name} updated to revision {dep.revision}"
-                + (" (pending: not rolled out)" if pending else "")
+                + (" (pending)" if pending else "")
                 + rows.why(reason)
                 + self._said(spec),
                 detail={

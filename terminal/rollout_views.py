@@ -73,8 +73,12 @@ def would_roll_out(preview: Json, strategy: str | None = None) -> list[str]:
     return lines
 
 
-def stored_pending(name: str, revision: int) -> str:
-    return f"stored revision {revision} as pending: `pdctl restart {name}` rolls it out"
+def stored_pending(name: str, revision: int, held: bool = True) -> str:
+    """A revision stored and not rolled out: held back by --no-rollout on a running
+    deployment, or stored for a stopped one (pending until a start has it all ready)."""
+    if held:
+        return f"stored revision {revision} as pending: `pdctl restart {name}` rolls it out"
+    return f"stored revision {revision} as pending: `pdctl start {name}` runs it"
 
 
 def step_line(rec: Json, index: int) -> str:

@@ -45,9 +45,11 @@ class DeploymentOut(BaseModel):
     reason: str | None
     state: str = Field(
         "applied",
-        description="The current revision's state: pending (stored, not rolled out yet), "
-        "in_progress (a change such as a mode switch is under way: any other change is a "
-        "409), applied, failed or rolled_back.",
+        description="The current revision's state: pending (stored, not running yet: a new "
+        "or stopped deployment until its start has every process ready, a running one's "
+        "edit until it is rolled out), in_progress (a change such as a mode switch is under "
+        "way: any other change is a 409), applied (every process of it runs and is ready), "
+        "failed, rolled_back, or superseded (a newer revision was stored before it ran).",
     )
     spec: DeploymentSpec
     ports: PortsOut = Field(description="Every port, given or allocated.")
@@ -89,7 +91,8 @@ class RevisionSummary(BaseModel):
     reason: str | None
     state: str = Field(
         "applied",
-        description="pending | in_progress | applied | failed | rolled_back (state/changes.py)",
+        description="pending | in_progress | applied | failed | rolled_back | superseded "
+        "(state/changes.py)",
     )
 
     @classmethod

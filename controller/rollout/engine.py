@@ -635,7 +635,9 @@ class RolloutEngine:
             state = RevisionState.ROLLED_BACK
         else:
             state = RevisionState.FAILED
-        if goal.settles:
+        # A start that fails leaves its revision pending: nothing of it ran, and the next
+        # start runs it again.
+        if goal.settles and (rec.state == DONE or goal.kind != "start"):
             rec.revision_state = state.value
             try:
                 self.log.settle_change(goal.name, rec.revision, state.value, settle_detail(rec))

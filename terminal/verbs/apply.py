@@ -106,7 +106,7 @@ def apply(
         _refused(api, file, spec["name"], made_from, exc)
     began = None if dry_run else answer.get("rollout")
     if not as_json:
-        for line in report(current, answer, dry_run, strategy):
+        for line in report(current, answer, dry_run, strategy, held=no_rollout):
             typer.echo(line)
     elif not (wait and began):
         show_json(answer)
@@ -158,16 +158,22 @@ def _flag(on: bool) -> str | None:
 
 
 def report(
-    current: dict | None, answer: dict, dry_run: bool, strategy: str | None = None
+    current: dict | None,
+    answer: dict,
+    dry_run: bool,
+    strategy: str | None = None,
+    held: bool = False,
 ) -> list[str]:
     """What apply prints: created, unchanged, or the revision it became and each change; on
     a running deployment, the rollout it began (a dry run: would begin) or that it is
-    stored pending."""
+    stored pending (`held`: --no-rollout); on a stopped one, that it runs at the next
+    start."""
     name, number = answer["name"], answer["revision"]
     would = " (dry run: nothing stored)" if dry_run else ""
     if current is None:
         verb = "would be created" if dry_run else "created"
-        return [f"{name} {verb} at revision {number}{would}"]
+        starts = "" if dry_run else f": `pdctl start {name}` runs it"
+        return [f"{name} {verb} at revision {number}{would}{starts}"]
     if number == current["revision"]:
         return [f"{name} unchanged at revision {number}"]
     found = spec_diff.lines(spec_diff.changes(current["spec"], answer["spec"]))
@@ -179,7 +185,7 @@ def report(
     elif answer.get("rollout") is not None:
         said.append(rollout_view.rolling_out(answer["rollout"]))
     elif answer.get("state") == "pending" and not dry_run:
-        said.append(rollout_view.stored_pending(name, number))
+        said.append(rollout_view.stored_pending(name, number, held))
     return said
 
 

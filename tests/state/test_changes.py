@@ -37,6 +37,7 @@ def engine(tmp_path: Path) -> Iterator[sa.Engine]:
 def store(engine: sa.Engine) -> Store:
     store = Store(engine, admission())
     store.create(spec(moriio_1p1d(mode="write")), "operator:alice")
+    store.settle_change("mori", 1, "applied")  # as its start does once all of it is ready
     return store
 
 

@@ -34,6 +34,7 @@ def engine(tmp_path: Path, migrated: Path) -> Iterator[sa.Engine]:
 def store(engine: sa.Engine) -> Store:
     store = Store(engine, admission())
     store.create(spec(moriio_1p1d(mode="write")), "operator:alice")
+    store.settle_change("mori", 1, "applied")  # as its start does once all of it is ready
     return store
 
 
@@ -53,7 +54,7 @@ def test_a_pending_edit_is_desired_but_not_rolled_out(store: Store) -> None:
     assert states(store) == [(2, "pending"), (1, "applied")]
     assert store.in_progress("mori") is None
     event = store.events("mori", "deployment.updated")[0]
-    assert event.message == "mori updated to revision 2 (pending: not rolled out): to read"
+    assert event.message == "mori updated to revision 2 (pending): to read"
     assert event.detail == {"revision": 2, "previous": 1, "state": "pending"}
 
 
@@ -83,6 +84,17 @@ def test_pending_then_begun_then_applied(store: Store) -> None:
     assert store.get("mori").state == "applied"
 
 
+def test_a_new_deployment_is_pending_until_a_start_has_it_all_ready(engine: sa.Engine) -> None:
+    store = Store(engine, admission())
+    created = store.create(spec(moriio_1p1d(mode="read")), "operator:alice")
+    assert (created.revision, created.state) == (1, "pending")
+    store.update("mori", spec(moriio_1p1d(mode="write")), "operator:bob", pending=True)
+    # edited again before it ever started: the first never runs
+    assert states(store) == [(2, "pending"), (1, "superseded")]
+    store.settle_change("mori", 2, "applied")
+    assert (store.get("mori").state, states(store)[1]) == ("applied", (1, "superseded"))
+
+
 def test_a_pending_revision_that_fails_gives_back_the_applied_one_below_it(
     store: Store,
 ) -> None:
@@ -92,7 +104,7 @@ def test_a_pending_revision_that_fails_gives_back_the_applied_one_below_it(
     store.settle_change("mori", second, "failed", "decode-0 did not start")
     # 2 never ran, so the desired revision is 1, the newest applied.
     assert store.get("mori").revision == 1
-    assert states(store) == [(3, "failed"), (first, "pending"), (1, "applied")]
+    assert states(store) == [(3, "failed"), (first, "superseded"), (1, "applied")]
     assert store.events("mori", "revision.failed")[0].detail["desired"] == 1
 
 
@@ -161,6 +173,7 @@ def test_begin_stored_refuses_a_revision_whose_ports_another_now_claims(
 ) -> None:
     store = Store(engine, admission())
     store.create(spec(colocated("a", count=2)), "x")
+    store.settle_change("a", 1, "applied")
     store.update("a", spec(colocated("a", count=1)), "x")  # frees main-1's port
     taken = store.get("a").ports.proxy + 3  # what main-1 had in revision 1
     b = store.create(spec(colocated("b")), "x")

@@ -56,7 +56,8 @@ def test_apply_creates_revises_dry_runs_and_refuses_a_stale_edit(plane, tmp_path
     url = plane.proc.url
     first = spec_file(tmp_path, "a", MORIIO_YAML.format(name="a"))
     created = pdctl("apply", "-f", str(first), "--reason", "first", server=url)
-    assert (created.returncode, created.stdout) == (0, "a created at revision 1\n"), created.stderr
+    said = "a created at revision 1: `pdctl start a` runs it\n"
+    assert (created.returncode, created.stdout) == (0, said), created.stderr
 
     changed = spec_file(tmp_path, "a2", MORIIO_YAML.format(name="a").replace("60}", "45}"))
     dry = pdctl("apply", "-f", str(changed), "--dry-run", server=url)
@@ -71,6 +72,7 @@ def test_apply_creates_revises_dry_runs_and_refuses_a_stale_edit(plane, tmp_path
     assert applied.stdout.splitlines() == [
         "a: revision 1 -> 2",
         "  ~ proxy.hold_deadline_s: 60.0 -> 45.0",
+        "stored revision 2 as pending: `pdctl start a` runs it",  # a stopped deployment
     ]
     again = pdctl("apply", "-f", str(changed), server=url)
     assert again.stdout == "a unchanged at revision 2\n"

@@ -137,7 +137,9 @@ def _deployment(revision: int = 1, **spec: object) -> dict:
 
 def test_apply_reports_created_unchanged_or_each_change() -> None:
     old, new = _deployment(), _deployment(2, model="big")
-    assert report(None, old, dry_run=False) == ["mori created at revision 1"]
+    assert report(None, old, dry_run=False) == [
+        "mori created at revision 1: `pdctl start mori` runs it"
+    ]
     assert report(None, old, dry_run=True) == [
         "mori would be created at revision 1 (dry run: nothing stored)"
     ]

@@ -66,7 +66,7 @@ def test_the_token_from_a_config_file_only_its_owner_can_read(plane, tmp_path) -
     config.chmod(0o600)
     out = pdctl("ls", token=None, config=config)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[1].split()[:3] == [SPEC, "1", "applied"]
+    assert out.stdout.splitlines()[1].split()[:3] == [SPEC, "1", "pending"]  # never started
     config.chmod(0o644)
     refused = pdctl("ls", token=None, config=config)
     assert refused.returncode == 2

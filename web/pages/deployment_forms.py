@@ -14,8 +14,9 @@ from pydantic import ValidationError
 from controller import UNCHANGED, DeploymentSpec, holds_mask, redact_spec, restore_secrets
 from domain import finite
 from domain.finite import json_safe
+from services.rollouts import store_and_roll_out
 from web import htmx
-from web.deps import StoreDep
+from web.deps import ControllerDep, StoreDep
 from web.errors import Conflict, Problem, SpecInvalid, StaleRevision, Unreadable
 from web.security.auth import Actor
 from web.views.form_fields import (
@@ -108,15 +109,19 @@ def edit_form(name: str, request: Request, store: StoreDep, actor: PageActor) ->
 
 @router.post("/deployments/{name}/edit", response_class=HTMLResponse, response_model=None)
 async def update_from_form(
-    name: str, request: Request, store: StoreDep, actor: PageActor
+    name: str, request: Request, store: StoreDep, controller: ControllerDep, actor: PageActor
 ) -> HTMLResponse | RedirectResponse:
     require_operator(actor)
     store.stored(name)  # there, even if unreadable: saving the form is the fix
-    return await _submit(request, store, actor, name)
+    return await _submit(request, store, actor, name, controller)
 
 
 async def _submit(
-    request: Request, store: StoreDep, actor: Actor, editing: str | None
+    request: Request,
+    store: StoreDep,
+    actor: Actor,
+    editing: str | None,
+    controller: ControllerDep = None,
 ) -> HTMLResponse | RedirectResponse:
     form = {k: str(v) for k, v in (await request.form()).items()}
     values = values_from_form(form)
@@ -138,11 +143,13 @@ async def _submit(
     try:
         spec = DeploymentSpec.model_validate(_unmasked(spec_from_values(values, base), base))
         reason = form.get("reason", "").strip() or None
-        saved = (
-            store.update(editing, spec, actor.label, reason, based_on=values.revision)
-            if editing
-            else store.create(spec, actor.label, reason)
-        )
+        if editing:  # as the API's PUT: a running deployment's revision is rolled out
+            done = await store_and_roll_out(
+                store, controller, editing, spec, actor.label, reason, based_on=values.revision
+            )
+            saved = done.current
+        else:
+            saved = store.create(spec, actor.label, reason)
     except ValidationError as exc:
         detail: object = pydantic_detail(exc.errors(include_url=False))
     except SpecInvalid as exc:

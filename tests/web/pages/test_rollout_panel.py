@@ -89,7 +89,7 @@ def test_the_page_shows_the_panel_and_the_undo_picker(stored) -> None:
     assert 'data-action="abort-rollout"' not in page  # nothing runs to abort
     picker = page.split("data-undo-picker>", 1)[1].split("</select>", 1)[0]
     assert re.findall(r'<option value="(\d*)">', picker) == ["", "1"]
-    assert "revision 1 (applied)" in picker
+    assert "revision 1 (superseded)" in picker  # never started, then edited
     fragment = stored.get("/deployments/pd/rollout", headers=HX).text
     assert "<html" not in fragment and "No rollout yet." in fragment
 

@@ -20,8 +20,8 @@ def test_events_record_each_change_newest_first(client: TestClient) -> None:
         ("deployment.created", "solo"),
         ("deployment.created", "pd"),
     ]
-    assert events[1]["message"] == "pd updated to revision 2: slow"
-    assert events[1]["detail"] == {"revision": 2, "previous": 1}
+    assert events[1]["message"] == "pd updated to revision 2 (pending): slow"
+    assert events[1]["detail"] == {"revision": 2, "previous": 1, "state": "pending"}
     assert all(e["actor"] == "anonymous" and e["ts"].endswith("Z") for e in events)
 
 

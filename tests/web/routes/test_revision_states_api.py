@@ -12,6 +12,7 @@ def test_a_change_in_progress_shows_and_refuses_other_writers(make_client: MakeC
     client = make_client(controller=False)
     assert client.post("/api/deployments", json=moriio_1p1d(mode="write")).status_code == 201
     store = client.app.state.store
+    store.settle_change("mori", 1, "applied")  # as its start does once all of it is ready
     number = store.begin_change("mori", spec(moriio_1p1d(mode="read")), "operator:bob", "read")
     shown = client.get("/api/deployments/mori")
     assert (shown.json()["revision"], shown.json()["state"]) == (number, "in_progress")
