@@ -101,8 +101,10 @@ async def store_and_roll_out(
     if live and controller is not None:
         await controller.rollouts.let_start_end(name)
         controller.rollouts.refuse_if_running(name)
-    # Pending until a rollout (running) or the next start (stopped) has all of it ready.
-    saved = store.update(name, spec, actor, reason, based_on=based_on, pending=True)
+    # Pending until a rollout (running) or the next start (stopped) has all of it ready; an
+    # attached deployment's edit records what its operator runs already.
+    pending = not spec.attached
+    saved = store.update(name, spec, actor, reason, based_on=based_on, pending=pending)
     if not live or controller is None or saved.state != RevisionState.PENDING.value:
         return Applied(saved, None)
     if not rollout:

@@ -156,8 +156,11 @@ class Store(Changes, Rollouts):
             dep = Deployment(name=spec.name, revision=1, created_at=now, updated_at=now)
             s.add(dep)
             s.flush()
-            # Pending until a start has every process of it running and ready.
-            s.add(self._new_revision(dep, 1, spec, ports, actor, reason, RevisionState.PENDING))
+            # Pending until a start has every process of it running and ready; what pdctl
+            # only watches (an attached deployment) runs already.
+            watched = getattr(spec, "attached", False)
+            first = RevisionState.APPLIED if watched else RevisionState.PENDING
+            s.add(self._new_revision(dep, 1, spec, ports, actor, reason, first))
             verb = "cloned" if kind == "deployment.cloned" else "created"
             event = Event(
                 actor=actor,

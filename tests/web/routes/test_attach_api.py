@@ -47,8 +47,10 @@ def test_an_attached_deployment_is_stored_versioned_and_audited(client):
     body = resp.json()
     assert body["revision"] == 1 and body["spec"]["engine"] == "external"
     assert body["spec"]["groups"][1]["urls"] == ["http://localhost:18200"]  # trailing / dropped
+    assert body["state"] == "applied"  # it runs already: pdctl only watches it
     edited = attached(slo={"ttft_ms": 500.0, "itl_ms": 40.0})
-    assert client.put("/api/deployments/ext", json=edited).json()["revision"] == 2
+    changed = client.put("/api/deployments/ext", json=edited).json()
+    assert (changed["revision"], changed["state"]) == (2, "applied")
     events = client.get("/api/events", params={"deployment": "ext"}).json()
     kinds = [e["kind"] for e in events]
     assert "deployment.created" in kinds and "deployment.updated" in kinds
