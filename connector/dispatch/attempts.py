@@ -84,7 +84,7 @@ class Disaggregated:
         if prefill is None:
             raise ProxyError("a colocated route has no prefill leg to split")
         tried_p, tried_d = {prefill.url}, {decode.url}
-        self.budget.request()
+        self.budget.request(clock())
         reuse: Sent | None = None  # the hand-off a retried decode gets again (NIXL refused)
         last: list[Sent | None] = [None]  # the attempt's hand-off and the prefill's answer
         attempt = 0

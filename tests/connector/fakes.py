@@ -46,6 +46,7 @@ class FakeEngine:
     name: str = "engine"
     prefill_status: int = 200
     prefill_delay: float = 0.0
+    prefill_delays: list[float] = field(default_factory=list)  # per prefill request, then above
     return_params: bool = True
     decode_status: int = 200
     decode_first_delay: float = 0.0
@@ -97,7 +98,8 @@ class FakeEngine:
             raise
 
     async def _prefill(self, request: web.Request, body: dict[str, Any]) -> web.Response:
-        await asyncio.sleep(self.prefill_delay)
+        delays = self.prefill_delays
+        await asyncio.sleep(delays.pop(0) if delays else self.prefill_delay)
         if self.prefill_garbage:
             return web.Response(body=GARBAGE, content_type="application/json")
         if self.prefill_status != 200:

@@ -5,7 +5,7 @@ import asyncio
 import socket
 import time
 
-from tests.connector.fakes import FakeEngine, completion, proxied, run, sse_events
+from tests.connector.fakes import FakeEngine, completion, proxied, run, settings_for, sse_events
 from tests.connector.test_proxy import post, until
 
 
@@ -229,6 +229,54 @@ def test_without_a_spare_a_slow_first_byte_waits_for_the_leg_timeout():
             status, _, raw = await post(base, completion(2))
             assert status == 200 and len(_tokens(raw)) == 2
             assert proxy.pool.get(d.url).available and proxy.metrics.retries == {}
+
+    run(body())
+
+
+def test_the_first_byte_deadline_is_on_by_default():
+    """Issue 39: a hang is caught without tuning; 0 turns it off."""
+    assert settings_for().first_byte_timeout == 10.0
+    assert settings_for(first_byte_timeout=0).first_byte_timeout == 0
+
+
+def test_a_hung_prefill_is_left_at_its_first_byte_deadline_and_ejected_within_it():
+    """Issue 39: a stopped prefill was not watched at all; its legs piled up until the
+    supervisor killed it."""
+
+    async def body():
+        p1, p2, d = FakeEngine("p1", prefill_delay=10), FakeEngine("p2"), FakeEngine("d")
+        async with proxied([p1, p2], [d], first_byte_timeout=0.4) as (base, proxy):
+            started = time.monotonic()
+            status, _, raw = await post(base, completion(3))
+            took = time.monotonic() - started
+            assert status == 200 and len(_tokens(raw)) == 3
+            assert took < 2.0
+            assert not proxy.pool.get(p1.url).available
+            assert _metric(proxy, "prefill", "first_byte") == 1
+            assert proxy.metrics.ejections == {"first_byte": 1}
+            entry = proxy.requests[-1]
+            assert (entry["attempts"][0]["prefill"], entry["prefill"]) == (p1.url, p2.url)
+            assert await until(lambda: "prefill" in p1.cancelled)  # aborted on p1
+
+    run(body())
+
+
+def test_a_busy_prefill_answering_others_is_not_ejected_for_one_slow_answer():
+    async def body():
+        # p1 takes 1.2 s on request A, past the 0.4 s deadline, while it answers B, C, ...
+        # at once: busy, not hung.
+        p1 = FakeEngine("p1", prefill_delays=[1.2])
+        p2, d = FakeEngine("p2"), FakeEngine("d")
+        async with proxied([p1, p2], [d], first_byte_timeout=0.4) as (base, proxy):
+            a = asyncio.create_task(post(base, completion(2)))
+            others = []
+            for _ in range(12):  # round robin: every other one on p1, answered at once
+                await asyncio.sleep(0.1)
+                others.append(await post(base, completion(2)))
+            sa, _, _ = await a
+            assert sa == 200 and {s for s, _, _ in others} == {200}
+            assert proxy.pool.get(p1.url).available
+            assert proxy.metrics.retries == {} and proxy.metrics.ejections == {}
 
     run(body())
 
