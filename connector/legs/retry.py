@@ -31,7 +31,11 @@ instance is found `first_byte` s after its legs stopped moving; by then it holds
 that window's requests, at most a half with a spare (one of two), and every one of them needs
 a retry at once. The saved tokens cover it while ratio x deadline_s >= first_byte / 2: 0.2 x
 30 s = 6 >= 10 s / 2 = 5 with the defaults (`covers_a_hang`), plus `burst`. A fixed cap (10)
-refused most of such a burst at any real rate (issue 39).
+refused most of such a burst at any real rate (issue 39). Traffic that began less than a window
+before the hang has saved less; so a retry off an instance already out of routing (ejected as
+hung, refusing, down) needs no token at all (`why_not`'s `moved_off`): it moves a request
+from an instance that does no work to one that does, and adds no load to a failing one. The
+budget bounds what it is for: retries onto instances that are still in routing and failing.
 """
 
 from __future__ import annotations
@@ -124,7 +128,8 @@ class RetryBudget:
         self.settings = settings
         self.tokens = settings.burst
         self._at = now
-        self.spent = 0  # retries granted
+        self.spent = 0  # retries granted for a token
+        self.moved = 0  # retries granted off an instance out of routing, without one
         self.refused: dict[str, int] = {"attempts": 0, "deadline": 0, "budget": 0}
         self._arrivals: deque[list[float]] = deque()  # [second, requests] of the window
         self._recent = 0.0  # requests in the window
@@ -154,14 +159,23 @@ class RetryBudget:
         self._forget(now)
         self.tokens = min(self.cap, self.tokens + elapsed * self.settings.min_per_s)
 
-    def why_not(self, attempt: int, arrival: float, now: float) -> str | None:
+    def why_not(
+        self, attempt: int, arrival: float, now: float, *, moved_off: bool = False
+    ) -> str | None:
         """Why attempt number `attempt + 1` may not start (None: it may, and a token is
-        spent). `attempt` counts the attempts made so far."""
+        spent). `attempt` counts the attempts made so far. `moved_off`: the failed instance
+        is out of routing (ejected as hung, refusing, down): the retry moves its request to
+        one that serves rather than adding load to a failing one, so it needs no token; its
+        number is bounded by what that instance held, and ejection never takes more than
+        --eject-max-share of a role, nor the last."""
         s = self.settings
         if attempt >= s.attempts:
             reason = "attempts"
         elif now - arrival >= s.deadline_s:
             reason = "deadline"
+        elif moved_off:
+            self.moved += 1
+            return None
         else:
             self._refill(now)
             if self.tokens < 1:

@@ -172,3 +172,15 @@ def test_an_undrained_instance_is_judged_afresh():
     pool.set_draining(d0.url, True)  # the controller restarts it
     pool.set_draining(d0.url, False)
     assert d0.available and d0.ejections == 0
+
+
+def test_a_retry_off_an_instance_out_of_routing_needs_no_token_but_keeps_the_limits():
+    s = RetrySettings(attempts=2, burst=1.0, min_per_s=0.0, ratio=0.0, deadline_s=5.0)
+    budget = RetryBudget(s, now=0.0)
+    assert budget.why_not(1, arrival=0.0, now=0.1) is None  # the one token
+    assert budget.why_not(1, arrival=0.0, now=0.1) == "budget"
+    for _ in range(50):  # a hung instance's requests, moved to the spare
+        assert budget.why_not(1, arrival=0.0, now=0.2, moved_off=True) is None
+    assert budget.moved == 50 and budget.spent == 1
+    assert budget.why_not(2, arrival=0.0, now=0.2, moved_off=True) == "attempts"
+    assert budget.why_not(1, arrival=0.0, now=5.0, moved_off=True) == "deadline"
