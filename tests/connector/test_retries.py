@@ -307,3 +307,24 @@ def test_a_first_byte_silence_with_no_other_decode_is_retried_on_it_with_another
             assert d2.seen == []
 
     run(body())
+
+
+def test_an_error_before_any_token_with_no_other_decode_is_retried_on_it_with_another_prefill():
+    """A KV load that failed through a restarted prefill's stale agent is the pair's: with the
+    other decode gone (restarting), the same decode with the other prefill serves (issue 39's
+    SIGSTOPped prefill row lost one request so)."""
+
+    async def body():
+        p1, p2 = FakeEngine("p1"), FakeEngine("p2")
+        d1, d2 = FakeEngine("d1", decode_statuses=[500]), FakeEngine("d2")
+        async with proxied([p1, p2], [d1, d2]) as (base, proxy):
+            proxy.pool.set_draining(d2.url, True)  # restarting
+            # d1 ejected for its failures through the stale agent: still routed (the last)
+            proxy.pool.get(d1.url).ejected_until = time.monotonic() + 60
+            status, _, raw = await post(base, completion(3))
+            assert status == 200 and len(_tokens(raw)) == 3
+            entry = proxy.requests[-1]
+            assert entry["attempts"][0]["decode"] == d1.url and entry["decode"] == d1.url
+            assert (entry["attempts"][0]["prefill"], entry["prefill"]) == (p1.url, p2.url)
+
+    run(body())
