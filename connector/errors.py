@@ -20,6 +20,8 @@
      |                          the one module that speaks to upstreams; the relay turns it into
      |                          the UpstreamError naming the leg, its instance and `cause`)
      +- ConnectFailed           refused: no connection was made, nothing reached the instance
+     +- ConnectTimedOut         timeout: no connection within the connect timeout (a loaded
+     |                          host: it does not mark the instance down as a refusal does)
      +- ConnectionLost          reset: closed or reset before the answer ended
      +- BadResponse             reset: bytes that are not an HTTP/1.1 response (the parser's
                                 refusal, a head or trailer section too long, too many fields);
@@ -162,6 +164,13 @@ class UpstreamFault(Exception):
 
 class ConnectFailed(UpstreamFault):
     cause = "refused"
+
+
+class ConnectTimedOut(UpstreamFault):
+    """No connection within the connect timeout: a loaded host, not a refusal (the instance
+    is not marked down for it)."""
+
+    cause = "timeout"
 
 
 class ConnectionLost(UpstreamFault):

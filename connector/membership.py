@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import aiohttp
 
@@ -182,19 +183,31 @@ class Membership:
     async def _health(
         self, url: str, timeout: aiohttp.ClientTimeout | None = None
     ) -> tuple[bool, str | None]:
+        ok, error, _ = await self._health_of(url, timeout)
+        return ok, error
+
+    async def _health_of(
+        self, url: str, timeout: aiohttp.ClientTimeout | None = None
+    ) -> tuple[bool, str | None, bool]:
+        """/health's verdict, why not, and whether nothing listens (a refused connection)."""
         if self.session is None:
-            return False, "no session"
+            return False, "no session", False
         try:
             async with self.session.get(
                 url + "/health", timeout=timeout or self._probe_timeout
             ) as r:
-                return r.status == 200, None if r.status == 200 else f"/health {r.status}"
+                return r.status == 200, None if r.status == 200 else f"/health {r.status}", False
+        except aiohttp.ClientConnectorError as exc:
+            refused = isinstance(exc.os_error, ConnectionRefusedError)
+            return False, f"/health: {type(exc).__name__}", refused
         except (aiohttp.ClientError, TimeoutError) as exc:
-            return False, f"/health: {type(exc).__name__}"
+            return False, f"/health: {type(exc).__name__}", False
 
     async def _probe(self, inst: Instance, timeout: aiohttp.ClientTimeout | None = None) -> None:
-        ok, error = await self._health(inst.url, timeout)
-        self.pool.probed(inst, ok, error)
+        sent = time.perf_counter()  # the flight clock, which Instance.moved_at keeps
+        ok, error, refused = await self._health_of(inst.url, timeout)
+        served = inst.moved_at >= sent  # it answered or streamed a leg meanwhile
+        self.pool.probed(inst, ok, error, served_meanwhile=served, refused=refused)
         if ok and (inst.pd_fenced or not inst.pd_read) and self.roles is not None:
             await self.roles.refresh(inst)  # first sight, or a 409 fenced it until it reads ready
 

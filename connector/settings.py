@@ -140,20 +140,25 @@ PrefillTimeout = Annotated[float, Field(gt=0, description="Seconds for the prefi
 DecodeTimeout = Annotated[
     float, Field(gt=0, description="Longest silence (s) between two decode chunks.")
 ]
-# A decode leg with no first byte this long after it was sent (write mode: after the prefill
-# answered), while no other stream of its instance moved either, is hung: with a spare, the
-# request is tried elsewhere and the instance ejected. Apart from decode_timeout: a slow TTFT
-# is not a hang. None: no such deadline.
+# A leg (prefill or decode) waiting this long for its first byte (a decode in write mode:
+# counted from the prefill's answer), while its instance answered and streamed nothing on any
+# request either, is hung: with a spare, the request is tried elsewhere and the instance
+# ejected. A busy engine streams or answers its other requests meanwhile, so it cannot fire
+# there; an idle-but-for-this-leg one waits this long. Apart from the leg timeouts: a slow
+# TTFT is not a hang. 0: no such deadline.
 FirstByteTimeout = Annotated[
-    float | None,
+    float,
     Field(
-        gt=0,
+        ge=0,
         le=3600,
-        description="Seconds a decode leg may wait for its first byte while its instance "
-        "streams nothing else, before it counts as hung (retried elsewhere, the instance "
-        "ejected, with a spare). Unset: only --decode-timeout applies.",
+        description="Seconds a prefill or decode leg may wait for its first byte while its "
+        "instance answers and streams nothing else, before it counts as hung (retried "
+        "elsewhere, the instance ejected, with a spare). 0: only the leg timeouts apply.",
     ),
 ]
+# On by default (issue 39): long enough for a KV pull and a step on a lone request, short
+# enough that a retry on the spare still fits the retry deadline and a 30 s client.
+FIRST_BYTE_TIMEOUT_S = 10.0
 RetryAttempts = Annotated[
     int,
     Field(ge=1, le=10, description="Attempts per request, the first included (1: no retries)."),
@@ -213,7 +218,7 @@ class ProxySettings(BaseModel):
     hold_deadline: HoldDeadline = 30.0
     prefill_timeout: PrefillTimeout = 120.0
     decode_timeout: DecodeTimeout = 120.0
-    first_byte_timeout: FirstByteTimeout = None
+    first_byte_timeout: FirstByteTimeout = FIRST_BYTE_TIMEOUT_S
     retry_attempts: RetryAttempts = 3
     retry_deadline: RetryDeadline = 30.0
     retry_budget_ratio: RetryBudgetRatio = 0.2

@@ -13,6 +13,8 @@ exit status is 1 when a row's expectation does not hold. `--quick` runs a shorte
 (CI, about 4 minutes on 2 cores). `--layout 2p2d` runs two prefills and two decodes and the
 rows of benchmarks/chaos/spares.py, where only requests already streaming may fail, and
 benchmarks/chaos/ray.py's (a worker of a local Ray cluster lost; skipped without Ray).
+`--layout 2p2d-defaults` runs benchmarks/chaos/defaults.py's: hangs behind a proxy with its
+defaults, 240 requests each (about 5 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -26,13 +28,23 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.chaos import canary as chaos_canary
+from benchmarks.chaos import defaults as chaos_defaults
 from benchmarks.chaos import disk as chaos_disk
 from benchmarks.chaos import faults as chaos_faults
 from benchmarks.chaos import ray as chaos_ray
 from benchmarks.chaos import registry as chaos_registry
 from benchmarks.chaos import spares as chaos_spares
 from benchmarks.chaos import upstream as chaos_upstream
-from benchmarks.chaos.load import LAYOUTS, NAME, Plane, Row, Target, deployment, recovered
+from benchmarks.chaos.load import (
+    DEFAULTS,
+    LAYOUTS,
+    NAME,
+    Plane,
+    Row,
+    Target,
+    deployment,
+    recovered,
+)
 
 ROWS: dict[str, Callable[[Target], Row]] = {
     **chaos_faults.ROWS,
@@ -66,6 +78,8 @@ def campaign(tmp: Path, quick: bool, only: str | None = None, layout: str = "1p1
     rows: list[Row] = []
     spares = layout != "1p1d"
     table, short = (SPARES_ROWS, SPARES_QUICK) if spares else (ROWS, QUICK)
+    if layout.endswith(DEFAULTS):
+        table, short = chaos_defaults.ROWS, chaos_defaults.QUICK
     try:
         status, created = plane.api("POST", "/deployments", deployment(layout))
         if status != 201:

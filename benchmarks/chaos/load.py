@@ -30,7 +30,10 @@ DECODE_TIMEOUT = 4.0
 FIRST_BYTE_TIMEOUT = 1.0  # a decode silent on every stream this long is hung (with a spare)
 KV_TRANSFER_TIMEOUT = 3  # the stand-ins' MoRIIO transfer_timeout: a stale agent hangs this long
 CANARY_PERIOD_S = 5.0  # the correctness canary's period here (benchmarks/chaos/canary.py)
-LAYOUTS = {"1p1d": 1, "2p2d": 2}  # instances per role
+LAYOUTS = {"1p1d": 1, "2p2d": 2, "2p2d-defaults": 2}  # instances per role
+# Layouts whose proxy runs with its defaults, NIXL stand-ins: no timeout tuned for the faults
+# (issue 39: hangs must be caught without tuning; benchmarks/chaos/defaults.py).
+DEFAULTS = "-defaults"
 # Set to run this campaign against a pdctl from before retries (the figures' "before").
 BASELINE = bool(os.environ.get("PDCTL_CHAOS_BASELINE"))
 REFUSED = "pdctl_proxy_retries_refused_total"
@@ -99,26 +102,29 @@ class Plane(ControlPlane):
 
 def deployment(layout: str = "1p1d") -> dict:
     n = LAYOUTS[layout]
+    untuned = layout.endswith(DEFAULTS)
+    mode = {} if untuned else {"mode": "read"}  # NIXL has one mode, the decode reads
+    tuned = {
+        "hold_queue": 256,
+        "hold_deadline_s": 30,
+        "prefill_timeout_s": PREFILL_TIMEOUT,
+        "decode_timeout_s": DECODE_TIMEOUT,
+        **({} if BASELINE else {"first_byte_timeout_s": FIRST_BYTE_TIMEOUT}),
+    }
     return {
         "name": NAME,
         "engine": "sim",
         "model": "tiny",
         "topology": "disaggregated",
-        "connector": "MoRIIOConnector",
+        "connector": "NixlConnector" if untuned else "MoRIIOConnector",
         "prefix_caching": False,
         "kv_connector_extra_config": {"transfer_timeout": str(KV_TRANSFER_TIMEOUT)},
         "canary": {"interval_s": CANARY_PERIOD_S},
         "groups": [
-            {"name": "prefill", "role": "prefill", "mode": "read", "count": n},
-            {"name": "decode", "role": "decode", "mode": "read", "count": n},
+            {"name": "prefill", "role": "prefill", "count": n, **mode},
+            {"name": "decode", "role": "decode", "count": n, **mode},
         ],
-        "proxy": {
-            "hold_queue": 256,
-            "hold_deadline_s": 30,
-            "prefill_timeout_s": PREFILL_TIMEOUT,
-            "decode_timeout_s": DECODE_TIMEOUT,
-            **({} if BASELINE else {"first_byte_timeout_s": FIRST_BYTE_TIMEOUT}),
-        },
+        "proxy": {} if untuned else tuned,
     }
 
 
@@ -196,8 +202,10 @@ def wait_for(predicate: Callable[[], object], limit: float, every: float = 0.1) 
 class Load:
     """`pdctl bench` in the background, every request kept (--save-requests)."""
 
-    def __init__(self, tmp: Path, proxy_url: str, tag: str, prompts: int) -> None:
-        self.out, self.prompts = tmp / f"load-{tag}.json", prompts
+    def __init__(
+        self, tmp: Path, proxy_url: str, tag: str, prompts: int, timeout: float = CLIENT_TIMEOUT
+    ) -> None:
+        self.out, self.prompts, self.timeout = tmp / f"load-{tag}.json", prompts, timeout
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -220,7 +228,7 @@ class Load:
                 "--save-requests",
                 "--quiet",
                 "--timeout",
-                str(CLIENT_TIMEOUT),
+                str(timeout),
             ],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
@@ -230,7 +238,7 @@ class Load:
 
     def finish(self, row: Row) -> None:
         try:
-            self.proc.wait(timeout=self.prompts / RATE + CLIENT_TIMEOUT + 60)
+            self.proc.wait(timeout=self.prompts / RATE + self.timeout + 60)
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
@@ -281,12 +289,15 @@ def refusals(before: dict[str, float], after: dict[str, float]) -> list[str]:
 
 
 def under_load(
-    target: Target, row: Row, inject: Callable[[Row], None], prompts: int | None = None
+    target: Target,
+    row: Row,
+    inject: Callable[[Row], None],
+    prompts: int | None = None,
+    client_timeout: float = CLIENT_TIMEOUT,
 ) -> Row:
     """Start the load, inject the fault mid-load, time the recovery, read every request."""
-    load = Load(
-        target.tmp, target.proxy_url, row.fault.replace(" ", "-"), prompts or target.prompts
-    )
+    tag = row.fault.replace(" ", "-")
+    load = Load(target.tmp, target.proxy_url, tag, prompts or target.prompts, client_timeout)
     time.sleep(2.0)  # mid-load
     retried = target.retries()
     refused = target.counted(REFUSED)

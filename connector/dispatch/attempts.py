@@ -84,7 +84,7 @@ class Disaggregated:
         if prefill is None:
             raise ProxyError("a colocated route has no prefill leg to split")
         tried_p, tried_d = {prefill.url}, {decode.url}
-        self.budget.request()
+        self.budget.request(clock())
         reuse: Sent | None = None  # the hand-off a retried decode gets again (NIXL refused)
         last: list[Sent | None] = [None]  # the attempt's hand-off and the prefill's answer
         attempt = 0
@@ -146,7 +146,11 @@ class Disaggregated:
                     # request while the other decode restarted).
                     other = self.pool.pick_other(group, "decode", tried_d)
                     new_pair = next_p is not prefill and next_p is not None
-                    if other is None and new_pair and exc.cause == "first_byte":
+                    # So may an error before any token (a KV load that failed through the
+                    # stale agent), while the decode is up and not leaving.
+                    kept = decode.healthy and not decode.draining
+                    pair_fault = exc.cause == "first_byte" or (exc.cause == "status" and kept)
+                    if other is None and new_pair and pair_fault:
                         next_d = decode
                     else:
                         same = new_pair and exc.cause not in EJECT_AT_ONCE
@@ -154,11 +158,16 @@ class Disaggregated:
                 if next_p is None or next_d is None:
                     spare = "no_prefill" if next_p is None else "no_decode"
                     raise self._not_retried(exc, attempt, spare) from None
-                why = None if stale else self.budget.why_not(attempt, flight.arrival, clock())
+                failed = prefill if exc.instance == prefill.url else decode
+                off = self._moved_off(failed, exc.cause)
+                why = (
+                    None
+                    if stale
+                    else self.budget.why_not(attempt, flight.arrival, clock(), moved_off=off)
+                )
                 if why is not None:
                     raise self._not_retried(exc, attempt, why) from None
                 # judged now (fast ejection) when retried; when not, the request's end judges
-                failed = prefill if exc.instance == prefill.url else decode
                 self.judge_failed(failed, exc.cause, exc.message)
                 key = (exc.leg, exc.cause)
                 self.metrics.retries[key] = self.metrics.retries.get(key, 0) + 1
@@ -182,6 +191,15 @@ class Disaggregated:
                 if run_prefill:
                     prefill_ok = ok or flight.prefill_end is not None
                     on_p.end(prompt_tokens, prefill_ok or _verdict(ok, blamed, on_p))
+
+    def _moved_off(self, failed: Instance, cause: str) -> bool:
+        """The failed instance is out of routing, or this failure takes it out (a refusal,
+        garbage or a hang with a spare): its requests move without a retry token."""
+        if not failed.available:
+            return True
+        s = self.settings
+        at_once = cause in EJECT_AT_ONCE and s.eject_after > 0
+        return at_once and self.pool.may_eject(failed, s.eject_max_share, time.monotonic())
 
     def _not_retried(self, exc: UpstreamError, attempts: int, why: str) -> UpstreamError:
         """A retryable failure that is not retried: counted by why, and the client's error

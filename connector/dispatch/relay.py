@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -15,6 +16,7 @@ from aiohttp import web
 
 from connector.dispatch.answers import Post
 from connector.dispatch.flight import Flight, clock
+from connector.dispatch.hangs import LegSeen, hung_instances
 from connector.errors import (
     ConnectFailed,
     ProxyError,
@@ -42,6 +44,15 @@ from connector.settings import ProxySettings
 __all__ = ["ClientGone", "Relay"]
 
 
+@dataclass(slots=True)
+class PrefillWait:
+    """A prefill leg waiting for its answer since `since`; `hung`: the watchdog ended it."""
+
+    inst: Instance
+    since: float
+    hung: bool = False
+
+
 class Relay:
     """Sends the legs over the proxy's one client; every error names the leg and its instance."""
 
@@ -54,7 +65,9 @@ class Relay:
         self.upstream = UpstreamPool(settings.connect_timeout)  # the legs' client
         # streaming legs under the silence watchdog (cheaper than aiohttp's per-read timer)
         self._watched: dict[asyncio.Task, tuple[Flight, Instance]] = {}
-        # told of an instance whose streams all went silent past the first-byte deadline
+        # prefill legs waiting for their answer, under the same watchdog
+        self._prefills: dict[asyncio.Task, PrefillWait] = {}
+        # told of an instance whose legs all went silent past the first-byte deadline
         self.on_hung: Callable[[Instance, str], None] = lambda inst, why: None
 
     def client(self) -> aiohttp.ClientSession:
@@ -64,8 +77,8 @@ class Relay:
         return self.session
 
     async def watch_silence(self) -> None:
-        """Cancel streaming legs whose upstream has been silent past --decode-timeout; with
-        --first-byte-timeout, find hung instances too (`hung`)."""
+        """Cancel streaming legs whose upstream has been silent past --decode-timeout, and
+        (--first-byte-timeout, on by default) find hung instances (`hung`)."""
         limit, first = self.settings.decode_timeout, self.settings.first_byte_timeout
         period = min(1.0, limit / 4, first / 4 if first else 1.0)
         while True:
@@ -79,42 +92,45 @@ class Relay:
                 self.hung(now, first)
 
     def hung(self, now: float, first: float) -> None:
-        """An instance is hung when none of its streams has read a byte for `first` s while
-        one of them waits for its first byte that long (write mode: counted from the
-        prefill's answer), or its streams all went silent that long. A busy engine streams
-        its other requests meanwhile, so a slow first byte there is a slow TTFT, not a hang.
-        With a spare, its legs still waiting for their first byte end now (and are retried
-        elsewhere), and the proxy hears of it (`on_hung`)."""
-        latest: dict[str, float] = {}
-        waiting: dict[str, bool] = {}
+        """Prefill and decode instances alike: one whose leg waits past `first` for its first
+        byte (write mode's decode: counted from the prefill's answer) while nothing of it moved
+        that long is hung (connector/dispatch/hangs.py). With a spare, its legs still waiting
+        for their first byte end now (and are retried elsewhere), and the proxy hears of it
+        (`on_hung`); without one, the leg timeouts decide."""
+        legs: list[LegSeen] = []
         by_url: dict[str, Instance] = {}
         for flight, inst in self._watched.values():
-            if flight.route is None or flight.route.prefill is None:
+            route = flight.route
+            if route is None or route.prefill is None:
                 continue  # colocated: its first byte waits for its own prefill
-            url = inst.url
-            by_url[url] = inst
+            by_url[inst.url] = inst
             if flight.prepared:
-                latest[url] = max(latest.get(url, 0.0), flight.last_read)
-                continue
-            if (
-                flight.prefill_end is None
-                and flight.route is not None
-                and (flight.route.group == "write")
-            ):
-                continue  # the decode waits for the KV the prefill pushes: the prefill's time
-            since = max(flight.last_read, flight.prefill_end or 0.0)
-            waiting[url] = waiting.get(url, False) or now - since > first
-        for url, inst in by_url.items():
-            silent = now - latest[url] > first if url in latest else waiting.get(url, False)
-            if not silent or not (waiting.get(url) or url in latest):
-                continue
+                legs.append(LegSeen(inst.url, None, flight.last_read))
+            elif flight.prefill_end is not None or route.group != "write":
+                since = max(flight.last_read, flight.prefill_end or 0.0)
+                legs.append(LegSeen(inst.url, since, since))
+            # else: the decode waits for the KV the prefill pushes: the prefill's time
+        for wait in self._prefills.values():
+            by_url[wait.inst.url] = wait.inst
+            legs.append(LegSeen(wait.inst.url, wait.since, wait.since))
+        moved = {url: inst.moved_at for url, inst in by_url.items()}
+        for url in hung_instances(legs, moved, now, first):
+            inst = by_url[url]
             if not self.pool.has_spare(inst):
                 continue  # nowhere else to go: the leg's own timeout decides
-            for task, (flight, other) in list(self._watched.items()):
-                if other is inst and not flight.prepared and not flight.timed_out:
-                    flight.timed_out = flight.first_byte_missed = True
-                    task.cancel()
-            self.on_hung(inst, f"no byte on any of its streams for {first:g} s")
+            self._end_waiting(inst)
+            self.on_hung(inst, f"no byte on any of its legs for {first:g} s")
+
+    def _end_waiting(self, inst: Instance) -> None:
+        """End the legs of a hung instance that have no byte yet: nothing reached the client."""
+        for task, (flight, other) in list(self._watched.items()):
+            if other is inst and not flight.prepared and not flight.timed_out:
+                flight.timed_out = flight.first_byte_missed = True
+                task.cancel()
+        for task, wait in list(self._prefills.items()):
+            if wait.inst is inst and not wait.hung:
+                wait.hung = True
+                task.cancel()
 
     async def prefill(
         self, inst: Instance, path: str, data: bytes, headers: dict[str, str], flight: Flight
@@ -122,17 +138,31 @@ class Relay:
         """The prefill leg; returns its kv_transfer_params. Errors name the prefill instance."""
         post = self._post(inst, path, data, headers, self.settings.prefill_timeout)
         flight.prefill_start = clock()
+        task = asyncio.current_task()
+        wait = PrefillWait(inst, flight.prefill_start)
+        if task is not None:  # watched for a hang (`hung`) until it answers
+            self._prefills[task] = wait
         try:
             async with post as r:
+                inst.moved_at = max(inst.moved_at, clock())  # it answered
                 raw = await r.read()
                 if r.status != 200:
                     raise upstream_failure("prefill", inst.url, r.status, raw)
+        except asyncio.CancelledError:
+            if task is None or not wait.hung:
+                raise
+            task.uncancel()  # the watchdog's: the instance is hung
+            first = self.settings.first_byte_timeout
+            raise UpstreamTimeout("prefill", inst.url, first, "first_byte") from None
         except TimeoutError:
             raise UpstreamTimeout("prefill", inst.url, self.settings.prefill_timeout) from None
         except UpstreamFault as exc:
             self._passive_unhealthy(inst, exc)
             detail = f"{type(exc).__name__}: {exc}"
             raise UpstreamError("prefill", inst.url, detail, exc.cause) from None
+        finally:
+            if task is not None:
+                self._prefills.pop(task, None)
         try:
             answer = json.loads(raw)
         except (ValueError, RecursionError):
@@ -180,8 +210,10 @@ class Relay:
             raise ProxyError("a streaming leg runs only inside a task")
         flight.last_read = clock()
         self._watched[task] = (flight, inst)
+        heard = 0.0  # when the instance answered this leg's head
         try:
             async with post as up:
+                heard = clock()
                 if up.status != 200:
                     raise upstream_failure(leg, inst.url, up.status, await up.read())
                 if not flight.stream:
@@ -257,7 +289,7 @@ class Relay:
                 raise
             task.uncancel()  # the watchdog's cancel, not the client's: answer with a timeout
             exc: ProxyError = (
-                UpstreamTimeout(leg, inst.url, self.settings.first_byte_timeout or 0, "first_byte")
+                UpstreamTimeout(leg, inst.url, self.settings.first_byte_timeout, "first_byte")
                 if flight.first_byte_missed
                 else UpstreamTimeout(leg, inst.url, self.settings.decode_timeout)
             )
@@ -290,6 +322,8 @@ class Relay:
             return resp
         finally:
             self._watched.pop(task, None)
+            if heard:  # its last byte: the instance moved then (`hung`)
+                inst.moved_at = max(inst.moved_at, heard, flight.last_read)
         if resp is None:  # a 200 with an empty stream: answer with an empty event stream
             flight.prepared = True
             resp = await open_sse(request)

@@ -25,7 +25,13 @@ from urllib.parse import unquote, urlsplit
 
 import httptools
 
-from connector.errors import BadResponse, ConnectFailed, ConnectionLost, UpstreamFault
+from connector.errors import (
+    BadResponse,
+    ConnectFailed,
+    ConnectionLost,
+    ConnectTimedOut,
+    UpstreamFault,
+)
 
 KEEPALIVE_SECONDS = 15.0  # an idle connection older than this is closed, not reused
 MAX_STALL_BYTES = 65536  # bytes in a row that carry no payload: a head or trailers too long
@@ -372,6 +378,10 @@ class UpstreamPool:
                 _, conn = await loop.create_connection(
                     lambda: UpstreamConnection(key), key[0], key[1], ssl=context
                 )
+        except TimeoutError:  # an OSError too, but a slow host, not a refusal
+            raise ConnectTimedOut(
+                f"no connection to {_where(key)} within {self.connect_timeout:g} s"
+            ) from None
         except OSError as exc:
             raise ConnectFailed(f"cannot connect to {_where(key)}: {exc.strerror or exc}") from None
         self.opened += 1

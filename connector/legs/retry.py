@@ -22,12 +22,25 @@ the one attempt that served, with exactly the tokens it asked for. The decision 
 
 and every retry also needs: attempts left (`attempts` per request, the first included), the
 request younger than `deadline_s`, and a token in the budget (each request adds `ratio`, at
-least `min_per_s` accrue each second, at most `burst` saved): when every instance fails,
-retries stay a bounded share of the traffic instead of multiplying it.
+least `min_per_s` accrue each second): when every instance fails, retries stay a bounded
+share of the traffic instead of multiplying it.
+
+How many tokens are saved at most is what lets a spare absorb a hung instance: `burst` plus
+`ratio` times the requests of the last `deadline_s` (only they may still be retried). A hung
+instance is found `first_byte` s after its legs stopped moving; by then it holds its share of
+that window's requests, at most a half with a spare (one of two), and every one of them needs
+a retry at once. The saved tokens cover it while ratio x deadline_s >= first_byte / 2: 0.2 x
+30 s = 6 >= 10 s / 2 = 5 with the defaults (`covers_a_hang`), plus `burst`. A fixed cap (10)
+refused most of such a burst at any real rate (issue 39). Traffic that began less than a window
+before the hang has saved less; so a retry off an instance already out of routing (ejected as
+hung, refusing, down) needs no token at all (`why_not`'s `moved_off`): it moves a request
+from an instance that does no work to one that does, and adds no load to a failing one. The
+budget bounds what it is for: retries onto instances that are still in routing and failing.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from domain.kv_connectors import proxy_backend
@@ -47,7 +60,7 @@ class RetrySettings:
     deadline_s: float = 30.0  # no attempt starts this long after the request arrived
     ratio: float = 0.2  # retries as a share of requests, over time
     min_per_s: float = 2.0  # retries always allowed per second (a quiet proxy still retries)
-    burst: float = 10.0  # retry tokens saved at most
+    burst: float = 10.0  # retry tokens saved at most beyond the recent requests' share
     backoff_s: float = 0.02  # before the second attempt; doubles per attempt
     backoff_max_s: float = 0.5
 
@@ -99,33 +112,70 @@ def plan(
     return Retry(True, True, False)
 
 
+def covers_a_hang(settings: RetrySettings, first_byte_s: float, instances: int = 2) -> bool:
+    """The budget saves enough tokens to retry every request one hung instance of
+    `instances` of its role held when it was found (`first_byte_s` after it went silent),
+    at any steady request rate: its share of those seconds' requests, against the saved
+    share of the retry window's."""
+    return settings.ratio * settings.deadline_s >= first_byte_s / instances
+
+
 class RetryBudget:
-    """Attempts per request, a deadline, and a token bucket shared by all requests."""
+    """Attempts per request, a deadline, and a token bucket shared by all requests; the
+    bucket holds at most `burst` plus `ratio` of the last `deadline_s`'s requests."""
 
     def __init__(self, settings: RetrySettings, now: float) -> None:
         self.settings = settings
         self.tokens = settings.burst
         self._at = now
-        self.spent = 0  # retries granted
+        self.spent = 0  # retries granted for a token
+        self.moved = 0  # retries granted off an instance out of routing, without one
         self.refused: dict[str, int] = {"attempts": 0, "deadline": 0, "budget": 0}
+        self._arrivals: deque[list[float]] = deque()  # [second, requests] of the window
+        self._recent = 0.0  # requests in the window
 
-    def request(self) -> None:
+    @property
+    def cap(self) -> float:
+        return self.settings.burst + self.settings.ratio * self._recent
+
+    def request(self, now: float) -> None:
         """A client request arrived: it earns the share of a retry the ratio gives."""
-        self.tokens = min(self.settings.burst, self.tokens + self.settings.ratio)
+        second = float(int(now))
+        if self._arrivals and self._arrivals[-1][0] == second:
+            self._arrivals[-1][1] += 1
+        else:
+            self._arrivals.append([second, 1.0])
+        self._recent += 1
+        self._forget(now)
+        self.tokens = min(self.cap, self.tokens + self.settings.ratio)
+
+    def _forget(self, now: float) -> None:
+        while self._arrivals and self._arrivals[0][0] <= now - self.settings.deadline_s - 1:
+            self._recent -= self._arrivals.popleft()[1]
 
     def _refill(self, now: float) -> None:
         elapsed = max(0.0, now - self._at)
         self._at = now
-        self.tokens = min(self.settings.burst, self.tokens + elapsed * self.settings.min_per_s)
+        self._forget(now)
+        self.tokens = min(self.cap, self.tokens + elapsed * self.settings.min_per_s)
 
-    def why_not(self, attempt: int, arrival: float, now: float) -> str | None:
+    def why_not(
+        self, attempt: int, arrival: float, now: float, *, moved_off: bool = False
+    ) -> str | None:
         """Why attempt number `attempt + 1` may not start (None: it may, and a token is
-        spent). `attempt` counts the attempts made so far."""
+        spent). `attempt` counts the attempts made so far. `moved_off`: the failed instance
+        is out of routing (ejected as hung, refusing, down): the retry moves its request to
+        one that serves rather than adding load to a failing one, so it needs no token; its
+        number is bounded by what that instance held, and ejection never takes more than
+        --eject-max-share of a role, nor the last."""
         s = self.settings
         if attempt >= s.attempts:
             reason = "attempts"
         elif now - arrival >= s.deadline_s:
             reason = "deadline"
+        elif moved_off:
+            self.moved += 1
+            return None
         else:
             self._refill(now)
             if self.tokens < 1:

@@ -40,6 +40,9 @@ class Instance:
     # it takes no new request after too many (its /health may answer while it stalls).
     failed_in_a_row: int = 0
     probes_failed: int = 0  # active /health probes failed in a row
+    # When it last answered or streamed a byte on any leg (the flight clock,
+    # connector/dispatch/flight.py): what the hang watchdog and the health probes judge by.
+    moved_at: float = 0.0
     ejected_until: float = 0.0
     ejections: int = 0
     # Runtime role switching (connector/pool/pd_roles.py): the epoch it serves its role in (None:
@@ -226,19 +229,36 @@ class InstancePool:
         if error is not None:
             inst.last_error = error
 
-    def probed(self, inst: Instance, ok: bool, error: str | None, down_after: int = 2) -> None:
+    def probed(
+        self,
+        inst: Instance,
+        ok: bool,
+        error: str | None,
+        down_after: int = 2,
+        *,
+        served_meanwhile: bool = False,
+        refused: bool = False,
+    ) -> None:
         """An active /health probe's answer: one success brings an instance up; it goes down
-        after `down_after` failures in a row (one slow answer from a busy engine is not an
-        outage, and a refused connection marks it down at once elsewhere)."""
+        after `down_after` failures in a row. Judged by what the engine does, not by one slow
+        reply (a loaded engine's API server may leave /health unanswered for seconds while
+        it streams): a probe that failed while the instance answered or streamed on a leg
+        (`served_meanwhile`) is not counted, and a probe alone never takes the last routable
+        instance of its role in its group out of routing unless nothing listens (`refused`):
+        its legs' own failures and timeouts judge it then (issue 39)."""
         if ok:
             inst.probes_failed = 0
             self.set_health(inst, True)
             return
+        inst.last_error = error
+        if served_meanwhile and not refused:
+            return
         inst.probes_failed += 1
-        if not inst.healthy or inst.probes_failed >= down_after:
-            self.set_health(inst, False, error)
-        else:
-            inst.last_error = error
+        if inst.healthy and inst.probes_failed < down_after:
+            return
+        if inst.healthy and not refused and not self.has_spare(inst):
+            return  # the last of its role: a 503 for every request is worse than a slow one
+        self.set_health(inst, False, error)
 
     def leg_ok(self, inst: Instance) -> None:
         """A leg served: it proves the instance alive, whatever a slow /health said."""

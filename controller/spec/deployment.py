@@ -151,7 +151,7 @@ class ProxyConfig(_Strict):
     prefill_timeout_s: Annotated[PrefillTimeout, Field(le=3600)] | None = None
     decode_timeout_s: Annotated[DecodeTimeout, Field(le=3600)] | None = None
     # Retries and ejection (connector/legs/retry.py).
-    first_byte_timeout_s: FirstByteTimeout = None
+    first_byte_timeout_s: FirstByteTimeout | None = None
     retry_attempts: RetryAttempts | None = None
     retry_deadline_s: RetryDeadline | None = None
     retry_budget_ratio: RetryBudgetRatio | None = None

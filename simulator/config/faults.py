@@ -16,14 +16,17 @@ up. Off unless `pdctl sim --enable-fault-injection` (or PDCTL_SIM_FAULT_INJECTIO
                                              sends (read: pulled, write: pushed); the decode
                                              answers 200 with other tokens, since its output
                                              is seeded by the bytes it received
+    {"fault": "slow_health", "seconds": S}   `/health` answers after S seconds while
+                                             generation serves as before: a loaded engine's
+                                             API server, busy, not dead (issue 39)
 
-`/health`, `/metrics` and `/v1/models` are never touched: the point is an instance that looks
-alive and still answers wrongly.
+Beyond slow_health, `/health`, `/metrics` and `/v1/models` are never touched: the point is an
+instance that looks alive and still answers wrongly.
 
 One mechanism for every fault: a kind is one entry in KINDS naming the surface it acts on
-(`requests`: generation answers; `heartbeat`: registrations; `kv`: the KV hand-off's bytes,
-read by simulator/kv/transfer.py through `Faults.for_kv()`), plus its effect where that
-surface is served.
+(`requests`: generation answers; `heartbeat`: registrations; `health`: /health; `kv`: the KV
+hand-off's bytes, read by simulator/kv/transfer.py through `Faults.for_kv()`), plus its effect
+where that surface is served.
 What a decode does with a restarted prefill's stale agent is a model setting, not a fault
 (`--kv-stale-peer`, simulator/kv/peers.py).
 """
@@ -46,6 +49,7 @@ KINDS = {
     "mode": "heartbeat",
     "recompute": "kv",
     "corrupt_kv": "kv",
+    "slow_health": "health",
 }
 GARBAGE = b"\x8f\x00<html>upstream exploded</html> \xff\xfe not json at all"
 STALL_S = 3600.0  # a stall outlives any sane client timeout; the client's hang-up ends it
@@ -60,13 +64,15 @@ class Fault:
     kind: str
     after_tokens: int = 0
     mode: str | None = None  # "mode" only: read | write
+    seconds: float = 0.0  # "slow_health" only: how late /health answers
 
     @property
     def surface(self) -> str:
         return KINDS[self.kind]
 
     def describe(self) -> dict:
-        return {"fault": self.kind, "after_tokens": self.after_tokens, "mode": self.mode}
+        described = {"fault": self.kind, "after_tokens": self.after_tokens, "mode": self.mode}
+        return described | ({"seconds": self.seconds} if self.kind == "slow_health" else {})
 
 
 def parse_fault(body: object) -> Fault:
@@ -82,7 +88,12 @@ def parse_fault(body: object) -> Fault:
     mode = body.get("mode")
     if kind == "mode" and mode not in TRANSFER_MODES:
         raise FaultError(f"field 'mode' must be read or write; got {mode!r}")
-    return Fault(kind, after, mode if kind == "mode" else None)
+    seconds = body.get("seconds", 0.0)
+    if kind == "slow_health" and (
+        not isinstance(seconds, int | float) or isinstance(seconds, bool) or not 0 < seconds <= 600
+    ):
+        raise FaultError("field 'seconds' must be a number above 0 and at most 600")
+    return Fault(kind, after, mode if kind == "mode" else None, float(seconds))
 
 
 class Faults:
@@ -92,7 +103,7 @@ class Faults:
         self.current: Fault | None = None
 
     def on(self, surface: str) -> Fault | None:
-        """The fault in force on `surface` (requests | heartbeat | kv), if any."""
+        """The fault in force on `surface` (requests | heartbeat | health | kv), if any."""
         fault = self.current
         return fault if fault is not None and fault.surface == surface else None
 
@@ -101,6 +112,12 @@ class Faults:
 
     def for_kv(self) -> Fault | None:
         return self.on("kv")
+
+    async def before_health(self) -> None:
+        """Hold a /health answer while the "slow_health" fault is in force."""
+        fault = self.on("health")
+        if fault is not None:
+            await asyncio.sleep(fault.seconds)
 
     def heartbeat(self, message: dict) -> dict | None:
         """The registration to send this beat; None: skip it (the "silent" fault)."""

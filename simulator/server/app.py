@@ -216,6 +216,9 @@ def _json(obj: object, status: int = 200) -> web.Response:
 
 
 async def _health(request: web.Request) -> web.Response:
+    injected = request.app.get(faults.FAULTS)
+    if injected is not None:
+        await injected.before_health()
     return web.Response(status=200, headers={"Vary": "Origin"})
 
 

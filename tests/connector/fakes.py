@@ -46,8 +46,10 @@ class FakeEngine:
     name: str = "engine"
     prefill_status: int = 200
     prefill_delay: float = 0.0
+    prefill_delays: list[float] = field(default_factory=list)  # per prefill request, then above
     return_params: bool = True
     decode_status: int = 200
+    decode_statuses: list[int] = field(default_factory=list)  # per decode request, then above
     decode_first_delay: float = 0.0
     first_delays: list[float] = field(default_factory=list)  # per decode request, then the above
     token_delay: float = 0.0
@@ -97,7 +99,8 @@ class FakeEngine:
             raise
 
     async def _prefill(self, request: web.Request, body: dict[str, Any]) -> web.Response:
-        await asyncio.sleep(self.prefill_delay)
+        delays = self.prefill_delays
+        await asyncio.sleep(delays.pop(0) if delays else self.prefill_delay)
         if self.prefill_garbage:
             return web.Response(body=GARBAGE, content_type="application/json")
         if self.prefill_status != 200:
@@ -165,10 +168,9 @@ class FakeEngine:
         await asyncio.sleep(
             self.first_delays.pop(0) if self.first_delays else self.decode_first_delay
         )
-        if self.decode_status != 200:
-            return web.json_response(
-                {"error": {"message": "decode exploded"}}, status=self.decode_status
-            )
+        status = self.decode_statuses.pop(0) if self.decode_statuses else self.decode_status
+        if status != 200:
+            return web.json_response({"error": {"message": "decode exploded"}}, status=status)
         n = body.get("max_completion_tokens") or body.get("max_tokens") or 16
         chat = request.path.endswith("/chat/completions")
         if not body.get("stream"):

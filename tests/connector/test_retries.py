@@ -5,7 +5,7 @@ import asyncio
 import socket
 import time
 
-from tests.connector.fakes import FakeEngine, completion, proxied, run, sse_events
+from tests.connector.fakes import FakeEngine, completion, proxied, run, settings_for, sse_events
 from tests.connector.test_proxy import post, until
 
 
@@ -233,6 +233,54 @@ def test_without_a_spare_a_slow_first_byte_waits_for_the_leg_timeout():
     run(body())
 
 
+def test_the_first_byte_deadline_is_on_by_default():
+    """Issue 39: a hang is caught without tuning; 0 turns it off."""
+    assert settings_for().first_byte_timeout == 10.0
+    assert settings_for(first_byte_timeout=0).first_byte_timeout == 0
+
+
+def test_a_hung_prefill_is_left_at_its_first_byte_deadline_and_ejected_within_it():
+    """Issue 39: a stopped prefill was not watched at all; its legs piled up until the
+    supervisor killed it."""
+
+    async def body():
+        p1, p2, d = FakeEngine("p1", prefill_delay=10), FakeEngine("p2"), FakeEngine("d")
+        async with proxied([p1, p2], [d], first_byte_timeout=0.4) as (base, proxy):
+            started = time.monotonic()
+            status, _, raw = await post(base, completion(3))
+            took = time.monotonic() - started
+            assert status == 200 and len(_tokens(raw)) == 3
+            assert took < 2.0
+            assert not proxy.pool.get(p1.url).available
+            assert _metric(proxy, "prefill", "first_byte") == 1
+            assert proxy.metrics.ejections == {"first_byte": 1}
+            entry = proxy.requests[-1]
+            assert (entry["attempts"][0]["prefill"], entry["prefill"]) == (p1.url, p2.url)
+            assert await until(lambda: "prefill" in p1.cancelled)  # aborted on p1
+
+    run(body())
+
+
+def test_a_busy_prefill_answering_others_is_not_ejected_for_one_slow_answer():
+    async def body():
+        # p1 takes 1.2 s on request A, past the 0.4 s deadline, while it answers B, C, ...
+        # at once: busy, not hung.
+        p1 = FakeEngine("p1", prefill_delays=[1.2])
+        p2, d = FakeEngine("p2"), FakeEngine("d")
+        async with proxied([p1, p2], [d], first_byte_timeout=0.4) as (base, proxy):
+            a = asyncio.create_task(post(base, completion(2)))
+            others = []
+            for _ in range(12):  # round robin: every other one on p1, answered at once
+                await asyncio.sleep(0.1)
+                others.append(await post(base, completion(2)))
+            sa, _, _ = await a
+            assert sa == 200 and {s for s, _, _ in others} == {200}
+            assert proxy.pool.get(p1.url).available
+            assert proxy.metrics.retries == {} and proxy.metrics.ejections == {}
+
+    run(body())
+
+
 def test_a_first_byte_silence_with_no_other_decode_is_retried_on_it_with_another_prefill():
     """A decode holding a restarted prefill's stale agent hangs on that pair alone: when the
     other decode leaves as the retry is planned (drained for its own restart), the same
@@ -257,5 +305,26 @@ def test_a_first_byte_silence_with_no_other_decode_is_retried_on_it_with_another
             assert entry["attempts"][0]["decode"] == d1.url and entry["decode"] == d1.url
             assert (entry["attempts"][0]["prefill"], entry["prefill"]) == (p1.url, p2.url)
             assert d2.seen == []
+
+    run(body())
+
+
+def test_an_error_before_any_token_with_no_other_decode_is_retried_on_it_with_another_prefill():
+    """A KV load that failed through a restarted prefill's stale agent is the pair's: with the
+    other decode gone (restarting), the same decode with the other prefill serves (issue 39's
+    SIGSTOPped prefill row lost one request so)."""
+
+    async def body():
+        p1, p2 = FakeEngine("p1"), FakeEngine("p2")
+        d1, d2 = FakeEngine("d1", decode_statuses=[500]), FakeEngine("d2")
+        async with proxied([p1, p2], [d1, d2]) as (base, proxy):
+            proxy.pool.set_draining(d2.url, True)  # restarting
+            # d1 ejected for its failures through the stale agent: still routed (the last)
+            proxy.pool.get(d1.url).ejected_until = time.monotonic() + 60
+            status, _, raw = await post(base, completion(3))
+            assert status == 200 and len(_tokens(raw)) == 3
+            entry = proxy.requests[-1]
+            assert entry["attempts"][0]["decode"] == d1.url and entry["decode"] == d1.url
+            assert (entry["attempts"][0]["prefill"], entry["prefill"]) == (p1.url, p2.url)
 
     run(body())

@@ -5,9 +5,10 @@ import time
 
 import pytest
 
-from connector.legs.retry import Retry, RetryBudget, RetrySettings, plan
+from connector.legs.retry import Retry, RetryBudget, RetrySettings, covers_a_hang, plan
 from connector.pool.instances import InstancePool
 from connector.pool.policy import RoundRobin
+from connector.settings import ProxySettings
 from tests.connector.fakes import refused_at, settings_for
 
 
@@ -65,7 +66,7 @@ def test_a_retry_storm_is_bounded_by_the_share_of_traffic_and_the_floor():
     granted = 0
     for i in range(1000):  # 1,000 requests over 10 s, every attempt of each one fails
         now = i * 0.01
-        budget.request()
+        budget.request(now)
         attempt = 1
         while budget.why_not(attempt, arrival=now, now=now) is None:
             granted += 1
@@ -73,6 +74,33 @@ def test_a_retry_storm_is_bounded_by_the_share_of_traffic_and_the_floor():
     # the burst, plus a fifth of the requests, plus the floor's 2 a second over 10 s
     assert granted <= 10 + 0.2 * 1000 + 2.0 * 10
     assert budget.refused["budget"] > 0
+
+
+def test_a_spare_can_retry_every_request_a_hung_instance_held_at_any_rate():
+    """Issue 39: one of two decodes hangs; `first_byte` s later it is found holding half of
+    those seconds' requests, each retried at once. A fixed cap of 10 tokens refused most."""
+    s = ProxySettings(port=0).retry
+    first = ProxySettings(port=0).first_byte_timeout
+    assert covers_a_hang(s, first, instances=2)
+    for rate in (2, 8, 50, 400):
+        budget = RetryBudget(s, now=0.0)
+        arrivals = [i / rate for i in range(int(rate * 60))]  # a minute of steady traffic
+        for at in arrivals:
+            budget.request(at)
+        now = arrivals[-1]
+        held = [at for at in arrivals if now - at < first and int(at * rate) % 2 == 0]
+        refused = [at for at in held if budget.why_not(1, arrival=at, now=now) is not None]
+        assert held and refused == [], (rate, len(held), len(refused))
+
+
+def test_saved_tokens_expire_with_the_requests_that_earned_them():
+    s = RetrySettings(attempts=10, ratio=0.5, min_per_s=0.0, burst=1.0, deadline_s=10.0)
+    budget = RetryBudget(s, now=0.0)
+    for i in range(100):  # 100 requests in the first second: 50 tokens saved
+        budget.request(i / 100)
+    assert budget.tokens == pytest.approx(51.0)
+    budget.request(100.0)  # long after: their share is gone, the cap is the burst again
+    assert budget.tokens <= 1.0 + 0.5
 
 
 def test_backoff_doubles_up_to_its_cap():
@@ -88,7 +116,7 @@ def test_bad_retry_settings_are_refused_naming_the_field():
         ("retry_min_per_s", -1),
         ("retry_backoff", 20),
         ("retry_burst", 0.5),
-        ("first_byte_timeout", 0),
+        ("first_byte_timeout", -1),
         ("eject_max_share", 0),
     ):
         assert refused_at(**{field: value}) == field
@@ -144,3 +172,15 @@ def test_an_undrained_instance_is_judged_afresh():
     pool.set_draining(d0.url, True)  # the controller restarts it
     pool.set_draining(d0.url, False)
     assert d0.available and d0.ejections == 0
+
+
+def test_a_retry_off_an_instance_out_of_routing_needs_no_token_but_keeps_the_limits():
+    s = RetrySettings(attempts=2, burst=1.0, min_per_s=0.0, ratio=0.0, deadline_s=5.0)
+    budget = RetryBudget(s, now=0.0)
+    assert budget.why_not(1, arrival=0.0, now=0.1) is None  # the one token
+    assert budget.why_not(1, arrival=0.0, now=0.1) == "budget"
+    for _ in range(50):  # a hung instance's requests, moved to the spare
+        assert budget.why_not(1, arrival=0.0, now=0.2, moved_off=True) is None
+    assert budget.moved == 50 and budget.spent == 1
+    assert budget.why_not(2, arrival=0.0, now=0.2, moved_off=True) == "attempts"
+    assert budget.why_not(1, arrival=0.0, now=5.0, moved_off=True) == "deadline"

@@ -19,12 +19,18 @@ BODY = {"model": "tiny", "prompt": "a b c", "max_tokens": 4, "ignore_eos": True}
 def test_parse_fault_names_the_field():
     assert parse_fault({"fault": "stall", "after_tokens": 2}) == Fault("stall", 2)
     assert parse_fault({"fault": "mode", "mode": "write"}) == Fault("mode", 0, "write")
+    slow = parse_fault({"fault": "slow_health", "seconds": 2})
+    assert slow == Fault("slow_health", seconds=2.0) and slow.surface == "health"
     for body, field in (
         ([], "object"),
         ({"fault": "boom"}, "'fault'"),
         ({"fault": "stall", "after_tokens": -1}, "'after_tokens'"),
         ({"fault": "garbage", "after_tokens": True}, "'after_tokens'"),
         ({"fault": "mode", "mode": "sideways"}, "'mode'"),
+        ({"fault": "slow_health"}, "'seconds'"),
+        ({"fault": "slow_health", "seconds": 0}, "'seconds'"),
+        ({"fault": "slow_health", "seconds": "1"}, "'seconds'"),
+        ({"fault": "slow_health", "seconds": 601}, "'seconds'"),
     ):
         with pytest.raises(FaultError, match=field):
             parse_fault(body)
@@ -178,3 +184,19 @@ def test_silent_and_mode_faults_change_the_heartbeat(tmp_path):
             assert http_post(proc.url + "/v1/completions", BODY)[0] == 200  # still serving
     finally:
         router.close(linger=0)
+
+
+@pytest.mark.e2e
+def test_slow_health_delays_health_while_generation_serves(tmp_path):
+    proc = sim(tmp_path, "slow", "tiny", "--enable-fault-injection")
+    with running(proc):
+        status, shown = http_post(proc.url + "/_fault", {"fault": "slow_health", "seconds": 1.5})
+        assert status == 200 and shown["seconds"] == 1.5
+        started = time.monotonic()
+        assert http_post(proc.url + "/v1/completions", BODY)[0] == 200
+        assert time.monotonic() - started < 1.0  # generation is untouched
+        with pytest.raises(TimeoutError):
+            http_get(proc.url + "/health", timeout=0.5)
+        started = time.monotonic()
+        assert http_get(proc.url + "/health", timeout=5)[0] == 200
+        assert time.monotonic() - started >= 1.4
