@@ -323,7 +323,7 @@ def _latencies(d: Derived, frame: Mapping[str, Any], time_scale: float = 1.0) ->
     d.put(
         "request_rate",
         rate * time_scale if rate is not None else None,
-        f"finished req/s at the proxy, {window} window"
+        f"req/s that reached the proxy (rejected ones too), {window} window"
         + (f", x {time_scale:g} (the stand-in's time scale)" if time_scale != 1 else ""),
         "the proxy reports no requests",
     )
