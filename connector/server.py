@@ -43,9 +43,11 @@ async def start(settings: ProxySettings) -> tuple[web.AppRunner, web.Application
     runner = web.AppRunner(app, **RUNNER_KWARGS)
     try:
         await runner.setup()  # its startup binds the registry
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(Exception):  # the runner would not: close what startup opened
             await app[PROXY_KEY].cleanup(app)
+        if isinstance(exc, OSError):  # the registry's own listener (connector/registry/zmtp.py)
+            raise RegistryBindError(exc.errno, exc.strerror) from exc
         raise
     try:
         site = HeadDeadlineSite(runner, settings.host, settings.port, settings.header_timeout)
@@ -60,13 +62,17 @@ class ListenError(RuntimeError):
     """A port the proxy was told to take is not free; the message names the flag."""
 
 
+class RegistryBindError(OSError):
+    """The registry's port could not be bound (at startup, before the HTTP port)."""
+
+
 async def start_or_explain(settings: ProxySettings) -> tuple[web.AppRunner, web.Application]:
     """`start`, with a port that cannot be bound reported by its flag, not as a traceback."""
     import zmq
 
     try:
         return await start(settings)
-    except zmq.ZMQError as exc:
+    except (zmq.ZMQError, RegistryBindError) as exc:
         raise ListenError(
             f"cannot listen for registrations on {settings.host}:"
             f"{settings.registry_port} (--registry-port): {exc.strerror}"

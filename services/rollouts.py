@@ -10,6 +10,7 @@ from typing import Any
 from controller import ControlService, DeploymentSpec, RolloutRecord, Target, attach_refusal
 from domain.errors import ConfigError, InvalidTransition
 from state.changes import RevisionState
+from state.errors import Unreadable
 from state.store import Current, Store
 
 
@@ -120,7 +121,10 @@ def refuse_attached_apply(
     With `rollout` off the operator records what they run (they restarted it themselves)."""
     if not rollout:
         return
-    now = store.get(name).spec
+    try:
+        now = store.get(name).spec
+    except Unreadable:  # a broken stored revision: the edit that replaces it is the fix
+        return
     if not now.attached:
         return
     refusal = attach_refusal(name, "proposal" if kind == "advisor" else "apply", now, spec)

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.e2e
 # 1 ms per request, 1 ms per text prompt token, 1 ms per output token: big against the
 # stand-in's own noise, exact in the counter.
 COST = "1,1000,1000"
-TEN_WORDS = "one two three four five six seven eight nine ten"
+TEN_WORDS = "one two six ten red sun sky sea map key"  # a token each, by any count
 
 
 @pytest.fixture(scope="module")

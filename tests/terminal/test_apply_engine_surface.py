@@ -44,7 +44,7 @@ def test_apply_names_each_refused_engine_entry_and_why(plane, tmp_path) -> None:
     spec = tmp_path / "probe.yaml"
     spec.write_text(SPEC)
     out = pdctl("apply", "-f", str(spec), server=plane.server.url)
-    assert out.returncode == 1 and out.stdout == "", out
+    assert out.returncode == 2 and out.stdout == "", out  # a spec the API refuses
     lines = out.stderr.splitlines()
     prefix = f"pdctl apply: error: {spec}: "
     assert all(line.startswith(prefix) for line in lines), lines
