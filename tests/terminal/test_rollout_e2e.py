@@ -28,8 +28,10 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     try:
         yield plane
     finally:
-        pdctl("stop", NAME, "--timeout", "30", server=plane.server.url)
-        plane.close()
+        try:
+            pdctl("stop", NAME, "--timeout", "30", server=plane.server.url)
+        finally:  # a test timed out mid-stop still leaves nothing running
+            plane.close()
 
 
 def spec(tmp: Path, hold_deadline_s: int = 60, extra: str = "") -> str:
