@@ -15,7 +15,7 @@ from domain.names import did_you_mean
 from terminal import exits
 from terminal.client import ApiClient, ApiError
 from terminal.config import ConfigProblem, resolve
-from terminal.spec_file import SpecFileError
+from terminal.specs.files import SpecFileError
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -118,7 +118,7 @@ FLOORS: dict[str, list[set[str]]] = {
         {"pages"},
     ],
     "terminal": [
-        {"config", "exits", "log_tail", "polling", "readiness", "spec_diff", "spec_file"},
+        {"config", "exits", "log_tail", "polling", "readiness", "specs"},
         {"serving_roles"},
         {"tables", "client"},
         {"views", "rollout_views", "reconnect", "session"},

@@ -9,7 +9,8 @@ from urllib.parse import quote
 
 import typer
 
-from terminal import spec_diff, views
+from terminal import views
+from terminal.specs import diff as spec_diff
 from terminal.client import ApiClient, ApiError
 from terminal.config import ConfigProblem, resolve
 from terminal.session import JsonOption, ServerOption, client, show_json
