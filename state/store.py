@@ -3,7 +3,7 @@
 Every change to a deployment writes a new revision and an event in one transaction. Writes
 are serialized by a lock, so that checking other deployments' ports and claiming new ones
 cannot interleave between two requests of this server. Each event, once committed, is
-handed to `publish` (the live hub): one `pdctl serve` per database (web/db_lock.py) means
+handed to `publish` (the live hub): one `pdctl serve` per database (web/database/lock.py) means
 every write passes here, so nobody polls the table.
 
 The store knows no spec: it is given the rules (`SpecRules`, controller/launch/stored_spec.py and

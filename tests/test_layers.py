@@ -109,7 +109,7 @@ FLOORS: dict[str, list[set[str]]] = {
         {"advice"},
     ],
     "web": [
-        {"settings", "htmx", "diff", "metrics", "db_lock", "serve_logs", "left_running", "storage"},
+        {"settings", "htmx", "diff", "metrics", "database", "serve_logs", "left_running"},
         {"errors", "proxy_url"},
         {"security"},
         {"deps"},

@@ -35,7 +35,8 @@ def serve(
     from pydantic import ValidationError
 
     from state.db import DatabaseDamaged, check_intact
-    from web import db_lock, serve_logs
+    from web import serve_logs
+    from web.database import lock as db_lock
     from web.app import create_app
     from web.security import deadlines
     from web.security.auth import is_loopback

@@ -38,7 +38,8 @@ from domain.errors import (  # noqa: F401  (the tree's branches, importable from
     UpstreamTimeout,
 )
 from state.errors import ChangeInProgress, StaleRevision, Unreadable  # noqa: F401
-from web import htmx, storage
+from web import htmx
+from web.database import faults as storage
 
 
 class Unauthorized(PdctlError):
@@ -205,7 +206,7 @@ async def _handle(request: Request, exc: Exception) -> Response:
 
 
 async def _storage(request: Request, exc: Exception) -> Response:
-    """A full disk or a damaged database: said so, not a bare 500 (web/storage.py)."""
+    """A full disk or a damaged database: said so, not a bare 500 (web/database/faults.py)."""
     said = storage.classify(exc)
     if said is None:
         raise exc

@@ -14,7 +14,6 @@ from typing import Annotated, Any
 import typer
 
 from terminal import exits
-from terminal.specs import diff as spec_diff
 from terminal import rollout_views as rollout_view
 from terminal.client import ApiClient, ApiError, problems
 from terminal.session import (
@@ -26,6 +25,7 @@ from terminal.session import (
     fail,
     show_json,
 )
+from terminal.specs import diff as spec_diff
 from terminal.specs.files import read_spec
 from terminal.tables import clock
 from terminal.verbs.read import path

@@ -10,10 +10,10 @@ from urllib.parse import quote
 import typer
 
 from terminal import views
-from terminal.specs import diff as spec_diff
 from terminal.client import ApiClient, ApiError
 from terminal.config import ConfigProblem, resolve
 from terminal.session import JsonOption, ServerOption, client, show_json
+from terminal.specs import diff as spec_diff
 
 WINDOWS = ("10s", "1m", "5m")
 COMPLETION_TIMEOUT_S = 2.0

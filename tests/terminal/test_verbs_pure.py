@@ -12,10 +12,10 @@ import pytest
 from bench.target import with_defaults
 from domain.slo import SloTargets
 from terminal import log_tail, views
-from terminal.specs import diff as spec_diff
 from terminal.client import describe, problems
 from terminal.polling import TimedOut, poll
 from terminal.readiness import Goal, summary
+from terminal.specs import diff as spec_diff
 from terminal.specs.files import SpecFileError, parse, read_spec
 from terminal.tables import age, cell, table
 from terminal.verbs.apply import report, story

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from tests.specs import nixl_1p1d
 from tests.state.test_full_disk import disk_full
 from tests.web.conftest import MakeClient
-from web.storage import classify
+from web.database.faults import classify
 
 
 def test_writes_on_a_full_disk_are_507_naming_it(make_client: MakeClient) -> None:
