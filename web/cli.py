@@ -36,8 +36,8 @@ def serve(
 
     from state.db import DatabaseDamaged, check_intact
     from web import serve_logs
-    from web.database import lock as db_lock
     from web.app import create_app
+    from web.database import lock as db_lock
     from web.security import deadlines
     from web.security.auth import is_loopback
     from web.settings import Settings
