@@ -154,6 +154,7 @@ def test_followers_ride_out_a_restart_of_the_server(plane, tmp_path: Path) -> No
     logs = Follower("logs", NAME, "proxy", "--follow", "--timeout", "120", server=url, token=None)
     try:
         events.wait_for("deployment.start", timeout=30)
+        logs.wait_for("", timeout=30)  # its first read done: only then is there a tail to follow
         plane.server.stop()
         plane.start()  # the same port and database; the instances ran on
         spec = tmp_path / "spec.yaml"
