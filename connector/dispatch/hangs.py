@@ -6,12 +6,27 @@ when nothing of it moved in that time either: no byte on any of its streams and 
 any of its legs. A busy engine streams or answers its other requests meanwhile, so this
 cannot fire there; a stopped, deadlocked or wedged one moves nothing. Streams that all went
 silent that long (a stall mid-stream) say the same of their instance.
+
+A lone long prompt moves nothing either while it is prefilled: a 100k-token prompt keeps an
+otherwise idle engine silent for tens of seconds. So a leg may wait longer by the work it
+asked (`grace`, from its prompt's size), and its instance with it: the deadline grows with
+the prompt, at a floor prefill speed no serving engine falls below.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+# Prefill at 1,000 prompt tokens/s: far below any GPU engine and a CPU engine on a small
+# model; an engine slower than that needs a longer --first-byte-timeout.
+GRACE_S_PER_PROMPT_TOKEN = 1e-3
+
+
+def prompt_grace(prompt_tokens: int) -> float:
+    """How much longer than the first-byte deadline a leg for a prompt of this many tokens
+    (the proxy's estimate at arrival: connector/legs/client_body.py) may take to answer."""
+    return max(0, prompt_tokens) * GRACE_S_PER_PROMPT_TOKEN
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,16 +36,20 @@ class LegSeen:
     url: str  # its instance
     waiting_since: float | None  # no byte yet, counted from then; None: it is streaming
     last_read: float  # its last byte (a streaming leg's)
+    grace: float = 0.0  # longer it may wait for its first byte: the work it asked for
 
 
 def hung_instances(
     legs: Iterable[LegSeen], moved: Mapping[str, float], now: float, first: float
 ) -> set[str]:
-    """The instances with a leg waiting past `first` for its first byte, or with streams
-    that all went silent, while nothing of them moved for `first` s. `moved`: when each
-    instance last answered or streamed on a leg that has ended."""
+    """The instances with a leg overdue for its first byte, or with streams that all went
+    silent, while nothing of them moved for `first` s. A waiting leg is overdue past `first`
+    plus its grace, and not before any leg that waited longer on its instance is (a long
+    prompt ahead of it keeps it waiting too; later arrivals never push an earlier one back).
+    `moved`: when each instance last answered or streamed on a leg that has ended."""
     latest: dict[str, float] = {}
     suspect: set[str] = set()
+    waiting: list[LegSeen] = []
     for leg in legs:
         last = latest.get(leg.url, moved.get(leg.url, float("-inf")))
         if leg.waiting_since is None:
@@ -38,6 +57,11 @@ def hung_instances(
             suspect.add(leg.url)  # a stream: judged by its instance's silence
             continue
         latest[leg.url] = last
-        if now - leg.waiting_since > first:
+        waiting.append(leg)
+    due: dict[str, float] = {}  # the latest deadline of the legs waiting longest, so far
+    for leg in sorted(waiting, key=lambda seen: seen.waiting_since or 0.0):
+        since = leg.waiting_since or 0.0
+        due[leg.url] = max(due.get(leg.url, float("-inf")), since + first + leg.grace)
+        if now > due[leg.url]:
             suspect.add(leg.url)
     return {url for url in suspect if now - latest[url] > first}

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from connector.dispatch.answers import Post
 from connector.dispatch.flight import Flight, clock
-from connector.dispatch.hangs import LegSeen, hung_instances
+from connector.dispatch.hangs import LegSeen, hung_instances, prompt_grace
 from connector.errors import (
     ConnectFailed,
     ProxyError,
@@ -50,6 +50,7 @@ class PrefillWait:
 
     inst: Instance
     since: float
+    grace: float = 0.0  # its prompt's share of the first-byte deadline (dispatch/hangs.py)
     hung: bool = False
 
 
@@ -108,11 +109,12 @@ class Relay:
                 legs.append(LegSeen(inst.url, None, flight.last_read))
             elif flight.prefill_end is not None or route.group != "write":
                 since = max(flight.last_read, flight.prefill_end or 0.0)
-                legs.append(LegSeen(inst.url, since, since))
+                grace = prompt_grace(flight.estimate[0])  # its KV to place and pull
+                legs.append(LegSeen(inst.url, since, since, grace))
             # else: the decode waits for the KV the prefill pushes: the prefill's time
         for wait in self._prefills.values():
             by_url[wait.inst.url] = wait.inst
-            legs.append(LegSeen(wait.inst.url, wait.since, wait.since))
+            legs.append(LegSeen(wait.inst.url, wait.since, wait.since, wait.grace))
         moved = {url: inst.moved_at for url, inst in by_url.items()}
         for url in hung_instances(legs, moved, now, first):
             inst = by_url[url]
@@ -139,7 +141,7 @@ class Relay:
         post = self._post(inst, path, data, headers, self.settings.prefill_timeout)
         flight.prefill_start = clock()
         task = asyncio.current_task()
-        wait = PrefillWait(inst, flight.prefill_start)
+        wait = PrefillWait(inst, flight.prefill_start, prompt_grace(flight.estimate[0]))
         if task is not None:  # watched for a hang (`hung`) until it answers
             self._prefills[task] = wait
         try:

@@ -281,6 +281,24 @@ def test_a_busy_prefill_answering_others_is_not_ejected_for_one_slow_answer():
     run(body())
 
 
+def test_a_lone_long_prefill_is_given_time_by_its_prompt_not_taken_for_a_hang():
+    """Issue 39's doubt: an idle engine prefilling one long prompt answers nothing past the
+    first-byte deadline. ~1,500 tokens earn 1.5 s more at 1,000 tokens/s; the 1.2 s prefill
+    ends within it, on the instance it was sent to, with no retry and no ejection."""
+
+    async def body():
+        p1 = FakeEngine("p1", prefill_delays=[1.2])
+        p2, d = FakeEngine("p2"), FakeEngine("d")
+        async with proxied([p1, p2], [d], first_byte_timeout=0.4) as (base, proxy):
+            status, _, raw = await post(base, completion(3, prompt="word " * 1200))
+            assert status == 200 and len(_tokens(raw)) == 3
+            assert proxy.pool.get(p1.url).available
+            assert proxy.metrics.retries == {} and proxy.metrics.ejections == {}
+            assert proxy.requests[-1]["prefill"] == p1.url
+
+    run(body())
+
+
 def test_a_first_byte_silence_with_no_other_decode_is_retried_on_it_with_another_prefill():
     """A decode holding a restarted prefill's stale agent hangs on that pair alone: when the
     other decode leaves as the retry is planned (drained for its own restart), the same

@@ -1,6 +1,6 @@
 """Which instances are hung (connector/dispatch/hangs.py): judged by the instance, not the leg."""
 
-from connector.dispatch.hangs import LegSeen, hung_instances
+from connector.dispatch.hangs import LegSeen, hung_instances, prompt_grace
 
 FIRST = 10.0
 
@@ -37,3 +37,26 @@ def test_each_instance_is_judged_by_its_own_legs():
         LegSeen("d", None, 11.9),
     ]
     assert hung_instances(legs, {"p2": 5.0}, now=12.0, first=FIRST) == {"p1"}
+
+
+def test_a_long_prompt_lengthens_its_legs_wait_and_its_instances():
+    """A lone long prefill (a 100k-token prompt on an idle engine) moves nothing for tens of
+    seconds: its grace keeps it, and the short legs queued behind it, from being judged hung."""
+    long = LegSeen("p", waiting_since=0.0, last_read=0.0, grace=prompt_grace(30_000))
+    short = LegSeen("p", waiting_since=1.0, last_read=1.0, grace=prompt_grace(50))
+    assert hung_instances([long], {}, now=35.0, first=FIRST) == set()
+    assert hung_instances([long, short], {}, now=35.0, first=FIRST) == set()
+    assert hung_instances([long, short], {}, now=40.5, first=FIRST) == {"p"}
+
+
+def test_the_grace_is_a_floor_prefill_speed_not_a_second_timeout():
+    assert prompt_grace(0) == 0.0 and prompt_grace(-3) == 0.0
+    assert prompt_grace(100_000) == 100.0  # 1,000 tokens/s
+    legs = [LegSeen("p", waiting_since=0.0, last_read=0.0, grace=prompt_grace(2_000))]
+    assert hung_instances(legs, {}, now=12.5, first=FIRST) == {"p"}
+
+
+def test_a_later_long_prompt_never_pushes_back_an_earlier_legs_deadline():
+    short = LegSeen("p", waiting_since=0.0, last_read=0.0)
+    long = LegSeen("p", waiting_since=5.0, last_read=5.0, grace=prompt_grace(30_000))
+    assert hung_instances([long, short], {}, now=10.5, first=FIRST) == {"p"}
