@@ -1,4 +1,4 @@
-"""controller/supervise/machine.py by scripted histories on a fake clock: each test is a list of
+"""controller/supervise/machine/ by scripted histories on a fake clock: each test is a list of
 (time, event) and what the machine must say and do."""
 
 import signal

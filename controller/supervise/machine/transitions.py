@@ -1,28 +1,14 @@
-"""The life of one supervised process, as a pure state machine: `step(state, event, now)`.
-
-No I/O and no clock: the supervisor (controller/supervise/supervisor.py) feeds events in, with
-`now`, and
-performs the actions that come out (spawn, signal, drain, wake me at, tell the event log);
-both are in controller/supervise/machine_messages.py.
-
-    STOPPED --start--> STARTING --healthy--> RUNNING
-    STARTING --exited / start timeout--> BACKOFF --backoff elapsed--> STARTING
-    BACKOFF/STARTING --N-th consecutive failed start--> FATAL
-    RUNNING --exited / health failed--> BACKOFF (a crash is a failed run; restart after a delay)
-    any live state --stop--> STOPPING: drain, SIGTERM, SIGKILL after a deadline --exited--> STOPPED
-    (adoption) STOPPED --adopt(alive)--> STARTING (health confirms) / --adopt(dead)--> EXITED
-"""
+"""The transitions of one supervised process's machine: `step(state, event, now)`, one handler
+per event type, each edge commented where it is taken. Pure: no I/O and no clock."""
 
 from __future__ import annotations
 
-import enum
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-# re-exported: the supervisor speaks m.Start, m.Spawn
-from controller.supervise.machine_messages import (
+from controller.supervise.machine.messages import (
     Action,
     Adopt,
     Drain,
@@ -35,7 +21,6 @@ from controller.supervise.machine_messages import (
     Kill,
     Restart,
     Schedule,
-    Spawn,
     Spawned,
     Start,
     Stop,
@@ -43,72 +28,8 @@ from controller.supervise.machine_messages import (
     Undrain,
     Unplaceable,
 )
-
-
-class State(enum.StrEnum):
-    STOPPED = "STOPPED"  # not wanted, no process
-    STARTING = "STARTING"  # process spawned (or adopted), not yet ready
-    RUNNING = "RUNNING"  # ready: /health answers (and registered, for MoRIIO)
-    BACKOFF = "BACKOFF"  # a start or run failed; waiting before the next try
-    STOPPING = "STOPPING"  # on its way down: draining, then SIGTERM, then SIGKILL
-    EXITED = "EXITED"  # found dead (adoption) or exited with restarts off; no process
-    FATAL = "FATAL"  # gave up after too many failed starts; an operator must act
-
-
-class Phase(enum.StrEnum):
-    """Where a STOPPING instance is on its way down."""
-
-    DRAIN = "drain"  # the proxy sends it nothing new; waiting for in-flight requests
-    TERM = "term"  # SIGTERM sent to its process group
-    KILL = "kill"  # SIGKILL sent to its process group
-
-
-class After(enum.StrEnum):
-    """What a STOPPING instance does once its process is gone."""
-
-    STOP = "stop"  # stay STOPPED (operator stop)
-    RESTART = "restart"  # spawn again at once (operator restart)
-    BACKOFF = "backoff"  # count a failure, restart after a delay (start timeout, failed health)
-
-
-@dataclass(frozen=True, slots=True)
-class Policy:
-    backoff_base: float = 1.0  # delay after the first failure; doubles per consecutive failure
-    backoff_cap: float = 30.0
-    max_failed_starts: int = 5  # consecutive failures before FATAL
-    start_timeout: float = 600.0  # spawn to ready (a big model loads for minutes)
-    drain_timeout: float = 30.0  # drained in the proxy -> SIGTERM at the latest
-    term_timeout: float = 30.0  # SIGTERM -> SIGKILL
-    kill_timeout: float = 10.0  # SIGKILL -> give up waiting (FATAL)
-    autorestart: bool = True  # False: a process that exits on its own stays EXITED
-
-    def backoff_delay(self, failures: int) -> float:
-        return min(self.backoff_cap, self.backoff_base * 2 ** max(0, failures - 1))
-
-
-@dataclass(frozen=True, slots=True)
-class Machine:
-    """One instance's state; immutable, replaced by each step."""
-
-    state: State = State.STOPPED
-    pid: int | None = None
-    failures: int = 0  # consecutive failed starts/runs since the last successful start
-    restarts: int = 0  # spawns after the first one
-    spawned: bool = False  # spawned at least once (so the next spawn is a restart)
-    started_at: float | None = None  # when the current process was spawned or adopted
-    ready_at: float | None = None  # when it last became RUNNING
-    last_exit: int | None = None  # exit code (-N: killed by signal N); None if unknown
-    deadline: float | None = None  # when the current state's timer fires (a Tick at or after)
-    phase: Phase | None = None  # STOPPING only
-    after: After | None = None  # STOPPING only
-    policy: Policy = field(default_factory=Policy)
-
-
-class MachineMisuse(ValueError):
-    """An event that cannot happen in this state (a bug in the shell, not an operator error)."""
-
-
-# The machine ------------------------------------------------------------------------------
+from controller.supervise.machine.moves import fail, sigterm, spawn, terminate
+from controller.supervise.machine.states import After, Machine, MachineMisuse, Phase, State
 
 
 def step(m: Machine, event: Event, now: float) -> tuple[Machine, list[Action]]:
@@ -120,10 +41,10 @@ def step(m: Machine, event: Event, now: float) -> tuple[Machine, list[Action]]:
 def _start(m: Machine, _: Start, now: float) -> tuple[Machine, list[Action]]:
     if m.state in (State.STOPPED, State.EXITED):
         # STOPPED/EXITED --start--> STARTING: spawn, and give it start_timeout to become ready.
-        return _spawn(replace(m, failures=0), now, "start requested")
+        return spawn(replace(m, failures=0), now, "start requested")
     if m.state is State.FATAL:
         # FATAL --start--> STARTING: an operator retries; the failure count starts over.
-        return _spawn(replace(m, failures=0), now, "start requested after FATAL")
+        return spawn(replace(m, failures=0), now, "start requested after FATAL")
     if m.state is State.STOPPING:
         # STOPPING --start--> STOPPING: finish going down, then come back at once.
         return replace(m, after=After.RESTART), []
@@ -158,7 +79,7 @@ def _health_failed(m: Machine, e: HealthFailed, now: float) -> tuple[Machine, li
         return m, []  # while STARTING, failed probes are expected; start_timeout governs
     # RUNNING --health failed--> STOPPING(then BACKOFF): a wedged process is replaced; no
     # drain wait (it serves nothing), straight to SIGTERM.
-    return _terminate(m, now, After.BACKOFF, f"unhealthy: {e.reason}", drain_first=False)
+    return terminate(m, now, After.BACKOFF, f"unhealthy: {e.reason}", drain_first=False)
 
 
 def _exited(m: Machine, e: Exited, now: float) -> tuple[Machine, list[Action]]:
@@ -167,22 +88,22 @@ def _exited(m: Machine, e: Exited, now: float) -> tuple[Machine, list[Action]]:
     if m.state is State.STOPPING:
         if m.after is After.RESTART:
             # STOPPING(restart) --exited--> STARTING: an operator restart is not a failure.
-            return _spawn(gone, now, f"restarting (exited with {code})")
+            return spawn(gone, now, f"restarting (exited with {code})")
         if m.after is After.BACKOFF:
             # STOPPING(backoff) --exited--> BACKOFF/FATAL: the kill was for a failure.
-            return _fail(gone, now, f"exited with {code}")
+            return fail(gone, now, f"exited with {code}")
         # STOPPING(stop) --exited--> STOPPED: done.
         return replace(gone, state=State.STOPPED), [Emit("stopped", f"exited with {code}")]
     if m.state is State.STARTING:
         # STARTING --exited--> BACKOFF/FATAL: a failed start.
-        return _fail(gone, now, f"exited with {code} before it was ready", drain=False)
+        return fail(gone, now, f"exited with {code} before it was ready", drain=False)
     if m.state is State.RUNNING:
         if not m.policy.autorestart:
             # RUNNING --exited--> EXITED: restarts are off; stays down, drained in the proxy.
             return replace(gone, state=State.EXITED), [Drain(), Emit("exited", code)]
         # RUNNING --exited--> BACKOFF: a crash. The run was a success (failures were reset
         # when it became ready), so this is failure 1: restart after the base delay.
-        return _fail(gone, now, f"crashed with {code}")
+        return fail(gone, now, f"crashed with {code}")
     return m, []  # STOPPED / BACKOFF / EXITED / FATAL have no process: a stale report
 
 
@@ -196,14 +117,14 @@ def _unplaceable(m: Machine, e: Unplaceable, now: float) -> tuple[Machine, list[
 def _drained(m: Machine, _: Drained, now: float) -> tuple[Machine, list[Action]]:
     if m.state is State.STOPPING and m.phase is Phase.DRAIN:
         # STOPPING(drain) --drained--> STOPPING(term): nothing in flight, SIGTERM now.
-        return _sigterm(m, now, "drained")
+        return sigterm(m, now, "drained")
     return m, []
 
 
 def _stop(m: Machine, _: Stop, now: float) -> tuple[Machine, list[Action]]:
     if m.state is State.RUNNING:
         # RUNNING --stop--> STOPPING(drain): the proxy sends it nothing new first.
-        return _terminate(m, now, After.STOP, "stop requested", drain_first=True)
+        return terminate(m, now, After.STOP, "stop requested", drain_first=True)
     if m.state is State.STARTING:
         if m.pid is None:
             # STARTING without a pid yet: the spawn is still in flight; SIGTERM once known.
@@ -215,7 +136,7 @@ def _stop(m: Machine, _: Stop, now: float) -> tuple[Machine, list[Action]]:
                 deadline=now + m.policy.term_timeout,
             ), [Schedule(now + m.policy.term_timeout), Emit("stopping", "stop requested")]
         # STARTING --stop--> STOPPING(term): it serves nothing yet, no drain.
-        return _terminate(m, now, After.STOP, "stop requested", drain_first=False)
+        return terminate(m, now, After.STOP, "stop requested", drain_first=False)
     if m.state is State.STOPPING:
         # STOPPING --stop--> STOPPING: keep going down, and stay down.
         return replace(m, after=After.STOP), []
@@ -231,7 +152,7 @@ def _stop(m: Machine, _: Stop, now: float) -> tuple[Machine, list[Action]]:
 def _restart(m: Machine, _: Restart, now: float) -> tuple[Machine, list[Action]]:
     if m.state in (State.RUNNING, State.STARTING) and m.pid is not None:
         # RUNNING/STARTING --restart--> STOPPING(restart): drain, stop, spawn again.
-        return _terminate(
+        return terminate(
             m, now, After.RESTART, "restart requested", drain_first=m.state is State.RUNNING
         )
     if m.state is State.STARTING:
@@ -245,7 +166,7 @@ def _restart(m: Machine, _: Restart, now: float) -> tuple[Machine, list[Action]]
     if m.state is State.STOPPING:
         return replace(m, after=After.RESTART), []
     # STOPPED/BACKOFF/EXITED/FATAL --restart--> STARTING: nothing to stop; start afresh.
-    return _spawn(replace(m, failures=0), now, "restart requested")
+    return spawn(replace(m, failures=0), now, "restart requested")
 
 
 def _tick(m: Machine, _: Tick, now: float) -> tuple[Machine, list[Action]]:
@@ -253,17 +174,17 @@ def _tick(m: Machine, _: Tick, now: float) -> tuple[Machine, list[Action]]:
         return m, []  # not due (or a stale timer)
     if m.state is State.BACKOFF:
         # BACKOFF --backoff elapsed--> STARTING: try again.
-        return _spawn(m, now, f"retry {m.failures} after backoff")
+        return spawn(m, now, f"retry {m.failures} after backoff")
     if m.state is State.STARTING:
         # STARTING --start timeout--> STOPPING(backoff): not ready in time counts as failed.
-        return _terminate(
+        return terminate(
             m, now, After.BACKOFF, f"not ready after {m.policy.start_timeout} s", drain_first=False
         )
     if m.state is State.STOPPING:
         if m.phase is Phase.DRAIN:
             # STOPPING(drain) --drain timeout--> STOPPING(term): in-flight requests had their
             # time; SIGTERM (vLLM finishes or aborts what is left).
-            return _sigterm(m, now, f"drain timeout ({m.policy.drain_timeout} s)")
+            return sigterm(m, now, f"drain timeout ({m.policy.drain_timeout} s)")
         if m.phase is Phase.TERM:
             if m.pid is None:
                 # Spawn never reported a pid; nothing to signal. The shell reports the exit.
@@ -323,70 +244,6 @@ def _adopt(m: Machine, e: Adopt, now: float) -> tuple[Machine, list[Action]]:
     )
 
 
-# Shared moves -----------------------------------------------------------------------------
-
-
-def _spawn(m: Machine, now: float, why: str) -> tuple[Machine, list[Action]]:
-    deadline = now + m.policy.start_timeout
-    restarts = m.restarts + 1 if m.spawned else m.restarts
-    return (
-        replace(
-            m,
-            state=State.STARTING,
-            pid=None,
-            started_at=now,
-            ready_at=None,
-            spawned=True,
-            restarts=restarts,
-            deadline=deadline,
-            phase=None,
-            after=None,
-        ),
-        [Spawn(), Schedule(deadline), Emit("starting", why)],
-    )
-
-
-def _fail(m: Machine, now: float, why: str, drain: bool = True) -> tuple[Machine, list[Action]]:
-    failures = m.failures + 1
-    first = [Drain()] if drain else []
-    if failures >= m.policy.max_failed_starts:
-        return (
-            replace(m, state=State.FATAL, failures=failures, deadline=None),
-            [*first, Emit("fatal", f"{why}; gave up after {failures} failures in a row")],
-        )
-    at = now + m.policy.backoff_delay(failures)
-    return (
-        replace(m, state=State.BACKOFF, failures=failures, deadline=at),
-        [
-            *first,
-            Schedule(at),
-            Emit("backoff", f"{why}; retry in {round(at - now, 3)} s (failure {failures})"),
-        ],
-    )
-
-
-def _terminate(
-    m: Machine, now: float, after: After, why: str, drain_first: bool
-) -> tuple[Machine, list[Action]]:
-    stopping = replace(m, state=State.STOPPING, after=after)
-    if drain_first:
-        deadline = now + m.policy.drain_timeout
-        return (
-            replace(stopping, phase=Phase.DRAIN, deadline=deadline),
-            [Drain(), Schedule(deadline), Emit("stopping", f"{why}: draining")],
-        )
-    m2, actions = _sigterm(stopping, now, why)
-    return m2, [Drain(), *actions]
-
-
-def _sigterm(m: Machine, now: float, why: str) -> tuple[Machine, list[Action]]:
-    deadline = now + m.policy.term_timeout
-    return (
-        replace(m, phase=Phase.TERM, deadline=deadline),
-        [Kill(signal.SIGTERM), Schedule(deadline), Emit("stopping", f"{why}: SIGTERM")],
-    )
-
-
 # each handler takes its own event type: the dict's key says which
 Handler = Callable[[Machine, Any, float], tuple[Machine, list[Action]]]
 _HANDLERS: dict[type, Handler] = {
@@ -402,10 +259,3 @@ _HANDLERS: dict[type, Handler] = {
     Adopt: _adopt,
     Unplaceable: _unplaceable,
 }
-
-
-def uptime(m: Machine, now: float) -> float | None:
-    """Seconds since the current process was spawned or adopted; None without a process."""
-    if m.started_at is None or m.state not in (State.STARTING, State.RUNNING, State.STOPPING):
-        return None
-    return max(0.0, now - m.started_at)

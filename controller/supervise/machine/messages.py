@@ -1,6 +1,6 @@
-"""What the process machine (controller/supervise/machine.py) hears and says: the events the
-supervisor
-feeds it and the actions it asks the supervisor to perform. Plain frozen values, no behaviour."""
+"""What the process machine (controller/supervise/machine/) hears and says: the events the
+supervisor feeds it and the actions it asks the supervisor to perform. Plain frozen values, no
+behaviour."""
 
 from __future__ import annotations
 
