@@ -1,7 +1,7 @@
 """The observe shell: every `interval` seconds, scrape the proxy and each instance of every
 deployment the controller runs, build one frame per window, publish them to the hub, store a
 point of history every `history_step_s`. Events are not relayed here: the store publishes
-each one to the hub as it is written (state/store.py).
+each one to the hub as it is written (state/store/).
 
 One long-lived aiohttp session with short timeouts; a target that does not answer is
 `up: false` in the frame and never delays or breaks the others.

@@ -25,7 +25,7 @@ from domain.errors import Conflict, Problem, SpecInvalid
 @dataclass(frozen=True, slots=True)
 class Admission(StoredSpec):
     """What the store needs from the world to admit a spec: settings and the host's ports.
-    The store's rules (state/store.py `SpecRules`): StoredSpec's reading, and writing here."""
+    The store's rules (state/store/rules.py `SpecRules`): StoredSpec's reading, and writing here."""
 
     port_range: tuple[int, int]
     allow_code_env: bool

@@ -1,5 +1,5 @@
 """Each stored event, as written, to the live sockets of its deployment: the store's
-`publish` (state/store.py), so events are pushed rather than polled from SQLite."""
+`publish` (state/store/), so events are pushed rather than polled from SQLite."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""How a deployment spec is stored, read back and shown in events: the rules state/store.py
+"""How a deployment spec is stored, read back and shown in events: the rules state/store/
 is given (it knows no spec), so the store stays below the controller.
 
 `StoredSpec` reads and writes; services/admission.py's `Admission` adds admitting a new spec

@@ -64,7 +64,7 @@ class RolloutBusy(Conflict):
 
 
 class RolloutLog(Protocol):
-    """Where rollouts and the revisions they settle are kept (state/store.py)."""
+    """Where rollouts and the revisions they settle are kept (state/store/)."""
 
     def new_rollout(self, name: str, body: dict[str, Any]) -> int: ...
     def save_rollout(self, rollout_id: int, body: dict[str, Any]) -> None: ...

@@ -34,7 +34,7 @@ class ChangeStore(Protocol):
 
 
 class StoreRevisions:
-    """SwitchRevisions on the store (state/store.py): a revision of kind "switch"."""
+    """SwitchRevisions on the store (state/store/): a revision of kind "switch"."""
 
     def __init__(self, store: ChangeStore) -> None:
         self.store = store
