@@ -2,7 +2,7 @@
 LAYOUT=2p2d-defaults`, NIXL stand-ins): no timeout tuned for the faults, as an operator who
 set nothing runs it (issue 39 item 3). A hung instance must still cost no request that had not
 started streaming: the proxy's first-byte deadline is on by default (10 s,
-connector/settings.py) for prefill and decode legs alike, and its retry budget saves enough
+connector/settings/fields.py) for prefill and decode legs alike, and its retry budget saves enough
 for a spare to take the hung one's share (connector/legs/retry.py). Each row sends 240
 requests over a minute, with the 30 s client timeout of the probe that found the gap; the
 campaign checks that only requests already streaming failed.

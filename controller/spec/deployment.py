@@ -137,7 +137,7 @@ class SloTargets(_Strict):
 
 class ProxyConfig(_Strict):
     """Where the proxy runs and listens, and the proxy settings an operator tunes per
-    deployment: ProxySettings' fields (connector/settings.py) with their types, bounds and
+    deployment: ProxySettings' fields (connector/settings/proxy.py) with their types, bounds and
     defaults, seconds named with `_s`; None is the proxy's own default. A spec bounds a few
     more tightly than the proxy does."""
 

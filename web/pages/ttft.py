@@ -19,7 +19,7 @@ from web.deps import StoreDep, get_controller, get_observer
 from web.views.page import PageActor, deployment_or_404, page_context
 
 page_router = APIRouter(tags=["pages"], include_in_schema=False)
-LOG_LINES = 1000  # the proxy keeps its last 1,000 requests (connector/settings.py)
+LOG_LINES = 1000  # the proxy keeps its last 1,000 requests (connector/settings/proxy.py)
 
 
 @page_router.get("/deployments/{name}/ttft", response_class=HTMLResponse)

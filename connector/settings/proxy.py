@@ -1,21 +1,12 @@
-"""The proxy's settings, declared once: `pdctl proxy`'s flags (connector/flags.py), a spec's
-proxy section (controller/spec/deployment.py) and the rendered command line all come from here.
-
-Each field is `--field-name` on the command line, with its type, default, bounds and help
-(`description`). Fields marked `Cli(env=True)` are also read from `PDCTL_<FIELD_NAME>`
-(`read_settings`), so secrets and hand-overs stay out of argv; a `Cli(flag=False)` field has
-no flag at all. Rules between fields are checked by one model validator, each naming the
-field it is about (`ProxySettings.conflict`).
-"""
+"""ProxySettings (connector/settings/): every setting of one proxy, its type, default, bounds
+and help, the rules between fields (each naming the field it is about), and what the proxy's
+parts take, built once from the flat fields."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import (
     AfterValidator,
@@ -25,163 +16,39 @@ from pydantic import (
     Field,
     InstanceOf,
     PlainSerializer,
-    create_model,
     model_validator,
 )
-from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticCustomError
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from connector.legs.retry import RetrySettings
 from connector.legs.rewrite import CONNECTORS, MODES
-from connector.pool.policy import POLICIES
-from connector.registry.trust import LOOPBACK, Expectations, ExpectedInstance, SenderAllowlist
+from connector.registry.trust import LOOPBACK, ExpectedInstance
+from connector.settings.cli import Cli
+from connector.settings.fields import (
+    FIRST_BYTE_TIMEOUT_S,
+    DecodeTimeout,
+    EjectMaxShare,
+    FirstByteTimeout,
+    HoldDeadline,
+    HoldQueue,
+    Instances,
+    Policy,
+    PrefillTimeout,
+    RetryAttempts,
+    RetryBudgetRatio,
+    RetryDeadline,
+    SloMs,
+)
+from connector.settings.parsing import (
+    allowlist,
+    expected_entries,
+    negative_is_none,
+    one_of,
+    zero_is_none,
+)
 from domain.kv_connectors import offering, proxy_backend
 from domain.modes import Mode
 from domain.slo import DEFAULT_ITL_STAT, ItlStatName, SloTargets, parse_itl_stat
-
-ENV_PREFIX = "PDCTL_"
-
-
-@dataclass(frozen=True, slots=True)
-class Cli:
-    """How a field meets the world beyond Python: a flag (`--field-name`, `hidden` from
-    --help) or none, whether PDCTL_<FIELD_NAME> sets it when the flag is not given, and
-    whether a list is one JSON text rather than a repeated flag."""
-
-    flag: bool = True
-    hidden: bool = False
-    env: bool = False
-    json: bool = False
-
-
-def cli_of(field: FieldInfo) -> Cli:
-    return next((m for m in field.metadata if isinstance(m, Cli)), Cli())
-
-
-@dataclass(frozen=True, slots=True)
-class FlagInstance:
-    """An instance given on the command line: `URL[#host:IP,handshake:P,notify:P]`."""
-
-    url: str
-    zmq_address: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> FlagInstance:
-        url, _, zmq = text.partition("#")
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"instance URL must start with http:// or https://: {text!r}")
-        return cls(url.rstrip("/"), zmq or None)
-
-    @property
-    def text(self) -> str:
-        return f"{self.url}#{self.zmq_address}" if self.zmq_address else self.url
-
-
-def _instance(value: object) -> object:
-    return FlagInstance.parse(value) if isinstance(value, str) else value
-
-
-def _one_of(known: tuple[str, ...], what: str) -> AfterValidator:
-    def check(value: str) -> str:
-        if value not in known:
-            raise ValueError(f"unknown {what} {value!r}; expected one of {known}")
-        return value
-
-    return AfterValidator(check)
-
-
-def _allowlist(networks: tuple[str, ...]) -> tuple[str, ...]:
-    try:
-        SenderAllowlist(networks)
-    except ValueError as exc:  # its message names the flag; the field is named by the error
-        raise ValueError(str(exc).removeprefix("--registry-allow: ")) from None
-    return networks
-
-
-def _expected(value: object) -> object:
-    """PDCTL_REGISTRY_EXPECTED's JSON (as `pdctl serve` hands it over) -> the entries."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, str):
-        try:
-            return Expectations.from_json(json.loads(value)).entries()
-        except RecursionError:
-            raise ValueError("nested too deeply") from None
-    return value
-
-
-def _negative_is_none(value: object) -> object:
-    return None if isinstance(value, int | float) and value < 0 else value
-
-
-def _zero_is_none(value: object) -> object:
-    return None if value == 0 else value
-
-
-# An instance URL flag: text on the command line, a FlagInstance inside, text again in argv.
-InstanceUrl = Annotated[
-    InstanceOf[FlagInstance], BeforeValidator(_instance), PlainSerializer(lambda f: f.text)
-]
-Instances = tuple[InstanceUrl, ...]
-
-# The types of the settings a deployment spec's proxy section also sets (ProxyConfig in
-# controller/spec/deployment.py takes them, bounding a few more tightly).
-Policy = Annotated[
-    str,
-    _one_of(POLICIES, "policy"),
-    Field(description="Pair selection: round-robin | least-tokens."),
-]
-HoldQueue = Annotated[
-    int, Field(ge=0, description="Requests held at most while a group is paused.")
-]
-HoldDeadline = Annotated[float, Field(ge=0, description="Seconds a held request waits.")]
-PrefillTimeout = Annotated[float, Field(gt=0, description="Seconds for the prefill leg.")]
-DecodeTimeout = Annotated[
-    float, Field(gt=0, description="Longest silence (s) between two decode chunks.")
-]
-# A leg (prefill or decode) waiting this long for its first byte (a decode in write mode:
-# counted from the prefill's answer), while its instance answered and streamed nothing on any
-# request either, is hung: with a spare, the request is tried elsewhere and the instance
-# ejected. A busy engine streams or answers its other requests meanwhile, so it cannot fire
-# there; an idle-but-for-this-leg one waits this long. Apart from the leg timeouts: a slow
-# TTFT is not a hang. 0: no such deadline.
-FirstByteTimeout = Annotated[
-    float,
-    Field(
-        ge=0,
-        le=3600,
-        description="Seconds a prefill or decode leg may wait for its first byte while its "
-        "instance answers and streams nothing else, before it counts as hung (retried "
-        "elsewhere, the instance ejected, with a spare). 0: only the leg timeouts apply.",
-    ),
-]
-# On by default (issue 39): long enough for a KV pull and a step on a lone request, short
-# enough that a retry on the spare still fits the retry deadline and a 30 s client.
-FIRST_BYTE_TIMEOUT_S = 10.0
-RetryAttempts = Annotated[
-    int,
-    Field(ge=1, le=10, description="Attempts per request, the first included (1: no retries)."),
-]
-RetryDeadline = Annotated[
-    float,
-    Field(gt=0, le=3600, description="Seconds after a request arrived that no new attempt starts."),
-]
-RetryBudgetRatio = Annotated[
-    float,
-    Field(ge=0, le=1, description="Retries at most this share of requests (plus the floor)."),
-]
-# With a spare, a refused connection, garbage or a hang ejects at once; at most this share of
-# a role's instances in a group is ejected at a time.
-EjectMaxShare = Annotated[
-    float,
-    Field(
-        gt=0,
-        le=1,
-        description="Largest share of a role's instances in a group ejected at once.",
-    ),
-]
-SloMs = Annotated[float | None, Field(gt=0, allow_inf_nan=False)]
 
 
 class ProxySettings(BaseModel):
@@ -192,15 +59,15 @@ class ProxySettings(BaseModel):
 
     port: int = Field(ge=0, le=65535, description="HTTP port of the proxy.")
     host: str = Field("127.0.0.1", description="Address to bind (HTTP and registry).")
-    connector: Annotated[str, _one_of(CONNECTORS, "connector")] = Field(
+    connector: Annotated[str, one_of(CONNECTORS, "connector")] = Field(
         "nixl", description=f"KV connector: {' | '.join(CONNECTORS)}."
     )
-    mode: Annotated[str, _one_of(MODES, "mode")] = Field(
+    mode: Annotated[str, one_of(MODES, "mode")] = Field(
         "read", description="Mode of the instances given by flag: read | write | colocated."
     )
     registry_port: Annotated[
         int | None,
-        BeforeValidator(_negative_is_none),
+        BeforeValidator(negative_is_none),
         PlainSerializer(lambda p: -1 if p is None else p),
     ] = Field(
         36367,
@@ -208,7 +75,7 @@ class ProxySettings(BaseModel):
         le=65535,
         description="ZMQ registry port (MoRIIO proxy_ping_port); -1 disables.",
     )
-    registry_allow: Annotated[tuple[str, ...], AfterValidator(_allowlist)] = Field(
+    registry_allow: Annotated[tuple[str, ...], AfterValidator(allowlist)] = Field(
         LOOPBACK,
         description="Address or network that may register over ZMQ, or 'any' (repeat); "
         "default loopback only. Checked against the sender and every address it names.",
@@ -304,7 +171,7 @@ class ProxySettings(BaseModel):
     # anything else is refused. None: a standalone proxy, which believes what /health confirms.
     registry_expected: Annotated[
         tuple[InstanceOf[ExpectedInstance], ...] | None,
-        BeforeValidator(_expected),
+        BeforeValidator(expected_entries),
         Cli(hidden=True, env=True, json=True),
     ] = Field(
         None,
@@ -347,7 +214,7 @@ class ProxySettings(BaseModel):
     )
     health_interval: Annotated[
         float | None,
-        BeforeValidator(_zero_is_none),
+        BeforeValidator(zero_is_none),
         PlainSerializer(lambda s: 0 if s is None else s),
         Cli(hidden=True),
     ] = Field(5.0, gt=0, description="Seconds between health probes; 0 disables.")
@@ -423,27 +290,3 @@ class ProxySettings(BaseModel):
     def default_registry_mode(self) -> str:
         """The mode of a registration that names none: the flag's, read when colocated."""
         return self.mode if self.mode != Mode.COLOCATED else Mode.READ.value
-
-
-class _Environment(BaseSettings):
-    # Click's rule, kept: an empty variable counts as unset.
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_ignore_empty=True, frozen=True)
-
-
-# The fields read from the environment, as text: ProxySettings parses them like a flag's.
-_ENV_FIELDS: dict[str, Any] = {
-    name: (str | None, None)
-    for name, field in ProxySettings.model_fields.items()
-    if cli_of(field).env
-}
-ProxyEnvironment = create_model("ProxyEnvironment", __base__=_Environment, **_ENV_FIELDS)
-
-
-def env_name(field: str) -> str:
-    return ENV_PREFIX + field.upper()
-
-
-def read_settings(given: Mapping[str, Any]) -> ProxySettings:
-    """The settings from `given` (the command line's values) over the environment's."""
-    environment = ProxyEnvironment().model_dump(exclude_none=True)
-    return ProxySettings(**{**environment, **given})
