@@ -37,13 +37,16 @@ TTFT = "vllm:time_to_first_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
 
 
-def attached_units(spec: Any) -> list[dict[str, Any]]:
+def attached_units(
+    spec: Any, found: Mapping[str, Mapping[str, str]] | None = None
+) -> list[dict[str, Any]]:
     """Status rows for an attached deployment: each instance at its URL (always "RUNNING":
     pdctl owns no process; whether it answers is the scrape's `up`), and its proxy when it is
-    pdctl's (whose /metrics carry the client's figures)."""
+    pdctl's (whose /metrics carry the client's figures). A group that discovers its instances
+    has those `found` last (group -> instance name -> URL, observe/discovery/)."""
     units = [
         {
-            "name": f"{group.name}-{i}",
+            "name": name,
             "role": group.role.value,
             "group": group.name,
             "mode": group.mode.value if group.mode else None,
@@ -52,12 +55,23 @@ def attached_units(spec: Any) -> list[dict[str, Any]]:
             "attached": True,
         }
         for group in spec.groups
-        for i, url in enumerate(group.urls)
+        for name, url in _instances(group, found or {}).items()
     ]
     proxy = spec.external_proxy
     if proxy is not None and proxy.kind.value == "pdctl":
         units.insert(0, _proxy_row(proxy))
     return units
+
+
+def _instances(group: Any, found: Mapping[str, Mapping[str, str]]) -> Mapping[str, str]:
+    if getattr(group, "discover", None) is not None:
+        return found.get(group.name, {})
+    return {f"{group.name}-{i}": url for i, url in enumerate(group.urls)}
+
+
+def discovered(frame: Mapping[str, Any] | None) -> dict[str, dict[str, str]]:
+    """Group -> instance name -> URL, as a frame's discovery section shows them."""
+    return {d["group"]: d["found"] for d in (frame or {}).get("discovery") or []}
 
 
 def canary_units(spec: Any, units: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -77,7 +91,7 @@ def attached_status(spec: Any, frame: Mapping[str, Any] | None) -> list[dict[str
     if frame is not None and frame.get("proxy") is not None:
         shown["proxy"] = frame["proxy"]["up"]
     rows = []
-    for unit in canary_units(spec, attached_units(spec)):
+    for unit in canary_units(spec, attached_units(spec, discovered(frame))):
         up = shown.get(unit["name"])
         watched = unit["role"] != "proxy" or unit.get("kind") == "pdctl"
         state = "DOWN" if watched and up is False else "RUNNING"

@@ -250,6 +250,9 @@ class Frame(Requests):
     # Where ttft, itl and slo_attainment come from: "proxy" (pdctl's, the client's view) or
     # "engines" (an attached deployment behind another proxy: observe/attached.py)
     latency_source: NotRequired[str]
+    # An attached deployment's discovered groups: each one's source, the instances it found
+    # (name -> URL), the addresses it skipped and why, its last error (observe/discovery/)
+    discovery: NotRequired[list[dict[str, Any]]]
 
 
 class HistoryMessage(TypedDict):

@@ -37,6 +37,7 @@ from observe.build import (
 )
 from observe.canary import Transition as CanaryTransition
 from observe.canary_probe import CanaryRunner
+from observe.discovery.follower import Discoverer
 from observe.evidence import judge, marks, real_requests
 from observe.frames import WINDOW_SECONDS, WINDOWS, ChangeMark, Frame, Point, Window
 from observe.pd_check import CHECK_WINDOW, DecodeState, Transition, check
@@ -80,6 +81,7 @@ class ObserveSettings:
     timeout: float = 0.8
     history_step_s: float = 5.0
     retention_s: float = 24 * 3600.0
+    attach_hosts: tuple[str, ...] = ()  # hosts beyond loopback discovery may add (as specs')
 
 
 @dataclass
@@ -136,6 +138,7 @@ class Observer:
         # (services/autopilot_loop.py's "autopilot"), so the live frames carry them too.
         self.sections: dict[str, Callable[[str], dict[str, Any] | None]] = {}
         self.attached: dict[str, Any] = {}  # attached deployments' specs, read each tick
+        self.discovery = Discoverer(self.settings.attach_hosts)  # their discovered groups
         self._health_events: list[tuple[str, Any]] = []
         self._last_point: dict[str, float] = {}
         self._last_prune = 0.0
@@ -153,6 +156,7 @@ class Observer:
 
     async def close(self) -> None:
         await self.canary.close()
+        await self.discovery.close()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -182,6 +186,11 @@ class Observer:
         now = self.clock()
         self.attached = await asyncio.to_thread(self._attached_specs)
         names = list(self.controller.supervisor.deployments)
+        if self._session is not None:
+            for name, spec in self.attached.items():
+                if name not in names:  # a look at each due source, in tasks of their own
+                    self.discovery.tick(name, spec, now, self._session)
+        self.discovery.forget({n for n in self.attached if n not in names})
         names += [n for n in self.attached if n not in names]
         await asyncio.gather(*(self._observe(name, now) for name in names))
         for gone in set(self.latest) - set(names):
@@ -190,7 +199,8 @@ class Observer:
         self.pd_states = {k: v for k, v in self.pd_states.items() if k in names}
         self.canary.forget(set(names))
         events, self._pd_events = self._pd_events + self.canary.events + self._health_events, []
-        self._health_events = []
+        events += self.discovery.events
+        self._health_events, self.discovery.events = [], []
         self.canary.events = []
         points = [
             (n, now, _marked_point(f[WINDOWS[0]]))
@@ -218,7 +228,11 @@ class Observer:
         attached = self.attached.get(name)
         dep: Any = self.controller.supervisor.deployments.get(name)
         if attached is not None and dep is None:
-            dep, units = AttachedView(attached), attached_units(attached)
+            dep = AttachedView(attached)
+            units = attached_units(attached, self.discovery.found(name))
+            # an instance discovery no longer finds is not kept (nor its windows)
+            watched = {(name, u["name"], u.get("url") or "") for u in units}
+            self._targets = {k: v for k, v in self._targets.items() if k[0] != name or k in watched}
         elif dep is None:
             return
         else:
@@ -256,6 +270,10 @@ class Observer:
                 )
                 frame["ttft"], frame["itl"] = shown["ttft"], shown["itl"]
                 frame["slo_attainment"] = shown["slo_attainment"]
+        found = self.discovery.section(name) if attached is not None else None
+        if found is not None:
+            for frame in frames.values():
+                frame["discovery"] = found
         self.canary.tick(name, dep, canary_units(attached, units) if attached else units, now)
         extra = {key: value for key, f in self.sections.items() if (value := f(name)) is not None}
         for frame in frames.values():  # the last canary verdict beside the SLO figures
@@ -410,6 +428,7 @@ async def start_observer(settings: Any, controller: Any, store: Any, hub: Hub) -
             timeout=settings.scrape_timeout,
             history_step_s=settings.history_step_s,
             retention_s=settings.history_retention_hours * 3600.0,
+            attach_hosts=tuple(settings.attach_hosts),
         ),
     )
     observer.sections["serving"] = serving_section(controller)  # the page header follows it

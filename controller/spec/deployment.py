@@ -26,7 +26,7 @@ from connector.settings import (
     RetryBudgetRatio,
     RetryDeadline,
 )
-from controller.spec.attach import ExternalProxy, InstanceUrl, check_attached
+from controller.spec.attach import Discovery, ExternalProxy, InstanceUrl, check_attached
 from controller.spec.autopilot import Autopilot, check_autopilot
 from controller.spec.bidir import check_bidirectional
 from controller.spec.canary import CanaryConfig
@@ -123,6 +123,8 @@ class InstanceGroup(_Strict):
     kv_connector_extra_config: KvExtra = Field(default_factory=dict)
     # Attached only (engine external): each instance's base URL, in instance order.
     urls: list[InstanceUrl] = Field(default_factory=list, max_length=64)
+    # Attached only, instead of urls: where the instances are found, again and again.
+    discover: Discovery | None = None
 
     def instance_gpus(self, index: int) -> list[int]:
         return self.gpus[index * self.tp : (index + 1) * self.tp]

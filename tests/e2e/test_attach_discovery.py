@@ -1,0 +1,230 @@
+"""Attach by discovery (issue 37): NIXL stand-ins started by hand, a real Prometheus
+(Debian's package) scraping them with llm-d's role label from a file_sd file, and the pair
+attached with `pdctl attach --discover-prometheus` behind the real vllm-router. Under
+`pdctl bench` through the router the frame's TTFT and ITL medians (from the engines' own
+histograms) are within 15% of the bench's, KV moves, PD happens; a third stand-in written into
+Prometheus's targets is picked up and the one taken out is dropped, each an event. The same
+pair found from the router's worker list (`--discover-router`) is watched too."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from harness.control_plane import ControlPlane
+from harness.processes import ROOT, Process, free_port, http_get, running
+from harness.stack import RouterProcess, nixl_sim, router_binary, wait_until
+from tests.terminal.verbs_run import environment, pdctl
+
+PROMETHEUS = shutil.which("prometheus")
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not router_binary().exists(), reason="vllm-router is not installed"),
+    pytest.mark.skipif(
+        PROMETHEUS is None,
+        reason="the prometheus binary is not installed (Debian package 'prometheus')",
+    ),
+]
+
+NAME = "found"
+PROBE_S = 1.0
+EVERY_S = 1.0  # how often discovery asks Prometheus again
+# As tests/e2e/test_attach_router.py: engine steps far above a loaded host's HTTP overhead.
+MODEL = (
+    "--model-profile", "llama-3.1-70b", "--hardware", "l40s", "-tp", "4", "--max-model-len", "4096",
+    "--served-model-name", "tiny",
+)  # fmt: skip
+LOAD = ("--request-rate", "4", "--num-prompts", "32", "--input-len", "256", "--output-len", "16")
+
+
+def write_targets(path: Path, instances: dict[str, Process]) -> None:
+    """Prometheus's file_sd file: each stand-in with its role, the key up to a `-` (written
+    whole, then renamed)."""
+    groups = [
+        {"targets": [f"127.0.0.1:{proc.port}"], "labels": {"llm_d_ai_role": role.split("-")[0]}}
+        for role, proc in instances.items()
+    ]
+    part = path.with_suffix(".part")
+    part.write_text(json.dumps(groups))
+    os.replace(part, path)
+
+
+def start_prometheus(tmp: Path, targets: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    config = tmp / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, scrape_timeout: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: vllm\n"
+        f"    file_sd_configs: [{{files: ['{targets}'], refresh_interval: 1s}}]\n"
+    )
+    log = (tmp / "prometheus.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            str(PROMETHEUS),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    log.close()
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def active_targets(base: str) -> list[str]:
+    try:
+        status, raw = http_get(base + "/api/v1/targets?state=active", timeout=5)
+    except OSError:
+        return []
+    if status != 200:
+        return []
+    return [t["scrapeUrl"] for t in json.loads(raw)["data"]["activeTargets"]]
+
+
+async def _frame(base_url: str, name: str, window: str) -> dict[str, Any]:
+    url = base_url.replace("http://", "ws://") + f"/ws/deployments/{name}?window={window}"
+    async with aiohttp.ClientSession() as session, session.ws_connect(url) as ws:
+        async with asyncio.timeout(10):
+            async for message in ws:
+                data = json.loads(message.data)
+                if data.get("type") == "frame":
+                    return data
+    raise TimeoutError(url)
+
+
+def frame(plane: ControlPlane, name: str = NAME, window: str = "1m") -> dict[str, Any]:
+    return asyncio.run(_frame(plane.server.url, name, window))
+
+
+def events(plane: ControlPlane, kind: str, name: str = NAME) -> list[dict[str, Any]]:
+    _, found = plane.api("GET", f"/events?deployment={name}&limit=200")
+    return [e for e in found if e["kind"] == kind]
+
+
+def found_urls(plane: ControlPlane, name: str = NAME) -> dict[str, str]:
+    _, rows = plane.api("GET", f"/deployments/{name}/status")
+    return {r["name"]: r["url"] for r in rows if r["role"] != "proxy"}
+
+
+def bench(tmp: Path, server: str) -> dict[str, Any]:
+    out = tmp / "bench.json"
+    done = subprocess.run(
+        [
+            sys.executable, str(ROOT / "pdctl.py"), "bench", "--deployment", NAME,
+            "--server", server, "--result-json", str(out), "--quiet", "--model", "tiny", *LOAD,
+        ],
+        cwd=ROOT, capture_output=True, timeout=90, check=False, env=environment(None, None, None),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    return json.loads(out.read_text())
+
+
+def within(got: float, want: float, share: float = 0.15) -> bool:
+    return abs(got - want) <= share * want
+
+
+def at(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(event["ts"]).timestamp()
+
+
+def _told(plane: ControlPlane, what: str, url: str) -> list[dict[str, Any]]:
+    return [e for e in events(plane, f"attached.instance_{what}") if e["detail"]["url"] == url]
+
+
+def test_a_pair_found_in_prometheus_is_watched_and_followed(tmp_path):
+    prefill = nixl_sim(tmp_path, "prefill", "kv_producer", *MODEL)
+    decode = nixl_sim(tmp_path, "decode", "kv_consumer", *MODEL)
+    third = nixl_sim(tmp_path, "prefill-b", "kv_producer", *MODEL)
+    sd = tmp_path / "targets.json"
+    write_targets(sd, {"prefill": prefill, "decode": decode})
+    plane = ControlPlane(tmp_path, {"PDCTL_SCRAPE_INTERVAL": str(PROBE_S)})
+    with running(prefill, decode, third):
+        router = RouterProcess(tmp_path, [prefill.url], [decode.url])
+        prom, prom_url = start_prometheus(tmp_path, sd)
+        try:
+            with running(router):
+                wait_until(lambda: len(active_targets(prom_url)) == 2, 20, "Prometheus's targets")
+                plane.start()
+                server = plane.server.url
+                bad = pdctl(
+                    "attach", "bad", "--discover-prometheus", prom_url, "--match", "job",
+                    server=server, token=None,
+                )  # fmt: skip
+                assert bad.returncode == 2 and "--match 'job'" in bad.stderr, bad.stderr
+                made = pdctl(
+                    "attach", NAME, "--discover-prometheus", prom_url, "--match", "job=vllm",
+                    "--discover-every", str(EVERY_S), "--proxy", router.url,
+                    "--proxy-kind", "vllm-router", server=server, token=None,
+                )  # fmt: skip
+                assert made.returncode == 0, made.stderr
+                assert f"attached by discovery from {prom_url}" in made.stdout, made.stdout
+                routed = pdctl(
+                    "attach", "routed", "--discover-router", router.url, "--discover-every", "1",
+                    server=server, token=None,
+                )  # fmt: skip
+                assert routed.returncode == 0, routed.stderr
+
+                pair = {"prefill-0": prefill.url, "decode-0": decode.url}
+                wait_until(lambda: found_urls(plane) == pair, 15, "the pair discovered")
+                wait_until(lambda: found_urls(plane, "routed") == pair, 15, "the router's pair")
+                started = pdctl("start", NAME, server=server, token=None)
+                assert started.returncode != 0 and "is attached" in started.stderr
+
+                result = bench(tmp_path, server)  # through the router
+                assert result["completed"] == 32
+                time.sleep(PROBE_S * 1.5)  # the last scrape after the last request
+                shown = frame(plane)
+                report = {
+                    "bench_ttft_p50_ms": result["median_ttft_ms"],
+                    "frame_ttft_p50_ms": (shown["ttft"]["p50"] or 0) * 1000,
+                    "bench_itl_p50_ms": result["median_itl_ms"],
+                    "frame_itl_p50_ms": (shown["itl"]["p50"] or 0) * 1000,
+                    "pd_shares": [d["share"] for d in shown["pd"]["decodes"]],
+                    "kv_bytes_per_s": shown["kv"]["bytes_per_s"],
+                    "discovery": shown["discovery"],
+                }
+                print("discovery figures:", json.dumps(report))
+                assert shown["latency_source"] == "engines"
+                assert within(report["frame_ttft_p50_ms"], report["bench_ttft_p50_ms"]), report
+                assert within(report["frame_itl_p50_ms"], report["bench_itl_p50_ms"]), report
+                assert (shown["kv"]["bytes_per_s"] or 0) > 0, report
+                shares = report["pd_shares"]
+                assert shares and all(s is not None and s > 0.9 for s in shares), report
+                assert {d["group"]: d["found"] for d in shown["discovery"]} == {
+                    "prefill": {"prefill-0": prefill.url},
+                    "decode": {"decode-0": decode.url},
+                }
+
+                # the third stand-in written into Prometheus's targets: picked up
+                added = time.time()
+                write_targets(sd, {"prefill": prefill, "decode": decode, "prefill-b": third})
+                appeared = wait_until(lambda: _told(plane, "appeared", third.url), 30, "picked up")
+                picked = at(appeared[0]) - added
+                three = {"prefill-0": prefill.url, "prefill-1": third.url, "decode-0": decode.url}
+                assert found_urls(plane) == three
+                # the first prefill taken out: dropped, the others keep their names
+                removed = time.time()
+                write_targets(sd, {"decode": decode, "prefill-b": third})
+                gone = wait_until(lambda: _told(plane, "gone", prefill.url), 30, "dropped")
+                dropped = at(gone[0]) - removed
+                print(f"picked up {picked:.2f} s after the write, dropped {dropped:.2f} s after")
+                assert "is no longer in Prometheus" in gone[0]["message"], gone
+                assert found_urls(plane) == {"prefill-1": third.url, "decode-0": decode.url}
+                assert picked < 15 and dropped < 15, (picked, dropped)
+        finally:
+            plane.close()
+            prom.terminate()
+            prom.wait(timeout=10)
