@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,19 @@ def at(event: dict[str, Any]) -> float:
     return datetime.fromisoformat(event["ts"]).timestamp()
 
 
+def routed_spec(router: str) -> dict[str, Any]:
+    found = {"router": router, "every_s": EVERY_S}
+    return {
+        "name": "routed",
+        "engine": "external",
+        "model": "tiny",
+        "topology": "disaggregated",
+        "connector": "NixlConnector",
+        "groups": [{"name": r, "role": r, "discover": found} for r in ("prefill", "decode")],
+        "external_proxy": {"url": router, "kind": "vllm-router"},
+    }
+
+
 def _told(plane: ControlPlane, what: str, url: str) -> list[dict[str, Any]]:
     return [e for e in events(plane, f"attached.instance_{what}") if e["detail"]["url"] == url]
 
@@ -151,19 +165,16 @@ def test_a_pair_found_in_prometheus_is_watched_and_followed(tmp_path):
     sd = tmp_path / "targets.json"
     write_targets(sd, {"prefill": prefill, "decode": decode})
     plane = ControlPlane(tmp_path, {"PDCTL_SCRAPE_INTERVAL": str(PROBE_S)})
-    with running(prefill, decode, third):
-        router = RouterProcess(tmp_path, [prefill.url], [decode.url])
-        prom, prom_url = start_prometheus(tmp_path, sd)
-        try:
+    prom, prom_url = start_prometheus(tmp_path, sd)  # while the stand-ins start
+    pool = ThreadPoolExecutor(1)
+    serving = pool.submit(plane.start)  # and the control plane too
+    try:
+        with running(prefill, decode, third):
+            router = RouterProcess(tmp_path, [prefill.url], [decode.url])
             with running(router):
                 wait_until(lambda: len(active_targets(prom_url)) == 2, 20, "Prometheus's targets")
-                plane.start()
+                serving.result(timeout=90)
                 server = plane.server.url
-                bad = pdctl(
-                    "attach", "bad", "--discover-prometheus", prom_url, "--match", "job",
-                    server=server, token=None,
-                )  # fmt: skip
-                assert bad.returncode == 2 and "--match 'job'" in bad.stderr, bad.stderr
                 made = pdctl(
                     "attach", NAME, "--discover-prometheus", prom_url, "--match", "job=vllm",
                     "--discover-every", str(EVERY_S), "--proxy", router.url,
@@ -171,17 +182,15 @@ def test_a_pair_found_in_prometheus_is_watched_and_followed(tmp_path):
                 )  # fmt: skip
                 assert made.returncode == 0, made.stderr
                 assert f"attached by discovery from {prom_url}" in made.stdout, made.stdout
-                routed = pdctl(
-                    "attach", "routed", "--discover-router", router.url, "--discover-every", "1",
-                    server=server, token=None,
-                )  # fmt: skip
-                assert routed.returncode == 0, routed.stderr
+                # the same pair from the router's worker list (the CLI's flags: tests/terminal)
+                status, _ = plane.api("POST", "/deployments", routed_spec(router.url))
+                assert status == 201
 
                 pair = {"prefill-0": prefill.url, "decode-0": decode.url}
                 wait_until(lambda: found_urls(plane) == pair, 15, "the pair discovered")
                 wait_until(lambda: found_urls(plane, "routed") == pair, 15, "the router's pair")
-                started = pdctl("start", NAME, server=server, token=None)
-                assert started.returncode != 0 and "is attached" in started.stderr
+                status, refused = plane.api("POST", f"/deployments/{NAME}/start")
+                assert status == 409 and "is attached" in refused["detail"], refused
 
                 result = bench(tmp_path, server)  # through the router
                 assert result["completed"] == 32
@@ -211,6 +220,8 @@ def test_a_pair_found_in_prometheus_is_watched_and_followed(tmp_path):
                 # the third stand-in written into Prometheus's targets: picked up
                 added = time.time()
                 write_targets(sd, {"prefill": prefill, "decode": decode, "prefill-b": third})
+                wait_until(lambda: len(active_targets(prom_url)) == 3, 30, "in Prometheus")
+                listed = time.time()  # Prometheus's own lag: its discovery sends every 5 s
                 appeared = wait_until(lambda: _told(plane, "appeared", third.url), 30, "picked up")
                 picked = at(appeared[0]) - added
                 three = {"prefill-0": prefill.url, "prefill-1": third.url, "decode-0": decode.url}
@@ -218,13 +229,20 @@ def test_a_pair_found_in_prometheus_is_watched_and_followed(tmp_path):
                 # the first prefill taken out: dropped, the others keep their names
                 removed = time.time()
                 write_targets(sd, {"decode": decode, "prefill-b": third})
+                wait_until(lambda: len(active_targets(prom_url)) == 2, 30, "out of Prometheus")
+                unlisted = time.time()
                 gone = wait_until(lambda: _told(plane, "gone", prefill.url), 30, "dropped")
                 dropped = at(gone[0]) - removed
-                print(f"picked up {picked:.2f} s after the write, dropped {dropped:.2f} s after")
+                print(
+                    f"picked up {picked:.2f} s after the write ({at(appeared[0]) - listed:.2f} s "
+                    f"after Prometheus listed it), dropped {dropped:.2f} s after "
+                    f"({at(gone[0]) - unlisted:.2f} s after Prometheus did)"
+                )
                 assert "is no longer in Prometheus" in gone[0]["message"], gone
                 assert found_urls(plane) == {"prefill-1": third.url, "decode-0": decode.url}
                 assert picked < 15 and dropped < 15, (picked, dropped)
-        finally:
-            plane.close()
-            prom.terminate()
-            prom.wait(timeout=10)
+    finally:
+        pool.shutdown(wait=True)  # started or failed: closed either way
+        plane.close()
+        prom.terminate()
+        prom.wait(timeout=10)

@@ -43,7 +43,7 @@ def test_each_look_says_who_appeared_who_went_and_who_is_skipped():
     assert third == second
 
 
-def test_an_address_that_moves_to_another_index_is_gone_and_new():
+def test_a_gone_instance_leaves_the_others_their_names():
     before = Members("decode", {A: 0, B: 1})
     after, said = moved("ext", before, Found([B], {}), [], "vllm-router r")
     assert after.names() == {"decode-1": B}

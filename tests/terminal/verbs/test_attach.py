@@ -8,9 +8,10 @@ import typer
 from typer.testing import CliRunner
 
 from terminal import exits
+from terminal.client import ApiError
 from terminal.session import Usage
 from terminal.verbs import cli as verbs_cli
-from terminal.verbs.attach import router_workers
+from terminal.verbs.attach import _by_flag, discovery_groups, router_workers
 
 WORKERS = {
     "workers": [
@@ -64,3 +65,58 @@ def test_bad_flags_exit_2_naming_the_flag_before_anything_is_sent(args, words):
     out = run(*args, "--server", "http://127.0.0.1:9")  # nothing listens there
     assert out.exit_code == exits.USAGE, out.output
     assert words in out.output
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("x", "--match", "job=vllm"), "--match goes with --discover-prometheus"),
+        (("x", "--discover-prometheus", "http://127.0.0.1:1", "--match", "job"), "--match 'job'"),
+        (
+            ("x", "--discover-prometheus", "http://127.0.0.1:1", "--match", "=vllm"),
+            "label=value",
+        ),
+        (
+            ("x", "--discover-prometheus", "http://127.0.0.1:1", "--discover-router", "http://a:1"),
+            "name one source",
+        ),
+        (
+            ("x", "--discover-router", "http://127.0.0.1:1", "--prefill", "http://127.0.0.1:2"),
+            "drop --prefill",
+        ),
+        (
+            ("x", "--discover-prometheus", "http://127.0.0.1:1", "--from-router", "http://a:1"),
+            "--from-router",
+        ),
+    ],
+)
+def test_bad_discovery_flags_exit_2_naming_the_flag(args, words):
+    out = run(*args, "--server", "http://127.0.0.1:9")
+    assert out.exit_code == exits.USAGE, out.output
+    assert words in out.output
+
+
+def test_each_role_discovers_with_its_role_label():
+    groups = discovery_groups("http://p:9090", None, {"job": "vllm"}, "llm-d.ai/role", 2.0)
+    assert groups["decode"] == {
+        "prometheus": "http://p:9090",
+        "match": {"job": "vllm", "llm-d.ai/role": "decode"},
+        "every_s": 2.0,
+    }
+    by_router = discovery_groups(None, "http://r:80", {}, "llm-d.ai/role", 5.0)
+    assert by_router["prefill"] == {"router": "http://r:80", "every_s": 5.0}
+
+
+@pytest.mark.parametrize(
+    ("field", "flag"),
+    [
+        ("prometheus", "--discover-prometheus"),
+        ("router", "--discover-router"),
+        ("match", "--match"),
+        ("every_s", "--discover-every"),
+    ],
+)
+def test_a_refused_discovery_is_told_by_its_flag(field, flag):
+    detail = [{"loc": ["body", "groups", 1, "discover", field], "msg": "not allowed"}]
+    told = _by_flag(ApiError("422", 2, 422, detail))
+    assert isinstance(told, Usage) and str(told) == f"{flag}: not allowed"
