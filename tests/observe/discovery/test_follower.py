@@ -190,16 +190,20 @@ async def failing(_: web.Request) -> web.Response:
         (huge, f"more than {MAX_BYTES} bytes"),
         (malformed, "no readable JSON"),
         (nested, "no readable JSON"),
-        (wrong_shape, "without activeTargets"),
+        (wrong_shape, "without activeTargets"),  # a router's: "no worker list"
         (redirect, "answered 302 (redirects are not followed)"),
         (failing, "answered 503"),
     ],
 )
+@pytest.mark.parametrize("router", [False, True], ids=["prometheus", "router"])
 async def test_a_hostile_source_fails_in_bounds_and_keeps_the_last_set(
-    source, session, handler, words
+    source, session, handler, words, router
 ):
+    if router:
+        source.doc = {"workers": [{"url": u, "worker_type": "prefill"} for u in (A, B)]}
+        words = "no worker list" if handler is wrong_shape else words
     d = Discoverer(timeout=TIMEOUT_S, max_bytes=MAX_BYTES)
-    s = spec(source.url)
+    s = spec(source.url, router=router)
     await look(d, s, session, 0.0)
     kinds(d)
     source.handler = handler
