@@ -72,7 +72,7 @@ def test_no_5xx_and_answers_match_the_schema(api_schema) -> None:
             suppress_health_check=list(HealthCheck),
         )
         def run(case) -> None:
-            case.call_and_validate(timeout=30, excluded_checks=[positive_data_acceptance])
+            case.call_and_validate(timeout=120, excluded_checks=[positive_data_acceptance])
 
         try:
             run()
