@@ -38,7 +38,7 @@ def test_split_on_one_node_is_refused_naming_the_flag():
 
 
 def test_a_tp_group_never_spans_nodes():
-    with pytest.raises(PlanError, match="--gpus-per-node 4: .*TP8.*never spans nodes"):
+    with pytest.raises(PlanError, match=r"--gpus-per-node 4: .*TP8.*never spans nodes"):
         place("1xTP8", Nodes(2, 4), colocated_tps=[8])
 
 
