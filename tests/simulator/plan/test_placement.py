@@ -82,8 +82,6 @@ def test_inconsistent_nodes_name_the_field(given, field):
 
 def test_nixl_pairs_take_nvlink_inside_a_node_and_the_nics_between_nodes():
     fabric = Fabric(H100, "NixlConnector", nics_per_node=8)
-    placed = place("2P-TP4+2D-TP4", Nodes(2, 8), [2, 2], [4, 4])  # P on 1, D on 0
-    assert placed.prefills == (1, 1)
     links = pair_links(fabric, Placement((0, 1), (0, 1)), ranks=2)
     assert links[0][0].path is P2P and links[0][0].bandwidth_bytes_s == 2 * 450e9
     assert links[0][1].path is RDMA and links[0][1].bandwidth_bytes_s == 2 * 400e9 / 8
