@@ -15,7 +15,6 @@ from domain.modes import TRANSFER_MODES
 from domain.slo import SloTargets
 from simulator.engine.scheduler import Scheduler, SchedulerConfig
 from simulator.model.handoff import HandoffLink
-from simulator.model.handoff_paths import HandoffPath, choose_path
 from simulator.model.timing import TimingModel
 from simulator.plan.cluster import Cluster
 from simulator.plan.errors import PlanError
@@ -207,9 +206,6 @@ class PlanSetup:
         amd = profiles.hardware(self.hardware).vendor == "AMD"
         return "MoRIIOConnector" if amd else "NixlConnector"
 
-    def handoff_path(self) -> HandoffPath:
-        return choose_path(profiles.hardware(self.hardware), self.kv_connector, self.same_node)
-
     def node_shape(self) -> Nodes:
         per_node = self.gpus_per_node or (
             self.gpus if self.nodes == 1 else profiles.hardware(self.hardware).gpus_per_node
@@ -252,6 +248,8 @@ class PlanSetup:
 
     def link_bytes_per_s(self, config: PlanConfig) -> float:
         """The hand-off's bandwidth part; of the slowest pair the proxy uses, when they differ."""
+        if config.kind == "colocated":
+            return self.handoff(config).bandwidth_bytes_s  # no ranks hand off: 0 (or given)
         links = self.pair_links(config)
         return min(
             links[p][d].bandwidth_bytes_s for p, d in used_pairs(config.prefills, config.decodes)

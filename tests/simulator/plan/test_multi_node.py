@@ -82,6 +82,8 @@ def test_each_pair_hands_off_over_its_own_link():
         expected = link.transfer_seconds(model, len(arrival.prompt_token_ids) - 1, 16)
         assert results[arrival.request_id].transfer_s == pytest.approx(expected)
     assert {cluster.pair_links[0][d].path.name for d in range(3)} == {"p2p", "rdma"}
+    # What the result reports per layout: the slowest pair's bandwidth (4 x 400 Gb/s).
+    assert setup.link_bytes_per_s(parse_config("1p-tp4+3d-tp4:read")) == 200e9
 
 
 def test_a_search_ranks_layouts_across_nodes_within_the_budget():
