@@ -16,6 +16,7 @@ from domain import profiles
 from domain.slo import SloTargets, parse_itl_stat
 from services.plan_schema import NAMED, WORKLOAD, FlagsIn, PlanRequest, parse_config
 from simulator.plan import planner
+from simulator.plan.placement import NodesError, resolve_nodes
 from simulator.plan.scenarios import SCENARIOS, mori_io_qwen3_235b, mori_io_setup
 
 MAX_ROWS = 80  # the published scenario: 4 configurations x 20 rates
@@ -31,16 +32,31 @@ def setup_of(req: PlanRequest) -> planner.PlanSetup:
         return planner.EngineFlags(f.max_num_seqs, f.max_num_batched_tokens, f.prefix_caching)
 
     s = req.slo
+    try:
+        budget, nodes, per_node = resolve_nodes(
+            req.gpus if "gpus" in req.model_fields_set else None,
+            req.nodes,
+            req.gpus_per_node,
+            profiles.hardware(req.hardware).gpus_per_node,
+            planner.PLAN_DEFAULTS.gpus,
+        )
+    except NodesError as exc:
+        raise _invalid((exc.field,), exc.message) from None
     return planner.PlanSetup(
         req.model,
         req.hardware,
-        req.gpus,
+        budget,
         flags(req.colocated_flags),
         flags(req.prefill_flags),
         flags(req.decode_flags),
         req.link_gbps,
         slo=SloTargets(s.ttft_ms, s.itl_ms, None, parse_itl_stat(s.itl_stat)),
         goodput_share=req.goodput_share,
+        nodes=nodes,
+        gpus_per_node=per_node,
+        nics_per_node=req.nics_per_node,
+        nic_gbit=req.nic_gbps,
+        placement=req.placement,
     )
 
 
@@ -128,6 +144,7 @@ def _context_of(
         "model": setup.model,
         "hardware": setup.hardware,
         "gpus": setup.gpus,
+        "nodes": setup.nodes,
         "kv_bytes_per_token": profiles.model(setup.model).kv_bytes_per_token,
         "workload": {k: getattr(workload, k) for k in workload.__dataclass_fields__},
         "topologies": {c.label: c.kind for c in configs},

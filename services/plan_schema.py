@@ -6,7 +6,7 @@ its workload at its published 8 req/s."""
 from __future__ import annotations
 
 import math
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
@@ -15,6 +15,7 @@ from domain.modes import TransferModeName
 from domain.slo import DEFAULT_ITL_STAT, ItlStatName
 from simulator.plan import planner
 from simulator.plan.cli import parse_rates
+from simulator.plan.placement import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES
 from simulator.plan.planner import PLAN_DEFAULTS, PLAN_RATE, PLAN_SLO
 from simulator.plan.scenarios import SCENARIOS, mori_io_configs, named_config
 
@@ -87,8 +88,8 @@ def _flags(f: planner.EngineFlags) -> FlagsIn:
 
 
 class PlanRequest(_Strict):
-    """A sweep (configurations x rates), a search (`search: true`: every one-node layout of
-    `gpus`), or a built-in `scenario` (the other fields are then ignored). Defaults: the
+    """A sweep (configurations x rates), a search (`search: true`: every layout of `gpus` on
+    the nodes), or a built-in `scenario` (the other fields are then ignored). Defaults: the
     planner's (`PLAN_DEFAULTS`), as `pdctl plan`'s."""
 
     scenario: str | None = Field(None, description=f"built in: {', '.join(SCENARIOS)}")
@@ -106,7 +107,29 @@ class PlanRequest(_Strict):
     )
     model: Annotated[str, _profile("models")] = PLAN_DEFAULTS.model
     hardware: Annotated[str, _profile("hardware")] = PLAN_DEFAULTS.hardware
-    gpus: int = Field(PLAN_DEFAULTS.gpus, ge=1, le=64)
+    gpus: int = Field(
+        PLAN_DEFAULTS.gpus,
+        ge=1,
+        le=MAX_GPUS,
+        description="GPUs in all, the budget a search fills; left out with `nodes`: "
+        "nodes x gpus_per_node",
+    )
+    nodes: int | None = Field(
+        None, ge=1, le=MAX_NODES, description="default: as many as `gpus` needs"
+    )
+    gpus_per_node: int | None = Field(
+        None, ge=1, le=MAX_GPUS_PER_NODE, description="default: the hardware profile's"
+    )
+    nics_per_node: int | None = Field(
+        None, ge=1, le=64, description="NICs between nodes; default: the hardware profile's"
+    )
+    nic_gbps: float | None = Field(
+        None, gt=0, le=100_000, description="Gb/s (bits) per NIC; default: the profile's"
+    )
+    placement: Literal["pack", "split"] = Field(
+        "pack",
+        description="pack: fill nodes in turn; split: prefills and decodes on separate nodes",
+    )
     link_gbps: float | None = Field(
         None, gt=0, le=100_000, description="GB/s between P and D; default NICs x TP"
     )

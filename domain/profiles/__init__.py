@@ -58,6 +58,10 @@ class HardwareProfile:
     compute_eff_fp8: float
     mem_eff: float
     rdma: bool = False  # GPUDirect RDMA NICs (the KV hand-off's path between nodes)
+    # A node as sold (DGX/HGX, OAM platforms): GPUs in it, and NICs for traffic between nodes
+    # (nic_gbit each). The planner places engines on nodes of gpus_per_node.
+    gpus_per_node: int = 8
+    nics_per_node: int = 8
 
     def peak_flops(self, dtype: str) -> float:
         return (self.fp8_tflops if dtype == "fp8" else self.bf16_tflops) * 1e12

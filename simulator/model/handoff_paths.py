@@ -97,15 +97,21 @@ def choose_path(
 
 
 def path_bandwidth(
-    path: HandoffPath, hardware: HardwareProfile, ranks: int = 1, same_node: bool = True
+    path: HandoffPath,
+    hardware: HardwareProfile,
+    ranks: int = 1,
+    same_node: bool = True,
+    nics: int | None = None,
 ) -> float:
-    """Bytes/s of the path's bandwidth part: `ranks` TP ranks moving their shards at once."""
+    """Bytes/s of the path's bandwidth part: `ranks` TP ranks moving their shards at once,
+    over `nics` NICs (None: one per rank, as on a node with a NIC per GPU)."""
+    on_nics = hardware.nic_bytes_per_s * (ranks if nics is None else min(ranks, nics))
     if path.name == "rdma":
-        return hardware.nic_bytes_per_s * ranks  # one NIC per GPU
+        return on_nics
     if path.name == "p2p":
         return hardware.gpu_peer_gbps * 1e9 * ranks
     # Staged: the bytes cross PCIe twice (up to host memory, down again), and between nodes
     # the NIC too. UCX's TCP lane is slower still (UCX_TCP_MAX_BW default 2200MBs,
     # uct/tcp/tcp_iface.c), but its cost is counted per operation, in the post part.
-    pcie_twice = hardware.pcie_gbps * 1e9 / 2
-    return (pcie_twice if same_node else min(pcie_twice, hardware.nic_bytes_per_s)) * ranks
+    pcie_twice = hardware.pcie_gbps * 1e9 / 2 * ranks
+    return pcie_twice if same_node else min(pcie_twice, on_nics)

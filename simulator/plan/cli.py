@@ -14,6 +14,7 @@ from rich.table import Table
 from domain import profiles
 from domain.kv_connectors import proxy_backend, proxy_names
 from domain.slo import ItlStat, SloTargets
+from simulator.plan.placement import PLACEMENTS, resolve_nodes
 from simulator.plan.planner import (
     PLAN_DEFAULTS,
     PLAN_RATE,
@@ -64,7 +65,29 @@ def plan(
         PLAN_DEFAULTS.model, "--model", help="A profile, or a model folder or its config.json."
     ),
     hardware: str = typer.Option(PLAN_DEFAULTS.hardware, "--hardware"),
-    gpus: int = typer.Option(PLAN_DEFAULTS.gpus, "--gpus"),
+    gpus: int | None = typer.Option(
+        None,
+        "--gpus",
+        help=f"GPUs in all (default {PLAN_DEFAULTS.gpus}, or --nodes x --gpus-per-node); "
+        "the budget --search fills.",
+    ),
+    nodes: int | None = typer.Option(
+        None, "--nodes", help="Nodes (default: as many as --gpus needs)."
+    ),
+    gpus_per_node: int | None = typer.Option(
+        None, "--gpus-per-node", help="Default: the hardware profile's (8). No TP spans nodes."
+    ),
+    nics_per_node: int | None = typer.Option(
+        None, "--nics-per-node", help="NICs between nodes; default: the hardware profile's."
+    ),
+    nic_gbps: float | None = typer.Option(
+        None, "--nic-gbps", help="Gb/s (bits) per NIC, as datasheets give it; default: profile's."
+    ),
+    placement: str = typer.Option(
+        PLAN_DEFAULTS.placement,
+        "--placement",
+        help="pack: fill nodes in turn; split: prefills and decodes on separate nodes.",
+    ),
     config: Annotated[
         list[str] | None,
         typer.Option(
@@ -106,7 +129,9 @@ def plan(
     prefix_caching: bool | None = typer.Option(
         None, "--prefix-caching/--no-prefix-caching", help="Default: on, as vLLM's."
     ),
-    do_search: bool = typer.Option(False, "--search", help="Rank every one-node layout."),
+    do_search: bool = typer.Option(
+        False, "--search", help="Rank every layout of the GPU budget on the nodes."
+    ),
     fidelity: bool = typer.Option(
         False,
         "--fidelity",
@@ -145,7 +170,6 @@ def plan(
         _checks(
             model,
             hardware,
-            gpus,
             num_prompts,
             input_len,
             output_len,
@@ -165,10 +189,18 @@ def plan(
         )
         flags = EngineFlags(max_num_seqs, max_num_batched_tokens, prefix_caching)
         pd_flags = EngineFlags(pd_max_num_seqs, pd_max_num_batched_tokens, prefix_caching)
+        budget, nodes, gpus_per_node = resolve_nodes(
+            gpus,
+            nodes,
+            gpus_per_node,
+            profiles.hardware(hardware).gpus_per_node,
+            PLAN_DEFAULTS.gpus,
+        )
+        _check_fabric(nics_per_node, nic_gbps, placement)
         setup = PlanSetup(
             model,
             hardware,
-            gpus,
+            budget,
             flags,
             pd_flags,
             pd_flags,
@@ -177,6 +209,11 @@ def plan(
                 slo_ttft_ms, slo_itl_ms, None, ItlStat(itl_slo_stat)
             ),  # _checks checked it
             goodput_share=goodput_share,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            nics_per_node=nics_per_node,
+            nic_gbit=nic_gbps,
+            placement=placement,
         )
         workload = Workload(
             num_prompts, input_len, output_len, range_ratio, burstiness, seed, shared_prefix_len
@@ -200,10 +237,18 @@ def _check_engine_flags(values: dict[str, int | None]) -> None:
             raise PlanError(f"{flag} must be between 1 and 1048576")
 
 
+def _check_fabric(nics_per_node: int | None, nic_gbps: float | None, placement: str) -> None:
+    if nics_per_node is not None and not 1 <= nics_per_node <= 64:
+        raise PlanError(f"--nics-per-node must be between 1 and 64, got {nics_per_node}")
+    if nic_gbps is not None and not 0 < nic_gbps <= 100_000:
+        raise PlanError(f"--nic-gbps must be in (0, 100000] Gb/s, got {nic_gbps:g}")
+    if placement not in PLACEMENTS:
+        raise PlanError(f"--placement must be {' or '.join(PLACEMENTS)}, got {placement!r}")
+
+
 def _checks(
     model,
     hardware,
-    gpus,
     num_prompts,
     input_len,
     output_len,
@@ -218,7 +263,6 @@ def _checks(
         raise PlanError(f"--model {exc}") from None
     profiles.hardware(hardware)
     for ok, message in (
-        (1 <= gpus <= 64, "--gpus must be between 1 and 64"),
         (1 <= num_prompts <= 100_000, "--num-prompts must be between 1 and 100000"),
         (input_len >= 1 and output_len >= 1, "--input-len and --output-len must be >= 1"),
         (0 <= range_ratio < 1, "--range-ratio must be in [0, 1)"),

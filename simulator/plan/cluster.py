@@ -3,7 +3,8 @@
 Colocated: the proxy balances whole requests round-robin over the engines. Disaggregated:
 each request's prefill leg goes to a prefill engine and its decode leg to a decode engine
 (round-robin each); the KV moves in the hand-off model's time (simulator/model/handoff.py;
-bandwidth only when the cluster has no `handoff`). Read mode: the decode leg is sent
+bandwidth only when the cluster has no `handoff`) over that pair's link (`pair_links`: inside
+a node or between nodes). Read mode: the decode leg is sent
 when the prefill answers, the decode allocates blocks, then pulls. Write mode: both legs
 are sent at arrival; the prefill pushes layer by layer as it computes, so the KV is ready
 at the later of (decode blocks allocated + transfer) and (prefill done + one layer's share).
@@ -59,6 +60,7 @@ class _Pair:
     prefill: EngineRequest
     decode: EngineRequest
     decode_engine: int
+    prefill_engine: int = 0
     prefill_done: float | None = None
     blocks_at: float | None = None
     transfer_s: float = 0.0
@@ -76,10 +78,19 @@ class Cluster:
     link_bytes_per_s: float = 50e9
     link_latency_s: float = 0.0002
     handoff: HandoffLink | None = None  # the hand-off model; None: latency + bytes / link
+    # Per prefill and decode engine ([p][d]), when pairs differ (some across nodes, some
+    # inside one): the link each pair's hand-off takes. None: `handoff` for every pair.
+    pair_links: list[list[HandoffLink]] | None = None
 
-    def transfer_seconds(self, decode: Scheduler, prompt_len: int) -> float:
-        """The modelled hand-off of a prompt's KV (all but its last token) to `decode`."""
+    def transfer_seconds(
+        self, decode: Scheduler, prompt_len: int, pair: tuple[int, int] | None = None
+    ) -> float:
+        """The modelled hand-off of a prompt's KV (all but its last token) to `decode`, from
+        prefill engine pair[0] to decode engine pair[1]."""
         model = decode.timing.model
+        if self.pair_links is not None and pair is not None:
+            link = self.pair_links[pair[0]][pair[1]]
+            return link.transfer_seconds(model, prompt_len - 1, decode.config.block_size)
         if self.handoff is None:
             return kv_transfer_seconds(
                 prompt_len - 1, model, self.link_bytes_per_s, self.link_latency_s
@@ -220,7 +231,7 @@ class _Run:
                     now,
                     kv_role=KVRole.REMOTE_PREFILL,
                 )
-                pair = _Pair(a, prefill, decode, d)
+                pair = _Pair(a, prefill, decode, d, p)
                 pairs[a.request_id] = pair
                 c.prefills[p].add_request(prefill)
                 self._touch(p, now)
@@ -238,7 +249,11 @@ class _Run:
                 return
             decode = c.decodes[pair.decode_engine]
             model = decode.timing.model
-            pair.transfer_s = c.transfer_seconds(decode, len(pair.arrival.prompt_token_ids))
+            pair.transfer_s = c.transfer_seconds(
+                decode,
+                len(pair.arrival.prompt_token_ids),
+                (pair.prefill_engine, pair.decode_engine),
+            )
             if c.mode == "write":
                 ready = max(
                     pair.blocks_at + pair.transfer_s,

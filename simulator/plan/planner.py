@@ -49,6 +49,7 @@ __all__ = [
     "candidate_configs",
     "fitting_configs",
     "judge",
+    "layout",
     "make_arrivals",
     "parse_config",
     "rank",
@@ -150,10 +151,20 @@ def sweep(
         },
         "calibration": calibration(setup),
         "engine_defaults": setup.defaults_applied(configs),
+        "nodes": {"count": setup.nodes, "gpus_per_node": setup.node_shape().gpus_per_node},
+        "layouts": {c.label: layout(setup, c) for c in configs},
     }
     if skipped:
         result["truncated"] = f"{skipped} of {len(configs) * len(rates)} runs not started"
     return result
+
+
+def layout(setup: PlanSetup, config: PlanConfig) -> dict:
+    """Where a layout's engines sit and, disaggregated, which link each hand-off takes."""
+    out: dict = {"nodes": setup.place(config).describe()}
+    if config.kind == "disaggregated":
+        out["handoffs"] = setup.handoffs(config)
+    return out
 
 
 def calibration(setup: PlanSetup) -> list[dict]:
@@ -194,7 +205,8 @@ def search(
     modes: tuple[str, ...] = ("write",),
     should_stop: Callable[[], bool] | None = None,
 ) -> dict:
-    """Rank one-node layouts by max_goodput_rate, and say why the winner wins."""
+    """Rank the budget's layouts on the nodes by max_goodput_rate, and say why the winner
+    wins."""
     result = sweep(setup, fitting_configs(setup, modes), workload, rates, should_stop)
     return {**result, **rank(result, setup)}
 

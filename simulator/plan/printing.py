@@ -38,14 +38,18 @@ def emit(result: dict, as_json: bool, console: Console) -> None:
     if as_json:
         typer.echo(json.dumps(result, indent=2, default=str))
         return
+    layouts = result.get("layouts", {})
     if "ranked" in result:
-        table = Table("config", "max_goodput_rate", "attainment at top rate", "fails on")
+        table = Table(
+            "config", "max_goodput_rate", "attainment at top rate", "fails on", "nodes; hand-off"
+        )
         for r in result["ranked"]:
             table.add_row(
                 r["config"],
                 str(r["max_goodput_rate"]),
                 f"{r['attainment_at_top_rate']:.0%}",
                 r["failed_target_at_top_rate"],
+                layout_text(layouts.get(r["config"])),
             )
         console.print(table)
         console.print(result["reason"])
@@ -93,6 +97,8 @@ def emit(result: dict, as_json: bool, console: Console) -> None:
         console.print(
             f"max_goodput_rate {name}: {best} req/s (>= {result['goodput_share']:.0%} meet both)"
         )
+    for name, where in layouts.items():
+        console.print(f"{name}: {layout_text(where)}")
     for role, text in result.get("engine_defaults", {}).items():
         console.print(f"{role} runs with vLLM's defaults: {text}")
     if "published_rate" in result:
@@ -154,3 +160,14 @@ def emit_published(result: dict, console: Console) -> None:
 
 def spread_text(spread: dict) -> str:
     return f"{spread['mean']:g} ({spread['min']}-{spread['max']})"
+
+
+def layout_text(layout: dict | None) -> str:
+    """`P0 on node 0; D0 on node 1; hand-off inter-node rdma 200 GB/s (P0->D0)`."""
+    if not layout:
+        return ""
+    parts = [layout["nodes"]]
+    for h in layout.get("handoffs", ()):
+        pairs = ", ".join(h["pairs"][:4]) + (" ..." if len(h["pairs"]) > 4 else "")
+        parts.append(f"hand-off {h['link']} {h['path']} {h['gbps']:g} GB/s ({pairs})")
+    return "; ".join(parts)

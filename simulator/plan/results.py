@@ -97,7 +97,7 @@ def rank(result: dict, setup: PlanSetup) -> dict:
 
 def _why(ranked: list[dict], setup: PlanSetup) -> str:
     if not ranked:
-        return "no layout fits the model on this node"
+        return "no layout fits the model on these nodes"
     win = ranked[0]
     if not win["max_goodput_rate"]:
         return (

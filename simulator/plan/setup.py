@@ -1,12 +1,13 @@
 """What a plan runs on: the candidate layouts (`PlanConfig`, its `--config` grammar, every
-one-node layout), the engines' flags, and the node (`PlanSetup`), which checks that a layout
-fits and builds its engines and cluster.
+layout of a GPU budget), the engines' flags, and the nodes (`PlanSetup`), which checks that a
+layout fits, places its engines (simulator/plan/placement.py), gives each prefill->decode
+pair its link (simulator/plan/links.py) and builds its engines and cluster.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from domain import profiles
 from domain.engine_defaults import EngineDefaults, engine_defaults
@@ -14,9 +15,11 @@ from domain.modes import TRANSFER_MODES
 from domain.slo import SloTargets
 from simulator.engine.scheduler import Scheduler, SchedulerConfig
 from simulator.model.handoff import HandoffLink
-from simulator.model.handoff_paths import HandoffPath, choose_path, path_bandwidth
 from simulator.model.timing import TimingModel
 from simulator.plan.cluster import Cluster
+from simulator.plan.errors import PlanError
+from simulator.plan.links import Fabric, describe, pair_links, used_pairs
+from simulator.plan.placement import Nodes, Placement, place
 
 _COLOCATED = re.compile(r"^(?P<count>\d+)x-?tp(?P<tp>\d+)$")
 _DISAGG = re.compile(
@@ -25,13 +28,9 @@ _DISAGG = re.compile(
 )
 
 
-class PlanError(ValueError):
-    """A configuration or workload the planner cannot run; the message names the option."""
-
-
 @dataclass(frozen=True, slots=True)
 class PlanConfig:
-    """One candidate deployment on one node."""
+    """One candidate deployment (its engines' nodes: PlanSetup.place)."""
 
     kind: str  # colocated | disaggregated
     count: int = 1  # colocated engines
@@ -131,13 +130,21 @@ class PlanSetup:
     same_node: bool = True
     slo: SloTargets = PLAN_SLO
     goodput_share: float = 0.9
+    # The nodes (simulator/plan/placement.py): `gpus` is the budget over all of them. One
+    # node and no size: one node of `gpus`, the planner before it had nodes.
+    nodes: int = 1
+    gpus_per_node: int | None = None  # None: `gpus` on one node, else the hardware's
+    nics_per_node: int | None = None  # None: the hardware's
+    nic_gbit: float | None = None  # Gb/s per NIC; None: the hardware's
+    placement: str = "pack"  # pack | split (placement.Nodes)
 
     def check(self, config: PlanConfig) -> None:
         if config.gpus > self.gpus:
+            where = "the node has" if self.nodes == 1 else "the budget is"
             raise PlanError(
-                f"--config {config.label}: needs {config.gpus} GPUs, the node has "
-                f"{self.gpus} (--gpus)"
+                f"--config {config.label}: needs {config.gpus} GPUs, {where} {self.gpus} (--gpus)"
             )
+        self.place(config)
         tps = [config.tp] if config.kind == "colocated" else [config.prefill_tp, config.decode_tp]
         for tp in tps:
             timing = self._timing(tp)
@@ -199,27 +206,58 @@ class PlanSetup:
         amd = profiles.hardware(self.hardware).vendor == "AMD"
         return "MoRIIOConnector" if amd else "NixlConnector"
 
-    def handoff_path(self) -> HandoffPath:
-        return choose_path(profiles.hardware(self.hardware), self.kv_connector, self.same_node)
+    def node_shape(self) -> Nodes:
+        per_node = self.gpus_per_node or (
+            self.gpus if self.nodes == 1 else profiles.hardware(self.hardware).gpus_per_node
+        )
+        return Nodes(self.nodes, per_node, self.placement)
+
+    def place(self, config: PlanConfig) -> Placement:
+        """Each engine's node; PlanError naming the flag when the layout cannot be placed."""
+        if config.kind == "colocated":
+            return place(config.label, self.node_shape(), colocated_tps=[config.tp] * config.count)
+        return place(
+            config.label,
+            self.node_shape(),
+            [config.prefill_tp] * config.prefills,
+            [config.decode_tp] * config.decodes,
+        )
+
+    def fabric(self) -> Fabric:
+        hw = profiles.hardware(self.hardware)
+        if self.nic_gbit is not None:
+            hw = replace(hw, nic_gbit=self.nic_gbit)
+        return Fabric(
+            hw,
+            self.kv_connector,
+            self.nics_per_node or hw.nics_per_node,
+            self.link_gbps,
+            self.link_latency_s,
+        )
+
+    def pair_links(self, config: PlanConfig) -> list[list[HandoffLink]]:
+        """[prefill][decode]: each pair's hand-off, inside its node or between nodes. A pair
+        moves KV over as many links (a NIC or peer link per GPU, while the node has NICs) as
+        its smaller side has GPUs."""
+        ranks = min(config.prefill_tp, config.decode_tp)
+        return pair_links(self.fabric(), self.place(config), ranks, self.same_node)
+
+    def handoffs(self, config: PlanConfig) -> list[dict]:
+        """The hand-offs the proxy makes, by link (in-node or inter-node, path, GB/s)."""
+        return describe(self.pair_links(config), self.place(config), self.same_node)
 
     def link_bytes_per_s(self, config: PlanConfig) -> float:
-        """The hand-off's bandwidth part: a pair moves KV over as many links (one NIC or
-        peer link per GPU) as its smaller side has GPUs."""
-        if self.link_gbps is not None:
-            return self.link_gbps * 1e9
-        ranks = min(config.prefill_tp, config.decode_tp)
-        return path_bandwidth(
-            self.handoff_path(), profiles.hardware(self.hardware), ranks, self.same_node
+        """The hand-off's bandwidth part; of the slowest pair the proxy uses, when they differ."""
+        if config.kind == "colocated":
+            return self.handoff(config).bandwidth_bytes_s  # no ranks hand off: 0 (or given)
+        links = self.pair_links(config)
+        return min(
+            links[p][d].bandwidth_bytes_s for p, d in used_pairs(config.prefills, config.decodes)
         )
 
     def handoff(self, config: PlanConfig) -> HandoffLink:
-        return HandoffLink(
-            self.handoff_path(),
-            self.link_bytes_per_s(config),
-            ranks=min(config.prefill_tp, config.decode_tp),
-            connector=self.kv_connector,
-            setup_s=self.link_latency_s,
-        )
+        """A pair's hand-off inside one node (`same_node` permitting)."""
+        return self.fabric().link(self.same_node, min(config.prefill_tp, config.decode_tp))
 
     def cluster(self, config: PlanConfig) -> Cluster:
         if config.kind == "colocated":
@@ -228,6 +266,7 @@ class PlanSetup:
                     self.engine(config.tp, self.colocated_flags) for _ in range(config.count)
                 ]
             )
+        links = self.pair_links(config)
         return Cluster(
             prefills=[
                 self.engine(config.prefill_tp, self.prefill_flags) for _ in range(config.prefills)
@@ -238,7 +277,9 @@ class PlanSetup:
             mode=config.mode,
             link_bytes_per_s=self.link_bytes_per_s(config),
             link_latency_s=self.link_latency_s,
-            handoff=self.handoff(config),
+            handoff=links[0][0],
+            # One link for all: the cluster as before nodes; else per pair.
+            pair_links=None if len({id(x) for row in links for x in row}) == 1 else links,
         )
 
 
@@ -252,9 +293,12 @@ PLAN_DEFAULTS = PlanSetup("qwen3-235b-a22b-fp8", "mi300x", 8)
 PLAN_RATE = 8.0
 
 
-def candidate_configs(gpus: int, modes: tuple[str, ...] = TRANSFER_MODES) -> list[PlanConfig]:
-    """Every one-node layout: colocated k x TPm and disaggregated xPyD with TP per role."""
-    tps = [t for t in (1, 2, 4, 8) if t <= gpus]
+def candidate_configs(
+    gpus: int, modes: tuple[str, ...] = TRANSFER_MODES, max_tp: int = 8
+) -> list[PlanConfig]:
+    """Every layout of `gpus` GPUs: colocated k x TPm and disaggregated xPyD with TP per role,
+    no TP above `max_tp` (a node's GPUs: a TP group stays in its node)."""
+    tps = [t for t in (1, 2, 4, 8) if t <= min(gpus, max_tp)]
     out = [PlanConfig("colocated", count=gpus // t, tp=t) for t in tps]
     for ptp in tps:
         for dtp in tps:
@@ -276,9 +320,10 @@ def candidate_configs(gpus: int, modes: tuple[str, ...] = TRANSFER_MODES) -> lis
 
 
 def fitting_configs(setup: PlanSetup, modes: tuple[str, ...] = ("write",)) -> list[PlanConfig]:
-    """The one-node layouts whose every engine holds the model."""
+    """The layouts of the budget that can be placed on the nodes and whose every engine holds
+    the model."""
     out = []
-    for config in candidate_configs(setup.gpus, modes):
+    for config in candidate_configs(setup.gpus, modes, setup.node_shape().gpus_per_node):
         try:
             setup.check(config)
         except PlanError:

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from domain import profiles
 from services.plan_runner import MAX_ROWS, execute
 from services.plan_schema import MAX_PROMPTS, NAMED, PlanRequest
+from simulator.plan.printing import layout_text
 from simulator.plan.scenarios import SCENARIOS
 from web import htmx
 from web.errors import ErrorOut, TooManyRequests
@@ -80,6 +81,7 @@ def form_values(req: PlanRequest) -> dict[str, str]:
 
     walk("", req.model_dump(exclude={"configs", "rates", "search_modes"}))
     flat["prefix_caching"] = PREFIX_CACHING[req.colocated_flags.prefix_caching]
+    flat["gpus"] = ""  # blank: 8, or nodes x GPUs per node when nodes are given
     return {**flat, **FORM_DEFAULTS}
 
 
@@ -128,6 +130,7 @@ async def plan_page(request: Request, actor: PageActor) -> HTMLResponse:
         general=general,
         result=result,
         chart=chart(result) if result else None,
+        layouts={k: layout_text(v) for k, v in (result or {}).get("layouts", {}).items()},
         scenarios=list(SCENARIOS),
         models=profiles.available("models"),
         hardware=profiles.available("hardware"),

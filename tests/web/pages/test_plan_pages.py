@@ -110,6 +110,26 @@ def test_bad_fields_come_back_at_the_fields_with_a_422(pages):
     assert "needs 72 GPUs, the node has 8" in field_errors(too_big.text)["configs"]
 
 
+def test_the_page_plans_across_nodes_and_says_which_link_each_hand_off_takes(pages):
+    form = pages.get("/plan").text
+    for name in ("nodes", "gpus_per_node", "nics_per_node", "nic_gbps", "placement"):
+        assert f'name="{name}"' in form
+    run = {
+        **SMALL,
+        "rates": "4",
+        "configs": "1p-tp4+1d-tp4",
+        "model": "llama-3.1-8b",
+        "hardware": "h100",
+        "nodes": "2",
+        "placement": "split",
+    }
+    text = pages.get("/plan", params=run, headers=HX).text
+    assert "P0 on node 0; D0 on node 1; hand-off inter-node rdma 200 GB/s (P0-&gt;D0)" in text
+    bad = pages.get("/plan", params={**run, "nodes": "0"}, headers=HX)
+    assert bad.status_code == 422
+    assert "greater than or equal to 1" in field_errors(bad.text)["nodes"]
+
+
 def test_a_busy_planner_is_said_in_the_notice_with_retry_after(pages):
     pages.app.state.plan_running = True
     try:

@@ -82,6 +82,14 @@ def test_a_rate_range_is_spelled_out_and_sorted(api):
         ({"goodput_share": 1.5}, ["body", "goodput_share"]),
         ({"prefill_flags": {"max_num_seqs": 0}}, ["body", "prefill_flags", "max_num_seqs"]),
         ({"surprise": 1}, ["body", "surprise"]),
+        ({"nodes": 0}, ["body", "nodes"]),
+        ({"gpus_per_node": 0}, ["body", "gpus_per_node"]),
+        ({"nics_per_node": 0}, ["body", "nics_per_node"]),
+        ({"nic_gbps": -1}, ["body", "nic_gbps"]),
+        ({"placement": "diagonal"}, ["body", "placement"]),
+        ({"nodes": 1, "gpus": 16}, ["body", "gpus"]),  # more than 1 node x 8
+        ({"gpus_per_node": 4, "nodes": 2, "configs": ["1xtp8"]}, ["body", "configs", 0]),
+        ({"configs": ["disagg-write"], "placement": "split"}, ["body", "configs", 0]),  # 1 node
     ],
 )
 def test_bad_input_is_a_422_naming_the_field(api, body, loc):
@@ -93,6 +101,26 @@ def test_bad_input_is_a_422_naming_the_field(api, body, loc):
 def test_a_config_that_does_not_fit_says_why(api):
     detail = api.post("/api/plan", json={"configs": ["4xtp4"]}).json()["detail"]
     assert "needs 16 GPUs, the node has 8" in detail[0]["msg"]
+
+
+def test_a_plan_across_nodes_says_which_link_each_hand_off_takes(api):
+    body = {
+        **SMALL,
+        "model": "llama-3.1-8b",
+        "hardware": "h100",
+        "nodes": 2,
+        "placement": "split",
+        "configs": ["1p-tp4+1d-tp4", "2xtp4"],
+    }
+    result = api.post("/api/plan", json=body).json()
+    assert (result["gpus"], result["nodes"]) == (16, 2)  # no budget given: all the nodes'
+    layout = result["layouts"]["1P-TP4+1D-TP4 write"]
+    assert layout["nodes"] == "P0 on node 0; D0 on node 1"
+    assert layout["handoffs"] == [
+        {"link": "inter-node", "path": "rdma", "gbps": 200.0, "pairs": ["P0->D0"]}
+    ]
+    gpus_too_many = api.post("/api/plan", json={**body, "gpus": 24}).json()["detail"][0]
+    assert gpus_too_many["loc"] == ["body", "gpus"] and "--nodes 2 x" in gpus_too_many["msg"]
 
 
 def test_search_ranks_the_layouts_that_fit_and_says_why_the_winner_wins(api):
