@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -14,6 +15,8 @@ from rich.table import Table
 from domain import profiles
 from domain.kv_connectors import proxy_backend, proxy_names
 from domain.slo import ItlStat, SloTargets
+from simulator.model.calibration.profile import CalibratedProfile, ProfileError
+from simulator.plan import calibrate_cli
 from simulator.plan.placement import PLACEMENTS, resolve_nodes
 from simulator.plan.planner import (
     PLAN_DEFAULTS,
@@ -36,6 +39,7 @@ WORKLOAD = Workload()  # the planner's default workload (simulator/plan/setup.py
 def register(app: typer.Typer) -> None:
     app.command("plan", help="What-if: serve a workload on candidate layouts, virtually.")(plan)
     app.command("kv", help="KV-cache bytes of a prompt and its transfer time.")(kv)
+    calibrate_cli.register(app)
 
 
 def parse_rates(text: str) -> list[float]:
@@ -140,6 +144,13 @@ def plan(
     seeds: int = typer.Option(
         DEFAULT_SEEDS, "--seeds", help="Arrival sequences at the published rate (scenarios)."
     ),
+    calibration: Annotated[
+        Path | None,
+        typer.Option(
+            "--calibration",
+            help="A profile from `pdctl calibrate`: its TP's engines run on measured steps.",
+        ),
+    ] = None,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     console = Console()
@@ -214,6 +225,7 @@ def plan(
             nics_per_node=nics_per_node,
             nic_gbit=nic_gbps,
             placement=placement,
+            calibration=_calibration(calibration, model, hardware),
         )
         workload = Workload(
             num_prompts, input_len, output_len, range_ratio, burstiness, seed, shared_prefix_len
@@ -225,10 +237,24 @@ def plan(
             configs = [named_config(c) for c in config or ["1xtp8"]]
             result = sweep(setup, configs, workload, rates)
         result["wall_s"] = round(time.perf_counter() - started, 3)
-    except (PlanError, profiles.UnknownProfile) as exc:
+    except (PlanError, ProfileError, profiles.UnknownProfile) as exc:
         typer.echo(f"pdctl plan: error: {exc}", err=True)
         raise typer.Exit(2) from None
     emit(result, as_json, console)
+
+
+def _calibration(path: Path | None, model: str, hardware: str) -> CalibratedProfile | None:
+    """The profile of --calibration, if it was fitted for this model on this hardware."""
+    if path is None:
+        return None
+    profile = calibrate_cli.read_profile(path)
+    for flag, given, fitted in (
+        ("--model", model, profile.model),
+        ("--hardware", hardware, profile.hardware),
+    ):
+        if given != fitted:
+            raise PlanError(f"--calibration {path}: fitted for {flag} {fitted}, not {given}")
+    return profile
 
 
 def _check_engine_flags(values: dict[str, int | None]) -> None:

@@ -110,9 +110,19 @@ def run_with_results(
     setup.check(config)
     arrivals = make_arrivals(workload, rate)
     results = setup.cluster(config).run(arrivals)
+    if setup.calibration is not None and setup.calibration.ttft_offset_s:
+        results = [_offset(r, setup.calibration.ttft_offset_s) for r in results]
     start = min((a.at for a in arrivals), default=0.0)
     end = max((r.arrival + r.e2e for r in results if r.e2e is not None), default=start)
     return row(config, rate, results, setup.slo, end - start), results
+
+
+def _offset(result: RequestResult, seconds: float) -> RequestResult:
+    """What the measured server adds before the first token, outside the engine's steps."""
+    if result.ttft is None:
+        return result
+    end = None if result.e2e is None else result.e2e + seconds
+    return replace(result, ttft=max(0.0, result.ttft + seconds), e2e=end)
 
 
 def sweep(
@@ -169,7 +179,22 @@ def layout(setup: PlanSetup, config: PlanConfig) -> dict:
 
 def calibration(setup: PlanSetup) -> list[dict]:
     """The timing factors in use and the published points they were fitted to: the pair's
-    entry, then one per TP degree that has a factor of its own."""
+    entry, then one per TP degree that has a factor of its own; a measured calibration first,
+    saying so."""
+    measured: list[dict] = []
+    if setup.calibration is not None:
+        cal = setup.calibration
+        measured.append(
+            {
+                "hardware": cal.hardware,
+                "model": cal.model,
+                "tp": cal.tp,
+                "calibrated": True,
+                "factors": cal.coefficients(),
+                "fitted_to": [cal.describe()],
+                "error": cal.error,
+            }
+        )
     base = calibrated_factors(setup.hardware, setup.model)
     entries: list[dict] = [
         {
@@ -191,7 +216,7 @@ def calibration(setup: PlanSetup) -> list[dict]:
                 "fitted_to": [f for f in own.fitted_to if f not in base.fitted_to],
             }
         )
-    return entries
+    return measured + entries
 
 
 def _factor_values(factors) -> dict:

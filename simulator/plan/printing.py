@@ -101,6 +101,9 @@ def emit(result: dict, as_json: bool, console: Console) -> None:
         console.print(f"{name}: {layout_text(where)}")
     for role, text in result.get("engine_defaults", {}).items():
         console.print(f"{role} runs with vLLM's defaults: {text}")
+    for entry in result.get("calibration", []):
+        if entry.get("calibrated"):
+            console.print(f"timing {entry['fitted_to'][0]}")
     if "published_rate" in result:
         emit_published(result, console)
     if "wall_s" in result:

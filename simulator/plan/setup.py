@@ -14,6 +14,7 @@ from domain.engine_defaults import EngineDefaults, engine_defaults
 from domain.modes import TRANSFER_MODES
 from domain.slo import SloTargets
 from simulator.engine.scheduler import Scheduler, SchedulerConfig
+from simulator.model.calibration.profile import CalibratedProfile, CalibratedTiming
 from simulator.model.handoff import HandoffLink
 from simulator.model.timing import TimingModel
 from simulator.plan.cluster import Cluster
@@ -137,6 +138,8 @@ class PlanSetup:
     nics_per_node: int | None = None  # None: the hardware's
     nic_gbit: float | None = None  # Gb/s per NIC; None: the hardware's
     placement: str = "pack"  # pack | split (placement.Nodes)
+    # Measured step costs (`pdctl calibrate`): engines of its TP run on them, not the datasheet.
+    calibration: CalibratedProfile | None = None
 
     def check(self, config: PlanConfig) -> None:
         if config.gpus > self.gpus:
@@ -155,7 +158,10 @@ class PlanSetup:
                 )
 
     def _timing(self, tp: int) -> TimingModel:
-        return TimingModel(profiles.model(self.model), profiles.hardware(self.hardware), tp)
+        model, hardware = profiles.model(self.model), profiles.hardware(self.hardware)
+        if self.calibration is not None and self.calibration.tp == tp:
+            return CalibratedTiming(model, hardware, tp, self.calibration.steps)
+        return TimingModel(model, hardware, tp)
 
     def engine_settings(self, tp: int, flags: EngineFlags) -> EngineDefaults:
         """The flags one engine of TP `tp` runs with, vLLM's defaults filling the gaps."""
@@ -227,13 +233,20 @@ class PlanSetup:
         hw = profiles.hardware(self.hardware)
         if self.nic_gbit is not None:
             hw = replace(hw, nic_gbit=self.nic_gbit)
+        link_gbps, setup_s = self._measured_link()
         return Fabric(
-            hw,
-            self.kv_connector,
-            self.nics_per_node or hw.nics_per_node,
-            self.link_gbps,
-            self.link_latency_s,
+            hw, self.kv_connector, self.nics_per_node or hw.nics_per_node, link_gbps, setup_s
         )
+
+    def _measured_link(self) -> tuple[float | None, float]:
+        """The hand-off's GB/s and setup: as given, else as the calibration measured them."""
+        handoff = self.calibration.handoff if self.calibration is not None else None
+        if handoff is None:
+            return self.link_gbps, self.link_latency_s
+        gbps = self.link_gbps
+        if gbps is None and handoff.token_s > 0:
+            gbps = profiles.model(self.model).kv_bytes_per_token / handoff.token_s / 1e9
+        return gbps, handoff.setup_s
 
     def pair_links(self, config: PlanConfig) -> list[list[HandoffLink]]:
         """[prefill][decode]: each pair's hand-off, inside its node or between nodes. A pair
@@ -276,7 +289,7 @@ class PlanSetup:
             ],
             mode=config.mode,
             link_bytes_per_s=self.link_bytes_per_s(config),
-            link_latency_s=self.link_latency_s,
+            link_latency_s=self._measured_link()[1],
             handoff=links[0][0],
             # One link for all: the cluster as before nodes; else per pair.
             pair_links=None if len({id(x) for row in links for x in row}) == 1 else links,
