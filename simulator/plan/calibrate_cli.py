@@ -28,7 +28,12 @@ def register(app: typer.Typer) -> None:
 
 def calibrate_verb(
     bench: Annotated[
-        Path, typer.Option("--bench", help="A `pdctl bench --save-requests` result JSON.")
+        list[Path],
+        typer.Option(
+            "--bench",
+            help="A `pdctl bench --save-requests` result JSON; repeat for runs at other rates "
+            "(a different --seed each, or the server's prefix cache holds the prompts).",
+        ),
     ],
     model: Annotated[str, typer.Option("--model", help="The model profile that was benched.")],
     hardware: Annotated[
@@ -59,11 +64,12 @@ def calibrate_verb(
         _fail(f"--hardware {exc}")
     if not out.parent.is_dir():
         _fail(f"--out: directory {out.parent} does not exist")
-    document = read_bench(bench)
+    names = ", ".join(str(path) for path in bench)
+    document = {"runs": [run for path in bench for run in _runs(path, read_bench(path))]}
     try:
-        result = calibrate(document, model, hardware, config, hold_out_rate, source=str(bench))
+        result = calibrate(document, model, hardware, config, hold_out_rate, source=names)
     except CalibrationError as exc:
-        flag = FIELD_FLAGS.get(exc.field, f"--bench {bench}")
+        flag = FIELD_FLAGS.get(exc.field, f"--bench {names}")
         _fail(f"{flag}: {exc}")
     out.write_text(json.dumps(result.profile.to_json(), indent=2) + "\n")
     if as_json:
@@ -80,6 +86,14 @@ def read_bench(path: Path) -> Any:
         _fail(f"--bench {path}: cannot read it: {exc.strerror}")
     except json.JSONDecodeError as exc:
         _fail(f"--bench {path}: not JSON ({exc.msg}, line {exc.lineno})")
+
+
+def _runs(path: Path, document: Any) -> list[Any]:
+    """The rates of one result: a sweep's `runs`, or the one rate it is."""
+    runs = document.get("runs", [document]) if isinstance(document, dict) else None
+    if not isinstance(runs, list):
+        _fail(f"--bench {path}: not a pdctl bench result")
+    return runs
 
 
 def read_profile(path: Path, flag: str = "--calibration") -> CalibratedProfile:
