@@ -200,3 +200,16 @@ class StartSample(SQLModel, table=True):
     grp: str = Field(max_length=80, nullable=False)  # an instance group's name
     seconds: float = Field(nullable=False)
     ts: datetime = _ts()
+
+
+class Calibration(SQLModel, table=True):
+    """A deployment's calibrated profile (`pdctl calibrate`): the step costs measured on it,
+    which the planner, the advisor's forecasts and the autopilot's capacity use instead of
+    the datasheet. One per deployment, the latest; `body` is the profile's JSON."""
+
+    __tablename__ = "calibrations"
+
+    deployment: str = Field(max_length=40, primary_key=True)  # a name, as bench_runs keep it
+    actor: str = Field(max_length=200, nullable=False)
+    created_at: datetime = _ts()
+    body: dict = Field(sa_type=sa.JSON, nullable=False)

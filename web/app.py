@@ -39,6 +39,7 @@ from services.load import LoadRuns
 from services.rollouts import target as rollout_target
 from state import db, migrate
 from state.bench_store import BenchStore
+from state.calibration_store import CalibrationStore
 from state.db import create_engine
 from state.event_backlog import EventBacklog
 from state.hub import Hub
@@ -58,6 +59,7 @@ from web.routes import (
     advice,
     autopilot,
     bench,
+    calibration,
     cluster,
     deployments,
     events,
@@ -92,6 +94,7 @@ API_ROUTES = (
     live,
     bench,
     plan,
+    calibration,
     kv,
     advice,
     proposals,
@@ -166,6 +169,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.store = store = Store(engine, admission, publish=event_publisher(hub))
     app.state.registry = build_registry(store)
     app.state.placements = placements = PlacementStore(engine)
+    app.state.calibrations = CalibrationStore(engine)
     created = settings.demo and demo.ensure_demo(store, trade=settings.demo_trade)
     app.state.load_runs = LoadRuns()
     app.state.bench_runs = BenchRuns(

@@ -26,6 +26,7 @@ TABLES = {
     "placements",
     "rollouts",
     "start_samples",
+    "calibrations",
 }
 
 

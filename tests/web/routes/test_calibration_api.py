@@ -1,0 +1,94 @@
+"""POST/GET /api/deployments/{name}/calibration: a bench of the deployment fitted and kept as
+its profile (operators only), and every bench the fit cannot use a 422 naming its field."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from simulator.plan.planner import Workload
+from tests.simulator.plan.calibration_bench import planned_bench
+from tests.specs import colocated
+from tests.web.conftest import AS_OPERATOR, AS_VIEWER, OPERATOR, VIEWER, MakeClient
+
+MODEL = "llama-3.1-8b"
+URL = "/api/deployments/cal/calibration"
+
+
+@pytest.fixture(scope="module")
+def benches() -> list[dict[str, Any]]:
+    return [
+        planned_bench(MODEL, "h100", rate, Workload(30, 1536, 64, seed=seed))
+        for rate, seed in ((3.0, 1), (8.0, 2))
+    ]
+
+
+@pytest.fixture
+def app(make_client: MakeClient) -> TestClient:
+    client = make_client(controller=False, operator_tokens=[OPERATOR], viewer_tokens=[VIEWER])
+    body = colocated("cal", model=MODEL, hardware="l40s")
+    assert client.post("/api/deployments", json=body, headers=AS_OPERATOR).status_code == 201
+    return client
+
+
+def test_an_operator_fits_and_keeps_the_profile(app: TestClient, benches) -> None:
+    assert app.get(URL, headers=AS_VIEWER).status_code == 404
+    done = app.post(URL, json={"bench": benches}, headers=AS_OPERATOR)
+    assert done.status_code == 201, done.text
+    body = done.json()
+    assert body["profile"]["hardware"] == "l40s" and body["profile"]["model"] == MODEL
+    assert body["report"]["calibrated"]["itl_mape"] < 0.05 < body["report"]["datasheet"]["itl_mape"]
+    kept = app.get(URL, headers=AS_VIEWER).json()
+    assert (
+        kept["actor"] == "operator:alice" and kept["profile"]["steps"] == body["profile"]["steps"]
+    )
+
+
+def test_a_viewer_may_not_calibrate(app: TestClient, benches) -> None:
+    assert app.post(URL, json={"bench": benches}, headers=AS_VIEWER).status_code == 403
+
+
+def _without_records(benches: list[dict]) -> list[dict]:
+    out = copy.deepcopy(benches)
+    del out[0]["requests"]
+    return out
+
+
+def _other_model(benches: list[dict]) -> list[dict]:
+    out = copy.deepcopy(benches)
+    out[0]["model_id"] = "qwen2.5-7b-instruct"
+    return out
+
+
+def _few(benches: list[dict]) -> list[dict]:
+    out = copy.deepcopy(benches[:1])
+    out[0]["requests"] = out[0]["requests"][:2]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        (lambda b: {"bench": _without_records(b)}, ["body", "bench", "requests"]),
+        (lambda b: {"bench": _other_model(b)}, ["body", "bench", "model_id"]),
+        (lambda b: {"bench": _few(b)}, ["body", "bench", "requests"]),
+        (lambda b: {"bench": b, "hold_out_rate": 5}, ["body", "hold_out_rate"]),
+        (lambda b: {"bench": b, "config": "1p-tp1+1d-tp1"}, ["body", "config"]),
+        (lambda b: {"bench": "nope"}, ["body", "bench"]),
+    ],
+)
+def test_a_bench_the_fit_cannot_use_is_a_422_naming_the_field(app, benches, body, loc) -> None:
+    done = app.post(URL, json=body(benches), headers=AS_OPERATOR)
+    assert done.status_code == 422, done.text
+    assert any(item["loc"][: len(loc)] == loc for item in done.json()["detail"]), done.text
+    assert app.get(URL, headers=AS_VIEWER).status_code == 404  # nothing kept
+
+
+def test_an_unknown_deployment_is_a_404(app: TestClient, benches) -> None:
+    done = app.post(
+        "/api/deployments/nope/calibration", json={"bench": benches}, headers=AS_OPERATOR
+    )
+    assert done.status_code == 404
