@@ -31,6 +31,7 @@ from controller import (
     sample,
 )
 from domain.errors import PdctlError
+from services.calibrations import kept_calibration
 
 log = logging.getLogger("pdctl.autopilot")
 ACTOR = "autopilot"
@@ -54,12 +55,22 @@ class Pilot:
     capacity: Any = None
     capacity_note: str = ""
     capacity_spec: Any = None
+    capacity_calibration: Any = None  # when the deployment's calibration was kept, if any
     slots: dict[str, int] = field(default_factory=dict)  # each instance's max_num_seqs
 
 
 class AutopilotLoop:
-    def __init__(self, controller: Any, observer: Any, store: Any, interval: float = 1.0):
+    def __init__(
+        self,
+        controller: Any,
+        observer: Any,
+        store: Any,
+        interval: float = 1.0,
+        calibrations: Any = None,
+    ):
         self.controller, self.observer, self.store = controller, observer, store
+        # state/calibration_store.py: a deployment's measured timing, when it has one
+        self.calibrations = calibrations
         self.interval = interval
         self.pilots: dict[str, Pilot] = {}
         self._task: asyncio.Task | None = None
@@ -112,9 +123,11 @@ class AutopilotLoop:
         if frame is None or frame["ts"] == pilot.last_ts:
             return
         now = pilot.last_ts = frame["ts"]
-        if pilot.capacity_spec is not dep.spec:  # a new revision runs: its shapes
-            pilot.capacity_spec = dep.spec
-            pilot.capacity, pilot.capacity_note = capacity_of(dep.spec)
+        kept = kept_calibration(self.calibrations, name)
+        # a new revision runs (its shapes), or a new calibration was kept (its timing)
+        if pilot.capacity_spec is not dep.spec or pilot.capacity_calibration != kept.at:
+            pilot.capacity_spec, pilot.capacity_calibration = dep.spec, kept.at
+            pilot.capacity, pilot.capacity_note = capacity_of(dep.spec, kept.profile)
             pilot.slots = instance_slots(dep.spec)
         pilot.samples.append(sample(frame, now, pilot.slots))
         while pilot.samples and pilot.samples[0].ts < now - ap.window_s - 10:

@@ -4,11 +4,15 @@ layout that runs now and the one proposed, on the virtual clock (simulator/plan/
 
 Where the planner cannot say (no hardware or model profile, a signal missing, a change it does
 not model such as bidirectional KV), the forecast says why and gives the direction the change
-is built to move its signal. Pure apart from the planner's CPU work (call it in a thread).
+is built to move its signal. A deployment's calibrated profile (`pdctl calibrate`) replaces
+the datasheet timing when it is of this model and hardware and its TP is every engine's in
+both layouts; the forecast's `timing` says which it used. Pure apart from the planner's CPU
+work (call it in a thread).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from controller import (
@@ -23,6 +27,7 @@ from controller import (
 from domain.frontend_cost import RENDER_WORTH, VLLM_API_SERVER, busiest_after
 from domain.modes import Mode, Role
 from domain.slo import SloTargets, parse_itl_stat
+from simulator.model.calibration.profile import CalibratedProfile
 from simulator.plan import planner
 
 SATURATED = 0.98  # cores: an API server at its one core, its demand unseen beyond it
@@ -44,9 +49,14 @@ NOT_MODELLED = {
 }
 
 
-def forecast(spec: DeploymentSpec, change: Change, signals: dict[str, Any]) -> dict[str, Any]:
-    """{"source": "planner", "now": row, "after": row, "predicted": {...}} or, where it
-    cannot run, {"source": None, "why": ..., "predicted": {direction only}}."""
+def forecast(
+    spec: DeploymentSpec,
+    change: Change,
+    signals: dict[str, Any],
+    calibration: CalibratedProfile | None = None,
+) -> dict[str, Any]:
+    """{"source": "planner", "timing": ..., "now": row, "after": row, "predicted": {...}} or,
+    where it cannot run, {"source": None, "why": ..., "predicted": {direction only}}."""
     watch = change.watch
     direction_only = {"signal": watch, "direction": change.direction, "now_measured": None}
     direction_only["now_measured"] = signals.get(watch)
@@ -62,6 +72,14 @@ def forecast(spec: DeploymentSpec, change: Change, signals: dict[str, Any]) -> d
     if setup is None or workload is None:
         return {"source": None, "why": why or missing, "predicted": direction_only}
     scale = spec.time_scale if spec.engine is Engine.SIM else 1.0
+    timing = f"datasheet timing of {setup.model} on {setup.hardware}"
+    unused = _unused(calibration, setup, [plan_config(spec), plan_config(change.spec)])
+    if calibration is not None and not unused:
+        # measured steps are wall-clock time already: no stand-in time scale over them
+        setup = _calibrated(setup, calibration, scale)
+        scale, timing = 1.0, calibration.describe()
+    elif calibration is not None:
+        timing += f" ({unused})"
     try:
         now = planner.run(setup, plan_config(spec), workload, rate)
         after = planner.run(setup, plan_config(change.spec), workload, rate)
@@ -73,6 +91,7 @@ def forecast(spec: DeploymentSpec, change: Change, signals: dict[str, Any]) -> d
     measured = signals.get(watch)
     return {
         "source": "planner",
+        "timing": timing,
         "workload": {
             "input_len": workload.input_len,
             "output_len": workload.output_len,
@@ -212,6 +231,40 @@ def _setup(spec: DeploymentSpec, proposed: DeploymentSpec) -> tuple[planner.Plan
             slo=slo,
         ),
         "",
+    )
+
+
+def _unused(
+    calibration: CalibratedProfile | None,
+    setup: planner.PlanSetup,
+    configs: list[planner.PlanConfig],
+) -> str:
+    """Why the calibration cannot time these layouts ("" when it can)."""
+    if calibration is None:
+        return ""
+    if (calibration.model, calibration.hardware) != (setup.model, setup.hardware):
+        return f"the calibration is of {calibration.model} on {calibration.hardware}"
+    tps = {tp for c in configs for tp in _tps(c)}
+    if tps != {calibration.tp}:
+        others = "/".join(f"TP{tp}" for tp in sorted(tps))
+        return f"the calibration at TP{calibration.tp} does not time {others}"
+    return ""
+
+
+def _tps(config: planner.PlanConfig) -> list[int]:
+    return [config.tp] if config.kind == "colocated" else [config.prefill_tp, config.decode_tp]
+
+
+def _calibrated(
+    setup: planner.PlanSetup, calibration: CalibratedProfile, scale: float
+) -> planner.PlanSetup:
+    """The setup on measured steps; its SLO back from the planner's modelled time to the
+    wall clock the calibration measured."""
+    slo = setup.slo
+    ttft = None if slo.ttft_ms is None else slo.ttft_ms * scale
+    itl = None if slo.itl_ms is None else slo.itl_ms * scale
+    return replace(
+        setup, calibration=calibration, slo=SloTargets(ttft, itl, slo.tpot_ms, slo.itl_stat)
     )
 
 

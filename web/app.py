@@ -190,7 +190,12 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.observer = await start_observer(settings, app.state.controller, store, hub)
         # Its aggregates and the controller's state on the app's /metrics.
         app.state.registry.register(LiveCollector(app.state.controller, app.state.observer))
-        app.state.autopilot = AutopilotLoop(app.state.controller, app.state.observer, store)
+        app.state.autopilot = AutopilotLoop(
+            app.state.controller,
+            app.state.observer,
+            store,
+            calibrations=app.state.calibrations,
+        )
         app.state.autopilot.start()
         if settings.demo and settings.demo_trade:
             app.state.demo_load = await demo.run_trade(

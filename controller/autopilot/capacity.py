@@ -8,18 +8,21 @@ Prefill: a prompt's chunks one after another, or several short prompts in one ch
 max_num_batched_tokens. Decode: a request holds one of max_num_seqs sequences (fewer when the
 KV pool cannot hold them all) for its output tokens, at the step time of a full batch: the
 most a decode can give, so demand over it is work no queue can absorb. On the wall clock: a
-stand-in slowed by --time-scale is that much slower.
+stand-in slowed by --time-scale is that much slower. A deployment's calibrated profile
+(`pdctl calibrate`), when its TP is both roles', replaces the datasheet timing: its steps were
+measured on the wall clock, so no time scale applies to them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from controller.spec.deployment import DeploymentSpec, InstanceGroup, Role
 from controller.spec.timing import timed_spec
 from domain import profiles
 from domain.engine_defaults import engine_defaults
+from simulator.model.calibration.profile import CalibratedProfile, CalibratedTiming
 from simulator.model.timing import StepBatch, TimingModel, chunk_attention_pairs
 
 
@@ -69,8 +72,11 @@ class RoleCapacity:
         return output * step / seqs * self.time_scale
 
 
-def capacity_of(spec: DeploymentSpec) -> tuple[RoleCapacity | None, str]:
-    """The model of `spec`'s prefill and decode instances, or None and why not."""
+def capacity_of(
+    spec: DeploymentSpec, calibration: CalibratedProfile | None = None
+) -> tuple[RoleCapacity | None, str]:
+    """The model of `spec`'s prefill and decode instances, or None and why not; on the
+    deployment's calibrated profile when it covers both roles (the note says which)."""
     timed = timed_spec(spec)
     if isinstance(timed, str):
         return None, f"{timed}: no capacity model"
@@ -78,8 +84,35 @@ def capacity_of(spec: DeploymentSpec) -> tuple[RoleCapacity | None, str]:
     if prefill is None or decode is None:
         return None, "no prefill or no decode group: no capacity model"
     length = spec.max_model_len or profiles.model(timed.model).max_model_len
-    shapes = (_shape(g, timed.hardware, length) for g in (prefill, decode))
-    return _capacity(timed.model, timed.hardware, *shapes, timed.time_scale)
+    p_shape, d_shape = (_shape(g, timed.hardware, length) for g in (prefill, decode))
+    if calibration is None:
+        return _capacity(timed.model, timed.hardware, p_shape, d_shape, timed.time_scale)
+    why = ""
+    if (calibration.model, calibration.hardware) != (timed.model, timed.hardware):
+        why = f"the calibration is of {calibration.model} on {calibration.hardware}"
+    elif {p_shape.tp, d_shape.tp} != {calibration.tp}:
+        why = f"the calibration at TP{calibration.tp} is not both roles' TP"
+    if why:
+        capacity, note = _capacity(timed.model, timed.hardware, p_shape, d_shape, timed.time_scale)
+        if capacity is None:
+            return None, note
+        return replace(capacity, source=f"{capacity.source} ({why}: datasheet)"), ""
+    return _calibrated(timed.model, timed.hardware, p_shape, d_shape, calibration), ""
+
+
+def _calibrated(
+    model: str,
+    hardware: str,
+    prefill: RoleShape,
+    decode: RoleShape,
+    calibration: CalibratedProfile,
+) -> RoleCapacity:
+    mp, hp = profiles.model(model), profiles.hardware(hardware)
+    timing: dict[int, TimingModel] = {
+        calibration.tp: CalibratedTiming(mp, hp, calibration.tp, calibration.steps)
+    }
+    pool = {decode.tp: timing[decode.tp].kv_pool_tokens()}
+    return RoleCapacity(prefill, decode, timing, pool, 1.0, calibration.describe())
 
 
 UNTIMED_MAX_NUM_SEQS = 256  # where no profile names the hardware: vLLM's smaller tiers

@@ -21,7 +21,7 @@ from simulator.model.calibration.fit import FitError, fit_handoff, fit_steps
 from simulator.model.calibration.observations import step_observations, timelines
 from simulator.model.calibration.profile import CalibratedProfile
 from simulator.plan.cluster import RequestResult
-from simulator.plan.planner import PlanSetup, Workload, parse_config, run_with_results
+from simulator.plan.planner import PlanError, PlanSetup, Workload, parse_config, run_with_results
 
 HOLD_OUT_EVERY = 5  # without a held-out rate: every 5th request (20%) is not fitted
 
@@ -46,17 +46,21 @@ class Run:
 
 
 def read_runs(document: Any, model: str) -> list[Run]:
-    """The rates of a `pdctl bench --save-requests` result (one rate or a sweep), checked."""
-    if not isinstance(document, dict):
-        raise CalibrationError("bench", "not a pdctl bench result (a JSON object)")
-    raw = document.get("runs", [document])
-    if not isinstance(raw, list) or not raw:
+    """The rates of `pdctl bench --save-requests` results (each one rate or a sweep; a list
+    of them for runs made apart), checked."""
+    documents = document if isinstance(document, list) else [document]
+    raw: list[Any] = []
+    for doc in documents:
+        if not isinstance(doc, dict):
+            raise CalibrationError("bench", "not a pdctl bench result (a JSON object)")
+        runs = doc.get("runs", [doc])
+        if not isinstance(runs, list):
+            raise CalibrationError("runs", "runs is not a list")
+        raw += runs
+    if not raw:
         raise CalibrationError("runs", "no runs in the bench result")
-    runs: list[Run] = []
     seen: set[tuple] = set()
-    for run in raw:
-        runs.append(_run(run, model, seen))
-    return runs
+    return [_run(run, model, seen) for run in raw]
 
 
 def _run(run: Any, model: str, seen: set[tuple]) -> Run:
@@ -71,6 +75,7 @@ def _run(run: Any, model: str, seen: set[tuple]) -> Run:
         raise CalibrationError(
             "requests", f"{label} has no per-request records (bench with --save-requests)"
         )
+    _check_records(run["requests"], label)
     if not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
         raise CalibrationError("request_rate", f"{label}: needs a finite rate to replay")
     for key, want in (("dataset", "random"), ("arrivals", "vllm")):
@@ -94,6 +99,29 @@ def _run(run: Any, model: str, seen: set[tuple]) -> Run:
     return Run(float(rate), workload, run["requests"], cached)
 
 
+RECORD_NUMBERS = ("start", "ttft", "prompt_tokens", "output_tokens")
+
+
+def _check_records(requests: list[Any], label: str) -> None:
+    """Each record as `pdctl bench --save-requests` writes it: the fit reads these fields."""
+    for i, r in enumerate(requests):
+        if not isinstance(r, dict):
+            raise CalibrationError("requests", f"{label}: request {i} is not a JSON object")
+        if not r.get("ok"):
+            continue
+        for key in RECORD_NUMBERS:
+            value = r.get(key)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise CalibrationError("requests", f"{label}: request {i} has no {key}")
+        gaps = r.get("itl")
+        if not isinstance(gaps, list) or not all(
+            isinstance(g, int | float) and math.isfinite(g) and g >= 0 for g in gaps
+        ):
+            raise CalibrationError("requests", f"{label}: request {i} has no itl list")
+        if not isinstance(r.get("index", 0), int):
+            raise CalibrationError("requests", f"{label}: request {i}'s index is not a number")
+
+
 @dataclass(frozen=True)
 class Calibration:
     profile: CalibratedProfile
@@ -111,7 +139,10 @@ def calibrate(
     """Fit, then judge the fit on what it did not see. `hardware` is the cluster as named to
     the planner; `config` the layout benched (its TP is the one calibrated)."""
     runs = read_runs(document, model)
-    layout = parse_config(config)
+    try:
+        layout = parse_config(config)
+    except PlanError as exc:
+        raise CalibrationError("config", str(exc)) from None
     if layout.kind != "colocated":
         raise CalibrationError("config", f"{config}: calibration reads a colocated layout")
     if hold_out_rate is not None and hold_out_rate not in {r.rate for r in runs}:

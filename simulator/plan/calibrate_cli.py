@@ -65,7 +65,7 @@ def calibrate_verb(
     if not out.parent.is_dir():
         _fail(f"--out: directory {out.parent} does not exist")
     names = ", ".join(str(path) for path in bench)
-    document = {"runs": [run for path in bench for run in _runs(path, read_bench(path))]}
+    document = [read_bench(path) for path in bench]
     try:
         result = calibrate(document, model, hardware, config, hold_out_rate, source=names)
     except CalibrationError as exc:
@@ -86,14 +86,6 @@ def read_bench(path: Path) -> Any:
         _fail(f"--bench {path}: cannot read it: {exc.strerror}")
     except json.JSONDecodeError as exc:
         _fail(f"--bench {path}: not JSON ({exc.msg}, line {exc.lineno})")
-
-
-def _runs(path: Path, document: Any) -> list[Any]:
-    """The rates of one result: a sweep's `runs`, or the one rate it is."""
-    runs = document.get("runs", [document]) if isinstance(document, dict) else None
-    if not isinstance(runs, list):
-        _fail(f"--bench {path}: not a pdctl bench result")
-    return runs
 
 
 def read_profile(path: Path, flag: str = "--calibration") -> CalibratedProfile:

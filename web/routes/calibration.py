@@ -39,12 +39,10 @@ async def fit(
     timed = timed_spec(store.get(name).spec)
     if isinstance(timed, str):
         raise ConfigError.at(["bench"], f"deployment {name!r}: {timed}")
-    results = body.bench if isinstance(body.bench, list) else [body.bench]
-    runs = [run for result in results for run in result.get("runs", [result])]
     try:
         done = await run_in_threadpool(
             calibrate,
-            {"runs": runs},
+            body.bench,
             timed.model,
             timed.hardware,
             body.config,

@@ -27,6 +27,7 @@ from controller import (
     propose,
 )
 from domain.errors import ConfigError, InvalidTransition, PdctlError
+from services.calibrations import kept_calibration
 from services.proposal_cost import restart_cost
 from services.proposal_forecast import forecast
 from services.rollouts import last_applied, running, store_and_roll_out
@@ -283,11 +284,12 @@ async def _forecast(
         round(float(signals.get(k) or 0), 1)
         for k in ("prompt_tokens_mean", "output_tokens_mean", "request_rate", "burstiness")
     )
-    key = (current.name, current.revision, change.rule, workload)
+    kept = kept_calibration(getattr(request.app.state, "calibrations", None), current.name)
+    key = (current.name, current.revision, change.rule, workload, kept.at)
     hit = cache.get(key)
     if hit is not None and time.monotonic() - hit[0] < FORECAST_TTL_S:
         return hit[1]
-    result = await asyncio.to_thread(forecast, current.spec, change, signals)
+    result = await asyncio.to_thread(forecast, current.spec, change, signals, kept.profile)
     if len(cache) > 256:
         cache.clear()
     cache[key] = (time.monotonic(), result)

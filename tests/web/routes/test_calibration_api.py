@@ -92,3 +92,26 @@ def test_an_unknown_deployment_is_a_404(app: TestClient, benches) -> None:
         "/api/deployments/nope/calibration", json={"bench": benches}, headers=AS_OPERATOR
     )
     assert done.status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("bench", "loc"),
+    [
+        ([{"runs": 5}], ["body", "bench", "runs"]),
+        ([], ["body", "bench", "runs"]),
+        (
+            [{"model_id": MODEL, "request_rate": 1, "requests": [{"ok": True}]}],
+            ["body", "bench", "requests"],
+        ),
+        ([{"model_id": MODEL, "request_rate": 1, "requests": [3]}], ["body", "bench", "requests"]),
+    ],
+)
+def test_malformed_benches_are_422s_not_500s(app: TestClient, bench, loc) -> None:
+    done = app.post(URL, json={"bench": bench}, headers=AS_OPERATOR)
+    assert done.status_code == 422, done.text
+    assert done.json()["detail"][0]["loc"] == loc
+
+
+def test_a_config_the_planner_cannot_read_is_a_422_at_config(app: TestClient, benches) -> None:
+    done = app.post(URL, json={"bench": benches, "config": "abc"}, headers=AS_OPERATOR)
+    assert done.status_code == 422 and done.json()["detail"][0]["loc"] == ["body", "config"]
