@@ -77,6 +77,16 @@ async def fetch_model(session: aiohttp.ClientSession, config: BenchConfig) -> st
     return str(models[0]["id"])
 
 
+async def fetch_metrics(session: aiohttp.ClientSession, config: BenchConfig) -> str | None:
+    """The server's /metrics text, or None: a server without them costs the run nothing."""
+    url = config.base_url.rstrip("/") + "/metrics"
+    try:
+        async with asyncio.timeout(5.0), session.get(url) as response:
+            return await response.text() if response.status == 200 else None
+    except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
+        return None
+
+
 class BenchClient:
     """Sends requests and times their streams; `max_concurrency` caps requests in flight.
 

@@ -17,12 +17,13 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench.client import BenchClient, fetch_model, open_session
+from bench.client import BenchClient, fetch_metrics, fetch_model, open_session
 from bench.config import BenchConfig
 from bench.offer import LAG_TICK, Sender, run_once, watch_loop_lag
 from bench.records import RequestRecord
 from bench.summary import LoopLag, summarize
 from bench.workers.pool import WorkerLag, WorkerPool
+from domain.engine_phases import phase_means, phase_totals
 from domain.workload.arrivals import arrival_times
 from domain.workload.datasets import (
     BenchRequest,
@@ -128,6 +129,7 @@ async def run_bench(
             client = BenchClient(session, config, model)
             for rate in config.request_rates:
                 arrivals = arrival_schedule(config, rate, len(requests))
+                before = await fetch_metrics(session, config)
                 with _ProgressBar(console, show_progress, rate, len(requests)) as advance:
                     on_done = advance if on_request is None else _both(advance, on_request)
                     if pool is None:
@@ -140,10 +142,24 @@ async def run_bench(
                             on_done(record)
                 summary = run_metadata(config, model, rate, lag, per_worker)
                 summary.update(summarize(records, duration, config.slo))
+                phases = _engine_phases(before, await fetch_metrics(session, config))
+                if phases:
+                    summary["engine_phases"] = phases
                 outcomes.append(RunOutcome(rate, records, duration, lag, summary))
                 if on_rate is not None:
                     on_rate(list(outcomes))
     return outcomes
+
+
+def _engine_phases(before: str | None, after: str | None) -> dict[str, float]:
+    """The engine's own mean queue, prefill and decode time over the run (its /metrics
+    before and after), when the server is an engine; {} otherwise."""
+    if before is None or after is None:
+        return {}
+    try:
+        return phase_means(phase_totals(before), phase_totals(after))
+    except ValueError:  # not Prometheus text
+        return {}
 
 
 def _both(

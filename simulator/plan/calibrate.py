@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from domain import profiles
@@ -43,6 +43,8 @@ class Run:
     workload: Workload
     requests: list[dict[str, Any]]
     cached: bool  # its prompts repeat an earlier run's: the server's prefix cache had them
+    # the engine's mean queue/prefill/decode/TTFT seconds over the run (domain/engine_phases.py)
+    engine_phases: dict[str, float] = field(default_factory=dict)
 
 
 def read_runs(document: Any, model: str) -> list[Run]:
@@ -96,7 +98,12 @@ def _run(run: Any, model: str, seen: set[tuple]) -> Run:
     prompts = (workload.num_prompts, workload.input_len, workload.range_ratio, workload.seed)
     cached = prompts in seen
     seen.add(prompts)
-    return Run(float(rate), workload, run["requests"], cached)
+    phases = run.get("engine_phases")
+    if not isinstance(phases, dict) or not all(
+        isinstance(v, int | float) and math.isfinite(v) for v in phases.values()
+    ):
+        phases = {}
+    return Run(float(rate), workload, run["requests"], cached, phases)
 
 
 RECORD_NUMBERS = ("start", "ttft", "prompt_tokens", "output_tokens")
@@ -173,16 +180,46 @@ def calibrate(
         fitted_rates=tuple(r.rate for r in fitted),
         steps_fitted=len(observations),
     )
-    offsets = [
+    offset, offset_from = ttft_offset(profile, fitted, config, hold_out_rate)
+    profile = replace(profile, ttft_offset_s=offset)
+    report = error_report(profile, runs, config, hold_out_rate)
+    report["ttft_offset"] = offset_from
+    return Calibration(replace(profile, error=report["calibrated"]), report)
+
+
+def ttft_offset(
+    profile: CalibratedProfile, fitted: Sequence[Run], config: str, hold_out_rate: float | None
+) -> tuple[float, dict[str, Any]]:
+    """What the client's TTFT carries beyond the calibrated replay's, averaged over the fitted
+    runs whose prompts were not cached: client p50 minus replay p50. Where `pdctl bench` kept
+    the engine's own histograms (engine_phases), the offset is split in two: outside the
+    engine (client mean minus the engine's mean TTFT: HTTP, tokenizing, streaming) and the
+    rest, what the replay misses of the engine's own TTFT. The replay's offset forecast the
+    held-out rate better in the closed loop (it carries both parts), so it is the one used."""
+    runs = [run for run in fitted if not run.cached]
+    if not runs:
+        return 0.0, {"from": "none: every fitted run's prompts were cached"}
+    gaps = [
         _p50_ttft(_measured(run, hold_out_rate, fitted=True))
         - _p50_ttft(_replayed(profile, run, config, hold_out_rate, fitted=True))
-        for run in fitted
-        if not run.cached
+        for run in runs
     ]
-    if offsets:
-        profile = replace(profile, ttft_offset_s=sum(offsets) / len(offsets))
-    report = error_report(profile, runs, config, hold_out_rate)
-    return Calibration(replace(profile, error=report["calibrated"]), report)
+    offset = sum(gaps) / len(gaps)
+    said: dict[str, Any] = {"from": "client p50 - calibrated replay p50", "ms": offset * 1e3}
+    if all("engine_ttft_s" in run.engine_phases for run in runs):
+        outside = [
+            _mean_ttft(_measured(run, hold_out_rate, fitted=True))
+            - run.engine_phases["engine_ttft_s"]
+            for run in runs
+        ]
+        said["outside_engine_ms"] = sum(outside) / len(outside) * 1e3
+        said["engine_ms"] = said["ms"] - said["outside_engine_ms"]
+        phases = ("queue_s", "prefill_s", "engine_ttft_s")
+        said["engine_phases_ms"] = {
+            p: round(sum(r.engine_phases.get(p, 0.0) for r in runs) / len(runs) * 1e3, 3)
+            for p in phases
+        }
+    return offset, {k: round(v, 3) if isinstance(v, float) else v for k, v in said.items()}
 
 
 def error_report(
@@ -288,6 +325,10 @@ def _p50_itl(items: Sequence[Any]) -> float:
         else:
             gaps += [g for g, c in i.itl_gaps for _ in range(c)]
     return percentile(gaps, 50) or 0.0
+
+
+def _mean_ttft(records: Sequence[dict[str, Any]]) -> float:
+    return sum(r["ttft"] for r in records) / len(records) if records else 0.0
 
 
 def _mean_gap(result: RequestResult) -> float:

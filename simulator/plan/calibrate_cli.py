@@ -127,6 +127,21 @@ def show_report(profile: CalibratedProfile, report: dict[str, Any], console: Con
                 _share(row["itl_mape"]),
             )
     console.print(table)
+    console.print(offset_line(report["ttft_offset"]))
+
+
+def offset_line(offset: dict[str, Any]) -> str:
+    """The TTFT offset and, from the engine's own histograms, where it went."""
+    line = f"TTFT offset {offset.get('ms', 0.0):.2f} ms ({offset['from']})"
+    if "outside_engine_ms" in offset:
+        phases = offset["engine_phases_ms"]
+        line += (
+            f": {offset['outside_engine_ms']:.2f} ms outside the engine (client mean TTFT - "
+            f"vLLM's time_to_first_token mean), {offset['engine_ms']:.2f} ms the replay misses "
+            f"of the engine's own; engine queue {phases['queue_s']:.2f} ms, prefill "
+            f"{phases['prefill_s']:.2f} ms per request"
+        )
+    return line
 
 
 def _p50(cell: dict[str, Any]) -> str:

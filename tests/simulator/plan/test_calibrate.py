@@ -160,3 +160,16 @@ def test_plan_refuses_a_calibration_of_another_gpu_or_no_file(app, benches, tmp_
             ],
         )
         assert done.exit_code == 2 and "--calibration" in done.output and needle in done.output
+
+
+def test_the_engines_histograms_split_the_ttft_offset(benches: list[Path]) -> None:
+    runs = [json.loads(p.read_text()) for p in benches]
+    for run in runs:
+        ttfts = [r["ttft"] for r in run["requests"] if r["index"] % 5 != 4]
+        run["engine_phases"] = {"engine_ttft_s": sum(ttfts) / len(ttfts) - 0.004}
+    offset = calibrate(runs, MODEL, "l40s").report["ttft_offset"]
+    assert offset["outside_engine_ms"] == pytest.approx(4.0)
+    assert offset["engine_ms"] == pytest.approx(offset["ms"] - 4.0, abs=0.002)
+    plain = calibrate([json.loads(p.read_text()) for p in benches], MODEL, "l40s")
+    assert "outside_engine_ms" not in plain.report["ttft_offset"]
+    assert plain.report["ttft_offset"]["ms"] == pytest.approx(offset["ms"])

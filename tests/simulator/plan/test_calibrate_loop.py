@@ -69,6 +69,9 @@ def test_calibrated_forecast_meets_the_live_stand_in_at_an_unfitted_rate(tmp_pat
         "--model", MODEL, "--hardware", TOLD, "--out", str(profile),
     )  # fmt: skip
     print(report)
+    # the bench kept the engine's own histograms, and they split the TTFT offset
+    assert all("engine_phases" in json.loads(path.read_text()) for path in fitted)
+    assert "outside the engine" in report
     calibrated = _forecast(*CHECK, "--calibration", str(profile))
     datasheet = _forecast(*CHECK)
     assert calibrated["calibration"][0]["calibrated"] is True
