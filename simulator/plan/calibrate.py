@@ -23,6 +23,8 @@ from simulator.model.calibration.profile import CalibratedProfile
 from simulator.plan.cluster import RequestResult
 from simulator.plan.planner import PlanError, PlanSetup, Workload, parse_config, run_with_results
 
+# Held-out error past this: the measurements disagree with each other, and the report says so.
+SUSPECT_MAPE = 0.3
 HOLD_OUT_EVERY = 5  # without a held-out rate: every 5th request (20%) is not fitted
 
 
@@ -184,6 +186,12 @@ def calibrate(
     profile = replace(profile, ttft_offset_s=offset)
     report = error_report(profile, runs, config, hold_out_rate)
     report["ttft_offset"] = offset_from
+    worst = max(report["calibrated"]["ttft_mape"] or 0.0, report["calibrated"]["itl_mape"] or 0.0)
+    if worst > SUSPECT_MAPE:
+        report["warning"] = (
+            f"the fit misses what it did not see by {worst:.0%}: the measurements disagree "
+            "with each other (a busy machine, a cold server's first requests?); bench again"
+        )
     return Calibration(replace(profile, error=report["calibrated"]), report)
 
 

@@ -128,6 +128,8 @@ def show_report(profile: CalibratedProfile, report: dict[str, Any], console: Con
             )
     console.print(table)
     console.print(offset_line(report["ttft_offset"]))
+    if "warning" in report:
+        console.print(f"[bold]warning:[/bold] {report['warning']}")
 
 
 def offset_line(offset: dict[str, Any]) -> str:

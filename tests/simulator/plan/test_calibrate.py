@@ -173,3 +173,13 @@ def test_the_engines_histograms_split_the_ttft_offset(benches: list[Path]) -> No
     plain = calibrate([json.loads(p.read_text()) for p in benches], MODEL, "l40s")
     assert "outside_engine_ms" not in plain.report["ttft_offset"]
     assert plain.report["ttft_offset"]["ms"] == pytest.approx(offset["ms"])
+
+
+def test_measurements_that_disagree_are_flagged(benches: list[Path]) -> None:
+    runs = [json.loads(p.read_text()) for p in benches]
+    assert "warning" not in calibrate(runs, MODEL, "l40s").report
+    for r in runs[0]["requests"]:
+        if r["index"] % 5 == 4:  # the held-out requests stalled: a load spike
+            r["ttft"] += 1.0
+    report = calibrate(runs, MODEL, "l40s").report
+    assert "disagree" in report["warning"]
