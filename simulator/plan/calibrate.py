@@ -97,6 +97,13 @@ def _run(run: Any, model: str, seen: set[tuple]) -> Run:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise CalibrationError("runs", f"{label}: missing or bad {exc}") from None
+    # the replay serves num_prompts requests of these lengths: bounded as `pdctl plan`'s
+    if not 1 <= workload.num_prompts <= 100_000 or len(run["requests"]) > workload.num_prompts:
+        raise CalibrationError("num_prompts", f"{label}: num_prompts must cover its requests")
+    if not (1 <= workload.input_len <= 1_000_000 and 1 <= workload.output_len <= 1_000_000):
+        raise CalibrationError("input_len", f"{label}: lengths must be 1..1000000 tokens")
+    if not 0 <= workload.range_ratio < 1 or not 0 < workload.burstiness <= 100:
+        raise CalibrationError("range_ratio", f"{label}: range_ratio or burstiness out of range")
     prompts = (workload.num_prompts, workload.input_len, workload.range_ratio, workload.seed)
     cached = prompts in seen
     seen.add(prompts)

@@ -115,3 +115,14 @@ def test_malformed_benches_are_422s_not_500s(app: TestClient, bench, loc) -> Non
 def test_a_config_the_planner_cannot_read_is_a_422_at_config(app: TestClient, benches) -> None:
     done = app.post(URL, json={"bench": benches, "config": "abc"}, headers=AS_OPERATOR)
     assert done.status_code == 422 and done.json()["detail"][0]["loc"] == ["body", "config"]
+
+
+def test_a_replay_too_large_to_run_is_a_422_not_a_long_wait(app: TestClient, benches) -> None:
+    big = copy.deepcopy(benches)
+    big[0]["num_prompts"] = 10**9
+    done = app.post(URL, json={"bench": big}, headers=AS_OPERATOR)
+    assert done.status_code == 422 and done.json()["detail"][0]["loc"] == [
+        "body",
+        "bench",
+        "num_prompts",
+    ]
