@@ -202,6 +202,11 @@ def sim(
     disable_log_stats: bool = typer.Option(
         False, "--disable-log-stats", help="No periodic stats line (as vLLM's flag)."
     ),
+    enable_per_request_metrics: bool = typer.Option(
+        False,
+        "--enable-per-request-metrics",
+        help="Each response's `metrics` carries its engine timing (as vLLM 0.32's flag).",
+    ),
     fault_injection: bool = typer.Option(
         False,
         "--enable-fault-injection",
@@ -236,6 +241,11 @@ def sim(
 ) -> None:
     try:
         _check_extra(list(ctx.args))
+        if enable_per_request_metrics and disable_log_stats:  # vLLM 0.32's cli_args check
+            raise EngineConfigError(
+                "--enable-per-request-metrics requires engine statistics logging; remove "
+                "--disable-log-stats to enable per-request metrics."
+            )
         settings = _settings(
             model=model or model_arg,
             host=host,
@@ -267,6 +277,7 @@ def sim(
                 ec_transfer_config, settings.model_profile
             ),  # simulator/config/encoder.py
             log_stats_interval_s=None if disable_log_stats else stats_log.interval_from(os.environ),
+            per_request_metrics=enable_per_request_metrics,
         )
         if frontend_cost is not None:
             settings = replace(settings, frontend_cost=_frontend_cost(frontend_cost))

@@ -108,6 +108,8 @@ class EngineSettings:
     kv_hold_timeout_s: float = 480.0
     registration_interval_s: float = 3.0
     log_stats_interval_s: float | None = 10.0  # None: --disable-log-stats
+    # --enable-per-request-metrics: each response's `metrics` carries its engine timing
+    per_request_metrics: bool = False
     defaults_applied: str = ""  # one line per flag vLLM's defaults chose, with the rule
     fault_injection: bool = False  # POST /_fault (simulator/config/faults.py); for `make chaos`
     # A restarted prefill's stale agent at the decode: heal | hang | fail (simulator/kv/peers.py)

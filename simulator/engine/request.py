@@ -192,3 +192,28 @@ def kv_transfer_stats(req: EngineRequest, time_scale: float = 1.0) -> dict[str, 
         "xfer_time_s": xfer * time_scale,
         "ready_to_first_token_s": max(0.0, req.first_token_time - ready) * time_scale,
     }
+
+
+def per_request_metrics(req: EngineRequest, time_scale: float = 1.0) -> dict[str, float | None]:
+    """vLLM 0.32's per-request timing (`--enable-per-request-metrics`, its
+    build_per_request_timing_metrics): TTFT from scheduling (queue time apart), generation
+    from first to last token, mean ITL over the gaps, tokens per second from scheduling on;
+    each None when a time it needs is missing. Milliseconds on the wall clock."""
+    scheduled, first, last = req.scheduled_time, req.first_token_time, req.finish_time
+    n = req.num_output_tokens
+
+    def ms(later: float | None, earlier: float | None) -> float | None:
+        if later is None or earlier is None:
+            return None
+        return (later - earlier) * time_scale * 1000
+
+    inference_ms = ms(last, scheduled)
+    gen_ms = ms(last, first)
+    return {
+        "time_to_first_token_ms": ms(first, scheduled),
+        "generation_time_ms": gen_ms,
+        "queue_time_ms": ms(scheduled, req.arrival_time),
+        "mean_itl_ms": gen_ms / (n - 1) if gen_ms is not None and n > 1 else None,
+        "tokens_per_second": n / inference_ms * 1000 if inference_ms else None,
+        "speculative_decoding": None,
+    }

@@ -22,7 +22,7 @@ from domain.workload import tokenizer
 from simulator.config import faults
 from simulator.config.engine import EngineSettings
 from simulator.config.faults import Faults
-from simulator.engine.request import EngineRequest, kv_transfer_stats
+from simulator.engine.request import EngineRequest, kv_transfer_stats, per_request_metrics
 from simulator.engine.scheduler import Scheduler, SchedulerConfig
 from simulator.engine.stats_log import log_stats
 from simulator.engine.wall_clock import FINISHED, EngineLoop
@@ -326,6 +326,18 @@ def _transfer_stats(state: SimState, ereq: EngineRequest) -> dict:
     return {} if stats is None else {"kv_transfer_stats": stats}
 
 
+def _timing(state: SimState, ereq: EngineRequest, stream: bool) -> dict:
+    """`metrics` as vLLM 0.32 sends it with --enable-per-request-metrics: on a whole
+    response every field (null where unknown; the key is null without the flag); on a
+    stream only on the usage chunk, its null fields left out (exclude_none)."""
+    if not state.settings.per_request_metrics:
+        return {} if stream else {"metrics": None}
+    timing = per_request_metrics(ereq, state.engine.time_scale)
+    if stream:
+        return {"metrics": {k: v for k, v in timing.items() if v is not None}}
+    return {"metrics": timing}
+
+
 def _failure(state: SimState, ereq: EngineRequest) -> str:
     why = state.agent.failures.pop(ereq.request_id, None) if state.agent else None
     return (
@@ -377,7 +389,7 @@ async def _whole(state, gen, writer: ResponseWriter, ereq, handoff, queue) -> we
         ereq.num_output_tokens,
         _kv_params(state, ereq, handoff),
     )
-    return _json({**body, **_transfer_stats(state, ereq)})
+    return _json({**body, **_timing(state, ereq, False), **_transfer_stats(state, ereq)})
 
 
 async def _stream(
@@ -426,7 +438,9 @@ async def _stream(
         if gen.include_usage:
             await response.write(
                 writer.usage_chunk(
-                    ereq.prompt_len, ereq.num_output_tokens, _transfer_stats(state, ereq)
+                    ereq.prompt_len,
+                    ereq.num_output_tokens,
+                    {**_timing(state, ereq, True), **_transfer_stats(state, ereq)},
                 )
             )
     await response.write(DONE)

@@ -66,6 +66,12 @@ def app():
         (["--max-num-seqs", "0"], {}, "--max-num-seqs"),
         (["--moriio-metrics", "some"], {}, "--moriio-metrics must be one of stats, none"),
         (["--frontend-cost", "2,3"], {}, "--frontend-cost must be BASE_MS,PROMPT_US,OUTPUT_US"),
+        (
+            ["--enable-per-request-metrics", "--disable-log-stats"],
+            {},
+            "--enable-per-request-metrics requires engine statistics logging; remove "
+            "--disable-log-stats",
+        ),
         (["--frontend-cost", "2,x,3"], {}, "--frontend-cost must be"),
         (["--frontend-cost", "2,-1,3"], {}, "--frontend-cost must be"),
         ([], {"PDCTL_SIM_FRONTEND_COST": "fast"}, "--frontend-cost must be"),
