@@ -48,15 +48,26 @@ class AttachedRefused(Conflict):
 def served_flags(spec: DeploymentSpec) -> dict[str, list[str]]:
     """Each attached instance's `vllm serve` flags as pdctl would render them, at its URL."""
     as_vllm = spec.model_copy(update={"engine": Engine.VLLM})
-    out = {}
-    for group in spec.groups:
-        for i, url in enumerate(group.urls):
-            parts = urlsplit(url)
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-            settings = LaunchSettings(host=parts.hostname or "127.0.0.1")
-            own = InstancePorts(http=port)
-            out[f"{group.name}-{i}"] = engine_flags(as_vllm, group, own, 0, settings)
-    return out
+    return {
+        f"{group.name}-{i}": _flags_at(as_vllm, group, url)
+        for group in spec.groups
+        for i, url in enumerate(group.urls)
+    }
+
+
+def flags_as(spec: DeploymentSpec, role: str, url: str) -> list[str]:
+    """The `vllm serve` flags of an instance at `url` serving `role`, as pdctl renders the
+    deployment's first group of that role (what a restart in that role would run)."""
+    as_vllm = spec.model_copy(update={"engine": Engine.VLLM, "role_switch": None})
+    group = next(g for g in spec.groups if g.role.value == role)
+    return _flags_at(as_vllm, group, url)
+
+
+def _flags_at(spec: DeploymentSpec, group: Any, url: str) -> list[str]:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    settings = LaunchSettings(host=parts.hostname or "127.0.0.1")
+    return engine_flags(spec, group, InstancePorts(http=port), 0, settings)
 
 
 def attached_preview(spec: DeploymentSpec) -> dict[str, dict[str, Any]]:

@@ -43,11 +43,14 @@ def attached_units(
     """Status rows for an attached deployment: each instance at its URL (always "RUNNING":
     pdctl owns no process; whether it answers is the scrape's `up`), and its proxy when it is
     pdctl's (whose /metrics carry the client's figures). A group that discovers its instances
-    has those `found` last (group -> instance name -> URL, observe/discovery/)."""
+    has those `found` last (group -> instance name -> URL, observe/discovery/). An instance
+    moved at runtime (`role_switch.serving`, controller/switch/attached_steer.py) shows the
+    role it serves."""
+    moved = spec.role_switch.serving if spec.role_switch is not None else {}
     units = [
         {
             "name": name,
-            "role": group.role.value,
+            "role": moved.get(name, group.role).value,
             "group": group.name,
             "mode": group.mode.value if group.mode else None,
             "state": "RUNNING",

@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from controller import DEFAULT_RANGE
@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     # Hosts beyond loopback an attached deployment may name (controller/spec/attach.py):
     # names, IPs or networks ("10.0.0.0/8"). Probes go only where the operator says.
     attach_hosts: TokenList = Field(default_factory=list)
+    # The admin token of attached deployments' pdctl proxies (PDCTL_ATTACH_ADMIN_TOKEN): their
+    # drain, pause and release, and a role move's drain (controller/switch/attached_steer.py).
+    attach_admin_token: SecretStr | None = None
     # A plan's sweep or search starts no run after this many seconds (services/plan_runner.py).
     plan_deadline_s: float = Field(15.0, gt=0, le=3600)
     # Seconds a client may take to send a request's head, and then its body

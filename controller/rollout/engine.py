@@ -107,6 +107,8 @@ class Goal:
     forecast: dict[str, Any] | None = None
     mover: Callable[[Step], Awaitable[None]] | None = None  # a role move's step
     force: set[str] | None = None  # a restart: these restart even if unchanged (None: all)
+    # The proxy's calls when it is not the one the supervisor runs (an attached deployment's)
+    admin: AdminCalls | None = None
 
 
 @dataclass
@@ -183,6 +185,8 @@ class RolloutEngine:
     async def changes(self, goal: Goal) -> list[Change]:
         """What the rollout must do to each process (nothing for what runs as it should)."""
         name = goal.name
+        if goal.target.spec.attached:  # pdctl runs none of its processes
+            return []
         now = (
             {
                 n: Running(launch, state, healthy, revision)
@@ -430,7 +434,7 @@ class RolloutEngine:
             if goal.name in self.supervisor.deployments
             else ports
         )
-        admin = self.admin_for(goal.name, proxy_ports)
+        admin = goal.admin or self.admin_for(goal.name, proxy_ports)
         execution = Execution(
             self.supervisor,
             admin,

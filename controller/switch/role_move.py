@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -76,7 +77,7 @@ def plan_move(spec: DeploymentSpec, instance: str, role: str) -> Move:
             f"deployment {spec.name!r} uses connector {spec.connector or 'none'}: runtime "
             f"role switching needs {role_switchers()} (spec field connector)",
         )
-    if spec.role_switch is None:
+    if spec.role_switch is None and not spec.attached:  # attached: its engines tell (probed)
         raise ConfigError.at(
             ("instance",),
             f"deployment {spec.name!r} was not started for runtime role switching: set "
@@ -98,7 +99,7 @@ def plan_move(spec: DeploymentSpec, instance: str, role: str) -> Move:
         raise ConfigError.at(
             ("instance",), f"{instance} is the last {source} instance: the deployment needs one"
         )
-    serving = dict(spec.role_switch.serving)
+    serving = dict(spec.role_switch.serving) if spec.role_switch is not None else {}
     if target == _group_of(spec, instance).role:
         serving.pop(instance, None)  # back in its group's role: no override left
     else:
@@ -149,38 +150,89 @@ class RoleMover:
         self, name, move: Move, store, actor, reason, drain_timeout_s, rollout_id
     ) -> dict:
         dep = self.supervisor.deployments[name]
-        url = dep.units[move.instance].launch.url
-        what = f"{name}/{move.instance}: {move.source} -> {move.target}"
-        revision = store.begin_change(
-            name, move.spec, actor, reason, kind="role_move", rollout_id=rollout_id
-        )
         admin = ProxyAdminClient(
             self.supervisor.proxy_url(name) or "", lambda: self.supervisor.admin_token(name)
         )
-        started, step, state = time.monotonic(), "drain at the proxy", None
-        try:
-            async with aiohttp.ClientSession() as session:
+        where = MoveAt(name, dep.units[move.instance].launch.url, admin)
+        return await move_at(
+            where,
+            move,
+            store,
+            self.record,
+            actor=actor,
+            reason=reason,
+            drain_timeout_s=drain_timeout_s,
+            rollout_id=rollout_id,
+            on_moved=lambda revision: self.supervisor.keep_all(name, move.spec, revision),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MoveAt:
+    """Where a move happens: the instance's URL and the proxy that routes to it (None: no
+    proxy pdctl can steer; the engine's own fence is all that holds new requests off)."""
+
+    name: str
+    url: str
+    admin: ProxyAdminClient | None
+
+
+async def move_at(
+    where: MoveAt,
+    move: Move,
+    store: MoveStore,
+    record: Any,
+    *,
+    actor: str,
+    reason: str | None,
+    drain_timeout_s: float,
+    rollout_id: int | None,
+    on_moved: Callable[[int], None] = lambda revision: None,
+) -> dict[str, Any]:
+    """The move's steps (the module's docstring), its revision begun and settled, its event
+    recorded; an abort (the rollout cancelled) undrains the instance and settles it failed."""
+    name, url, admin = where.name, where.url, where.admin
+    what = f"{name}/{move.instance}: {move.source} -> {move.target}"
+    revision = store.begin_change(
+        name, move.spec, actor, reason, kind="role_move", rollout_id=rollout_id
+    )
+    started, step, state = time.monotonic(), "drain at the proxy", None
+    try:
+        async with aiohttp.ClientSession() as session:
+            if admin is not None:
                 await admin.drain(url)
                 await _legs_done(admin, url, drain_timeout_s)
-                step = "change role on the instance"
-                state = await _change_role(session, url, move.target, drain_timeout_s)
+            step = "change role on the instance"
+            state = await _change_role(session, url, move.target, drain_timeout_s)
+            if admin is not None:
                 step = "route to its new role"
                 await admin.add(url, move.target.value)
                 await admin.undrain(url)
-        except (ProxyAdminError, RoleMoveFailed, aiohttp.ClientError, TimeoutError) as exc:
-            detail = f"{what}: {step} failed: {exc}"
-            await _undrain_quietly(admin, url)
-            await admin.aclose()
-            store.settle_change(name, revision, "failed", detail)
-            self.record(actor, "deployment.role_move_failed", detail, name, {"revision": revision})
-            raise RoleMoveFailed(detail) from None
+    except (ProxyAdminError, RoleMoveFailed, aiohttp.ClientError, TimeoutError) as exc:
+        detail = f"{what}: {step} failed: {exc}"
+        await _give_up(where, store, revision, detail)
+        record(actor, "deployment.role_move_failed", detail, name, {"revision": revision})
+        raise RoleMoveFailed(detail) from None
+    except asyncio.CancelledError:  # aborted: routed again as it was, the revision failed
+        detail = f"{what}: aborted at {step}"
+        await _give_up(where, store, revision, detail)
+        record(actor, "deployment.role_move_failed", detail, name, {"revision": revision})
+        raise
+    if admin is not None:
         await admin.aclose()
-        self.supervisor.keep_all(name, move.spec, revision)
-        store.settle_change(name, revision, "applied", None)
-        seconds = round(time.monotonic() - started, 3)
-        facts = {"revision": revision, "instance": move.instance, "epoch": state["epoch"]}
-        self.record(actor, "deployment.role_move", f"{what} (revision {revision})", name, facts)
-        return {**facts, "from": move.source.value, "to": move.target.value, "seconds": seconds}
+    on_moved(revision)
+    store.settle_change(name, revision, "applied", None)
+    seconds = round(time.monotonic() - started, 3)
+    facts = {"revision": revision, "instance": move.instance, "epoch": state["epoch"]}
+    record(actor, "deployment.role_move", f"{what} (revision {revision})", name, facts)
+    return {**facts, "from": move.source.value, "to": move.target.value, "seconds": seconds}
+
+
+async def _give_up(where: MoveAt, store: MoveStore, revision: int, detail: str) -> None:
+    if where.admin is not None:
+        await _undrain_quietly(where.admin, where.url)
+        await where.admin.aclose()
+    store.settle_change(where.name, revision, "failed", detail)
 
 
 async def _legs_done(admin: ProxyAdminClient, url: str, timeout_s: float) -> None:

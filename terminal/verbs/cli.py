@@ -1,5 +1,6 @@
 """The operator verbs, each a client of `pdctl serve`'s REST API: `ls`, `show`, `history`,
-`diff`, `apply`, `start`, `stop`, `restart`, `switch`, `move`, `events`, `logs`, `advise`,
+`diff`, `apply`, `start`, `stop`, `restart`, `switch`, `move`, `pause`, `release`, `drain`,
+`undrain`, `events`, `logs`, `advise`,
 `nodes`, the `rollout` group (status, abort, undo, history); and the resolver behind `pdctl bench
 --deployment` (bench/target.py). Exit codes: terminal/exits.py."""
 
@@ -21,6 +22,7 @@ from terminal.verbs import move as move_verb
 from terminal.verbs import nodes as nodes_verb
 from terminal.verbs import read as read_verbs
 from terminal.verbs import rollout as rollout_verbs
+from terminal.verbs import steer as steer_verbs
 from terminal.verbs import switch as switch_verb
 from terminal.verbs.bench_target import deployment_target
 
@@ -36,6 +38,10 @@ VERBS: dict[str, Callable[..., Any]] = {
     "restart": lifecycle_verbs.restart,
     "switch": switch_verb.switch,
     "move": move_verb.move,
+    "pause": steer_verbs.pause,
+    "release": steer_verbs.release,
+    "drain": steer_verbs.drain,
+    "undrain": steer_verbs.undrain,
     "events": follow_verbs.events,
     "logs": follow_verbs.logs,
     "advise": advise_verb.advise,

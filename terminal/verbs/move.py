@@ -2,7 +2,8 @@
 between prefill and decode by runtime role switching (POST /role-moves), losing no request;
 answers once it serves its new role, with the revision that records the move. A refused move
 (422 naming the field: unknown instance, not a role-switching NIXL deployment, the last of its
-role; 409: not started) exits with the control plane's reason."""
+role; 409: not started, or attached behind a proxy pdctl cannot drain without --force, or
+engines without /v1/pd_role) exits with the control plane's reason."""
 
 from __future__ import annotations
 
@@ -26,6 +27,14 @@ def move(
     drain_timeout: Annotated[
         float, typer.Option(help="Seconds its legs and its engine may take to drain.", min=1)
     ] = DRAIN_TIMEOUT_S,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Attached behind a proxy that is not pdctl's: move all the same (that proxy "
+            "is neither drained nor told the new role).",
+        ),
+    ] = False,
     server: ServerOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -33,6 +42,8 @@ def move(
     if role not in ROLES:
         raise one_of("--role", role, ROLES)
     body = {"instance": instance, "role": role, "reason": reason, "drain_timeout_s": drain_timeout}
+    if force:
+        body["force"] = True
     api = client(server)
     # The answer comes once the instance serves its new role: after the drain at the most.
     api.timeout_s = max(api.timeout_s, drain_timeout + ANSWER_MARGIN_S)
@@ -44,3 +55,5 @@ def move(
             f"{name}/{moved['instance']}: {moved['from']} -> {moved['to']} in "
             f"{moved['seconds']:g} s (epoch {moved['epoch']}, revision {moved['revision']})"
         )
+        if moved.get("warning"):
+            typer.echo(f"warning: {moved['warning']}", err=True)

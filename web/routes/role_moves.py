@@ -1,6 +1,7 @@
 """/api/deployments/{name}/role-moves: move one running instance between prefill and decode
 without a restart (runtime P/D role switching, controller/switch/role_move.py), as a new
-revision."""
+revision; on an attached deployment through its engines' own /v1/pd_role
+(controller/switch/attached_steer.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from domain.role_moves import DRAIN_TIMEOUT_S
-from web.deps import Operator, ServiceDep, StoreDep
+from web.deps import Operator, ServiceDep, SettingsDep, StoreDep
 
 router = APIRouter(prefix="/deployments/{name}", tags=["lifecycle"])
 
@@ -27,15 +28,26 @@ class RoleMoveRequest(BaseModel):
         le=3600,
         description="How long its legs and its engine may take to drain.",
     )
+    force: bool = Field(
+        False,
+        description="Attached behind a proxy that is not pdctl's: move all the same, knowing "
+        "that proxy is neither drained nor told the new role (the answer's `warning`).",
+    )
 
 
 @router.post("/role-moves")
 async def move_role(
-    name: str, body: RoleMoveRequest, controller: ServiceDep, store: StoreDep, actor: Operator
+    name: str,
+    body: RoleMoveRequest,
+    controller: ServiceDep,
+    store: StoreDep,
+    actor: Operator,
+    settings: SettingsDep,
 ) -> dict[str, Any]:
     """Drain the instance at the proxy, change its role on the engine (POST /v1/pd_role),
     route to it in its new role; answers once it serves it, with the new revision."""
     current = store.get(name)
+    token = settings.attach_admin_token
     return await controller.move_role(
         name,
         current.spec,
@@ -45,4 +57,6 @@ async def move_role(
         actor=actor.label,
         reason=body.reason,
         drain_timeout_s=body.drain_timeout_s,
+        force=body.force,
+        proxy_token=token.get_secret_value() if token is not None else None,
     )
