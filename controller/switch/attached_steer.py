@@ -120,7 +120,8 @@ async def probe_pd_role(spec: DeploymentSpec, move: Move, url: str) -> None:
             f"{move.instance} ({url}) answers {status} to GET /v1/pd_role (runtime role "
             f"switching is not in its vLLM). To make it a {move.target} instance, restart it "
             f"where it runs with: {flags}; then attach it again with its URL as --"
-            f"{move.target}"
+            f"{move.target} (an engine already run with kv_role kv_both needs no restart: its "
+            "proxy can route it either way)"
         )
     if status != 200 or b'"epoch"' not in body:
         raise UpstreamError(
