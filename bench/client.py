@@ -171,6 +171,8 @@ class BenchClient:
                         record.prompt_tokens = event.prompt_tokens
                     if event.completion_tokens is not None:
                         record.output_tokens = event.completion_tokens
+                    if event.engine_metrics is not None:
+                        record.engine_metrics = event.engine_metrics
                     if event.done:
                         done, after = True, fed[i + 1 :]
                         break

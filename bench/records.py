@@ -48,6 +48,8 @@ class RequestRecord:
     ttft_parts: dict[str, Any] | None = None
     # the HTTP status the server answered (None: no answer, e.g. refused or timed out)
     status: int | None = None
+    # the answering engine's own timing, ms (bench/sse.py ENGINE_FIELDS); None: it sent none
+    engine_metrics: dict[str, float] | None = None
 
     @property
     def rejected(self) -> bool:

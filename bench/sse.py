@@ -12,6 +12,7 @@ into lines, `parse_line` one line into a `StreamEvent`.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,13 @@ class StreamEvent:
     error: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    # the answering engine's own timing for this request, in ms (vLLM's
+    # --enable-per-request-metrics: `metrics` on the usage chunk); None when it sent none
+    engine_metrics: dict[str, float] | None = None
+
+
+# What `metrics` carries that the bench keeps (vLLM 0.32, entrypoints/generate/base/serving.py)
+ENGINE_FIELDS = ("queue_time_ms", "time_to_first_token_ms", "mean_itl_ms")
 
 
 NOTHING = StreamEvent()
@@ -84,7 +92,22 @@ def parse_line(line: str | bytes) -> StreamEvent:
         token=token,
         prompt_tokens=usage.get("prompt_tokens"),
         completion_tokens=usage.get("completion_tokens"),
+        engine_metrics=engine_metrics(message.get("metrics")),
     )
+
+
+def engine_metrics(metrics: Any) -> dict[str, float] | None:
+    """The finite numbers of ENGINE_FIELDS in a response's `metrics`; None when it has none."""
+    if not isinstance(metrics, dict):
+        return None
+    kept = {
+        k: float(v)
+        for k in ENGINE_FIELDS
+        if isinstance(v := metrics.get(k), int | float)
+        and not isinstance(v, bool)
+        and math.isfinite(v)
+    }
+    return kept or None
 
 
 def error_message(error: Any) -> str:

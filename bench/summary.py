@@ -89,7 +89,40 @@ def summarize(
             "slo_attained": attained,
         }
     )
+    if (timed := engine_timing(good)) is not None:
+        result["engine_metrics"] = timed
     return result
+
+
+def engine_timing(good: Sequence[RequestRecord]) -> dict[str, Any] | None:
+    """Medians of the answering engines' own per-request timing (vLLM's `metrics`), for the
+    requests that carried it; None when none did. Behind a PD proxy the engine that answers
+    is the decode: its queue and its TTFT (scheduled -> first token: the KV pull and the
+    first step), and `before_engine` the rest of each client TTFT (the prefill leg, the
+    proxy, the hops), which no engine timed for this client."""
+    timed = [r for r in good if r.engine_metrics]
+    if not timed:
+        return None
+
+    def median(values: list[float]) -> float | None:
+        return percentile(values, 50) if values else None
+
+    def field(name: str) -> list[float]:
+        return [m[name] for r in timed if (m := r.engine_metrics) and name in m]
+
+    before = [
+        r.ttft * 1000 - m["queue_time_ms"] - m["time_to_first_token_ms"]
+        for r in timed
+        if (m := r.engine_metrics) and "queue_time_ms" in m and "time_to_first_token_ms" in m
+    ]
+    return {
+        "requests": len(timed),
+        "source": "responses' metrics (vLLM --enable-per-request-metrics): the answering engine",
+        "median_queue_time_ms": median(field("queue_time_ms")),
+        "median_ttft_ms": median(field("time_to_first_token_ms")),
+        "median_mean_itl_ms": median(field("mean_itl_ms")),
+        "median_before_engine_ms": median(before),
+    }
 
 
 def sweep_result(runs: Sequence[dict[str, Any]], share: float) -> dict[str, Any]:

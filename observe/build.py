@@ -49,6 +49,9 @@ TRACKED_PREFIXES = (
     "vllm:prompt_tokens",
     "vllm:generation_tokens",
     "vllm:request_success",
+    # an attached deployment's TTFT parts (observe/attached_ttft.py)
+    "vllm:request_queue_time_seconds",
+    "vllm:request_prefill_time_seconds",
     "vllm:prefix_cache_",
     "process_cpu_seconds",
 )

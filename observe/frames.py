@@ -253,6 +253,9 @@ class Frame(Requests):
     # An attached deployment's discovered groups: each one's source, the instances it found
     # (name -> URL), the addresses it skipped and why, its last error (observe/discovery/)
     discovery: NotRequired[list[dict[str, Any]]]
+    # An attached deployment's mean TTFT parts from its engines' own histograms, when the
+    # proxy is not pdctl's (observe/attached_ttft.py): {"source", "parts", "sum_ms"}
+    ttft_breakdown: NotRequired[dict[str, Any]]
 
 
 class HistoryMessage(TypedDict):

@@ -27,6 +27,7 @@ from observe.attached import (
     health_transition,
     roles,
 )
+from observe.attached_ttft import engine_ttft_parts
 from observe.build import (
     DeploymentInfo,
     TargetState,
@@ -270,6 +271,10 @@ class Observer:
                 )
                 frame["ttft"], frame["itl"] = shown["ttft"], shown["itl"]
                 frame["slo_attainment"] = shown["slo_attainment"]
+                frame["ttft_breakdown"] = engine_ttft_parts(
+                    roles(units, targets, window, "prefill"),
+                    roles(units, targets, window, "decode"),
+                )
         found = self.discovery.section(name) if attached is not None else None
         if found is not None:
             for frame in frames.values():
