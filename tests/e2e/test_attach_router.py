@@ -40,7 +40,7 @@ PROBE_S = 1.0  # the scrape interval: the probe period of an attached instance
 # a loaded host's few ms of HTTP between router and engines.
 MODEL = (
     "--model-profile", "llama-3.1-70b", "--hardware", "l40s", "-tp", "4", "--max-model-len", "4096",
-    "--served-model-name", "tiny",
+    "--served-model-name", "tiny", "--enable-per-request-metrics",
 )  # fmt: skip
 LOAD = ("--request-rate", "4", "--num-prompts", "32", "--input-len", "256", "--output-len", "16")
 
@@ -136,6 +136,12 @@ def test_an_attached_router_pair_is_watched_and_not_steered(tmp_path):
                     "source": shown["latency_source"],
                 }
                 print("attach figures:", json.dumps(report))
+                breakdown, engine = shown["ttft_breakdown"], result.get("engine_metrics")
+                print("ttft parts:", json.dumps(breakdown), "bench engine:", json.dumps(engine))
+                assert breakdown["source"] == "engines" and breakdown["sum_ms"] > 0, breakdown
+                assert breakdown["parts"]["kv_transfer"] is not None, breakdown
+                # the decode's own timing reached the client through the router
+                assert engine is not None and engine["requests"] == 32, engine
                 assert shown["latency_source"] == "engines"
                 assert within(report["frame_ttft_p50_ms"], report["bench_ttft_p50_ms"]), report
                 assert within(report["frame_itl_p50_ms"], report["bench_itl_p50_ms"]), report
