@@ -48,7 +48,7 @@ class RequestRecord:
     ttft_parts: dict[str, Any] | None = None
     # the HTTP status the server answered (None: no answer, e.g. refused or timed out)
     status: int | None = None
-    # the answering engine's own timing, ms (bench/sse.py ENGINE_FIELDS); None: it sent none
+    # the answering engine's own timing, ms (domain/per_request_metrics.py); None: none sent
     engine_metrics: dict[str, float] | None = None
 
     @property

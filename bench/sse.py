@@ -12,10 +12,10 @@ into lines, `parse_line` one line into a `StreamEvent`.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
+from domain import per_request_metrics
 from domain.ttft_parts import PARTS_COMMENT
 
 MAX_LINE_BYTES = 1 << 20  # an SSE line this long without a newline is a broken stream
@@ -33,10 +33,6 @@ class StreamEvent:
     # the answering engine's own timing for this request, in ms (vLLM's
     # --enable-per-request-metrics: `metrics` on the usage chunk); None when it sent none
     engine_metrics: dict[str, float] | None = None
-
-
-# What `metrics` carries that the bench keeps (vLLM 0.32, entrypoints/generate/base/serving.py)
-ENGINE_FIELDS = ("queue_time_ms", "time_to_first_token_ms", "mean_itl_ms")
 
 
 NOTHING = StreamEvent()
@@ -92,22 +88,8 @@ def parse_line(line: str | bytes) -> StreamEvent:
         token=token,
         prompt_tokens=usage.get("prompt_tokens"),
         completion_tokens=usage.get("completion_tokens"),
-        engine_metrics=engine_metrics(message.get("metrics")),
+        engine_metrics=per_request_metrics.read(message.get("metrics")),
     )
-
-
-def engine_metrics(metrics: Any) -> dict[str, float] | None:
-    """The finite numbers of ENGINE_FIELDS in a response's `metrics`; None when it has none."""
-    if not isinstance(metrics, dict):
-        return None
-    kept = {
-        k: float(v)
-        for k in ENGINE_FIELDS
-        if isinstance(v := metrics.get(k), int | float)
-        and not isinstance(v, bool)
-        and math.isfinite(v)
-    }
-    return kept or None
 
 
 def error_message(error: Any) -> str:

@@ -97,9 +97,10 @@ def summarize(
 def engine_timing(good: Sequence[RequestRecord]) -> dict[str, Any] | None:
     """Medians of the answering engines' own per-request timing (vLLM's `metrics`), for the
     requests that carried it; None when none did. Behind a PD proxy the engine that answers
-    is the decode: its queue and its TTFT (scheduled -> first token: the KV pull and the
-    first step), and `before_engine` the rest of each client TTFT (the prefill leg, the
-    proxy, the hops), which no engine timed for this client."""
+    is the decode: its queue (which holds its KV wait: vLLM schedules a decode leg once its
+    KV is there) and its TTFT (scheduled -> first token: the first step), and
+    `before_engine` the rest of each client TTFT (the prefill leg, the proxy, the hops),
+    which no engine timed for this client."""
     timed = [r for r in good if r.engine_metrics]
     if not timed:
         return None

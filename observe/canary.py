@@ -98,6 +98,9 @@ class Verdict:
     decode: str | None = None
     difference: Difference | None = None
     note: str | None = None  # why: the error, or "re-recorded" for a moved reference
+    # the answering engine's own timing of this canary, ms, when its response carried it
+    # (domain/per_request_metrics.py: the decode's, behind a PD proxy); None otherwise
+    engine: dict[str, float] | None = None
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -107,6 +110,7 @@ class Verdict:
             "decode": self.decode,
             "first_difference": self.difference.describe() if self.difference else None,
             "note": self.note,
+            "engine_metrics": self.engine,
         }
 
 

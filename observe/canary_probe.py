@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 
+from domain import per_request_metrics
 from domain.canary_marks import DECODE_HEADER, HEADER, PREFILL_HEADER
 from observe import canary
 from observe.canary import CanaryState, Transition, Verdict
@@ -103,7 +104,7 @@ class CanaryRunner:
         self, name: str, proxy_url: str, token: str | None, body: dict, prefills: list[str]
     ) -> Verdict:
         headers = {HEADER: token or ""}
-        status, answer, got = await self._post(proxy_url, body, headers)
+        status, answer, got, timing = await self._post(proxy_url, body, headers)
         if status != 200 or answer is None:
             raise CanaryError(f"the proxy answered {status}, not a completion")
         prefill = got.get(PREFILL_HEADER) or (prefills[0] if prefills else None)
@@ -118,20 +119,20 @@ class CanaryRunner:
         result, diff, refs = canary.judge(refs, answer, fresh)
         note = "re-recorded" if fresh is not None and result == "ok" and state.references else None
         self.states[name] = replace(self.states[name], references=tuple(map(tuple, refs)))
-        return Verdict(result, self.clock(), prefill, decode, diff, note)
+        return Verdict(result, self.clock(), prefill, decode, diff, note, timing)
 
     async def _alone(self, prefill: str | None, body: dict) -> list[str]:
         """The model's colocated answer: the prefill asked alone (no KV moves)."""
         if prefill is None:
             raise CanaryError("no running prefill to record the colocated reference from")
-        status, answer, _ = await self._post(prefill, body, {})
+        status, answer, _, _ = await self._post(prefill, body, {})
         if status != 200 or answer is None:
             raise CanaryError(f"the prefill {prefill} alone answered {status}, not a completion")
         return answer
 
     async def _post(
         self, url: str, body: dict, headers: dict[str, str]
-    ) -> tuple[int, list[str] | None, dict[str, str]]:
+    ) -> tuple[int, list[str] | None, dict[str, str], dict[str, float] | None]:
         if self._session is None:
             self._session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
         timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
@@ -139,7 +140,10 @@ class CanaryRunner:
             url + "/v1/completions", json=body, headers=headers, timeout=timeout
         ) as resp:
             payload = await resp.json(content_type=None) if resp.status == 200 else None
-            return resp.status, canary.answer_tokens(payload), dict(resp.headers)
+            timing = per_request_metrics.read(
+                payload.get("metrics") if isinstance(payload, dict) else None
+            )
+            return resp.status, canary.answer_tokens(payload), dict(resp.headers), timing
 
 
 def _running(units: list[dict[str, Any]], role: str) -> list[str]:
