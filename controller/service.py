@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from controller.attached import attach_refusal, attached_preview
+from controller.attached import attach_refusal, attached_preview, flags_as
 from controller.clients.proxy_admin import ProxyAdminClient
 from controller.launch.cluster_view import NodeView, cluster_view
 from controller.launch.placement import Node
@@ -401,7 +401,7 @@ class ControlService:
         await self.rollouts.let_start_end(name)
         self.rollouts.refuse_if_running(name, "move a role")
         where, warning = move_where(spec, move, force, token)
-        await probe_pd_role(spec, move, where.url)
+        await probe_pd_role(spec, move, where.url, flags_as(spec, move.target.value, where.url))
         result: dict[str, Any] = {}
 
         async def mover(step: Step) -> None:

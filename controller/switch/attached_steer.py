@@ -21,7 +21,6 @@ from typing import Any
 
 import aiohttp
 
-from controller.attached import flags_as
 from controller.clients.proxy_admin import InstanceEntry, ProxyAdminClient, ProxyAdminError
 from controller.spec.deployment import DeploymentSpec
 from controller.switch.role_move import Move, MoveAt
@@ -97,10 +96,10 @@ def move_where(
     return MoveAt(spec.name, url, None), warning
 
 
-async def probe_pd_role(spec: DeploymentSpec, move: Move, url: str) -> None:
+async def probe_pd_role(spec: DeploymentSpec, move: Move, url: str, flags: list[str]) -> None:
     """The instance carries runtime role switching (GET /v1/pd_role answers its role);
-    SteerRefused when it has none, naming the `vllm serve` flags that would move it instead;
-    UpstreamError when it cannot be read."""
+    SteerRefused when it has none, naming `flags`, the `vllm serve` flags of a restart in
+    its new role (controller/attached.py renders them); UpstreamError when it cannot be read."""
     timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
     try:
         async with (
@@ -114,12 +113,12 @@ async def probe_pd_role(spec: DeploymentSpec, move: Move, url: str) -> None:
             f"{move.instance} ({url}): GET /v1/pd_role: {type(exc).__name__}: {exc}"
         ) from None
     if status in (404, 405):
-        flags = " ".join(["vllm", "serve", spec.model, *flags_as(spec, move.target.value, url)])
+        line = " ".join(["vllm", "serve", spec.model, *flags])
         raise SteerRefused(
             f"the engines of attached deployment {spec.name!r} do not support role moves: "
             f"{move.instance} ({url}) answers {status} to GET /v1/pd_role (runtime role "
             f"switching is not in its vLLM). To make it a {move.target} instance, restart it "
-            f"where it runs with: {flags}; then attach it again with its URL as --"
+            f"where it runs with: {line}; then attach it again with its URL as --"
             f"{move.target} (an engine already run with kv_role kv_both needs no restart: its "
             "proxy can route it either way)"
         )
