@@ -130,6 +130,32 @@
     serving(f.serving);
     canaryBanner(f.canary);
     autopilotLine(f.autopilot);
+    latencySource(f);
+  }
+
+  // Where the TTFT and ITL tiles come from, and an attached deployment's engine-side TTFT
+  // parts (web/views/latency_source.py says the same words at page load)
+  var SOURCE_SAID = { proxy: "client side", engines: "engines' own histograms (prefill + decode legs)" };
+  var PART_LABELS = [["prefill_queue", "prefill queue"], ["prefill", "prefill"],
+    ["kv_transfer", "KV transfer"], ["decode_queue", "decode queue"],
+    ["decode_queue_and_kv", "decode queue + KV"], ["first_decode_step", "first decode step"]];
+  function latencySource(f) {
+    var source = SOURCE_SAID[f.latency_source] ? f.latency_source : "proxy";
+    document.querySelectorAll(".latency-source").forEach(function (el) {
+      if (el.dataset.source === source) return;
+      el.dataset.source = source;
+      el.textContent = SOURCE_SAID[source];
+    });
+    var line = document.getElementById("ttft-parts"), b = f.ttft_breakdown;
+    if (!line) return;
+    if (!b || b.sum_ms === null || b.sum_ms === undefined) { line.hidden = true; return; }
+    var parts = b.parts || {}, shown = [];
+    PART_LABELS.forEach(function (p) {
+      var v = parts[p[0]];
+      if (v !== null && v !== undefined) shown.push(p[1] + " " + Math.round(v));
+    });
+    line.textContent = "engines' mean TTFT parts: " + shown.join(" · ") + " = " + Math.round(b.sum_ms) + " ms";
+    line.hidden = false;
   }
 
   // The header's modes and revision: what the supervisor runs now (observe/serving.py), so a

@@ -19,6 +19,7 @@ from web.routes import events as events_api
 from web.routes import lifecycle, trade
 from web.schemas import EventOut
 from web.security.auth import Actor
+from web.views.latency_source import latency_view
 from web.views.page import (
     PageActor,
     deployment_or_404,
@@ -157,6 +158,10 @@ def deployment_context(
         has_controller=controller is not None,
         pd=pd_banner(_pd_section(request, name), current.spec.topology.value == "colocated"),
         canary=_frame_section(request, name, "canary"),
+        latency=latency_view(
+            _frame_section(request, name, "latency_source"),
+            _frame_section(request, name, "ttft_breakdown"),
+        ),
     )
     kv = current.spec.kv_backend
     if controller is not None and kv is not None and kv.has_modes:
