@@ -455,6 +455,7 @@ class ControlService:
         name = spec.name
         if spec.attached:
             admin = pdctl_proxy(spec, proxy_token, verb)  # first: a 409 when it is not pdctl's
+            self.rollouts.refuse_if_running(name, verb)  # a move steers its proxy itself
             urls = instance_urls(spec)
             check_target(verb, instance, group, urls)
         else:

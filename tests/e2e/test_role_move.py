@@ -98,6 +98,14 @@ def test_a_decode_moves_to_prefill_and_back_under_load_with_nothing_lost(plane, 
     status, events = plane.api("GET", "/events?deployment=flip&kind=deployment.role_move")
     assert status == 200 and len(events) == 2, events
 
+    # drain and undrain by hand at the proxy pdctl runs (POST /proxy/{verb})
+    other = plane.running("flip")["decode-0"]["url"]
+    status, drained = plane.api("POST", "/deployments/flip/proxy/drain", {"instance": "decode-0"})
+    assert status == 200 and drained["listed"] is True, drained
+    assert proxy_entry(plane, proxy_port, other)["draining"] is True
+    status, _ = plane.api("POST", "/deployments/flip/proxy/undrain", {"instance": "decode-0"})
+    assert status == 200 and proxy_entry(plane, proxy_port, other)["draining"] is False
+
 
 def test_every_refused_move_names_its_field(plane):
     for spec in (nixl("flip"), nixl("plain", role_switch=False), nixl("solo", decodes=1)):
