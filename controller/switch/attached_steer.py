@@ -38,7 +38,16 @@ class SteerRefused(Conflict):
 
 
 def instance_urls(spec: DeploymentSpec) -> dict[str, str]:
-    """Each attached instance's base URL, by name."""
+    """Each attached instance's base URL, by name; SteerRefused when a group discovers its
+    instances (`discover`): which instance a name means changes with what is found, so pdctl
+    steers only instances the spec names by URL."""
+    found = [g.name for g in spec.groups if g.discover is not None]
+    if found:
+        raise SteerRefused(
+            f"deployment {spec.name!r} discovers the instances of group(s) {', '.join(found)}: "
+            "pdctl moves and drains only instances its spec names by URL (list them as "
+            "urls to steer them)"
+        )
     return {f"{g.name}-{i}": url for g in spec.groups for i, url in enumerate(g.urls)}
 
 

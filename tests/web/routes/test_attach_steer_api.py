@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.web.routes.test_attach_api import attached
+from tests.web.routes.test_attach_discovery_api import discovering
 
 DOWN = "http://127.0.0.1:1"  # nothing listens: a probe there fails at once
 
@@ -117,3 +118,12 @@ def test_an_owned_deployment_not_started_has_no_proxy_to_steer(client):
     assert client.post("/api/deployments", json=spec).status_code == 201
     resp = client.post("/api/deployments/own/proxy/pause", json={})
     assert resp.status_code == 409 and "not been started" in resp.json()["detail"]
+
+
+def test_instances_found_by_discovery_are_not_steered(make_client):
+    client = make_client(attach_admin_token="s3cret")
+    spec = discovering(external_proxy={"url": "http://127.0.0.1:18000", "kind": "pdctl"})
+    assert client.post("/api/deployments", json=spec).status_code == 201
+    resp = client.post("/api/deployments/found/proxy/drain", json={"instance": "decode-0"})
+    assert resp.status_code == 409, resp.text
+    assert "discovers the instances of group(s) prefill, decode" in resp.json()["detail"]
