@@ -34,6 +34,11 @@ class TimingFactors:
     moe_eff: float = 1.0
     # Flash attention reaches about half of GEMM peak.
     attention_eff: float = 0.5
+    # Bytes the sampler moves per logit of each decode it samples: vLLM's v1 Sampler
+    # (vllm/v1/sample/sampler.py) casts the head's logits to FP32, applies the temperature,
+    # takes the softmax and races it against exponential noise, each a read and a write of
+    # 4 B per vocabulary entry.
+    sampler_bytes_per_logit: float = 32.0
     # Fixed cost of one all-reduce (launch plus link latency per ring).
     allreduce_latency_s: float = 0.00001
     # Bytes per activation element moved in all-reduces.
@@ -109,8 +114,16 @@ class TimingModel:
         self._attn_rate = hardware.peak_flops("bf16") * f.attention_eff
         self._bw = hardware.mem_bandwidth
         self._expert_layers = m.expert_layers
-        self._attn_flops_per_pair = 4 * m.layers * m.heads * m.head_dim
+        self._attn_s_per_pair = 4 * m.layers * m.heads * m.head_dim / tp / self._attn_rate
+        # Each running decode reads its context's KV (the model profile's bytes per token, this
+        # GPU's share) at the card's memory bandwidth (the hardware profile).
+        self._kv_s_per_token = self._kv_per_gpu / self._bw
+        self._decode_s_per_pair = max(self._attn_s_per_pair, self._kv_s_per_token)
         self._overhead = f.step_overhead_s + m.layers * f.layer_overhead_s
+        # Per running decode: the sampler's passes over its logits (the head's flops are
+        # counted with the linear layers). Llama-3.1-8B on an L40S: 128,256 x 32 B at 691 GB/s
+        # (864 x 0.8 achievable), 5.9 us a decode.
+        self._sampling_per_decode = m.vocab * f.sampler_bytes_per_logit / self._bw
 
     def step(self, batch: StepBatch) -> StepTime:
         m, f, tp = self.model, self.factors, self.tp
@@ -133,17 +146,32 @@ class TimingModel:
             expert_flops = 2 * self._expert_layers * m.expert_params * rows / tp
             expert_bytes = self._expert_layers * touched * m.expert_params * self._wbytes / tp
             experts_s = max(expert_flops / (self._linear_rate * f.moe_eff), expert_bytes / self._bw)
-        pairs = batch.decode_ctx_tokens + batch.decode_seqs + batch.prefill_attn_pairs
-        attn_flops = self._attn_flops_per_pair * pairs / tp
-        kv_tokens = batch.decode_ctx_tokens + batch.prefill_ctx_tokens + tokens
-        attention_s = max(attn_flops / self._attn_rate, kv_tokens * self._kv_per_gpu / self._bw)
+        # A mixed step's attention is two rooflines added, not one over the whole batch:
+        # vLLM's attention backends sort a batch decodes first and split it there
+        # (split_decodes_and_prefills, vllm/v1/attention/backends/utils.py); FlashInfer then
+        # runs its decode wrapper and its prefill wrapper, ROCm's AITER backend (MI300X) its
+        # decode and prefill kernels, one after the other. So the decodes' KV reads are not
+        # hidden under the chunk's compute-bound attention, and an ITL spike grows with the
+        # running decodes and their context. (FlashAttention's varlen kernel runs both in one
+        # launch; the sum is still the better guess there: measured spikes grow with load.)
+        # A step of one kind is the single roofline it always was.
+        attention_s = 0.0
+        if batch.prefill_tokens:
+            attention_s = max(
+                batch.prefill_attn_pairs * self._attn_s_per_pair,
+                (batch.prefill_ctx_tokens + batch.prefill_tokens) * self._kv_s_per_token,
+            )
+        if batch.decode_seqs:
+            # One query per decode: its flops and its KV bytes both go as its context.
+            attention_s += (batch.decode_ctx_tokens + batch.decode_seqs) * self._decode_s_per_pair
         allreduce_s = 0.0
         if tp > 1:
             message = tokens * m.hidden * f.activation_bytes
             ring = 2 * (tp - 1) / tp * message / self.hardware.allreduce_bandwidth(tp)
             allreduce_s = 2 * m.layers * (ring + f.allreduce_latency_s)
-        total = linear_s + experts_s + attention_s + allreduce_s + self._overhead
-        return StepTime(total, linear_s, experts_s, attention_s, allreduce_s, self._overhead)
+        overhead_s = self._overhead + batch.decode_seqs * self._sampling_per_decode
+        total = linear_s + experts_s + attention_s + allreduce_s + overhead_s
+        return StepTime(total, linear_s, experts_s, attention_s, allreduce_s, overhead_s)
 
     def step_seconds(self, batch: StepBatch) -> float:
         return self.step(batch).total_s
