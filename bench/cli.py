@@ -17,7 +17,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 from rich.console import Console
 
-from bench import target
+from bench import model_prompts, target
 from bench.client import ServerUnreachable
 from bench.config import (
     BenchConfig,
@@ -129,6 +129,13 @@ def bench(
     prompt_token_ids: Annotated[
         bool, typer.Option(help="completions: send prompts as token id lists")
     ] = False,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            help="The model's tokenizer.json (or its folder): random prompts of --input-len of "
+            "its tokens, sent as text, as `vllm bench serve --tokenizer` makes them"
+        ),
+    ] = None,
     arrivals: Annotated[
         str,
         typer.Option(
@@ -190,11 +197,14 @@ def bench(
                 timeout=timeout,
                 ignore_eos=ignore_eos,
                 prompt_token_ids=prompt_token_ids,
+                tokenizer=tokenizer,
                 arrivals=arrivals,
                 workers=workers,
                 headers=parse_headers(header or []),
             )
         )
+        if config.tokenizer is not None:
+            model_prompts.load(config.tokenizer)
     except BenchConfigError as exc:
         _fail(f"invalid value for {exc}")
     for flag, path in (("--result-json", result_json), ("--progress-file", progress_file)):

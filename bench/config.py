@@ -52,6 +52,8 @@ class BenchConfig:
     timeout: float = 300.0
     ignore_eos: bool = True
     prompt_token_ids: bool = False
+    # a model's tokenizer.json (or its folder): prompts in its tokens (bench/model_prompts.py)
+    tokenizer: str | None = None
     arrivals: str = "vllm"
     workers: int = 1
     # extra request headers (`--header KEY=VALUE`, as `vllm bench serve --header`)
@@ -151,6 +153,8 @@ def validate(config: BenchConfig) -> BenchConfig:
         raise BenchConfigError("--goodput-share", f"must be in (0, 1], got {config.goodput_share}")
     if config.prompt_token_ids and config.endpoint != "completions":
         raise BenchConfigError("--prompt-token-ids", "works only with --endpoint completions")
+    if config.tokenizer is not None and config.dataset != "random":
+        raise BenchConfigError("--tokenizer", "works only with --dataset random")
     return config
 
 

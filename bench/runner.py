@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from bench import model_prompts
 from bench.client import BenchClient, fetch_metrics, fetch_model, open_session
 from bench.config import BenchConfig
 from bench.offer import LAG_TICK, Sender, run_once, watch_loop_lag
@@ -64,7 +65,10 @@ def build_requests(config: BenchConfig) -> list[BenchRequest]:
         return shared_prefix_requests(*args, config.prefix_len, config.num_prefixes, rng)
     if config.dataset == "multi-turn":
         return multi_turn_requests(*args, config.turns, rng)
-    return random_requests(*args, rng)
+    requests = random_requests(*args, rng)
+    if config.tokenizer is not None:
+        return model_prompts.in_model_tokens(requests, model_prompts.load(config.tokenizer), rng)
+    return requests
 
 
 def arrival_schedule(config: BenchConfig, rate: float, count: int) -> list[float]:

@@ -129,7 +129,7 @@ FLOORS: dict[str, list[set[str]]] = {
     "bench": [
         {"records", "sse", "target", "whole_file"},
         {"config", "summary", "progress"},
-        {"client", "offer", "report"},
+        {"client", "offer", "report", "model_prompts"},
         {"turns", "workers"},
         {"runner"},
     ],

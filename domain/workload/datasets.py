@@ -17,13 +17,19 @@ DATASETS = ("random", "shared-prefix", "multi-turn")
 
 @dataclass(frozen=True)
 class Message:
-    """One chat message; `token_ids` is its content."""
+    """One chat message; `token_ids` is its content. `text`: the content as a model's own
+    tokenizer wrote it (bench/model_prompts.py), whose ids `token_ids` then are."""
 
     role: str
     token_ids: tuple[int, ...]
+    text: str | None = None
+
+    @property
+    def content(self) -> str:
+        return decode(self.token_ids) if self.text is None else self.text
 
     def as_openai(self) -> dict[str, str]:
-        return {"role": self.role, "content": decode(self.token_ids)}
+        return {"role": self.role, "content": self.content}
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,8 @@ class BenchRequest:
         return sum(len(message.token_ids) for message in self.messages)
 
     def prompt_text(self) -> str:
+        if len(self.messages) == 1:
+            return self.messages[0].content
         return decode(self.prompt_ids)
 
 

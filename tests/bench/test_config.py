@@ -77,6 +77,7 @@ def test_good_config_passes() -> None:
         ({"goodput_share": 0.0}, "--goodput-share"),
         ({"goodput_share": 1.5}, "--goodput-share"),
         ({"prompt_token_ids": True, "endpoint": "chat"}, "--prompt-token-ids"),
+        ({"tokenizer": "tok.json", "dataset": "shared-prefix"}, "--tokenizer"),
     ],
 )
 def test_bad_values_name_the_flag(change: dict[str, object], flag: str) -> None:
