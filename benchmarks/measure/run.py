@@ -15,7 +15,8 @@ run-to-run noise). Prompt lengths are the server's count (`usage.prompt_tokens`,
 clients record per request). Servers are pinned to one core, the clients to the other.
 Without the vLLM venv it says how to get it and skips. Environment: BENCH_MEASURE_RATES
 (default 3,6,12), BENCH_MEASURE_SECONDS (arrivals per run, default 5 s; at least 30
-requests), BENCH_MEASURE_ROUNDS (default 4).
+requests), BENCH_MEASURE_ROUNDS (default 4). Last, the issue's setup: vLLM's client with the
+tiny Llama's own tokenizer against a stand-in given it (benchmarks/measure/model_tokenizer.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.measure import model_tokenizer
 from benchmarks.measure.client_records import Pooled, paired
 from benchmarks.measure.runs import INPUT_LEN, OUTPUT_LEN, SEED, Clients, start_servers
 from benchmarks.measure.vllm_client import (
@@ -216,15 +218,22 @@ def main() -> None:
     vllm = VllmBenchServe(python, logs / "vllm-client.log", pinned(LOAD_CORE))
     try:
         servers, urls = start_servers(logs)
+        clients = Clients(vllm, tokenizer, logs)
         try:
-            rows, diagnosis = measure(Clients(vllm, tokenizer, logs), urls)
+            rows, diagnosis = measure(clients, urls)
         finally:
             for server in servers:
                 server.stop()
+        llama = tiny_llama()
+        case = None if llama is None else model_tokenizer.measure(clients, logs, llama, ROUNDS)
     finally:
         vllm.close()
     print(table(rows, diagnosis))
-    met = all(row.met() for row in rows)
+    if case is None:
+        print(f"the tiny Llama's tokenizer case: skipped, no tiny Llama; {HOW_TO_GET_IT}")
+    else:
+        print("\n".join(model_tokenizer.lines(case, diagnosis.get("llama"))))
+    met = all(row.met() for row in rows) and (case is None or case.met())
     wall = time.monotonic() - began
     print(f"targets met at every rate: {'yes' if met else 'no'}; wall {wall:.0f} s")
 

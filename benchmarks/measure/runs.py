@@ -36,11 +36,7 @@ class Clients:
     ) -> dict:
         self.vllm.run(
             [
-                *("--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions"),
-                *("--model", MODEL, "--tokenizer", str(tokenizer or self.tokenizer)),
-                *("--dataset-name", "random", "--random-input-len", str(INPUT_LEN)),
-                *("--random-output-len", str(OUTPUT_LEN), "--num-prompts", str(prompts)),
-                *("--request-rate", f"{rate:g}", "--seed", str(seed), "--ignore-eos"),
+                *self._vllm_args(url, rate, prompts, tokenizer, seed),
                 *("--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99"),
                 *("--save-result", "--save-detailed", "--result-dir", str(self.logs)),
                 *("--result-filename", f"{tag}.json", "--num-warmups", "0", "--disable-tqdm"),
@@ -49,13 +45,41 @@ class Clients:
         )
         return json.loads((self.logs / f"{tag}.json").read_text())
 
-    def pdctl_run(self, url: str, rate: float, prompts: int, tag: str, seed: int = SEED) -> dict:
+    def vllm_prompt_lens(
+        self, url: str, rate: float, prompts: int, tokenizer: Path | None, seed: int = SEED
+    ) -> tuple[list[int], list[int]]:
+        """What vllm_run with these arguments sends: each prompt as vLLM's client counts it,
+        and as vLLM's server would."""
+        return self.vllm.prompt_lens(self._vllm_args(url, rate, prompts, tokenizer, seed))
+
+    def _vllm_args(
+        self, url: str, rate: float, prompts: int, tokenizer: Path | None, seed: int
+    ) -> list[str]:
+        return [
+            *("--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions"),
+            *("--model", MODEL, "--tokenizer", str(tokenizer or self.tokenizer)),
+            *("--dataset-name", "random", "--random-input-len", str(INPUT_LEN)),
+            *("--random-output-len", str(OUTPUT_LEN), "--num-prompts", str(prompts)),
+            *("--request-rate", f"{rate:g}", "--seed", str(seed), "--ignore-eos"),
+        ]
+
+    def pdctl_run(
+        self,
+        url: str,
+        rate: float,
+        prompts: int,
+        tag: str,
+        seed: int = SEED,
+        tokenizer: Path | None = None,
+    ) -> dict:
+        """`tokenizer`: prompts in that model's tokens, sent as text (`pdctl bench --tokenizer`)."""
         out = self.logs / f"{tag}.json"
         argv = pdctl(
             *("bench", "--base-url", url, "--model", MODEL, "--request-rate", f"{rate:g}"),
             *("--num-prompts", str(prompts), "--input-len", str(INPUT_LEN)),
             *("--output-len", str(OUTPUT_LEN), "--seed", str(seed), "--arrivals", "vllm"),
             *("--save-requests", "--result-json", str(out), "--quiet", "--timeout", "60"),
+            *(("--tokenizer", str(tokenizer)) if tokenizer else ()),
         )
         with open(self.logs / f"{tag}.log", "wb") as log:
             subprocess.run(

@@ -86,7 +86,7 @@ class VllmBenchServe:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         with open(log, "ab") as err:
             self.proc = subprocess.Popen(
-                [*prefix, str(python), str(ROOT / "benchmarks" / "vllm_bench_serve.py")],
+                [*prefix, str(python), str(Path(__file__).with_name("vllm_bench_serve.py"))],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err,
@@ -99,13 +99,24 @@ class VllmBenchServe:
 
     def run(self, args: list[str], trust_env: bool = True) -> None:
         """One run; `trust_env=False` only for the diagnostic (vllm_bench_serve.py says what)."""
+        self._job({"argv": args, "trust_env": trust_env})
+
+    def prompt_lens(self, args: list[str]) -> tuple[list[int], list[int]]:
+        """The prompt length of each request a run with these arguments sends, in the order it
+        sends them: as vLLM's client counts it (its dataset, with its tokenizer), and as
+        vLLM's server would count its text (with the special tokens it adds)."""
+        reply = self._job({"samples": args})
+        return [int(n) for n in reply["prompt_lens"]], [int(n) for n in reply["vllm_counts"]]
+
+    def _job(self, job: dict) -> dict:
         if self.proc.stdin is None:
             raise RuntimeError("vllm bench serve has no stdin")
-        self.proc.stdin.write(json.dumps({"argv": args, "trust_env": trust_env}) + "\n")
+        self.proc.stdin.write(json.dumps(job) + "\n")
         self.proc.stdin.flush()
         reply = self._reply()
         if not reply.get("ok"):
             raise RuntimeError(f"vllm bench serve failed:\n{reply.get('error')}")
+        return reply
 
     def _reply(self) -> dict:
         line = self.proc.stdout.readline() if self.proc.stdout else ""
