@@ -121,10 +121,10 @@ def measure(clients: Clients, urls: dict[str, str]) -> tuple[list[Comparison], d
 
 def diagnose(clients: Clients, url: str) -> dict[str, dict]:
     """Two causes of a difference, shown on the direct stand-in at the middle rate: vLLM's
-    client with the tiny Llama's tokenizer (the issue's setup: prompts the stand-in counts
-    shorter), and vLLM's client with aiohttp's trust_env on (as it ships) and off, in
-    alternating rounds: with it on, aiohttp looks up proxies and ~/.netrc in the environment
-    inside every request's TTFT (pdctl's session does not)."""
+    client with the tiny Llama's tokenizer against a stand-in without it (it estimates: the
+    baseline of model_tokenizer.py's case), and vLLM's client with aiohttp's trust_env on (as it
+    ships) and off, in alternating rounds: with it on, aiohttp looks up proxies and ~/.netrc in
+    the environment inside every request's TTFT (pdctl's session does not)."""
     rate = RATES[len(RATES) // 2]
     n, found = prompts_at(rate), {}
     if (llama := tiny_llama()) is not None:
@@ -185,8 +185,8 @@ def table(rows: list[Comparison], diagnosis: dict[str, dict]) -> str:
     if (issue := diagnosis.get("llama")) is not None:
         counted = issue.get("input_lens") or [0]
         lines.append(
-            f"vLLM's client with the tiny Llama's tokenizer (the issue's setup), direct @ "
-            f"{issue['rate']:g} req/s: the server counted {sum(counted) / len(counted):.0f} "
+            f"vLLM's client with the tiny Llama's tokenizer against a stand-in without it, direct@"
+            f" {issue['rate']:g} req/s: the server counted {sum(counted) / len(counted):.0f} "
             f"prompt tokens of the {INPUT_LEN} asked; TTFT p50 {issue['median_ttft_ms']:.2f} "
             f"ms, ITL p99 {issue['p99_itl_ms']:.2f} ms."
         )
