@@ -16,8 +16,8 @@
          |                          status, garbage, timeout, first_byte) for the retry decision
          +- UpstreamTimeout     502  a leg did not answer in time
 
-    UpstreamFault               a leg's connection failed (raised by connector/http/upstream.py,
-     |                          the one module that speaks to upstreams; the relay turns it into
+    UpstreamFault               a leg's connection failed (raised by the connector/http/ client,
+     |                          the one seam that speaks to upstreams; the relay turns it into
      |                          the UpstreamError naming the leg, its instance and `cause`)
      +- ConnectFailed           refused: no connection was made, nothing reached the instance
      +- ConnectTimedOut         timeout: no connection within the connect timeout (a loaded
