@@ -47,7 +47,7 @@ class Outcomes(TypedDict):  # per second, by how the proxy ended each request
 
 
 class Requests(TypedDict):
-    """Every request the proxy ended in the window counts (observe/build.py requests): ok,
+    """Every request the proxy ended in the window counts (observe/traffic.py requests): ok,
     failed, rejected and cancelled; only a client's invalid request is left out. A canary
     never counts."""
 

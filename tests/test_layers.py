@@ -104,7 +104,7 @@ FLOORS: dict[str, list[set[str]]] = {
         {"text_format", "frames", "canary"},
         {"samples", "quantiles", "canary_probe"},
         {"windows"},
-        {"pd_check", "saved_share"},
+        {"pd_check", "saved_share", "traffic", "engines"},
         {"build"},
         {"advice"},
     ],
