@@ -42,7 +42,7 @@ test: $(STAMP)
 # benches at 3 and 8 req/s must forecast TTFT and ITL p50 at 5 req/s within 15% of the live
 # stand-in, where the datasheet is off by more. Three bounded benches: ~1-1.5 min.
 test-calibrate: $(STAMP)
-	$(PY) -m pytest -q -s -m calibrate tests/simulator/plan/test_calibrate_loop.py
+	$(PY) -m pytest -q -s -m calibrate tests/simulator/plan/calibration/test_fitting_loop.py
 
 # End-to-end tests that wait out a window of live frames on stand-ins (the demo's trade after a
 # minute, PD not happening caught within a window, the canary within a period, each advisor

@@ -19,7 +19,7 @@ import aiohttp
 from bench.config import BenchConfig
 from bench.records import RequestRecord
 from bench.sse import NOTHING, LineSplitter, error_message, parse_line, ttft_parts
-from domain.ttft_parts import PARTS_HEADER
+from domain.measures.ttft_parts import PARTS_HEADER
 from domain.workload.datasets import BenchRequest
 
 # PARTS_HEADER: a pdctl proxy adds the TTFT's parts after [DONE]; other servers ignore it

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from bench.records import ITL_STATS, SloTargets
-from domain.slo import ItlStat
+from domain.measures.slo import ItlStat
 from domain.workload.datasets import DATASETS
 
 ENDPOINTS = ("completions", "chat")

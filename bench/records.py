@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from domain import slo
-from domain.slo import ITL_STATS, SloTargets, Verdict, itl_statistic, percentile
+from domain.measures import slo
+from domain.measures.slo import ITL_STATS, SloTargets, Verdict, itl_statistic, percentile
 
 REJECTED_STATUSES = frozenset({429, 503})
 
@@ -44,11 +44,13 @@ class RequestRecord:
     e2el: float = 0.0
     start: float = 0.0
     index: int = 0
-    # where its TTFT went, as a pdctl proxy reports it (domain/ttft_parts.py); None elsewhere
+    # where its TTFT went, as a pdctl proxy reports it (domain/measures/ttft_parts.py); None
+    # elsewhere
     ttft_parts: dict[str, Any] | None = None
     # the HTTP status the server answered (None: no answer, e.g. refused or timed out)
     status: int | None = None
-    # the answering engine's own timing, ms (domain/per_request_metrics.py); None: none sent
+    # the answering engine's own timing, ms (domain/measures/per_request_metrics.py); None: none
+    # sent
     engine_metrics: dict[str, float] | None = None
 
     @property
@@ -70,6 +72,6 @@ class RequestRecord:
 
 def judge(record: RequestRecord, targets: SloTargets) -> Verdict:
     """A failed request meets nothing; a request with no gaps (one token) cannot break ITL/TPOT
-    (domain/slo.py, the judge the proxy and the planner use too)."""
+    (domain/measures/slo.py, the judge the proxy and the planner use too)."""
     itl = itl_statistic(record.itl, targets.itl_stat)
     return slo.judge(targets, record.ttft, itl, record.tpot, ok=record.ok)

@@ -24,7 +24,7 @@ from bench.offer import LAG_TICK, Sender, run_once, watch_loop_lag
 from bench.records import RequestRecord
 from bench.summary import LoopLag, summarize
 from bench.workers.pool import WorkerLag, WorkerPool
-from domain.engine_phases import phase_means, phase_totals
+from domain.measures.engine_phases import phase_means, phase_totals
 from domain.workload.arrivals import arrival_times
 from domain.workload.datasets import (
     BenchRequest,

@@ -15,8 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from domain import per_request_metrics
-from domain.ttft_parts import PARTS_COMMENT
+from domain.measures import per_request_metrics
+from domain.measures.ttft_parts import PARTS_COMMENT
 
 MAX_LINE_BYTES = 1 << 20  # an SSE line this long without a newline is a broken stream
 

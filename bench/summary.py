@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.records import RequestRecord, SloTargets, judge, percentile
-from domain.slo import max_goodput_rate
+from domain.measures.slo import max_goodput_rate
 
 __all__ = ["loop_lag", "max_goodput_rate", "summarize", "sweep_result"]
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from domain.slo import SloTargets
+from domain.measures.slo import SloTargets
 
 # (the run's settings, its result document) -> one line saying where it was kept; raises
 # TargetUnresolved when the control plane would not keep it

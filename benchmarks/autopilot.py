@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from domain.slo import SloTargets, itl_statistic, judge
+from domain.measures.slo import SloTargets, itl_statistic, judge
 from harness.control_plane import ControlPlane
 from harness.processes import ROOT
 from harness.sim_specs import qwen3_2p2d

@@ -12,7 +12,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from domain.slo import SloTargets
+from domain.measures.slo import SloTargets
 from harness.processes import running
 from harness.stack import bench, nixl_sim, proxy
 from simulator.plan.planner import EngineFlags, PlanSetup, Workload, parse_config, run

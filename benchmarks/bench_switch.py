@@ -4,7 +4,8 @@ A real `pdctl serve` runs stand-in MoRIIO deployments: 1P1D for hold and keep-se
 (two pairs) for roll. First the tiny model starting at once: `pdctl bench` offers 10 req/s of
 512-token prompts with 256 output tokens while ten switches run back to back. Then the MORI-IO
 setup (Qwen3-235B-A22B-FP8, TP4 instances on MI300X) with modelled start times
-(domain/start_time.py, a warm restart ~2 min) scaled by START_SCALE, and the proxy's 30 s hold
+(domain/engine/start_time.py, a warm restart ~2 min) scaled by START_SCALE, and the proxy's 30 s
+hold
 deadline scaled alike, so that a hold longer than the deadline shows its 503s in minutes.
 Printed per strategy: requests sent, completed, failed, lost (no answer at all), rejected
 (503), the switch times, the TTFT of requests that arrived during a switch against those that

@@ -43,8 +43,8 @@ from connector.pool.instances import Instance, InstancePool, Route
 from connector.pool.pd_roles import RoleReader
 from connector.pool.policy import make_policy
 from connector.settings import ProxySettings
+from domain.measures.ttft_parts import PARTS_HEADER
 from domain.modes import Mode, Role
-from domain.ttft_parts import PARTS_HEADER
 
 log = logging.getLogger(__name__)
 

@@ -55,7 +55,6 @@ if TYPE_CHECKING:
         Slug,
         Topology,
     )
-    from controller.spec.encode import EC_CONNECTORS, STORAGE_KEY
     from controller.spec.redact import (
         UNCHANGED,
         holds_mask,
@@ -63,9 +62,10 @@ if TYPE_CHECKING:
         redact_text,
         restore_secrets,
     )
-    from controller.spec.role_switch import instance_roles
+    from controller.spec.sections.encode import EC_CONNECTORS, STORAGE_KEY
+    from controller.spec.sections.role_switch import instance_roles
+    from controller.spec.sections.timing import timed_spec
     from controller.spec.surface.reach import EngineReach, reach_for
-    from controller.spec.timing import timed_spec
     from controller.spec.validation import given_ports, host_port_busy, validate
     from controller.supervise.placement_log import PlacementLog
     from controller.supervise.supervisor import Supervisor, SupervisorSettings
@@ -80,7 +80,7 @@ _EXPORTS = {
     "DEFAULT_RANGE": "controller.launch.ports",
     "Decision": "controller.autopilot.decide",
     "DeploymentSpec": "controller.spec.deployment",
-    "EC_CONNECTORS": "controller.spec.encode",
+    "EC_CONNECTORS": "controller.spec.sections.encode",
     "EngineReach": "controller.spec.surface.reach",
     "Engine": "controller.spec.deployment",
     "HOUR_S": "controller.autopilot.decide",
@@ -96,7 +96,7 @@ _EXPORTS = {
     "ProxyAdminError": "controller.clients.proxy_admin",
     "RayBackend": "controller.backends.ray",
     "RayUnreachable": "controller.backends.ray",
-    "STORAGE_KEY": "controller.spec.encode",
+    "STORAGE_KEY": "controller.spec.sections.encode",
     "Slug": "controller.spec.deployment",
     "StoreRevisions": "controller.rollout.revisions",
     "STRATEGY_SUMMARY": "controller.rollout.strategies",
@@ -120,7 +120,7 @@ _EXPORTS = {
     "AttachedRefused": "controller.attached",
     "holds_mask": "controller.spec.redact",
     "host_port_busy": "controller.spec.validation",
-    "instance_roles": "controller.spec.role_switch",
+    "instance_roles": "controller.spec.sections.role_switch",
     "instance_slots": "controller.autopilot.decide",
     "propose": "controller.proposals",
     "redact_spec": "controller.spec.redact",
@@ -128,7 +128,7 @@ _EXPORTS = {
     "restore_secrets": "controller.spec.redact",
     "sample": "controller.autopilot.decide",
     "reach_for": "controller.spec.surface.reach",
-    "timed_spec": "controller.spec.timing",
+    "timed_spec": "controller.spec.sections.timing",
     "validate": "controller.spec.validation",
 }
 __all__ = [

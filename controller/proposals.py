@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.spec.deployment import DeploymentSpec, InstanceGroup, Topology
-from controller.spec.role_switch import instance_roles
+from controller.spec.sections.role_switch import instance_roles
 from controller.switch.role_move import plan_move
+from domain.engine.frontend_cost import render_instances
 from domain.errors import ConfigError
-from domain.frontend_cost import render_instances
 from domain.kv_connectors import backend_for
 from domain.modes import Connector, Mode, Role
 
@@ -129,7 +129,7 @@ def _multi_turn(spec: DeploymentSpec) -> Change | None:
 
 
 def _frontend_cpu(spec: DeploymentSpec, evidence: Mapping[str, Any]) -> Change | None:
-    """A render tier sized to the hot frontend it relieves (domain/frontend_cost.py): enough
+    """A render tier sized to the hot frontend it relieves (domain/engine/frontend_cost.py): enough
     instances that each runs at most half a core taking the prompt side off the decode or
     colocated API servers; without the workload's lengths, one per such instance."""
     if any(g.role is Role.RENDER for g in spec.groups):

@@ -26,10 +26,11 @@ lives with the code that raises it (in brackets).
      +- ConfigError              422  rules broken; each Problem names its field (FastAPI's shape)
      |   +- SpecInvalid          422  in a deployment spec
      |   +- RequestInvalid       422  FastAPI's own validation of a request [web/errors.py]
-     |   +- TooMany              422  more bench runs than a chart compares [web/routes/bench.py]
+     |   +- TooMany              422  too many bench runs for a chart [web/routes/advise/bench.py]
      +- TooManyRequests          429  try again later; carries Retry-After
      |   +- TooManyAttempts      429  failed sign-ins from one address       [web/security/auth.py]
-     |   +- PlannerBusy          429  a plan is running already              [web/routes/plan.py]
+     |   +- PlannerBusy          429  a plan is running already
+     [web/routes/advise/plan.py]
      +- UpstreamError            502  a process pdctl drives answered wrongly (a proxy, an engine)
      |   +- ProxyAdminError      502  the proxy's admin API failed          [controller]
      |   +- UpstreamTimeout      504  ... or not in time

@@ -53,7 +53,7 @@ TRACKED_PREFIXES = (
     "vllm:prompt_tokens",
     "vllm:generation_tokens",
     "vllm:request_success",
-    # an attached deployment's TTFT parts (observe/attached_ttft.py)
+    # an attached deployment's TTFT parts (observe/attached/ttft.py)
     "vllm:request_queue_time_seconds",
     "vllm:request_prefill_time_seconds",
     "vllm:prefix_cache_",

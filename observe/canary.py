@@ -1,6 +1,6 @@
 """The correctness canary, pure: is the answer that came through the hand-off the model's own?
 
-Every `canary.interval_s` (controller/spec/canary.py; 30 s by default, 0 off) the control
+Every `canary.interval_s` (controller/spec/sections/canary.py; 30 s by default, 0 off) the control
 plane sends one fixed greedy prompt (temperature 0, ignore_eos, fixed max_tokens) through the
 proxy, marked as a canary (connector/dispatch/canary.py), and compares the answer token by token
 with
@@ -99,7 +99,7 @@ class Verdict:
     difference: Difference | None = None
     note: str | None = None  # why: the error, or "re-recorded" for a moved reference
     # the answering engine's own timing of this canary, ms, when its response carried it
-    # (domain/per_request_metrics.py: the decode's, behind a PD proxy); None otherwise
+    # (domain/measures/per_request_metrics.py: the decode's, behind a PD proxy); None otherwise
     engine: dict[str, float] | None = None
 
     def describe(self) -> dict[str, Any]:

@@ -17,8 +17,8 @@ from typing import Any
 
 import aiohttp
 
-from domain import per_request_metrics
 from domain.canary_marks import DECODE_HEADER, HEADER, PREFILL_HEADER
+from domain.measures import per_request_metrics
 from observe import canary
 from observe.canary import CanaryState, Transition, Verdict
 

@@ -16,7 +16,7 @@ from observe.windows import Delta
 ENGINE_TRANSFER_SOURCES = metric_prefixes()
 PREFILL_ROLES = ("prefill", "colocated")  # whose prompt tokens are computed, not received
 DECODE_ROLES = ("decode", "colocated")  # whose generated tokens reach the client
-RENDER = "render"  # a render tier instance: all frontend (controller/spec/render_tier.py)
+RENDER = "render"  # a render tier instance: all frontend (controller/spec/sections/render_tier.py)
 
 
 def kv_transfer(deltas: Sequence[Delta], kv_bytes_per_token: int | None) -> KvTransfer:

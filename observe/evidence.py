@@ -1,5 +1,5 @@
 """Disturbed windows: which rollouts ran inside a frame's window, how many real requests it
-holds, and whether it is evidence to decide from (domain/evidence.py says what counts).
+holds, and whether it is evidence to decide from (domain/measures/evidence.py says what counts).
 Pure: the rollouts the controller keeps (duck-typed: id, kind, strategy, state, started_at,
 ended_at) and the proxy's counter increases in, marks and verdicts out."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from domain.evidence import AFTER_CHANGE_S, MIN_REAL_REQUESTS, NOT_A_CHANGE, not_enough
+from domain.measures.evidence import AFTER_CHANGE_S, MIN_REAL_REQUESTS, NOT_A_CHANGE, not_enough
 from observe.frames import ChangeMark, Evidence
 from observe.samples import total
 from observe.windows import Delta

@@ -35,7 +35,7 @@ class Histogram(TypedDict):
 class SloShown(TypedDict):
     ttft_ms: float | None
     itl_ms: float | None
-    itl_stat: str  # mean | p99 | max (domain/slo.py)
+    itl_stat: str  # mean | p99 | max (domain/measures/slo.py)
 
 
 class Outcomes(TypedDict):  # per second, by how the proxy ended each request
@@ -152,13 +152,13 @@ class ChangeMark(TypedDict):
 
 
 class Evidence(TypedDict):
-    """Is this window evidence to decide from (domain/evidence.py)? The advisor and the
+    """Is this window evidence to decide from (domain/measures/evidence.py)? The advisor and the
     autopilot decide nothing from a window that is not, and say why."""
 
     # Client requests that reached the proxy in the window: ended (every outcome) or arrived,
     # whichever is more (its canaries and pair probes never count); None: no counts
     real_requests: int | None
-    min_requests: int  # domain/evidence.py MIN_REAL_REQUESTS
+    min_requests: int  # domain/measures/evidence.py MIN_REAL_REQUESTS
     changes: list[ChangeMark]  # rollouts that ran in the window or its settling, newest first
     disturbed: bool  # a change ran in the window or ended within its settling
     enough: bool  # not disturbed and at least min_requests real requests
@@ -248,13 +248,13 @@ class Frame(Requests):
     # {"revision", "modes"} the supervisor runs the deployment at (observe/serving.py)
     serving: NotRequired[dict[str, Any]]
     # Where ttft, itl and slo_attainment come from: "proxy" (pdctl's, the client's view) or
-    # "engines" (an attached deployment behind another proxy: observe/attached.py)
+    # "engines" (an attached deployment behind another proxy: observe/attached/watch.py)
     latency_source: NotRequired[str]
     # An attached deployment's discovered groups: each one's source, the instances it found
     # (name -> URL), the addresses it skipped and why, its last error (observe/discovery/)
     discovery: NotRequired[list[dict[str, Any]]]
     # An attached deployment's mean TTFT parts from its engines' own histograms, when the
-    # proxy is not pdctl's (observe/attached_ttft.py): {"source", "parts", "sum_ms"}
+    # proxy is not pdctl's (observe/attached/ttft.py): {"source", "parts", "sum_ms"}
     ttft_breakdown: NotRequired[dict[str, Any]]
 
 

@@ -20,14 +20,14 @@ from typing import Any
 
 import aiohttp
 
-from observe.attached import (
+from observe.attached.ttft import engine_ttft_parts
+from observe.attached.watch import (
     attached_units,
     canary_units,
     engine_latency,
     health_transition,
     roles,
 )
-from observe.attached_ttft import engine_ttft_parts
 from observe.build import (
     DeploymentInfo,
     TargetState,
@@ -263,7 +263,8 @@ class Observer:
         by_engines = attached is not None and not any(u["role"] == "proxy" for u in units)
         for window, frame in frames.items():
             frame["latency_source"] = "engines" if by_engines else "proxy"
-            if by_engines:  # no pdctl proxy: the engines' own histograms (observe/attached.py)
+            # no pdctl proxy: the engines' own histograms (observe/attached/watch.py)
+            if by_engines:
                 shown = engine_latency(
                     roles(units, targets, window, "prefill"),
                     roles(units, targets, window, "decode"),

@@ -1,5 +1,5 @@
 """Where the window's TTFTs went, from the proxy's request log (GET /admin/requests, each line
-with its `ttft_parts`, domain/ttft_parts.py): the slowest requests with their parts, and
+with its `ttft_parts`, domain/measures/ttft_parts.py): the slowest requests with their parts, and
 the mean of each part per time bucket for a stacked chart. Pure: log lines and times in.
 
 A request whose decode reported no transfer figure gets the window's median transfer time
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from domain.ttft_parts import PARTS, TtftParts, from_json, with_estimate, without_transfer
+from domain.measures.ttft_parts import PARTS, TtftParts, from_json, with_estimate, without_transfer
 
 SLOWEST = 10
 BUCKETS = 12

@@ -1,5 +1,5 @@
 """The P:D ratio autopilot's shell: once a second, for each running deployment whose spec
-opted in (`autopilot`, controller/spec/autopilot.py), read the observer's 10 s frame, keep
+opted in (`autopilot`, controller/spec/sections/autopilot.py), read the observer's 10 s frame, keep
 the window's samples, ask the pure decision (controller/autopilot/decide.py) and act on it: a move
 through the role-move machinery (a revision, 0 lost), or in dry-run only an event. Each
 decision that moves, would move, or is held by a guard rail is an event with its numbers

@@ -13,10 +13,10 @@ from typing import Any
 from fastapi.exceptions import RequestValidationError
 
 from domain import profiles
-from domain.slo import SloTargets, parse_itl_stat
+from domain.measures.slo import SloTargets, parse_itl_stat
 from services.plan_schema import NAMED, WORKLOAD, FlagsIn, PlanRequest, parse_config
 from simulator.plan import planner
-from simulator.plan.placement import NodesError, resolve_nodes
+from simulator.plan.nodes.placement import NodesError, resolve_nodes
 from simulator.plan.scenarios import SCENARIOS, mori_io_qwen3_235b, mori_io_setup
 
 MAX_ROWS = 80  # the published scenario: 4 configurations x 20 rates

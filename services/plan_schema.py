@@ -11,11 +11,11 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from domain import profiles
+from domain.measures.slo import DEFAULT_ITL_STAT, ItlStatName
 from domain.modes import TransferModeName
-from domain.slo import DEFAULT_ITL_STAT, ItlStatName
 from simulator.plan import planner
 from simulator.plan.cli import parse_rates
-from simulator.plan.placement import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES
+from simulator.plan.nodes.placement import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES
 from simulator.plan.planner import PLAN_DEFAULTS, PLAN_RATE, PLAN_SLO
 from simulator.plan.scenarios import SCENARIOS, mori_io_configs, named_config
 

@@ -24,9 +24,9 @@ from controller import (
     instance_roles,
     timed_spec,
 )
-from domain.frontend_cost import RENDER_WORTH, VLLM_API_SERVER, busiest_after
+from domain.engine.frontend_cost import RENDER_WORTH, VLLM_API_SERVER, busiest_after
+from domain.measures.slo import SloTargets, parse_itl_stat
 from domain.modes import Mode, Role
-from domain.slo import SloTargets, parse_itl_stat
 from simulator.model.calibration.profile import CalibratedProfile
 from simulator.plan import planner
 
@@ -146,7 +146,8 @@ def on_measured(
 
 def frontend_estimate(signals: dict[str, Any], fronts: int = 1, renders: int = 1) -> str:
     """How much of the busiest API server's CPU a render tier would take at this workload, by
-    real vLLM's measured costs (domain/frontend_cost.py): the prompt side's share. The busiest
+    real vLLM's measured costs (domain/engine/frontend_cost.py): the prompt side's share. The
+    busiest
     frontend after is the larger of what an engine keeps and what a render instance takes
     (`renders` of them sharing the prompt side of `fronts` engines)."""
     prompt, output = signals.get("prompt_tokens_mean"), signals.get("output_tokens_mean")

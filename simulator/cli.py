@@ -12,10 +12,10 @@ from typing import Any
 import typer
 
 from domain import profiles
-from domain.engine_defaults import engine_defaults
-from domain.frontend_cost import FrontendCost
+from domain.engine.defaults import engine_defaults
+from domain.engine.frontend_cost import FrontendCost
+from domain.engine.start_time import CACHES
 from domain.kv_connectors.base import KV_HOLD_TIMEOUT_S
-from domain.start_time import CACHES
 from simulator.config.encoder import ec_settings
 from simulator.config.engine import EngineConfigError, EngineSettings, parse_kv_transfer_config
 from simulator.engine import stats_log

@@ -1,6 +1,6 @@
 """Following a deployment's events over the dashboard's websocket (`/ws/deployments/NAME`):
 its `event` frames as the store records them. A close the server means (no token, no such
-deployment, refused; web/routes/live.py) becomes the verb's one-line error and exit code; a
+deployment, refused; web/routes/watch/live.py) becomes the verb's one-line error and exit code; a
 restart or a dropped connection is ridden out as `pdctl top` does (terminal/reconnect.py),
 and `on_open` runs again on each new socket so the events missed meanwhile are read."""
 

@@ -1,5 +1,5 @@
 """Which role each instance serves, as `pdctl show` draws it: its group's, unless a runtime
-role move changed it (`role_switch.serving` in the spec, controller/spec/role_switch.py).
+role move changed it (`role_switch.serving` in the spec, controller/spec/sections/role_switch.py).
 Pure: the API's JSON in; instance rows grouped by the role they serve, moved ones marked."""
 
 from __future__ import annotations

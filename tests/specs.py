@@ -68,7 +68,7 @@ EC_STORE = "/tmp/pdctl-ec-test"
 
 def epd_1e1p1d(name: str = "epd", **over: Any) -> dict:
     """Encode -> prefill -> decode on the multimodal stand-in profile
-    (controller/spec/encode.py)."""
+    (controller/spec/sections/encode.py)."""
     return {
         "name": name,
         "engine": "sim",

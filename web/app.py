@@ -55,25 +55,11 @@ from web.pages import deployment_forms, login, ttft
 from web.pages import main as pages
 from web.pages import rollout as rollout_pages
 from web.proxy_url import proxy_url
-from web.routes import (
-    advice,
-    autopilot,
-    bench,
-    calibration,
-    cluster,
-    deployments,
-    events,
-    kv,
-    lifecycle,
-    live,
-    ops,
-    plan,
-    proposals,
-    proxy_steer,
-    revisions,
-    role_moves,
-    rollouts,
-)
+from web.routes import ops
+from web.routes.advise import advice, autopilot, bench, calibration, plan, proposals
+from web.routes.deployment import lifecycle, proxy_steer, revisions, role_moves, rollouts
+from web.routes.deployment import records as deployments
+from web.routes.watch import cluster, events, kv, live
 from web.security.auth import TokenBook
 from web.security.csrf import CrossOriginProtection
 from web.security.hosts import HostAllowlist, allowed_names

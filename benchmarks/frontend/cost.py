@@ -2,7 +2,7 @@
 (parsing, tokenizing: what a render tier takes over) and a part per output token (detokenizing,
 building and writing each chunk: what stays on the engines' API servers), from runs of the
 same server at a short and a long prompt and at one output token and many
-(domain/frontend_cost.py holds the split and what it says of a workload).
+(domain/engine/frontend_cost.py holds the split and what it says of a workload).
 
 `split` takes runs as (prompt tokens, output tokens, CPU ms per request) means."""
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from domain.frontend_cost import FrontendCost
+from domain.engine.frontend_cost import FrontendCost
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from domain.slo import percentile
+from domain.measures.slo import percentile
 
 
 @dataclass

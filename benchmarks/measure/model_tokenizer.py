@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks.measure.client_records import Pooled, paired
 from benchmarks.measure.runs import FRESH, SEED, Clients
 from benchmarks.proxy.bench import PROXY_CORE, Server, free_port, pdctl
-from domain.slo import percentile
+from domain.measures.slo import percentile
 
 RATE, PROMPTS = 3.0, 30  # light: the stand-in is idle between most arrivals
 TTFT_P50_MS = 1.0

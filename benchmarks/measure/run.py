@@ -38,7 +38,7 @@ from benchmarks.measure.vllm_client import (
     write_standin_tokenizer,
 )
 from benchmarks.proxy.bench import LOAD_CORE, PROXY_CORE, pinned
-from domain.slo import percentile
+from domain.measures.slo import percentile
 
 RATES = [float(r) for r in os.environ.get("BENCH_MEASURE_RATES", "3,6,12").split(",")]
 SECONDS = float(os.environ.get("BENCH_MEASURE_SECONDS", "5"))

@@ -17,7 +17,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from benchmarks.proxy import saturation as proxy_saturation
-from domain.slo import percentile
+from domain.measures.slo import percentile
 
 # the rows the ratios read, by name (benchmarks/proxy/bench.py runs them)
 PDCTL, ROUTER, NO_PARTS, CANARY = "pdctl", "vllm-router", "pdctl no-parts", "pdctl canary"

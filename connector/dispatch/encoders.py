@@ -12,7 +12,7 @@ none available the request goes on without them: the prefill, an ec_consumer tha
 embedding, runs the encoder itself (slower, never lost).
 
 The wait counts in the TTFT the proxy measures (it starts at arrival); in the TTFT's parts
-(domain/ttft_parts.py) it falls in `queue`, before the first attempt, and
+(domain/measures/ttft_parts.py) it falls in `queue`, before the first attempt, and
 pdctl_proxy_encode_wait_seconds_total says how much of that was encoders.
 
 The rewriting is pure (`mm_items`, `encoder_body`, `EncoderRing.pick`); `prime` is the I/O.

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from connector.legs.turn_kv import answer_part
 from connector.measure.timing import RequestTiming, SloTargets, judge, summarize
 from connector.pool.instances import Route
-from domain.ttft_parts import PARTS_COMMENT, EngineTransfer, TtftParts, split
+from domain.measures.ttft_parts import PARTS_COMMENT, EngineTransfer, TtftParts, split
 
 MAX_EVENT_BYTES = 8 << 20  # one SSE event; vLLM's largest (prompt logprobs) stay well below
 
@@ -100,7 +100,7 @@ class Flight:
         self.first_attempt: float | None = None  # when the first attempt started (queue ends)
         self.attempt_at: float | None = None  # when the serving attempt started (retry ends)
         self.kv_stats: Any = None  # the decode's own `kv_transfer_stats`, as it sent them
-        self.ttft_parts = True  # split the TTFT into its parts (domain/ttft_parts.py)
+        self.ttft_parts = True  # split the TTFT into its parts (domain/measures/ttft_parts.py)
         self.want_parts = False  # the client asked for them at the end of its stream
         self._parts: TtftParts | Literal[False] | None = False  # once made (False: not yet)
         # Bidirectional KV (connector/legs/turn_kv.py): the answer's text pieces while collected

@@ -14,7 +14,7 @@ from typing import Any
 
 from connector.dispatch.flight import Flight
 from connector.measure.timing import RequestTiming, itl_figures
-from domain.ttft_parts import TtftParts
+from domain.measures.ttft_parts import TtftParts
 
 __all__ = ["LoggedRequest", "RequestLog"]
 

@@ -1,7 +1,8 @@
 """The proxy's Prometheus export: plain counters kept by the proxy, turned into metric families
 by a custom collector on the app's own CollectorRegistry (never the global default one).
 Buckets are vLLM's (PROTOCOL.md section 4), but for TTFT, ITL and TPOT, which add finer ones
-in the range SLOs are set in (domain/latency_buckets.py) so that the advisor's percentiles can
+in the range SLOs are set in (domain/measures/latency_buckets.py) so that the advisor's percentiles
+can
 tell a change inside one of vLLM's wide buckets.
 """
 
@@ -23,8 +24,8 @@ from connector.measure.demand import KINDS as DEMAND_KINDS
 from connector.measure.demand import ArrivalDemand
 from connector.measure.timing import RequestTiming
 from connector.pool.instances import InstancePool
-from domain.latency_buckets import PROXY_ITL_BUCKETS, PROXY_TTFT_BUCKETS
-from domain.vllm_metrics import REQUEST_BUCKETS, TTFT_BUCKETS, BucketHistogram
+from domain.measures.latency_buckets import PROXY_ITL_BUCKETS, PROXY_TTFT_BUCKETS
+from domain.measures.vllm_metrics import REQUEST_BUCKETS, TTFT_BUCKETS, BucketHistogram
 
 # vLLM's own buckets (PROTOCOL.md section 4), shared with the stand-in's /metrics.
 E2E_BUCKETS = REQUEST_BUCKETS

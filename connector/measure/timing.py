@@ -1,4 +1,5 @@
-"""Pure per-request timing as the client sees it, judged by the one SLO judge (domain/slo.py).
+"""Pure per-request timing as the client sees it, judged by the one SLO judge
+(domain/measures/slo.py).
 
 Times are seconds on one monotonic clock. TTFT = first token event - arrival; every gap between
 token events is one ITL sample; TPOT = (end - first token) / (output tokens - 1); as in
@@ -12,9 +13,9 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from domain import slo
-from domain.slo import SloTargets, itl_statistic, percentile
-from domain.ttft_parts import TtftParts
+from domain.measures import slo
+from domain.measures.slo import SloTargets, itl_statistic, percentile
+from domain.measures.ttft_parts import TtftParts
 
 __all__ = ["RequestTiming", "SloTargets", "itl_figures", "itl_statistic", "judge", "summarize"]
 
@@ -30,7 +31,7 @@ class RequestTiming:
     output_tokens: int = 0
     # each ITL statistic (mean, p99, max) of this request, computed once; None: no gap
     itl_stats: dict[str, float | None] = field(default_factory=dict)
-    parts: TtftParts | None = None  # where the TTFT went (domain/ttft_parts.py)
+    parts: TtftParts | None = None  # where the TTFT went (domain/measures/ttft_parts.py)
     # the ITL samples in order, sorted once for the statistics, the histogram and the spikes
     sorted_itls: list[float] = field(default_factory=list)
 

@@ -47,8 +47,8 @@ from connector.settings.parsing import (
     zero_is_none,
 )
 from domain.kv_connectors import offering, proxy_backend
+from domain.measures.slo import DEFAULT_ITL_STAT, ItlStatName, SloTargets, parse_itl_stat
 from domain.modes import Mode
-from domain.slo import DEFAULT_ITL_STAT, ItlStatName, SloTargets, parse_itl_stat
 
 
 class ProxySettings(BaseModel):

@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from controller.spec.deployment import DeploymentSpec, InstanceGroup, Role
-from controller.spec.timing import timed_spec
+from controller.spec.sections.timing import timed_spec
 from domain import profiles
-from domain.engine_defaults import engine_defaults
+from domain.engine.defaults import engine_defaults
 from simulator.model.calibration.profile import CalibratedProfile, CalibratedTiming
 from simulator.model.timing import StepBatch, TimingModel, chunk_attention_pairs
 
@@ -120,7 +120,7 @@ UNTIMED_MAX_NUM_SEQS = 256  # where no profile names the hardware: vLLM's smalle
 
 def group_max_num_seqs(spec: DeploymentSpec, group: InstanceGroup) -> int:
     """The sequences one instance of `group` runs at once: its flag, else vLLM's default on
-    the spec's hardware (domain/engine_defaults.py: 1024 on an H100 or MI300X, 128 on a
+    the spec's hardware (domain/engine/defaults.py: 1024 on an H100 or MI300X, 128 on a
     CPU), else UNTIMED_MAX_NUM_SEQS."""
     if group.max_num_seqs:
         return group.max_num_seqs

@@ -13,7 +13,7 @@ both or bound the other way (hysteresis: one such sample moves nothing), at leas
 cooldown since the last move; a budget of moves per hour; each role keeps `min_per_role`.
 Dry-run decisions count as moves for the rails, so a dry run records what a live one does.
 
-Evidence (domain/evidence.py): a move (or a held one) is not decided from a window a change
+Evidence (domain/measures/evidence.py): a move (or a held one) is not decided from a window a change
 disturbed (a sample whose frame marks a rollout in it or its settling: a switch's held
 requests are not the workload) or from fewer than MIN_REAL_REQUESTS real requests in the
 window (pdctl's canaries are never counted): the decision is none, "not enough evidence
@@ -41,9 +41,9 @@ from controller.autopilot.demand import (
     short_role,
     window_demand,
 )
-from controller.spec.autopilot import Autopilot
 from controller.spec.deployment import DeploymentSpec
-from domain.evidence import MIN_REAL_REQUESTS, not_enough
+from controller.spec.sections.autopilot import Autopilot
+from domain.measures.evidence import MIN_REAL_REQUESTS, not_enough
 
 HOUR_S = 3600.0
 SAMPLE_GAP_S = 2.0  # the oldest sample may be this much younger than the window start

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from controller.spec.deployment import DeploymentSpec, Engine, InstanceGroup
 from domain import profiles
-from domain.engine_defaults import engine_defaults
+from domain.engine.defaults import engine_defaults
 
 # vLLM's rule in one line, for a GPU pdctl cannot see (EngineArgs.get_batch_defaults).
 BY_DEVICE = (

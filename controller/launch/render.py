@@ -19,10 +19,10 @@ from controller.launch.ports import AllocatedPorts
 from controller.launch.process import VLLM_SERVE, Launch, LaunchSettings
 from controller.launch.registry_expect import expected_env
 from controller.launch.render_tier import render_launch
-from controller.spec.bidir import bidirectional
 from controller.spec.deployment import DeploymentSpec, Engine, InstanceGroup, InstancePorts, Role
-from controller.spec.encode import ec_transfer_config
-from controller.spec.role_switch import serving_role
+from controller.spec.sections.bidir import bidirectional
+from controller.spec.sections.encode import ec_transfer_config
+from controller.spec.sections.role_switch import serving_role
 from domain.kv_connectors import InstanceKv, KvPorts
 
 VLLM_CPU_MODULE = ("python", "-m", "vllm.entrypoints.openai.api_server")  # takes --model
@@ -151,11 +151,12 @@ def engine_flags(
         proxy_ip=reach_address(PROXY, settings, where),
         host_ip=where.by_name.get(name),
     )
-    if config is not None and spec.role_switch is not None:  # controller/spec/role_switch.py
+    # controller/spec/sections/role_switch.py
+    if config is not None and spec.role_switch is not None:
         config["pd_role"] = serving_role(spec, group, name).value
     if config is not None:
         flags += ["--kv-transfer-config", json.dumps(config, separators=(",", ":"))]
-    if (ec := ec_transfer_config(spec, group)) is not None:  # controller/spec/encode.py
+    if (ec := ec_transfer_config(spec, group)) is not None:  # controller/spec/sections/encode.py
         flags += ["--ec-transfer-config", json.dumps(ec, separators=(",", ":"))]
     return [*flags, *spec.extra_args, *group.extra_args]
 
@@ -318,7 +319,7 @@ def proxy_settings(
     slo = spec.slo
     given |= {"slo_ttft_ms": slo.ttft_ms, "slo_itl_ms": slo.itl_ms, "slo_tpot_ms": slo.tpot_ms}
     given["itl_slo_stat"] = slo.itl_stat
-    if (bidir := bidirectional(spec)).enabled:  # controller/spec/bidir.py
+    if (bidir := bidirectional(spec)).enabled:  # controller/spec/sections/bidir.py
         given |= {"bidirectional_kv": True, "kv_blocks_ttl": bidir.ttl_s}
     # MoRIIO prefills and decodes register themselves; encoders and render instances never do.
     for group in spec.groups:

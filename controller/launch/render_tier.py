@@ -1,4 +1,4 @@
-"""Pure: what runs for a render group's instance (controller/spec/render_tier.py): vLLM's
+"""Pure: what runs for a render group's instance (controller/spec/sections/render_tier.py): vLLM's
 GPU-less render server, `vllm launch render MODEL` with the serving flags that matter to it
 (port, host, served name, model length: the tokenizer and limits must match the engines'),
 or the stand-in `pdctl sim MODEL --render` with the same flags. No GPU, no KV config.

@@ -23,8 +23,8 @@ LLM_D_ROLES = {
     Role.PREFILL: "prefill",
     Role.DECODE: "decode",
     Role.COLOCATED: "both",
-    Role.ENCODE: "encode",  # an EPD encoder (controller/spec/encode.py)
-    Role.RENDER: "render",  # a render tier instance (controller/spec/render_tier.py)
+    Role.ENCODE: "encode",  # an EPD encoder (controller/spec/sections/encode.py)
+    Role.RENDER: "render",  # a render tier instance (controller/spec/sections/render_tier.py)
 }
 
 

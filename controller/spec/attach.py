@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from controller.spec.field_error import FieldError
-from domain.addresses import base_url, host_allowed
+from domain.attached.addresses import base_url, host_allowed
 from domain.errors import Problem
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ class Discovery(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     # A Prometheus server: its active targets whose labels are all `match`'s (each key as
-    # given, in Prometheus spelling, or as a Kubernetes pod label: domain/discovery.py).
+    # given, in Prometheus spelling, or as a Kubernetes pod label: domain/attached/discovery.py).
     prometheus: InstanceUrl | None = None
     match: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=16)
     router: InstanceUrl | None = None  # a vllm-router: its /workers of the group's role

@@ -27,15 +27,15 @@ from connector.settings import (
     RetryDeadline,
 )
 from controller.spec.attach import Discovery, ExternalProxy, InstanceUrl, check_attached
-from controller.spec.autopilot import Autopilot, check_autopilot
-from controller.spec.bidir import check_bidirectional
-from controller.spec.canary import CanaryConfig
-from controller.spec.encode import EcTransfer, check_encode
 from controller.spec.field_error import FieldError
-from controller.spec.kv_extra import KvExtra, check_keys
 from controller.spec.placement import NodeSelector, Placement, check_placement
-from controller.spec.render_tier import check_render_tier
-from controller.spec.role_switch import RoleSwitch, check_role_switch
+from controller.spec.sections.autopilot import Autopilot, check_autopilot
+from controller.spec.sections.bidir import check_bidirectional
+from controller.spec.sections.canary import CanaryConfig
+from controller.spec.sections.encode import EcTransfer, check_encode
+from controller.spec.sections.kv_extra import KvExtra, check_keys
+from controller.spec.sections.render_tier import check_render_tier
+from controller.spec.sections.role_switch import RoleSwitch, check_role_switch
 from domain.kv_connectors import KvConnectorBackend, lookup, names, offering
 from domain.modes import Connector, Mode, Role
 
@@ -47,7 +47,7 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 # The names a spec may give: domain/modes.py's, as plain strings (the spec stores the name
 # vLLM reads). What each one can do, its backend says (domain/kv_connectors/).
 CONNECTORS = tuple(c.value for c in Connector)
-ENCODE = Role.ENCODE  # an encode group moves no KV (controller/spec/encode.py)
+ENCODE = Role.ENCODE  # an encode group moves no KV (controller/spec/sections/encode.py)
 # Flags pdctl renders itself; an operator's extra args may not set them.
 OWNED_FLAGS = frozenset(
     {
@@ -208,7 +208,7 @@ class DeploymentSpec(_Strict):
     groups: list[InstanceGroup] = Field(min_length=1, max_length=16)
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
     slo: SloTargets = Field(default_factory=SloTargets)
-    canary: CanaryConfig = Field(default_factory=CanaryConfig)  # controller/spec/canary.py
+    canary: CanaryConfig = Field(default_factory=CanaryConfig)  # controller/spec/sections/canary.py
     max_model_len: int | None = Field(None, ge=16, le=1 << 21)
     prefix_caching: bool = True
     # MoRIIO runs without prefix caching in every published setup; keeping it needs a reason.
@@ -218,7 +218,8 @@ class DeploymentSpec(_Strict):
         default_factory=dict, max_length=64
     )
     time_scale: float = Field(1.0, gt=0, le=1000)  # stand-in only
-    # Stand-in only: ports open after the modelled start (domain/start_time.py) x time_scale x it
+    # Stand-in only: ports open after the modelled start (domain/engine/start_time.py) x time_scale
+    # x it
     start_time_scale: float = Field(0.0, ge=0, le=1000)
     # Merged into --kv-transfer-config's kv_connector_extra_config of prefill and decode
     # instances, e.g. ExampleConnector's shared_storage_path or NIXL's backends.
@@ -307,7 +308,7 @@ def _check_groups(spec: DeploymentSpec) -> None:
     for i, group in enumerate(spec.groups):
         if group_names.count(group.name) > 1:
             raise FieldError(("groups", i, "name"), f"group name {group.name!r} is used twice")
-        if group.role is Role.RENDER:  # checked by controller/spec/render_tier.py
+        if group.role is Role.RENDER:  # checked by controller/spec/sections/render_tier.py
             continue
         if spec.topology is Topology.COLOCATED and group.role not in (Role.COLOCATED, ENCODE):
             raise FieldError(

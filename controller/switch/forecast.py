@@ -2,7 +2,8 @@
 
 The steps of controller/switch/plan.py, each given a time: waiting for in-flight requests to
 finish (the drain), a restart (the old process stopping, then its start: the median of the
-starts the supervisor measured for that group, else the modelled start of domain/start_time.py)
+starts the supervisor measured for that group, else the modelled start of
+domain/engine/start_time.py)
 and the proxy noticing it ready. From the times: the hold window (new requests wait in the
 proxy's queue), the degraded window (whole requests, no hand-off) and the warnings when a
 strategy cannot keep its promise (a hold longer than the queue's deadline answers 503).

@@ -1,6 +1,6 @@
 """What the switch API and dialog say before a switch: each strategy's forecast
 (controller/switch/forecast.py) from the starts the supervisor measured for the deployment's
-instances, else from the modelled start (domain/start_time.py) of its model on its hardware;
+instances, else from the modelled start (domain/engine/start_time.py) of its model on its hardware;
 the drain from the switches of this deployment measured so far."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from controller.launch.render import sim_model_profile
 from controller.spec.deployment import DeploymentSpec, Engine, Role
 from controller.switch.forecast import Costs, StartEstimate, forecasts, measured_or
 from domain import profiles
-from domain.start_time import start_parts
+from domain.engine.start_time import start_parts
 
 # The stand-in's own process start besides the modelled one (issue 20: "the stand-in starts in
 # half a second"), and vLLM's when pdctl has no profile of the model to model it.

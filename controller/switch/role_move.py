@@ -1,5 +1,5 @@
 """Move one running instance between prefill and decode without a restart (runtime P/D role
-switching, controller/spec/role_switch.py), losing no request:
+switching, controller/spec/sections/role_switch.py), losing no request:
 
     1. the target revision is written, in progress (`role_switch.serving` names the move)
     2. the proxy drains the instance (no new legs) and its outstanding legs finish there
@@ -26,7 +26,7 @@ import aiohttp
 
 from controller.clients.proxy_admin import ProxyAdminClient, ProxyAdminError
 from controller.spec.deployment import DeploymentSpec, InstanceGroup
-from controller.spec.role_switch import (
+from controller.spec.sections.role_switch import (
     RoleSwitch,
     instance_roles,
     role_switchers,

@@ -4,7 +4,7 @@ Each rule reads named signals (from live proxy and engine metrics, a bench resul
 plan result), and answers with a verdict, the numbers behind it and the signals it used.
 A rule whose signals are absent says so instead of guessing. A rule that reads the traffic
 decides nothing from a window that is no evidence (a change ran in it, or too few real
-requests: domain/evidence.py): its verdict is None and its advice says "not enough evidence
+requests: domain/measures/evidence.py): its verdict is None and its advice says "not enough evidence
 (why)". The two correctness rules keep their own evidence rules (the PD check's request
 minimum and its grace after any rollout; the canary's own probes) and still judge. Pure: a
 dict in, verdicts out.
@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from domain.frontend_cost import RENDER_WORTH, VLLM_API_SERVER
+from domain.engine.frontend_cost import RENDER_WORTH, VLLM_API_SERVER
 
 Signals = dict[str, Any]
 
@@ -182,7 +182,7 @@ def _multi_turn(s: Signals) -> tuple[bool, str, dict]:
 def _frontend_cpu(s: Signals) -> tuple[bool, str, dict]:
     """A hot frontend is worth a render tier only where the prompt side (parsing, template,
     tokenizing) is a fair share of it: a streamed answer token costs vLLM's API server ~100x
-    a prompt token (domain/frontend_cost.py), and the engines keep the streaming."""
+    a prompt token (domain/engine/frontend_cost.py), and the engines keep the streaming."""
     hot = s["frontend_cpu_share"] >= 0.8
     evidence: dict[str, Any] = {"frontend_cpu_share": s["frontend_cpu_share"]}
     prompt, output = s.get("prompt_tokens_mean"), s.get("output_tokens_mean")
@@ -360,7 +360,8 @@ RULES = (
 
 
 def advise(signals: Signals, not_enough: str | None = None) -> list[Verdict]:
-    """Every rule's verdict; `not_enough`: why the window is no evidence (domain/evidence.py
+    """Every rule's verdict; `not_enough`: why the window is no evidence
+    (domain/measures/evidence.py
     `not_enough`), so the rules that read the traffic decide nothing, showing their numbers."""
     verdicts = []
     for rule in RULES:

@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 
-from domain.discovery import DiscoveryError, Found, prometheus_targets, router_workers
+from domain.attached.discovery import DiscoveryError, Found, prometheus_targets, router_workers
 from observe.discovery.members import Change, Members, moved
 
 log = logging.getLogger("pdctl.observe")

@@ -8,8 +8,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from domain.addresses import url_allowed
-from domain.discovery import Found
+from domain.attached.addresses import url_allowed
+from domain.attached.discovery import Found
 
 
 @dataclass(frozen=True, slots=True)

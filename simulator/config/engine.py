@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from domain import profiles
-from domain.frontend_cost import VLLM_API_SERVER, FrontendCost
+from domain.engine.frontend_cost import VLLM_API_SERVER, FrontendCost
 from domain.kv_connectors import KvConnectorBackend, names, offering, stand_in_backend
 from simulator.model.handoff import HandoffLink
 from simulator.model.handoff_paths import P2P, choose_path, path_bandwidth
@@ -88,7 +88,7 @@ class EngineSettings:
     hardware: str = "cpu"
     tensor_parallel_size: int = 1
     # vLLM's defaults for the API server on a large GPU; `pdctl sim` resolves unset flags by
-    # device (domain/engine_defaults.py) and says why in `defaults_applied`.
+    # device (domain/engine/defaults.py) and says why in `defaults_applied`.
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     block_size: int = 16
@@ -97,7 +97,7 @@ class EngineSettings:
     num_gpu_blocks_override: int | None = None
     gpu_memory_utilization: float = 0.9
     time_scale: float = 1.0
-    # The modelled start (domain/start_time.py) x time_scale x this before the port opens;
+    # The modelled start (domain/engine/start_time.py) x time_scale x this before the port opens;
     # 0: at once (tests, `make run`).
     start_time_scale: float = 0.0
     start_cache: str = "warm"  # warm: a restart on the same node; cold: its first start

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from domain.slo import ITL_STATS, itl_statistic, percentile
+from domain.measures.slo import ITL_STATS, itl_statistic, percentile
 
 
 class RequestStatus(enum.Enum):
@@ -102,7 +102,7 @@ class TokenTimeline:
 
 def gap_stat(gaps: list[tuple[float, int]], stat: str) -> float | None:
     """A per-request ITL statistic over runs of equal gaps (gap, count): mean, max, p99 as
-    the SLO judges them (domain/slo.py), or any pNN by the same percentile."""
+    the SLO judges them (domain/measures/slo.py), or any pNN by the same percentile."""
     values, counts = [g for g, _ in gaps], [n for _, n in gaps]
     if stat in ITL_STATS:
         return itl_statistic(values, stat, counts)

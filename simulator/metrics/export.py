@@ -17,7 +17,7 @@ from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
-from domain.vllm_metrics import (
+from domain.measures.vllm_metrics import (
     ITERATION_TOKEN_BUCKETS,
     ITL_BUCKETS,
     PARAMS_N_BUCKETS,

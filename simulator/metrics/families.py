@@ -7,7 +7,7 @@ from __future__ import annotations
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.samples import Sample
 
-from domain.vllm_metrics import BucketHistogram
+from domain.measures.vllm_metrics import BucketHistogram
 
 
 def gauge(name: str, doc: str, names: list[str], values: list[str], value: float) -> Metric:

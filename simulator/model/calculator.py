@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from domain.engine_defaults import CPU_BLOCK_SIZE, GPU_BLOCK_SIZE
+from domain.engine.defaults import CPU_BLOCK_SIZE, GPU_BLOCK_SIZE
 from domain.profiles import HardwareProfile, ModelProfile
 from simulator.model.handoff import handoff_parts
 from simulator.model.handoff_paths import PATHS, choose_path, path_bandwidth

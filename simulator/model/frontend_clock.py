@@ -3,7 +3,7 @@ child process, so its API server's `process_cpu_seconds_total` is the frontend a
 parsing, tokenizing, detokenizing, streaming). The stand-in's one process also runs its
 modelled engine, and the laptop's CPU is not the modelled host's, so it charges what vLLM's
 API server costs per request, per text prompt token and per output token
-(domain/frontend_cost.py, from `make bench-frontend`) instead of reading its own CPU. Under
+(domain/engine/frontend_cost.py, from `make bench-frontend`) instead of reading its own CPU. Under
 --time-scale K every charge is K times as large (EngineSettings.frontend_wall_cost), as every
 modelled time is: the CPU share at a wall rate is the modelled host's at K times that rate.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from domain.frontend_cost import VLLM_API_SERVER, FrontendCost
+from domain.engine.frontend_cost import VLLM_API_SERVER, FrontendCost
 
 
 class FrontendClock:

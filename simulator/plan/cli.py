@@ -14,10 +14,10 @@ from rich.table import Table
 
 from domain import profiles
 from domain.kv_connectors import proxy_backend, proxy_names
-from domain.slo import ItlStat, SloTargets
+from domain.measures.slo import ItlStat, SloTargets
 from simulator.model.calibration.profile import CalibratedProfile, ProfileError
-from simulator.plan import calibrate_cli
-from simulator.plan.placement import PLACEMENTS, resolve_nodes
+from simulator.plan.calibration import cli as calibrate_cli
+from simulator.plan.nodes.placement import PLACEMENTS, resolve_nodes
 from simulator.plan.planner import (
     PLAN_DEFAULTS,
     PLAN_RATE,

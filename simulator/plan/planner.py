@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable
 from dataclasses import replace
 
-from domain.slo import max_goodput_rate
+from domain.measures.slo import max_goodput_rate
 from domain.workload.datasets import random_requests, shared_prefix_requests
 from domain.workload.vllm_arrivals import vllm_arrival_times
 from simulator.model.timing import FITTED_LISTS, calibrated_factors, tp_overrides

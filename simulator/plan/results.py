@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import math
 
-from domain import slo
-from domain.slo import SloTargets, percentile
+from domain.measures import slo
+from domain.measures.slo import SloTargets, percentile
 from simulator.plan.cluster import RequestResult
 from simulator.plan.setup import PlanConfig, PlanSetup
 
 
 def judge(results: list[RequestResult], targets: SloTargets) -> tuple[int, int, int]:
     """Requests meeting TTFT, meeting ITL (by the per-request statistic), meeting both, as the
-    proxy and `pdctl bench` judge them (domain/slo.py)."""
+    proxy and `pdctl bench` judge them (domain/measures/slo.py)."""
     met_ttft = met_itl = met_both = 0
     for r in results:
         verdict = slo.judge(targets, r.ttft, r.itl(targets.itl_stat))

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from domain import slo
-from domain.slo import ItlStat, SloTargets, percentile
+from domain.measures import slo
+from domain.measures.slo import ItlStat, SloTargets, percentile
 from simulator.plan.cluster import RequestResult
 from simulator.plan.planner import (
     PLAN_DEFAULTS,

@@ -1,7 +1,7 @@
 """What a plan runs on: the candidate layouts (`PlanConfig`, its `--config` grammar, every
 layout of a GPU budget), the engines' flags, and the nodes (`PlanSetup`), which checks that a
-layout fits, places its engines (simulator/plan/placement.py), gives each prefill->decode
-pair its link (simulator/plan/links.py) and builds its engines and cluster.
+layout fits, places its engines (simulator/plan/nodes/placement.py), gives each prefill->decode
+pair its link (simulator/plan/nodes/links.py) and builds its engines and cluster.
 """
 
 from __future__ import annotations
@@ -10,17 +10,17 @@ import re
 from dataclasses import dataclass, field, replace
 
 from domain import profiles
-from domain.engine_defaults import EngineDefaults, engine_defaults
+from domain.engine.defaults import EngineDefaults, engine_defaults
+from domain.measures.slo import SloTargets
 from domain.modes import TRANSFER_MODES
-from domain.slo import SloTargets
 from simulator.engine.scheduler import Scheduler, SchedulerConfig
 from simulator.model.calibration.profile import CalibratedProfile, CalibratedTiming
 from simulator.model.handoff import HandoffLink
 from simulator.model.timing import TimingModel
 from simulator.plan.cluster import Cluster
 from simulator.plan.errors import PlanError
-from simulator.plan.links import Fabric, describe, pair_links, used_pairs
-from simulator.plan.placement import Nodes, Placement, place
+from simulator.plan.nodes.links import Fabric, describe, pair_links, used_pairs
+from simulator.plan.nodes.placement import Nodes, Placement, place
 
 _COLOCATED = re.compile(r"^(?P<count>\d+)x-?tp(?P<tp>\d+)$")
 _DISAGG = re.compile(
@@ -92,7 +92,7 @@ def parse_config(text: str) -> PlanConfig:
 @dataclass(frozen=True, slots=True)
 class EngineFlags:
     """vLLM's engine flags for one role; None: what vLLM picks for the device (resolved by
-    `PlanSetup.engine_settings`, domain/engine_defaults.py)."""
+    `PlanSetup.engine_settings`, domain/engine/defaults.py)."""
 
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
@@ -131,7 +131,7 @@ class PlanSetup:
     same_node: bool = True
     slo: SloTargets = PLAN_SLO
     goodput_share: float = 0.9
-    # The nodes (simulator/plan/placement.py): `gpus` is the budget over all of them. One
+    # The nodes (simulator/plan/nodes/placement.py): `gpus` is the budget over all of them. One
     # node and no size: one node of `gpus`, the planner before it had nodes.
     nodes: int = 1
     gpus_per_node: int | None = None  # None: `gpus` on one node, else the hardware's
@@ -299,7 +299,7 @@ class PlanSetup:
 # The planner's defaults where nothing is given, one set for `pdctl plan`, POST /api/plan, the
 # /plan page and the advisor's forecast: the MORI-IO blog's model on one node of its devices
 # (SCENARIOS.md), each engine with vLLM's defaults for that device (`EngineFlags()`: the batch
-# sizes and prefix caching of domain/engine_defaults.py, as the fidelity work set them), its
+# sizes and prefix caching of domain/engine/defaults.py, as the fidelity work set them), its
 # workload (`Workload()`) at its published 8 req/s. The blog's own engine flags are its
 # scenario's (simulator/plan/scenarios.py), run as published.
 PLAN_DEFAULTS = PlanSetup("qwen3-235b-a22b-fp8", "mi300x", 8)

@@ -20,7 +20,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from domain.frontend_cost import VLLM_API_SERVER, FrontendCost
+from domain.engine.frontend_cost import VLLM_API_SERVER, FrontendCost
 from simulator.config.engine import EngineSettings
 from simulator.metrics.export import ApiServerProcess
 from simulator.model.frontend_clock import FrontendClock

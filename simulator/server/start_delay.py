@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from domain import profiles
-from domain.start_time import StartParts, start_parts
+from domain.engine.start_time import StartParts, start_parts
 from simulator.config.engine import EngineSettings
 
 

@@ -1,5 +1,5 @@
 """Where `pdctl top` gets its data: the deployment's websocket (`/ws/deployments/{name}`, the
-dashboard's own frames; web/routes/live.py), reconnected with capped, jittered backoff when
+dashboard's own frames; web/routes/watch/live.py), reconnected with capped, jittered backoff when
 the server goes away, and the few REST reads around it (the deployments, recent events, the
 instances' status while no frame comes).
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from bench.report import REQUEST_DETAIL_KEYS
 from bench.target import DeploymentTarget, Keeper, TargetUnresolved
-from domain.slo import SloTargets
+from domain.measures.slo import SloTargets
 from terminal import exits
 from terminal.client import ApiClient, ApiError
 from terminal.config import ConfigProblem, resolve

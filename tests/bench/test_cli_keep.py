@@ -13,7 +13,7 @@ import pytest
 from bench import target
 from bench.cli import run_settings
 from bench.config import BenchConfig
-from domain.slo import SloTargets
+from domain.measures.slo import SloTargets
 from terminal.verbs.bench_target import summaries_only
 from tests.bench.sse_server import FakeEngine, serving_in_thread
 from tests.bench.test_cli import SMALL, _invoke

@@ -9,7 +9,7 @@ from itertools import pairwise
 from connector.measure.interference import SPIKE_FACTOR, Interference
 from connector.measure.metrics import _observe_gaps
 from connector.measure.timing import summarize
-from domain.vllm_metrics import ITL_BUCKETS, BucketHistogram
+from domain.measures.vllm_metrics import ITL_BUCKETS, BucketHistogram
 
 
 def _token_times(rng: random.Random, n: int) -> list[float]:

@@ -10,7 +10,7 @@ from connector.flags import argv
 from connector.legs.retry import RetrySettings
 from connector.registry.trust import ExpectedInstance
 from connector.settings import FlagInstance, ProxyEnvironment, ProxySettings, read_settings
-from domain.slo import ItlStat, SloTargets
+from domain.measures.slo import ItlStat, SloTargets
 
 EXPECTED = [
     {"url": "http://127.0.0.1:20005", "role": "prefill", "modes": ["read"], "zmq_address": None}

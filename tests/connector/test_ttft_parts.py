@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from domain.ttft_parts import EngineTransfer, TtftParts, from_json, split, with_estimate
+from domain.measures.ttft_parts import EngineTransfer, TtftParts, from_json, split, with_estimate
 
 
 def test_read_mode_transfer_is_the_decodes_kv_wait():

@@ -10,7 +10,7 @@ import pytest
 
 from controller.proposals import PROPOSERS, propose
 from controller.spec.deployment import DeploymentSpec, check
-from controller.spec.role_switch import instance_roles
+from controller.spec.sections.role_switch import instance_roles
 from domain.modes import Role
 from tests.controller.factories import mori_blog
 

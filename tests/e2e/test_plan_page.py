@@ -21,7 +21,7 @@ MORI_CONFIGS = ("colocated-tp8", "colocated-2xtp4", "disagg-read", "disagg-write
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
     # The published sweep takes ~10 s here and more on a loaded CI machine: the default 15 s
-    # deadline would cut it short (a behaviour tests/web/routes/test_plan_api.py covers).
+    # deadline would cut it short (a behaviour tests/web/routes/advise/test_plan_api.py covers).
     proc = serve(tmp_path_factory.mktemp("plan-page"), extra={"PDCTL_PLAN_DEADLINE_S": "120"})
     try:
         yield proc

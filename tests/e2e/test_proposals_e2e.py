@@ -215,7 +215,7 @@ def test_multi_turn_turns_on_bidirectional_kv_and_prompt_tokens_are_saved(plane,
         ],
     )
     url = started(plane, spec)
-    # 24 turns: the advisor decides from 20 real requests at least (domain/evidence.py)
+    # 24 turns: the advisor decides from 20 real requests at least (domain/measures/evidence.py)
     config = MultiTurnConfig(conversations=6, turns=4, first_len=1000, user_len=50, output_len=40)
 
     def chats() -> None:

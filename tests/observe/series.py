@@ -3,7 +3,7 @@ counters the test sets directly."""
 
 from __future__ import annotations
 
-from domain.latency_buckets import PROXY_TTFT_BUCKETS as TTFT_BUCKETS
+from domain.measures.latency_buckets import PROXY_TTFT_BUCKETS as TTFT_BUCKETS
 
 
 def proxy_text(

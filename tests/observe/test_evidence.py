@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from domain.evidence import AFTER_CHANGE_S, MIN_REAL_REQUESTS
+from domain.measures.evidence import AFTER_CHANGE_S, MIN_REAL_REQUESTS
 from observe.evidence import judge, marks, real_requests
 from observe.windows import Delta
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from domain.ttft_parts import TtftParts
+from domain.measures.ttft_parts import TtftParts
 from observe.ttft_breakdown import recomputing_decodes, series, slowest, window_rows
 
 NOW = 1_000.0

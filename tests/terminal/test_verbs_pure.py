@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.target import with_defaults
-from domain.slo import SloTargets
+from domain.measures.slo import SloTargets
 from terminal import log_tail, views
 from terminal.client import describe, problems
 from terminal.polling import TimedOut, poll

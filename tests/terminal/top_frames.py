@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from domain.vllm_metrics import ITL_BUCKETS, TTFT_BUCKETS
+from domain.measures.vllm_metrics import ITL_BUCKETS, TTFT_BUCKETS
 from observe.quantiles import histogram
 
 

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from domain import profiles
-from domain.engine_defaults import batch_tier
+from domain.engine.defaults import batch_tier
 from tests.vllm import harness
 
 pytestmark = pytest.mark.vllm

@@ -145,7 +145,8 @@ print(json.dumps(out))
 
 def test_on_the_cpu_build_a_consumer_builds_and_a_text_only_encoder_is_refused_as_we_refuse():
     """The tiny Llama is text-only: vLLM builds the rendered prefill (ec_consumer and NIXL) in
-    full, and refuses the rendered encoder with the reason controller/spec/encode.py gives at
+    full, and refuses the rendered encoder with the reason controller/spec/sections/encode.py gives
+    at
     `model` for a text-only profile."""
     python, model = harness.vllm_python(), harness.tiny_model()
     if not python.exists() or not (model / "config.json").exists():

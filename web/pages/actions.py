@@ -16,7 +16,7 @@ from web.deps import StoreDep, get_bench_runs, get_load_runs, get_service
 from web.errors import ConfigError, Conflict, NotFound
 from web.pages.main import deployment_context
 from web.proxy_url import proxy_url
-from web.routes import lifecycle
+from web.routes.deployment import lifecycle
 from web.views.form_fields import errors_at_fields, pydantic_detail
 from web.views.page import PageActor, deployment_or_404, require_operator
 

@@ -1,7 +1,7 @@
 """The bench pages: the deployment page's Bench panel (start a run or sweep, its progress, past
 runs to tick for comparison) and /bench/compare, which overlays runs as curves.
 
-They call the same code as /api/.../bench (web/routes/bench.py), so a page shows what the API
+They call the same code as /api/.../bench (web/routes/advise/bench.py), so a page shows what the API
 would answer; a refusal is an error (web/errors.py answers the page's notice).
 """
 
@@ -19,7 +19,7 @@ from state.store import Current
 from web import htmx
 from web.deps import StoreDep, get_bench_runs
 from web.errors import Forbidden, NotFound
-from web.routes.bench import compare_runs, parse_ids, start_run
+from web.routes.advise.bench import compare_runs, parse_ids, start_run
 from web.security.auth import Actor
 from web.views.page import PageActor, page_context
 

@@ -15,8 +15,9 @@ from state.store import Current
 from web import htmx
 from web.deps import StoreDep, get_controller, get_load_runs, get_observer, get_service
 from web.pages.rollout import panel as rollout_panel
-from web.routes import events as events_api
-from web.routes import lifecycle, trade
+from web.routes.deployment import lifecycle
+from web.routes.watch import events as events_api
+from web.routes.watch import trade
 from web.schemas import EventOut
 from web.security.auth import Actor
 from web.views.latency_source import latency_view

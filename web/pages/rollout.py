@@ -18,7 +18,7 @@ from services import rollouts
 from state.store import Current, Store
 from web import htmx
 from web.deps import StoreDep, get_controller, get_service
-from web.routes.rollouts import UndoRequest
+from web.routes.deployment.rollouts import UndoRequest
 from web.security.auth import Actor
 from web.views.page import PageActor, deployment_or_404, page_context, require_operator
 

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from controller import ProxyAdminClient, ProxyAdminError
-from domain.ttft_parts import PARTS
+from domain.measures.ttft_parts import PARTS
 from observe.frames import WINDOW_SECONDS
 from observe.ttft_breakdown import recomputing_decodes, series, slowest, window_rows
 from web import htmx

@@ -1,1 +1,2 @@
-"""One module per resource, each with its own `router`; web/app.py includes them."""
+"""One module per resource, each with its own `router`, grouped by what the operator does
+(deployment/, watch/, advise/); web/app.py includes them."""

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller import CONNECTORS, EC_CONNECTORS, STORAGE_KEY
+from domain.measures.slo import DEFAULT_ITL_STAT
+from domain.measures.slo import ITL_STATS as _ITL_STATS
 from domain.modes import TRANSFER_MODES, Role
-from domain.slo import DEFAULT_ITL_STAT
-from domain.slo import ITL_STATS as _ITL_STATS
 
 ENGINES = ("sim", "vllm")
 TOPOLOGIES = ("disaggregated", "colocated")
@@ -27,7 +27,8 @@ POLICIES = ("round-robin", "least-tokens")
 # The form offers the default first.
 ITL_STATS = (DEFAULT_ITL_STAT.value, *(s for s in _ITL_STATS if s != DEFAULT_ITL_STAT))
 CONNECTOR_CHOICES = ("", *CONNECTORS)
-# Encoder disaggregation (controller/spec/encode.py): no connector chosen is no ec_transfer at all.
+# Encoder disaggregation (controller/spec/sections/encode.py): no connector chosen is no
+# ec_transfer at all.
 EC_CONNECTOR = "ec_transfer.ec_connector"
 EC_STORAGE = f"ec_transfer.ec_connector_extra_config.{STORAGE_KEY}"
 EC_CHOICES = ("", *EC_CONNECTORS)

@@ -1,6 +1,6 @@
 """Which source the deployment page's TTFT and ITL tiles show (the frame's `latency_source`),
 and an attached deployment's engine-side TTFT parts (`ttft_breakdown`,
-observe/attached_ttft.py) as one line. static/pdctl-live.js writes the same words live."""
+observe/attached/ttft.py) as one line. static/pdctl-live.js writes the same words live."""
 
 from __future__ import annotations
 

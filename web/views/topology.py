@@ -1,6 +1,6 @@
 """The deployment page's topology: the proxy, and each instance group with the instances that
 serve its role. An instance moved to the other role at run time (role_switch.serving in the
-spec, controller/spec/role_switch.py) is drawn under the first group of the role it serves,
+spec, controller/spec/sections/role_switch.py) is drawn under the first group of the role it serves,
 marked as moved, since that is where its requests go."""
 
 from __future__ import annotations

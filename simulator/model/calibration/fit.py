@@ -9,7 +9,7 @@ reads adds, prefill_token_s what each prompt token computed adds. A coefficient 
 would make negative (two regressors moving together, e.g. decodes and their context when all
 prompts have one length) is held at zero and the rest refitted: non-negative least squares by
 elimination, small enough to read. The hand-off is fitted apart, from the transfer part of
-each request's TTFT as a pdctl proxy reports it (domain/ttft_parts.py).
+each request's TTFT as a pdctl proxy reports it (domain/measures/ttft_parts.py).
 """
 
 from __future__ import annotations

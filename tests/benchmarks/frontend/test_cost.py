@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.frontend.cost import Run, split
-from domain.frontend_cost import FrontendCost
+from domain.engine.frontend_cost import FrontendCost
 
 
 def test_three_runs_give_the_parts_they_were_made_of() -> None:

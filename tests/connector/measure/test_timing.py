@@ -84,7 +84,7 @@ def test_unknown_stat():
 def test_itl_figures_are_exactly_what_itl_statistic_computes() -> None:
     import random
 
-    from domain.slo import itl_statistic
+    from domain.measures.slo import itl_statistic
 
     rng = random.Random(3)
     for n in (0, 1, 2, 7, 63, 200):

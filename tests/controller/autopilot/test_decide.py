@@ -1,5 +1,6 @@
 """The P:D ratio autopilot's decision (pure, controller/autopilot/decide.py) and its spec section
-(controller/spec/autopilot.py): both directions, nothing when both or neither side is bound,
+(controller/spec/sections/autopilot.py): both directions, nothing when both or neither side is
+bound,
 hysteresis over the whole window, and every guard rail. tests/e2e/test_autopilot.py runs it."""
 
 from __future__ import annotations
@@ -7,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from controller.autopilot.decide import Sample, bound, decide, sample
-from controller.spec.autopilot import Autopilot
 from controller.spec.deployment import DeploymentSpec, check
 from controller.spec.field_error import FieldError
+from controller.spec.sections.autopilot import Autopilot
 
 AP = Autopilot(window_s=60, cooldown_s=300, max_moves_per_hour=2)
 ROLES = {"prefill-0": "prefill", "prefill-1": "prefill", "decode-0": "decode", "decode-1": "decode"}

@@ -11,7 +11,7 @@ from controller.launch.ports import allocate
 from controller.launch.render import LaunchSettings, proxy_args, render
 from controller.spec.deployment import DeploymentSpec, check
 from controller.spec.field_error import FieldError
-from controller.spec.role_switch import instance_roles
+from controller.spec.sections.role_switch import instance_roles
 from controller.switch.role_move import plan_move
 from domain.errors import ConfigError
 from tests.controller.factories import tiny_pair

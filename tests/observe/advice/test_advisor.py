@@ -122,7 +122,8 @@ def test_ttft_binding_advice_follows_the_topology():
 def test_a_hot_frontend_gets_a_render_tier_only_where_the_prompt_side_is_worth_it(
     prompt, output, fires
 ):
-    """vLLM's measured costs (domain/frontend_cost.py): the prompt side is 77%, 22% and 0%."""
+    """vLLM's measured costs (domain/engine/frontend_cost.py): the prompt side is 77%, 22% and
+    0%."""
     signals = {**BASE, "frontend_cpu_share": 0.95}
     v = verdict(
         {**signals, "prompt_tokens_mean": prompt, "output_tokens_mean": output}, "frontend_cpu"

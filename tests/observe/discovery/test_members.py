@@ -3,7 +3,7 @@ outside the allowed hosts skipped (an event naming them, once), the events of ea
 
 from __future__ import annotations
 
-from domain.discovery import Found
+from domain.attached.discovery import Found
 from observe.discovery.members import Members, admitted, moved, renumbered
 
 A, B, C = "http://127.0.0.1:8100", "http://127.0.0.1:8101", "http://127.0.0.1:8102"

@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 
-from domain.frontend_cost import FrontendCost
+from domain.engine.frontend_cost import FrontendCost
 from simulator.model.frontend_clock import FrontendClock, parse_cost
 from tests.clock import ManualClock
 

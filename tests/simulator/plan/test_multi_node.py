@@ -12,7 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from domain import profiles
-from domain.slo import SloTargets
+from domain.measures.slo import SloTargets
 from simulator.plan import cli as plan_cli
 from simulator.plan.planner import (
     PlanSetup,

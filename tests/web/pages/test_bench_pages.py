@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from state.bench_store import BenchStore, snapshot
 from tests.specs import colocated, moriio_1p1d, spec
 from tests.web.conftest import AS_OPERATOR, AS_VIEWER, MakeClient
-from tests.web.routes.test_bench_api import FakeController
+from tests.web.routes.advise.test_bench_api import FakeController
 
 HX = {"HX-Request": "true"}
 

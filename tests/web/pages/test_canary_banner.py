@@ -10,7 +10,7 @@ from harness.processes import metric_value
 from observe.canary import CanaryState, Difference, Verdict, section, step
 from terminal.top.format import ASCII
 from terminal.top.view import View, render
-from tests.web.routes.test_advice_api import FakeObserver, live_frame
+from tests.web.routes.advise.test_advice_api import FakeObserver, live_frame
 from web.metrics import canary_families
 
 AT = 1_764_610_201.0  # 17:30:01 UTC

@@ -14,7 +14,7 @@ from tests.controller.factories import cluster_nodes
 from tests.controller.fakes import FakeBackend
 from tests.specs import edited, nixl_1p1d
 from tests.web.conftest import MakeClient
-from tests.web.routes.test_cluster_api import PD, on_fake
+from tests.web.routes.watch.test_cluster_api import PD, on_fake
 
 HX = {"HX-Request": "true"}
 

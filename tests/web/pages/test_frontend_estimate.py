@@ -1,5 +1,5 @@
 """The render tier proposal's estimate: the prompt side's share of real vLLM's API-server CPU
-at the live workload (domain/frontend_cost.py), and the busiest frontend after the tier."""
+at the live workload (domain/engine/frontend_cost.py), and the busiest frontend after the tier."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from domain.frontend_cost import VLLM_API_SERVER, FrontendCost
+from domain.engine.frontend_cost import VLLM_API_SERVER, FrontendCost
 from services.proposal_forecast import frontend_estimate
 
 

@@ -1,13 +1,13 @@
 """The deployment page says where its TTFT and ITL tiles come from (the frame's
 `latency_source`) and, for an attached deployment behind another proxy, the engines' mean
-TTFT parts (`ttft_breakdown`, observe/attached_ttft.py); static/pdctl-live.js says the same
+TTFT parts (`ttft_breakdown`, observe/attached/ttft.py); static/pdctl-live.js says the same
 words live."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tests.web.routes.test_advice_api import FakeObserver, live_frame
+from tests.web.routes.advise.test_advice_api import FakeObserver, live_frame
 from web.views.latency_source import SAID
 
 BREAKDOWN = {

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.specs import colocated
-from tests.web.routes.test_bench_api import FakeController
+from tests.web.routes.advise.test_bench_api import FakeController
 from web.pages.main import primary_action
 
 HX = {"HX-Request": "true"}

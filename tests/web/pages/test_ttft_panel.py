@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from domain.ttft_parts import TtftParts
-from tests.web.routes.test_advice_api import FakeObserver, live_frame
+from domain.measures.ttft_parts import TtftParts
+from tests.web.routes.advise.test_advice_api import FakeObserver, live_frame
 from web.pages import ttft
 
 

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from domain.role_moves import DRAIN_TIMEOUT_S
-from web.routes.role_moves import RoleMoveRequest
+from web.routes.deployment.role_moves import RoleMoveRequest
 
 MOVE = {"instance": "prefill-1", "role": "decode", "reason": "decodes saturated"}
 

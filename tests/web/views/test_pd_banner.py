@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 
 from harness.processes import metric_value
-from tests.web.routes.test_advice_api import FakeObserver, live_frame
+from tests.web.routes.advise.test_advice_api import FakeObserver, live_frame
 from web.metrics import pd_families
 
 SINCE = 1_764_610_201.0  # 17:30:01 UTC

@@ -1,0 +1,1 @@
+"""Attached deployments' words: which addresses they may name, and what discovery reads."""

@@ -1,0 +1,1 @@
+"""Watching a deployment pdctl did not start: its status and frames, and its TTFT parts."""

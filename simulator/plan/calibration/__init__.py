@@ -1,0 +1,1 @@
+"""`pdctl calibrate`: the timing model fitted to a saved bench, and its error report."""

@@ -1,0 +1,360 @@
+"""`pdctl calibrate`'s work, without I/O: a saved `pdctl bench` result in, a calibrated
+profile and its error report out.
+
+The step coefficients come from the bench's per-request timings (simulator/model/calibration);
+the TTFT offset from replaying the fitted runs on the planner with those coefficients (the
+bench's `--arrivals vllm` schedule is the planner's, so the same requests arrive at the same
+times); the error from replaying the measurements held out of the fit: a whole rate
+(`hold_out_rate`) or every HOLD_OUT_EVERY-th request of each run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from domain import profiles
+from domain.measures.slo import percentile
+from simulator.model.calibration.fit import FitError, fit_handoff, fit_steps
+from simulator.model.calibration.observations import step_observations, timelines
+from simulator.model.calibration.profile import CalibratedProfile
+from simulator.plan.cluster import RequestResult
+from simulator.plan.planner import PlanError, PlanSetup, Workload, parse_config, run_with_results
+
+# Held-out error past this: the measurements disagree with each other, and the report says so.
+SUSPECT_MAPE = 0.3
+HOLD_OUT_EVERY = 5  # without a held-out rate: every 5th request (20%) is not fitted
+
+
+class CalibrationError(ValueError):
+    """Measurements the calibration cannot use; `field` names what is wrong in the bench
+    result (the API's 422 names it, the CLI names its flag)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Run:
+    """One rate of a bench result, as the calibration reads it."""
+
+    rate: float
+    workload: Workload
+    requests: list[dict[str, Any]]
+    cached: bool  # its prompts repeat an earlier run's: the server's prefix cache had them
+    # the engine's mean queue/prefill/decode/TTFT seconds over the run
+    # (domain/measures/engine_phases.py)
+    engine_phases: dict[str, float] = field(default_factory=dict)
+
+
+def read_runs(document: Any, model: str) -> list[Run]:
+    """The rates of `pdctl bench --save-requests` results (each one rate or a sweep; a list
+    of them for runs made apart), checked."""
+    documents = document if isinstance(document, list) else [document]
+    raw: list[Any] = []
+    for doc in documents:
+        if not isinstance(doc, dict):
+            raise CalibrationError("bench", "not a pdctl bench result (a JSON object)")
+        runs = doc.get("runs", [doc])
+        if not isinstance(runs, list):
+            raise CalibrationError("runs", "runs is not a list")
+        raw += runs
+    if not raw:
+        raise CalibrationError("runs", "no runs in the bench result")
+    seen: set[tuple] = set()
+    return [_run(run, model, seen) for run in raw]
+
+
+def _run(run: Any, model: str, seen: set[tuple]) -> Run:
+    if not isinstance(run, dict):
+        raise CalibrationError("runs", "a run is not a JSON object")
+    rate = run.get("request_rate")
+    label = f"the run at {rate} req/s"
+    measured = run.get("model_id")
+    if measured not in (model, profiles.model(model).hf_id):
+        raise CalibrationError("model_id", f"{label} measured model {measured!r}, not {model!r}")
+    if not isinstance(run.get("requests"), list) or not run["requests"]:
+        raise CalibrationError(
+            "requests", f"{label} has no per-request records (bench with --save-requests)"
+        )
+    _check_records(run["requests"], label)
+    if not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
+        raise CalibrationError("request_rate", f"{label}: needs a finite rate to replay")
+    for key, want in (("dataset", "random"), ("arrivals", "vllm")):
+        if run.get(key, want) != want:
+            got = run.get(key)
+            raise CalibrationError(key, f"{label}: {key} {got!r}, the replay needs {want!r}")
+    try:
+        workload = Workload(
+            int(run["num_prompts"]),
+            int(run["input_len"]),
+            int(run["output_len"]),
+            float(run.get("range_ratio", 0.0)),
+            float(run.get("burstiness", 1.0)),
+            int(run.get("seed", 0)),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CalibrationError("runs", f"{label}: missing or bad {exc}") from None
+    # the replay serves num_prompts requests of these lengths: bounded as `pdctl plan`'s
+    if not 1 <= workload.num_prompts <= 100_000 or len(run["requests"]) > workload.num_prompts:
+        raise CalibrationError("num_prompts", f"{label}: num_prompts must cover its requests")
+    if not (1 <= workload.input_len <= 1_000_000 and 1 <= workload.output_len <= 1_000_000):
+        raise CalibrationError("input_len", f"{label}: lengths must be 1..1000000 tokens")
+    if not 0 <= workload.range_ratio < 1 or not 0 < workload.burstiness <= 100:
+        raise CalibrationError("range_ratio", f"{label}: range_ratio or burstiness out of range")
+    prompts = (workload.num_prompts, workload.input_len, workload.range_ratio, workload.seed)
+    cached = prompts in seen
+    seen.add(prompts)
+    phases = run.get("engine_phases")
+    if not isinstance(phases, dict) or not all(
+        isinstance(v, int | float) and math.isfinite(v) for v in phases.values()
+    ):
+        phases = {}
+    return Run(float(rate), workload, run["requests"], cached, phases)
+
+
+RECORD_NUMBERS = ("start", "ttft", "prompt_tokens", "output_tokens")
+
+
+def _check_records(requests: list[Any], label: str) -> None:
+    """Each record as `pdctl bench --save-requests` writes it: the fit reads these fields."""
+    for i, r in enumerate(requests):
+        if not isinstance(r, dict):
+            raise CalibrationError("requests", f"{label}: request {i} is not a JSON object")
+        if not r.get("ok"):
+            continue
+        for key in RECORD_NUMBERS:
+            value = r.get(key)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise CalibrationError("requests", f"{label}: request {i} has no {key}")
+        gaps = r.get("itl")
+        if not isinstance(gaps, list) or not all(
+            isinstance(g, int | float) and math.isfinite(g) and g >= 0 for g in gaps
+        ):
+            raise CalibrationError("requests", f"{label}: request {i} has no itl list")
+        if not isinstance(r.get("index", 0), int):
+            raise CalibrationError("requests", f"{label}: request {i}'s index is not a number")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    profile: CalibratedProfile
+    report: dict[str, Any]
+
+
+def calibrate(
+    document: Any,
+    model: str,
+    hardware: str,
+    config: str = "1xtp1",
+    hold_out_rate: float | None = None,
+    source: str = "",
+) -> Calibration:
+    """Fit, then judge the fit on what it did not see. `hardware` is the cluster as named to
+    the planner; `config` the layout benched (its TP is the one calibrated)."""
+    runs = read_runs(document, model)
+    try:
+        layout = parse_config(config)
+    except PlanError as exc:
+        raise CalibrationError("config", str(exc)) from None
+    if layout.kind != "colocated":
+        raise CalibrationError("config", f"{config}: calibration reads a colocated layout")
+    if hold_out_rate is not None and hold_out_rate not in {r.rate for r in runs}:
+        rates = ", ".join(f"{r.rate:g}" for r in runs)
+        raise CalibrationError(
+            "hold_out_rate", f"{hold_out_rate:g} is not a rate of the bench ({rates})"
+        )
+    fitted = [r for r in runs if r.rate != hold_out_rate]
+    if not fitted:
+        raise CalibrationError("hold_out_rate", "holding it out leaves no rate to fit")
+    observations = []
+    for run in fitted:
+        every = timelines(run.requests)
+        fits = [not _held(r, run, hold_out_rate) for r in _ok(run.requests)]
+        owners = [t for t, fit in zip(every, fits, strict=True) if fit]
+        observations += step_observations(every, owners, cached=run.cached)
+    try:
+        steps = fit_steps(observations)
+    except FitError as exc:
+        raise CalibrationError("requests", str(exc)) from None
+    profile = CalibratedProfile(
+        model=model,
+        hardware=hardware,
+        tp=layout.tp,
+        steps=steps,
+        handoff=fit_handoff(_transfers(fitted), PlanSetup(model, hardware).link_latency_s),
+        source=source,
+        fitted_rates=tuple(r.rate for r in fitted),
+        steps_fitted=len(observations),
+    )
+    offset, offset_from = ttft_offset(profile, fitted, config, hold_out_rate)
+    profile = replace(profile, ttft_offset_s=offset)
+    report = error_report(profile, runs, config, hold_out_rate)
+    report["ttft_offset"] = offset_from
+    worst = max(report["calibrated"]["ttft_mape"] or 0.0, report["calibrated"]["itl_mape"] or 0.0)
+    if worst > SUSPECT_MAPE:
+        report["warning"] = (
+            f"the fit misses what it did not see by {worst:.0%}: the measurements disagree "
+            "with each other (a busy machine, a cold server's first requests?); bench again"
+        )
+    return Calibration(replace(profile, error=report["calibrated"]), report)
+
+
+def ttft_offset(
+    profile: CalibratedProfile, fitted: Sequence[Run], config: str, hold_out_rate: float | None
+) -> tuple[float, dict[str, Any]]:
+    """What the client's TTFT carries beyond the calibrated replay's, averaged over the fitted
+    runs whose prompts were not cached: client p50 minus replay p50. Where `pdctl bench` kept
+    the engine's own histograms (engine_phases), the offset is split in two: outside the
+    engine (client mean minus the engine's mean TTFT: HTTP, tokenizing, streaming) and the
+    rest, what the replay misses of the engine's own TTFT. The replay's offset forecast the
+    held-out rate better in the closed loop (it carries both parts), so it is the one used."""
+    runs = [run for run in fitted if not run.cached]
+    if not runs:
+        return 0.0, {"from": "none: every fitted run's prompts were cached"}
+    gaps = [
+        _p50_ttft(_measured(run, hold_out_rate, fitted=True))
+        - _p50_ttft(_replayed(profile, run, config, hold_out_rate, fitted=True))
+        for run in runs
+    ]
+    offset = sum(gaps) / len(gaps)
+    said: dict[str, Any] = {"from": "client p50 - calibrated replay p50", "ms": offset * 1e3}
+    if all("engine_ttft_s" in run.engine_phases for run in runs):
+        outside = [
+            _mean_ttft(_measured(run, hold_out_rate, fitted=True))
+            - run.engine_phases["engine_ttft_s"]
+            for run in runs
+        ]
+        said["outside_engine_ms"] = sum(outside) / len(outside) * 1e3
+        said["engine_ms"] = said["ms"] - said["outside_engine_ms"]
+        phases = ("queue_s", "prefill_s", "engine_ttft_s")
+        said["engine_phases_ms"] = {
+            p: round(sum(r.engine_phases.get(p, 0.0) for r in runs) / len(runs) * 1e3, 3)
+            for p in phases
+        }
+    return offset, {k: round(v, 3) if isinstance(v, float) else v for k, v in said.items()}
+
+
+def error_report(
+    profile: CalibratedProfile, runs: Sequence[Run], config: str, hold_out_rate: float | None
+) -> dict[str, Any]:
+    """MAPE of TTFT and of each request's mean ITL, and the error of the p50s, on the held-out
+    measurements: calibrated, and as the datasheet alone forecast them."""
+    held = [r for r in runs if hold_out_rate is None or r.rate == hold_out_rate]
+    out: dict[str, Any] = {
+        "held_out": (
+            f"the run at {hold_out_rate:g} req/s"
+            if hold_out_rate is not None
+            else f"every {HOLD_OUT_EVERY}th request of each run"
+        ),
+        "model": profile.model,
+        "hardware": profile.hardware,
+    }
+    for label, cal in (("calibrated", profile), ("datasheet", None)):
+        rows = [_judge(cal, profile, run, config, hold_out_rate) for run in held if not run.cached]
+        out[label] = {
+            "rates": rows,
+            "ttft_mape": _mean([r["ttft_mape"] for r in rows]),
+            "itl_mape": _mean([r["itl_mape"] for r in rows]),
+        }
+    return out
+
+
+def _judge(
+    cal: CalibratedProfile | None,
+    profile: CalibratedProfile,
+    run: Run,
+    config: str,
+    hold_out_rate: float | None,
+) -> dict[str, Any]:
+    measured = _measured(run, hold_out_rate, fitted=False)
+    setup = PlanSetup(profile.model, profile.hardware, gpus=64, calibration=cal)
+    _, results = run_with_results(setup, parse_config(config), run.workload, run.rate)
+    by_id = {r.request_id: r for r in results}
+    pairs = [(m, by_id[f"r{m['index']}"]) for m in measured if f"r{m['index']}" in by_id]
+    ttft_errors = [_ape(f.ttft, m["ttft"]) for m, f in pairs if f.ttft is not None]
+    itl_errors = [_ape(_mean_gap(f), sum(m["itl"]) / len(m["itl"])) for m, f in pairs if m["itl"]]
+    forecast = [f for _, f in pairs]
+    p50 = {
+        "ttft_p50_ms": (_p50_ttft(measured) * 1000, _p50_ttft(forecast) * 1000),
+        "itl_p50_ms": (_p50_itl(measured) * 1000, _p50_itl(forecast) * 1000),
+    }
+    row: dict[str, Any] = {"rate": run.rate, "requests": len(pairs)}
+    for key, (live, model) in p50.items():
+        row[key] = {
+            "measured": round(live, 3),
+            "forecast": round(model, 3),
+            "error": round((model - live) / live, 4) if live else None,
+        }
+    row["ttft_mape"] = _mean(ttft_errors)
+    row["itl_mape"] = _mean(itl_errors)
+    return row
+
+
+def _replayed(
+    profile: CalibratedProfile, run: Run, config: str, hold_out_rate: float | None, fitted: bool
+) -> list[RequestResult]:
+    setup = PlanSetup(profile.model, profile.hardware, gpus=64, calibration=profile)
+    _, results = run_with_results(setup, parse_config(config), run.workload, run.rate)
+    keep = {f"r{r['index']}" for r in _measured(run, hold_out_rate, fitted)}
+    return [r for r in results if r.request_id in keep]
+
+
+def _measured(run: Run, hold_out_rate: float | None, fitted: bool) -> list[dict[str, Any]]:
+    return [r for r in _ok(run.requests) if _held(r, run, hold_out_rate) != fitted]
+
+
+def _ok(requests: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [dict(r) for r in requests if r.get("ok") and r.get("output_tokens", 0) >= 1]
+
+
+def _held(record: Mapping[str, Any], run: Run, hold_out_rate: float | None) -> bool:
+    """Held out of the fit: the held-out rate's every request, else every HOLD_OUT_EVERY-th."""
+    if hold_out_rate is not None:
+        return run.rate == hold_out_rate
+    return record.get("index", 0) % HOLD_OUT_EVERY == HOLD_OUT_EVERY - 1
+
+
+def _transfers(runs: Sequence[Run]) -> list[tuple[int, float]]:
+    out = []
+    for run in runs:
+        for r in _ok(run.requests):
+            parts = r.get("ttft_parts") or {}
+            if isinstance(parts.get("transfer"), int | float):
+                out.append((int(r["prompt_tokens"]), float(parts["transfer"])))
+    return out
+
+
+def _p50_ttft(items: Sequence[Any]) -> float:
+    values = [i["ttft"] if isinstance(i, dict) else i.ttft for i in items]
+    return percentile([v for v in values if v is not None], 50) or 0.0
+
+
+def _p50_itl(items: Sequence[Any]) -> float:
+    gaps: list[float] = []
+    for i in items:
+        if isinstance(i, dict):
+            gaps += i["itl"]
+        else:
+            gaps += [g for g, c in i.itl_gaps for _ in range(c)]
+    return percentile(gaps, 50) or 0.0
+
+
+def _mean_ttft(records: Sequence[dict[str, Any]]) -> float:
+    return sum(r["ttft"] for r in records) / len(records) if records else 0.0
+
+
+def _mean_gap(result: RequestResult) -> float:
+    count = sum(c for _, c in result.itl_gaps)
+    return sum(g * c for g, c in result.itl_gaps) / count if count else 0.0
+
+
+def _ape(forecast: float, measured: float) -> float:
+    return abs(forecast - measured) / measured if measured else 0.0
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return round(sum(values) / len(values), 4) if values else None

@@ -1,0 +1,1 @@
+"""Routes that advise and measure: the advisor, proposals, autopilot, plan, bench, calibration."""

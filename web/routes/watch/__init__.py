@@ -1,0 +1,1 @@
+"""Routes that watch: live frames, events, the trade panel, the KV calculator, the cluster."""
