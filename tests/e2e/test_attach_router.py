@@ -153,6 +153,12 @@ def test_an_attached_router_pair_is_watched_and_not_steered(tmp_path):
                 seen_by_top = json.loads(top.stdout)
                 assert seen_by_top["latency_source"] == "engines"
                 assert {i["name"] for i in seen_by_top["instances"]} == {"prefill-0", "decode-0"}
+                # the advisor judges the engines' figures, and the history keeps them
+                status, advice = plane.api("GET", f"/deployments/{NAME}/advice?window=1m")
+                assert status == 200 and advice["live"], advice
+                assert advice["verdicts"] and advice["signals"].get("ttft_p99_ms"), advice
+                status, kept = plane.api("GET", f"/deployments/{NAME}/history?window=5m")
+                assert status == 200 and kept["points"], kept
                 canary = wait_until(
                     lambda: (c := frame(plane)["canary"]).get("last") and c, 20, "a canary"
                 )

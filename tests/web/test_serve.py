@@ -22,6 +22,7 @@ from harness.processes import (
     metric_value,
     port_range,
 )
+from tests.migrations.test_migrations import head
 from tests.specs import nixl_1p1d
 
 pytestmark = pytest.mark.e2e
@@ -72,7 +73,7 @@ def test_serve_migrates_a_fresh_file_and_keeps_state_across_restarts(tmp_path: P
     finally:
         server.stop()
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0006",)
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == (head(),)
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     again = serve(tmp_path, db)
     try:
