@@ -26,9 +26,12 @@ FIXTURES = ROOT / "tests" / "fixtures" / "vllm"
 CACHE = Path.home() / ".cache" / "pdctl"
 # Every process of a deployment under test inherits this variable; /proc finds them by it.
 MARKER = "PDCTL_VLLM_TEST_RUN"
-START_TIMEOUT_S = 420.0  # a pair takes 70-100 s here, more when the machine is busy
+# From the start request to the first request served: a pair takes 70-130 s here, more when
+# the machine is busy. Processes RUNNING is not vLLM ready: loading the model on a busy core
+# took over 90 s after that in CI, so the serving wait shares this one deadline.
+START_TIMEOUT_S = 420.0
 STOP_TIMEOUT_S = 90.0  # drain + SIGTERM (30 s grace) + SIGKILL
-SERVE_TIMEOUT_S = 90.0  # proxy answers once it has probed its instances
+SERVE_TIMEOUT_S = 90.0  # a proxy on engines already healthy answers within this
 # Prompts: word salad, several hundred tokens (several 128-token CPU blocks) each.
 SALAD = (
     "the cache block token layer prefill decode engine request stream queue batch model "
@@ -163,7 +166,8 @@ def start(plane: ControlPlane, spec: dict, model: Path) -> Live:
     began = time.monotonic()
     status, body = plane.api("POST", f"/deployments/{name}/start")
     assert status == 202, body
-    units = wait_running(plane, name)
+    deadline = began + START_TIMEOUT_S
+    units = wait_running(plane, name, deadline)
     live = Live(
         plane,
         name,
@@ -175,35 +179,41 @@ def start(plane: ControlPlane, spec: dict, model: Path) -> Live:
         with contextlib.suppress(ProcessLookupError):
             live.groups.add(os.getpgid(unit["pid"]))
             live.sessions.add(os.getsid(unit["pid"]))
-    wait_serving(live, spec["model"])
+    wait_serving(live, spec["model"], deadline)
     START_TIMES[name] = time.monotonic() - began
     return live
 
 
-def wait_running(plane: ControlPlane, name: str) -> dict[str, dict]:
-    deadline = time.monotonic() + START_TIMEOUT_S
+def failed_units(plane: ControlPlane, name: str) -> dict[str, dict]:
+    """The units' status; AssertionError with their log tails once any has failed or
+    restarted (a start that failed fails at once, not at the deadline)."""
+    units = plane.status(name)
+    failed = [
+        n for n, u in units.items() if u["state"] in ("FATAL", "BACKOFF", "EXITED") or u["restarts"]
+    ]
+    if failed:
+        raise AssertionError(
+            f"{name}: {failed} failed to start: {units}\n"
+            + "\n".join(log_tail(plane, name, n) for n in failed)
+        )
+    return units
+
+
+def wait_running(plane: ControlPlane, name: str, deadline: float) -> dict[str, dict]:
     while time.monotonic() < deadline:
-        units = plane.status(name)
-        failed = [
-            n
-            for n, u in units.items()
-            if u["state"] in ("FATAL", "BACKOFF", "EXITED") or u["restarts"]
-        ]
-        if failed:
-            raise AssertionError(
-                f"{name}: {failed} failed to start: {units}\n"
-                + "\n".join(log_tail(plane, name, n) for n in failed)
-            )
+        units = failed_units(plane, name)
         if units and all(u["state"] == "RUNNING" for u in units.values()):
             return units
         time.sleep(1.0)
     raise TimeoutError(f"{name} not running after {START_TIMEOUT_S} s: {plane.status(name)}")
 
 
-def wait_serving(live: Live, model: str) -> None:
-    """Until the proxy completes a request (it routes only to instances it found healthy)."""
-    deadline = time.monotonic() + SERVE_TIMEOUT_S
+def wait_serving(live: Live, model: str, deadline: float) -> None:
+    """Until the proxy completes a request (it routes only to instances it found healthy):
+    by `deadline`, and at least SERVE_TIMEOUT_S past the moment every engine answered
+    /health, so a slow model load is waited out while a proxy that never routes is not."""
     body = {"model": model, "prompt": "warm up", "max_tokens": 1, "temperature": 0}
+    reply: object
     while True:
         try:
             status, reply = http_post(live.proxy_url + "/v1/completions", body, timeout=60)
@@ -211,9 +221,28 @@ def wait_serving(live: Live, model: str) -> None:
             status, reply = None, repr(exc)
         if status == 200:
             return
+        failed_units(live.plane, live.name)
+        health = engines_health(live)
+        if all(code == 200 for code in health.values()):
+            deadline = min(deadline, time.monotonic() + SERVE_TIMEOUT_S)
         if time.monotonic() > deadline:
-            raise TimeoutError(f"proxy of {live.name} does not serve: {status} {reply}")
+            raise TimeoutError(
+                f"proxy of {live.name} does not serve: {status} {reply}; engines' /health: "
+                f"{health}\n"
+                + "\n".join(log_tail(live.plane, live.name, n) for n in [*live.urls, "proxy"])
+            )
         time.sleep(1.0)
+
+
+def engines_health(live: Live) -> dict[str, int | str]:
+    """Each engine's /health status code, or the error that stood in for one."""
+    codes: dict[str, int | str] = {}
+    for instance, url in live.urls.items():
+        try:
+            codes[instance] = http_get(url + "/health", timeout=5)[0]
+        except OSError as exc:
+            codes[instance] = repr(exc)
+    return codes
 
 
 def log_tail(plane: ControlPlane, name: str, instance: str, lines: int = 40) -> str:
