@@ -23,7 +23,7 @@ from benchmarks.control_plane import api, stop_and_wait, wait_running
 from harness.processes import Process, free_port, http_post, port_range, running
 from harness.stack import nixl_sim
 from observe.build import tracked
-from observe.samples import parse, parse_by_prometheus_client
+from observe.metrics.samples import parse, parse_by_prometheus_client
 
 TICKS = os.sysconf("SC_CLK_TCK")
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "vllm"

@@ -1,6 +1,6 @@
 """The correctness canary's words on the wire, shared by the proxy (connector/dispatch/canary.py)
 and
-the control plane that sends it (observe/canary_probe.py): the header that marks a canary
+the control plane that sends it (observe/canary/runner.py): the header that marks a canary
 (its value: the proxy's admin token), the answer headers that name the pair serving it, and the
 header with which the control plane pins a canary to one pair (controller/clients/pair_check.py)."""
 

@@ -1,6 +1,7 @@
-"""Frames from scraped state: one deployment, one window, no I/O. The shell (scraper.py)
-hands in what it scraped; everything here is arithmetic over it, the proxy's counters read by
-observe/traffic.py and the engines' by observe/engines.py."""
+"""Frames from scraped state: one deployment, one window, no I/O. The shell
+(observe/scrape/observer.py) hands in what it scraped; everything here is arithmetic over it,
+the proxy's counters read by observe/sections/traffic.py and the engines' by
+observe/sections/engines.py."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from observe.engines import engine_histogram, engine_work, first_tokens, kv_transfer
 from observe.frames import (
     WINDOW_SECONDS,
     Frame,
@@ -19,11 +19,13 @@ from observe.frames import (
     SloShown,
     Window,
 )
-from observe.pd_check import NOT_CHECKED
-from observe.quantiles import histogram
-from observe.samples import Samples, cumulative_buckets, total
-from observe.saved_share import prompt_saved_share
-from observe.traffic import (
+from observe.metrics.quantiles import histogram
+from observe.metrics.samples import Samples, cumulative_buckets, total
+from observe.metrics.windows import EMPTY, Delta
+from observe.sections.engines import engine_histogram, engine_work, first_tokens, kv_transfer
+from observe.sections.pd_check import NOT_CHECKED
+from observe.sections.saved_share import prompt_saved_share
+from observe.sections.traffic import (
     MIN_ARRIVAL_GAPS,
     arrivals,
     attainment,
@@ -32,7 +34,6 @@ from observe.traffic import (
     multi_turn_share,
     requests,
 )
-from observe.windows import EMPTY, Delta
 
 ENGINE_ROLES = ("decode", "colocated")  # whose engine TTFT/ITL is the one the client sees
 TRACKED_PREFIXES = (
@@ -99,7 +100,7 @@ def build_frame(
 ) -> Frame:
     """The frame for `window`; `units` are the controller's status rows (proxy included),
     `targets` the scraped state by unit name (a unit missing there counts as down), `pd` the
-    "is PD happening?" section the shell's check state gave (observe/pd_check.py)."""
+    "is PD happening?" section the shell's check state gave (observe/sections/pd_check.py)."""
     proxy_unit = next((u for u in units if u.get("role") == "proxy"), None)
     proxy = targets.get(proxy_unit["name"], DOWN) if proxy_unit else DOWN
     instances = [u for u in units if u.get("role") != "proxy"]
@@ -175,6 +176,15 @@ def point(frame: Frame) -> Point:
         "waiting": frame["waiting"],
         "kv_cache_usage": frame["kv_cache_usage"],
     }
+
+
+def marked_point(frame: Frame) -> Point:
+    """A history point, marked when a change ran in its window (a chart can shade it)."""
+    out = point(frame)
+    evidence = frame.get("evidence")
+    if evidence is not None:
+        out["disturbed"] = evidence["disturbed"]
+    return out
 
 
 def with_windows(frame: Frame, frames: Mapping[str, Frame]) -> Frame:

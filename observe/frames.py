@@ -47,7 +47,8 @@ class Outcomes(TypedDict):  # per second, by how the proxy ended each request
 
 
 class Requests(TypedDict):
-    """Every request the proxy ended in the window counts (observe/traffic.py requests): ok,
+    """Every request the proxy ended in the window counts (observe/sections/traffic.py requests):
+    ok,
     failed, rejected and cancelled; only a client's invalid request is left out. A canary
     never counts."""
 
@@ -117,7 +118,7 @@ class InstanceRow(TypedDict):
 
 
 class PdDecode(TypedDict):
-    """One decode instance in the "is PD happening?" check (observe/pd_check.py)."""
+    """One decode instance in the "is PD happening?" check (observe/sections/pd_check.py)."""
 
     instance: str
     # ok | recomputing | idle (too little traffic to judge) | unmeasured (no
@@ -141,7 +142,7 @@ class PdHappening(TypedDict):
 
 
 class ChangeMark(TypedDict):
-    """A rollout that ran inside a window or its settling (observe/evidence.py)."""
+    """A rollout that ran inside a window or its settling (observe/sections/evidence.py)."""
 
     id: str
     kind: str  # apply | restart | switch | role_move | advisor | undo | rollback
@@ -202,7 +203,8 @@ class Point(Headline):
     running: int
     waiting: int
     kv_cache_usage: float | None
-    disturbed: NotRequired[bool]  # a change ran in this point's window (observe/evidence.py)
+    # a change ran in this point's window (observe/sections/evidence.py)
+    disturbed: NotRequired[bool]
 
 
 class Frame(Requests):
@@ -234,18 +236,18 @@ class Frame(Requests):
     instances: list[InstanceRow]
     proxy: ProxyRow
     # "Is PD happening?" per decode over the last 10 s whatever the frame's window (the
-    # check keeps state: onset and recovery lines, observe/pd_check.py)
+    # check keeps state: onset and recovery lines, observe/sections/pd_check.py)
     pd: PdHappening
-    # The correctness canary's last verdict and counts (observe/canary.py section)
+    # The correctness canary's last verdict and counts (observe/canary/state.py section)
     canary: NotRequired[dict[str, Any]]
     # The P:D autopilot's mode, last decision and move, and its one `line`, while one steers
     # the deployment (services/autopilot_loop.py section, added through Observer.sections)
     autopilot: NotRequired[dict[str, Any]]
     windows: NotRequired[dict[str, Headline]]  # every window's headline
     # Whether this window is evidence to decide from: real requests, changes that ran
-    # (observe/evidence.py, added by the scraper, which reads the rollouts)
+    # (observe/sections/evidence.py, added by the scraper, which reads the rollouts)
     evidence: NotRequired[Evidence]
-    # {"revision", "modes"} the supervisor runs the deployment at (observe/serving.py)
+    # {"revision", "modes"} the supervisor runs the deployment at (observe/sections/serving.py)
     serving: NotRequired[dict[str, Any]]
     # Where ttft, itl and slo_attainment come from: "proxy" (pdctl's, the client's view) or
     # "engines" (an attached deployment behind another proxy: observe/attached/watch.py)

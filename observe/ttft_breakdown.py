@@ -39,7 +39,7 @@ def window_rows(
             continue
         raw = entry.get("ttft_parts")
         parts = from_json(raw) if isinstance(raw, dict) else None
-        # The control plane's canaries are no client's requests (observe/canary.py).
+        # The control plane's canaries are no client's requests (observe/canary/state.py).
         if parts is None or entry.get("outcome") != "ok" or entry.get("canary"):
             continue
         since = recomputing.get(entry.get("decode") or "")

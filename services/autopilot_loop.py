@@ -220,7 +220,7 @@ class AutopilotLoop:
         return _status(spec.autopilot, self.pilots.get(name))
 
     def section(self, name: str) -> dict[str, Any] | None:
-        """The frame's `autopilot` (observe/scraper.py sections): what `status` says, its
+        """The frame's `autopilot` (observe/scrape/observer.py sections): what `status` says, its
         one line, no settings; None while no enabled autopilot steers the deployment."""
         pilot = self.pilots.get(name)
         if pilot is None or pilot.settings is None:

@@ -158,7 +158,7 @@
     line.hidden = false;
   }
 
-  // The header's modes and revision: what the supervisor runs now (observe/serving.py), so a
+  // The header's modes and revision: what the supervisor runs now (observe/sections/serving.py), so a
   // finished switch or rollout shows without a reload
   function serving(sv) {
     if (!sv) return;
@@ -181,7 +181,7 @@
     });
   }
 
-  // The correctness canary's last verdict (observe/canary.py writes the line)
+  // The correctness canary's last verdict (observe/canary/state.py writes the line)
   function autopilotLine(a) {
     // the frame's autopilot section: the line the fragment poll also fills, a second fresher
     var el = document.getElementById("autopilot");
@@ -203,7 +203,7 @@
     el.appendChild(line);
   }
 
-  // "Is PD happening?" (observe/pd_check.py; web/views/pd_banner.py draws the first one)
+  // "Is PD happening?" (observe/sections/pd_check.py; web/views/pd_banner.py draws the first one)
   function pdBanner(pd) {
     var el = document.getElementById("pd-banner");
     if (!el || !pd || !pd.applies) return; // colocated: the page's note stands

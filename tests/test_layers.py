@@ -101,10 +101,9 @@ FLOORS: dict[str, list[set[str]]] = {
         {"server"},
     ],
     "observe": [
-        {"text_format", "frames", "canary"},
-        {"samples", "quantiles", "canary_probe"},
-        {"windows"},
-        {"pd_check", "saved_share", "traffic", "engines"},
+        {"frames", "canary"},
+        {"metrics"},
+        {"sections", "attached"},
         {"build"},
         {"advice"},
     ],

@@ -30,7 +30,7 @@ from controller import (
     host_port_busy,
     reach_for,
 )
-from observe.scraper import start_observer
+from observe.scrape.observer import start_observer
 from services.admission import Admission
 from services.autopilot_loop import AutopilotLoop
 from services.bench_runs.runs import BenchRuns

@@ -12,7 +12,7 @@ from starlette.requests import HTTPConnection
 
 from controller import STRATEGY_SUMMARY, ControlService
 from domain import finite
-from observe.scraper import Observer
+from observe.scrape.observer import Observer
 from services.bench_runs.runs import BenchRuns
 from services.load import LoadRuns
 from state.hub import Hub

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from observe.scraper import event_topic
+from observe.scrape.topics import event_topic
 from state.hub import Hub
 from state.models import Event
 from web.schemas import EventOut

@@ -88,7 +88,7 @@ class LiveCollector(Collector):
     def _aggregates(self, observer: Any) -> Iterator[Metric]:
         yield from frame_families(observer.latest)
         yield from pd_families(observer.latest)
-        runner = getattr(observer, "canary", None)  # observe/canary_probe.py
+        runner = getattr(observer, "canary", None)  # observe/canary/runner.py
         yield from canary_families(runner.states if runner is not None else {})
 
 
@@ -155,7 +155,7 @@ def frame_families(latest: dict) -> Iterator[Metric]:
 
 
 def pd_families(latest: dict) -> Iterator[Metric]:
-    """ "Is PD happening?" per decode (observe/pd_check.py): the share of its prompt tokens
+    """ "Is PD happening?" per decode (observe/sections/pd_check.py): the share of its prompt tokens
     that arrived by KV transfer over 10 s, whether it recomputes, and since when."""
     labels = ["deployment", "instance"]
     share = GaugeMetricFamily(
@@ -191,7 +191,7 @@ def pd_families(latest: dict) -> Iterator[Metric]:
 
 
 def canary_families(states: dict) -> Iterator[Metric]:
-    """The correctness canary (observe/canary.py): checks by result, whether it fails now."""
+    """The correctness canary (observe/canary/state.py): checks by result, whether it fails now."""
     checks = CounterMetricFamily(
         "pdctl_canary_checks",
         "Correctness canaries judged: ok, mismatch (the answer through the hand-off differs "

@@ -1,6 +1,6 @@
 """The chaos row for KV corruption on the wire: the prefill flips a byte of every KV payload it
 sends (simulator/config/faults.py corrupt_kv), so the decode answers 200 with wrong tokens, which no
-status code, retry or SLO figure notices. The correctness canary must (observe/canary.py):
+status code, retry or SLO figure notices. The correctness canary must (observe/canary/state.py):
 a mismatch on /metrics and one canary.mismatch event within one canary period, and no request
 lost (every wrong answer is still an answer: the canary is the one that says it was wrong).
 """

@@ -123,7 +123,8 @@ def with_estimate(parts: TtftParts, mean_xfer: float | None) -> TtftParts:
 
 
 def without_transfer(parts: TtftParts) -> TtftParts:
-    """A request served by a decode that recomputes its prompts (observe/pd_check.py): no KV
+    """A request served by a decode that recomputes its prompts (observe/sections/pd_check.py): no
+    KV
     moved, so none of its wait was a transfer; labelled "recomputed". A measured one is left
     as it is (the engine's own figures say what happened)."""
     if parts.transfer_source is not None or parts.prefill is None:

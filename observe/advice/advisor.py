@@ -28,10 +28,10 @@ Signals (all optional):
   burstiness              gamma shape of arrivals (1 = Poisson; < 1 burstier)
   prefix_hit_rate         prefix cache hits / queries (tokens)
   slo_attainment          share of requests meeting every target
-  pd_recomputing_decodes  decodes recomputing their prompts now (observe/pd_check.py)
+  pd_recomputing_decodes  decodes recomputing their prompts now (observe/sections/pd_check.py)
   pd_transfer_share       the lowest decode's share of prompt tokens by KV transfer (10 s)
   pd_failed_transfers     failed KV transfers on the decodes over the same 10 s
-  canary_failing_pairs    pairs whose canary answer is not the colocated one (observe/canary.py)
+  canary_failing_pairs    pairs whose canary answer is not the colocated one (observe/canary/)
 """
 
 from __future__ import annotations

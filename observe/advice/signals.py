@@ -35,17 +35,17 @@ that window (observe/build.py `point`).
                            request's prefill finished on the same instance, over all spikes
   multi_turn_share         frame["multi_turn_share"]: the proxy's chat requests that carry an
                            earlier assistant answer, of all its chat requests
-  prompt_saved_share       frame["prompt_saved_share"] (observe/saved_share.py): prompt
+  prompt_saved_share       frame["prompt_saved_share"] (observe/sections/saved_share.py): prompt
   tokens
                            a prefill pulled back from a decode, of all its prompt tokens
   burstiness               frame["arrivals"]: gamma shape of the gaps between client requests
                            arriving at the proxy (mean^2 / variance); absent below
                            MIN_ARRIVAL_GAPS gaps in the window
-  pd_recomputing_decodes,  frame["pd"] (observe/pd_check.py, 10 s whatever the window): the
+  pd_recomputing_decodes,  frame["pd"] (observe/sections/pd_check.py, 10 s whatever the window): the
   pd_transfer_share,       decodes recomputing, the lowest judged share of prompt tokens by
   pd_failed_transfers      KV transfer, failed transfers; absent where the check does not
                            apply (colocated)
-  canary_failing_pairs     frame["canary"] (observe/canary.py): pairs whose last canary answer
+  canary_failing_pairs     frame["canary"] (observe/canary/state.py): pairs whose last canary answer
                            differed from the model's colocated answer; absent when the canary
                            is off, does not apply or has not judged yet
 """
@@ -168,7 +168,7 @@ def _canary(d: Derived, canary: Mapping[str, Any]) -> None:
         why = canary.get("why") or "no canary judged yet"
         d.miss("canary_failing_pairs", f"the correctness canary: {why}")
         return
-    src = "the correctness canary: the last answer per pair (observe/canary.py)"
+    src = "the correctness canary: the last answer per pair (observe/canary/state.py)"
     d.put("canary_failing_pairs", len(canary.get("failing") or ()), src)
 
 
@@ -181,7 +181,7 @@ def _pd(d: Derived, pd: Mapping[str, Any]) -> None:
             d.miss(name, f"the PD check does not apply: {pd.get('why') or 'not checked'}")
         return
     rows = pd.get("decodes") or []
-    src = "decodes: vllm:prompt_tokens_by_source, last 10 s (observe/pd_check.py)"
+    src = "decodes: vllm:prompt_tokens_by_source, last 10 s (observe/sections/pd_check.py)"
     d.put("pd_recomputing_decodes", len(pd.get("recomputing") or ()), src)
     judged = [
         r["share"] for r in rows if r["status"] in ("ok", "recomputing") and r["share"] is not None

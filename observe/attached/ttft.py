@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from observe.samples import total
-from observe.windows import Delta
+from observe.metrics.samples import total
+from observe.metrics.windows import Delta
 
 QUEUE = "vllm:request_queue_time_seconds"
 PREFILL = "vllm:request_prefill_time_seconds"

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from observe.frames import Histogram
-from observe.quantiles import Quantile, histogram, monotonic
-from observe.samples import cumulative_buckets, total
-from observe.windows import Delta
+from observe.metrics.quantiles import Quantile, histogram, monotonic
+from observe.metrics.samples import cumulative_buckets, total
+from observe.metrics.windows import Delta
 
 ONE_BUCKET_SHARE = 0.5  # the median's bucket holds most of the window: the mean is its centre
 QUANTILE_KEYS: tuple[Quantile, ...] = ("p50", "p90", "p99")

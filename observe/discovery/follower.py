@@ -19,6 +19,7 @@ import aiohttp
 
 from domain.attached.discovery import DiscoveryError, Found, prometheus_targets, router_workers
 from observe.discovery.members import Change, Members, moved
+from observe.scrape.targets import bounded_body
 
 log = logging.getLogger("pdctl.observe")
 
@@ -68,7 +69,7 @@ class GroupFollower:
 
 
 class Discoverer:
-    """Every attached deployment's discovered groups (observe/scraper.py asks each tick)."""
+    """Every attached deployment's discovered groups (observe/scrape/observer.py asks each tick)."""
 
     def __init__(
         self,
@@ -175,7 +176,7 @@ class Discoverer:
                     if resp.status != 200:
                         note = " (redirects are not followed)" if 300 <= resp.status < 400 else ""
                         raise SourceFailed(f"{url} answered {resp.status}{note}")
-                    body = await _bounded(resp, self.max_bytes)
+                    body = await bounded_body(resp, self.max_bytes)
         except TimeoutError:
             raise SourceFailed(f"{url}: no whole answer within {self.timeout:g} s") from None
         except (aiohttp.ClientError, OSError) as err:
@@ -202,13 +203,3 @@ class Discoverer:
                 )
             )
         f.error = why
-
-
-async def _bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes:
-    """The body, read until its end or one byte past `limit`."""
-    body = bytearray()
-    async for chunk in resp.content.iter_chunked(1 << 16):
-        body += chunk
-        if len(body) > limit:
-            break
-    return bytes(body)

@@ -159,7 +159,7 @@ def kv_note(kv: Mapping[str, Any]) -> str:
 
 
 def pd_line(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
-    """ "Is PD happening?" (the frame's `pd`, observe/pd_check.py): which decode recomputes
+    """ "Is PD happening?" (the frame's `pd`, observe/sections/pd_check.py): which decode recomputes
     and since when; each decode's share of prompt tokens by KV transfer otherwise."""
     pd = (v.frame or {}).get("pd") or {}
     if not pd.get("applies"):
@@ -184,7 +184,7 @@ def pd_line(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
 
 
 def canary_line(v: View, width: int, rows: int, g: Glyphs) -> list[str]:
-    """The correctness canary's last verdict (the frame's `canary`, observe/canary.py), so a
+    """The correctness canary's last verdict (the frame's `canary`, observe/canary/state.py), so a
     failing canary shows beside the attainment that still counts those answers as met."""
     section = (v.frame or {}).get("canary") or {}
     line = section.get("line") or "canary: not checked yet"

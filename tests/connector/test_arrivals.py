@@ -1,5 +1,5 @@
 """Client requests arriving at the proxy: the gaps between them as count, sum and sum of squares,
-from which observe/traffic.py reads any window's burstiness."""
+from which observe/sections/traffic.py reads any window's burstiness."""
 
 import asyncio
 import time

@@ -10,8 +10,8 @@ from harness.processes import metric_value, running, sim
 from harness.stack import bench, proxy, wait_until
 from observe.advice.signals import from_frame
 from observe.build import arrivals, tracked
-from observe.samples import parse
-from observe.windows import Delta
+from observe.metrics.samples import parse
+from observe.metrics.windows import Delta
 
 pytestmark = pytest.mark.e2e
 

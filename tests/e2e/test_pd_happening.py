@@ -18,7 +18,7 @@ from tests.e2e.test_control_plane import bench, moriio
 
 pytestmark = pytest.mark.e2e
 
-WINDOW_S = 10.0  # observe/pd_check.py CHECK_WINDOW
+WINDOW_S = 10.0  # observe/sections/pd_check.py CHECK_WINDOW
 
 
 def gauge(plane: ControlPlane, name: str, **labels: str) -> float | None:

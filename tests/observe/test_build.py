@@ -25,8 +25,8 @@ from observe.build import (
     with_windows,
 )
 from observe.frames import WINDOWS
-from observe.samples import parse
-from observe.windows import Delta, Snapshots, advance
+from observe.metrics.samples import parse
+from observe.metrics.windows import Delta, Snapshots, advance
 from tests.observe.series import engine_text, proxy_text
 
 INFO = DeploymentInfo(

@@ -14,8 +14,10 @@ import aiohttp
 from aiohttp import web
 
 from controller.spec.deployment import DeploymentSpec
-from observe.scraper import Observer, ObserveSettings
+from observe.scrape.observer import Observer
+from observe.scrape.settings import ObserveSettings
 from state.hub import Hub
+from tests.observe.metrics_endpoint import serve_metrics
 from tests.specs import nixl_1p1d
 
 MOVED_AT = 20.0  # the move back to decode ended here
@@ -62,14 +64,7 @@ async def events_over(rollouts: list, until: float) -> list[tuple[float, str]]:
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(text=text(counters(clock["t"])))
 
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    url = f"http://127.0.0.1:{port}"
+    runner, url = await serve_metrics(metrics)
 
     def status(_: str) -> list[dict]:
         role = "prefill" if clock["t"] < MOVED_AT else "decode"

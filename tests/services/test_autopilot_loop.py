@@ -43,7 +43,7 @@ def frame(ts: float) -> dict:
         "ttft": {"count": 30, "p90": 3.0},
         "itl": {"count": 100, "p90": 0.01},
         "instances": rows,
-        # 30 client requests in the 10 s frame, no change in it (observe/evidence.py)
+        # 30 client requests in the 10 s frame, no change in it (observe/sections/evidence.py)
         "evidence": {"real_requests": 30, "disturbed": False, "enough": True, "why": None},
     }
 

@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from domain.measures.vllm_metrics import ITL_BUCKETS, TTFT_BUCKETS
-from observe.quantiles import histogram
+from observe.metrics.quantiles import histogram
 
 
 def hist(bounds: tuple[float, ...], samples: list[float]) -> dict[str, Any]:

@@ -26,10 +26,10 @@ from tests.vllm.conftest import client, deployed, greedy
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
 CANARY_S = 2.0
-WINDOW_S = 10.0  # observe/pd_check.py's window
+WINDOW_S = 10.0  # observe/sections/pd_check.py's window
 LOAD_LIMIT = 400  # requests, whichever ends first: the test's own stop or this
 RAW_PAIRS = 2  # each: the pair, then the prefill alone (~1 min under load)
-RESULTS = ("ok", "mismatch", "error")  # a canary's verdicts (observe/canary.py)
+RESULTS = ("ok", "mismatch", "error")  # a canary's verdicts (observe/canary/state.py)
 
 
 def pdctl_metric(plane, name: str, **labels: str) -> float | None:
@@ -44,7 +44,7 @@ def pdctl_metric(plane, name: str, **labels: str) -> float | None:
 
 
 def canaries(plane, name: str, result: str) -> float:
-    """Canaries judged `result` so far (observe/canary_probe.py, on pdctl's /metrics)."""
+    """Canaries judged `result` so far (observe/canary/runner.py, on pdctl's /metrics)."""
     found = pdctl_metric(plane, "pdctl_canary_checks_total", deployment=name, result=result)
     return found or 0.0
 

@@ -12,7 +12,7 @@ from fastapi import Request
 from controller import Engine
 from observe.advice import signals
 from observe.frames import WINDOW_SECONDS
-from observe.scraper import kv_bytes_per_token
+from observe.scrape.settings import kv_bytes_per_token
 from state.history import History
 from state.store import Store
 from web.deps import get_observer

@@ -1,5 +1,5 @@
 """The deployment page's "is PD happening?" banner from the frame's `pd` section
-(observe/pd_check.py): which decode recomputes its prompts and since when, or, on a
+(observe/sections/pd_check.py): which decode recomputes its prompts and since when, or, on a
 colocated deployment, a quiet note that the check does not apply. static/pdctl-live.js
 redraws the same banner from each live frame."""
 

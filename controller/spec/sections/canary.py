@@ -1,4 +1,5 @@
-"""The deployment spec's `canary` section: how often the correctness canary (observe/canary.py)
+"""The deployment spec's `canary` section: how often the correctness canary
+(observe/canary/state.py)
 sends its fixed greedy prompt through the proxy, and how many tokens it asks for."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from domain.measures.latency_buckets import (
     refined,
 )
 from domain.measures.vllm_metrics import ITL_BUCKETS, TTFT_BUCKETS, BucketHistogram
-from observe.quantiles import quantile
+from observe.metrics.quantiles import quantile
 
 
 @pytest.mark.parametrize(

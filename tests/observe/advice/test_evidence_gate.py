@@ -10,7 +10,7 @@ import pytest
 
 from controller import propose
 from observe.advice.signals import advice, from_frame
-from observe.evidence import judge, marks
+from observe.sections.evidence import judge, marks
 from tests.observe.advice.test_signals import KV_PER_TOKEN, frame, hist, verdict
 from tests.specs import nixl_1p1d
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from observe.attached.ttft import engine_ttft_parts
-from observe.windows import Delta
+from observe.metrics.windows import Delta
 from tests.observe.attached.test_watch import hist
 
 

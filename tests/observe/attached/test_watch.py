@@ -12,7 +12,7 @@ from observe.attached.watch import (
     engine_latency,
     health_transition,
 )
-from observe.windows import Delta
+from observe.metrics.windows import Delta
 
 BOUNDS = (0.05, 0.1, 0.25, 0.5, 0.75, float("inf"))
 

@@ -11,8 +11,11 @@ from types import SimpleNamespace
 import aiohttp
 from aiohttp import web
 
-from observe.scraper import MAX_METRICS_BYTES, Observer, ObserveSettings
+from observe.scrape.observer import Observer
+from observe.scrape.settings import ObserveSettings
+from observe.scrape.targets import MAX_METRICS_BYTES
 from state.hub import Hub
+from tests.observe.metrics_endpoint import serve_metrics
 
 GOOD = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3.0\n"
 TIMEOUT_S = 0.3
@@ -43,20 +46,9 @@ async def redirect(_: web.Request) -> web.Response:
     raise web.HTTPFound("http://127.0.0.1:9/metrics")
 
 
-async def serve(handler) -> tuple[web.AppRunner, str]:
-    app = web.Application()
-    app.router.add_get("/metrics", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    return runner, f"http://127.0.0.1:{port}"
-
-
 def test_hostile_metrics_pages_leave_their_target_down_quickly():
     async def body():
-        servers = [await serve(h) for h in (slow, huge, malformed, redirect)]
+        servers = [await serve_metrics(h) for h in (slow, huge, malformed, redirect)]
         observer = Observer(None, SimpleNamespace(engine=None), Hub(), ObserveSettings())
         observer._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S))
         units = [

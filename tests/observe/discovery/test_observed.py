@@ -14,7 +14,8 @@ import pytest
 from aiohttp import web
 
 from controller.spec.deployment import DeploymentSpec
-from observe.scraper import Observer, ObserveSettings
+from observe.scrape.observer import Observer
+from observe.scrape.settings import ObserveSettings
 from state.hub import Hub
 
 pytestmark = pytest.mark.anyio

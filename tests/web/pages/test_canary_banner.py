@@ -1,13 +1,13 @@
 """The correctness canary beside the SLO figures: the deployment page's line, the advisor's
 verdict, `pdctl top`'s line and the control plane's /metrics, from a frame's `canary`
-section and the canary's state (observe/canary.py)."""
+section and the canary's state (observe/canary/state.py)."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
 from harness.processes import metric_value
-from observe.canary import CanaryState, Difference, Verdict, section, step
+from observe.canary.state import CanaryState, Difference, Verdict, section, step
 from terminal.top.format import ASCII
 from terminal.top.view import View, render
 from tests.web.routes.advise.test_advice_api import FakeObserver, live_frame

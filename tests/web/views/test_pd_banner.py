@@ -1,5 +1,5 @@
 """The deployment page's "is PD happening?" banner, the advisor's verdict on it and the
-control plane's /metrics gauges, from a frame's `pd` section (observe/pd_check.py)."""
+control plane's /metrics gauges, from a frame's `pd` section (observe/sections/pd_check.py)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from observe.advice import signals
 from observe.frames import WINDOWS
-from observe.scraper import DEFAULT_WINDOW
+from observe.scrape.topics import DEFAULT_WINDOW
 from web import htmx
 from web.deps import INT64_MAX, StoreDep
 from web.routes.advise.proposals import shown_proposals

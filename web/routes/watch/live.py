@@ -21,7 +21,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, WebSocket, WebSocketDisconnect
 
 from observe.frames import WINDOWS
-from observe.scraper import DEFAULT_WINDOW, event_topic, frame_topic
+from observe.scrape.topics import DEFAULT_WINDOW, event_topic, frame_topic
 from state.history import History
 from state.hub import encode
 from web.deps import HubDep, ObserverDep, StoreDep

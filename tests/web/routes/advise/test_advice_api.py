@@ -9,7 +9,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from observe.scraper import kv_bytes_per_token
+from observe.scrape.settings import kv_bytes_per_token
 from state.history import History
 from tests.specs import nixl_1p1d
 from tests.web.conftest import AS_OPERATOR, AS_VIEWER, OPERATOR, VIEWER, MakeClient
@@ -18,7 +18,7 @@ HX = {"HX-Request": "true"}
 
 
 class FakeObserver:
-    """What the advice route asks of observe/scraper.Observer: the latest frame."""
+    """What the advice route asks of observe/scrape/observer.py's Observer: the latest frame."""
 
     def __init__(self, frames: dict[str, dict]) -> None:
         self.frames = frames

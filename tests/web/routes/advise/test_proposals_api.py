@@ -245,7 +245,7 @@ def marked(evidence: dict) -> dict:
 
 
 def test_an_idle_window_proposes_nothing_and_says_why(make_client):
-    from observe.evidence import judge
+    from observe.sections.evidence import judge
 
     client = make_client()
     client.post("/api/deployments", json=nixl_1p1d())
@@ -265,7 +265,7 @@ def test_an_idle_window_proposes_nothing_and_says_why(make_client):
 def test_right_after_a_switch_nothing_is_proposed_then_it_is_again(make_client):
     from types import SimpleNamespace
 
-    from observe.evidence import judge, marks
+    from observe.sections.evidence import judge, marks
 
     switch = SimpleNamespace(
         id="2", kind="switch", strategy="hold", state="done", started_at=990.0, ended_at=995.0
@@ -295,7 +295,7 @@ def test_the_panel_shows_the_changes_in_words_and_the_measured_baseline(plane):
 
 
 def test_the_panel_says_not_enough_evidence_on_an_idle_window(make_client):
-    from observe.evidence import judge
+    from observe.sections.evidence import judge
     from tests.web.routes.advise.test_advice_api import HX
 
     client = make_client()

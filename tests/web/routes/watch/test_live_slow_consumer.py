@@ -22,7 +22,7 @@ import uvicorn
 from websockets.sync.client import connect
 
 from harness.processes import free_port, http_post
-from observe.scraper import DEFAULT_WINDOW, frame_topic
+from observe.scrape.topics import DEFAULT_WINDOW, frame_topic
 from state.hub import Hub
 from tests.specs import nixl_1p1d
 from web.app import create_app

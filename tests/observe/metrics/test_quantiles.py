@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from observe.quantiles import histogram, quantile
+from observe.metrics.quantiles import histogram, quantile
 
 INF = float("inf")
 

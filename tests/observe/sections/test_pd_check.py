@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from observe.pd_check import (
+from observe.metrics.samples import parse
+from observe.metrics.windows import Delta, Snapshots, advance
+from observe.sections.pd_check import (
     COLOCATED_WHY,
     DecodeState,
     Reading,
@@ -13,8 +15,6 @@ from observe.pd_check import (
     reading,
     step,
 )
-from observe.samples import parse
-from observe.windows import Delta, Snapshots, advance
 from tests.observe.series import engine_text
 
 HEALTHY = Reading(external=1990, local_compute=10, requests=10)

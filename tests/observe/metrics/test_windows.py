@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from observe.samples import parse, total
-from observe.windows import Snapshots, advance
+from observe.metrics.samples import parse, total
+from observe.metrics.windows import Snapshots, advance
 from tests.observe.series import proxy_text
 
 OK = ("pdctl_proxy_requests_total", (("outcome", "ok"),))

@@ -1,12 +1,12 @@
 """What the proxy's counters say over one window, as a client sees it: requests and their
 outcomes, SLO attainment, arrivals and their burstiness, multi-turn share, ITL spikes. Pure
-arithmetic over a window's increases (observe/windows.py Delta)."""
+arithmetic over a window's increases (observe/metrics/windows.py Delta)."""
 
 from __future__ import annotations
 
 from observe.frames import Arrivals, Interference, Requests
-from observe.samples import total
-from observe.windows import Delta
+from observe.metrics.samples import total
+from observe.metrics.windows import Delta
 
 # Below this many gaps the moment estimate is too noisy to act on; at 20, a Poisson stream's
 # shape still reads below the advisor's "bursty" line (0.5) about 2% of the time.

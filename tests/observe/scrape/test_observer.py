@@ -8,8 +8,10 @@ from types import SimpleNamespace
 import aiohttp
 from aiohttp import web
 
-from observe.scraper import Observer, ObserveSettings
+from observe.scrape.observer import Observer
+from observe.scrape.settings import ObserveSettings
 from state.hub import Hub
+from tests.observe.metrics_endpoint import serve_metrics
 
 METRICS = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3.0\n"
 
@@ -22,16 +24,10 @@ def test_one_failed_scrape_keeps_a_target_up_two_bring_it_down():
             status = next(answers)
             return web.Response(text=METRICS if status == 200 else "busy", status=status)
 
-        app = web.Application()
-        app.router.add_get("/metrics", metrics)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
+        runner, url = await serve_metrics(metrics)
         observer = Observer(None, SimpleNamespace(engine=None), Hub(), ObserveSettings())
         observer._session = aiohttp.ClientSession()  # start() would also open the database
-        unit = {"name": "decode-0", "url": f"http://127.0.0.1:{port}", "state": "RUNNING"}
+        unit = {"name": "decode-0", "url": url, "state": "RUNNING"}
         try:
             ups = []
             for tick in range(6):
@@ -54,7 +50,7 @@ def test_one_failed_scrape_keeps_a_target_up_two_bring_it_down():
 
 def test_a_section_from_above_goes_into_every_windows_frame_and_what_it_publishes():
     from controller.spec.deployment import DeploymentSpec
-    from observe.scraper import frame_topic
+    from observe.scrape.topics import frame_topic
     from tests.specs import nixl_1p1d
 
     async def body():

@@ -1,6 +1,6 @@
 """Is PD happening? Per decode instance, the share of its prompt tokens that arrived by KV
 transfer over the check's window, and a verdict with hysteresis. Pure: deltas and `now` in,
-states, the frame's section and the transitions to record out (observe/scraper.py keeps the
+states, the frame's section and the transitions to record out (observe/scrape/observer.py keeps the
 states and records the transitions as events).
 
 The rule, over the last 10 s (CHECK_WINDOW) of one decode's counters:
@@ -33,9 +33,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from observe.frames import PdDecode, PdHappening
-from observe.samples import total
-from observe.windows import Delta
+from observe.frames import WINDOW_SECONDS, ChangeMark, PdDecode, PdHappening
+from observe.metrics.samples import total
+from observe.metrics.windows import Delta
 
 CHECK_WINDOW = "10s"
 MIN_REQUESTS = 3
@@ -218,3 +218,19 @@ def not_applicable(why: str) -> PdHappening:
 
 
 NOT_CHECKED = not_applicable("not checked yet")
+
+
+def pause_reason(changes: list[ChangeMark], now: float) -> str | None:
+    """Why the PD check judges no onset now: a rollout of any kind (a switch, a role move, an
+    apply, a restart) runs or ended within the check's window. Keep-serving runs whole
+    requests on a decode by design; an instance moved back to decode carries the prompts it
+    computed as a prefill in its window; a restart drains."""
+    settle = WINDOW_SECONDS[CHECK_WINDOW]
+    for c in changes:
+        if c["running"] or (c["ended_at"] is not None and now - c["ended_at"] < settle):
+            kind = c["kind"]
+            what = {"switch": "a mode switch", "role_move": "a role move"}.get(
+                kind, f"a {kind} rollout"
+            )
+            return f"{what} ({c['strategy']}) runs or just ended: no onset judged"
+    return None

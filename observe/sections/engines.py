@@ -1,6 +1,6 @@
 """What the engines' own counters say over one window: KV transfer between instances,
 prefill work and CPU, and their TTFT/ITL histograms summed. Pure arithmetic over the
-windows' increases (observe/windows.py Delta)."""
+windows' increases (observe/metrics/windows.py Delta)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Sequence
 
 from domain.kv_connectors import metric_prefixes
 from observe.frames import EngineWork, Histogram, KvTransfer
-from observe.quantiles import histogram, quantile
-from observe.samples import cumulative_buckets, family_present, total
-from observe.windows import Delta
+from observe.metrics.quantiles import histogram, quantile
+from observe.metrics.samples import cumulative_buckets, family_present, total
+from observe.metrics.windows import Delta
 
 # Connectors whose engine reports its own transfers, by metric prefix (the engine's figures)
 ENGINE_TRANSFER_SOURCES = metric_prefixes()

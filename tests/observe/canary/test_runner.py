@@ -1,10 +1,10 @@
 """When the canary runner sends: once a proxy and a pair run, one period after, then every
-period (observe/canary_probe.py; no HTTP here: the probe it would start is stubbed)."""
+period (observe/canary/runner.py; no HTTP here: the probe it would start is stubbed)."""
 
 import asyncio
 from types import SimpleNamespace
 
-from observe.canary_probe import CanaryRunner
+from observe.canary.runner import CanaryRunner
 
 SPEC = SimpleNamespace(
     topology="disaggregated", model="tiny", canary=SimpleNamespace(interval_s=2.0, max_tokens=4)

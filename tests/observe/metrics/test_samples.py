@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from observe.build import tracked
-from observe.samples import cumulative_buckets, parse, total
+from observe.metrics.samples import cumulative_buckets, parse, total
 from tests.observe.series import engine_text, proxy_text
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "vllm"
+FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "vllm"
 
 
 def test_counters_and_histograms_are_cumulative_gauges_are_not() -> None:

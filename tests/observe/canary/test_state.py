@@ -2,7 +2,7 @@
 
 import pytest
 
-from observe.canary import (
+from observe.canary.state import (
     MAX_REFERENCES,
     CanaryState,
     Difference,

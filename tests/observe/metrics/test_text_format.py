@@ -16,15 +16,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from harness.processes import http_post, running
 from harness.stack import nixl_sim, proxy
 from observe.build import tracked
-from observe.samples import Scrape, parse
-from observe.text_format import Unsupported, read
+from observe.metrics.samples import Scrape, parse
+from observe.metrics.text_format import Unsupported, read
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "vllm"
+FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "vllm"
 PAGES = ("prefill_metrics.txt", "decode_metrics.txt", "colocated_metrics.txt")
 
 
 def reference_parse(text: str, keep=None) -> Scrape:
-    """observe.samples.parse as it was before the fast reader, verbatim."""
+    """observe.metrics.samples.parse as it was before the fast reader, verbatim."""
     counters: dict = {}
     gauges: dict = {}
     for family in text_string_to_metric_families(text):
@@ -224,7 +224,7 @@ def test_a_value_too_large_for_a_float_is_an_unreadable_page_not_a_crash():
     it for every deployment."""
     import pytest
 
-    from observe.samples import parse
+    from observe.metrics.samples import parse
 
     page = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running " + "9" * 400 + "\n"
     with pytest.raises(ValueError, match=r"out of range|could not convert|invalid"):

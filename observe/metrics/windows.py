@@ -13,7 +13,7 @@ from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
 
-from observe.samples import Key, Samples
+from observe.metrics.samples import Key, Samples
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from domain.measures.evidence import AFTER_CHANGE_S, MIN_REAL_REQUESTS
-from observe.evidence import judge, marks, real_requests
-from observe.windows import Delta
+from observe.metrics.windows import Delta
+from observe.sections.evidence import judge, marks, real_requests
 
 NOW = 10_000.0
 

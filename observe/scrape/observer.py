@@ -14,8 +14,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 import aiohttp
@@ -32,87 +30,33 @@ from observe.build import (
     DeploymentInfo,
     TargetState,
     build_frame,
-    point,
-    tracked,
+    marked_point,
     with_windows,
 )
-from observe.canary import Transition as CanaryTransition
-from observe.canary_probe import CanaryRunner
+from observe.canary.runner import CanaryRunner
+from observe.canary.state import Transition as CanaryTransition
 from observe.discovery.follower import Discoverer
-from observe.evidence import judge, marks, real_requests
-from observe.frames import WINDOW_SECONDS, WINDOWS, ChangeMark, Frame, Point, Window
-from observe.pd_check import CHECK_WINDOW, DecodeState, Transition, check
-from observe.samples import parse
-from observe.serving import serving_section
-from observe.windows import CounterTrack, Snapshots, advance
+from observe.frames import WINDOW_SECONDS, WINDOWS, ChangeMark, Frame
+from observe.scrape.settings import AttachedView, ObserveSettings, kv_bytes_per_token
+from observe.scrape.targets import ScrapeTarget, fetch_metrics
+from observe.scrape.topics import DEFAULT_WINDOW, frame_topic
+from observe.sections.evidence import judge, marks, real_requests
+from observe.sections.pd_check import (
+    CHECK_WINDOW,
+    DecodeState,
+    Transition,
+    check,
+    pause_reason,
+)
+from observe.sections.serving import serving_section
 from state.history import History
 from state.hub import Hub, encode
 
 log = logging.getLogger("pdctl.observe")
 
 SCRAPED_STATES = ("RUNNING", "STARTING", "STOPPING")
-DEFAULT_WINDOW: Window = "1m"
 PRUNE_EVERY_S = 60.0
 MARKS_WITHIN_S = max(WINDOW_SECONDS.values()) + 30.0  # the longest window and its settling
-DOWN_AFTER_MISSES = 2
-# A /metrics page larger than this is not read (vLLM's are well under 1 MiB): a hostile or
-# broken endpoint cannot make the control plane hold gigabytes.
-MAX_METRICS_BYTES = 8 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class AttachedView:
-    """An attached deployment as the canary reads a supervised one: its spec, no token."""
-
-    spec: Any
-    admin_token: str | None = None
-
-
-def frame_topic(name: str, window: str) -> str:
-    return f"frame:{name}:{window}"
-
-
-def event_topic(name: str) -> str:
-    return f"event:{name}"
-
-
-@dataclass(frozen=True, slots=True)
-class ObserveSettings:
-    interval: float = 1.0
-    timeout: float = 0.8
-    history_step_s: float = 5.0
-    retention_s: float = 24 * 3600.0
-    attach_hosts: tuple[str, ...] = ()  # hosts beyond loopback discovery may add (as specs')
-
-
-@dataclass
-class _Target:
-    track: CounterTrack | None = None
-    snapshots: Snapshots = field(default_factory=Snapshots)
-    gauges: dict = field(default_factory=dict)
-    up: bool = False
-    missed: int = 0  # scrapes failed in a row
-    seen_up: bool | None = None  # attached: the last answer an event told (None: none yet)
-    why: str | None = None  # why the last scrape failed
-
-    def state(self) -> TargetState:
-        return TargetState(
-            self.up,
-            self.gauges if self.up else {},
-            {w: self.snapshots.delta(s) for w, s in WINDOW_SECONDS.items()},
-        )
-
-
-@cache
-def kv_bytes_per_token(model: str) -> int | None:
-    """KV bytes per token of a profile named `model` or whose hf_id is `model`."""
-    from domain import profiles
-
-    for name in profiles.available("models"):
-        profile = profiles.model(name)
-        if model in (name, profile.hf_id):
-            return profile.kv_bytes_per_token
-    return None
 
 
 class Observer:
@@ -130,11 +74,11 @@ class Observer:
         self.clock = clock
         self.latest: dict[str, dict[str, Frame]] = {}  # deployment -> window -> frame
         self.ticks = 0
-        self._targets: dict[tuple[str, str, str], _Target] = {}
+        self._targets: dict[tuple[str, str, str], ScrapeTarget] = {}
         # "Is PD happening?": each deployment's decode states, and events not yet written
         self.pd_states: dict[str, dict[str, DecodeState]] = {}
         self._pd_events: list[tuple[str, Transition]] = []
-        self.canary = CanaryRunner(clock)  # the correctness canary (observe/canary.py)
+        self.canary = CanaryRunner(clock)  # the correctness canary (observe/canary/state.py)
         # Sections a layer above adds to every frame: key -> f(deployment) -> dict or None
         # (services/autopilot_loop.py's "autopilot"), so the live frames carry them too.
         self.sections: dict[str, Callable[[str], dict[str, Any] | None]] = {}
@@ -204,7 +148,7 @@ class Observer:
         self._health_events, self.discovery.events = [], []
         self.canary.events = []
         points = [
-            (n, now, _marked_point(f[WINDOWS[0]]))
+            (n, now, marked_point(f[WINDOWS[0]]))
             for n, f in self.latest.items()
             if now - self._last_point.get(n, 0.0) >= self.settings.history_step_s
         ]
@@ -295,7 +239,7 @@ class Observer:
     def _check_pd(
         self, name: str, colocated: bool, units, targets, now: float, changes: list[ChangeMark]
     ) -> Any:
-        """Step the deployment's "is PD happening?" check (observe/pd_check.py); a decode
+        """Step the deployment's "is PD happening?" check (observe/sections/pd_check.py); a decode
         that is not running (stopped, failed) leaves it, and starts afresh when it runs."""
         decodes = [
             (u["name"], t.delta(CHECK_WINDOW) if (t := targets[u["name"]]).up else None)
@@ -303,14 +247,14 @@ class Observer:
             if u.get("role") == "decode" and u.get("state") in SCRAPED_STATES
         ]
         states, section, moved = check(
-            colocated, decodes, self.pd_states.get(name, {}), now, _pd_pause(changes, now)
+            colocated, decodes, self.pd_states.get(name, {}), now, pause_reason(changes, now)
         )
         self.pd_states[name] = states
         self._pd_events += [(name, t) for t in moved]
         return section
 
     def _changes(self, name: str, now: float) -> list[ChangeMark]:
-        """The rollouts of `name` that run or ended lately (observe/evidence.py marks)."""
+        """The rollouts of `name` that run or ended lately (observe/sections/evidence.py marks)."""
         rollouts = getattr(self.controller, "rollouts", None)
         if rollouts is None:
             return []
@@ -318,46 +262,11 @@ class Observer:
 
     async def _scrape(self, name: str, unit: dict[str, Any], now: float) -> TargetState:
         url = unit.get("url")
-        target = self._targets.setdefault((name, unit["name"], url or ""), _Target())
-        text, refused = None, False
-        if url and unit.get("state") in SCRAPED_STATES and self._session is not None:
-            try:
-                async with self._session.get(url + "/metrics", allow_redirects=False) as resp:
-                    body = await _bounded_body(resp, MAX_METRICS_BYTES)
-                    if resp.status != 200:
-                        target.why = f"/metrics answered {resp.status}"
-                    elif len(body) > MAX_METRICS_BYTES:
-                        target.why = f"/metrics larger than {MAX_METRICS_BYTES} bytes"
-                    else:
-                        text = body.decode("utf-8", errors="replace")
-            except aiohttp.ClientConnectorError as err:
-                refused, target.why = True, f"connection refused ({err.os_error})"
-            except (aiohttp.ClientError, TimeoutError, OSError) as err:
-                target.why = (
-                    f"no answer within {self.settings.timeout:g} s"
-                    if isinstance(err, TimeoutError)
-                    else str(err) or type(err).__name__
-                )
+        target = self._targets.setdefault((name, unit["name"], url or ""), ScrapeTarget())
         scrape = None
-        if text is not None:
-            try:
-                scrape = parse(text, keep=tracked)
-            except ValueError as err:
-                log.warning("%s/%s: unreadable /metrics: %s", name, unit["name"], err)
-        if scrape is None:
-            # One late answer from a busy engine is not "down": its last gauges stand for
-            # one more tick; two misses in a row are.
-            target.missed += 1
-            # An attached instance whose port is closed is gone now, not late: its event
-            # comes within one probe period.
-            gone = refused and bool(unit.get("attached"))
-            target.up = target.up and target.missed < DOWN_AFTER_MISSES and not gone
-            latest = target.snapshots.latest()
-            target.snapshots.add(now, latest[1] if latest else {})  # windows move on
-        else:
-            target.up, target.gauges, target.missed = True, scrape.gauges, 0
-            target.track = advance(target.track, scrape.counters)
-            target.snapshots.add(now, target.track.totals)
+        if url and unit.get("state") in SCRAPED_STATES and self._session is not None:
+            scrape = await fetch_metrics(self._session, url, self.settings.timeout)
+        target.take(scrape, bool(unit.get("attached")), now, f"{name}/{unit['name']}")
         if unit.get("attached"):
             moved = health_transition(name, unit, target.seen_up, target.up, target.why)
             if moved is not None or (target.seen_up is None and target.up):
@@ -385,41 +294,6 @@ class Observer:
     def frame(self, name: str, window: str = DEFAULT_WINDOW) -> Frame | None:
         frames = self.latest.get(name)
         return with_windows(frames[window], frames) if frames else None
-
-
-async def _bounded_body(resp: aiohttp.ClientResponse, limit: int) -> bytes:
-    """The body, read until its end or one byte past `limit` (then the rest is left)."""
-    body = bytearray()
-    async for chunk in resp.content.iter_chunked(1 << 16):
-        body += chunk
-        if len(body) > limit:
-            break
-    return bytes(body)
-
-
-def _marked_point(frame: Frame) -> Point:
-    """A history point, marked when a change ran in its window (a chart can shade it)."""
-    out = point(frame)
-    evidence = frame.get("evidence")
-    if evidence is not None:
-        out["disturbed"] = evidence["disturbed"]
-    return out
-
-
-def _pd_pause(changes: list[ChangeMark], now: float) -> str | None:
-    """Why the PD check judges no onset now: a rollout of any kind (a switch, a role move, an
-    apply, a restart) runs or ended within the check's window. Keep-serving runs whole
-    requests on a decode by design; an instance moved back to decode carries the prompts it
-    computed as a prefill in its window; a restart drains."""
-    settle = WINDOW_SECONDS[CHECK_WINDOW]
-    for c in changes:
-        if c["running"] or (c["ended_at"] is not None and now - c["ended_at"] < settle):
-            kind = c["kind"]
-            what = {"switch": "a mode switch", "role_move": "a role move"}.get(
-                kind, f"a {kind} rollout"
-            )
-            return f"{what} ({c['strategy']}) runs or just ended: no onset judged"
-    return None
 
 
 async def start_observer(settings: Any, controller: Any, store: Any, hub: Hub) -> Observer:

@@ -10,8 +10,8 @@ from typing import Any
 
 from domain.measures.evidence import AFTER_CHANGE_S, MIN_REAL_REQUESTS, NOT_A_CHANGE, not_enough
 from observe.frames import ChangeMark, Evidence
-from observe.samples import total
-from observe.windows import Delta
+from observe.metrics.samples import total
+from observe.metrics.windows import Delta
 
 REQUESTS = "pdctl_proxy_requests_total"  # every outcome; canaries are counted apart
 ARRIVALS = "pdctl_proxy_arrival_gaps_total"  # one per client arrival (the first ever aside)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from observe.samples import total
-from observe.windows import Delta
+from observe.metrics.samples import total
+from observe.metrics.windows import Delta
 
 BY_SOURCE = "vllm:prompt_tokens_by_source_total"
 SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from observe import text_format
-from observe.text_format import Family, Labels
+from observe.metrics import text_format
+from observe.metrics.text_format import Family, Labels
 
 Key = tuple[str, Labels]
 Samples = Mapping[Key, float]

@@ -1,5 +1,5 @@
 """The correctness canary's shell: sends each disaggregated deployment's canary through its
-proxy when due (observe/canary.py decides, compares and keeps the state), asks the serving
+proxy when due (observe/canary/state.py decides, compares and keeps the state), asks the serving
 prefill alone for the colocated reference, and hands the verdicts' events to the observer.
 
 Driven by the observer's tick; each probe runs as its own task, bounded by a timeout, so a
@@ -19,8 +19,8 @@ import aiohttp
 
 from domain.canary_marks import DECODE_HEADER, HEADER, PREFILL_HEADER
 from domain.measures import per_request_metrics
-from observe import canary
-from observe.canary import CanaryState, Transition, Verdict
+from observe.canary import state as canary
+from observe.canary.state import CanaryState, Transition, Verdict
 
 log = logging.getLogger("pdctl.observe.canary")
 # Generous: a correctness check, not a latency one. Under load the prefill asked alone batches

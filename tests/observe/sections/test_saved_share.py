@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from observe.saved_share import BY_SOURCE, prompt_saved_share
-from observe.windows import Delta
+from observe.metrics.windows import Delta
+from observe.sections.saved_share import BY_SOURCE, prompt_saved_share
 
 
 def by_source(**tokens: float) -> Delta:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from controller import DeploymentSpec
-from observe.serving import serving, serving_section
+from observe.sections.serving import serving, serving_section
 from tests.specs import moriio_1p1d, nixl_1p1d
 
 

@@ -1,0 +1,2 @@
+"""The canary: its verdicts and state (state.py) and the runner that sends its probes on
+a schedule (runner.py)."""
