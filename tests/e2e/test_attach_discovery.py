@@ -8,25 +8,22 @@ pair found from the router's worker list (`--discover-router`) is watched too.""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from harness.control_plane import ControlPlane
-from harness.processes import ROOT, Process, free_port, http_get, running
+from harness.processes import Process, free_port, http_get, running
 from harness.stack import RouterProcess, nixl_sim, router_binary, wait_until
-from tests.terminal.verbs_run import environment, pdctl
+from tests.e2e.attached_watch import at, bench_deployment, events, frame, within
+from tests.terminal.verbs_run import pdctl
 
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = [
@@ -95,50 +92,9 @@ def active_targets(base: str) -> list[str]:
     return [t["scrapeUrl"] for t in json.loads(raw)["data"]["activeTargets"]]
 
 
-async def _frame(base_url: str, name: str, window: str) -> dict[str, Any]:
-    url = base_url.replace("http://", "ws://") + f"/ws/deployments/{name}?window={window}"
-    async with aiohttp.ClientSession() as session, session.ws_connect(url) as ws:
-        async with asyncio.timeout(10):
-            async for message in ws:
-                data = json.loads(message.data)
-                if data.get("type") == "frame":
-                    return data
-    raise TimeoutError(url)
-
-
-def frame(plane: ControlPlane, name: str = NAME, window: str = "1m") -> dict[str, Any]:
-    return asyncio.run(_frame(plane.server.url, name, window))
-
-
-def events(plane: ControlPlane, kind: str, name: str = NAME) -> list[dict[str, Any]]:
-    _, found = plane.api("GET", f"/events?deployment={name}&limit=200")
-    return [e for e in found if e["kind"] == kind]
-
-
 def found_urls(plane: ControlPlane, name: str = NAME) -> dict[str, str]:
     _, rows = plane.api("GET", f"/deployments/{name}/status")
     return {r["name"]: r["url"] for r in rows if r["role"] != "proxy"}
-
-
-def bench(tmp: Path, server: str) -> dict[str, Any]:
-    out = tmp / "bench.json"
-    done = subprocess.run(
-        [
-            sys.executable, str(ROOT / "pdctl.py"), "bench", "--deployment", NAME,
-            "--server", server, "--result-json", str(out), "--quiet", "--model", "tiny", *LOAD,
-        ],
-        cwd=ROOT, capture_output=True, timeout=90, check=False, env=environment(None, None, None),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    return json.loads(out.read_text())
-
-
-def within(got: float, want: float, share: float = 0.15) -> bool:
-    return abs(got - want) <= share * want
-
-
-def at(event: dict[str, Any]) -> float:
-    return datetime.fromisoformat(event["ts"]).timestamp()
 
 
 def routed_spec(router: str) -> dict[str, Any]:
@@ -155,7 +111,9 @@ def routed_spec(router: str) -> dict[str, Any]:
 
 
 def _told(plane: ControlPlane, what: str, url: str) -> list[dict[str, Any]]:
-    return [e for e in events(plane, f"attached.instance_{what}") if e["detail"]["url"] == url]
+    return [
+        e for e in events(plane, NAME, f"attached.instance_{what}") if e["detail"]["url"] == url
+    ]
 
 
 def test_a_pair_found_in_prometheus_is_watched_and_followed(tmp_path):
@@ -192,10 +150,10 @@ def test_a_pair_found_in_prometheus_is_watched_and_followed(tmp_path):
                 status, refused = plane.api("POST", f"/deployments/{NAME}/start")
                 assert status == 409 and "is attached" in refused["detail"], refused
 
-                result = bench(tmp_path, server)  # through the router
+                result = bench_deployment(tmp_path, server, NAME, LOAD)  # through the router
                 assert result["completed"] == 32
                 time.sleep(PROBE_S * 1.5)  # the last scrape after the last request
-                shown = frame(plane)
+                shown = frame(plane, NAME)
                 report = {
                     "bench_ttft_p50_ms": result["median_ttft_ms"],
                     "frame_ttft_p50_ms": (shown["ttft"]["p50"] or 0) * 1000,

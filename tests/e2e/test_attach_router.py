@@ -6,20 +6,14 @@ hand is an event within one probe period and the attainment falls; `pdctl start`
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
-import sys
 import time
-from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from harness.control_plane import ControlPlane
-from harness.processes import ROOT, running
+from harness.processes import running
 from harness.stack import (
     RouterProcess,
     bench_background,
@@ -27,7 +21,8 @@ from harness.stack import (
     router_binary,
     wait_until,
 )
-from tests.terminal.verbs_run import environment, pdctl
+from tests.e2e.attached_watch import at, bench_deployment, events, frame, within
+from tests.terminal.verbs_run import pdctl
 
 pytestmark = [
     pytest.mark.e2e,
@@ -43,44 +38,6 @@ MODEL = (
     "--served-model-name", "tiny", "--enable-per-request-metrics",
 )  # fmt: skip
 LOAD = ("--request-rate", "4", "--num-prompts", "32", "--input-len", "256", "--output-len", "16")
-
-
-async def _frame(base_url: str, window: str) -> dict[str, Any]:
-    url = base_url.replace("http://", "ws://") + f"/ws/deployments/{NAME}?window={window}"
-    async with aiohttp.ClientSession() as session, session.ws_connect(url) as ws:
-        async with asyncio.timeout(10):
-            async for message in ws:
-                data = json.loads(message.data)
-                if data.get("type") == "frame":
-                    return data
-    raise TimeoutError(url)
-
-
-def frame(plane: ControlPlane, window: str = "1m") -> dict[str, Any]:
-    return asyncio.run(_frame(plane.server.url, window))
-
-
-def events(plane: ControlPlane, kind: str) -> list[dict[str, Any]]:
-    _, found = plane.api("GET", f"/events?deployment={NAME}&limit=200")
-    return [e for e in found if e["kind"] == kind]
-
-
-def bench_deployment(tmp: Path, server: str) -> dict[str, Any]:
-    """`pdctl bench --deployment NAME`: the load goes to the attached deployment's proxy."""
-    out = tmp / "bench.json"
-    done = subprocess.run(
-        [
-            sys.executable, str(ROOT / "pdctl.py"), "bench", "--deployment", NAME,
-            "--server", server, "--result-json", str(out), "--quiet", "--model", "tiny", *LOAD,
-        ],
-        cwd=ROOT, capture_output=True, timeout=90, check=False, env=environment(None, None, None),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    return json.loads(out.read_text())
-
-
-def within(got: float, want: float, share: float = 0.15) -> bool:
-    return abs(got - want) <= share * want
 
 
 def test_an_attached_router_pair_is_watched_and_not_steered(tmp_path):
@@ -121,10 +78,10 @@ def test_an_attached_router_pair_is_watched_and_not_steered(tmp_path):
                 assert started.returncode != 0
                 assert "is attached" in started.stderr and "vllm serve" in started.stderr
 
-                result = bench_deployment(tmp_path, server)  # through the router
+                result = bench_deployment(tmp_path, server, NAME, LOAD)  # through the router
                 assert result["completed"] == 32
                 time.sleep(PROBE_S * 1.5)  # the last scrape after the last request
-                shown = frame(plane)
+                shown = frame(plane, NAME)
                 report = {
                     "bench_ttft_p50_ms": result["median_ttft_ms"],
                     "frame_ttft_p50_ms": (shown["ttft"]["p50"] or 0) * 1000,
@@ -160,7 +117,7 @@ def test_an_attached_router_pair_is_watched_and_not_steered(tmp_path):
                 status, kept = plane.api("GET", f"/deployments/{NAME}/history?window=5m")
                 assert status == 200 and kept["points"], kept
                 canary = wait_until(
-                    lambda: (c := frame(plane)["canary"]).get("last") and c, 20, "a canary"
+                    lambda: (c := frame(plane, NAME)["canary"]).get("last") and c, 20, "a canary"
                 )
                 assert canary["last"]["result"] == "ok", canary
                 timed = canary["last"]["engine_metrics"]  # the decode's own, via the router
@@ -171,16 +128,16 @@ def test_an_attached_router_pair_is_watched_and_not_steered(tmp_path):
                 decode.kill()
                 killed = time.time()
                 down = wait_until(
-                    lambda: events(plane, "attached.instance_down"), 10, "a down event"
+                    lambda: events(plane, NAME, "attached.instance_down"), 10, "a down event"
                 )
-                late = datetime.fromisoformat(down[0]["ts"]).timestamp() - killed
+                late = at(down[0]) - killed
                 print(f"down event {late:.2f} s after the kill: {down[0]['message']}")
                 assert late <= PROBE_S + 0.3, late  # one probe period, and writing it
                 load = bench_background(router.url, tmp_path, "after", 4.0, 12)
                 seen: list[Any] = []
 
                 def fallen() -> bool:
-                    now = frame(plane, "10s")
+                    now = frame(plane, NAME, "10s")
                     seen.append((now["slo_attainment"], [i["up"] for i in now["instances"]]))
                     return now["slo_attainment"] is not None and now["slo_attainment"] < before
 
