@@ -16,7 +16,8 @@ keeps this true):
 6. `rollout/`    the one engine every change to a running deployment goes through: what
                  changes and why, each strategy's steps, deadlines, abort, rollback, records
 7. `proposals.py` (the change behind an advisor verdict), `service.py` (the controller as
-   the REST API sees it), `cli.py` (`pdctl run-instance`, `pdctl deploy compose|k8s`)
+   the REST API sees it) with `steering.py` (role moves, proxy verbs), `cluster_nodes.py`
+   and `recorder.py`, `cli.py` (`pdctl run-instance`, `pdctl deploy compose|k8s`)
 
 This module is the door the floors above (services/, web/) use: each name below is imported
 from here, lazily, so that a process which needs one room (the shim, a Ray actor) does not

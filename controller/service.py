@@ -8,14 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
 from typing import Any
 
-from controller.attached import attach_refusal, attached_preview, flags_as
-from controller.clients.proxy_admin import ProxyAdminClient
+from controller.attached import attach_refusal, attached_preview
+from controller.cluster_nodes import list_nodes
 from controller.launch.cluster_view import NodeView, cluster_view
-from controller.launch.placement import Node
 from controller.launch.ports import AllocatedPorts
+from controller.recorder import Recorder, reason_suffix
 from controller.rollout.changes import Action
 from controller.rollout.engine import ACTOR, Goal, RolloutEngine, RolloutLog, Target, TargetLoader
 from controller.rollout.memory_log import MemoryLog
@@ -27,39 +26,22 @@ from controller.rollout.strategies import default as default_strategy
 from controller.spec.deployment import DeploymentSpec
 from controller.spec.surface.reach import EngineReach
 from controller.spec.validation import engine_problems
+from controller.steering import Steering
 from controller.supervise.placement_log import PlacementLog
 from controller.supervise.supervisor import Supervisor, SupervisorError
-from controller.switch.attached_steer import (
-    NoProxy,
-    instance_urls,
-    move_where,
-    pdctl_proxy,
-    probe_pd_role,
-)
 from controller.switch.plan import Step, StepKind, SwitchBusy, plan, target_spec
 from controller.switch.preview import preview
-from controller.switch.proxy_steer import check_target, steer
-from controller.switch.role_move import Move, RoleMoveFailed, RoleMover, move_at, plan_move
 from controller.switch.steps import Timeouts
-from domain.errors import ConfigError, Conflict, InvalidTransition, Unavailable, UpstreamError
+from domain.errors import ConfigError, Conflict, InvalidTransition, UpstreamError
 from domain.names import did_you_mean
 from state.changes import RevisionState
 
 log = logging.getLogger("pdctl.controller")
-# (actor, kind, message, deployment, detail) -> None: how events reach the store.
-Recorder = Callable[[str, str, str, str | None, dict | None], object]  # Store.record
 
 _STOPPED = ("STOPPED", "EXITED", "FATAL")
-NODES_TIMEOUT_S = 10.0  # a cluster that takes longer to list its nodes is not answering
 
 
 STOPPED_MID_CHANGE = "the control plane stopped during this change; no rollout was left to end it"
-
-
-class ClusterUnreachable(Unavailable):
-    """The backend could not list its nodes just now (the Ray cluster does not answer)."""
-
-    title = "Cluster unreachable"
 
 
 class ControlService:
@@ -90,7 +72,8 @@ class ControlService:
             load or _unknown_revision,
             timeouts=timeouts or _timeouts(supervisor),
         )
-        self.role_moves = RoleMover(supervisor, record)  # controller/switch/role_move.py
+        # Role moves and proxy verbs: steering what runs without a new revision.
+        self.steering = Steering(supervisor, record, self.rollouts)
         supervisor.on_start_sample = self._keep_start
 
     def _keep_start(self, name: str, group: str, seconds: float) -> None:
@@ -139,22 +122,11 @@ class ControlService:
     async def cluster(self) -> list[NodeView]:
         """Every node the backend sees, with the processes on each; ClusterUnreachable (503)
         when the cluster does not answer now."""
-        nodes = await self._nodes()
+        nodes = await list_nodes(self.supervisor)
         backend = self.supervisor.backend
         # One host: every process is on it (status rows name a node only on a cluster).
         here = None if backend.clustered or not nodes else backend.home(nodes).id
         return cluster_view(nodes, self.statuses(), here)
-
-    async def _nodes(self) -> list[Node]:
-        try:
-            return await asyncio.wait_for(self.supervisor.nodes(), NODES_TIMEOUT_S)
-        except TimeoutError:
-            raise ClusterUnreachable(
-                f"the cluster did not list its nodes within {NODES_TIMEOUT_S:g} s; try again"
-            ) from None
-        except Exception as exc:  # Ray raises many kinds here; each means it did not answer
-            log.warning("listing the cluster's nodes failed: %s", exc)
-            raise ClusterUnreachable(f"the cluster does not answer: {_one_line(exc)}") from None
 
     # -- actions: each is a rollout (controller/rollout/engine.py) ----------------------------
 
@@ -188,7 +160,7 @@ class ControlService:
         self.record(
             actor,
             "deployment.start",
-            f"{name}: start (revision {revision})" + _why(reason),
+            f"{name}: start (revision {revision})" + reason_suffix(reason),
             name,
             {"revision": revision, "rollout": rec.id},
         )
@@ -200,7 +172,7 @@ class ControlService:
         placed = self.supervisor.deployments[name].placed
         home = None
         if placed is None:  # one host: every process on it
-            nodes = await self._nodes()
+            nodes = await list_nodes(self.supervisor)
             home = self.supervisor.backend.home(nodes) if nodes else None
         self.placements.started(name, spec, placed, home)
 
@@ -214,7 +186,7 @@ class ControlService:
             await self.rollouts.wait(name)
         self.rollouts.refuse_if_running(name, "stop")
         await self.supervisor.stop(name)
-        self.record(actor, "deployment.stop", f"{name}: stop" + _why(reason), name, None)
+        self.record(actor, "deployment.stop", f"{name}: stop" + reason_suffix(reason), name, None)
 
     async def apply(
         self,
@@ -293,7 +265,7 @@ class ControlService:
         self.record(
             actor,
             "deployment.restart",
-            f"{what}: restart by rollout {rec.id}" + _why(reason),
+            f"{what}: restart by rollout {rec.id}" + reason_suffix(reason),
             name,
             {"instance": instance, "rollout": rec.id},
         )
@@ -351,136 +323,15 @@ class ControlService:
     async def move_role(
         self, name: str, spec: DeploymentSpec, instance: str, role: str, **how: Any
     ) -> dict[str, Any]:
-        """Move one instance between prefill and decode (controller/switch/role_move.py) as a
-        rollout of one step; `how`: store, actor, reason, drain_timeout_s, and for an
-        attached deployment force and proxy_token (controller/switch/attached_steer.py)."""
-        move = plan_move(spec, instance, role)  # the input first: 422s name the field
-        force, token = how.pop("force", False), how.pop("proxy_token", None)
-        if spec.attached:
-            return await self._move_attached(spec, move, force, token, **how)
-        if not self.known(name):
-            raise InvalidTransition(f"deployment {name!r} has not been started")
-        await self.rollouts.let_start_end(name)
-        self.rollouts.refuse_if_running(name, "move a role")
-        dep = self.supervisor.deployments[name]
-        unit = dep.units.get(instance)
-        if unit is None or unit.machine.state.name != "RUNNING":
-            raise InvalidTransition(f"{name}/{instance} is not running: start it first")
-        result: dict[str, Any] = {}
-
-        async def mover(step: Step) -> None:
-            running = self.rollouts.active(name)
-            rollout_id = int(running.id) if running is not None else None
-            result.update(await self.role_moves.move(name, move, rollout_id=rollout_id, **how))
-
-        target = Target(dep.revision or 0, spec, dep.ports)
-        goal = Goal(
-            name,
-            target,
-            "role_move",
-            how.get("actor", ACTOR),
-            how.get("reason"),
-            strategy="in-place",
-            steps=[Step(StepKind.ROLE_MOVE, (instance,))],
-            settles=False,
-            auto_rollback=False,
-            mover=mover,
-        )
-        await self.rollouts.begin(goal)
-        rec = await self.rollouts.wait(name)
-        if rec is None or rec.state != "done" or not result:
-            raise RoleMoveFailed((rec.error if rec else None) or f"{name}/{instance}: not moved")
-        return result
-
-    async def _move_attached(
-        self, spec: DeploymentSpec, move: Move, force: bool, token: str | None, **how: Any
-    ) -> dict[str, Any]:
-        """A role move on engines pdctl did not start: probed for /v1/pd_role first, drained
-        at the proxy when it is pdctl's, recorded as a rollout of one step like any move."""
-        name = spec.name
-        await self.rollouts.let_start_end(name)
-        self.rollouts.refuse_if_running(name, "move a role")
-        where, warning = move_where(spec, move, force, token)
-        await probe_pd_role(spec, move, where.url, flags_as(spec, move.target.value, where.url))
-        result: dict[str, Any] = {}
-
-        async def mover(step: Step) -> None:
-            running = self.rollouts.active(name)
-            result.update(
-                await move_at(
-                    where,
-                    move,
-                    how["store"],
-                    self.record,
-                    actor=how.get("actor", ACTOR),
-                    reason=how.get("reason"),
-                    drain_timeout_s=how["drain_timeout_s"],
-                    rollout_id=int(running.id) if running is not None else None,
-                )
-            )
-
-        current = how["store"].get(name)
-        goal = Goal(
-            name,
-            Target(current.revision, spec, current.ports),
-            "role_move",
-            how.get("actor", ACTOR),
-            how.get("reason"),
-            strategy="in-place",
-            steps=[Step(StepKind.ROLE_MOVE, (move.instance,))],
-            settles=False,
-            auto_rollback=False,
-            mover=mover,
-            admin=NoProxy() if where.admin is None else where.admin,
-        )
-        rec = await self.rollouts.begin(goal)
-        done = await self.rollouts.wait(name)
-        if done is None or done.state != "done" or not result:
-            raise RoleMoveFailed((done.error if done else None) or f"{name}: not moved")
-        return {**result, "rollout": rec.id, **({"warning": warning} if warning else {})}
-
-    async def steer_proxy(
-        self,
-        spec: DeploymentSpec,
-        verb: str,
-        *,
-        instance: str | None,
-        group: str | None,
-        actor: str,
-        reason: str | None,
-        proxy_token: str | None = None,
-    ) -> dict[str, Any]:
-        """Pause or release a proxy group, drain or undrain an instance, at the deployment's
-        pdctl proxy (controller/switch/proxy_steer.py), recorded as an event."""
-        name = spec.name
-        if spec.attached:
-            admin = pdctl_proxy(spec, proxy_token, verb)  # first: a 409 when it is not pdctl's
-            self.rollouts.refuse_if_running(name, verb)  # a move steers its proxy itself
-            urls = instance_urls(spec)
-            check_target(verb, instance, group, urls)
-        else:
-            if not self.known(name) or self.supervisor.proxy_url(name) is None:
-                raise InvalidTransition(f"deployment {name!r} has not been started")
-            self.rollouts.refuse_if_running(name, verb)  # a rollout steers its proxy itself
-            dep = self.supervisor.deployments[name]
-            urls = {n: u.launch.url for n, u in dep.units.items() if n != "proxy"}
-            check_target(verb, instance, group, urls)
-            admin = ProxyAdminClient(
-                self.supervisor.proxy_url(name) or "", lambda: self.supervisor.admin_token(name)
-            )
-        done = await steer(admin, verb, instance, group, urls.get(instance or ""))
-        what = instance if instance is not None else ", ".join(done.get("groups", []))
-        self.record(
-            actor, f"proxy.{verb}", f"{name}: {verb} {what} at its proxy" + _why(reason), name, done
-        )
-        return done
+        """Move one instance between prefill and decode (controller/steering.py)."""
+        return await self.steering.move_role(name, spec, instance, role, **how)
 
     async def abort(self, name: str, actor: str, reason: str | None) -> RolloutRecord:
         rec = await self.rollouts.abort(name, actor, reason)
         self.record(
             actor,
             "rollout.abort",
-            f"{name}: abort {rec.describe()}; it rolls back" + _why(reason),
+            f"{name}: abort {rec.describe()}; it rolls back" + reason_suffix(reason),
             name,
             {"rollout": rec.id},
         )
@@ -540,16 +391,6 @@ def _timeouts(supervisor: Supervisor) -> Timeouts:
 
 def _unknown_revision(name: str, revision: int) -> Target:
     raise LookupError(f"{name}: revision {revision} cannot be loaded here")
-
-
-def _why(reason: str | None) -> str:
-    return f" ({reason})" if reason else ""
-
-
-def _one_line(exc: BaseException) -> str:
-    """Why, in one line: never a traceback (Ray's errors carry pages of one)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return (lines[-1] if lines else type(exc).__name__)[:300]
 
 
 __all__ = ["ControlService", "SupervisorError", "UpstreamError", "asyncio"]

@@ -8,11 +8,12 @@ import asyncio
 
 import pytest
 
-from controller import service as service_module
+from controller import cluster_nodes as nodes_module
+from controller.cluster_nodes import ClusterUnreachable
 from controller.launch.cluster_view import NodeProcess, cluster_view
 from controller.launch.placement import Node
 from controller.launch.ports import allocate
-from controller.service import ClusterUnreachable, ControlService
+from controller.service import ControlService
 from tests.controller.factories import cluster_nodes, gpu_pair, tiny_pair
 from tests.controller.fakes import FakeBackend
 from tests.controller.supervise.test_supervisor import Harness
@@ -103,7 +104,7 @@ def test_a_cluster_that_raises_is_unreachable_in_one_line(tmp_path) -> None:
 
 
 def test_a_cluster_that_hangs_is_unreachable_after_the_timeout(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(service_module, "NODES_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(nodes_module, "NODES_TIMEOUT_S", 0.05)
     h = Harness(tmp_path, backend=Unanswering())
     with pytest.raises(ClusterUnreachable, match=r"did not list its nodes within 0\.05 s"):
         asyncio.run(ControlService(h.sup, lambda *e: None).cluster())

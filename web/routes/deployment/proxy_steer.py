@@ -39,7 +39,7 @@ async def steer_proxy(
     """pause: new requests wait in the proxy's bounded queue; release: they go on; drain: no
     new legs to the instance; undrain: routed to again."""
     token = settings.attach_admin_token
-    return await controller.steer_proxy(
+    return await controller.steering.steer_proxy(
         store.get(name).spec,
         verb,
         instance=body.instance,
