@@ -14,13 +14,13 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from domain import profiles
 from harness.processes import metric_value
-from simulator.cli import _settings
 from simulator.config.encoder import (
     EcConfigError,
     EcSettings,
     ec_settings,
     parse_ec_transfer_config,
 )
+from simulator.flag_settings import settings_from_flags
 from simulator.model.encoder import (
     encoder_seconds_per_image,
     image_urls,
@@ -146,7 +146,7 @@ def _ec(role: str, path) -> str:
 
 
 def _app(ec: str | None = None):
-    settings = _settings(
+    settings = settings_from_flags(
         model=VL,
         host="127.0.0.1",
         port=8100,
