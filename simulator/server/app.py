@@ -8,26 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from domain import profiles
 from domain.workload import tokenizer
 from simulator.config import faults
 from simulator.config.engine import EngineSettings
 from simulator.config.faults import Faults
-from simulator.engine.request import EngineRequest, kv_transfer_stats, per_request_metrics
+from simulator.engine.request import EngineRequest
 from simulator.engine.scheduler import Scheduler, SchedulerConfig
 from simulator.engine.stats_log import log_stats
-from simulator.engine.wall_clock import FINISHED, EngineLoop
-from simulator.kv.handoff import Handoff, plan_handoff
-from simulator.kv.params import before_submit, response_params
+from simulator.engine.wall_clock import EngineLoop
+from simulator.kv.handoff import plan_handoff
+from simulator.kv.params import before_submit
 from simulator.kv.transfer import KVTransferAgent
 from simulator.metrics.export import EngineMetrics, registry_for
 from simulator.model.frontend_clock import FrontendClock
@@ -35,46 +33,19 @@ from simulator.model.timing import TimingModel
 from simulator.protocol import format as openai_format
 from simulator.protocol import request as openai_request
 from simulator.protocol.format import (
-    DONE,
     ResponseWriter,
-    compact_json,
     internal_request_id,
     system_fingerprint,
 )
 from simulator.protocol.request import RequestError, error_body
 from simulator.server import pd_role
-from simulator.server.encoder_stage import EncoderStage, encoder_for
+from simulator.server.answers import stream_response, whole_response
+from simulator.server.encoder_stage import encoder_for
 from simulator.server.registration import heartbeat, registration_message
+from simulator.server.state import STATE, SimState, json_response
 
 if TYPE_CHECKING:
     from simulator.protocol.model_tokenizer import ModelTokenizer
-
-log = logging.getLogger("pdctl.sim")
-# vLLM's headers (uvicorn, and Vary from its CORS middleware), all but `server`: the stand-in
-# keeps aiohttp's there, so that a person can still tell the two apart.
-SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Vary": "Origin"}
-JSON_HEADERS = {"Content-Type": "application/json", "Vary": "Origin"}
-
-
-@dataclass(slots=True)
-class SimState:
-    settings: EngineSettings
-    engine: EngineLoop
-    metrics: EngineMetrics
-    registry: CollectorRegistry
-    agent: KVTransferAgent | None
-    created: int
-    fingerprint: str
-    faults: Faults | None = None  # only with --enable-fault-injection
-    encoder: EncoderStage | None = (
-        None  # a multimodal profile's (simulator/server/encoder_stage.py)
-    )
-    # vLLM's API server CPU, modelled (simulator/model/frontend_clock.py)
-    frontend: FrontendClock = field(default_factory=FrontendClock)
-    prompt_tokenizer: ModelTokenizer | None = None  # --tokenizer's; None: the estimate
-
-
-STATE = web.AppKey("state", SimState)
 
 
 def natural_length(prompt_ids: list[int]) -> int:
@@ -211,10 +182,6 @@ def _config_key(settings: EngineSettings) -> str:
     )
 
 
-def _json(obj: object, status: int = 200) -> web.Response:
-    return web.Response(body=compact_json(obj).encode(), status=status, headers=JSON_HEADERS)
-
-
 async def _health(request: web.Request) -> web.Response:
     injected = request.app.get(faults.FAULTS)
     if injected is not None:
@@ -223,13 +190,13 @@ async def _health(request: web.Request) -> web.Response:
 
 
 async def _version(request: web.Request) -> web.Response:
-    return _json({"version": openai_format.VLLM_VERSION})
+    return json_response({"version": openai_format.VLLM_VERSION})
 
 
 async def _models(request: web.Request) -> web.Response:
     state = request.app[STATE]
     s = state.settings
-    return _json(
+    return json_response(
         openai_format.models_body(s.served_model_name, s.model_profile, s.model_len, state.created)
     )
 
@@ -250,7 +217,7 @@ async def _chat(request: web.Request) -> web.StreamResponse:
 
 
 def _error(err: RequestError) -> web.Response:
-    return _json(error_body(err), status=err.status)
+    return json_response(error_body(err), status=err.status)
 
 
 async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
@@ -282,7 +249,7 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         if gen.images and handoff.remote is None:  # a decode leg's prompt arrives as KV
             await encoder.encode(gen.images)
         if encoder.encode_only:  # vLLM 0.32: an ec_producer runs no language model
-            return _json(writer.body("", "stop", len(gen.prompt_token_ids), 0, None))
+            return json_response(writer.body("", "stop", len(gen.prompt_token_ids), 0, None))
     stop_after = None if gen.ignore_eos else natural_length(gen.prompt_token_ids)
     ereq = EngineRequest(
         request_id,
@@ -303,8 +270,8 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         state.agent.expect(request_id, handoff.remote)
     try:
         if gen.stream:
-            return await _stream(request, state, gen, writer, ereq, handoff, queue)
-        return await _whole(state, gen, writer, ereq, handoff, queue)
+            return await stream_response(request, state, gen, writer, ereq, handoff, queue)
+        return await whole_response(state, gen, writer, ereq, handoff, queue)
     finally:
         state.frontend.output(ereq.num_output_tokens)
         if not ereq.is_finished:
@@ -313,136 +280,3 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
             state.agent.forget(ereq.request_id, handoff.key)
         state.metrics.forget(ereq.request_id)
         engine.done(ereq.request_id)
-
-
-def _kv_params(state: SimState, ereq: EngineRequest, handoff: Handoff) -> dict | None:
-    s = state.settings
-    return response_params(state.agent, ereq, handoff, s.engine_id, s.tensor_parallel_size)
-
-
-def _transfer_stats(state: SimState, ereq: EngineRequest) -> dict:
-    """The decode's own per-request transfer figures, as a top-level field clients ignore."""
-    stats = kv_transfer_stats(ereq, state.engine.time_scale)
-    return {} if stats is None else {"kv_transfer_stats": stats}
-
-
-def _timing(state: SimState, ereq: EngineRequest, stream: bool) -> dict:
-    """`metrics` as vLLM 0.32 sends it with --enable-per-request-metrics: on a whole
-    response every field (null where unknown; the key is null without the flag); on a
-    stream only on the usage chunk, its null fields left out (exclude_none)."""
-    if not state.settings.per_request_metrics:
-        return {} if stream else {"metrics": None}
-    timing = per_request_metrics(ereq, state.engine.time_scale)
-    if stream:
-        return {"metrics": {k: v for k, v in timing.items() if v is not None}}
-    return {"metrics": timing}
-
-
-def _failure(state: SimState, ereq: EngineRequest) -> str:
-    why = state.agent.failures.pop(ereq.request_id, None) if state.agent else None
-    return (
-        f"KV transfer for request {ereq.request_id} failed"
-        + (f": {why}" if why else "")
-        + " (kv_load_failure_policy=fail)"
-    )
-
-
-def output_seed(ereq: EngineRequest) -> int:
-    """What seeds a request's tokens: its prompt, and on a decode leg the KV bytes it
-    received (0 delta when they were right: exactly the colocated answer)."""
-    return tokenizer.prompt_seed(ereq.prompt_token_ids) ^ ereq.kv_seed_delta
-
-
-def _texts(ereq: EngineRequest, start: int, end: int, seed: int | None = None) -> list[str]:
-    seed = output_seed(ereq) if seed is None else seed
-    ids = tokenizer.output_token_ids(ereq.prompt_token_ids, start, end - start, seed)
-    return [tokenizer.token_text(t, start + i == 0) for i, t in enumerate(ids)]
-
-
-def _failed(ereq: EngineRequest) -> bool:
-    return ereq.finish_reason in ("error", "abort")
-
-
-async def _whole(state, gen, writer: ResponseWriter, ereq, handoff, queue) -> web.Response:
-    while await queue.get() != FINISHED:
-        pass
-    if _failed(ereq):
-        # vLLM answers a failed KV load with a bare 500 "Internal server error" (fixture
-        # decode_bogus_engine_id.json); the reason goes to the log, as vLLM's does.
-        log.warning("%s", _failure(state, ereq))
-        return _json(
-            {
-                "error": {
-                    "message": "Internal server error",
-                    "type": "InternalServerError",
-                    "param": None,
-                    "code": 500,
-                }
-            },
-            status=500,
-        )
-    text = "".join(_texts(ereq, 0, ereq.num_output_tokens))
-    body = writer.body(
-        text,
-        ereq.finish_reason or "length",
-        ereq.prompt_len,
-        ereq.num_output_tokens,
-        _kv_params(state, ereq, handoff),
-    )
-    return _json({**body, **_timing(state, ereq, False), **_transfer_stats(state, ereq)})
-
-
-async def _stream(
-    request, state, gen, writer: ResponseWriter, ereq, handoff, queue
-) -> web.StreamResponse:
-    response = web.StreamResponse(headers=SSE_HEADERS)
-    await response.prepare(request)
-    # vLLM sends a chat stream's role chunk with its first output (the first token, after
-    # any KV transfer), not when the stream opens; none before an error instead of a token.
-    role = writer.role_chunk() if gen.kind == "chat" else b""
-    sent = 0
-    ended = False  # the finish_reason went out on the last token's chunk, as vLLM sends it
-    seed: int | None = None  # known once the KV has arrived (the first token follows it)
-    while not ended:
-        item = await queue.get()
-        if item == FINISHED:
-            break
-        if item <= sent:
-            continue
-        seed = output_seed(ereq) if seed is None else seed
-        texts = _texts(ereq, sent, item, seed)
-        sent = item
-        # The engine finishes a request in the step that makes its last token, so the
-        # request already says so when that token arrives.
-        ended = ereq.is_finished and not _failed(ereq) and item >= ereq.num_output_tokens
-        last = texts.pop() if ended else None
-        chunks = [writer.token_chunk(text) for text in texts]
-        if last is not None:
-            chunks.append(
-                writer.last_chunk(
-                    last, ereq.finish_reason or "length", _kv_params(state, ereq, handoff)
-                )
-            )
-        await response.write(role + b"".join(chunks))
-        role = b""
-    if not ended and _failed(ereq):
-        await response.write(writer.error_chunk(_failure(state, ereq)))
-    else:
-        if not ended:  # finished without a token of its own: an empty closing chunk
-            await response.write(
-                role
-                + writer.last_chunk(
-                    "", ereq.finish_reason or "length", _kv_params(state, ereq, handoff)
-                )
-            )
-        if gen.include_usage:
-            await response.write(
-                writer.usage_chunk(
-                    ereq.prompt_len,
-                    ereq.num_output_tokens,
-                    {**_timing(state, ereq, True), **_transfer_stats(state, ereq)},
-                )
-            )
-    await response.write(DONE)
-    await response.write_eof()
-    return response

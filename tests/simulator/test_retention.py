@@ -20,7 +20,8 @@ from harness.processes import free_port
 from simulator.config.engine import EngineSettings, KVTransferSettings
 from simulator.engine.block_pool import BlockPool
 from simulator.kv.wire import read_frame, send_frame
-from simulator.server.app import STATE, SimState, create_app
+from simulator.server.app import create_app
+from simulator.server.state import STATE, SimState
 
 PROMPT = list(range(100, 164))  # 64 tokens: four blocks
 
