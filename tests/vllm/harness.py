@@ -184,12 +184,14 @@ def start(plane: ControlPlane, spec: dict, model: Path) -> Live:
     return live
 
 
-def failed_units(plane: ControlPlane, name: str) -> dict[str, dict]:
-    """The units' status; AssertionError with their log tails once any has failed or
-    restarted (a start that failed fails at once, not at the deadline)."""
+def failed_units(plane: ControlPlane, name: str, restarts_fail: bool = True) -> dict[str, dict]:
+    """The units' status; AssertionError with their log tails once any has failed or (unless
+    a test restarted it on purpose) restarted: a start that failed fails at once."""
     units = plane.status(name)
     failed = [
-        n for n, u in units.items() if u["state"] in ("FATAL", "BACKOFF", "EXITED") or u["restarts"]
+        n
+        for n, u in units.items()
+        if u["state"] in ("FATAL", "BACKOFF", "EXITED") or (restarts_fail and u["restarts"])
     ]
     if failed:
         raise AssertionError(
@@ -199,16 +201,18 @@ def failed_units(plane: ControlPlane, name: str) -> dict[str, dict]:
     return units
 
 
-def wait_running(plane: ControlPlane, name: str, deadline: float) -> dict[str, dict]:
+def wait_running(
+    plane: ControlPlane, name: str, deadline: float, restarts_fail: bool = True
+) -> dict[str, dict]:
     while time.monotonic() < deadline:
-        units = failed_units(plane, name)
+        units = failed_units(plane, name, restarts_fail)
         if units and all(u["state"] == "RUNNING" for u in units.values()):
             return units
         time.sleep(1.0)
     raise TimeoutError(f"{name} not running after {START_TIMEOUT_S} s: {plane.status(name)}")
 
 
-def wait_serving(live: Live, model: str, deadline: float) -> None:
+def wait_serving(live: Live, model: str, deadline: float, restarts_fail: bool = True) -> None:
     """Until the proxy completes a request (it routes only to instances it found healthy):
     by `deadline`, and at least SERVE_TIMEOUT_S past the moment every engine answered
     /health, so a slow model load is waited out while a proxy that never routes is not."""
@@ -221,7 +225,7 @@ def wait_serving(live: Live, model: str, deadline: float) -> None:
             status, reply = None, repr(exc)
         if status == 200:
             return
-        failed_units(live.plane, live.name)
+        failed_units(live.plane, live.name, restarts_fail)
         health = engines_health(live)
         if all(code == 200 for code in health.values()):
             deadline = min(deadline, time.monotonic() + SERVE_TIMEOUT_S)

@@ -15,7 +15,8 @@ import pytest
 from controller.launch.ports import allocate
 from controller.launch.process import VLLM_SERVE, LaunchSettings
 from controller.launch.render import render
-from controller.spec.deployment import DeploymentSpec, check
+from controller.spec.deployment import DeploymentSpec
+from controller.spec.rules import check
 from tests.specs import colocated, epd_1e1p1d, moriio_1p1d
 from tests.vllm import harness
 
