@@ -179,7 +179,9 @@ def _spec_and_ports(name: str | None, db: Path, spec: Path | None):
 
     from controller.launch.ports import allocate
     from controller.manifests.k8s_meta import field_path
-    from controller.spec.deployment import DeploymentSpec, FieldError, check
+    from controller.spec.deployment import DeploymentSpec
+    from controller.spec.field_error import FieldError
+    from controller.spec.rules import check
     from controller.spec.surface.reach import reach_for, roots_variable
     from controller.spec.validation import engine_problems
 

@@ -7,7 +7,8 @@ instance, as llm-d's scheduler reads it) and `pdctl/group`, which selects a grou
 
 from __future__ import annotations
 
-from controller.spec.deployment import DeploymentSpec, Engine, FieldError, InstanceGroup, Role
+from controller.spec.deployment import DeploymentSpec, Engine, InstanceGroup, Role
+from controller.spec.field_error import FieldError
 
 # At most 47 characters: a StatefulSet's pods carry `controller-revision-hash: <name>-<hash>`
 # and a LeaderWorkerSet's worker pods `<name>-<group>-<hash>`, label values of at most 63.

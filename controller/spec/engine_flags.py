@@ -12,7 +12,7 @@ gives: code (a class, module, plugin or code-bearing file), a remote server, a f
 API clients the host, or one pdctl sets. Values are read by their form: a JSON config key by
 key (a key naming code, a path or the network), a chat template inline or as a file, a model
 as a Hugging Face id or a directory, LoRA adapters, KV-event endpoints. Flags pdctl renders
-itself (deployment.OWNED_FLAGS) are refused before this, in deployment.check.
+itself (deployment.OWNED_FLAGS) are refused before this, in rules.check.
 
 Tokens are read as vLLM's parser reads them: `_` in a long flag's name is `-`, a dotted
 `--json-flag.key` sets one key of `--json-flag`, an unambiguous prefix is its flag (argparse),

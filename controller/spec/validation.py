@@ -1,5 +1,5 @@
 """The deployment checks that need the world: other deployments' ports, busy host ports, the
-stand-in's profiles and the operator's settings. `validate` adds them to deployment.check.
+stand-in's profiles and the operator's settings. `validate` adds them to rules.check.
 
 Engine argv and env go through allowlists (controller/spec/engine_flags.py, engine_env.py), which
 read each entry by what it does: paths only under the operator's roots and listeners only on the
@@ -23,7 +23,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from controller.spec import engine_env, engine_flags
-from controller.spec.deployment import DeploymentSpec, Engine, FieldError, UnsafeAllow, check
+from controller.spec.deployment import DeploymentSpec, Engine, UnsafeAllow
+from controller.spec.field_error import FieldError
+from controller.spec.rules import check
 from controller.spec.surface.reach import EngineReach
 from controller.spec.surface.values import object_problems
 from domain import profiles

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from controller.proposals import PROPOSERS, propose
-from controller.spec.deployment import DeploymentSpec, check
+from controller.spec.deployment import DeploymentSpec
+from controller.spec.rules import check
 from controller.spec.sections.role_switch import instance_roles
 from domain.modes import Role
 from tests.controller.factories import mori_blog

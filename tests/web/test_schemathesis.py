@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 EXAMPLES = 20
 # Not checked: positive_data_acceptance. A spec can be schema-valid and still break a rule that
 # relates fields (a colocated deployment with a decode group): those are 422s naming the field,
-# by design (controller.spec.deployment.check), and JSON Schema cannot say them.
+# by design (controller.spec.rules.check), and JSON Schema cannot say them.
 
 
 @pytest.fixture(scope="module")

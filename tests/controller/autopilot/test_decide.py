@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 
 from controller.autopilot.decide import Sample, bound, decide, sample
-from controller.spec.deployment import DeploymentSpec, check
+from controller.spec.deployment import DeploymentSpec
 from controller.spec.field_error import FieldError
+from controller.spec.rules import check
 from controller.spec.sections.autopilot import Autopilot
 
 AP = Autopilot(window_s=60, cooldown_s=300, max_moves_per_hour=2)

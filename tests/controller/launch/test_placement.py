@@ -8,7 +8,9 @@ import math
 import pytest
 
 from controller.launch.placement import Node, PlacementError, place, planned
-from controller.spec.deployment import DeploymentSpec, FieldError, check
+from controller.spec.deployment import DeploymentSpec
+from controller.spec.field_error import FieldError
+from controller.spec.rules import check
 from tests.controller.factories import cluster_nodes, gpu_pair, tiny_pair
 
 HEAD = Node("h" * 56, "127.0.0.9", gpus=0, gpus_free=0, head=True)

@@ -11,7 +11,7 @@ import pytest
 import domain.kv_connectors as kv
 from controller.launch.ports import allocate
 from controller.launch.render import render
-from controller.spec.deployment import check
+from controller.spec.rules import check
 from domain.kv_connectors.base import InstanceKv
 from tests.specs import nixl_1p1d, spec
 

@@ -8,7 +8,7 @@ from controller.launch.ports import allocate
 from controller.launch.process import LaunchSettings
 from controller.launch.render import render
 from controller.launch.render_tier import vllm_render_argv
-from controller.spec.deployment import check
+from controller.spec.rules import check
 from tests.specs import moriio_1p1d, nixl_1p1d, spec
 
 

@@ -25,7 +25,8 @@ from controller.launch.placement import PROXY, Addresses
 from controller.launch.ports import allocate
 from controller.launch.render import LaunchSettings, instance_launch
 from controller.manifests.k8s import K8sSettings, NotOnKubernetes, manifests_yaml, render_k8s
-from controller.spec.deployment import DeploymentSpec, check
+from controller.spec.deployment import DeploymentSpec
+from controller.spec.rules import check
 from harness.processes import ROOT
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "k8s"

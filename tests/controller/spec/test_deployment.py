@@ -1,11 +1,12 @@
-"""DeploymentSpec shapes and the cross-field rules of controller.spec.deployment.check."""
+"""DeploymentSpec shapes and the cross-field rules of controller.spec.rules.check."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
-from controller.spec.deployment import FieldError, check
+from controller.spec.field_error import FieldError
+from controller.spec.rules import check
 from tests.specs import colocated, edited, moriio_1p1d, nixl_1p1d, spec
 
 # (body, loc of the error, a phrase of its message): one case per rule of check().
@@ -259,7 +260,9 @@ def test_finite_numbers_in_range_pass() -> None:
 def test_a_group_mode_is_read_or_write_never_colocated():
     import pytest as _pytest
 
-    from controller.spec.deployment import DeploymentSpec, FieldError, check
+    from controller.spec.deployment import DeploymentSpec
+    from controller.spec.field_error import FieldError
+    from controller.spec.rules import check
 
     spec = DeploymentSpec.model_validate(
         {

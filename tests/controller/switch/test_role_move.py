@@ -9,8 +9,9 @@ from pydantic import ValidationError
 
 from controller.launch.ports import allocate
 from controller.launch.render import LaunchSettings, proxy_args, render
-from controller.spec.deployment import DeploymentSpec, check
+from controller.spec.deployment import DeploymentSpec
 from controller.spec.field_error import FieldError
+from controller.spec.rules import check
 from controller.spec.sections.role_switch import instance_roles
 from controller.switch.role_move import plan_move
 from domain.errors import ConfigError

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from controller.launch.placement import Node, PlacementError, place
-from controller.spec.deployment import check
+from controller.spec.rules import check
 from harness.run_cluster import plan_from
 from services.demo.deployments import DEMO_NAME, cluster_demo_spec
 

@@ -3,7 +3,7 @@ pair stored but not started (no controller, so nothing runs)."""
 
 from __future__ import annotations
 
-from controller.spec.deployment import check
+from controller.spec.rules import check
 from services.demo.deployments import ensure_demo
 from services.demo.trade import (
     COLOCATED_NAME,

@@ -10,8 +10,8 @@ import pytest
 from controller.launch.ports import allocate
 from controller.launch.process import LaunchSettings
 from controller.launch.render import proxy_args, render
-from controller.spec.deployment import check
 from controller.spec.field_error import FieldError
+from controller.spec.rules import check
 from controller.spec.sections.bidir import DEFAULT_TTL_S, Bidirectional, bidirectional
 from tests.specs import colocated, edited, moriio_1p1d, nixl_1p1d, spec
 

@@ -12,8 +12,8 @@ import pytest
 from controller.launch.ports import allocate
 from controller.launch.process import LaunchSettings
 from controller.launch.render import proxy_args, render
-from controller.spec.deployment import check
 from controller.spec.field_error import FieldError
+from controller.spec.rules import check
 from controller.spec.sections.encode import ec_transfer_config
 from tests.specs import EC_STORE, colocated, edited, epd_1e1p1d, moriio_1p1d, spec
 

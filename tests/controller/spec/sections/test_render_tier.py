@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.spec.deployment import check
 from controller.spec.field_error import FieldError
+from controller.spec.rules import check
 from tests.specs import colocated, edited, moriio_1p1d, nixl_1p1d, spec
 
 RENDER = {"name": "render", "role": "render"}
