@@ -18,7 +18,7 @@ import contextlib
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controller import (
     HOUR_S,
@@ -32,6 +32,9 @@ from controller import (
 )
 from domain.errors import PdctlError
 from services.calibrations import kept_calibration
+
+if TYPE_CHECKING:
+    from controller import ControlService
 
 log = logging.getLogger("pdctl.autopilot")
 ACTOR = "autopilot"
@@ -62,7 +65,7 @@ class Pilot:
 class AutopilotLoop:
     def __init__(
         self,
-        controller: Any,
+        controller: ControlService,
         observer: Any,
         store: Any,
         interval: float = 1.0,
@@ -161,7 +164,7 @@ class AutopilotLoop:
         """Why a change is under way now, or None."""
         if pilot.moving is not None and not pilot.moving.done():
             return "an autopilot move is under way"
-        if self.controller.role_moves.busy(name):
+        if self.controller.steering.role_moves.busy(name):
             return "a role move is under way"
         active = self.controller.rollouts.active(name)
         if active is not None:
@@ -176,6 +179,8 @@ class AutopilotLoop:
 
     async def _move(self, name: str, pilot: Pilot, d: Decision, now: float, ap: Any) -> None:
         what = f"{name}: move {d.instance} {d.source} -> {d.target}"
+        # decide() names both on every move (controller/autopilot/decide.py)
+        assert d.instance is not None and d.target is not None, d
         try:
             current = await asyncio.to_thread(self.store.get, name)
             moved = await self.controller.move_role(

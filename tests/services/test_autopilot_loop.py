@@ -58,7 +58,7 @@ class Fakes:
         self.observer = SimpleNamespace(latest={})
         self.controller = SimpleNamespace(
             supervisor=SimpleNamespace(deployments={"auto": dep}),
-            role_moves=SimpleNamespace(busy=lambda name: False),
+            steering=SimpleNamespace(role_moves=SimpleNamespace(busy=lambda name: False)),
             rollouts=SimpleNamespace(
                 active=lambda name: (
                     SimpleNamespace(describe=lambda: "rollout 7 (switch by hold)")
