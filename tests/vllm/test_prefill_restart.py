@@ -101,7 +101,7 @@ def test_a_restarted_prefill_leaves_every_decode_serving_correct_answers(
         # reference answers are asked once every process runs and the proxy serves again.
         settled = time.monotonic() + harness.START_TIMEOUT_S
         harness.wait_running(plane, live.name, settled, restarts_fail=False)
-        harness.wait_serving(live, vllm_setup.model, settled, restarts_fail=False)
+        harness.wait_serving(live, str(vllm_setup.model), settled, restarts_fail=False)
         # After the restart: every reference answer, several times so both decodes serve
         # (a fresh client: the load's kept-alive connections may have been closed meanwhile).
         api = client(live)
