@@ -137,6 +137,10 @@ class Observer:
                     self.discovery.tick(name, spec, now, self._session)
         self.discovery.forget({n for n in self.attached if n not in names})
         names += [n for n in self.attached if n not in names]
+        # Discovery's changes so far, taken before the frames are built: each is recorded
+        # only once a frame (and so the status rows) shows the set it tells of; those that
+        # come while the frames are built wait for the next tick.
+        discovered, self.discovery.events = self.discovery.events, []
         await asyncio.gather(*(self._observe(name, now) for name in names))
         for gone in set(self.latest) - set(names):
             del self.latest[gone]
@@ -144,8 +148,8 @@ class Observer:
         self.pd_states = {k: v for k, v in self.pd_states.items() if k in names}
         self.canary.forget(set(names))
         events, self._pd_events = self._pd_events + self.canary.events + self._health_events, []
-        events += self.discovery.events
-        self._health_events, self.discovery.events = [], []
+        events += discovered
+        self._health_events = []
         self.canary.events = []
         points = [
             (n, now, marked_point(f[WINDOWS[0]]))
