@@ -3,7 +3,6 @@ live frame over the websocket, its events, and `pdctl bench --deployment` run at
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -11,27 +10,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from harness.control_plane import ControlPlane
+from harness.demo_run import frame as live_frame
 from harness.processes import ROOT
 from tests.terminal.verbs_run import environment
 
 
-async def _frame(base_url: str, name: str, window: str) -> dict[str, Any]:
-    url = base_url.replace("http://", "ws://") + f"/ws/deployments/{name}?window={window}"
-    async with aiohttp.ClientSession() as session, session.ws_connect(url) as ws:
-        async with asyncio.timeout(10):
-            async for message in ws:
-                data = json.loads(message.data)
-                if data.get("type") == "frame":
-                    return data
-    raise TimeoutError(url)
-
-
 def frame(plane: ControlPlane, name: str, window: str = "1m") -> dict[str, Any]:
     """The first frame the live websocket pushes for `name` in `window`."""
-    return asyncio.run(_frame(plane.server.url, name, window))
+    return live_frame(plane.server.url, name, window)
 
 
 def events(plane: ControlPlane, name: str, kind: str) -> list[dict[str, Any]]:
