@@ -40,9 +40,11 @@ test: $(STAMP)
 
 # Issue 38's closed loop: stand-ins on H100, the planner told L40S; `pdctl calibrate` on
 # benches at 3 and 8 req/s must forecast TTFT and ITL p50 at 5 req/s within 15% of the live
-# stand-in, where the datasheet is off by more. Three bounded benches: ~1-1.5 min.
+# stand-in, where the datasheet is off by more. Three bounded benches: ~1-1.5 min. Then a
+# running stand-in 1P1D calibrated on its own traffic through `pdctl serve`: ~50 s.
 test-calibrate: $(STAMP)
-	$(PY) -m pytest -q -s -m calibrate tests/simulator/plan/calibration/test_fitting_loop.py
+	$(PY) -m pytest -q -s -m calibrate tests/simulator/plan/calibration/test_fitting_loop.py \
+		tests/e2e/test_calibrate_live.py
 
 # End-to-end tests that wait out a window of live frames on stand-ins (the demo's trade after a
 # minute, PD not happening caught within a window, the canary within a period, each advisor
@@ -80,7 +82,7 @@ test-vllm: $(STAMP)
 		mv $(TINY_MODEL).tmp $(TINY_MODEL); \
 	fi; \
 	PDCTL_VLLM_PYTHON=$$venv/bin/python PDCTL_TINY_MODEL=$(TINY_MODEL) \
-		$(PY) -m pytest -q -m vllm tests/vllm
+		$(PY) -m pytest -q --durations=30 -m vllm tests/vllm
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -49,7 +49,11 @@ def main() -> None:
     except MissingVerbs as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(1) from None
+    from simulator.plan.calibration.cli import use_deployment_caller
     from terminal.finite_flags import refuse_non_finite
+    from terminal.verbs.calibrate_target import calibrate_deployment
+
+    use_deployment_caller(calibrate_deployment)  # the simulator's verb asks through the API
 
     refuse_non_finite(app)  # inf and nan refused by every float flag, naming it
     app()

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     )
     from controller.spec.sections.encode import EC_CONNECTORS, STORAGE_KEY
     from controller.spec.sections.role_switch import instance_roles
-    from controller.spec.sections.timing import timed_spec
+    from controller.spec.sections.timing import TimedSpec, timed_spec
     from controller.spec.surface.reach import EngineReach, reach_for
     from controller.spec.validation import given_ports, host_port_busy, validate
     from controller.supervise.placement_log import PlacementLog
@@ -130,6 +130,7 @@ _EXPORTS = {
     "sample": "controller.autopilot.decide",
     "reach_for": "controller.spec.surface.reach",
     "timed_spec": "controller.spec.sections.timing",
+    "TimedSpec": "controller.spec.sections.timing",
     "validate": "controller.spec.validation",
 }
 __all__ = [
@@ -168,6 +169,7 @@ __all__ = [
     "Supervisor",
     "SupervisorSettings",
     "Target",
+    "TimedSpec",
     "Timeouts",
     "Topology",
     "address_problems",

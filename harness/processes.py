@@ -74,6 +74,17 @@ ADMIN_TOKEN = "test-admin-token"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
+def run_pdctl(*args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
+    """`pdctl ARGS` run to its end from the checkout, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "pdctl.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
 def http_get(url: str, timeout: float = 5.0, headers: dict | None = None) -> tuple[int, bytes]:
     try:
         req = urllib.request.Request(url, headers=headers or {})

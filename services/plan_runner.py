@@ -8,19 +8,41 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from fastapi.exceptions import RequestValidationError
 
 from domain import profiles
 from domain.measures.slo import SloTargets, parse_itl_stat
+from services.calibrations import kept_calibration
 from services.plan_schema import NAMED, WORKLOAD, FlagsIn, PlanRequest, parse_config
+from simulator.model.calibration.profile import CalibratedProfile
 from simulator.plan import planner
 from simulator.plan.nodes.placement import NodesError, resolve_nodes
 from simulator.plan.scenarios import SCENARIOS, mori_io_qwen3_235b, mori_io_setup
 
 MAX_ROWS = 80  # the published scenario: 4 configurations x 20 rates
 DEADLINE_S = 15.0
+
+
+def kept_profile(req: PlanRequest, calibrations: Any) -> CalibratedProfile | None:
+    """The profile `req.calibration_of` names, checked against the plan's model and hardware;
+    a 422 at calibration_of when there is none or it is of something else."""
+    name = req.calibration_of
+    if name is None or req.scenario is not None:
+        return None
+    kept = kept_calibration(calibrations, name)
+    if kept.profile is None:
+        raise _invalid(("calibration_of",), f"deployment {name!r} has no calibrated profile")
+    profile = kept.profile
+    if (profile.model, profile.hardware) != (req.model, req.hardware):
+        raise _invalid(
+            ("calibration_of",),
+            f"{name}'s profile is of {profile.model} on {profile.hardware}, "
+            f"not {req.model} on {req.hardware}",
+        )
+    return profile
 
 
 def _invalid(loc: tuple[str | int, ...], msg: str) -> RequestValidationError:
@@ -83,9 +105,14 @@ def _configs(req: PlanRequest, setup: planner.PlanSetup) -> list[planner.PlanCon
     return configs
 
 
-def execute(req: PlanRequest, deadline_s: float | None = None) -> dict[str, Any]:
+def execute(
+    req: PlanRequest,
+    deadline_s: float | None = None,
+    calibration: CalibratedProfile | None = None,
+) -> dict[str, Any]:
     """Run the plan (blocking CPU work: call it in a thread); a sweep or search starts no
-    run after `deadline_s` (DEADLINE_S when not given)."""
+    run after `deadline_s` (DEADLINE_S when not given). `calibration`: the profile
+    `req.calibration_of` names (the caller reads it from the store)."""
     deadline_s = DEADLINE_S if deadline_s is None else deadline_s
     started = time.perf_counter()
     if req.scenario is not None:
@@ -93,7 +120,7 @@ def execute(req: PlanRequest, deadline_s: float | None = None) -> dict[str, Any]
         if SCENARIOS[req.scenario] is mori_io_qwen3_235b:
             result.update(_context_of(mori_io_setup(), list(NAMED.values()), WORKLOAD))
     else:
-        setup = setup_of(req)
+        setup = replace(setup_of(req), calibration=calibration)
         configs = _configs(req, setup)
         workload = planner.Workload(**req.workload.model_dump())
         rates: list[float] = list(req.rates)  # type: ignore[arg-type]  # the validator made it a list

@@ -133,6 +133,12 @@ class PlanRequest(_Strict):
     link_gbps: float | None = Field(
         None, gt=0, le=100_000, description="GB/s between P and D; default NICs x TP"
     )
+    calibration_of: str | None = Field(
+        None,
+        max_length=63,
+        description="A deployment whose kept calibrated profile (`pdctl calibrate`) times the "
+        "engines of its TP instead of the datasheet; its model and hardware must be these",
+    )
     workload: WorkloadIn = Field(default_factory=WorkloadIn)
     slo: SloIn = Field(default_factory=SloIn)
     goodput_share: float = Field(PLAN_DEFAULTS.goodput_share, gt=0, le=1)

@@ -29,3 +29,9 @@ class CalibrationStore:
     def get(self, deployment: str) -> Calibration | None:
         with Session(self.engine, expire_on_commit=False) as session:
             return session.get(Calibration, deployment)
+
+    def names(self) -> list[str]:
+        """The deployments that have a kept profile, by name."""
+        with Session(self.engine) as session:
+            rows = session.exec(sa.select(Calibration.deployment)).all()  # type: ignore[call-overload]
+            return sorted(str(r[0]) for r in rows)

@@ -112,7 +112,7 @@ FLOORS: dict[str, list[set[str]]] = {
         {"errors", "proxy_url"},
         {"security"},
         {"deps"},
-        {"views", "schemas"},
+        {"views", "schemas", "proxy_log"},
         {"routes", "event_relay"},
         {"pages"},
     ],

@@ -37,6 +37,7 @@ class LoggedRequest:
         "parts",
         "prefill",
         "prefill_leg",
+        "prompt_tokens",
         "request_id",
         "status",
         "stream",
@@ -62,6 +63,8 @@ class LoggedRequest:
         self.prefill = route.prefill.url if route and route.prefill else None
         self.decode = route.decode.url if route else None
         self.met = met
+        # as the engine counted it (its usage); None when the answer carried no usage
+        self.prompt_tokens = flight.usage_prompt
         self.ttft: float | None = None
         if timing is not None:
             self.ttft, self.e2e, self.tpot = timing.ttft, timing.e2e, timing.tpot
@@ -91,6 +94,7 @@ class LoggedRequest:
             itls = self.itl_stats
             entry.update(
                 output_tokens=self.output_tokens,
+                prompt_tokens=self.prompt_tokens,
                 ttft_ms=self.ttft * 1000,
                 e2e_ms=self.e2e * 1000,
                 tpot_ms=_ms(self.tpot),

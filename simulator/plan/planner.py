@@ -53,6 +53,7 @@ __all__ = [
     "make_arrivals",
     "parse_config",
     "rank",
+    "replay",
     "row",
     "run",
     "run_with_results",
@@ -107,14 +108,21 @@ def run_with_results(
     setup: PlanSetup, config: PlanConfig, workload: Workload, rate: float
 ) -> tuple[dict, list[RequestResult]]:
     """The row, and the per-request results behind it (for distributions and re-judging)."""
-    setup.check(config)
     arrivals = make_arrivals(workload, rate)
-    results = setup.cluster(config).run(arrivals)
-    if setup.calibration is not None and setup.calibration.ttft_offset_s:
-        results = [_offset(r, setup.calibration.ttft_offset_s) for r in results]
+    results = replay(setup, config, arrivals)
     start = min((a.at for a in arrivals), default=0.0)
     end = max((r.arrival + r.e2e for r in results if r.e2e is not None), default=start)
     return row(config, rate, results, setup.slo, end - start), results
+
+
+def replay(setup: PlanSetup, config: PlanConfig, arrivals: list[Arrival]) -> list[RequestResult]:
+    """The requests served on `config`, each as the client would see it (a calibrated
+    profile's TTFT offset added)."""
+    setup.check(config)
+    results = setup.cluster(config).run(arrivals)
+    if setup.calibration is not None and setup.calibration.ttft_offset_s:
+        results = [_offset(r, setup.calibration.ttft_offset_s) for r in results]
+    return results
 
 
 def _offset(result: RequestResult, seconds: float) -> RequestResult:

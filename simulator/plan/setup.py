@@ -49,6 +49,14 @@ class PlanConfig:
             return self.count * self.tp
         return self.prefills * self.prefill_tp + self.decodes * self.decode_tp
 
+    def spelled(self) -> str:
+        """As `parse_config` reads it back (`--config`)."""
+        if self.kind == "colocated":
+            return f"{self.count}xtp{self.tp}"
+        return (
+            f"{self.prefills}p-tp{self.prefill_tp}+{self.decodes}d-tp{self.decode_tp}:{self.mode}"
+        )
+
     @property
     def label(self) -> str:
         if self.name:
@@ -234,8 +242,14 @@ class PlanSetup:
         if self.nic_gbit is not None:
             hw = replace(hw, nic_gbit=self.nic_gbit)
         link_gbps, setup_s = self._measured_link()
+        measured = self.calibration is not None and self.calibration.handoff is not None
         return Fabric(
-            hw, self.kv_connector, self.nics_per_node or hw.nics_per_node, link_gbps, setup_s
+            hw,
+            self.kv_connector,
+            self.nics_per_node or hw.nics_per_node,
+            link_gbps,
+            setup_s,
+            measured=measured and self.link_gbps is None,
         )
 
     def _measured_link(self) -> tuple[float | None, float]:

@@ -2,7 +2,8 @@
 `diff`, `apply`, `start`, `stop`, `restart`, `switch`, `move`, `pause`, `release`, `drain`,
 `undrain`, `events`, `logs`, `advise`,
 `nodes`, the `rollout` group (status, abort, undo, history); and the resolver behind `pdctl bench
---deployment` (bench/target.py). Exit codes: terminal/exits.py."""
+--deployment` (bench/target.py) and the caller behind `pdctl calibrate --deployment`
+(calibrate_target.py, handed in by pdctl.py). Exit codes: terminal/exits.py."""
 
 from __future__ import annotations
 

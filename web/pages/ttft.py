@@ -10,16 +10,15 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from controller import ProxyAdminClient, ProxyAdminError
 from domain.measures.ttft_parts import PARTS
 from observe.frames import WINDOW_SECONDS
 from observe.ttft_breakdown import recomputing_decodes, series, slowest, window_rows
 from web import htmx
-from web.deps import StoreDep, get_controller, get_observer
+from web.deps import StoreDep, get_observer
+from web.proxy_log import proxy_log
 from web.views.page import PageActor, deployment_or_404, page_context
 
 page_router = APIRouter(tags=["pages"], include_in_schema=False)
-LOG_LINES = 1000  # the proxy keeps its last 1,000 requests (connector/settings/proxy.py)
 
 
 @page_router.get("/deployments/{name}/ttft", response_class=HTMLResponse)
@@ -28,7 +27,7 @@ async def ttft_fragment(
 ) -> HTMLResponse:
     deployment_or_404(store, name)
     window = window if window in WINDOW_SECONDS else "1m"
-    entries, why = await _log(request, name)
+    entries, why = await proxy_log(request, name)
     observer = get_observer(request)
     frame = observer.frame(name, window) if observer is not None else None
     xfer = frame["kv"]["xfer_p50_ms"] if frame else None
@@ -62,19 +61,3 @@ def panel(
         "ttft_requests": len(rows),
         "ttft_why": why,
     }
-
-
-async def _log(request: Request, name: str) -> tuple[list[dict[str, Any]], str | None]:
-    controller = get_controller(request)
-    if controller is None:
-        return [], "this control plane runs without a controller"
-    url = controller.supervisor.proxy_url(name)
-    if url is None:
-        return [], "the proxy is not running"
-    client = ProxyAdminClient(url, lambda: controller.supervisor.admin_token(name), 2.0)
-    try:
-        return await client.recent_requests(LOG_LINES), None
-    except ProxyAdminError as exc:
-        return [], f"the proxy's request log did not answer ({exc})"
-    finally:
-        await client.aclose()

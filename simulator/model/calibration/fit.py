@@ -33,7 +33,7 @@ class StepCoefficients:
     ctx_token_s: float
     prefill_token_s: float
 
-    def seconds(self, decode_seqs: int, ctx_tokens: int, prefill_tokens: int) -> float:
+    def seconds(self, decode_seqs: float, ctx_tokens: float, prefill_tokens: float) -> float:
         return (
             self.base_s
             + self.decode_seq_s * decode_seqs
@@ -84,7 +84,7 @@ def fit_steps(observations: Sequence[StepObservation]) -> StepCoefficients:
 TRIM = 3.0
 
 
-def _regressors(o: StepObservation) -> tuple[int, int, int]:
+def _regressors(o: StepObservation) -> tuple[float, float, float]:
     return o.decode_seqs, o.ctx_tokens, o.prefill_tokens
 
 

@@ -26,9 +26,9 @@ class StepObservation:
     """One engine step: its measured duration and what it computed."""
 
     seconds: float
-    decode_seqs: int
-    ctx_tokens: int
-    prefill_tokens: int
+    decode_seqs: float  # a mean over many steps where one observation stands for them
+    ctx_tokens: float
+    prefill_tokens: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,13 @@
-"""`pdctl calibrate`: fit the timing model to a saved `pdctl bench` result, write the
-calibrated profile, print its error on the measurements it did not fit."""
+"""`pdctl calibrate`: fit the timing model to a saved `pdctl bench` result, or to a running
+deployment's own traffic (`--deployment`: the control plane reads its proxy's log and keeps
+the profile for it), write the calibrated profile, print its error on the measurements it did
+not fit. The deployment is asked through the control plane's API: the terminal's operator
+verbs hand in the caller (`use_deployment_caller`), as for `pdctl bench --deployment`."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -26,23 +30,69 @@ def register(app: typer.Typer) -> None:
     )(calibrate_verb)
 
 
+# (deployment, --server, request body) -> (the API's answer: {"profile", "report", ...}, "",
+# 0), or (None, the control plane's one-line refusal, the exit code it maps to)
+DeploymentCaller = Callable[
+    [str, str | None, dict[str, Any]], tuple[dict[str, Any] | None, str, int]
+]
+_caller: list[DeploymentCaller] = []
+
+
+def use_deployment_caller(caller: DeploymentCaller) -> None:
+    _caller[:] = [caller]
+
+
 def calibrate_verb(
     bench: Annotated[
-        list[Path],
+        list[Path] | None,
         typer.Option(
             "--bench",
             help="A `pdctl bench --save-requests` result JSON; repeat for runs at other rates "
             "(a different --seed each, or the server's prefix cache holds the prompts).",
+            show_default=False,
         ),
-    ],
-    model: Annotated[str, typer.Option("--model", help="The model profile that was benched.")],
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="The model profile that was benched.", show_default=False),
+    ] = None,
     hardware: Annotated[
-        str, typer.Option("--hardware", help="The cluster's hardware, as the planner is told.")
-    ],
-    out: Annotated[Path, typer.Option("--out", help="Where to write the calibrated profile.")],
+        str | None,
+        typer.Option(
+            "--hardware", help="The cluster's hardware, as the planner is told.", show_default=False
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Where to write the calibrated profile.", show_default=False),
+    ] = None,
+    deployment: Annotated[
+        str | None,
+        typer.Option(
+            "--deployment",
+            help="Fit a running deployment's own traffic (its proxy's last requests) and keep "
+            "the profile for it; its model, hardware and layout are the deployment's.",
+            show_default=False,
+        ),
+    ] = None,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            help="The control plane, with --deployment (default: PDCTL_SERVER, the config "
+            "file's, http://127.0.0.1:8000).",
+            show_default=False,
+        ),
+    ] = None,
     config: Annotated[
-        str, typer.Option("--config", help="The layout benched (colocated, e.g. 1xtp1).")
-    ] = "1xtp1",
+        str | None,
+        typer.Option(
+            "--config",
+            help="The layout measured: kxtpM colocated or Pp-tpX+Dd-tpX[:mode] "
+            "(default: 1xtp1; with --deployment, the one it runs).",
+            show_default=False,
+        ),
+    ] = None,
     hold_out_rate: Annotated[
         float | None,
         typer.Option(
@@ -53,6 +103,32 @@ def calibrate_verb(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="The error report as JSON.")] = False,
+) -> None:
+    if deployment is not None:
+        for flag, given in (("--bench", bench), ("--model", model), ("--hardware", hardware)):
+            if given:
+                _fail(f"{flag}: --deployment fits the deployment's traffic and profiles")
+        if hold_out_rate is not None:
+            _fail("--hold-out-rate: --deployment holds out every 5th logged request")
+        _from_deployment(deployment, server, config, out, as_json)
+        return
+    for flag, given in (("--bench", bench), ("--model", model), ("--hardware", hardware)):
+        if not given:
+            _fail(f"{flag} is needed (or --deployment NAME for a running deployment's traffic)")
+    if out is None:
+        _fail("--out is needed: where to write the calibrated profile")
+    assert bench and model and hardware
+    _from_bench(bench, model, hardware, out, config or "1xtp1", hold_out_rate, as_json)
+
+
+def _from_bench(
+    bench: list[Path],
+    model: str,
+    hardware: str,
+    out: Path,
+    config: str,
+    hold_out_rate: float | None,
+    as_json: bool,
 ) -> None:
     try:
         profiles.model(model)
@@ -77,6 +153,30 @@ def calibrate_verb(
         return
     show_report(result.profile, result.report, Console(width=140))
     typer.echo(f"wrote {out}: use it with `pdctl plan --calibration {out}`")
+
+
+def _from_deployment(
+    name: str, server: str | None, config: str | None, out: Path | None, as_json: bool
+) -> None:
+    if out is not None and not out.parent.is_dir():
+        _fail(f"--out: directory {out.parent} does not exist")
+    if not _caller:
+        _fail("--deployment needs pdctl's operator verbs (terminal/)")
+    body: dict[str, Any] = {"source": "live"}
+    if config is not None:
+        body["config"] = config
+    done, why, code = _caller[0](name, server, body)
+    if done is None:
+        typer.echo(f"pdctl calibrate: error: --deployment {name}: {why}", err=True)
+        raise typer.Exit(code)
+    if out is not None:
+        out.write_text(json.dumps(done["profile"], indent=2) + "\n")
+    if as_json:
+        typer.echo(json.dumps(done["report"], indent=2))
+        return
+    show_report(from_json(done["profile"]), done["report"], Console(width=140))
+    kept = f"kept as {name}'s profile: its forecasts use it"
+    typer.echo(kept + (f"; wrote {out}" if out is not None else ""))
 
 
 def read_bench(path: Path) -> Any:

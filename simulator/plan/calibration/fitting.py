@@ -20,6 +20,7 @@ from domain.measures.slo import percentile
 from simulator.model.calibration.fit import FitError, fit_handoff, fit_steps
 from simulator.model.calibration.observations import step_observations, timelines
 from simulator.model.calibration.profile import CalibratedProfile
+from simulator.model.calibration.served import Served, prefill_observations
 from simulator.plan.cluster import RequestResult
 from simulator.plan.planner import PlanError, PlanSetup, Workload, parse_config, run_with_results
 
@@ -160,8 +161,12 @@ def calibrate(
         layout = parse_config(config)
     except PlanError as exc:
         raise CalibrationError("config", str(exc)) from None
-    if layout.kind != "colocated":
-        raise CalibrationError("config", f"{config}: calibration reads a colocated layout")
+    tps = {layout.tp} if layout.kind == "colocated" else {layout.prefill_tp, layout.decode_tp}
+    if len(tps) != 1:
+        raise CalibrationError(
+            "config", f"{config}: prefill and decode TP differ; a profile is one TP"
+        )
+    disaggregated = layout.kind == "disaggregated"
     if hold_out_rate is not None and hold_out_rate not in {r.rate for r in runs}:
         rates = ", ".join(f"{r.rate:g}" for r in runs)
         raise CalibrationError(
@@ -175,7 +180,13 @@ def calibrate(
         every = timelines(run.requests)
         fits = [not _held(r, run, hold_out_rate) for r in _ok(run.requests)]
         owners = [t for t, fit in zip(every, fits, strict=True) if fit]
-        observations += step_observations(every, owners, cached=run.cached)
+        # a decode computes no prompt: its steps carry none, the prefill legs are the prefills
+        observations += step_observations(every, owners, cached=run.cached or disaggregated)
+        if disaggregated:
+            legs = _legs(run.requests)
+            held = {i for i, r in enumerate(_ok(run.requests)) if _held(r, run, hold_out_rate)}
+            owners_legs = [leg for leg in legs if leg.index not in held]
+            observations += prefill_observations(legs, owners_legs)
     try:
         steps = fit_steps(observations)
     except FitError as exc:
@@ -183,7 +194,7 @@ def calibrate(
     profile = CalibratedProfile(
         model=model,
         hardware=hardware,
-        tp=layout.tp,
+        tp=tps.pop(),
         steps=steps,
         handoff=fit_handoff(_transfers(fitted), PlanSetup(model, hardware).link_latency_s),
         source=source,
@@ -194,12 +205,20 @@ def calibrate(
     profile = replace(profile, ttft_offset_s=offset)
     report = error_report(profile, runs, config, hold_out_rate)
     report["ttft_offset"] = offset_from
+    return judged(
+        profile,
+        report,
+        "the measurements disagree with each other (a busy machine, a cold server's first "
+        "requests?); bench again",
+    )
+
+
+def judged(profile: CalibratedProfile, report: dict[str, Any], doubt: str) -> Calibration:
+    """The profile carrying its held-out error, the report a warning (`doubt`: the likely
+    cause) when that error is past SUSPECT_MAPE."""
     worst = max(report["calibrated"]["ttft_mape"] or 0.0, report["calibrated"]["itl_mape"] or 0.0)
     if worst > SUSPECT_MAPE:
-        report["warning"] = (
-            f"the fit misses what it did not see by {worst:.0%}: the measurements disagree "
-            "with each other (a busy machine, a cold server's first requests?); bench again"
-        )
+        report["warning"] = f"the fit misses what it did not see by {worst:.0%}: {doubt}"
     return Calibration(replace(profile, error=report["calibrated"]), report)
 
 
@@ -257,8 +276,8 @@ def error_report(
         rows = [_judge(cal, profile, run, config, hold_out_rate) for run in held if not run.cached]
         out[label] = {
             "rates": rows,
-            "ttft_mape": _mean([r["ttft_mape"] for r in rows]),
-            "itl_mape": _mean([r["itl_mape"] for r in rows]),
+            "ttft_mape": mean_or_none([r["ttft_mape"] for r in rows]),
+            "itl_mape": mean_or_none([r["itl_mape"] for r in rows]),
         }
     return out
 
@@ -275,8 +294,8 @@ def _judge(
     _, results = run_with_results(setup, parse_config(config), run.workload, run.rate)
     by_id = {r.request_id: r for r in results}
     pairs = [(m, by_id[f"r{m['index']}"]) for m in measured if f"r{m['index']}" in by_id]
-    ttft_errors = [_ape(f.ttft, m["ttft"]) for m, f in pairs if f.ttft is not None]
-    itl_errors = [_ape(_mean_gap(f), sum(m["itl"]) / len(m["itl"])) for m, f in pairs if m["itl"]]
+    ttft_errors = [ape(f.ttft, m["ttft"]) for m, f in pairs if f.ttft is not None]
+    itl_errors = [ape(mean_gap(f), sum(m["itl"]) / len(m["itl"])) for m, f in pairs if m["itl"]]
     forecast = [f for _, f in pairs]
     p50 = {
         "ttft_p50_ms": (_p50_ttft(measured) * 1000, _p50_ttft(forecast) * 1000),
@@ -289,8 +308,8 @@ def _judge(
             "forecast": round(model, 3),
             "error": round((model - live) / live, 4) if live else None,
         }
-    row["ttft_mape"] = _mean(ttft_errors)
-    row["itl_mape"] = _mean(itl_errors)
+    row["ttft_mape"] = mean_or_none(ttft_errors)
+    row["itl_mape"] = mean_or_none(itl_errors)
     return row
 
 
@@ -319,12 +338,37 @@ def _held(record: Mapping[str, Any], run: Run, hold_out_rate: float | None) -> b
 
 
 def _transfers(runs: Sequence[Run]) -> list[tuple[int, float]]:
+    """(prompt tokens, transfer seconds) of each request a pdctl proxy gave TTFT parts."""
+    return [
+        (leg.prompt_tokens, leg.transfer_s)
+        for run in runs
+        for leg in _legs(run.requests)
+        if leg.transfer_s is not None
+    ]
+
+
+def _legs(requests: Sequence[Mapping[str, Any]]) -> list[Served]:
+    """The successful records as served requests, each prefill leg from its TTFT parts (one
+    prefill engine assumed: the bench does not say which served it, so a leg counts only if
+    no other overlapped it)."""
     out = []
-    for run in runs:
-        for r in _ok(run.requests):
-            parts = r.get("ttft_parts") or {}
-            if isinstance(parts.get("transfer"), int | float):
-                out.append((int(r["prompt_tokens"]), float(parts["transfer"])))
+    for i, r in enumerate(_ok(requests)):
+        parts = r.get("ttft_parts")
+        parts = parts if isinstance(parts, dict) else {}
+        prefill, transfer = parts.get("prefill_ms"), parts.get("transfer_ms")
+        out.append(
+            Served(
+                i,
+                r["start"],
+                r["ttft"],
+                r["ttft"] + sum(r["itl"]),
+                int(r["prompt_tokens"]),
+                int(r["output_tokens"]),
+                prefill / 1000 if isinstance(prefill, int | float) and prefill >= 0 else None,
+                None,
+                transfer / 1000 if isinstance(transfer, int | float) and transfer >= 0 else None,
+            )
+        )
     return out
 
 
@@ -347,14 +391,15 @@ def _mean_ttft(records: Sequence[dict[str, Any]]) -> float:
     return sum(r["ttft"] for r in records) / len(records) if records else 0.0
 
 
-def _mean_gap(result: RequestResult) -> float:
+def mean_gap(result: RequestResult) -> float:
     count = sum(c for _, c in result.itl_gaps)
     return sum(g * c for g, c in result.itl_gaps) / count if count else 0.0
 
 
-def _ape(forecast: float, measured: float) -> float:
+def ape(forecast: float, measured: float) -> float:
+    """The absolute error of a forecast as a share of the measured value."""
     return abs(forecast - measured) / measured if measured else 0.0
 
 
-def _mean(values: Sequence[float]) -> float | None:
+def mean_or_none(values: Sequence[float]) -> float | None:
     return round(sum(values) / len(values), 4) if values else None

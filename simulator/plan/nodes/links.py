@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from domain.profiles import HardwareProfile
 from simulator.model.handoff import HandoffLink
-from simulator.model.handoff_paths import choose_path, path_bandwidth
+from simulator.model.handoff_paths import HandoffPath, choose_path, path_bandwidth
 from simulator.plan.nodes.placement import Placement
 
 
@@ -24,11 +24,16 @@ class Fabric:
     nics_per_node: int
     link_gbps: float | None = None  # GB/s for every pair
     setup_s: float = 0.0002
+    # The hand-off as calibrated (a setup and a time per token, link_gbps the latter): what
+    # the path's descriptors and staging cost is in the measurement, not charged again.
+    measured: bool = False
 
     def link(self, same_node: bool, ranks: int) -> HandoffLink:
         """The hand-off of a pair whose smaller side has `ranks` TP ranks (each moves its
         shard at once, over its own peer link, or over the NICs of its node)."""
         path = choose_path(self.hardware, self.connector, same_node)
+        if self.measured:
+            path = measured_path(self.setup_s)
         bandwidth = (
             self.link_gbps * 1e9
             if self.link_gbps is not None
@@ -37,6 +42,11 @@ class Fabric:
         return HandoffLink(
             path, bandwidth, ranks=ranks, connector=self.connector, setup_s=self.setup_s
         )
+
+
+def measured_path(setup_s: float) -> HandoffPath:
+    """A calibrated hand-off: its setup, then only the bytes at the measured rate."""
+    return HandoffPath("measured", "as calibrated: a setup, then a time per token", setup_s, 0.0)
 
 
 def pair_links(

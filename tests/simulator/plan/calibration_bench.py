@@ -30,6 +30,11 @@ def planned_bench(
                 "index": index,
             }
         )
+        if r.prefill_s is not None:  # as a pdctl proxy reports a disaggregated request's parts
+            requests[-1]["ttft_parts"] = {
+                "prefill_ms": r.prefill_s * 1000,
+                "transfer_ms": None if r.transfer_s is None else r.transfer_s * 1000,
+            }
     return {
         "model_id": model,
         "request_rate": rate,
@@ -43,3 +48,31 @@ def planned_bench(
         "seed": workload.seed,
         "requests": requests,
     }
+
+
+def planned_log(
+    model: str, hardware: str, rate: float, workload: Workload, config: str = "1xtp1"
+) -> list[dict[str, Any]]:
+    """The same requests as a pdctl proxy's request log (GET /admin/requests) would list them
+    on a wall clock starting at 1e9 s."""
+    _, results = run_with_results(
+        PlanSetup(model, hardware, 8), parse_config(config), workload, rate
+    )
+    lines = []
+    for r in sorted(results, key=lambda r: r.arrival):
+        assert r.ttft is not None and r.e2e is not None
+        line: dict[str, Any] = {
+            "time": 1e9 + r.arrival,
+            "outcome": "ok",
+            "prompt_tokens": workload.input_len,
+            "output_tokens": r.output_tokens,
+            "ttft_ms": r.ttft * 1000,
+            "e2e_ms": r.e2e * 1000,
+            "prefill": "http://127.0.0.1:8100",
+        }
+        if r.prefill_s is not None:
+            line["prefill_ms"] = r.prefill_s * 1000
+            transfer = None if r.transfer_s is None else r.transfer_s * 1000
+            line["ttft_parts"] = {"prefill_ms": r.prefill_s * 1000, "transfer_ms": transfer}
+        lines.append(line)
+    return lines

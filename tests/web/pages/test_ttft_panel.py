@@ -42,7 +42,7 @@ def test_the_panel_lists_the_slowest_first_and_labels_the_estimate(pd_and_solo, 
     async def fake_log(request, name):
         return log, None
 
-    monkeypatch.setattr(ttft, "_log", fake_log)
+    monkeypatch.setattr(ttft, "proxy_log", fake_log)
     html = plane.get("/deployments/pd/ttft", headers={"HX-Request": "true"}).text
     assert 'data-requests="3"' in html
     order = [html.index(f'{"x" * 20}{rid}"') for rid in ("bbbb", "cccc", "aaaa")]

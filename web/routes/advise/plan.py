@@ -18,7 +18,7 @@ from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 
 from domain import profiles
-from services.plan_runner import MAX_ROWS, execute
+from services.plan_runner import MAX_ROWS, execute, kept_profile
 from services.plan_schema import MAX_PROMPTS, NAMED, PlanRequest
 from simulator.plan.printing import layout_text
 from simulator.plan.scenarios import SCENARIOS
@@ -43,9 +43,10 @@ async def run(request: Request, req: PlanRequest) -> dict[str, Any]:
     state = request.app.state
     if getattr(state, "plan_running", False):
         raise PlannerBusy("a plan is already running on this server; try again in a few seconds")
+    calibration = kept_profile(req, state.calibrations)
     state.plan_running = True
     try:
-        return await run_in_threadpool(execute, req, state.settings.plan_deadline_s)
+        return await run_in_threadpool(execute, req, state.settings.plan_deadline_s, calibration)
     finally:
         state.plan_running = False
 
@@ -134,6 +135,7 @@ async def plan_page(request: Request, actor: PageActor) -> HTMLResponse:
         scenarios=list(SCENARIOS),
         models=profiles.available("models"),
         hardware=profiles.available("hardware"),
+        calibrated=request.app.state.calibrations.names(),
         max_rows=MAX_ROWS,
         max_prompts=MAX_PROMPTS,
     )

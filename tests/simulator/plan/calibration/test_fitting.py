@@ -112,7 +112,8 @@ def _few(path: Path, tmp_path: Path) -> Path:
         (lambda b, t: ["--bench", str(t / "missing.json")], "--bench"),
         (lambda b, t: ["--bench", str(b[0]), "--hold-out-rate", "5"], "--hold-out-rate"),
         (lambda b, t: ["--bench", str(b[0]), "--hold-out-rate", "3"], "--hold-out-rate"),
-        (lambda b, t: ["--bench", str(b[0]), "--config", "1p-tp1+1d-tp1"], "--config"),
+        (lambda b, t: ["--bench", str(b[0]), "--config", "1p-tp2+1d-tp1"], "--config"),
+        (lambda b, t: ["--bench", str(b[0]), "--config", "2x"], "--config"),
     ],
 )
 def test_bad_measurements_name_the_flag(app, benches, tmp_path, change, needle) -> None:
@@ -183,3 +184,22 @@ def test_measurements_that_disagree_are_flagged(benches: list[Path]) -> None:
             r["ttft"] += 1.0
     report = calibrate(runs, MODEL, "l40s").report
     assert "disagree" in report["warning"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--model", MODEL, "--hardware", "l40s", "--out", "x.json"], "--bench is needed"),
+        (["--bench", "b.json", "--hardware", "l40s", "--out", "x.json"], "--model is needed"),
+        (["--bench", "b.json", "--model", MODEL, "--out", "x.json"], "--hardware is needed"),
+        (["--bench", "b.json", "--model", MODEL, "--hardware", "l40s"], "--out is needed"),
+        (["--deployment", "d", "--model", MODEL], "--model: --deployment fits"),
+        (["--deployment", "d", "--bench", "b.json"], "--bench: --deployment fits"),
+        (["--deployment", "d", "--hold-out-rate", "3"], "--hold-out-rate: --deployment"),
+        (["--deployment", "d", "--out", "/nowhere/x.json"], "--out: directory /nowhere"),
+    ],
+)
+def test_flags_that_do_not_go_together_are_named(app, args, needle) -> None:
+    done = _calibrate(app, *args)
+    assert done.exit_code == 2, done.output
+    assert needle in done.output and "Traceback" not in done.output

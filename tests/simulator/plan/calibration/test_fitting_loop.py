@@ -7,13 +7,11 @@ machine: `make test-calibrate`, not `make test`."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from harness.processes import ROOT, running, sim
+from harness.processes import run_pdctl, running, sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.calibrate]
 
@@ -25,13 +23,7 @@ WITHIN = 0.15
 
 
 def _pdctl(*args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "pdctl.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    done = run_pdctl(*args, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

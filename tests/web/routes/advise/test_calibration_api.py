@@ -76,7 +76,12 @@ def _few(benches: list[dict]) -> list[dict]:
         (lambda b: {"bench": _other_model(b)}, ["body", "bench", "model_id"]),
         (lambda b: {"bench": _few(b)}, ["body", "bench", "requests"]),
         (lambda b: {"bench": b, "hold_out_rate": 5}, ["body", "hold_out_rate"]),
-        (lambda b: {"bench": b, "config": "1p-tp1+1d-tp1"}, ["body", "config"]),
+        (lambda b: {"bench": b, "config": "1p-tp2+1d-tp1"}, ["body", "config"]),
+        (lambda b: {"source": "bench"}, ["body", "bench"]),
+        (lambda b: {"source": "live", "bench": b}, ["body", "bench"]),
+        (lambda b: {"source": "live", "hold_out_rate": 3}, ["body", "hold_out_rate"]),
+        (lambda b: {"source": "live", "config": "3y"}, ["body", "config"]),
+        (lambda b: {"source": "elsewhere"}, ["body", "source"]),
         (lambda b: {"bench": "nope"}, ["body", "bench"]),
     ],
 )
@@ -126,3 +131,55 @@ def test_a_replay_too_large_to_run_is_a_422_not_a_long_wait(app: TestClient, ben
         "bench",
         "num_prompts",
     ]
+
+
+def test_a_live_calibration_without_a_running_proxy_is_a_409_saying_why(app: TestClient) -> None:
+    done = app.post(URL, json={"source": "live"}, headers=AS_OPERATOR)
+    assert done.status_code == 409, done.text
+    assert "cannot calibrate on its traffic" in done.json()["detail"]
+    assert app.get(URL, headers=AS_VIEWER).status_code == 404
+
+
+PLAN = {"model": MODEL, "hardware": "l40s", "gpus": 1, "configs": ["1xtp1"], "rates": [4]}
+PLAN_BODY = {**PLAN, "workload": {"num_prompts": 20, "input_len": 1536, "output_len": 64}}
+
+
+def test_the_planner_times_engines_on_a_kept_profile_when_asked(app, benches) -> None:
+    assert app.post(URL, json={"bench": benches}, headers=AS_OPERATOR).status_code == 201
+    datasheet = app.post("/api/plan", json=PLAN_BODY, headers=AS_VIEWER).json()
+    done = app.post("/api/plan", json={**PLAN_BODY, "calibration_of": "cal"}, headers=AS_VIEWER)
+    assert done.status_code == 200, done.text
+    measured = done.json()
+    assert measured["calibration"][0]["calibrated"] is True
+    assert "a bench of cal" in measured["calibration"][0]["fitted_to"][0]
+    assert "calibrated" not in datasheet["calibration"][0]
+    # benches of an H100 told L40S: the calibrated ITL is the faster GPU's
+    assert measured["rows"][0]["p50_itl_ms"] < 0.7 * datasheet["rows"][0]["p50_itl_ms"]
+    page = app.get("/plan", headers=AS_VIEWER).text
+    assert '<option value="cal"' in page and "calibrated on cal" in page
+
+
+@pytest.mark.parametrize(
+    ("over", "needle"),
+    [
+        ({"calibration_of": "cal"}, "has no calibrated profile"),
+        ({"calibration_of": "nope"}, "has no calibrated profile"),
+    ],
+)
+def test_a_plan_on_a_missing_profile_is_a_422_at_calibration_of(app, over, needle) -> None:
+    done = app.post("/api/plan", json={**PLAN_BODY, **over}, headers=AS_VIEWER)
+    assert done.status_code == 422, done.text
+    item = done.json()["detail"][0]
+    assert item["loc"] == ["body", "calibration_of"] and needle in item["msg"]
+
+
+def test_a_profile_of_other_hardware_is_a_422_naming_both(app, benches) -> None:
+    assert app.post(URL, json={"bench": benches}, headers=AS_OPERATOR).status_code == 201
+    done = app.post(
+        "/api/plan",
+        json={**PLAN_BODY, "hardware": "h100", "calibration_of": "cal"},
+        headers=AS_VIEWER,
+    )
+    assert done.status_code == 422, done.text
+    item = done.json()["detail"][0]
+    assert item["loc"] == ["body", "calibration_of"] and "on l40s, not" in item["msg"]
