@@ -1,8 +1,11 @@
-"""Real vLLM (CPU), NixlConnector, one prefill and two decodes through pdctl: the prefill is
+"""Real vLLM (CPU), NixlConnector, one prefill and one decode through pdctl: the prefill is
 restarted (its process group SIGKILLed, the supervisor starts it again) while requests flow,
-and afterwards every decode still serves the colocated reference's greedy answers: a prefill
-restart wedges no decode (the proxy retries elsewhere; a decode whose transfers keep failing
-through a stale agent is restarted by the controller, controller/supervise/stale_peers.py)."""
+and afterwards the decode still serves the colocated reference's greedy answers: a prefill
+restart wedges no decode (a decode whose transfers keep failing through a stale agent is
+restarted by the controller, controller/supervise/stale_peers.py). One decode, not two: a
+second shared the same core and added minutes to CI without a case of its own (the proxy's
+retry onto another decode is tested in tests/connector/test_retries.py, and the 2P2D chaos
+campaign kills instances under load with spares)."""
 
 from __future__ import annotations
 
@@ -21,10 +24,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
 
 
 def spec(setup) -> dict:
-    s = harness.pd_spec("pd-restart", setup.model, setup.marker, "NixlConnector")
-    decode = s["groups"][1]
-    decode["count"] = 2  # both decodes share core 1
-    return s
+    return harness.pd_spec("pd-restart", setup.model, setup.marker, "NixlConnector")
 
 
 def recovered(outcomes: list[str], stamps: list[float], back: float, run: int = 3) -> bool:
@@ -77,7 +77,7 @@ def test_a_restarted_prefill_leaves_every_decode_serving_correct_answers(
             else:
                 pytest.fail(f"prefill-0 not back: {plane.status(live.name)}")
             back = time.monotonic()
-            # Requests sent through the new prefill, on both decodes, until three in a row
+            # Requests sent through the new prefill until three in a row
             # were served (a request in flight at the restart, or one a decode being restarted
             # for its stale agent refused, may fail): bounded, a CPU pair serves few a second.
             deadline = time.monotonic() + 180
@@ -102,12 +102,11 @@ def test_a_restarted_prefill_leaves_every_decode_serving_correct_answers(
         settled = time.monotonic() + harness.START_TIMEOUT_S
         harness.wait_running(plane, live.name, settled, restarts_fail=False)
         harness.wait_serving(live, str(vllm_setup.model), settled, restarts_fail=False)
-        # After the restart: every reference answer, several times so both decodes serve
-        # (a fresh client: the load's kept-alive connections may have been closed meanwhile).
+        # After the restart: every reference answer (a fresh client: the load's kept-alive
+        # connections may have been closed meanwhile).
         api = client(live)
-        for _ in range(2):
-            for key in REFERENCE_REQUESTS:
-                assert greedy(api, vllm_setup.model, *key).text == reference[key].text
+        for key in REFERENCE_REQUESTS:
+            assert greedy(api, vllm_setup.model, *key).text == reference[key].text
         # Once the prefill is back, the load recovers: three requests sent after it in a row
         # were served.
         assert recovered(outcomes, stamps, back), counts["back"]
