@@ -26,7 +26,8 @@ FIELD_FLAGS = {"model_id": "--model", "hold_out_rate": "--hold-out-rate", "confi
 def register(app: typer.Typer) -> None:
     app.command(
         "calibrate",
-        help="Fit the planner's step timing to a `pdctl bench --save-requests` result.",
+        help="Fit the planner's step timing to a `pdctl bench --save-requests` result, or to "
+        "a running deployment's own traffic (--deployment).",
     )(calibrate_verb)
 
 
