@@ -24,10 +24,10 @@ from simulator.model.calibration.served import (
     prefill_observations,
     served,
 )
-from simulator.plan.calibration.fitting import (
+from simulator.plan.calibration.bench_runs import CalibrationError
+from simulator.plan.calibration.judging import (
     HOLD_OUT_EVERY,
     Calibration,
-    CalibrationError,
     ape,
     judged,
     mean_gap,
