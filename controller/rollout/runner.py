@@ -137,6 +137,9 @@ class Runner(Ledger):
                 if index + 1 == run.inline:
                     tell(run, None)
             rec.step_index = len(run.steps)
+            if goal.mover is None:  # a role move stamps the revision it writes itself
+                target = goal.target
+                self.supervisor.settle_done(goal.name, target.spec, target.ports, target.revision)
             run.outcome = DONE
         except asyncio.CancelledError:
             if run.aborted_by is None:  # the control plane stops: left for the next one

@@ -45,11 +45,19 @@ def adopt_saved(
         dep.placed = placing.load(path.parent, backend)
         dep.revision, revisions, dep.older = run_state.load_revisions(path)
         desired = {launch.name for launch in render(spec, ports, launch_settings)}
+        told = run_state.load_in_place(path)
         for launch, revision in _launches(dep, revisions, launch_settings):
             if _not_started_yet(dep, launch, revisions, backend):
                 continue
             unit = adopt_unit(
-                dep, launch, policy, backend=backend, clock=clock, emit=emit, faults=faults
+                dep,
+                launch,
+                policy,
+                backend=backend,
+                clock=clock,
+                emit=emit,
+                faults=faults,
+                told=told.get(launch.name),
             )
             unit.revision, unit.dropping = revision, launch.name not in desired
             dep.units[launch.name] = unit
@@ -102,8 +110,10 @@ def adopt_unit(
     clock: Clock,
     emit: Emit,
     faults: RunDirFaults,
+    told: run_state.Told | None = None,
 ) -> Unit:
-    """The unit of one launch, its machine told whether the process recorded for it lives."""
+    """The unit of one launch, its machine told whether the process recorded for it lives;
+    `told`: the process this launch was told in place, if it was (run_state.load_in_place)."""
     unit = Unit(launch, m.Machine(policy=policy))
     record = backend.read(dep.folder, launch.name)
     if record is None or record.child_pid is None:
@@ -113,7 +123,18 @@ def adopt_unit(
     if not alive:
         record = settled(backend, dep.folder, launch.name, record)
     unit.record = record if alive else None
-    if alive and record.argv and list(record.argv) != list(launch.argv):
+    if (
+        alive
+        and told is not None
+        and told
+        == (
+            record.child_pid,
+            record.child_start_time,
+            record.argv,
+        )
+    ):
+        unit.told_in_place = told  # started as something else, it runs `launch` since
+    elif alive and record.argv and list(record.argv) != list(launch.argv):
         # It runs what an earlier start wanted (a switch cut short): keep that as its
         # launch, so the next start with today's spec restarts it.
         unit.launch = replace(launch, argv=list(record.argv))

@@ -39,6 +39,20 @@ async def converge(
             await _drop(watch, dep, unit)
 
 
+def stamp_kept(dep: Supervised, launches: list[Launch], revision: int) -> bool:
+    """A rollout ended with nothing left to converge: each process that runs what `revision`
+    would is at `revision` (a rollout with no step never converged it). True when every
+    process of `revision` runs it, so the deployment runs `revision`."""
+    every = True
+    for launch in launches:
+        unit = dep.units.get(launch.name)
+        if unit is not None and not unit.dropping and _runs(unit.launch, launch):
+            unit.revision = revision
+        else:
+            every = False
+    return every
+
+
 async def _converge(watch: Watcher, dep: Supervised, launch: Launch, revision: int | None) -> None:
     unit = dep.units.get(launch.name)
     if unit is None:

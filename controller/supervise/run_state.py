@@ -18,6 +18,8 @@ RESTARTS_FILE = "restarts"
 PLACEMENT_FILE = "placement.json"
 ADMIN_TOKEN_FILE = "proxy-admin-token"
 
+Told = tuple[int, int | None, tuple[str, ...]]  # (pid, start time, the argv it started with)
+
 
 def save_deployment(
     folder: Path,
@@ -26,9 +28,12 @@ def save_deployment(
     revision: int | None = None,
     units: dict[str, int] | None = None,
     older: dict[int, tuple[DeploymentSpec, AllocatedPorts]] | None = None,
+    in_place: dict[str, Told] | None = None,
 ) -> None:
     """Record `spec` on `ports`, wanted running: revision `revision`; mid-rollout, `units`
-    says which revision each process runs and `older` holds the revisions besides `spec`."""
+    says which revision each process runs and `older` holds the revisions besides `spec`;
+    `in_place`: the processes told their launch without a restart (pid, start time, the
+    command line they started with)."""
     _write_json(
         folder / DEPLOYMENT_FILE,
         {
@@ -41,8 +46,29 @@ def save_deployment(
                 str(number): {"spec": s.model_dump(mode="json"), "ports": _ports_json(p)}
                 for number, (s, p) in (older or {}).items()
             },
+            "in_place": {
+                name: {"pid": pid, "start_time": start, "argv": list(argv)}
+                for name, (pid, start, argv) in (in_place or {}).items()
+            },
         },
     )
+
+
+def load_in_place(path: Path) -> dict[str, Told]:
+    """The processes told their launch in place, as saved; nothing if it cannot be read (the
+    process is then taken to run its command line, and the next rollout restarts it)."""
+    try:
+        saved = json.loads(path.read_text()).get("in_place") or {}
+        return {
+            str(name): (
+                int(told["pid"]),
+                None if told.get("start_time") is None else int(told["start_time"]),
+                tuple(str(a) for a in told["argv"]),
+            )
+            for name, told in saved.items()
+        }
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {}
 
 
 def _ports_json(ports: AllocatedPorts) -> dict[str, Any]:

@@ -177,7 +177,8 @@ class Supervisor:
         unit = self._unit(dep, process)
         for launch in render(spec, dep.ports, self.settings.launch, self._addresses(dep.placed)):
             if launch.name == process:
-                unit.launch, unit.revision = launch, dep.revision
+                unit.tell_in_place(launch)
+                unit.revision = dep.revision
         self._watch.save(dep)
 
     def keep_all(self, name: str, spec: DeploymentSpec, revision: int | None) -> None:
@@ -188,10 +189,29 @@ class Supervisor:
         for launch in render(spec, dep.ports, self.settings.launch, self._addresses(dep.placed)):
             unit = dep.units.get(launch.name)
             if unit is not None:
-                unit.launch, unit.revision = launch, revision
+                unit.tell_in_place(launch)
+                unit.revision = revision
         if dep.revision is not None and dep.revision != revision:
             dep.older[dep.revision] = (dep.spec, dep.ports)
         dep.spec, dep.revision = spec, revision
+        dep.prune_older()
+        self._watch.save(dep)
+
+    def settle_done(
+        self, name: str, spec: DeploymentSpec, ports: AllocatedPorts, revision: int
+    ) -> None:
+        """A rollout to `revision` ended done: what runs it is stamped with it, and once every
+        process does, the deployment runs `spec` (a rollout that restarted nothing, such as an
+        edit of the canary or an undo to what runs already, never started anything)."""
+        dep = self.deployments.get(name)
+        if dep is None:
+            return
+        addresses = self._addresses(dep.placed)
+        launches = render(spec, ports, self.settings.launch, addresses)
+        if converging.stamp_kept(dep, launches, revision) and dep.revision != revision:
+            if dep.revision is not None:
+                dep.older[dep.revision] = (dep.spec, dep.ports)
+            dep.spec, dep.ports, dep.revision = spec, ports, revision
         dep.prune_older()
         self._watch.save(dep)
 

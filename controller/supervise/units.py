@@ -37,6 +37,28 @@ class Unit:
     start_samples: list[float] = field(default_factory=list)  # spawn -> ready, seconds
     revision: int | None = None  # the revision whose launch this runs (None: not told)
     dropping: bool = False  # not in the revision it converges to: stopped, then forgotten
+    # Told its launch in place (a role move, a proxy told its instances): the process it was
+    # told in, by (pid, start time, the command line it was started with). That process runs
+    # `launch` though its command line says otherwise (adoption.py).
+    told_in_place: tuple[int, int | None, tuple[str, ...]] | None = None
+
+    def tell_in_place(self, launch: Launch) -> None:
+        """From now on this process runs `launch`, without a restart."""
+        record = self.record
+        if (
+            record is not None
+            and record.child_pid is not None
+            and record.argv != tuple(launch.argv)
+        ):
+            self.told_in_place = (record.child_pid, record.child_start_time, record.argv)
+        self.launch = launch
+
+    def still_told(self) -> tuple[int, int | None, tuple[str, ...]] | None:
+        """What it was told in place, while the very process it was told in runs."""
+        told, record = self.told_in_place, self.record
+        if told is None or record is None:
+            return None
+        return told if (record.child_pid, record.child_start_time) == told[:2] else None
 
 
 START_SAMPLES = 20  # the latest starts kept per process
@@ -81,6 +103,10 @@ class Supervised:
 
     def unit_revisions(self) -> dict[str, int]:
         return {n: u.revision for n, u in self.units.items() if u.revision is not None}
+
+    def told_in_place(self) -> dict[str, tuple[int, int | None, tuple[str, ...]]]:
+        """The processes told their launch in place, by name (kept in the run dir)."""
+        return {n: told for n, u in self.units.items() if (told := u.still_told()) is not None}
 
     def prune_older(self) -> None:
         """Keep only the older revisions some unit still runs."""

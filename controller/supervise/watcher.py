@@ -167,7 +167,13 @@ class Watcher:
 
         def write() -> None:
             run_state.save_deployment(
-                dep.folder, dep.spec, dep.ports, dep.revision, dep.unit_revisions(), dep.older
+                dep.folder,
+                dep.spec,
+                dep.ports,
+                dep.revision,
+                dep.unit_revisions(),
+                dep.older,
+                dep.told_in_place(),
             )
             if not dep.running:
                 run_state.save_stopped(dep.folder)

@@ -251,3 +251,61 @@ async def test_a_new_supervisor_leaves_unstarted_what_an_unfinished_layout_chang
     assert set(rows(h)) == {"proxy", "p-a-0", "d-a-0", "prefill-1", "decode-1"}
     assert spawns(h, before) == []
     assert set(h.sup.running(NAME)) == set(rows(h))  # a rollout planned now starts p-b, d-b
+
+
+# -- changed in place: a role move, a proxy told its instances ------------------------------
+
+
+def switching(serving: dict[str, str] | None = None) -> DeploymentSpec:
+    """Two instances per role, started for runtime role switching; `serving`: moved ones."""
+    return DeploymentSpec.model_validate(
+        {**pairs().model_dump(), "role_switch": {"serving": serving or {}}}
+    )
+
+
+def launch_of(h: Harness, process: str):
+    return h.sup.running(NAME)[process][0]
+
+
+@pytest.mark.parametrize("restarts", [1, 2], ids=["one-restart", "two-restarts"])
+async def test_a_role_moved_in_place_is_still_its_launch_after_the_plane_restarts(
+    tmp_path, restarts
+):
+    """Found by the model-based test: an instance moved to decode in place (no restart) was
+    adopted by the next control plane as the prefill its command line started it as, so an
+    undo to before the move found nothing to change, settled applied, and it served decode on.
+    What a process was told in place is what it runs, for every later supervisor."""
+    h = Harness(tmp_path)
+    ports = await running(h, switching())
+    started = launch_of(h, "prefill-0")
+    moved = switching({"prefill-0": "decode"})
+    h.sup.keep_all(NAME, moved, 2)
+    told = {n: launch_of(h, n) for n in ("proxy", "prefill-0")}
+    assert told["prefill-0"].argv != started.argv and told["prefill-0"].role == "decode"
+    pids = {n: u["pid"] for n, u in rows(h).items()}
+    before = len(h.backend.spawned)
+
+    for _ in range(restarts):
+        h.sup = h.new()
+        await h.polls(3)
+    assert {n: u["pid"] for n, u in rows(h).items()} == pids and spawns(h, before) == []
+    assert {n: launch_of(h, n) for n in told} == told
+    assert {u["revision"] for u in rows(h).values()} == {2}
+    assert h.sup.launches(NAME, moved, ports) == [launch_of(h, n) for n in rows(h)]
+
+    h.backend.crash("prefill-0")  # a later restart starts it as it serves now
+    await h.polls(12)
+    respawned = [argv for name, argv, _ in h.backend.spawned[before:] if name == "prefill-0"]
+    assert respawned == [told["prefill-0"].argv]
+
+
+async def test_a_switch_cut_short_is_still_adopted_as_the_command_it_runs(tmp_path):
+    """The other side of the one above: a process whose command line differs from its desired
+    launch, and that was never told otherwise, runs its command line (the next rollout
+    restarts it)."""
+    h = Harness(tmp_path)
+    ports = await running(h, pairs())
+    saved = h.sup.deployments[NAME].folder
+    run_state.save_deployment(saved, pairs(decode_args=SEEDED), ports, revision=2)
+    h.sup = h.new()
+    assert "--seed" not in launch_of(h, "decode-0").argv
