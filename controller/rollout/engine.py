@@ -72,6 +72,7 @@ class RolloutEngine(Recovery):
         """Plan, write the record, then run the steps in the background (the first `inline`
         of them before returning: their errors are raised here too). RolloutBusy while
         another runs; RolloutRejected (409) or SpecInvalid (422) when it cannot be planned."""
+        self._runs_here()
         await self.let_start_end(goal.name)
         self.refuse_if_running(goal.name)
         steps, found, strategy = await self.plan(goal)

@@ -5,6 +5,7 @@ store at every step, its begin and end told as events, its revision settled once
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -61,10 +62,35 @@ class Ledger:
         self.timeouts = timeouts or Timeouts()
         self._active: dict[str, Run] = {}
         self._tasks: dict[str, asyncio.Task] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop its rollouts run on
+
+    def _runs_here(self) -> None:
+        """Rollouts run on the loop that began the first one; remember it."""
+        with contextlib.suppress(RuntimeError):  # none runs: nothing to read it against
+            self._loop = asyncio.get_running_loop()
+
+    def _read_on_loop(self) -> None:
+        """The engine changes its state across several statements (a rollout ends, then its
+        revision settles; an aborted rollout ends, then its rollback begins). Read from the
+        loop it runs on, a reader sees it between those steps; read from a worker thread (a
+        sync route), it saw an aborted rollout ended before its rollback began. So it is read
+        only on that loop: an async route."""
+        if self._loop is None:
+            return
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is not self._loop:
+            raise RuntimeError(
+                "the rollout engine is read on its event loop (an async route), "
+                "never from a worker thread"
+            )
 
     # -- queries ---------------------------------------------------------------------------
 
     def active(self, name: str) -> RolloutRecord | None:
+        self._read_on_loop()
         run = self._active.get(name)
         return run.rec if run is not None else None
 
@@ -76,7 +102,7 @@ class Ledger:
     def history(self, name: str, limit: int = 50) -> list[RolloutRecord]:
         """Newest first, from the store (so they outlive the control plane); the live one as
         this engine sees it."""
-        live = self.active(name)
+        live = self.active(name)  # read on the loop (checked there)
         out = []
         for body in self.log.rollouts(name, limit):
             rec = RolloutRecord.from_json(body)

@@ -27,6 +27,7 @@ class Recovery(Runner):
     def recover(self) -> list[RolloutRecord]:
         """Take over each rollout a stopped control plane left running: routing put back,
         then on toward the same revision (a rollback toward the revision it rolls back to)."""
+        self._runs_here()
         taken = []
         for body in self.log.unfinished():
             rec = RolloutRecord.from_json(body)
@@ -108,6 +109,9 @@ class Recovery(Runner):
             steps, found, strategy = [], [], run.rec.strategy
             run.rec.error = f"resuming after a control-plane restart: {one_line(exc)}"
         run.steps = steps
+        # Where each planned process serves, kept for the steps that name one after it is
+        # gone (a forget after the stop its batch made), as a rollout begun here keeps them.
+        run.urls = {**run.urls, **{c.name: c.url for c in found if c.url}}
         self._replan(run.rec, steps, found, strategy)
         await self._main(run)
 

@@ -83,7 +83,7 @@ async def switch_action(
 
 
 @router.get("/deployments/{name}/switch-forecast", response_class=HTMLResponse)
-def switch_forecast(
+async def switch_forecast(
     name: str, request: Request, store: StoreDep, actor: PageActor, mode: str = "read"
 ) -> HTMLResponse:
     """The dialog's forecast table for switching to `mode` (read unless it says write)."""
@@ -94,11 +94,11 @@ def switch_forecast(
 
 
 @router.get("/deployments/{name}/switches/{switch_id}", response_class=HTMLResponse)
-def switch_progress(
+async def switch_progress(
     name: str, switch_id: str, request: Request, store: StoreDep, actor: PageActor
 ) -> HTMLResponse:
     current = deployment_or_404(store, name)
-    record = lifecycle.switch_status(name, switch_id, get_service(request), store)
+    record = await lifecycle.switch_status(name, switch_id, get_service(request), store)
     ctx = deployment_context(request, actor, current, switch=record)
     trigger = None if record["state"] == "running" else "pd-refresh"
     return htmx.fragment(request, "deployment.html", "switch_progress", ctx, trigger=trigger)

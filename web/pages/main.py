@@ -38,7 +38,7 @@ STRATEGIES = ("hold", "keep-serving", "roll")
 
 
 @router.get("/", response_class=HTMLResponse)
-def deployments_page(request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
+async def deployments_page(request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
     rows = [_summary(request, d) for d in store.deployments()]
     ctx = page_context(request, actor, rows=rows, unreadable=store.unreadable())
     if htmx.is_htmx(request):
@@ -49,7 +49,7 @@ def deployments_page(request: Request, store: StoreDep, actor: PageActor) -> HTM
 
 
 @router.get("/demo/trade", response_class=HTMLResponse)
-def trade_fragment(request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
+async def trade_fragment(request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
     """The trade panel of the list, polled on its own (it reads frames and the advisor)."""
 
     def state(name: str) -> str:
@@ -178,7 +178,9 @@ def _other_mode(modes: list[str]) -> str:
 
 
 @router.get("/deployments/{name}", response_class=HTMLResponse)
-def deployment_page(name: str, request: Request, store: StoreDep, actor: PageActor) -> HTMLResponse:
+async def deployment_page(
+    name: str, request: Request, store: StoreDep, actor: PageActor
+) -> HTMLResponse:
     current = store.get(name)  # NotFound, or Unreadable: web/errors.py answers the page
     events = [EventOut.of(e) for e in store.events(name, None, 50)]
     ctx = deployment_context(request, actor, current, events=events)
@@ -187,7 +189,7 @@ def deployment_page(name: str, request: Request, store: StoreDep, actor: PageAct
 
 
 @router.get("/deployments/{name}/topology", response_class=HTMLResponse)
-def topology_fragment(
+async def topology_fragment(
     name: str, request: Request, store: StoreDep, actor: PageActor
 ) -> HTMLResponse:
     ctx = deployment_context(request, actor, deployment_or_404(store, name))

@@ -58,7 +58,7 @@ def undo_choices(store: Store, current: Current) -> dict[str, Any]:
 
 
 @router.get("/deployments/{name}/rollout", response_class=HTMLResponse)
-def rollout_fragment(
+async def rollout_fragment(
     name: str, request: Request, store: StoreDep, actor: PageActor
 ) -> HTMLResponse:
     ctx = panel_context(request, store, actor, deployment_or_404(store, name))

@@ -16,5 +16,5 @@ def health() -> dict[str, str]:
 
 
 @router.get("/metrics", response_class=Response)
-def metrics(request: Request, _: Viewer) -> Response:
+async def metrics(request: Request, _: Viewer) -> Response:
     return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)

@@ -344,6 +344,26 @@ async def test_an_apply_adding_instances_tells_a_nixl_proxy_and_keeps_it_running
     assert rig.url("decode-1") in rig.sup.deployments["nixl"].proxy.launch.argv
 
 
+@pytest.mark.parametrize("strategy", [None, "hold", "recreate"])
+async def test_an_apply_no_process_differs_in_stamps_every_process_with_its_revision(
+    rig_of, strategy
+):
+    """Found by the model-based test: a rollout with nothing to restart (an SLO edit, an undo
+    to what runs already) ended done and applied with no step, and every process was left at
+    the older revision: the status said applied while each process said it ran revision 1."""
+    spec = moriio_pairs(1, count=2)
+    rig = await rig_of(spec)
+    pids = {n: rig.backend.pid(n) for n in rig.units()}
+    edited = spec.model_copy(update={"canary": spec.canary.model_copy(update={"max_tokens": 8})})
+    rec = await rig.run(rig.apply(2, edited, strategy=strategy))
+    assert rec.state == "done" and rec.steps == [], rec.error
+    assert {u[1] for u in rig.units().values()} == {2}
+    assert {n: rig.backend.pid(n) for n in rig.units()} == pids  # nothing restarted
+    dep = rig.sup.deployments[rig.name]
+    assert (dep.revision, dep.spec.canary.max_tokens, dep.older) == (2, 8, {})
+    assert rig.log.settled[-1][1:3] == (2, "applied")
+
+
 # -- failures: named, routing undone, rolled back ----------------------------------------------
 
 
@@ -580,6 +600,27 @@ async def test_a_reader_never_sees_an_aborted_hold_ended_while_its_revision_is_i
     assert rig.admin.routing_restored() and rig.none_running()
 
 
+async def test_the_engine_is_read_on_its_loop_and_refused_from_a_worker_thread(rig_of):
+    """Found by the model-based test: `GET .../rollout` ran in a worker thread (a sync route)
+    and read an aborted rollout ended, before the rollback it was starting showed; a client
+    waiting for the rollout to end stopped waiting there. Each transition is whole only as
+    seen from the loop, so a read from another thread is refused, whichever query it is."""
+    rig = await rig_of(moriio_pairs(1, count=2))
+    await rig.run(rig.apply(2, moriio_pairs(1, "write", count=2)))
+    reads = {
+        "active": lambda: rig.engine.active("mori"),
+        "last": lambda: rig.engine.last("mori"),
+        "history": lambda: rig.engine.history("mori"),
+        "find": lambda: rig.engine.find("mori", "1"),
+        "refuse_if_running": lambda: rig.engine.refuse_if_running("mori"),
+    }
+    for name, read in reads.items():
+        read()  # on the loop: fine
+        with pytest.raises(RuntimeError, match="on its event loop"):
+            await asyncio.to_thread(read)
+        assert name
+
+
 async def test_an_abort_leaves_drained_what_it_restarted_until_the_supervisor_has_it_ready(
     rig_of,
 ):
@@ -680,6 +721,42 @@ async def test_close_leaves_the_record_running_and_a_new_engine_takes_it_over(ri
     assert rig.log.settled == [("mori", 2, "applied", f"rollout {rec.id} done")]
     assert {u[:2] for n, u in rig.units().items() if n != "proxy"} == {("write", 2)}
     assert rig.admin.routing_restored() and rig.none_running()
+
+
+async def test_a_rollout_taken_over_knows_where_each_process_it_stops_served(rig_of):
+    """Found by the model-based test: a layout change taken over after `pdctl serve` was
+    killed stopped two instances, then failed to tell the proxy to forget them ("no process
+    prefill-a-0 ... in lifecycle": the supervisor had forgotten them once stopped, and the
+    rollout taken over had kept no address for them), so it rolled back under load."""
+
+    def nixl(count: int) -> DeploymentSpec:
+        groups = [
+            {"name": "prefill", "role": "prefill", "count": count},
+            {"name": "decode", "role": "decode", "count": count},
+        ]
+        return tiny_pair("nixl", groups=groups)
+
+    rig = await rig_of(nixl(2))
+    urls = {n: rig.url(n) for n in ("prefill-1", "decode-1")}
+    rig.admin.hang["instances"] = 0
+    rec = await rig.engine.begin(rig.apply(2, nixl(1)))
+    await rig.admin.reached("instances")
+    await rig.engine.close()
+    rig.admin.released.set()
+    rig.admin.hang = {}
+
+    rig.engine = rig.new_engine()
+    rig.admin.hang["drain"] = 0  # the batch that stops them, held before it does
+    rig.admin.released = asyncio.Event()
+    assert [r.id for r in rig.engine.recover()] == [rec.id]
+    await rig.admin.reached("drain")
+    kept = rig.engine._active["nixl"].urls  # what its steps look an instance up in
+    assert {n: kept.get(n) for n in urls} == urls
+    rig.admin.released.set()
+    await rig.engine.wait("nixl")
+    done = rig.engine.find("nixl", rec.id)
+    assert done.state == "done", done.error
+    assert not set(urls.values()) & {e["url"] for e in await rig.admin.instances()}
 
 
 async def test_a_roll_taken_over_waits_for_what_starts_before_draining_what_serves(rig_of):

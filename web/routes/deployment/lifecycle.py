@@ -163,7 +163,7 @@ async def switch(
 
 
 @router.get("/switch/forecast")
-def switch_forecast(
+async def switch_forecast(
     name: str,
     controller: ServiceDep,
     store: StoreDep,
@@ -178,7 +178,7 @@ def switch_forecast(
 
 
 @router.get("/switches")
-def switches(name: str, controller: ServiceDep, store: StoreDep) -> list[dict[str, Any]]:
+async def switches(name: str, controller: ServiceDep, store: StoreDep) -> list[dict[str, Any]]:
     """This deployment's mode switches, oldest first; kept in the store, so a control plane
     that restarted still shows them."""
     store.get(name)
@@ -186,7 +186,7 @@ def switches(name: str, controller: ServiceDep, store: StoreDep) -> list[dict[st
 
 
 @router.get("/switches/{switch_id}")
-def switch_status(
+async def switch_status(
     name: str, switch_id: str, controller: ServiceDep, store: StoreDep
 ) -> dict[str, Any]:
     store.get(name)

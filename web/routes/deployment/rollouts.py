@@ -42,13 +42,13 @@ class UndoRequest(BaseModel):
 
 
 @router.get("/rollout")
-def rollout_status(name: str, store: StoreDep, controller: ControllerDep) -> dict[str, Any]:
+async def rollout_status(name: str, store: StoreDep, controller: ControllerDep) -> dict[str, Any]:
     """The rollout running now, else the last one, and the truth of every process."""
     return rollouts.status(store, controller, name)
 
 
 @router.get("/rollouts")
-def rollout_history(
+async def rollout_history(
     name: str,
     store: StoreDep,
     controller: ServiceDep,
@@ -59,7 +59,7 @@ def rollout_history(
 
 
 @router.get("/rollouts/{rollout_id}")
-def one_rollout(
+async def one_rollout(
     name: str, rollout_id: str, store: StoreDep, controller: ServiceDep
 ) -> dict[str, Any]:
     store.get(name)
