@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 CANARY_S = 2.0
 WINDOW_S = 10.0  # observe/sections/pd_check.py's window
 LOAD_LIMIT = 400  # requests, whichever ends first: the test's own stop or this
-RAW_PAIRS = 2  # each: the pair, then the prefill alone (~1 min under load)
+RAW_PAIRS = 1  # the pair, then the prefill alone (~30 s under load); printed, not judged
 RESULTS = ("ok", "mismatch", "error")  # a canary's verdicts (observe/canary/state.py)
 
 
@@ -124,12 +124,19 @@ def test_a_healthy_nixl_pair_under_load_is_judged_healthy_and_the_canary_finds_n
             90,
             "the decode's share judged (nearly every prompt token by transfer)",
         )
+
         # A canary through the pair, and the prefill alone for the reference or a re-check:
         # seconds each on two loaded cores, so a few periods pass per canary.
+        # Two that pass settle it (the common case, a minute sooner); a mismatch ends it at
+        # once, and an error among them is allowed one more canary, as before.
+        def judged() -> bool:
+            seen = {r: canaries(plane, live.name, r) for r in RESULTS}
+            return seen["ok"] >= 2 or seen["mismatch"] > 0 or sum(seen.values()) >= 3
+
         wait_for(
-            lambda: sum(canaries(plane, live.name, r) for r in RESULTS) >= 3,
+            judged,
             300,
-            lambda: f"three canaries judged: {[canaries(plane, live.name, r) for r in RESULTS]}",
+            lambda: f"canaries judged: {[canaries(plane, live.name, r) for r in RESULTS]}",
         )
         # The engine's own nondeterminism: the same greedy request through the hand-off and
         # to the prefill alone, under the load's batching (what the canary's re-check absorbs).
