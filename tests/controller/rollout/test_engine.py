@@ -186,6 +186,15 @@ class Rig:
         await self.sup.close()
 
 
+def nixl(count: int) -> DeploymentSpec:
+    """NIXL stand-ins, `count` per role: a proxy told its instances through its admin API."""
+    groups = [
+        {"name": "prefill", "role": "prefill", "count": count},
+        {"name": "decode", "role": "decode", "count": count},
+    ]
+    return tiny_pair("nixl", groups=groups)
+
+
 @pytest.fixture
 async def rig_of(tmp_path) -> AsyncIterator[Any]:
     made: list[Rig] = []
@@ -327,13 +336,6 @@ async def test_a_rollout_that_drops_instances_ends_once_they_are_gone(tmp_path):
 
 
 async def test_an_apply_adding_instances_tells_a_nixl_proxy_and_keeps_it_running(rig_of):
-    def nixl(count: int) -> DeploymentSpec:
-        groups = [
-            {"name": "prefill", "role": "prefill", "count": count},
-            {"name": "decode", "role": "decode", "count": count},
-        ]
-        return tiny_pair("nixl", groups=groups)
-
     rig = await rig_of(nixl(1))
     proxy_pid = rig.backend.pid("proxy")
     rec = await rig.run(rig.apply(2, nixl(2)))
@@ -728,13 +730,6 @@ async def test_a_rollout_taken_over_knows_where_each_process_it_stops_served(rig
     killed stopped two instances, then failed to tell the proxy to forget them ("no process
     prefill-a-0 ... in lifecycle": the supervisor had forgotten them once stopped, and the
     rollout taken over had kept no address for them), so it rolled back under load."""
-
-    def nixl(count: int) -> DeploymentSpec:
-        groups = [
-            {"name": "prefill", "role": "prefill", "count": count},
-            {"name": "decode", "role": "decode", "count": count},
-        ]
-        return tiny_pair("nixl", groups=groups)
 
     rig = await rig_of(nixl(2))
     urls = {n: rig.url(n) for n in ("prefill-1", "decode-1")}
