@@ -9,10 +9,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from controller.launch.process import Launch
-
-# The proxy's flags that list instances: a change to these alone is told to the running proxy
-# through its admin API, never a restart (a restart cuts every request in flight).
-MEMBER_FLAGS = ("--prefill", "--decode", "--instance", "--encode", "--render")
+from controller.launch.proxy_members import MEMBER_FLAGS
 
 
 class Action(StrEnum):
@@ -164,7 +161,9 @@ def lists_only(now: Running, wanted: Launch) -> bool:
 
 
 def membership_only(now: list[str], wanted: list[str]) -> bool:
-    """The two proxy command lines differ only in the instances they list."""
+    """The two proxy command lines differ only in the instances they list: told to the
+    running proxy through its admin API, never a restart (that cuts every request in
+    flight)."""
     return _without_members(now) == _without_members(wanted)
 
 

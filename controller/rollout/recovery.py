@@ -14,9 +14,11 @@ from controller.rollout.goal import ACTOR, Goal, Run
 from controller.rollout.record import ABORTED, FAILED, RolloutRecord
 from controller.rollout.routing import whole_needed
 from controller.rollout.runner import BOTH_MODES, Runner
+from controller.switch.steps import AdminCalls
 from state.changes import RevisionState
 
 log = logging.getLogger("pdctl.rollout")
+ROUTED = ("prefill", "decode")  # the roles a rollout tells the proxy of, and a role move
 STOPPED_MID_ROLLOUT = "the control plane stopped during this rollout"
 TAKING_OVER = "taking over: waiting for what starts, then routing put back"
 
@@ -128,6 +130,7 @@ class Recovery(Runner):
                 await quiet(admin.resume(mode))
             units = [u for u in self.supervisor.status(name) if u["name"] != "proxy"]
             running = {u["url"] for u in units if u["state"] == "RUNNING"}
+            await self._relist(name, admin, units)
             for url in sorted(running):
                 await quiet(admin.undrain(url))
             whole = set(whole_needed(await safe(admin.instances(), []), running))
@@ -136,6 +139,33 @@ class Recovery(Runner):
             run.whole |= whole  # released once the rollout (and any rollback) ends
         finally:
             await admin.aclose()
+
+    async def _relist(self, name: str, admin: AdminCalls, units: list[dict]) -> None:
+        """The proxy lists each prefill and decode the controller tells it of as the role it
+        serves, and none that is gone: the stopped plane may have died between starting an
+        instance and telling the proxy (planned from what runs, the takeover keeps it and
+        never tells it), or between stopping one and the proxy forgetting it."""
+        dep = self.supervisor.deployments[name]
+        ours = [
+            u
+            for u in units
+            if u["role"] in ROUTED
+            and u["name"] in dep.units
+            and not dep.units[u["name"]].launch.registers
+        ]
+        if not ours:
+            return  # MoRIIO's register themselves
+        listed = {e["url"]: e.get("role") for e in await safe(admin.instances(), []) if "url" in e}
+        for unit in ours:
+            url, role = unit["url"], unit["role"]
+            if unit["state"] == "RUNNING" and not unit["dropping"] and listed.get(url) != role:
+                await quiet(admin.add(url, role))
+                self.supervisor.proxy_told(name, url, role)
+        known = {u["url"] for u in units}
+        for url, role in listed.items():
+            if role in ROUTED and url not in known:
+                await quiet(admin.remove(url))
+                self.supervisor.proxy_told(name, url, None)
 
     def _end_orphan(self, rec: RolloutRecord, why: str) -> None:
         rec.state, rec.error, rec.ended_at = FAILED, why, self.clock.wall()

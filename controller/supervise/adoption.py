@@ -126,14 +126,13 @@ def adopt_unit(
     if (
         alive
         and told is not None
-        and told
-        == (
-            record.child_pid,
-            record.child_start_time,
-            record.argv,
-        )
+        and told.names(record.child_pid, record.child_start_time, record.argv)
     ):
-        unit.told_in_place = told  # started as something else, it runs `launch` since
+        # Started as something else, it runs what it was told since (a proxy: the
+        # instances it was told to list, whatever its revision lists).
+        unit.told_in_place = told
+        if told.runs is not None:
+            unit.launch = replace(launch, argv=list(told.runs))
     elif alive and record.argv and list(record.argv) != list(launch.argv):
         # It runs what an earlier start wanted (a switch cut short): keep that as its
         # launch, so the next start with today's spec restarts it.

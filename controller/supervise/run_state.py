@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from controller.backends import private_files
 from controller.launch.ports import AllocatedPorts
@@ -18,7 +18,20 @@ RESTARTS_FILE = "restarts"
 PLACEMENT_FILE = "placement.json"
 ADMIN_TOKEN_FILE = "proxy-admin-token"
 
-Told = tuple[int, int | None, tuple[str, ...]]  # (pid, start time, the argv it started with)
+
+class Told(NamedTuple):
+    """A process told its launch in place: which process (pid, start time, the command line it
+    started with), and the command line it runs since (None: its revision's; saved before
+    that was kept)."""
+
+    pid: int
+    start_time: int | None
+    argv: tuple[str, ...]
+    runs: tuple[str, ...] | None = None
+
+    def names(self, pid: int | None, start_time: int | None, argv: tuple[str, ...]) -> bool:
+        """It is the process with this pid, start time and command line."""
+        return (self.pid, self.start_time, self.argv) == (pid, start_time, argv)
 
 
 def save_deployment(
@@ -32,8 +45,8 @@ def save_deployment(
 ) -> None:
     """Record `spec` on `ports`, wanted running: revision `revision`; mid-rollout, `units`
     says which revision each process runs and `older` holds the revisions besides `spec`;
-    `in_place`: the processes told their launch without a restart (pid, start time, the
-    command line they started with)."""
+    `in_place`: the processes told their launch without a restart (which process, and the
+    command line it runs since)."""
     _write_json(
         folder / DEPLOYMENT_FILE,
         {
@@ -47,8 +60,13 @@ def save_deployment(
                 for number, (s, p) in (older or {}).items()
             },
             "in_place": {
-                name: {"pid": pid, "start_time": start, "argv": list(argv)}
-                for name, (pid, start, argv) in (in_place or {}).items()
+                name: {
+                    "pid": told.pid,
+                    "start_time": told.start_time,
+                    "argv": list(told.argv),
+                    "runs": None if told.runs is None else list(told.runs),
+                }
+                for name, told in (in_place or {}).items()
             },
         },
     )
@@ -60,10 +78,11 @@ def load_in_place(path: Path) -> dict[str, Told]:
     try:
         saved = json.loads(path.read_text()).get("in_place") or {}
         return {
-            str(name): (
+            str(name): Told(
                 int(told["pid"]),
                 None if told.get("start_time") is None else int(told["start_time"]),
                 tuple(str(a) for a in told["argv"]),
+                None if told.get("runs") is None else tuple(str(a) for a in told["runs"]),
             )
             for name, told in saved.items()
         }

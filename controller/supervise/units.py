@@ -14,6 +14,7 @@ from controller.launch.render import Launch
 from controller.spec.deployment import DeploymentSpec
 from controller.spec.redact import redact_command
 from controller.supervise import machine as m
+from controller.supervise.run_state import Told
 
 IDLE = (m.State.STOPPED, m.State.EXITED, m.State.FATAL)
 LIVE = (m.State.STARTING, m.State.RUNNING, m.State.STOPPING)
@@ -38,22 +39,22 @@ class Unit:
     revision: int | None = None  # the revision whose launch this runs (None: not told)
     dropping: bool = False  # not in the revision it converges to: stopped, then forgotten
     # Told its launch in place (a role move, a proxy told its instances): the process it was
-    # told in, by (pid, start time, the command line it was started with). That process runs
-    # `launch` though its command line says otherwise (adoption.py).
-    told_in_place: tuple[int, int | None, tuple[str, ...]] | None = None
+    # told in, and what it runs since, though its command line says otherwise (adoption.py).
+    told_in_place: Told | None = None
 
     def tell_in_place(self, launch: Launch) -> None:
         """From now on this process runs `launch`, without a restart."""
         record = self.record
-        if (
-            record is not None
-            and record.child_pid is not None
-            and record.argv != tuple(launch.argv)
-        ):
-            self.told_in_place = (record.child_pid, record.child_start_time, record.argv)
+        if record is not None and record.child_pid is not None:
+            runs = tuple(launch.argv)
+            self.told_in_place = (
+                None
+                if record.argv == runs  # told back to its own command line
+                else Told(record.child_pid, record.child_start_time, record.argv, runs)
+            )
         self.launch = launch
 
-    def still_told(self) -> tuple[int, int | None, tuple[str, ...]] | None:
+    def still_told(self) -> Told | None:
         """What it was told in place, while the very process it was told in runs."""
         told, record = self.told_in_place, self.record
         if told is None or record is None:
@@ -104,7 +105,7 @@ class Supervised:
     def unit_revisions(self) -> dict[str, int]:
         return {n: u.revision for n, u in self.units.items() if u.revision is not None}
 
-    def told_in_place(self) -> dict[str, tuple[int, int | None, tuple[str, ...]]]:
+    def told_in_place(self) -> dict[str, Told]:
         """The processes told their launch in place, by name (kept in the run dir)."""
         return {n: told for n, u in self.units.items() if (told := u.still_told()) is not None}
 

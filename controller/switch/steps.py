@@ -57,6 +57,7 @@ class Fleet(Protocol):
         only: set[str] | None = None,
     ) -> None: ...
     def keep_launch(self, name: str, process: str, spec: DeploymentSpec) -> None: ...
+    def proxy_told(self, name: str, url: str, role: str | None) -> None: ...
     async def restart(self, name: str, instance: str | None = None) -> None: ...
 
 
@@ -214,11 +215,14 @@ class Execution:
     async def _add(self, step: Step) -> None:
         roles = {u["name"]: u["role"] for u in self.fleet.status(self.name)}
         for name, url in zip(step.instances, self.urls(step.instances), strict=True):
-            await self.admin.add(url, roles.get(name, "decode"))
+            role = roles.get(name, "decode")
+            await self.admin.add(url, role)
+            self.fleet.proxy_told(self.name, url, role)  # what a proxy restart lists
 
     async def _forget(self, step: Step) -> None:
         for url in self.urls(step.instances):
             await self.admin.remove(url)
+            self.fleet.proxy_told(self.name, url, None)
             self.drained.discard(url)
 
     async def _restart(self, step: Step) -> None:

@@ -228,6 +228,9 @@ class FakeProxyAdmin:
         self.whole: set[str] = set()
         self.added: set[str] = set()
         self.removed: set[str] = set()
+        # None: it lists every process the supervisor runs, as its role; else exactly these
+        # (URL -> role), changed by add and remove, as a proxy told its instances.
+        self.listing: dict[str, str] | None = None
         self.outstanding: dict[str, int] = {}  # url -> requests in flight
         self.refuse: dict[str, str] = {}
         self.expected: list[dict[str, Any]] | None = None
@@ -257,12 +260,14 @@ class FakeProxyAdmin:
         for unit in self.fleet.status(self.name):
             if unit["name"] == "proxy":
                 continue
+            if self.listing is not None and unit["url"] not in self.listing:
+                continue
             group = unit["mode"] or "read"
             refused = self.refuse.get(unit["name"]) == group
             out.append(
                 {
                     "url": unit["url"],
-                    "role": unit["role"],
+                    "role": (self.listing or {}).get(unit["url"], unit["role"]),
                     "group": group,
                     "healthy": unit["state"] == "RUNNING" and not refused,
                     "draining": unit["url"] in self.drained,
@@ -270,6 +275,10 @@ class FakeProxyAdmin:
                     "outstanding_requests": self.outstanding.get(unit["url"], 0),
                 }
             )
+        running = {unit["url"] for unit in self.fleet.status(self.name)}
+        for url, role in (self.listing or {}).items():  # listed, nothing runs there
+            if url not in running:
+                out.append({"url": url, "role": role, "group": "read", "healthy": False})
         return out
 
     async def pause(self, group: str) -> None:
@@ -298,10 +307,14 @@ class FakeProxyAdmin:
     async def add(self, url: str, role: str) -> None:
         await self._call("add", url, role)
         self.added.add(url)
+        if self.listing is not None:
+            self.listing[url] = role
 
     async def remove(self, url: str) -> bool:
         await self._call("remove", url)
         self.removed.add(url)
+        if self.listing is not None:
+            self.listing.pop(url, None)
         return True
 
     async def expect(self, registrations: list[dict[str, Any]] | None) -> None:

@@ -754,6 +754,43 @@ async def test_a_rollout_taken_over_knows_where_each_process_it_stops_served(rig
     assert not set(urls.values()) & {e["url"] for e in await rig.admin.instances()}
 
 
+def proxy_lists(rig) -> list[str]:
+    """The instances the supervisor would start the proxy listing (its told launch)."""
+    argv = rig.sup.running("nixl")["proxy"][0].argv
+    return [
+        f"{argv[i]} {argv[i + 1]}" for i, a in enumerate(argv) if a in ("--prefill", "--decode")
+    ]
+
+
+async def test_a_takeover_tells_the_proxy_what_the_stopped_plane_started_and_stopped(rig_of):
+    """Found by the model-based test: `pdctl serve` killed between starting a roll's new
+    instances and telling the proxy of them. The takeover planned them kept (they run as
+    wanted), so it never told the proxy; once the old instances stopped, the proxy had none
+    of a role to route to (503). The takeover now makes the proxy list what serves, each as
+    the role it serves, and forget what no longer runs."""
+    rig = await rig_of(nixl(1))
+    urls = {n: rig.url(n) for n in ("prefill-0", "decode-0")}
+    rig.admin.listing = {urls["prefill-0"]: "prefill", urls["decode-0"]: "decode"}
+    rig.admin.hang["add"] = 0  # started, not yet told
+    rec = await rig.engine.begin(rig.apply(2, nixl(2)))
+    await rig.admin.reached("add")
+    await rig.engine.close()
+    rig.admin.released.set()
+    rig.admin.hang = {}
+    gone = "http://127.0.0.1:9"  # listed, though nothing of the deployment runs there
+    rig.admin.listing[gone] = "decode"
+    rig.admin.listing[urls["decode-0"]] = "prefill"  # listed as another role than it serves
+
+    rig.engine = rig.new_engine()
+    assert [r.id for r in rig.engine.recover()] == [rec.id]
+    await rig.engine.wait("nixl")
+    done = rig.engine.find("nixl", rec.id)
+    assert done.state == "done", done.error
+    want = {rig.url(n): n.split("-")[0] for n in ("prefill-0", "prefill-1", "decode-0", "decode-1")}
+    assert rig.admin.listing == want
+    assert sorted(proxy_lists(rig)) == sorted(f"--{role} {url}" for url, role in want.items())
+
+
 async def test_a_roll_taken_over_waits_for_what_starts_before_draining_what_serves(rig_of):
     # Found by the model-based test (tests/model/, seed 3): pdctl serve SIGKILLed while a roll
     # restarted prefill-0/decode-0; the new plane's roll counted them (still starting) as

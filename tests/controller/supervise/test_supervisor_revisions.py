@@ -309,3 +309,65 @@ async def test_a_switch_cut_short_is_still_adopted_as_the_command_it_runs(tmp_pa
     run_state.save_deployment(saved, pairs(decode_args=SEEDED), ports, revision=2)
     h.sup = h.new()
     assert "--seed" not in launch_of(h, "decode-0").argv
+
+
+def listed(argv: list[str]) -> list[tuple[str, str]]:
+    """The instances a proxy command line lists: (flag, URL)."""
+    return [(f, argv[i + 1]) for i, f in enumerate(argv) if f in ("--prefill", "--decode")]
+
+
+@pytest.mark.parametrize("plane_restarts", [0, 1, 2])
+async def test_a_proxy_restarted_mid_rollout_lists_what_it_was_told(tmp_path, plane_restarts):
+    """Found by the model-based test: a rollout tells the running proxy its instances as they
+    come and go (its admin API); a proxy that crashed mid-rollout was started again with its
+    revision's list, the instances the rollout was moving away from, and once those stopped
+    it had no prefill to route to. It restarts listing what it was told, also when a later
+    control plane adopted it."""
+    h = Harness(tmp_path)
+    await running(h, pairs())
+    dep = h.sup.deployments[NAME]
+    urls = {n: u.launch.url for n, u in dep.units.items()}
+    new = "http://127.0.0.1:1/"  # an instance a rollout started, told as a decode
+    h.sup.proxy_told(NAME, new, "decode")
+    h.sup.proxy_told(NAME, urls["prefill-1"], "decode")  # moved: listed once, as a decode
+    h.sup.proxy_told(NAME, urls["decode-0"], None)  # forgotten
+    told = listed(launch_of(h, "proxy").argv)
+    assert told == [
+        ("--prefill", urls["prefill-0"]),
+        ("--decode", urls["decode-1"]),
+        ("--decode", "http://127.0.0.1:1"),
+        ("--decode", urls["prefill-1"]),
+    ]
+    before = len(h.backend.spawned)
+    for _ in range(plane_restarts):
+        h.sup = h.new()
+        await h.polls(3)
+        assert listed(launch_of(h, "proxy").argv) == told
+    assert spawns(h, before) == []  # told, never restarted for it
+
+    h.backend.crash("proxy")
+    await h.polls(12)
+    respawned = [argv for name, argv, _ in h.backend.spawned[before:] if name == "proxy"]
+    assert len(respawned) == 1 and listed(respawned[0]) == told
+
+
+async def test_a_proxy_told_back_its_own_list_runs_its_command_line(tmp_path):
+    """Told a change and then its undoing, the proxy runs its command line again: nothing is
+    kept as told in place (a later plane adopts it as it started)."""
+    h = Harness(tmp_path)
+    await running(h, pairs())
+    url = h.sup.deployments[NAME].units["decode-0"].launch.url  # listed before decode-1
+    started = launch_of(h, "proxy").argv
+    h.sup.proxy_told(NAME, url, None)
+    assert h.sup.deployments[NAME].told_in_place()["proxy"].runs == tuple(
+        launch_of(h, "proxy").argv
+    )
+    h.sup.proxy_told(NAME, url, "decode")
+    assert launch_of(h, "proxy").argv == started
+    assert h.sup.deployments[NAME].told_in_place() == {}
+
+
+async def test_a_proxy_told_of_another_deployment_is_no_error(tmp_path):
+    h = Harness(tmp_path)
+    h.sup.proxy_told("nobody", "http://127.0.0.1:1", "decode")
+    assert h.sup.deployments == {}
