@@ -62,8 +62,10 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -556,7 +558,7 @@ class Lifecycle(RuleBasedStateMachine):
                 for s in lost[:10]
             )
             self.say(why)
-            raise AssertionError(why)
+            raise AssertionError(f"{why}\n{self.evidence()}")
 
     # -- the API ---------------------------------------------------------------------------
 
@@ -617,6 +619,28 @@ class Lifecycle(RuleBasedStateMachine):
                     return time.monotonic()
             time.sleep(0.2)
         raise AssertionError(f"the proxy serves nothing {PROXY_BACK_S:g} s after its SIGKILL")
+
+    def evidence(self, events: int = 40, lines: int = 30) -> str:
+        """What a failure report carries beyond the journal (CI keeps no run dir): the
+        control plane's last events, wall-clock times turned into the journal's, and the
+        tail of the proxy's log."""
+        out = ["last events (journal time, actor, kind, message):"]
+        with (
+            contextlib.suppress(sqlite3.Error),
+            contextlib.closing(sqlite3.connect(self.root / "pdctl.db")) as db,
+        ):
+            rows = db.execute(
+                "SELECT ts, actor, kind, message FROM events ORDER BY id DESC LIMIT ?", (events,)
+            ).fetchall()
+            for ts, actor, kind, message in reversed(rows):
+                wall = datetime.fromisoformat(str(ts)).replace(tzinfo=UTC).timestamp()
+                at = wall - self.wall_offset - self.t0
+                out.append(f"  {at:7.2f} {actor} {kind}: {message}")
+        log = self.root / "runs" / NAME / "proxy" / "output.log"
+        with contextlib.suppress(OSError):
+            out.append("the proxy's log, last lines:")
+            out += ["  " + line[:300] for line in log.read_text().splitlines()[-lines:]]
+        return "\n".join(out)
 
     def say(self, line: str) -> None:
         text = f"{time.monotonic() - self.t0:7.2f} {line}"
