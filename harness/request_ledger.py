@@ -36,15 +36,16 @@ class Sent:
 class Excuse:
     """A window in which a request may fail, and why: a process the test killed itself, or a
     rollout documented to refuse requests (recreate). With `only`, just the failures whose
-    error says it (e.g. the proxy's "no available decode instance")."""
+    error says it, or one of them (e.g. the proxy's "no available decode instance")."""
 
     begins: float
     ends: float
     why: str
-    only: str | None = None
+    only: str | tuple[str, ...] | None = None
 
     def covers(self, sent: Sent) -> bool:
-        said = self.only is None or self.only in (sent.error or "")
+        said_any = (self.only,) if isinstance(self.only, str) else self.only
+        said = said_any is None or any(s in (sent.error or "") for s in said_any)
         return said and sent.overlaps(self.begins, self.ends)
 
 

@@ -22,6 +22,10 @@ def test_a_failure_counts_as_lost_unless_an_excuse_covers_its_time_and_error():
     # In flight across the start of a window: covered (it was there when the kill came).
     spanning = Sent(6, 2.0, 3.5, False, "ConnectionReset")
     assert unexplained([spanning], [Excuse(3.0, 3.2, "SIGKILL proxy")]) == []
+    # One of several errors: both roles down, the proxy names both.
+    both = Sent(7, 4.0, 4.1, False, "503: no available prefill or decode instance")
+    either = ("no available decode instance", "no available prefill or decode instance")
+    assert unexplained([both, other], [Excuse(3.0, 5.0, "decode-1 down", only=either)]) == [other]
 
 
 class Flaky(BaseHTTPRequestHandler):

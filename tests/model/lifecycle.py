@@ -542,7 +542,9 @@ class Lifecycle(RuleBasedStateMachine):
 
     @staticmethod
     def without(name: str, at: float, role: str, ends: float) -> Excuse:
-        return Excuse(at, ends, f"{name} down", only=f"no available {role} instance")
+        # With the other role down too, the proxy names both ("prefill or decode").
+        either = "no available prefill or decode instance"
+        return Excuse(at, ends, f"{name} down", only=(f"no available {role} instance", either))
 
     def assert_none_lost(self, sent: list[Sent]) -> None:
         excuses = self.excuses + [
