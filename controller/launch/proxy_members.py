@@ -19,8 +19,11 @@ def member_flag(role: str) -> str:
 
 
 def told(argv: Sequence[str], url: str, role: str | None) -> list[str]:
-    """`argv` listing `url` once, as a `role` instance (None: not at all)."""
+    """`argv` listing `url` once, as a `role` instance (None: not at all); where it is listed
+    so already, `argv` as it is (the order a rendered launch lists in is kept)."""
     want = url.rstrip("/")
+    if role is not None and (member_flag(role), want) in _split(argv)[1]:
+        return list(argv)
     out: list[str] = []
     args = iter(argv)
     for arg in args:

@@ -57,3 +57,7 @@ def test_the_order_of_the_listed_instances_does_not_make_two_command_lines_diffe
     assert not same(LISTING, [*BASE, "--prefill", D0, "--decode", P0])  # roles swapped
     assert not same(LISTING, [*BASE[:-1], "write", "--prefill", P0, "--decode", D0])
     assert not same(LISTING, [*BASE, "--prefill", P0])
+
+
+def test_an_instance_listed_so_already_keeps_its_place():
+    assert told(LISTING, f"{P0}/", "prefill") == LISTING
