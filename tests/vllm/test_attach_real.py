@@ -191,10 +191,13 @@ def test_a_vllm_pair_started_by_hand_is_attached_watched_and_not_started(
         print("canary through vllm-router:", json.dumps(canary["last"]))
         assert canary["last"]["result"] == "ok", canary
     finally:
-        forget(plane)
-        if router is not None:
-            router.stop()
-        for engine in engines:
-            engine.stop()
+        # Each runs even if one before it raises (a router slow to exit once left both
+        # engines running for the rest of the suite); the first error is raised after.
+        with contextlib.ExitStack() as cleanup:
+            for engine in engines:
+                cleanup.callback(engine.stop)
+            if router is not None:
+                cleanup.callback(router.stop)
+            cleanup.callback(forget, plane)
     assert not [p for e in engines for p in e.left()], "vllm serve left processes behind"
     print(f"pair serving {started:.0f} s after launch; test {time.monotonic() - began:.0f} s")
