@@ -39,7 +39,15 @@ def told(argv: Sequence[str], url: str, role: str | None) -> list[str]:
 
 def same(one: Sequence[str], other: Sequence[str]) -> bool:
     """The two command lines are the same but for the order of the instances they list."""
-    return _split(one)[0] == _split(other)[0] and sorted(_split(one)[1]) == sorted(_split(other)[1])
+    (rest, members), (other_rest, other_members) = _split(one), _split(other)
+    return rest == other_rest and sorted(members) == sorted(other_members)
+
+
+def membership_only(now: Sequence[str], wanted: Sequence[str]) -> bool:
+    """The two proxy command lines differ only in the instances they list: told to the
+    running proxy through its admin API, never a restart (that cuts every request in
+    flight)."""
+    return _split(now)[0] == _split(wanted)[0]
 
 
 def _split(argv: Sequence[str]) -> tuple[list[str], list[tuple[str, str]]]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from controller.launch.process import Launch
-from controller.launch.proxy_members import MEMBER_FLAGS
+from controller.launch.proxy_members import membership_only
 
 
 class Action(StrEnum):
@@ -158,25 +158,6 @@ def lists_only(now: Running, wanted: Launch) -> bool:
     that differs in its member flags alone, and it serves (else it restarts anyway)."""
     same_place = (now.launch.address, now.launch.env) == (wanted.address, wanted.env)
     return same_place and not unwell(now) and membership_only(now.launch.argv, wanted.argv)
-
-
-def membership_only(now: list[str], wanted: list[str]) -> bool:
-    """The two proxy command lines differ only in the instances they list: told to the
-    running proxy through its admin API, never a restart (that cuts every request in
-    flight)."""
-    return _without_members(now) == _without_members(wanted)
-
-
-def _without_members(argv: list[str]) -> list[str]:
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in MEMBER_FLAGS:
-            skip = True
-        else:
-            out.append(arg)
-    return out
 
 
 def _first_difference(now: list[str], wanted: list[str]) -> str:

@@ -30,13 +30,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from controller.backends import private_files
 from controller.backends.local import ProcessBackend, ShimBackend
 from controller.clients.health import HttpProbe, Probe
-from controller.launch import proxy_members
 from controller.launch.placement import Addresses, Node, PlacementError
 from controller.launch.ports import AllocatedPorts
 from controller.launch.process import Launch
@@ -188,15 +186,7 @@ class Supervisor:
         (None: to forget it): a later restart starts it listing that, mid-rollout included,
         where its revision's launch lists what the rollout is moving away from."""
         dep = self.deployments.get(name)
-        if dep is None or "proxy" not in dep.units:
-            return
-        proxy = dep.proxy
-        argv = proxy_members.told(proxy.launch.argv, url, role)
-        started = proxy.record.argv if proxy.record is not None else ()
-        if proxy_members.same(argv, started):  # told back what it started with
-            argv = list(started)
-        if argv != list(proxy.launch.argv):
-            proxy.tell_in_place(replace(proxy.launch, argv=argv))
+        if dep is not None and "proxy" in dep.units and dep.proxy.tell_listing(url, role):
             self._watch.save(dep)
 
     def keep_all(self, name: str, spec: DeploymentSpec, revision: int | None) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from controller.backends.local import ProcessRecord
 from controller.clients.registry_watch import RefusalWatch
+from controller.launch import proxy_members
 from controller.launch.placement import Placed
 from controller.launch.ports import AllocatedPorts
 from controller.launch.render import Launch
@@ -53,6 +54,19 @@ class Unit:
                 else Told(record.child_pid, record.child_start_time, record.argv, runs)
             )
         self.launch = launch
+
+    def tell_listing(self, url: str, role: str | None) -> bool:
+        """A proxy told at its admin API to list `url` as a `role` instance (None: not at
+        all) runs that from now on; told back what it started with (in any order), its own
+        command line. False: nothing changed."""
+        argv = proxy_members.told(self.launch.argv, url, role)
+        started = self.record.argv if self.record is not None else ()
+        if proxy_members.same(argv, started):
+            argv = list(started)
+        if argv == list(self.launch.argv):
+            return False
+        self.tell_in_place(replace(self.launch, argv=argv))
+        return True
 
     def still_told(self) -> Told | None:
         """What it was told in place, while the very process it was told in runs."""

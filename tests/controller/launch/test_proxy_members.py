@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.launch.proxy_members import member_flag, same, told
+from controller.launch.proxy_members import member_flag, membership_only, same, told
 
 BASE = ["pdctl", "proxy", "--port", "9", "--mode", "read"]
 P0, D0 = "http://127.0.0.1:10", "http://127.0.0.1:11"
@@ -61,3 +61,8 @@ def test_the_order_of_the_listed_instances_does_not_make_two_command_lines_diffe
 
 def test_an_instance_listed_so_already_keeps_its_place():
     assert told(LISTING, f"{P0}/", "prefill") == LISTING
+
+
+def test_membership_only_ignores_the_listed_instances_and_nothing_else():
+    assert membership_only(LISTING, [*BASE, "--decode", "http://127.0.0.1:12"])
+    assert not membership_only(LISTING, [*BASE[:-1], "write", "--prefill", P0, "--decode", D0])
