@@ -237,7 +237,12 @@ class Proxy:
         try:
             if self.session is not None:  # a chat's images go to the encoders first
                 timeout = self.settings.prefill_timeout
-                await self.encoders.prime(self.session, request.path, body, _hex(), timeout)
+                sent = await self.encoders.prime(self.session, request.path, body, _hex(), timeout)
+                if sent and not flight.pinned and not self._still_routable(route):
+                    # Not yet counted on its route while the encoders ran: a drain may have
+                    # found its instances idle and stopped them meanwhile.
+                    route = await self.hold.acquire_route()
+                    flight.route = route
             if route.prefill is not None:
                 return await self.disaggregated.serve(request, raw, body, route, flight)
             return await self._colocated(request, raw, body, route.decode, flight)
@@ -266,6 +271,16 @@ class Proxy:
             return response
         finally:
             inst.end(load, ok)
+
+    def _still_routable(self, route: Route) -> bool:
+        """Every instance of `route` is still the pool's, up and not draining (an ejected one
+        is still routed to when it is its role's last)."""
+        legs = (route.prefill, route.decode)
+        return all(
+            self.pool.get(i.url) is i and i.healthy and not i.draining
+            for i in legs
+            if i is not None
+        )
 
     def _hung(self, inst: Instance, why: str) -> None:
         """The watchdog found `inst` hung (connector/dispatch/relay.py): out at once, with a

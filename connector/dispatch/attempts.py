@@ -21,7 +21,7 @@ from connector.dispatch.flight import Flight, clock
 from connector.dispatch.relay import Relay
 from connector.errors import ProxyError, UpstreamError
 from connector.http.client_stream import ClientAnswer, ClientRequest
-from connector.legs.retry import EJECT_AT_ONCE, STALE_ROLE, RetryBudget, plan
+from connector.legs.retry import EJECT_AT_ONCE, STALE_ROLE, Retry, RetryBudget, plan
 from connector.legs.rewrite import Handoff, Peer, decode_bytes, leg_headers, prefill_body
 from connector.measure.metrics import ProxyMetrics
 from connector.pool.instances import Instance, InstancePool, Route
@@ -32,6 +32,8 @@ log = logging.getLogger("connector.proxy")
 Sent = tuple[Handoff, dict[str, Any] | None]  # a hand-off and the prefill's kv_transfer_params
 # 409s (stale role/epoch) one request may meet and still be routed again, past the budget
 STALE_RETRIES = 4
+# An attempt's blame while it waits out its backoff: it never ran, so neither instance failed
+NOT_RUN = "not_run"
 # Why a retryable failure was not retried (pdctl_proxy_retries_refused_total's reason label)
 NOT_RETRIED = {
     "attempts": "the request's attempts are spent",
@@ -89,108 +91,130 @@ class Disaggregated:
         last: list[Sent | None] = [None]  # the attempt's hand-off and the prefill's answer
         attempt = 0
         stale_left = STALE_RETRIES
-        while True:
-            attempt += 1
-            flight.attempt_starts(clock())
-            flight.route = Route(group, prefill, decode)
-            run_prefill = reuse is None
-            # this attempt's instances: the except clause below picks the next attempt's
-            on_p, on_d = prefill, decode
-            on_d.begin(prompt_tokens + output_tokens)
-            if run_prefill:
-                on_p.begin(prompt_tokens)
-            ok, blamed = False, None
-            try:
-                response = await self._attempt(request, raw, body, flight, reuse, last)
-                ok = flight.error is None
-                blamed = flight.blamed
-                return response
-            except UpstreamError as exc:
-                blamed = exc.instance
-                if flight.pinned:
-                    raise  # a probe of this pair: another pair would answer for it
-                stale = exc.cause == STALE_ROLE and stale_left > 0
-                if exc.cause == STALE_ROLE:
-                    blamed = STALE_ROLE  # a routing event: neither instance failed
-                if stale:  # read its role again, route again
-                    stale_left -= 1
-                    await self._reread(prefill if exc.instance == prefill.url else decode)
-                    for inst in (prefill, decode):
-                        if inst.available:  # its role read ready: it may serve this again
-                            tried_p.discard(inst.url)
-                            tried_d.discard(inst.url)
-                retry = plan(
-                    exc.leg,
-                    exc.cause,
-                    self.settings.connector,
-                    group,
-                    client_has_bytes=flight.prepared,
-                    client_error=False,
-                )
-                if retry is None:
-                    raise
-                next_p: Instance | None = prefill
-                if retry.new_prefill:
-                    other = self.pool.pick_other(group, "prefill", tried_p)
-                    if other is None and exc.leg == "prefill":
-                        # no other prefill: the client gets this one's error
-                        raise self._not_retried(exc, attempt, "no_prefill") from None
-                    next_p = other or (prefill if prefill.available else None)
-                next_d = decode if decode.available else None
-                if retry.new_decode:
-                    # another decode; else this one again with another prefill, unless the
-                    # failure says the decode itself is broken. A first byte that never came
-                    # may be the pair's (a decode holding a restarted prefill's stale agent
-                    # hangs on it alone): with no other decode, the same one with another
-                    # prefill is the only chance, ejected or not (the 2P2D chaos row lost a
-                    # request while the other decode restarted).
-                    other = self.pool.pick_other(group, "decode", tried_d)
-                    new_pair = next_p is not prefill and next_p is not None
-                    # So may an error before any token (a KV load that failed through the
-                    # stale agent), while the decode is up and not leaving.
-                    kept = decode.healthy and not decode.draining
-                    pair_fault = exc.cause == "first_byte" or (exc.cause == "status" and kept)
-                    if other is None and new_pair and pair_fault:
-                        next_d = decode
-                    else:
-                        same = new_pair and exc.cause not in EJECT_AT_ONCE
-                        next_d = other or (next_d if same else None)
-                if next_p is None or next_d is None:
-                    spare = "no_prefill" if next_p is None else "no_decode"
-                    raise self._not_retried(exc, attempt, spare) from None
-                failed = prefill if exc.instance == prefill.url else decode
-                off = self._moved_off(failed, exc.cause)
-                why = (
-                    None
-                    if stale
-                    else self.budget.why_not(attempt, flight.arrival, clock(), moved_off=off)
-                )
-                if why is not None:
-                    raise self._not_retried(exc, attempt, why) from None
-                # judged now (fast ejection) when retried; when not, the request's end judges
-                self.judge_failed(failed, exc.cause, exc.message)
-                key = (exc.leg, exc.cause)
-                self.metrics.retries[key] = self.metrics.retries.get(key, 0) + 1
-                flight.next_attempt(
-                    {
-                        "leg": exc.leg,
-                        "cause": exc.cause,
-                        "instance": exc.instance,
-                        "prefill": prefill.url,
-                        "decode": decode.url,
-                        "error": exc.message,
-                    }
-                )
-                reuse = _reused(last[0], next_d) if retry.reuse_params else None
-                prefill, decode = next_p, next_d
-                tried_p.add(prefill.url)
-                tried_d.add(decode.url)
-                await asyncio.sleep(self.budget.backoff(attempt))
-            finally:
-                on_d.end(prompt_tokens + output_tokens, _verdict(ok, blamed, on_d))
-                if run_prefill:
-                    prefill_ok = ok or flight.prefill_end is not None
-                    on_p.end(prompt_tokens, prefill_ok or _verdict(ok, blamed, on_p))
+        # Counted on this attempt's instances; a retry counts the next attempt's before its
+        # backoff, so the request is on the count of the instances it uses at every moment.
+        load = _Load(prefill, decode, prompt_tokens, output_tokens)
+        ok, blamed = False, None
+        try:
+            while True:
+                attempt += 1
+                flight.attempt_starts(clock())
+                flight.route = Route(group, prefill, decode)
+                ok, blamed = False, None
+                try:
+                    response = await self._attempt(request, raw, body, flight, reuse, last)
+                    ok = flight.error is None
+                    blamed = flight.blamed
+                    return response
+                except UpstreamError as exc:
+                    blamed = exc.instance
+                    if flight.pinned:
+                        raise  # a probe of this pair: another pair would answer for it
+                    stale = exc.cause == STALE_ROLE and stale_left > 0
+                    if exc.cause == STALE_ROLE:
+                        blamed = STALE_ROLE  # a routing event: neither instance failed
+                    if stale:  # read its role again, route again
+                        stale_left -= 1
+                        await self._reread(prefill if exc.instance == prefill.url else decode)
+                        for inst in (prefill, decode):
+                            if inst.available:  # its role read ready: it may serve this again
+                                tried_p.discard(inst.url)
+                                tried_d.discard(inst.url)
+                    retry = plan(
+                        exc.leg,
+                        exc.cause,
+                        self.settings.connector,
+                        group,
+                        client_has_bytes=flight.prepared,
+                        client_error=False,
+                    )
+                    if retry is None:
+                        raise
+                    next_p, next_d = self._next_pair(
+                        exc, retry, group, (prefill, decode), (tried_p, tried_d)
+                    )
+                    if next_p is None or next_d is None:
+                        spare = "no_prefill" if next_p is None else "no_decode"
+                        raise self._not_retried(exc, attempt, spare) from None
+                    failed = prefill if exc.instance == prefill.url else decode
+                    off = self._moved_off(failed, exc.cause)
+                    why = (
+                        None
+                        if stale
+                        else self.budget.why_not(attempt, flight.arrival, clock(), moved_off=off)
+                    )
+                    if why is not None:
+                        raise self._not_retried(exc, attempt, why) from None
+                    # judged now (fast ejection) when retried; when not, the request's end
+                    # judges
+                    self.judge_failed(failed, exc.cause, exc.message)
+                    key = (exc.leg, exc.cause)
+                    self.metrics.retries[key] = self.metrics.retries.get(key, 0) + 1
+                    flight.next_attempt(
+                        {
+                            "leg": exc.leg,
+                            "cause": exc.cause,
+                            "instance": exc.instance,
+                            "prefill": prefill.url,
+                            "decode": decode.url,
+                            "error": exc.message,
+                        }
+                    )
+                    reuse = _reused(last[0], next_d) if retry.reuse_params else None
+                    prefill, decode = next_p, next_d
+                    tried_p.add(prefill.url)
+                    tried_d.add(decode.url)
+                    # The next attempt's count begins as this one's ends, no await between:
+                    # a drain that reads the proxy during the backoff sees the request on
+                    # the instance it will use. (Uncounted through its backoff, a retry went
+                    # to a decode that a roll had drained and stopped meanwhile.)
+                    ended = load
+                    load = _Load(
+                        prefill if reuse is None else None, decode, prompt_tokens, output_tokens
+                    )
+                    ended.end(ok, blamed, prefill_done=flight.prefill_end is not None)
+                    ok, blamed = False, NOT_RUN
+                    await asyncio.sleep(self.budget.backoff(attempt))
+        finally:
+            load.end(ok, blamed, prefill_done=ok or flight.prefill_end is not None)
+
+    def _next_pair(
+        self,
+        exc: UpstreamError,
+        retry: Retry,
+        group: str,
+        pair: tuple[Instance, Instance],
+        tried: tuple[set[str], set[str]],
+    ) -> tuple[Instance | None, Instance | None]:
+        """The failed attempt's next prefill and decode, as `retry` asks (None: none); the
+        URLs `tried` (prefills, decodes) are not picked again."""
+        (prefill, decode), (tried_p, tried_d) = pair, tried
+        next_p: Instance | None = prefill
+        if retry.new_prefill:
+            other = self.pool.pick_other(group, "prefill", tried_p)
+            if other is None and exc.leg == "prefill":
+                return None, None  # no other prefill: the client gets this one's error
+            next_p = other or (prefill if prefill.available else None)
+        next_d = decode if decode.available else None
+        if retry.new_decode:
+            # another decode; else this one again with another prefill, unless the failure
+            # says the decode itself is broken. A first byte that never came may be the
+            # pair's (a decode holding a restarted prefill's stale agent hangs on it alone):
+            # with no other decode, the same one with another prefill is the only chance,
+            # ejected or not (the 2P2D chaos row lost a request while the other decode
+            # restarted).
+            other = self.pool.pick_other(group, "decode", tried_d)
+            new_pair = next_p is not prefill and next_p is not None
+            # So may an error before any token (a KV load that failed through the stale
+            # agent), while the decode is up and not leaving.
+            kept = decode.healthy and not decode.draining
+            pair_fault = exc.cause == "first_byte" or (exc.cause == "status" and kept)
+            if other is None and new_pair and pair_fault:
+                next_d = decode
+            else:
+                same = new_pair and exc.cause not in EJECT_AT_ONCE
+                next_d = other or (next_d if same else None)
+        return next_p, next_d
 
     def _moved_off(self, failed: Instance, cause: str) -> bool:
         """The failed instance is out of routing, or this failure takes it out (a refusal,
@@ -316,8 +340,26 @@ class Disaggregated:
             await asyncio.gather(prefill_task, return_exceptions=True)
 
 
+class _Load:
+    """One attempt's count on its instances (its prefill's only when it runs a prefill leg):
+    begun when made, ended once with the attempt's verdict."""
+
+    def __init__(self, prefill: Instance | None, decode: Instance, prompt: int, output: int):
+        self.prefill, self.decode = prefill, decode
+        self.prompt, self.total = prompt, prompt + output
+        decode.begin(self.total)
+        if prefill is not None:
+            prefill.begin(prompt)
+
+    def end(self, ok: bool, blamed: str | None, *, prefill_done: bool) -> None:
+        self.decode.end(self.total, _verdict(ok, blamed, self.decode))
+        if self.prefill is not None:
+            self.prefill.end(self.prompt, prefill_done or _verdict(ok, blamed, self.prefill))
+
+
 def _verdict(ok: bool, blamed: str | None, inst: Instance) -> bool | None:
-    """For an instance's counts: served, failed there, or None (the other leg failed)."""
+    """For an instance's counts: served, failed there, or None (the other leg failed, or the
+    attempt never ran)."""
     if ok:
         return True
     return False if blamed == inst.url or blamed is None else None

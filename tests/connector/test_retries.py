@@ -346,3 +346,44 @@ def test_an_error_before_any_token_with_no_other_decode_is_retried_on_it_with_an
             assert (entry["attempts"][0]["prefill"], entry["prefill"]) == (p1.url, p2.url)
 
     run(body())
+
+
+def test_a_retry_is_counted_on_its_next_decode_through_its_backoff():
+    """A drain waits for what the proxy counts on the instance: a request waiting out a
+    retry's backoff is on its next decode's count, not on none (uncounted, a roll took its
+    decode for idle and stopped it under the retry)."""
+
+    async def body():
+        p, d1, d2 = FakeEngine("p"), FakeEngine("d1", decode_status=500), FakeEngine("d2")
+        async with proxied([p], [d1, d2], retry_backoff=0.6) as (base, proxy):
+            sent = asyncio.ensure_future(post(base, completion(2)))
+            assert await until(lambda: proxy.metrics.retries.get(("decode", "status")) == 1)
+            assert not sent.done()  # in its backoff
+            counts = {f.name: proxy.pool.get(f.url).outstanding_requests for f in (p, d1, d2)}
+            assert counts == {"p": 1, "d1": 0, "d2": 1}
+            proxy.pool.set_draining(d2.url, True)  # a drain now waits for it
+            status, _, raw = await sent
+            assert status == 200 and len(_tokens(raw)) == 2
+            assert d2.kinds() == ["decode"]
+            for fake in (p, d1, d2):
+                inst = proxy.pool.get(fake.url)
+                assert (inst.outstanding_requests, inst.outstanding_tokens) == (0, 0)
+
+    run(body())
+
+
+def test_a_client_gone_in_a_retry_backoff_leaves_no_count_behind():
+    async def body():
+        p, d1, d2 = FakeEngine("p"), FakeEngine("d1", decode_status=500), FakeEngine("d2")
+        async with proxied([p], [d1, d2], retry_backoff=2.0) as (base, proxy):
+            sent = asyncio.ensure_future(post(base, completion(2)))
+            assert await until(lambda: proxy.metrics.retries.get(("decode", "status")) == 1)
+            sent.cancel()  # the client hangs up while the retry waits
+            await asyncio.gather(sent, return_exceptions=True)
+            assert await until(lambda: proxy.pool.get(d2.url).outstanding_requests == 0)
+            for fake in (p, d1, d2):
+                inst = proxy.pool.get(fake.url)
+                assert (inst.outstanding_requests, inst.outstanding_tokens) == (0, 0)
+            assert d2.seen == [] and proxy.pool.get(d2.url).failed == 0
+
+    run(body())

@@ -642,7 +642,23 @@ class Lifecycle(RuleBasedStateMachine):
         with contextlib.suppress(OSError):
             out.append("the proxy's log, last lines:")
             out += ["  " + line[:300] for line in log.read_text().splitlines()[-lines:]]
+        out += self.failed_in_proxy()
         return "\n".join(out)
+
+    def failed_in_proxy(self) -> list[str]:
+        """The proxy's own record of the requests it failed, each attempt's pair and error:
+        which instances a lost request tried, and in what order."""
+        token_file = self.root / "runs" / NAME / "proxy-admin-token"
+        with contextlib.suppress(OSError, ValueError):
+            auth = {"Authorization": f"Bearer {token_file.read_text().strip()}"}
+            status, raw = http_get(f"{self.proxy}/admin/requests?limit=1000", 5.0, auth)
+            if status != 200:
+                return [f"the proxy's request log: HTTP {status}"]
+            failed = [r for r in json.loads(raw)["requests"] if r.get("outcome") != "ok"]
+            return ["the proxy's failed requests:"] + [
+                "  " + json.dumps(r)[:1500] for r in failed[-10:]
+            ]
+        return ["the proxy's request log: not readable"]
 
     def say(self, line: str) -> None:
         text = f"{time.monotonic() - self.t0:7.2f} {line}"

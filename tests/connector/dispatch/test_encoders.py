@@ -5,6 +5,7 @@ encoder is a 502 naming it and nothing reaches the prefill."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -15,6 +16,7 @@ from connector.pool.instances import InstancePool
 from connector.pool.policy import RoundRobin
 from connector.settings import FlagInstance
 from tests.connector.fakes import FakeEngine, completion, engines, proxied, run
+from tests.connector.test_proxy import until
 
 IMG = {"type": "image_url", "image_url": {"url": "http://x.invalid/cat.png"}}
 AUDIO = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
@@ -136,5 +138,29 @@ def test_with_every_encoder_drained_the_request_goes_on_and_the_prefill_encodes(
                 assert proxy.encoders.skipped == 2
                 listed = [i for i in proxy.pool.describe()["instances"] if i["role"] == "encode"]
                 assert [i["url"] for i in listed] == [enc.url]
+
+    run(body())
+
+
+def test_a_decode_drained_while_the_encoders_ran_is_not_used():
+    """The request is counted on its route only once its legs start: a decode drained while
+    the encoders ran (and stopped, since it looked idle) is routed around."""
+
+    async def body():
+        slow = FakeEngine("e", decode_first_delay=0.5)
+        d1, d2 = FakeEngine("d1"), FakeEngine("d2")
+        async with engines(slow):
+            encode = (FlagInstance(slow.url),)
+            async with proxied([FakeEngine("p")], [d1, d2], encode=encode) as (base, proxy):
+                for drained, other in ((d1, d2), (d2, d1)):  # routed to either: both left
+                    d1.seen.clear()
+                    d2.seen.clear()
+                    sent = asyncio.ensure_future(_post(base, chat(IMG)))
+                    assert await until(lambda: len(slow.seen) > 0)
+                    slow.seen.clear()
+                    proxy.pool.set_draining(drained.url, True)
+                    status, _ = await sent
+                    assert status == 200 and drained.seen == [] and len(other.seen) == 1
+                    proxy.pool.set_draining(drained.url, False)
 
     run(body())
