@@ -138,10 +138,13 @@ class Disaggregated:
                         raise self._not_retried(exc, attempt, spare) from None
                     failed = prefill if exc.instance == prefill.url else decode
                     off = self._moved_off(failed, exc.cause)
+                    # A 409 is a routing event: it spends none of the request's attempts
+                    # (a proxy just started learns each instance's epoch from one).
+                    tried = attempt - (STALE_RETRIES - stale_left)
                     why = (
                         None
                         if stale
-                        else self.budget.why_not(attempt, flight.arrival, clock(), moved_off=off)
+                        else self.budget.why_not(tried, flight.arrival, clock(), moved_off=off)
                     )
                     if why is not None:
                         raise self._not_retried(exc, attempt, why) from None

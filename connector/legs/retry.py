@@ -15,7 +15,8 @@ the one attempt that served, with exactly the tokens it asked for. The decision 
              nothing was pulled)                       kv_transfer_params; MoRIIO: a fresh
                                                        prefill (a new transfer_id); write: the pair
     any      409: a stale role/epoch (the      yes      as for refused (it ran nothing), past the
-             instance changed role)                    budget's tokens: a routing event
+             instance changed role)                    budget's tokens and the request's
+                                                       attempts: a routing event
     decode   reset, 5xx, garbage, no first    yes      another decode with a fresh prefill (the
              byte within its deadline,                 KV may have been pulled, or the pull is
              silent before its first byte              what hangs); write mode: the pair

@@ -91,6 +91,31 @@ def test_a_409_is_rerouted_after_reading_the_role_and_ejects_nothing():
     run(body())
 
 
+def test_409s_spend_none_of_a_requests_attempts():
+    """A proxy that has not read its instances' roles yet learns them from 409s; those are
+    routing events, so a real failure after them still gets its retry (the first request
+    after a start had its attempts spent by 409s, and a refused decode then lost it)."""
+
+    async def body():
+        p1, p2 = SwitchingFake("p1", role="prefill"), SwitchingFake("p2", role="prefill")
+        d = SwitchingFake("d", decode_statuses=[500])  # its first admitted decode fails
+        for fake in (p1, p2, d):
+            await start_switching(fake)
+        try:
+            async with proxied([p1, p2], [d], retry_attempts=2) as (base, proxy):
+                status, raw = await post(base, completion(3))
+                assert status == 200, raw
+                entry = proxy.requests[-1]
+                causes = [a["cause"] for a in entry["attempts"]]
+                assert causes.count("stale_role") >= 2 and causes[-1] == "status", causes
+                assert d.refused >= 1 and [s.kind for s in d.seen] == ["decode", "decode"]
+        finally:
+            for fake in (p1, p2, d):
+                await fake.stop()
+
+    run(body())
+
+
 def test_an_instance_that_changed_role_moves_to_its_new_role_and_a_draining_one_is_fenced():
     async def body():
         p = SwitchingFake("p", role="prefill")
