@@ -3,13 +3,26 @@ port range in a temporary folder, and the calls tests make of it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import time
+import urllib.error
 from pathlib import Path
 from typing import Any, Self
 
 from controller.supervise import run_state
 from harness.processes import Process, free_port, http_get, http_post, port_range, reap_instances
+
+
+class ServeStalled(AssertionError):
+    """`pdctl serve` took a call but did not answer it in time: the message carries every
+    thread's stack (SIGUSR1, web/stall_dump.py) and the tail of its log, what a CI run
+    keeps of such a stall. Not an OSError: a refused connection (a server that is down)
+    is one, and callers that wait for a server to come back take those as "not yet"."""
+
+    def __init__(self, what: str, plane: ControlPlane) -> None:
+        super().__init__(f"pdctl serve stalled: {what}\n{plane.stacks()}")
 
 
 class ControlPlane:
@@ -24,6 +37,7 @@ class ControlPlane:
             **(env or {}),
         }
         self.proc: Process | None = None
+        self.read_timeout, self.write_timeout = 30.0, 60.0  # s, per API call
 
     def start(self, timeout: float = 60) -> Self:
         self.proc = Process(
@@ -55,10 +69,31 @@ class ControlPlane:
 
     def api(self, method: str, path: str, body: dict | None = None) -> tuple[int, Any]:
         url = self.server.url + "/api" + path
-        if method == "GET":
-            status, raw = http_get(url, timeout=30)
-            return status, json.loads(raw or b"null")
-        return http_post(url, body or {}, timeout=60, method=method)
+        timeout = self.read_timeout if method == "GET" else self.write_timeout
+        try:
+            if method == "GET":
+                status, raw = http_get(url, timeout=timeout)
+                return status, json.loads(raw or b"null")
+            return http_post(url, body or {}, timeout=timeout, method=method)
+        except TimeoutError:
+            raise ServeStalled(f"{method} {path}: no answer within {timeout:g} s", self) from None
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, TimeoutError):
+                raise ServeStalled(
+                    f"{method} {path}: not connected within {timeout:g} s", self
+                ) from None
+            raise
+
+    def stacks(self, lines: int = 300) -> str:
+        """Every thread's stack in `pdctl serve` now, with the log lines before them."""
+        proc = self.proc
+        if proc is None or proc.log_path is None or proc.proc.poll() is not None:
+            return "(pdctl serve is not running)"
+        with contextlib.suppress(ProcessLookupError):
+            proc.proc.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)  # faulthandler writes from the signal handler at once
+        tail = proc.log_path.read_text(errors="replace").splitlines()[-lines:]
+        return "\n".join(tail)
 
     def status(self, name: str) -> dict[str, dict]:
         """Units by name; empty when the deployment or the server is not there."""

@@ -45,7 +45,7 @@ from state.event_backlog import EventBacklog
 from state.hub import Hub
 from state.placement_store import PlacementStore
 from state.store import Store
-from web import api_docs, errors, left_running
+from web import api_docs, errors, left_running, stall_dump
 from web.deps import current_actor, json_body
 from web.event_relay import event_publisher
 from web.metrics import LiveCollector, build_registry
@@ -190,7 +190,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
                 store, app.state.controller, created, partial(proxy_url, app.state)
             )
     try:
-        yield
+        async with stall_dump.watching():
+            yield
     finally:
         if app.state.demo_load is not None:
             await app.state.demo_load.close()

@@ -35,7 +35,7 @@ def serve(
     from pydantic import ValidationError
 
     from state.db import DatabaseDamaged, check_intact
-    from web import serve_logs
+    from web import serve_logs, stall_dump
     from web.app import create_app
     from web.database import lock as db_lock
     from web.security import deadlines
@@ -64,6 +64,7 @@ def serve(
         typer.echo(f"pdctl serve: error: {exc}", err=True)
         raise typer.Exit(2) from None
     app = create_app(settings, backend=backend)
+    stall_dump.on_signal()  # `kill -USR1 <pid>`: every thread's stack in the log
     uvicorn.run(
         app,
         host=settings.host,
