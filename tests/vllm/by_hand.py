@@ -26,6 +26,7 @@ class VllmServe(Process):
         port = free_port()
         self.port, self.url = port, f"http://127.0.0.1:{port}"
         self.args = [
+            *harness.ENGINE_NICE,
             str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
             "--port", str(port), "--host", "127.0.0.1",
             "--served-model-name", str(model), "-tp", "1", "--max-model-len", "2048",

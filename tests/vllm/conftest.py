@@ -46,8 +46,9 @@ def vllm_setup() -> VllmSetup:
 
 def vllm_env(setup: VllmSetup) -> dict[str, str]:
     """What a control plane needs to run vLLM deployments: the vLLM venv's python as the
-    launcher, and env overrides on (for the marker's, harness.MARKER_OVERRIDE)."""
-    launcher = [str(setup.python), "-m", "vllm.entrypoints.openai.api_server"]
+    launcher, at a lower priority (harness.ENGINE_NICE), and env overrides on (for the
+    marker's, harness.MARKER_OVERRIDE)."""
+    launcher = [*harness.ENGINE_NICE, str(setup.python), "-m", "vllm.entrypoints.openai.api_server"]
     return {"PDCTL_VLLM_LAUNCHER": shlex.join(launcher), "PDCTL_ALLOW_CODE_ENV": "true"}
 
 
