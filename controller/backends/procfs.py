@@ -79,12 +79,28 @@ def command_line(pid: int, proc: Path = PROC) -> list[str] | None:
     return [part.decode(errors="replace") for part in raw.split(b"\0")[:-1]] if raw else None
 
 
+# Programs that run the rest of their command line in their own place (the same pid), so the
+# process shows the command they ran: `nice -n 10 vllm serve M` runs as `vllm serve M`.
+EXEC_WRAPPERS = frozenset({"nice", "ionice", "taskset", "chrt", "numactl", "env", "stdbuf"})
+
+
 def launched_as(cmdline: list[str] | None, argv: list[str] | tuple[str, ...]) -> bool:
     """True if a process with `cmdline` is what running `argv` made. The kernel rewrites the
     head of a script's argv (`vllm serve M` runs as `/venv/bin/python /venv/bin/vllm serve M`),
-    so the arguments must match exactly and the program by its base name."""
+    so the arguments must match exactly and the program by its base name. A launcher that
+    starts with an exec wrapper (EXEC_WRAPPERS) matches the command the wrapper ran."""
     if not cmdline or not argv:
         return False
+    if _ran(cmdline, argv):
+        return True
+    if Path(argv[0]).name not in EXEC_WRAPPERS:
+        return False
+    # Where the wrapper's own options end is its own grammar: any later start will do, as
+    # everything after it must still match the command line exactly.
+    return any(_ran(cmdline, argv[start:]) for start in range(1, len(argv)))
+
+
+def _ran(cmdline: list[str], argv: list[str] | tuple[str, ...]) -> bool:
     args = list(argv[1:])
     if len(cmdline) < len(args) + 1 or cmdline[len(cmdline) - len(args) :] != args:
         return False

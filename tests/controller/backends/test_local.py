@@ -77,3 +77,22 @@ def test_state_and_logs_are_0600_in_0700_directories(tmp_path, spawned):
         time.sleep(0.05)
     assert mode(tmp_path / "dep") == mode(folder) == 0o700
     assert mode(folder / "state.json") == mode(folder / "output.log") == 0o600
+
+
+def test_a_launch_through_nice_is_running_and_stops_on_sigterm(tmp_path, spawned):
+    """A launcher wrapped in `nice` (PDCTL_VLLM_LAUNCHER="nice -n 10 vllm serve") runs as the
+    command nice exec'd: it is still recognised as ours, so a stop signals it (it used to be
+    taken for a stranger: never signalled, FATAL "did not exit after SIGKILL", left running)."""
+    backend = ShimBackend()
+    record = asyncio.run(backend.spawn(tmp_path, "niced", ["nice", "-n", "5", *SLEEPER], {}))
+    spawned.append(record)
+    deadline = time.monotonic() + 10
+    while backend.log_tail(tmp_path, "niced", 1) != ["up"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert backend.running(record)
+    assert os.getpriority(os.PRIO_PROCESS, record.child_pid) == 5
+    backend.signal(record, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while backend.running(record) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not backend.running(record)
