@@ -106,6 +106,9 @@ class AutopilotLoop:
         for name in set(self.pilots) - set(deployments):
             del self.pilots[name]
         for name, dep in list(deployments.items()):
+            if not dep.running:  # stopped: nothing to steer, and its spec is not read each second
+                self.pilots.pop(name, None)
+                continue
             current = await asyncio.to_thread(self._current, name)
             ap = current.spec.autopilot if current is not None else None
             if ap is None or not ap.enabled:

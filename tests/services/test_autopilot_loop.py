@@ -54,7 +54,7 @@ class Fakes:
         self.moves: list[tuple] = []
         self.switch_running = False
         self.stored = dep_spec  # the current revision's spec
-        dep = SimpleNamespace(spec=dep_spec)
+        dep = SimpleNamespace(spec=dep_spec, running=True)
         self.observer = SimpleNamespace(latest={})
         self.controller = SimpleNamespace(
             supervisor=SimpleNamespace(deployments={"auto": dep}),
@@ -131,6 +131,22 @@ def test_off_when_the_spec_says_so():
     asyncio.run(fakes.run(loop, 8))
     assert fakes.events == [] and loop.pilots == {}
     assert loop.status("auto", spec(enabled=False))["mode"] == "off"
+
+
+def test_a_stopped_deployment_is_not_read_nor_steered():
+    """Every second per deployment the loop read and parsed its stored spec, stopped ones too:
+    on a loaded host that was the control plane's CPU (and GIL) spent on nothing."""
+    fakes = Fakes(spec())
+    reads: list[str] = []
+    get = fakes.store.get
+    fakes.store.get = lambda name: (reads.append(name), get(name))[1]
+    loop = AutopilotLoop(fakes.controller, fakes.observer, fakes.store)
+    asyncio.run(fakes.run(loop, 2))
+    assert reads and loop.pilots
+    fakes.controller.supervisor.deployments["auto"].running = False
+    reads.clear()
+    asyncio.run(fakes.run(loop, 3))
+    assert reads == [] and loop.pilots == {}
 
 
 def test_the_current_revision_turns_it_to_dry_run_without_a_restart():
