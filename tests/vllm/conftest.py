@@ -57,6 +57,7 @@ def plane(tmp_path_factory, vllm_setup):
     # The ExampleConnector pairs keep KV under this session's temporary folder.
     roots = {"PDCTL_ENGINE_PATH_ROOTS": str(tmp_path_factory.getbasetemp())}
     plane = ControlPlane(tmp_path_factory.mktemp("plane"), {**vllm_env(vllm_setup), **roots})
+    plane.read_timeout = plane.write_timeout = harness.PLANE_TIMEOUT_S
     plane.start()
     try:
         yield plane

@@ -67,6 +67,10 @@ def prompt(seed: int, words: int = 300) -> str:
 # and the test's own client went unscheduled for seconds at a time (a call to the control
 # plane unanswered for 30 s; even a shell loop sampling it paused for 11 s).
 ENGINE_NICE = ("nice", "-n", "10")
+# Even so, a call to the control plane was once unanswered for 30 s while two engines ran:
+# the serve made progress (its stall dumps caught it in three different places) but got too
+# little CPU. The suite waits this long for an answer; a longer stall still fails with stacks.
+PLANE_TIMEOUT_S = 90.0
 
 
 # Deployment specs -------------------------------------------------------------------------

@@ -35,7 +35,7 @@ RESULTS = ("ok", "mismatch", "error")  # a canary's verdicts (observe/canary/sta
 def pdctl_metric(plane, name: str, **labels: str) -> float | None:
     # pdctl serve shares two cores with a CPU vLLM pair under load: its answer may take
     # seconds (the fresh-clone CI once waited past 5 s)
-    _, raw = http_get(plane.proc.url + "/metrics", timeout=30)
+    _, raw = http_get(plane.proc.url + "/metrics", timeout=harness.PLANE_TIMEOUT_S)
     text = raw.decode()
     wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
     if f"{name}{{{wanted}}}" not in text:

@@ -55,6 +55,7 @@ def ray_plane(cluster, tmp_path_factory, vllm_setup):
         "PDCTL_RAY_NODE_IP": HEAD,
     }
     plane = ControlPlane(tmp_path_factory.mktemp("ray-plane"), env)
+    plane.read_timeout = plane.write_timeout = harness.PLANE_TIMEOUT_S
     try:
         plane.start(90)
         yield plane
