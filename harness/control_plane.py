@@ -17,7 +17,7 @@ from harness.processes import Process, free_port, http_get, http_post, port_rang
 
 class ServeStalled(AssertionError):
     """`pdctl serve` took a call but did not answer it in time: the message carries every
-    thread's stack (SIGUSR1, web/stall_dump.py) and the tail of its log, what a CI run
+    thread's stack (SIGUSR1, web/process/stall_dump.py) and the tail of its log, what a CI run
     keeps of such a stall. Not an OSError: a refused connection (a server that is down)
     is one, and callers that wait for a server to come back take those as "not yet"."""
 

@@ -45,7 +45,7 @@ from state.event_backlog import EventBacklog
 from state.hub import Hub
 from state.placement_store import PlacementStore
 from state.store import Store
-from web import api_docs, errors, left_running, stall_dump
+from web import api_docs, errors
 from web.deps import current_actor, json_body
 from web.event_relay import event_publisher
 from web.metrics import LiveCollector, build_registry
@@ -54,6 +54,7 @@ from web.pages import bench as bench_pages
 from web.pages import deployment_forms, login, ttft
 from web.pages import main as pages
 from web.pages import rollout as rollout_pages
+from web.process import left_running, stall_dump
 from web.proxy_url import proxy_url
 from web.routes import ops
 from web.routes.advise import advice, autopilot, bench, calibration, plan, proposals

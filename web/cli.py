@@ -35,9 +35,9 @@ def serve(
     from pydantic import ValidationError
 
     from state.db import DatabaseDamaged, check_intact
-    from web import serve_logs, stall_dump
     from web.app import create_app
     from web.database import lock as db_lock
+    from web.process import serve_logs, stall_dump
     from web.security import deadlines
     from web.security.auth import is_loopback
     from web.settings import Settings

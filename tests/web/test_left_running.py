@@ -1,9 +1,9 @@
-"""What `pdctl serve` says as it stops (web/left_running.py): the processes that keep running,
-that the next start adopts them, how to stop them; nothing when nothing runs."""
+"""What `pdctl serve` says as it stops (web/process/left_running.py): the processes that keep
+running, that the next start adopts them, how to stop them; nothing when nothing runs."""
 
 from __future__ import annotations
 
-from web.left_running import live_units, note
+from web.process.left_running import live_units, note
 
 RUNNING = {"name": "decode-0", "state": "RUNNING", "pid": 4242, "url": "http://127.0.0.1:27001"}
 PROXY = {"name": "proxy", "state": "RUNNING", "pid": 4240, "url": "http://127.0.0.1:27000"}

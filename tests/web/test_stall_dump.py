@@ -1,4 +1,4 @@
-"""Stacks in the serve's log when it stops answering (web/stall_dump.py): on SIGUSR1, and by
+"""Stacks in the serve's log when it stops answering (web/process/stall_dump.py): on SIGUSR1, and by
 themselves when the event loop stalls."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import signal
 import time
 from pathlib import Path
 
-from web import stall_dump
+from web.process import stall_dump
 
 
 def test_a_stalled_loop_writes_every_threads_stack_and_a_live_one_writes_none(tmp_path: Path):

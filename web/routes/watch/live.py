@@ -4,7 +4,7 @@ frame a second and events as they are recorded) and `/api/deployments/{name}/his
 Messages are JSON text: {"type": "history", "points": [...]}, {"type": "frame", ...} (the
 shape in observe/frames.py) and {"type": "event", ...} (as /api/events gives them).
 The token comes as `Authorization: Bearer`, the login cookie, or `?token=` (kept out of the
-logs by web/serve_logs.py). Close codes: 4401 no valid token, 4429 too many unknown
+logs by web/process/serve_logs.py). Close codes: 4401 no valid token, 4429 too many unknown
 tokens from this address, 4403 a cross-origin handshake (web/security/csrf.py), 4421 a Host this
 server does not answer to without tokens (web/security/hosts.py), 4404 no such deployment, 4400 bad
 window, 1013 too many live connections (try again later).
