@@ -21,6 +21,7 @@ from connector.dispatch.attempts import Disaggregated
 from connector.dispatch.bidir_kv import BidirectionalKV
 from connector.dispatch.encoders import EncoderRing
 from connector.dispatch.flight import Flight, clock
+from connector.dispatch.hangs import answer_grace
 from connector.dispatch.hold import HoldQueue
 from connector.dispatch.relay import ClientGone, Relay
 from connector.dispatch.render_tier import RenderCollector, RenderTier, legs_of
@@ -34,7 +35,12 @@ from connector.errors import (
     UpstreamError,
 )
 from connector.http.client_stream import ClientAnswer, ClientRequest
-from connector.legs.client_body import estimate_tokens, parse_client_body, turn_kind
+from connector.legs.client_body import (
+    asked_tokens,
+    estimate_tokens,
+    parse_client_body,
+    turn_kind,
+)
 from connector.legs.rewrite import colocated_bytes
 from connector.measure.interference import Interference
 from connector.measure.metrics import ProxyMetrics, make_registry
@@ -178,6 +184,7 @@ class Proxy:
             body = parse_client_body(raw, request.path)
             flight.stream = body.get("stream") is True
             flight.estimate = estimate_tokens(body)
+            flight.answer_grace = answer_grace(flight.stream, asked_tokens(body))
             if not is_canary:
                 self.metrics.demand.arrived(*flight.estimate)
                 self.metrics.turns[turn_kind(body, request.path)] += 1

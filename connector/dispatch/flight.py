@@ -31,6 +31,7 @@ class Flight:
     __slots__ = (
         "_parts",
         "answer",
+        "answer_grace",
         "arrival",
         "attempt_at",
         "attempts",
@@ -81,6 +82,8 @@ class Flight:
         self.usage_tokens: int | None = None
         self.usage_prompt: int | None = None  # the usage's prompt_tokens
         self.estimate = (1, 1)  # (prompt, output) tokens as judged at arrival (client_body)
+        # a leg not streamed: how much longer its first byte (its whole answer) may take
+        self.answer_grace = 0.0
         self.tail = b""
         self.end: float | None = None
         self.done_at: float | None = None  # when `data: [DONE]` passed through

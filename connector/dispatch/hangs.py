@@ -11,6 +11,11 @@ A lone long prompt moves nothing either while it is prefilled: a 100k-token prom
 otherwise idle engine silent for tens of seconds. So a leg may wait longer by the work it
 asked (`grace`, from its prompt's size), and its instance with it: the deadline grows with
 the prompt, at a floor prefill speed no serving engine falls below.
+
+A leg that is not streamed has no first byte before its whole answer: a healthy engine
+generating it moves nothing either. Its wait grows by the answer it asked for too
+(`answer_grace`), at a floor decode speed; one that set no bound may take the engine's whole
+context, so it is given that much.
 """
 
 from __future__ import annotations
@@ -21,6 +26,22 @@ from dataclasses import dataclass
 # Prefill at 1,000 prompt tokens/s: far below any GPU engine and a CPU engine on a small
 # model; an engine slower than that needs a longer --first-byte-timeout.
 GRACE_S_PER_PROMPT_TOKEN = 1e-3
+
+
+# Decode at 10 tokens/s for one request: far below a serving engine's per-request speed even
+# in a full batch (a CPU engine on a small model included).
+GRACE_S_PER_ANSWER_TOKEN = 0.1
+# What a request that sets no max_tokens may generate: the engine fills its context.
+UNBOUNDED_ANSWER_TOKENS = 32_768
+
+
+def answer_grace(streamed: bool, max_tokens: int | None) -> float:
+    """How much longer a leg whose first byte is its whole answer (not streamed) may wait:
+    the answer it asked for (`max_tokens`, None: unbounded) at the floor decode speed."""
+    if streamed:
+        return 0.0
+    tokens = UNBOUNDED_ANSWER_TOKENS if max_tokens is None else max(0, max_tokens)
+    return tokens * GRACE_S_PER_ANSWER_TOKEN
 
 
 def prompt_grace(prompt_tokens: int) -> float:

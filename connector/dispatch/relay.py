@@ -109,7 +109,8 @@ class Relay:
                 legs.append(LegSeen(inst.url, None, flight.last_read))
             elif flight.prefill_end is not None or route.group != "write":
                 since = max(flight.last_read, flight.prefill_end or 0.0)
-                grace = prompt_grace(flight.estimate[0])  # its KV to place and pull
+                # its KV to place and pull, and the whole answer when it is not streamed
+                grace = prompt_grace(flight.estimate[0]) + flight.answer_grace
                 legs.append(LegSeen(inst.url, since, since, grace))
             # else: the decode waits for the KV the prefill pushes: the prefill's time
         for wait in self._prefills.values():

@@ -62,6 +62,12 @@ def estimate_tokens(body: dict[str, Any]) -> tuple[int, int]:
     return max(1, prompt_tokens), int(output)
 
 
+def asked_tokens(body: dict[str, Any]) -> int | None:
+    """The answer's bound the client set (checked by parse_client_body), None when unset."""
+    value = body.get("max_completion_tokens") or body.get("max_tokens")
+    return value if isinstance(value, int) else None
+
+
 def upstream_failure(leg: str, instance: str, status: int, raw: bytes) -> ProxyError:
     """A leg's non-200 answer as the client's error: the engine refusing the request (a 4xx
     about the body) is the client's 4xx with the engine's message; anything else is a 502."""

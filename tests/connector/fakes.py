@@ -176,6 +176,7 @@ class FakeEngine:
         if not body.get("stream"):
             if self.garbage_after is not None:
                 return web.Response(body=GARBAGE, content_type="application/json")
+            await asyncio.sleep(n * self.token_delay)  # the whole answer is generated first
             text = "".join(f" w{i}" for i in range(n))
             choice = (
                 {

@@ -2,6 +2,7 @@
 on other instances, within the budget; the client gets exactly the tokens it asked for."""
 
 import asyncio
+import json
 import socket
 import time
 
@@ -218,6 +219,39 @@ def test_a_busy_but_live_decode_is_not_ejected_for_a_slow_first_byte():
             assert proxy.pool.get(d1.url).available
             assert proxy.metrics.retries == {} and proxy.metrics.ejections == {}
             assert len(d1.seen) == 2
+
+    run(body())
+
+
+def test_a_lone_answer_not_streamed_is_given_its_generation_not_taken_for_a_hang():
+    """Issue 39's class, a busy engine taken for a dead one: a leg that is not streamed has
+    no byte before its whole answer. 15 tokens at 0.1 s take 1.5 s, past the 0.4 s deadline,
+    on an engine with no other leg: it was ejected and the request retried until its
+    attempts were spent. Its answer's bound at the floor speed is its grace."""
+
+    async def body():
+        p = FakeEngine("p")
+        d1, d2 = FakeEngine("d1", token_delay=0.1), FakeEngine("d2", token_delay=0.1)
+        async with proxied([p], [d1, d2], first_byte_timeout=0.4) as (base, proxy):
+            status, _, raw = await post(base, completion(15, stream=False))
+            assert status == 200
+            assert json.loads(raw)["usage"]["completion_tokens"] == 15
+            assert proxy.metrics.retries == {} and proxy.metrics.ejections == {}
+            assert len(d1.seen) + len(d2.seen) == 1
+
+    run(body())
+
+
+def test_a_hung_decode_is_still_caught_for_an_answer_not_streamed():
+    async def body():
+        p, d1, d2 = FakeEngine("p"), FakeEngine("d1", decode_first_delay=10), FakeEngine("d2")
+        async with proxied([p], [d1, d2], first_byte_timeout=0.4) as (base, proxy):
+            started = time.monotonic()
+            status, _, raw = await post(base, completion(3, stream=False))
+            assert status == 200 and json.loads(raw)["usage"]["completion_tokens"] == 3
+            assert time.monotonic() - started < 3.0  # 0.4 s plus 3 tokens' 0.3 s, and the retry
+            assert proxy.metrics.ejections == {"first_byte": 1}
+            assert not proxy.pool.get(d1.url).available
 
     run(body())
 

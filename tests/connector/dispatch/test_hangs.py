@@ -1,6 +1,13 @@
 """Which instances are hung (connector/dispatch/hangs.py): judged by the instance, not the leg."""
 
-from connector.dispatch.hangs import LegSeen, hung_instances, prompt_grace
+from connector.dispatch.hangs import (
+    GRACE_S_PER_ANSWER_TOKEN,
+    UNBOUNDED_ANSWER_TOKENS,
+    LegSeen,
+    answer_grace,
+    hung_instances,
+    prompt_grace,
+)
 
 FIRST = 10.0
 
@@ -60,3 +67,10 @@ def test_a_later_long_prompt_never_pushes_back_an_earlier_legs_deadline():
     short = LegSeen("p", waiting_since=0.0, last_read=0.0)
     long = LegSeen("p", waiting_since=5.0, last_read=5.0, grace=prompt_grace(30_000))
     assert hung_instances([long, short], {}, now=10.5, first=FIRST) == {"p"}
+
+
+def test_an_answer_not_streamed_waits_by_its_bound_and_an_unbounded_one_by_a_context():
+    assert answer_grace(True, 500) == 0.0  # streamed: its first token is its first byte
+    assert answer_grace(False, 20) == 20 * GRACE_S_PER_ANSWER_TOKEN
+    assert answer_grace(False, None) == UNBOUNDED_ANSWER_TOKENS * GRACE_S_PER_ANSWER_TOKEN
+    assert answer_grace(False, None) > answer_grace(False, 4096)
