@@ -95,7 +95,7 @@ class Proxy:
         self.registry.register(self.encoders)
         self.disaggregated.roles = self.membership.roles = self.roles
         self.hold.reprobe = self.membership.reprobe_down
-        self.relay.on_hung = self._hung
+        self.relay.watchdog.on_hung = self._hung
         self.session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task] = []
         for flag in settings.prefill:
@@ -123,7 +123,7 @@ class Proxy:
         )
         self.membership.start(self.session)
         self._tasks.append(asyncio.create_task(self._watch_loop_lag()))
-        self._tasks.append(asyncio.create_task(self.relay.watch_silence()))
+        self._tasks.append(asyncio.create_task(self.relay.watchdog.run()))
 
     async def cleanup(self, app: web.Application) -> None:
         for task in self._tasks:

@@ -44,6 +44,7 @@ class Flight:
         "estimate",
         "first_attempt",
         "first_byte_missed",
+        "kv_lost",
         "kv_stats",
         "last_read",
         "leg_path",
@@ -96,6 +97,8 @@ class Flight:
         self.malformed: bytes | None = None  # the start of an event that is not JSON
         self.cause: str | None = None  # the blamed leg's failure (connector/legs/retry.py CAUSES)
         self.first_byte_missed = False  # the watchdog ended the leg at its first-byte deadline
+        # the watchdog ended the decode leg: its KV source (this prefill's URL) went down first
+        self.kv_lost: str | None = None
         self.attempts: list[dict[str, Any]] = []  # the attempts that failed and were retried
         self.pinned = (
             False  # a canary pinned to one pair (connector/dispatch/canary.py): never retried
@@ -134,6 +137,7 @@ class Flight:
         self.answer = [] if self.answer is not None else None
         self.returned_kv = None
         self.timed_out = self.first_byte_missed = self._parts = False
+        self.kv_lost = None
         if self.reshape is not None:
             self.reshape.reset()
 

@@ -60,6 +60,15 @@ class LegSeen:
     grace: float = 0.0  # longer it may wait for its first byte: the work it asked for
 
 
+def kv_lost(refused_at: float, prefill_end: float, due: float, now: float) -> bool:
+    """A read-mode decode leg still waiting past its deadline (`due`: its first-byte wait plus
+    grace) whose prefill refused a connection after answering it: the KV it was to pull died
+    with that process. vLLM's NIXL keeps such a transfer in progress for ever, so the leg
+    would wait out the decode timeout. Judged by the request, not by its decode: the decode
+    is not hung, and it may take the retry."""
+    return refused_at > prefill_end and now > due
+
+
 def hung_instances(
     legs: Iterable[LegSeen], moved: Mapping[str, float], now: float, first: float
 ) -> set[str]:

@@ -1,5 +1,5 @@
 """The legs' I/O on the request path: the prefill leg's POST, and the leg whose bytes pass
-through to the client as they arrive, under a watchdog that ends a stream gone silent.
+through to the client as they arrive, under the watchdog (connector/dispatch/watchdog.py).
 """
 
 from __future__ import annotations
@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -16,7 +14,8 @@ from aiohttp import web
 
 from connector.dispatch.answers import Post
 from connector.dispatch.flight import Flight, clock
-from connector.dispatch.hangs import LegSeen, hung_instances, prompt_grace
+from connector.dispatch.hangs import prompt_grace
+from connector.dispatch.watchdog import PrefillWait, Watchdog
 from connector.errors import (
     ConnectFailed,
     ProxyError,
@@ -44,16 +43,6 @@ from connector.settings import ProxySettings
 __all__ = ["ClientGone", "Relay"]
 
 
-@dataclass(slots=True)
-class PrefillWait:
-    """A prefill leg waiting for its answer since `since`; `hung`: the watchdog ended it."""
-
-    inst: Instance
-    since: float
-    grace: float = 0.0  # its prompt's share of the first-byte deadline (dispatch/hangs.py)
-    hung: bool = False
-
-
 class Relay:
     """Sends the legs over the proxy's one client; every error names the leg and its instance."""
 
@@ -64,76 +53,13 @@ class Relay:
         # the proxy's session for what is not a leg (the render tier), set at its startup
         self.session: aiohttp.ClientSession | None = None
         self.upstream = UpstreamPool(settings.connect_timeout)  # the legs' client
-        # streaming legs under the silence watchdog (cheaper than aiohttp's per-read timer)
-        self._watched: dict[asyncio.Task, tuple[Flight, Instance]] = {}
-        # prefill legs waiting for their answer, under the same watchdog
-        self._prefills: dict[asyncio.Task, PrefillWait] = {}
-        # told of an instance whose legs all went silent past the first-byte deadline
-        self.on_hung: Callable[[Instance, str], None] = lambda inst, why: None
+        self.watchdog = Watchdog(settings, pool)  # over every leg in flight
 
     def client(self) -> aiohttp.ClientSession:
         """The proxy's session; it opens at the app's startup, and nothing is sent before."""
         if self.session is None:
             raise ProxyError("the proxy's client session is not open (the app has not started)")
         return self.session
-
-    async def watch_silence(self) -> None:
-        """Cancel streaming legs whose upstream has been silent past --decode-timeout, and
-        (--first-byte-timeout, on by default) find hung instances (`hung`)."""
-        limit, first = self.settings.decode_timeout, self.settings.first_byte_timeout
-        period = min(1.0, limit / 4, first / 4 if first else 1.0)
-        while True:
-            await asyncio.sleep(period)
-            now = clock()
-            for task, (flight, _) in list(self._watched.items()):
-                if now - flight.last_read > limit and not flight.timed_out:
-                    flight.timed_out = True
-                    task.cancel()
-            if first:
-                self.hung(now, first)
-
-    def hung(self, now: float, first: float) -> None:
-        """Prefill and decode instances alike: one whose leg waits past `first` for its first
-        byte (write mode's decode: counted from the prefill's answer) while nothing of it moved
-        that long is hung (connector/dispatch/hangs.py). With a spare, its legs still waiting
-        for their first byte end now (and are retried elsewhere), and the proxy hears of it
-        (`on_hung`); without one, the leg timeouts decide."""
-        legs: list[LegSeen] = []
-        by_url: dict[str, Instance] = {}
-        for flight, inst in self._watched.values():
-            route = flight.route
-            if route is None or route.prefill is None:
-                continue  # colocated: its first byte waits for its own prefill
-            by_url[inst.url] = inst
-            if flight.prepared:
-                legs.append(LegSeen(inst.url, None, flight.last_read))
-            elif flight.prefill_end is not None or route.group != "write":
-                since = max(flight.last_read, flight.prefill_end or 0.0)
-                # its KV to place and pull, and the whole answer when it is not streamed
-                grace = prompt_grace(flight.estimate[0]) + flight.answer_grace
-                legs.append(LegSeen(inst.url, since, since, grace))
-            # else: the decode waits for the KV the prefill pushes: the prefill's time
-        for wait in self._prefills.values():
-            by_url[wait.inst.url] = wait.inst
-            legs.append(LegSeen(wait.inst.url, wait.since, wait.since, wait.grace))
-        moved = {url: inst.moved_at for url, inst in by_url.items()}
-        for url in hung_instances(legs, moved, now, first):
-            inst = by_url[url]
-            if not self.pool.has_spare(inst):
-                continue  # nowhere else to go: the leg's own timeout decides
-            self._end_waiting(inst)
-            self.on_hung(inst, f"no byte on any of its legs for {first:g} s")
-
-    def _end_waiting(self, inst: Instance) -> None:
-        """End the legs of a hung instance that have no byte yet: nothing reached the client."""
-        for task, (flight, other) in list(self._watched.items()):
-            if other is inst and not flight.prepared and not flight.timed_out:
-                flight.timed_out = flight.first_byte_missed = True
-                task.cancel()
-        for task, wait in list(self._prefills.items()):
-            if wait.inst is inst and not wait.hung:
-                wait.hung = True
-                task.cancel()
 
     async def prefill(
         self, inst: Instance, path: str, data: bytes, headers: dict[str, str], flight: Flight
@@ -144,7 +70,7 @@ class Relay:
         task = asyncio.current_task()
         wait = PrefillWait(inst, flight.prefill_start, prompt_grace(flight.estimate[0]))
         if task is not None:  # watched for a hang (`hung`) until it answers
-            self._prefills[task] = wait
+            self.watchdog.prefills[task] = wait
         try:
             async with post as r:
                 inst.moved_at = max(inst.moved_at, clock())  # it answered
@@ -165,7 +91,7 @@ class Relay:
             raise UpstreamError("prefill", inst.url, detail, exc.cause) from None
         finally:
             if task is not None:
-                self._prefills.pop(task, None)
+                self.watchdog.prefills.pop(task, None)
         try:
             answer = json.loads(raw)
         except (ValueError, RecursionError):
@@ -188,6 +114,8 @@ class Relay:
         return Post(self.upstream, inst.url, path, data, headers, total)
 
     def _passive_unhealthy(self, inst: Instance, exc: UpstreamFault) -> None:
+        if isinstance(exc, ConnectFailed):
+            inst.refused_at = clock()  # what it prefilled before is gone with it (`hung`)
         # Only when active checks run, or the instance could never come back.
         if self.settings.health_interval and isinstance(exc, ConnectFailed):
             self.pool.set_health(inst, False, f"{type(exc).__name__}: {exc}")
@@ -212,7 +140,7 @@ class Relay:
         if task is None:  # aiohttp runs each handler in a task; the watchdog cancels that task
             raise ProxyError("a streaming leg runs only inside a task")
         flight.last_read = clock()
-        self._watched[task] = (flight, inst)
+        self.watchdog.streams[task] = (flight, inst)
         heard = 0.0  # when the instance answered this leg's head
         try:
             async with post as up:
@@ -291,6 +219,14 @@ class Relay:
             if not flight.timed_out:
                 raise
             task.uncancel()  # the watchdog's cancel, not the client's: answer with a timeout
+            if flight.kv_lost is not None and resp is None:
+                raise UpstreamError(
+                    "prefill",
+                    flight.kv_lost,
+                    "refused a connection before the decode leg to "
+                    f"{inst.url} sent a byte: the KV it held for this request is gone",
+                    "kv_lost",
+                ) from None
             exc: ProxyError = (
                 UpstreamTimeout(leg, inst.url, self.settings.first_byte_timeout, "first_byte")
                 if flight.first_byte_missed
@@ -324,7 +260,7 @@ class Relay:
             await _stream_error(resp, err, flight)
             return resp
         finally:
-            self._watched.pop(task, None)
+            self.watchdog.streams.pop(task, None)
             if heard:  # its last byte: the instance moved then (`hung`)
                 inst.moved_at = max(inst.moved_at, heard, flight.last_read)
         if resp is None:  # a 200 with an empty stream: answer with an empty event stream

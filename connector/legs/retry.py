@@ -11,6 +11,10 @@ the one attempt that served, with exactly the tokens it asked for. The decision 
     prefill  refused, reset, 5xx, garbage,    yes      another prefill of the same group; a new
              timeout                                   request id (MoRIIO: a new transfer_id);
                                                        write mode: the pair
+    prefill  kv_lost: it refused a connection yes      another prefill, the same decode may
+             after it answered, and the                serve (it is not at fault)
+             decode leg has sent nothing
+             past its first-byte deadline
     decode   refused (nothing was sent, so    yes      another decode; NIXL read: the same
              nothing was pulled)                       kv_transfer_params; MoRIIO: a fresh
                                                        prefill (a new transfer_id); write: the pair
@@ -47,7 +51,16 @@ from dataclasses import dataclass
 from domain.kv_connectors import proxy_backend
 
 # What failed, as an UpstreamError's `cause` says (connector/errors.py).
-CAUSES = ("refused", "reset", "status", "garbage", "timeout", "first_byte", "stale_role")
+CAUSES = (
+    "refused",
+    "reset",
+    "status",
+    "garbage",
+    "timeout",
+    "first_byte",
+    "stale_role",
+    "kv_lost",
+)
 # A 409 from an instance that switches roles at runtime (connector/pool/pd_roles.py): it ran
 # nothing, so it is retried like a refused connection and never ejects.
 STALE_ROLE = "stale_role"

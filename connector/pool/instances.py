@@ -43,6 +43,9 @@ class Instance:
     # When it last answered or streamed a byte on any leg (the flight clock,
     # connector/dispatch/flight.py): what the hang watchdog and the health probes judge by.
     moved_at: float = 0.0
+    # When a connection to it was last refused (same clock): nothing listened, so the process
+    # that held the KV blocks of the requests it prefilled before then is gone.
+    refused_at: float = 0.0
     ejected_until: float = 0.0
     ejections: int = 0
     # Runtime role switching (connector/pool/pd_roles.py): the epoch it serves its role in (None:
@@ -251,6 +254,8 @@ class InstancePool:
             self.set_health(inst, True)
             return
         inst.last_error = error
+        if refused:
+            inst.refused_at = time.perf_counter()
         if served_meanwhile and not refused:
             return
         inst.probes_failed += 1

@@ -421,3 +421,82 @@ def test_a_client_gone_in_a_retry_backoff_leaves_no_count_behind():
             assert d2.seen == [] and proxy.pool.get(d2.url).failed == 0
 
     run(body())
+
+
+async def _stop_the_prefill_that_answered(prefills: list[FakeEngine]) -> FakeEngine:
+    """Stop whichever prefill answered first, as a SIGKILL after its answer would: its port
+    then refuses connections, and the KV it held is gone."""
+    assert await until(lambda: any(p.seen for p in prefills))
+    dead = next(p for p in prefills if p.seen)
+    await dead.stop()
+    return dead
+
+
+def test_a_decode_leg_whose_prefill_died_before_the_pull_is_retried_on_another_prefill():
+    """vLLM's NIXL keeps a pull from a dead prefill in progress for ever, so the decode leg
+    waited out the decode timeout (120 s; the real-vLLM prefill restart's client gave up
+    first). Once its prefill refuses a connection and the leg is past its first-byte
+    deadline, the KV is gone: the request goes to another prefill, on the same decode (not
+    at fault: no other decode is needed, and it is not ejected)."""
+
+    async def body():
+        p1, p2 = FakeEngine("p1"), FakeEngine("p2")
+        d = FakeEngine("d", first_delays=[10.0, 0.0])  # the pull from the dead prefill hangs
+        settings = {"first_byte_timeout": 0.4, "health_interval": 0.2}
+        async with proxied([p1, p2], [d], **settings) as (base, proxy):
+            started = time.monotonic()
+            sent = asyncio.create_task(post(base, completion(3)))
+            dead = await _stop_the_prefill_that_answered([p1, p2])
+            status, _, raw = await sent
+            assert status == 200 and len(_tokens(raw)) == 3
+            assert time.monotonic() - started < 3.0
+            entry = proxy.requests[-1]
+            lost = entry["attempts"][0]
+            assert (lost["leg"], lost["cause"], lost["instance"]) == (
+                "prefill",
+                "kv_lost",
+                dead.url,
+            )
+            assert entry["prefill"] != dead.url and entry["decode"] == d.url
+            assert proxy.pool.get(d.url).available and proxy.metrics.ejections == {}
+            assert await until(lambda: "decode" in d.cancelled)  # the stuck pull, aborted
+
+    run(body())
+
+
+def test_with_no_other_prefill_the_lost_kv_is_a_502_naming_the_prefill_not_a_long_wait():
+    async def body():
+        p, d = FakeEngine("p"), FakeEngine("d", decode_first_delay=10.0)
+        settings = {"first_byte_timeout": 0.4, "health_interval": 0.2}
+        async with proxied([p], [d], **settings) as (base, proxy):
+            started = time.monotonic()
+            sent = asyncio.create_task(post(base, completion(3)))
+            await _stop_the_prefill_that_answered([p])
+            status, _, raw = await sent
+            assert time.monotonic() - started < 3.0  # not the decode timeout's 120 s
+            error = json.loads(raw)["error"]
+            assert status == 502 and error["leg"] == "prefill" and error["instance"] == p.url
+            assert "the KV it held for this request is gone" in error["message"]
+            assert proxy.pool.get(d.url).available
+
+    run(body())
+
+
+def test_a_prefill_dying_after_its_kv_was_pulled_costs_the_request_nothing():
+    """Streamed, the decode's first token says the pull is done; not streamed, its answer
+    is given the time its tokens take (0.8 s here, past the 0.4 s deadline): neither is cut
+    when the prefill dies meanwhile."""
+
+    async def one(stream: bool) -> None:
+        p, d = FakeEngine("p"), FakeEngine("d", token_delay=0.1)
+        settings = {"first_byte_timeout": 0.4, "health_interval": 0.2}
+        async with proxied([p], [d], **settings) as (base, proxy):
+            sent = asyncio.create_task(post(base, completion(8, stream=stream)))
+            source = proxy.pool.get((await _stop_the_prefill_that_answered([p])).url)
+            assert await until(lambda: source.refused_at > 0)
+            status, _, raw = await sent
+            assert status == 200, raw
+            assert proxy.metrics.retries == {} and d.cancelled == []
+
+    run(one(True))
+    run(one(False))

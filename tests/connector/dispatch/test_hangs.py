@@ -6,6 +6,7 @@ from connector.dispatch.hangs import (
     LegSeen,
     answer_grace,
     hung_instances,
+    kv_lost,
     prompt_grace,
 )
 
@@ -74,3 +75,12 @@ def test_an_answer_not_streamed_waits_by_its_bound_and_an_unbounded_one_by_a_con
     assert answer_grace(False, 20) == 20 * GRACE_S_PER_ANSWER_TOKEN
     assert answer_grace(False, None) == UNBOUNDED_ANSWER_TOKENS * GRACE_S_PER_ANSWER_TOKEN
     assert answer_grace(False, None) > answer_grace(False, 4096)
+
+
+def test_kv_is_lost_when_its_prefill_refused_after_answering_and_the_leg_is_overdue():
+    # answered at 5.0, refused at 6.0, the leg due at 16.0
+    assert kv_lost(refused_at=6.0, prefill_end=5.0, due=16.0, now=16.5)
+    assert not kv_lost(refused_at=6.0, prefill_end=5.0, due=16.0, now=15.5)  # not yet due
+    # refused before it answered: that prefill came back and prefilled this request since
+    assert not kv_lost(refused_at=4.0, prefill_end=5.0, due=16.0, now=30.0)
+    assert not kv_lost(refused_at=0.0, prefill_end=5.0, due=16.0, now=30.0)  # never refused
