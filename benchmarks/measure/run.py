@@ -15,8 +15,10 @@ run-to-run noise). Prompt lengths are the server's count (`usage.prompt_tokens`,
 clients record per request). Servers are pinned to one core, the clients to the other.
 Without the vLLM venv it says how to get it and skips. Environment: BENCH_MEASURE_RATES
 (default 3,6,12), BENCH_MEASURE_SECONDS (arrivals per run, default 5 s; at least 30
-requests), BENCH_MEASURE_ROUNDS (default 4). Last, the issue's setup: vLLM's client with the
-tiny Llama's own tokenizer against a stand-in given it (benchmarks/measure/model_tokenizer.py).
+requests), BENCH_MEASURE_ROUNDS (default 4), BENCH_MEASURE_CASES (default
+"rates,tokenizer"; "tokenizer" alone runs only the last case). Last, the issue's setup:
+vLLM's client with the tiny Llama's own tokenizer against a stand-in given it
+(benchmarks/measure/model_tokenizer.py).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from domain.measures.slo import percentile
 
 RATES = [float(r) for r in os.environ.get("BENCH_MEASURE_RATES", "3,6,12").split(",")]
 SECONDS = float(os.environ.get("BENCH_MEASURE_SECONDS", "5"))
+CASES = set(os.environ.get("BENCH_MEASURE_CASES", "rates,tokenizer").split(","))
 ROUNDS = int(os.environ.get("BENCH_MEASURE_ROUNDS", "4"))  # even: a and b lead equally often
 MIN_PROMPTS = 30
 METRICS = [(f"{stat}_{name}_ms") for name in ("ttft", "itl", "tpot") for stat in ("median", "p99")]
@@ -216,19 +219,23 @@ def main() -> None:
     )
     tokenizer = write_standin_tokenizer(logs / "standin-tokenizer")
     vllm = VllmBenchServe(python, logs / "vllm-client.log", pinned(LOAD_CORE))
+    rows: list[Comparison] = []
+    diagnosis: dict[str, dict] = {}
     try:
-        servers, urls = start_servers(logs)
         clients = Clients(vllm, tokenizer, logs)
-        try:
-            rows, diagnosis = measure(clients, urls)
-        finally:
-            for server in servers:
-                server.stop()
-        llama = tiny_llama()
+        if "rates" in CASES:
+            servers, urls = start_servers(logs)
+            try:
+                rows, diagnosis = measure(clients, urls)
+            finally:
+                for server in servers:
+                    server.stop()
+        llama = tiny_llama() if "tokenizer" in CASES else None
         case = None if llama is None else model_tokenizer.measure(clients, logs, llama, ROUNDS)
     finally:
         vllm.close()
-    print(table(rows, diagnosis))
+    if rows:
+        print(table(rows, diagnosis))
     if case is None:
         print(f"the tiny Llama's tokenizer case: skipped, no tiny Llama; {HOW_TO_GET_IT}")
     else:
