@@ -33,6 +33,7 @@ class Clients:
         tokenizer: Path | None = None,
         trust_env: bool = True,
         seed: int = SEED,
+        uvloop: bool = False,
     ) -> dict:
         self.vllm.run(
             [
@@ -42,6 +43,7 @@ class Clients:
                 *("--result-filename", f"{tag}.json", "--num-warmups", "0", "--disable-tqdm"),
             ],
             trust_env,
+            uvloop,
         )
         return json.loads((self.logs / f"{tag}.json").read_text())
 

