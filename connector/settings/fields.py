@@ -44,7 +44,10 @@ FirstByteTimeout = Annotated[
         le=3600,
         description="Seconds a prefill or decode leg may wait for its first byte while its "
         "instance answers and streams nothing else, before it counts as hung (retried "
-        "elsewhere, the instance ejected, with a spare). 0: only the leg timeouts apply.",
+        "elsewhere, the instance ejected, with a spare), plus its prompt's and, not streamed, "
+        "its answer's time at floor speeds; a read-mode decode leg past it whose prefill has "
+        "since refused a connection lost its KV (retried on another prefill). 0: only the leg "
+        "timeouts apply.",
     ),
 ]
 # On by default (issue 39): long enough for a KV pull and a step on a lone request, short
