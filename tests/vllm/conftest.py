@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 
 from tests.e2e.test_control_plane import ControlPlane
 from tests.vllm import harness
+from tests.vllm.autogroup import engines_yield
 
 # One request at a time, short greedy outputs: batching changes bf16 numerics.
 MAX_TOKENS = 12
@@ -37,11 +39,13 @@ class Output:
 
 
 @pytest.fixture(scope="session")
-def vllm_setup() -> VllmSetup:
+def vllm_setup() -> Iterator[VllmSetup]:
     python, model = harness.vllm_python(), harness.tiny_model()
     if not python.exists() or not (model / "config.json").exists():
         pytest.skip(f"no vLLM venv ({python}) or tiny model ({model}): run `make test-vllm`")
-    return VllmSetup(python, model, uuid.uuid4().hex)
+    setup = VllmSetup(python, model, uuid.uuid4().hex)
+    with engines_yield(setup.marker):  # every engine's session, below the rest (autogroup.py)
+        yield setup
 
 
 def vllm_env(setup: VllmSetup) -> dict[str, str]:

@@ -66,6 +66,8 @@ def prompt(seed: int, words: int = 300) -> str:
 # this 2-core machine at a load of 13-17, and at the same priority `pdctl serve`, its proxy
 # and the test's own client went unscheduled for seconds at a time (a call to the control
 # plane unanswered for 30 s; even a shell loop sampling it paused for 11 s).
+# `nice` orders the engine below its own shim; across sessions the autogroup decides
+# (tests/vllm/autogroup.py lowers each engine's session).
 ENGINE_NICE = ("nice", "-n", "10")
 # Even so, a call to the control plane was once unanswered for 30 s while two engines ran:
 # the serve made progress (its stall dumps caught it in three different places) but got too
