@@ -55,6 +55,9 @@ class ProcessRecord:
     lost: str | None = None  # why it died with no exit code seen (its node is gone, ...)
     node_lost: bool = False  # ... because its node is gone
     gpu_ids: list[int] = field(default_factory=list)  # what a cluster assigned it
+    # The child's CPU demand (procfs.cpu_demand) as its node read it with this record; None
+    # where the supervisor reads /proc itself (this host)
+    cpu_demand: int | None = None
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> ProcessRecord:

@@ -285,6 +285,7 @@ class RayBackend:
             node_id=state.get("node_id"),
             node_address=state.get("node_address"),
             gpu_ids=[int(g) for g in state.get("gpu_ids") or []],
+            cpu_demand=state.get("cpu_demand"),
         )
 
     def read(self, run_dir: Path, name: str) -> ProcessRecord | None:

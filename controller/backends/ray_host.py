@@ -23,7 +23,7 @@ from typing import Any
 
 import ray
 
-from controller.backends import private_files, shim
+from controller.backends import private_files, procfs, shim
 from controller.backends.local import ProcessRecord, ShimBackend
 from controller.launch.child_env import child_environment
 
@@ -155,9 +155,12 @@ class InstanceHost:
         """The shim's state, whether the child still runs, where, and its last log lines."""
         state = shim.read_state(self.run_dir, self.name) or {"name": self.name}
         record = ProcessRecord.from_state(state)
+        pid = record.child_pid
         return {
             **state,
             "running": self.local.running(record),
+            # read here, on its node: the supervisor judges a silent /health by it (probing.py)
+            "cpu_demand": None if pid is None else procfs.cpu_demand(pid),
             "node_id": self.node_id,
             "node_address": self.address,
             "gpu_ids": self.gpus,

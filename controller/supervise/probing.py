@@ -101,12 +101,17 @@ def _made_progress(unit: Unit) -> bool:
     for it, since its last probe: an API server stalled by a busy engine or a starved host
     (real vLLM on 2 cores went unanswered for 9 s at idle, and for 20 s at a load average of
     10, scheduled too little to use a tick), not a hung one. A stopped (SIGSTOP) or
-    deadlocked process does neither. Unknown for a process on another node: its silence
-    counts."""
+    deadlocked process does neither. A process on another node is judged by the demand its
+    node read with its last record (a Ray actor's state, each second); none read: its silence
+    counts (a busy decode on a Ray node was replaced 9 s after it became ready)."""
     pid = unit.machine.pid
-    if pid is None or unit.launch.address is not None:
+    if pid is None:
         return False
-    ticks = cpu_demand(pid)
+    if unit.launch.address is None:
+        ticks = cpu_demand(pid)
+    else:
+        record = unit.record
+        ticks = record.cpu_demand if record is not None and record.child_pid == pid else None
     seen, unit.cpu_seen = unit.cpu_seen, (None if ticks is None else (pid, ticks))
     return ticks is not None and seen is not None and seen[0] == pid and ticks > seen[1]
 

@@ -8,13 +8,17 @@ import sys
 import time
 from types import SimpleNamespace
 
+from controller.backends.local import ProcessRecord
 from controller.backends.procfs import cpu_demand, cpu_ticks
 from controller.supervise.probing import STALL_LIMIT_S, _made_progress, stall_excused
 
 
 def unit(pid: int, address: str | None = None) -> SimpleNamespace:
     return SimpleNamespace(
-        machine=SimpleNamespace(pid=pid), launch=SimpleNamespace(address=address), cpu_seen=None
+        machine=SimpleNamespace(pid=pid),
+        launch=SimpleNamespace(address=address),
+        cpu_seen=None,
+        record=None,
     )
 
 
@@ -90,3 +94,20 @@ def test_a_sleeping_process_makes_no_demand():
     finally:
         idle.kill()
         idle.wait(10)
+
+
+def test_a_process_on_another_node_is_judged_by_the_demand_its_node_read():
+    """A Ray node's actor reads the child's CPU demand with its state (ray_host.py): a busy
+    decode there was replaced 9 s after it became ready, its silence counted."""
+    remote = unit(4242, address="127.0.0.13")
+    assert _made_progress(remote) is False  # no record: its silence counts
+    remote.record = ProcessRecord("decode-0", 4242, cpu_demand=1_000)
+    assert _made_progress(remote) is False  # the first reading
+    remote.record = ProcessRecord("decode-0", 4242, cpu_demand=5_000)
+    assert _made_progress(remote) is True
+    remote.record = ProcessRecord("decode-0", 4242, cpu_demand=5_000)
+    assert _made_progress(remote) is False  # stopped or blocked: no more demand
+    remote.record = ProcessRecord("decode-0", 4242, cpu_demand=None)
+    assert _made_progress(remote) is False  # its node could not read it
+    remote.record = ProcessRecord("decode-0", 999, cpu_demand=9_000)
+    assert _made_progress(remote) is False  # another process's record: not this one's demand
