@@ -31,6 +31,7 @@ class Probe(PairProbe, Protocol):
         self, proxy_url: str, token: str | None
     ) -> list[InstanceEntry] | None: ...
 
+    # True: the proxy was told (or does not list it); False: it could not be told.
     async def set_draining(
         self, proxy_url: str, token: str | None, instance_url: str, draining: bool
     ) -> bool: ...
@@ -140,10 +141,9 @@ class HttpProbe:
         ok = True
         for url in urls:
             try:
-                done = await (admin.drain(url) if draining else admin.undrain(url))
-            except ProxyAdminError:
-                done = False
-            ok = ok and done
+                await (admin.drain(url) if draining else admin.undrain(url))
+            except ProxyAdminError:  # not told: the caller tries again (one not listed is
+                ok = False  # told: nothing routes there to drain or undrain)
         return ok
 
     async def aclose(self) -> None:

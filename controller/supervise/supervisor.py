@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from controller.backends import private_files
@@ -164,11 +164,15 @@ class Supervisor:
         self.faults.attempt(
             name, str(folder / run_state.PLACEMENT_FILE), lambda: placing.save(folder, placed)
         )
-        await converging.converge(self._watch, dep, launches, revision, only)
-        dep.prune_older()
-        self._watch.save(dep)
-        self._emit("start", f"{name}: start requested", name)
-        await self._watch.reconcile(dep)
+
+        async def converge() -> None:
+            await converging.converge(self._watch, dep, launches, revision, only)
+            dep.prune_older()
+            self._watch.save(dep)
+            self._emit("start", f"{name}: start requested", name)
+            await self._watch.reconcile(dep)
+
+        await _uncut(converge())
 
     def keep_launch(self, name: str, process: str, spec: DeploymentSpec) -> None:
         """`process` runs `spec`'s launch from now on, without a restart: what it was told at
@@ -260,7 +264,7 @@ class Supervisor:
         dep.running = False
         self._watch.save(dep)
         self._emit("stop", f"{name}: stop requested", name)
-        await self._watch.reconcile(dep)
+        await _uncut(self._watch.reconcile(dep))
         if wait is not None:
             await self.wait_for(
                 name, lambda units: all(u["state"] in IDLE for u in units), wait, "stopped"
@@ -269,8 +273,12 @@ class Supervisor:
     async def restart(self, name: str, instance: str | None = None) -> None:
         dep = self._deployment(name)
         units = dep.instances() if instance is None else [self._unit(dep, instance)]
-        for unit in units:
-            await self._watch.feed(dep, unit, m.Restart())
+
+        async def restart() -> None:
+            for unit in units:
+                await self._watch.feed(dep, unit, m.Restart())
+
+        await _uncut(restart())
 
     def admin_token(self, name: str) -> str | None:
         """The bearer token of `name`'s proxy's admin API (None: it was started without)."""
@@ -391,3 +399,21 @@ class Supervisor:
                 f"{dep.name} has no instance {instance!r}; it has {', '.join(dep.units)}"
                 + did_you_mean(instance, dep.units)
             ) from None
+
+
+async def _uncut(work: Coroutine[Any, Any, None]) -> None:
+    """Run `work` to its end even if the caller is cancelled (a rollout aborted, or past its
+    step's deadline): a machine's transition and the actions it asks for are one. Cut in
+    between, a process would sit drained and never stopped, or STARTING with nothing
+    spawned, until a deadline minutes away."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(_log_failure)  # its caller can no longer hear of a failure
+        raise
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("a supervisor change its caller left failed", exc_info=task.exception())

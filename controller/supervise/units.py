@@ -39,6 +39,9 @@ class Unit:
     start_samples: list[float] = field(default_factory=list)  # spawn -> ready, seconds
     revision: int | None = None  # the revision whose launch this runs (None: not told)
     dropping: bool = False  # not in the revision it converges to: stopped, then forgotten
+    # Ready, and the proxy not yet told to route to it again (it was down, or did not
+    # answer): told on each pass until it is, or until the unit is drained again.
+    undrain_owed: bool = False
     # Told its launch in place (a role move, a proxy told its instances): the process it was
     # told in, and what it runs since, though its command line says otherwise (adoption.py).
     told_in_place: Told | None = None

@@ -105,6 +105,8 @@ class Watcher:
             await self.feed(dep, dep.units[decode], m.Restart())
         for unit in list(dep.units.values()):
             await self.feed(dep, unit, m.Tick())
+        for unit in list(dep.units.values()):
+            await self._pay_undrain(dep, unit)
         await self.reconcile(dep)
 
     async def _observe_exits(self, dep: Supervised) -> None:
@@ -205,20 +207,34 @@ class Watcher:
             record = self._current(dep, unit)
             if record is not None:
                 self.backend.signal(record, action.signal)
-        elif isinstance(action, m.Drain | m.Undrain):
+        elif isinstance(action, m.Drain):
+            unit.undrain_owed = False
             if not unit.launch.is_proxy and dep.proxy.machine.state is m.State.RUNNING:
                 await self.probe.set_draining(
-                    dep.proxy.launch.url,
-                    dep.admin_token,
-                    unit.launch.url,
-                    isinstance(action, m.Drain),
+                    dep.proxy.launch.url, dep.admin_token, unit.launch.url, True
                 )
+        elif isinstance(action, m.Undrain):
+            unit.undrain_owed = not unit.launch.is_proxy
+            await self._pay_undrain(dep, unit)
         elif isinstance(action, m.Emit):
             message = action.message
             if action.kind in _FAILURES:
                 message += f"; {unit.refusal}" if unit.refusal else self._last_words(dep, name)
             self.emit(action.kind, f"{dep.name}/{name}: {message}", dep.name)
         # Schedule: every pass ticks every machine, so deadlines fire within poll_interval.
+
+    async def _pay_undrain(self, dep: Supervised, unit: Unit) -> None:
+        """Tell the proxy to route to a ready `unit` again. Until it is told, the unit stays
+        owed: a proxy that was down, still starting (adopted after a restart of
+        `pdctl serve`, it keeps the drains it had) or that did not answer would otherwise
+        leave a serving instance drained for good."""
+        ready = unit.machine.state is m.State.RUNNING
+        if not (unit.undrain_owed and ready and dep.proxy.machine.state is m.State.RUNNING):
+            return
+        if await self.probe.set_draining(
+            dep.proxy.launch.url, dep.admin_token, unit.launch.url, False
+        ):
+            unit.undrain_owed = False
 
     async def _spawn(self, dep: Supervised, unit: Unit) -> None:
         await spawning.spawn(

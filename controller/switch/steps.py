@@ -174,8 +174,8 @@ class Execution:
 
     async def _pause(self, step: Step) -> None:
         group = step.mode or ""
+        self.paused.add(group)  # before the call: see _drain
         await self.admin.pause(group)
-        self.paused.add(group)
 
     async def _resume(self, step: Step) -> None:
         group = step.mode or ""
@@ -184,8 +184,10 @@ class Execution:
 
     async def _drain(self, step: Step) -> None:
         for url in self.urls(step.instances):
-            await self.admin.drain(url)
+            # Noted before the call: a call cut short (an abort, a step's deadline) may have
+            # reached the proxy all the same, and undo() must put back what it may have done.
             self.drained.add(url)
+            await self.admin.drain(url)
 
     async def _undrain(self, step: Step) -> None:
         for url in self.urls(step.instances):
@@ -194,8 +196,8 @@ class Execution:
 
     async def _whole_on(self, step: Step) -> None:
         for url in self.urls(step.instances):
+            self.whole.add(url)  # before the call: see _drain
             await self.admin.set_whole(url, True)
-            self.whole.add(url)
 
     async def _whole_off(self, step: Step) -> None:
         for url in self.urls(step.instances):
