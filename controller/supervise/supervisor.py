@@ -403,17 +403,15 @@ class Supervisor:
 
 async def _uncut(work: Coroutine[Any, Any, None]) -> None:
     """Run `work` to its end even if the caller is cancelled (a rollout aborted, or past its
-    step's deadline): a machine's transition and the actions it asks for are one. Cut in
-    between, a process would sit drained and never stopped, or STARTING with nothing
-    spawned, until a deadline minutes away."""
+    step's deadline), and only then let the cancellation through: a machine's transition and
+    the actions it asks for are one (cut between, a process sits drained and never stopped,
+    or STARTING with nothing spawned), and what the caller does next (an abort's undo, a
+    rollback's own convergence) must find the work done, not racing it."""
     task = asyncio.ensure_future(work)
     try:
         await asyncio.shield(task)
     except asyncio.CancelledError:
-        task.add_done_callback(_log_failure)  # its caller can no longer hear of a failure
+        await asyncio.wait([task])
+        if not task.cancelled() and task.exception() is not None:
+            log.error("a supervisor change cut short failed", exc_info=task.exception())
         raise
-
-
-def _log_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("a supervisor change its caller left failed", exc_info=task.exception())

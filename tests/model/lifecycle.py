@@ -23,7 +23,7 @@ running (a change then gets a 409 that must name the rollout and `pdctl rollout 
            of its role)
 Each sequence first picks its deployment's connector: MoRIIO (read/write switches) or NIXL
 (role moves; its switch rule does not apply). The advisor's apply is left out: its verdicts
-need a minute of live windows per step (tests/e2e/test_proposals_e2e.py); it goes through the
+need a minute of live windows per step (tests/e2e/rollout/test_proposals.py); it goes through the
 same store-and-roll-out path as apply.
 
 Invariants, after every step:
@@ -484,7 +484,12 @@ class Lifecycle(RuleBasedStateMachine):
             ]
             if not left:
                 return
-            assert time.monotonic() < deadline, f"no rollout runs, yet the proxy has {left}"
+            if time.monotonic() >= deadline:
+                last = self.rollout()["rollout"]
+                raise AssertionError(
+                    f"no rollout runs, yet the proxy has {left}; the last rollout: {last}\n"
+                    + self.evidence()
+                )
             time.sleep(0.5)
 
     def engines_serve_their_roles(self) -> None:

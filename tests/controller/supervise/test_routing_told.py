@@ -101,10 +101,11 @@ def test_a_restart_whose_caller_is_cancelled_mid_drain_still_stops_the_process(t
         caller = asyncio.create_task(h.sup.restart("tiny-pd", "decode-0"))
         await h.probe.reached.wait()  # the drain reached the proxy; its answer has not come
         caller.cancel()  # the rollout that asked is aborted
-        await asyncio.gather(caller, return_exceptions=True)
-        assert caller.cancelled()
+        await asyncio.sleep(0.01)
+        assert not caller.done()  # it waits for the restart it asked for to be under way
         h.probe.answer.set()
-        await asyncio.sleep(0.01)  # the restart goes on without its caller: SIGTERM, its event
+        await asyncio.gather(caller, return_exceptions=True)
+        assert caller.cancelled()  # then the abort goes through
         assert any(e[1] == "stopping" and "decode-0" in e[2] for e in h.events), h.events
         for _ in range(40):
             await h.polls(1, every=0.5)
@@ -113,5 +114,37 @@ def test_a_restart_whose_caller_is_cancelled_mid_drain_still_stops_the_process(t
         assert h.backend.pid("decode-0") != first  # the restart happened all the same
         assert h.states("tiny-pd")["decode-0"] == "RUNNING"
         assert h.probe.drains[-1] == (ports.instances["decode-0"].http, False)
+
+    run(scenario())
+
+
+def test_a_change_cut_short_is_done_before_its_caller_hears_of_the_cut(tmp_path):
+    """What the caller does next (an abort's rollback converging back) must find the change
+    it cut short done, never still going on beside it."""
+
+    async def scenario():
+        h = Harness(tmp_path, probe=FlakyProbe())
+        two = tiny_pair(
+            groups=[
+                {"name": "prefill", "role": "prefill"},
+                {"name": "decode", "role": "decode", "count": 2},
+            ]
+        )
+        ports = allocate(two)
+        await h.sup.start("tiny-pd", two, ports, revision=1)
+        await h.polls(3)
+        seeded = two.model_copy(deep=True)
+        seeded.groups[1].extra_args = ["--seed", "7"]
+        h.probe.hold = True
+        caller = asyncio.create_task(h.sup.start("tiny-pd", seeded, ports, revision=2))
+        await h.probe.reached.wait()  # the first decode's drain is on its way
+        caller.cancel()
+        await asyncio.sleep(0.01)
+        assert not caller.done()  # the cut waits for the change to be under way
+        h.probe.answer.set()
+        await asyncio.gather(caller, return_exceptions=True)
+        assert caller.cancelled()
+        stopping = {e[2].split(":")[0] for e in h.events if e[1] == "stopping"}
+        assert stopping == {"tiny-pd/decode-0", "tiny-pd/decode-1"}, h.events
 
     run(scenario())
