@@ -44,13 +44,13 @@ test: $(STAMP)
 # running stand-in 1P1D calibrated on its own traffic through `pdctl serve`: ~50 s.
 test-calibrate: $(STAMP)
 	$(PY) -m pytest -q -s -m calibrate tests/simulator/plan/calibration/test_fitting_loop.py \
-		tests/e2e/test_calibrate_live.py
+		tests/e2e/measure/test_calibrate_live.py
 
 # End-to-end tests that wait out a window of live frames on stand-ins (the demo's trade after a
 # minute, PD not happening caught within a window, the canary within a period, each advisor
 # proposal applied and its signal measured before and after), the encode and render tiers
 # end to end: ~3 min (four workers: the tests wait, they do not compute). Then issue 34's
-# story of changes under load (tests/e2e/test_rollout_story.py, ~2.5 min) alone: its 4 req/s
+# story of changes under load (tests/e2e/rollout/test_story.py, ~2.5 min) alone: its 4 req/s
 # and restarts beside them skewed the autopilot test's measured demand.
 test-live: $(STAMP)
 	$(PY) -m pytest -q -n 4 --dist load -m "live_window or tiers" tests/e2e

@@ -1,6 +1,6 @@
 """Screenshots of `make run`'s first screen after one minute: a real `pdctl serve` with the
 demo (harness/demo_run.py) on a temporary database, the deployments list at / and the pair's
-deployment pages in headless Chromium (Debian's, as tests/e2e/test_browser.py drives it),
+deployment pages in headless Chromium (Debian's, as tests/e2e/dashboard/test_browser.py drives it),
 saved in artifacts/ (git-ignored), and the frames' figures beside them.
 
     python -m harness.demo_screens [--seconds 60] [--out artifacts]

@@ -14,7 +14,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.e2e.test_control_plane import ControlPlane
+from tests.e2e.serve.test_control_plane import ControlPlane
 from tests.vllm import harness
 from tests.vllm.autogroup import engines_yield
 

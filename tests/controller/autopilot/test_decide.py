@@ -1,7 +1,7 @@
 """The P:D ratio autopilot's decision (pure, controller/autopilot/decide.py) and its spec section
 (controller/spec/sections/autopilot.py): both directions, nothing when both or neither side is
-bound,
-hysteresis over the whole window, and every guard rail. tests/e2e/test_autopilot.py runs it."""
+bound, hysteresis over the whole window, and every guard rail.
+tests/e2e/rollout/test_autopilot.py runs it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Runtime role switching in the spec and a move's input checks (pure): which instance serves
 which role, what the engines and the proxy are launched with, and every refusal naming its
-field. tests/e2e/test_role_move.py moves one for real."""
+field. tests/e2e/rollout/test_role_move.py moves one for real."""
 
 import json
 

@@ -13,7 +13,7 @@ from terminal.top.format import ASCII, UNICODE, clip, glyphs_for
 from terminal.top.hist import Bucket, collapse_empty, histograms, merge_to, pane
 from terminal.top.screen import FullScreen, PlainText, is_dumb, screen_for, split_keys
 from terminal.top.view import View, event_time, render
-from tests.terminal.top_frames import events, frame, hist, instance
+from tests.terminal.top.frames import events, frame, hist, instance
 
 ESCAPE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # any control character but tab and newline
 ROW = re.compile(r"^\s*(?:≤|<=)(\S+ m?s)\s.*?\s(\d+)(?:\s+(p[\d/]+))?\s*$")

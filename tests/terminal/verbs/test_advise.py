@@ -1,7 +1,7 @@
 """`pdctl advise`: the verdicts and the proposed changes with their forecasts, `--apply RULE`
 sending the rule with the revision it read, and a bad --window refused before anything is
 sent (tests/web/routes/advise/test_proposals_api.py covers the API it calls;
-tests/e2e/test_proposals_e2e.py applies proposals on running stand-ins)."""
+tests/e2e/rollout/test_proposals.py applies proposals on running stand-ins)."""
 
 from __future__ import annotations
 

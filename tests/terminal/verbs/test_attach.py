@@ -1,5 +1,5 @@
 """`pdctl attach`: what a vllm-router's worker list gives, and the flags refused before
-anything is sent (tests/e2e/test_attach_router.py attaches through the real API and router)."""
+anything is sent (tests/e2e/attach/test_router.py attaches through the real API and router)."""
 
 from __future__ import annotations
 

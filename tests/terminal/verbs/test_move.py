@@ -1,5 +1,5 @@
 """`pdctl move`: what it sends, what it says, and a bad --role refused before anything is sent
-(tests/e2e/test_role_move.py moves instances through the REST API it calls)."""
+(tests/e2e/rollout/test_role_move.py moves instances through the REST API it calls)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`pdctl pause|release|drain|undrain` and `pdctl move --force`: what they send, what they
 say, a bad --group refused before anything is sent, and a refusal told with its reason
-(tests/e2e/test_attach_steer.py runs them against a real control plane)."""
+(tests/e2e/attach/test_steer.py runs them against a real control plane)."""
 
 from __future__ import annotations
 

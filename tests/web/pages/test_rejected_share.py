@@ -1,6 +1,6 @@
 """The rejected share beside SLO attainment: the control plane's /metrics from frames built
 out of scripted proxy scrapes, and the deployment page's attainment tile that the live frames
-fill (the Chromium run is tests/e2e/test_outage_numbers.py)."""
+fill (the Chromium run is tests/e2e/dashboard/test_outage_numbers.py)."""
 
 from __future__ import annotations
 

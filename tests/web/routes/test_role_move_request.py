@@ -1,5 +1,6 @@
 """The role move body: its drain defaults to the autopilot's 300 s (domain/role_moves.py), and a
-drain out of bounds is refused naming the field (tests/e2e/test_role_move.py moves for real)."""
+drain out of bounds is refused naming the field (tests/e2e/rollout/test_role_move.py moves
+for real)."""
 
 from __future__ import annotations
 

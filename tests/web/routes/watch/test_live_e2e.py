@@ -12,7 +12,7 @@ import pytest
 from websockets.sync.client import connect
 
 from harness.processes import http_post
-from tests.e2e.test_control_plane import ControlPlane
+from tests.e2e.serve.test_control_plane import ControlPlane
 from tests.specs import nixl_1p1d
 
 pytestmark = pytest.mark.e2e

@@ -14,8 +14,8 @@ import json
 import pytest
 
 from harness.control_plane import ControlPlane
-from tests.e2e.test_browser import CHROMIUM, FLAGS, _playwright, wait_attr
-from tests.e2e.test_control_plane import moriio
+from tests.e2e.dashboard.test_browser import CHROMIUM, FLAGS, _playwright, wait_attr
+from tests.e2e.serve.test_control_plane import moriio
 from tests.terminal.verbs_run import pdctl
 
 pytestmark = pytest.mark.e2e

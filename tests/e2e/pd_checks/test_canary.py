@@ -15,9 +15,9 @@ import pytest
 from harness.control_plane import ControlPlane
 from harness.processes import http_get, http_post, metric_value
 from harness.stack import wait_until
-from tests.e2e import test_pd_happening
-from tests.e2e.test_control_plane import bench, bench_result, moriio
-from tests.e2e.test_pd_happening import clear_fault, gauge
+from tests.e2e.pd_checks import test_pd_happening
+from tests.e2e.pd_checks.test_pd_happening import clear_fault, gauge
+from tests.e2e.serve.test_control_plane import bench, bench_result, moriio
 
 pytestmark = pytest.mark.e2e
 

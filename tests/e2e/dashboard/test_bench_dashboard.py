@@ -14,8 +14,8 @@ import pytest
 
 from harness.control_plane import ControlPlane
 from harness.processes import ROOT, http_get
-from tests.e2e.test_browser import CHROMIUM, FLAGS, _playwright
-from tests.e2e.test_control_plane import moriio
+from tests.e2e.dashboard.test_browser import CHROMIUM, FLAGS, _playwright
+from tests.e2e.serve.test_control_plane import moriio
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,7 @@ import pytest
 
 from harness.processes import ROOT, free_port, port_range
 from state import migrate
-from tests.e2e.test_serve_hardening import request, serve
+from tests.e2e.serve.test_hardening import request, serve
 
 pytestmark = pytest.mark.e2e
 

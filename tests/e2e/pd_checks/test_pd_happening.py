@@ -14,7 +14,7 @@ import pytest
 from harness.control_plane import ControlPlane
 from harness.processes import http_get, http_post, metric_value
 from harness.stack import wait_until
-from tests.e2e.test_control_plane import bench, moriio
+from tests.e2e.serve.test_control_plane import bench, moriio
 
 pytestmark = pytest.mark.e2e
 

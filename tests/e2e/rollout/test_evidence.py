@@ -12,7 +12,7 @@ import time
 import pytest
 
 from harness.stack import bench_background, bench_finished, wait_until
-from tests.e2e.test_proposals_e2e import WINDOW, plane, sim, started  # noqa: F401 (fixture)
+from tests.e2e.rollout.test_proposals import WINDOW, plane, sim, started  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.live_window, pytest.mark.timeout(240)]
 

@@ -21,7 +21,7 @@ from harness.stack import (
     router_binary,
     wait_until,
 )
-from tests.e2e.attached_watch import at, bench_deployment, events, frame, within
+from tests.e2e.attach.watch import at, bench_deployment, events, frame, within
 from tests.terminal.verbs_run import pdctl
 
 pytestmark = [

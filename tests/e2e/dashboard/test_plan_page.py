@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from harness.processes import Process
-from tests.e2e.test_browser import CHROMIUM, FLAGS, _playwright, serve, sign_in
+from tests.e2e.dashboard.test_browser import CHROMIUM, FLAGS, _playwright, serve, sign_in
 
 pytestmark = pytest.mark.e2e
 

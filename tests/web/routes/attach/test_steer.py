@@ -1,7 +1,7 @@
 """Steering an attached deployment through the API (issue 37, deliver 4): a role move behind
 a proxy that is not pdctl's is refused unless forced, and pause, drain and release are
 refused there, each a 409 saying why; bad input is a 422 naming the field. The moves and
-calls that succeed run against real stand-ins in tests/e2e/test_attach_steer.py."""
+calls that succeed run against real stand-ins in tests/e2e/attach/test_steer.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.web.routes.test_attach_api import attached
-from tests.web.routes.test_attach_discovery_api import discovering
+from tests.web.routes.attach.test_api import attached
+from tests.web.routes.attach.test_discovery import discovering
 
 DOWN = "http://127.0.0.1:1"  # nothing listens: a probe there fails at once
 

@@ -20,7 +20,7 @@ from harness.control_plane import ControlPlane
 from harness.processes import ROOT, http_get, http_post
 from harness.stack import bench_background
 from tests.specs import moriio_1p1d
-from tests.terminal.tmux_pane import TMUX, Pane
+from tests.terminal.top.tmux_pane import TMUX, Pane
 from tests.terminal.verbs_run import (
     OPERATOR_SECRET,
     TOKENS,

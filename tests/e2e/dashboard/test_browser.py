@@ -24,8 +24,8 @@ from harness.processes import (
     reap_instances,
 )
 from harness.stack import bench_background
-from tests.e2e.test_control_plane import moriio
-from tests.e2e.test_pd_happening import clear_fault
+from tests.e2e.pd_checks.test_pd_happening import clear_fault
+from tests.e2e.serve.test_control_plane import moriio
 from tests.terminal.verbs_run import pdctl
 
 pytestmark = pytest.mark.e2e

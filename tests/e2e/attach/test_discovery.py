@@ -22,7 +22,7 @@ import pytest
 from harness.control_plane import ControlPlane
 from harness.processes import Process, free_port, http_get, running
 from harness.stack import RouterProcess, nixl_sim, router_binary, wait_until
-from tests.e2e.attached_watch import at, bench_deployment, events, frame, within
+from tests.e2e.attach.watch import at, bench_deployment, events, frame, within
 from tests.terminal.verbs_run import pdctl
 
 PROMETHEUS = shutil.which("prometheus")
@@ -38,7 +38,7 @@ pytestmark = [
 NAME = "found"
 PROBE_S = 1.0
 EVERY_S = 1.0  # how often discovery asks Prometheus again
-# As tests/e2e/test_attach_router.py: engine steps far above a loaded host's HTTP overhead.
+# As tests/e2e/attach/test_router.py: engine steps far above a loaded host's HTTP overhead.
 MODEL = (
     "--model-profile", "llama-3.1-70b", "--hardware", "l40s", "-tp", "4", "--max-model-len", "4096",
     "--served-model-name", "tiny",

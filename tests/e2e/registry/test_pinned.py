@@ -16,7 +16,7 @@ from benchmarks.chaos.load import fault_on
 from harness.control_plane import ControlPlane
 from harness.processes import free_port, http_get, metric_value, running, sim
 from harness.stack import wait_until
-from tests.e2e.test_control_plane import complete, moriio
+from tests.e2e.serve.test_control_plane import complete, moriio
 
 pytestmark = pytest.mark.e2e
 

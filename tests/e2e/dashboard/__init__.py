@@ -1,0 +1,1 @@
+"""The dashboard's pages in a real browser against a real `pdctl serve`."""

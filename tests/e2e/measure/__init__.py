@@ -1,0 +1,1 @@
+"""Measurements that must agree: bench, engines, proxy, TTFT parts, calibration."""

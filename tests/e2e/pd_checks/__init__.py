@@ -1,0 +1,1 @@
+"""Is PD happening and right: the PD check, the canary, stale decodes."""

@@ -1,0 +1,1 @@
+"""`pdctl proxy` through real processes: its failures, NIXL, bidirectional KV."""

@@ -1,0 +1,1 @@
+"""Changes to running deployments: rollouts, role moves, proposals and the autopilot."""

@@ -1,0 +1,1 @@
+"""`pdctl serve` itself: supervising, adopting, its database, its hardening."""

@@ -1,0 +1,1 @@
+"""Tiers beyond prefill and decode: encoders and the render tier."""

@@ -1,0 +1,1 @@
+"""`pdctl serve` as a process: starting, settings, stalls, a full disk, stopping."""

@@ -1,0 +1,1 @@
+"""The attach API: by URL, by discovery, and steering what was attached."""

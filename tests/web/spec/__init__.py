@@ -1,0 +1,1 @@
+"""Specs through the API: what is refused, what is stored, edits and diffs."""
