@@ -83,7 +83,10 @@ def admit(
     if problems:
         raise SpecInvalid(problems)
     sticky = _sticky(spec, *previous) if previous else spec
-    return _allocate(admission, sticky, spec, set(others) | admission.reserved)
+    # A new instance never takes a port the current revision holds, even one free on the host
+    # now (its process dead or restarting): those instances run on until a rollout stops
+    # them, and a rollback starts them again on those very ports. Kept ones are given.
+    return _allocate(admission, sticky, spec, set(others) | admission.reserved | own)
 
 
 def _allocate(

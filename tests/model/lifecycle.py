@@ -728,10 +728,26 @@ def assert_ended_in_time(record: dict, by_id: dict[str, dict]) -> None:
 def run(root: Callable[[], Path], seed_: int, examples: int, steps: int, shrink: bool) -> None:
     """Run the machine: `examples` sequences of `steps` steps each, from `seed_`."""
 
+    made: list[Path] = []
+
     def machine() -> Lifecycle:
-        return Lifecycle(root())
+        made.append(root())
+        return Lifecycle(made[-1])
 
     phases = (Phase.generate, Phase.shrink) if shrink else (Phase.generate,)
+    try:
+        _run(machine, seed_, examples, steps, phases)
+    except BaseException:
+        # A replay on real processes may not fail as the run did (Hypothesis then reports it
+        # flaky, without the run's notes): each sequence's journal, from its own file.
+        for where in made[-3:]:
+            with contextlib.suppress(OSError):
+                lines = (where / "journal.txt").read_text().splitlines()[-60:]
+                print(f"\njournal of {where.name} (last 60 lines):", *lines, sep="\n")
+        raise
+
+
+def _run(machine: Callable[[], Lifecycle], seed_: int, examples: int, steps: int, phases) -> None:
     run_state_machine_as_test(
         seed(seed_)(machine),
         settings=settings(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.launch.ports import AllocatedPorts
+from controller.launch.ports import AllocatedPorts, InstancePorts
 from services.admission import Admission
 from state import migrate
 from state.db import create_engine
@@ -104,3 +104,39 @@ def test_allocation_skips_busy_host_ports(tmp_path: Path) -> None:
         )
     finally:
         engine.dispose()
+
+
+def instance_ports(ports: InstancePorts, tp: int) -> set[int]:
+    out = {p for p in (ports.http, ports.side_channel) if p is not None}
+    for base in (ports.handshake, ports.notify):
+        if base is not None:
+            out.update(range(base, base + tp))
+    return out
+
+
+@pytest.mark.parametrize("change", ["renamed groups", "one more per group", "tp changed"])
+def test_a_new_instance_never_gets_a_port_the_current_revision_holds(
+    store: Store, change: str
+) -> None:
+    """Even one free on the host at that moment (its process dead, restarting): the current
+    revision's instances run on until a rollout stops them, and a rollback starts them again
+    on those very ports."""
+    body = moriio_1p1d(tp=2)
+    first = store.create(spec(body), "test")
+    held = first.ports.claimed(first.spec)
+    groups = body["groups"]
+    if change == "renamed groups":
+        new = edited(body, ("groups",), [{**g, "name": f"{g['name']}-a"} for g in groups])
+    elif change == "one more per group":
+        new = edited(body, ("groups",), [{**g, "count": 2} for g in groups])
+    else:
+        new = edited(body, ("groups",), [{**g, "tp": 4} for g in groups])
+    second = store.update("mori", spec(new), "test")
+    fresh: set[int] = set()
+    for group in second.spec.groups:
+        for i in range(group.count):
+            name = f"{group.name}-{i}"
+            ports = second.ports.instances[name]
+            if first.ports.instances.get(name) != ports:  # a new instance, or one moved
+                fresh |= instance_ports(ports, group.tp)
+    assert fresh and not fresh & held, (sorted(fresh & held), change)
