@@ -679,9 +679,11 @@ def test_a_caller_cancelled_mid_spawn_leaves_the_process_known_and_stoppable(tmp
         caller = asyncio.create_task(h.sup.start("tiny-pd", more, wider, only={"decode-1"}))
         await h.backend.entered.wait()  # decode-1's spawn in flight, in the caller's task
         caller.cancel()
+        await asyncio.sleep(0.01)
+        assert not caller.done()  # the cancel lands once the spawn it cut is done
+        h.backend.release.set()
         with pytest.raises(asyncio.CancelledError):
             await caller
-        h.backend.release.set()
         await h.polls(3)
         decode = next(u for u in h.sup.status("tiny-pd") if u["name"] == "decode-1")
         assert decode["state"] == "RUNNING" and decode["pid"] == h.backend.pid("decode-1")
