@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 from controller.backends import private_files
@@ -45,6 +45,7 @@ from controller.supervise import converging, placing, run_state
 from controller.supervise import machine as m
 from controller.supervise.adoption import adopt_saved
 from controller.supervise.clock import Clock, SystemClock
+from controller.supervise.cut_short import run_whole
 from controller.supervise.run_dir_faults import Fault, RunDirFaults
 from controller.supervise.settings import SupervisorSettings
 from controller.supervise.stale_peers import cancel_checks
@@ -172,7 +173,7 @@ class Supervisor:
             self._emit("start", f"{name}: start requested", name)
             await self._watch.reconcile(dep)
 
-        await _uncut(converge())
+        await run_whole(converge())
 
     def keep_launch(self, name: str, process: str, spec: DeploymentSpec) -> None:
         """`process` runs `spec`'s launch from now on, without a restart: what it was told at
@@ -264,7 +265,7 @@ class Supervisor:
         dep.running = False
         self._watch.save(dep)
         self._emit("stop", f"{name}: stop requested", name)
-        await _uncut(self._watch.reconcile(dep))
+        await run_whole(self._watch.reconcile(dep))
         if wait is not None:
             await self.wait_for(
                 name, lambda units: all(u["state"] in IDLE for u in units), wait, "stopped"
@@ -273,12 +274,7 @@ class Supervisor:
     async def restart(self, name: str, instance: str | None = None) -> None:
         dep = self._deployment(name)
         units = dep.instances() if instance is None else [self._unit(dep, instance)]
-
-        async def restart() -> None:
-            for unit in units:
-                await self._watch.feed(dep, unit, m.Restart())
-
-        await _uncut(restart())
+        await run_whole(self._watch.feed_each(dep, units, m.Restart()))
 
     def admin_token(self, name: str) -> str | None:
         """The bearer token of `name`'s proxy's admin API (None: it was started without)."""
@@ -399,19 +395,3 @@ class Supervisor:
                 f"{dep.name} has no instance {instance!r}; it has {', '.join(dep.units)}"
                 + did_you_mean(instance, dep.units)
             ) from None
-
-
-async def _uncut(work: Coroutine[Any, Any, None]) -> None:
-    """Run `work` to its end even if the caller is cancelled (a rollout aborted, or past its
-    step's deadline), and only then let the cancellation through: a machine's transition and
-    the actions it asks for are one (cut between, a process sits drained and never stopped,
-    or STARTING with nothing spawned), and what the caller does next (an abort's undo, a
-    rollback's own convergence) must find the work done, not racing it."""
-    task = asyncio.ensure_future(work)
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await asyncio.wait([task])
-        if not task.cancelled() and task.exception() is not None:
-            log.error("a supervisor change cut short failed", exc_info=task.exception())
-        raise

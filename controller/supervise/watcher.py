@@ -184,6 +184,10 @@ class Watcher:
 
     # Performing actions ------------------------------------------------------------------
 
+    async def feed_each(self, dep: Supervised, units: list[Unit], event: m.Event) -> None:
+        for unit in units:
+            await self.feed(dep, unit, event)
+
     async def feed(self, dep: Supervised, unit: Unit, event: m.Event) -> None:
         """Step `unit`'s machine with `event`, then perform what it asks."""
         before = unit.machine.state
